@@ -1,0 +1,406 @@
+//! [`Client`] and [`ClientBuilder`]: the connections, the two background threads, and the
+//! settings every lock of the client shares.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex as PlMutex;
+
+use crate::conn::{self, Pool, Timeouts};
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::keys::{self, LockKeys};
+use crate::mutex::Mutex;
+use crate::renewal::{Msg, Renewer};
+use crate::subscriber::Subscriber;
+
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+/// The longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Settings shared by every lock of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) lease: Duration,
+    pub(crate) renew_every: Duration,
+    pub(crate) prefix: String,
+    pub(crate) timeouts: Timeouts,
+}
+
+/// Builds a [`Client`] with settings other than the defaults.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::builder("redis://127.0.0.1:6379/")
+///     .lease(Duration::from_secs(10))
+///     .key_prefix("billing:")
+///     .command_timeout(Duration::from_secs(2))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build()` is called"]
+pub struct ClientBuilder {
+    url: String,
+    lease: Duration,
+    renew_every: Option<Duration>,
+    prefix: String,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// The watchdog lease (default 30 s): how long a lock stays held after its holder stops
+    /// renewing it, for example because its process died. Held locks are renewed every
+    /// third of it. At least [`MIN_LEASE`], at most [`MAX_LEASE`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often held leases are renewed (default: a third of the lease). Must be shorter
+    /// than the lease and at least 10 ms; leave room for a round trip and a retry.
+    pub fn renew_interval(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// The prefix of every Redis key and channel (default `"locksmith:"`). At most 256
+    /// bytes, without `{` or `}` (they would move the Redis Cluster hash tag).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The bound on opening a connection (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The bound on one command's round trip (default 5 s).
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    fn config(&self) -> Result<Config> {
+        if self.lease < MIN_LEASE {
+            return Err(Error::config(
+                "lease",
+                format!("must be at least {MIN_LEASE:?}"),
+            ));
+        }
+        if self.lease > MAX_LEASE {
+            return Err(Error::config("lease", "must be at most 365 days"));
+        }
+        let renew_every = self.renew_every.unwrap_or(self.lease / 3);
+        if renew_every >= self.lease {
+            return Err(Error::config(
+                "renew_interval",
+                format!("must be shorter than the lease ({:?})", self.lease),
+            ));
+        }
+        if renew_every < Duration::from_millis(10) {
+            return Err(Error::config("renew_interval", "must be at least 10ms"));
+        }
+        for (field, t) in [
+            ("connect_timeout", self.connect_timeout),
+            ("command_timeout", self.command_timeout),
+        ] {
+            if t < Duration::from_millis(1) {
+                return Err(Error::config(field, "must be at least 1ms"));
+            }
+        }
+        keys::validate_prefix(&self.prefix)?;
+        Ok(Config {
+            lease: self.lease,
+            renew_every,
+            prefix: self.prefix.clone(),
+            timeouts: Timeouts {
+                connect: self.connect_timeout,
+                command: self.command_timeout,
+            },
+        })
+    }
+
+    /// Checks the settings, connects to Redis and starts the client's two threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] or [`Error::InvalidUrl`] for bad settings (before any I/O);
+    /// [`Error::Redis`] when Redis cannot be reached within the connect timeout or refuses
+    /// the connection; [`Error::Spawn`] when a thread cannot be started.
+    pub fn build(self) -> Result<Client> {
+        let config = self.config()?;
+        let info = conn::parse_url(&self.url)?;
+        let pool = Arc::new(Pool::new(info.clone(), config.timeouts)?);
+        // Connect eagerly, so that a wrong address fails here and not in the first lock().
+        pool.with(|con| {
+            redis::cmd("PING").query::<()>(con)?;
+            Ok(())
+        })?;
+        let (subscriber, reader) = Subscriber::connect(info, config.timeouts)?;
+        let (renew_tx, renew_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            id: uuid::Uuid::new_v4().to_string(),
+            config: config.clone(),
+            pool: Arc::clone(&pool),
+            subscriber: Arc::clone(&subscriber),
+            renew_tx: renew_tx.clone(),
+            holds: PlMutex::new(HashMap::new()),
+        });
+        let mut threads = Vec::with_capacity(2);
+        let sub = Arc::clone(&subscriber);
+        let spawned = thread::Builder::new()
+            .name("locksmith-pubsub".into())
+            .spawn(move || sub.run(reader));
+        match spawned {
+            Ok(h) => threads.push(h),
+            Err(e) => {
+                subscriber.shutdown();
+                return Err(Error::Spawn(e));
+            }
+        }
+        let renewer = Renewer::new(pool, renew_rx, config.renew_every);
+        match thread::Builder::new()
+            .name("locksmith-renew".into())
+            .spawn(move || renewer.run())
+        {
+            Ok(h) => threads.push(h),
+            Err(e) => {
+                subscriber.shutdown();
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(Error::Spawn(e));
+            }
+        }
+        log::debug!("client connected to {}", conn::redact(&self.url));
+        Ok(Client {
+            inner: Arc::new(Inner { shared, threads }),
+        })
+    }
+}
+
+/// State shared by a client's clones, locks, guards and threads.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// This client's random id: the first half of every owner id.
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) subscriber: Arc<Subscriber>,
+    renew_tx: Sender<Msg>,
+    /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
+    holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
+}
+
+/// A small number that tells the threads of this process apart (`ThreadId` has no stable
+/// integer form).
+pub(crate) fn thread_seq() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static SEQ: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SEQ.with(|s| *s)
+}
+
+/// A request id, unique within this process: it tells a retry apart from a new call.
+pub(crate) fn request_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// What a successful acquire script returned, and when it was sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    pub(crate) count: u64,
+    pub(crate) sent: Instant,
+}
+
+impl Shared {
+    /// The owner id of the calling thread.
+    pub(crate) fn owner(&self) -> String {
+        format!("{}:{}", self.id, thread_seq())
+    }
+
+    /// Whether the calling thread holds `keys` through this client (as far as it knows).
+    pub(crate) fn holds_locally(&self, keys: &LockKeys) -> bool {
+        self.holds
+            .lock()
+            .get(&(keys.lock.clone(), thread_seq()))
+            .and_then(Weak::upgrade)
+            .is_some_and(|h| h.is_held())
+    }
+
+    /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
+    /// gets a new one, registered for renewal before the caller sees it.
+    pub(crate) fn adopt(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: String,
+        grant: Grant,
+        lease: Duration,
+        renew: bool,
+    ) -> Arc<Hold> {
+        let Grant { token, count, sent } = grant;
+        let slot = (keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if count > 1
+            && let Some(h) = holds.get(&slot).and_then(Weak::upgrade)
+            && h.token == token
+            && h.enter(sent)
+        {
+            return h;
+        }
+        let renew_every = renew.then_some(self.config.renew_every);
+        let hold = Arc::new(Hold::new(
+            Arc::clone(keys),
+            owner,
+            token,
+            lease,
+            renew_every,
+            sent,
+        ));
+        holds.insert(slot, Arc::downgrade(&hold));
+        drop(holds);
+        if renew {
+            // The thread lives as long as any client clone, and a lock borrows one.
+            let _ = self.renew_tx.send(Msg::Register(Arc::clone(&hold)));
+        }
+        hold
+    }
+
+    /// Forgets the calling thread's hold on `keys` if it is `hold`.
+    pub(crate) fn forget(&self, hold: &Arc<Hold>) {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if holds
+            .get(&slot)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
+        {
+            holds.remove(&slot);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.subscriber.shutdown();
+        let _ = self.shared.renew_tx.send(Msg::Stop);
+        let me = thread::current().id();
+        for t in self.threads.drain(..) {
+            // Never join a thread from itself (it cannot happen today: neither thread holds a
+            // client), so a drop can never deadlock.
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        self.shared.pool.clear();
+    }
+}
+
+/// A connection to one Redis server, shared by all locks made from it.
+///
+/// A client owns a small pool of command connections, one pub/sub connection, and exactly
+/// two background threads, whatever the number of locks and waiters:
+/// `locksmith-pubsub` listens for releases and wakes local waiters, `locksmith-renew` extends
+/// held leases in pipelined batches. Cloning is cheap and shares all of it; the threads stop
+/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped.
+///
+/// Each client has a random id; together with a per-thread number it forms the *owner* of a
+/// lock. So two clients are two owners, as two processes would be, and two threads of one
+/// client are two owners too.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let lock = client.mutex("account:42")?;
+/// let guard = lock.lock()?;
+/// // ... read, change and write the account ...
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+// A client is shared across threads by design; pin that down.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Client>();
+    assert_send_sync::<Mutex>();
+};
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.inner.shared;
+        f.debug_struct("Client")
+            .field("lease", &s.config.lease)
+            .field("key_prefix", &s.config.prefix)
+            .field("subscribed_channels", &s.subscriber.channel_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects with the default settings: a 30 s lease renewed every 10 s, key prefix
+    /// `"locksmith:"`, 5 s connect and command timeouts.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::build`].
+    pub fn open(url: &str) -> Result<Client> {
+        Self::builder(url).build()
+    }
+
+    /// A builder for a client with other settings.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            lease: Duration::from_secs(30),
+            renew_every: None,
+            prefix: "locksmith:".to_owned(),
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// A handle on the lock called `name`. Cheap: nothing is sent to Redis.
+    ///
+    /// Any UTF-8 name works (spaces, `*`, `?`, braces, unicode), and names never interfere:
+    /// a release of `ab` never wakes waiters of `a*`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] when the name is empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or contains a NUL byte.
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        keys::validate_name(name)?;
+        let keys = Arc::new(LockKeys::new(&self.inner.shared.config.prefix, name));
+        Ok(Mutex::new(self.clone(), keys))
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+}

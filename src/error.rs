@@ -1,0 +1,155 @@
+//! The crate's error type.
+
+use std::fmt;
+
+/// A specialised [`Result`](std::result::Result) for locksmith operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in locksmith.
+///
+/// Input errors ([`InvalidName`](Error::InvalidName),
+/// [`InvalidConfig`](Error::InvalidConfig), [`InvalidUrl`](Error::InvalidUrl)) are returned
+/// before anything is sent to Redis. Errors about ownership
+/// ([`LeaseLost`](Error::LeaseLost), [`NotOwner`](Error::NotOwner)) mean that this holder's
+/// lease ended before it was released: whatever the critical section did after that point may
+/// have overlapped another owner's.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name is empty, longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or
+    /// contains a NUL byte.
+    InvalidName {
+        /// Why the name was refused.
+        reason: &'static str,
+    },
+    /// A configuration value is out of its allowed range.
+    InvalidConfig {
+        /// The option that was refused, e.g. `"lease"`.
+        field: &'static str,
+        /// The bound it broke, e.g. `"must be at least 30ms"`.
+        reason: String,
+    },
+    /// The Redis URL could not be used.
+    InvalidUrl {
+        /// Which part of the URL is wrong and why.
+        reason: String,
+    },
+    /// Redis answered with an error, or the connection to it failed.
+    Redis(redis::RedisError),
+    /// An operation did not complete within its bound (connect or command timeout, or the
+    /// bound on how long `lock()` keeps trying while Redis cannot be reached).
+    Timeout {
+        /// What timed out.
+        what: &'static str,
+    },
+    /// This holder's lease ended: the lock key expired or was deleted, and nobody holds it now.
+    LeaseLost,
+    /// Another owner holds the lock now; this holder's lease had ended before.
+    NotOwner,
+    /// The lock's key exists but was not written by locksmith (another type or another
+    /// layout). Nothing was changed.
+    ForeignKey {
+        /// The Redis key that is in the way.
+        key: String,
+    },
+    /// A background thread could not be started.
+    Spawn(std::io::Error),
+}
+
+impl Error {
+    /// True for [`Error::InvalidName`].
+    pub fn is_invalid_name(&self) -> bool {
+        matches!(self, Error::InvalidName { .. })
+    }
+
+    /// True for [`Error::InvalidConfig`] and [`Error::InvalidUrl`].
+    pub fn is_invalid_config(&self) -> bool {
+        matches!(self, Error::InvalidConfig { .. } | Error::InvalidUrl { .. })
+    }
+
+    /// True when the lease was lost: [`Error::LeaseLost`] or [`Error::NotOwner`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost | Error::NotOwner)
+    }
+
+    /// True for [`Error::Timeout`] and for Redis I/O errors caused by a timeout.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Redis(e) => e.is_timeout(),
+            _ => false,
+        }
+    }
+
+    /// True for errors that come from Redis or from the connection to it.
+    pub fn is_redis(&self) -> bool {
+        matches!(self, Error::Redis(_) | Error::ForeignKey { .. })
+    }
+
+    /// True for connection-level failures (refused, reset, timed out) that a retry may cure.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidName { reason } => write!(f, "invalid lock name: {reason}"),
+            Error::InvalidConfig { field, reason } => {
+                write!(f, "invalid configuration: `{field}` {reason}")
+            }
+            Error::InvalidUrl { reason } => write!(f, "invalid redis url: {reason}"),
+            Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::Timeout { what } => write!(f, "timed out: {what}"),
+            Error::LeaseLost => write!(f, "lease lost: the lock is no longer held by this owner"),
+            Error::NotOwner => write!(
+                f,
+                "not the owner: the lease was lost and another owner holds the lock"
+            ),
+            Error::ForeignKey { key } => write!(
+                f,
+                "key `{key}` holds a value that locksmith did not write; it was left untouched"
+            ),
+            Error::Spawn(e) => write!(f, "could not start a background thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Redis(e.into())
+    }
+}

@@ -1,0 +1,160 @@
+//! [`MutexGuard`]: proof of holding a lock, and its release.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::mutex::Mutex;
+use crate::scripts::{self, ReleaseReply};
+
+/// A held lock. Dropping it releases one level of the lock (the lock is free once the
+/// outermost guard of the owning thread is gone); [`unlock`](MutexGuard::unlock) does the same
+/// and reports errors.
+///
+/// While the guard lives, the client's renewal thread extends the lease (unless the lock was
+/// made with a fixed lease, see [`Mutex::with_lease`]). A guard is a *lease*, not a
+/// guarantee: if renewal fails for longer than the lease (Redis unreachable, the key deleted,
+/// a failover that lost it), the lock may pass to another owner while this guard still exists.
+/// [`is_held`](MutexGuard::is_held) turns false no later than that can happen; check it, or
+/// better, pass the [`fencing_token`](MutexGuard::fencing_token) to the resource, before a
+/// side effect that must not overlap another owner's.
+///
+/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked, as
+/// with [`std::sync::MutexGuard`].
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard<'a> {
+    mutex: &'a Mutex,
+    hold: Arc<Hold>,
+    /// Set once the level was released (by `unlock`), so `Drop` does nothing.
+    released: bool,
+    /// The owner id is per thread; a guard moved to another thread would release or re-enter
+    /// as the wrong owner. `*const ()` makes the guard neither `Send` nor `Sync`.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for MutexGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("name", &self.mutex.name())
+            .field("fencing_token", &self.hold.token)
+            .field("is_held", &self.hold.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> MutexGuard<'a> {
+    pub(crate) fn new(mutex: &'a Mutex, hold: Arc<Hold>) -> Self {
+        MutexGuard {
+            mutex,
+            hold,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The fencing token of this acquisition: strictly increasing per lock name across all
+    /// owners, the same for nested guards of one acquisition.
+    ///
+    /// Pass it to the resource the lock protects, and have the resource refuse a write whose
+    /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
+    /// partitioned, or behind a failover) from overwriting a newer owner's work. The token is
+    /// the larger of the lock's stored counter + 1 and the Redis server's clock in
+    /// microseconds, so it keeps increasing even after Redis restarts empty (as long as the
+    /// server's clock does not go back).
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// True while the lease is known to be valid: false once a renewal found the lock gone or
+    /// taken, once it was released, or once the local lease deadline passed without a
+    /// successful renewal (even when Redis cannot be reached at all).
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// Checks that the lease is still valid, for use right before a side effect.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when [`is_held`](MutexGuard::is_held) is false.
+    pub fn check(&self) -> Result<()> {
+        if self.hold.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        }
+    }
+
+    /// How much longer the lease is known to be valid (zero once lost): the time until the
+    /// local deadline, which a successful renewal moves forward.
+    pub fn validity(&self) -> Duration {
+        self.hold.validity()
+    }
+
+    /// Releases this level of the lock and reports the outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted) and nobody
+    /// holds the lock; [`Error::NotOwner`] when another owner holds it now (it is left
+    /// untouched); [`Error::Redis`] when Redis could not be asked: the lock then frees itself
+    /// when its lease runs out, since renewal stopped.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        release(self.mutex, &self.hold)
+    }
+}
+
+impl Drop for MutexGuard<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = release(self.mutex, &self.hold) {
+            log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
+        }
+    }
+}
+
+/// Releases one level of `hold`: stops renewal first (for the outermost level), then runs the
+/// owner-checked release script, retrying once with the same request id when the connection
+/// failed (the script recognises a retry, so a level is never released twice).
+fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
+    let shared = mutex.client().shared();
+    let timeouts = shared.config.timeouts;
+    if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+        shared.forget(hold);
+    }
+    let request = crate::client::request_id();
+    let run = || {
+        shared
+            .pool
+            .with(|con| scripts::release(con, mutex.keys(), &hold.owner, &request))
+    };
+    let reply = match run() {
+        Err(e) if e.is_retriable() => {
+            log::debug!("release of `{}` failed ({e}); retrying once", mutex.name());
+            match run() {
+                // The first attempt may have released the last level before its reply was
+                // lost: then the key is gone, which is what a release wants.
+                Ok(ReleaseReply::Missing) => Ok(ReleaseReply::Released { remaining: 0 }),
+                other => other,
+            }
+        }
+        other => other,
+    }?;
+    match reply {
+        ReleaseReply::Released { .. } => Ok(()),
+        ReleaseReply::Missing => {
+            hold.mark_lost();
+            Err(Error::LeaseLost)
+        }
+        ReleaseReply::OtherOwner => {
+            hold.mark_lost();
+            Err(Error::NotOwner)
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Distributed, reentrant locks on Redis for threaded Rust programs.
+//!
+//! Several processes on several machines change one shared thing: an account balance, a stock
+//! count, "has this record been saved yet". An in-process [`std::sync::Mutex`] cannot help
+//! across processes; a locksmith [`Mutex`] can. It is built for programs that are not async:
+//! plain threads and worker pools, `let _g = lock.lock()?`.
+//!
+//! ```no_run
+//! # fn main() -> locksmith::Result<()> {
+//! let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+//! let account = client.mutex("account:42")?;
+//! {
+//!     let guard = account.lock()?;          // blocks until held; the lease is renewed meanwhile
+//!     let token = guard.fencing_token();    // hand it to the resource, see "Guarantees"
+//!     // ... read the balance, add to it, write it back (with `token`) ...
+//! }                                          // released here
+//! # Ok(()) }
+//! ```
+//!
+//! # A tour
+//!
+//! - A [`Client`] connects to one Redis. It owns a small pool of command connections, one
+//!   pub/sub connection and exactly two threads, whatever the number of locks and waiters:
+//!   `locksmith-pubsub` wakes local waiters when a lock is released, `locksmith-renew`
+//!   extends every held lease in pipelined batches driven by a timer wheel. Clones share all
+//!   of it. Build one with [`Client::open`] or [`Client::builder`].
+//! - [`Client::mutex`] gives a [`Mutex`], a cheap handle on a named lock, with
+//!   [`lock`](Mutex::lock), [`try_lock`](Mutex::try_lock),
+//!   [`try_lock_for`](Mutex::try_lock_for) and [`try_lock_until`](Mutex::try_lock_until).
+//! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
+//!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
+//!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
+//!   refuse a stale holder.
+//!
+//! # How it works
+//!
+//! - **Acquire** is one Lua script, one round trip: when the lock key is free it stores this
+//!   owner (the client's random UUID plus a per-thread number), a re-entry count of 1, a new
+//!   fencing token and a lease (key expiry); when this owner already holds it, the count goes
+//!   up; otherwise it answers how long the current lease has left.
+//! - **Release** is one Lua script: owner-checked, it counts down and at zero deletes the key
+//!   and publishes on the lock's release channel. A holder whose lease ran out never deletes
+//!   the next holder's lock.
+//! - **Waiting never polls.** A waiter subscribes to the lock's release channel (through the
+//!   client's one pub/sub connection) and sleeps until a release or until the holder's
+//!   remaining lease runs out (a crashed holder publishes nothing). Within one client, one
+//!   thread per lock name asks Redis at a time; the others queue locally.
+//! - **Renewal.** While a guard lives, its lease is extended every third of the lease. A
+//!   renewal that finds the lock gone marks the guard lost and logs a warning.
+//!
+//! # Guarantees
+//!
+//! What holds, **while the lease is valid**, with one Redis server that keeps its data:
+//!
+//! - **Mutual exclusion**: at most one owner holds a lock name at a time.
+//! - **Liveness**: a holder that crashes blocks others for at most one lease; a released lock
+//!   is taken by a waiter at once, without polling.
+//! - **Owner safety**: release and renewal are owner-checked; a stale holder never deletes or
+//!   extends another owner's lock.
+//! - **Honest loss**: a holder learns it lost the lock *no later than* another owner can get
+//!   it. [`MutexGuard::is_held`] is false from the local lease deadline on (the send time of
+//!   the last successful acquire or renewal, plus the lease, minus 1% + 2 ms for clock
+//!   drift), even when Redis cannot be reached; a guard is never handed out whose validity
+//!   has already passed.
+//! - **Fencing tokens** strictly increase per lock name, across owners and across a restart
+//!   of Redis with an empty dataset (the token is at least the server clock in µs).
+//!
+//! What does **not** hold:
+//!
+//! - A lock is a **lease**. It excludes others only while the lease is valid, and only if
+//!   process pauses (GC, swapping, `SIGSTOP`), network delays and clock-rate drift stay small
+//!   compared with the lease. A holder paused for longer than its lease may wake up believing
+//!   it holds a lock someone else has: check [`MutexGuard::check`] before a side effect, and
+//!   better, have the resource check the fencing token.
+//! - A single Redis with asynchronous replicas can **lose a lock in a failover** (the lock was
+//!   written to the old master but not replicated), and a Redis that restarts without
+//!   persistence loses every lock. Two owners can then hold the same lock; fencing tokens let
+//!   the resource tell them apart.
+//! - Clocks: the lease is measured by Redis's clock and, conservatively, by this host's
+//!   monotonic clock; wall-clock jumps do not matter, but the two clocks must *run* at about
+//!   the same rate (1% is allowed for).
+//!
+//! # Log levels
+//!
+//! Through the [`log`] crate; never a token, an owner id or a password.
+//!
+//! - `warn`: a lease was lost (renewal found the key gone or taken, or could not reach Redis
+//!   in time); a release on drop failed; the pub/sub connection was lost or could not be
+//!   restored.
+//! - `info`: the pub/sub connection was restored.
+//! - `debug`: client start, retries, thread stops.
+//! - `trace`: renewal batches.
+//!
+//! # Cargo features
+//!
+//! None yet: `default = []`. TLS (`rediss://`) is not supported in this version; such a URL
+//! gives [`Error::InvalidUrl`].
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod client;
+mod conn;
+mod error;
+mod guard;
+mod hold;
+mod keys;
+mod mutex;
+mod renewal;
+mod resp;
+mod scripts;
+mod subscriber;
+
+pub use client::{Client, ClientBuilder, MAX_LEASE, MIN_LEASE};
+pub use error::{Error, Result};
+pub use guard::MutexGuard;
+pub use keys::MAX_NAME_LEN;
+pub use mutex::Mutex;

@@ -1,0 +1,311 @@
+//! [`Mutex`]: a named distributed lock, and the acquire loop behind its four lock methods.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, request_id};
+use crate::error::{Error, Result};
+use crate::guard::MutexGuard;
+use crate::hold::Hold;
+use crate::keys::LockKeys;
+use crate::scripts::{self, AcquireReply};
+use crate::subscriber::{RECHECK, Turn};
+
+/// How the lease of a lock is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lease {
+    /// The client's lease, renewed by the renewal thread while the guard lives.
+    Watchdog,
+    /// A fixed lease, never renewed: the lock frees itself when it runs out.
+    Fixed(Duration),
+}
+
+/// The outcome of one acquire attempt.
+enum Attempt {
+    Held(Arc<Hold>),
+    Busy(Duration),
+}
+
+/// A distributed, reentrant lock on a name, shared by every process that uses the same Redis
+/// and key prefix.
+///
+/// A `Mutex` is a cheap handle (`Clone + Send + Sync`): it holds the lock's key names and a
+/// clone of its [`Client`]. Locking returns a [`MutexGuard`]; the lock is held until the
+/// outermost guard of the owning thread is dropped or [`unlock`](MutexGuard::unlock)ed.
+///
+/// | method | waits | returns |
+/// |---|---|---|
+/// | [`lock`](Mutex::lock) | until held | `Result<MutexGuard>` |
+/// | [`try_lock`](Mutex::try_lock) | no: one attempt | `Result<Option<MutexGuard>>` |
+/// | [`try_lock_for`](Mutex::try_lock_for) | at most the given time | `Result<Option<MutexGuard>>` |
+/// | [`try_lock_until`](Mutex::try_lock_until) | until the given instant | `Result<Option<MutexGuard>>` |
+///
+/// `None` means another owner held the lock throughout; `Err` means Redis could not be asked
+/// or answered with an error.
+///
+/// # Ownership and re-entry
+///
+/// The owner of a lock is one thread of one [`Client`]. The owning thread may lock it again
+/// and gets a nested guard with the same fencing token; other threads, of this client or any
+/// other, wait until the outermost guard goes.
+///
+/// # Waiting
+///
+/// Waiting threads do not poll: they sleep until the lock's release channel says it was
+/// released, bounded by the remaining lease of the holder (a crashed holder publishes
+/// nothing). Within one client, only one thread per lock name asks Redis at a time; the others
+/// queue locally in arrival order.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let stock = client.mutex("stock:sku-1234")?;
+/// if let Some(guard) = stock.try_lock_for(Duration::from_millis(500))? {
+///     // ... read the count, check it, write it back ...
+///     guard.unlock()?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Mutex {
+    client: Client,
+    keys: Arc<LockKeys>,
+    lease: Lease,
+}
+
+fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
+    a.map_or(b, |a| a.min(b))
+}
+
+fn after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+impl Mutex {
+    pub(crate) fn new(client: Client, keys: Arc<LockKeys>) -> Self {
+        Mutex {
+            client,
+            keys,
+            lease: Lease::Watchdog,
+        }
+    }
+
+    /// The same lock with a fixed lease: never renewed, so the lock frees itself `lease` after
+    /// each acquisition even if its holder is still working. Use it for work with a known
+    /// bound, where a stuck holder must not keep the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `lease` is under [`MIN_LEASE`] or over [`MAX_LEASE`].
+    pub fn with_lease(&self, lease: Duration) -> Result<Mutex> {
+        if lease < MIN_LEASE {
+            return Err(Error::config(
+                "lease",
+                format!("must be at least {MIN_LEASE:?}"),
+            ));
+        }
+        if lease > MAX_LEASE {
+            return Err(Error::config("lease", "must be at most 365 days"));
+        }
+        Ok(Mutex {
+            lease: Lease::Fixed(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Whether anyone (any process, any thread) holds the lock right now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.client.shared().pool.with(|con| {
+            let n: u64 = redis::cmd("EXISTS").arg(&self.keys.lock).query(con)?;
+            Ok(n > 0)
+        })
+    }
+
+    /// Blocks until the lock is held by the calling thread.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+    /// [`Error::ForeignKey`] when the lock's key holds something else.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let lock = client.mutex("report:daily")?;
+    /// let _guard = lock.lock()?;
+    /// // held until `_guard` goes out of scope
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> Result<MutexGuard<'_>> {
+        match self.acquire(None)? {
+            Some(g) => Ok(g),
+            // Without a deadline the loop only ends holding the lock or with an error.
+            None => Err(Error::Timeout {
+                what: "lock() ended without the lock",
+            }),
+        }
+    }
+
+    /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Mutex::lock).
+    pub fn try_lock(&self) -> Result<Option<MutexGuard<'_>>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
+    /// throughout. A zero timeout makes exactly one attempt, like [`try_lock`](Mutex::try_lock);
+    /// a timeout too large to represent waits without a deadline.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Mutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<'_>>> {
+        self.acquire(after(timeout))
+    }
+
+    /// Waits until `deadline` at most for the lock. `Ok(None)` when another owner held it
+    /// throughout.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Mutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard<'_>>> {
+        self.acquire(Some(deadline))
+    }
+
+    fn lease(&self) -> (Duration, bool) {
+        match self.lease {
+            Lease::Watchdog => (self.client.shared().config.lease, true),
+            Lease::Fixed(d) => (d, false),
+        }
+    }
+
+    /// One acquire script round trip for `owner`.
+    fn attempt(&self, owner: &str, request: &str) -> Result<Attempt> {
+        let shared = self.client.shared();
+        let (lease, renew) = self.lease();
+        let sent = Instant::now();
+        let reply = shared
+            .pool
+            .with(|con| scripts::acquire(con, &self.keys, owner, lease, request))?;
+        match reply {
+            AcquireReply::Busy { ttl } => Ok(Attempt::Busy(ttl)),
+            AcquireReply::Held { token, count } => {
+                let grant = Grant { token, count, sent };
+                let hold = shared.adopt(&self.keys, owner.to_owned(), grant, lease, renew);
+                if hold.is_held() {
+                    return Ok(Attempt::Held(hold));
+                }
+                // The reply came so late that the lease may already have run out: never hand
+                // out a guard whose validity has passed. Give the level back and try again.
+                let guard = MutexGuard::new(self, hold);
+                if let Err(e) = guard.unlock() {
+                    log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
+                }
+                Ok(Attempt::Busy(Duration::ZERO))
+            }
+        }
+    }
+
+    /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
+    /// one attempt.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard<'_>>> {
+        let shared = self.client.shared();
+        let owner = shared.owner();
+        let request = request_id();
+        let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+
+        // Fast path: one attempt, unless threads of this client already queue for the lock
+        // (they go first) and this thread is not re-entering.
+        let queued = shared.subscriber.has_waiters(&self.keys.channel);
+        if !queued || past(deadline) || shared.holds_locally(&self.keys) {
+            match self.attempt(&owner, &request)? {
+                Attempt::Held(hold) => return Ok(Some(MutexGuard::new(self, hold))),
+                Attempt::Busy(_) if past(deadline) => return Ok(None),
+                Attempt::Busy(_) => {}
+            }
+        }
+
+        let reg = shared.subscriber.join(&self.keys.channel);
+        let Some(mut turn) = reg.wait_turn(deadline) else {
+            return Ok(None);
+        };
+        let (lease, _) = self.lease();
+        // Until when a leader sleeps without news: the TTL its last attempt returned.
+        let mut bound = after(lease);
+        loop {
+            if let Turn::WaitFrom(seen) = turn {
+                let until = match bound {
+                    Some(b) => min_instant(deadline, b),
+                    None => match deadline {
+                        Some(d) => d,
+                        None => Instant::now() + crate::conn::MAX_SOCKET_TIMEOUT,
+                    },
+                };
+                reg.wait_release(seen, until);
+                if past(deadline) {
+                    return Ok(None);
+                }
+            }
+            // A release before our SUBSCRIBE took effect would be missed: wait (bounded) for
+            // the confirmation before an attempt whose failure leads to sleeping.
+            let confirm_by = min_instant(
+                deadline,
+                Instant::now()
+                    + shared
+                        .config
+                        .timeouts
+                        .command
+                        .min(Duration::from_secs(3600)),
+            );
+            let confirmed = reg.wait_confirmed(confirm_by);
+            let seen = reg.epoch();
+            match self.attempt(&owner, &request)? {
+                Attempt::Held(hold) => {
+                    reg.leave_acquired(seen);
+                    return Ok(Some(MutexGuard::new(self, hold)));
+                }
+                Attempt::Busy(ttl) => {
+                    // The holder's TTL bounds the sleep (a crashed holder publishes nothing);
+                    // without a confirmed subscription, re-check sooner.
+                    let wait = if confirmed && reg.confirmed() {
+                        ttl + Duration::from_millis(1)
+                    } else {
+                        ttl.min(RECHECK)
+                    };
+                    bound = after(wait);
+                    turn = Turn::WaitFrom(seen);
+                }
+            }
+            if past(deadline) {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+}

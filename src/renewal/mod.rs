@@ -1,0 +1,204 @@
+//! The renewal thread: one per client, extending every held lease in pipelined batches.
+//!
+//! Guards taken without a fixed lease are registered here before `lock()` returns. The thread
+//! keeps them in a [`Wheel`] keyed by their next renewal time (the send time of their last
+//! successful renewal plus the renewal interval), sleeps until the earliest one is due or a
+//! new registration arrives, and then sends every renewal due (within a small coalescing
+//! window, so that renewals due a few milliseconds apart share a round trip) as one pipeline
+//! on its own connection.
+//!
+//! Cancellation is lazy: a released hold stays in the wheel until its slot fires and is then
+//! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
+//! hold that is on the wire, so no renewal reaches Redis after the release script.
+
+mod wheel;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use redis::{Connection, Value};
+
+use crate::conn::Pool;
+use crate::hold::{Hold, Status};
+use crate::scripts::{self, RENEW};
+use wheel::Wheel;
+
+/// A message to the renewal thread.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// Start renewing this hold.
+    Register(Arc<Hold>),
+    /// Stop the thread.
+    Stop,
+}
+
+/// The renewal thread's state.
+pub(crate) struct Renewer {
+    pool: Arc<Pool>,
+    rx: Receiver<Msg>,
+    /// Renewals due this much apart share a batch (sent early by at most this much).
+    coalesce: Duration,
+    /// Delay before retrying a renewal that failed for a transient reason.
+    retry: Duration,
+    epoch: Instant,
+    wheel: Wheel<Arc<Hold>>,
+    con: Option<Connection>,
+}
+
+impl std::fmt::Debug for Renewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewer")
+            .field("scheduled", &self.wheel.len())
+            .field("connected", &self.con.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Renewer {
+    pub(crate) fn new(pool: Arc<Pool>, rx: Receiver<Msg>, renew_every: Duration) -> Self {
+        Renewer {
+            pool,
+            rx,
+            coalesce: (renew_every / 10).min(Duration::from_millis(100)),
+            retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
+            epoch: Instant::now(),
+            wheel: Wheel::new(),
+            con: None,
+        }
+    }
+
+    fn tick(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn schedule(&mut self, hold: Arc<Hold>, at: Instant) {
+        // Round up, so a renewal is never sent before its due time minus the coalescing window.
+        let tick = self.tick(at).saturating_add(1);
+        self.wheel.insert(tick, hold);
+    }
+
+    fn register(&mut self, hold: Arc<Hold>) {
+        if let Some(at) = hold.next_renewal() {
+            self.schedule(hold, at);
+        }
+    }
+
+    /// The thread's body.
+    pub(crate) fn run(mut self) {
+        let mut due = Vec::new();
+        loop {
+            let msg = match self.wheel.next_deadline() {
+                Some(tick) => {
+                    let at = self.epoch + Duration::from_millis(tick);
+                    self.rx
+                        .recv_timeout(at.saturating_duration_since(Instant::now()))
+                }
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match msg {
+                Ok(Msg::Register(h)) => self.register(h),
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            while let Ok(msg) = self.rx.try_recv() {
+                match msg {
+                    Msg::Register(h) => self.register(h),
+                    Msg::Stop => return,
+                }
+            }
+            let now = self.tick(Instant::now() + self.coalesce);
+            self.wheel.poll(now, &mut due);
+            if !due.is_empty() {
+                self.renew(&mut due);
+            }
+        }
+        log::debug!("renewal thread stopped");
+    }
+
+    /// Renews a batch in one pipelined round trip and reschedules what is still held.
+    fn renew(&mut self, due: &mut Vec<Arc<Hold>>) {
+        let batch: Vec<Arc<Hold>> = due.drain(..).filter(|h| h.begin_renewal()).collect();
+        if batch.is_empty() {
+            return;
+        }
+        let sent = Instant::now();
+        let outcomes = self.send(&batch);
+        log::trace!("renewed a batch of {} leases", batch.len());
+        for (hold, outcome) in batch.into_iter().zip(outcomes) {
+            match hold.end_renewal(sent, outcome) {
+                Status::Valid => {
+                    if let Some(at) = hold.next_renewal() {
+                        self.schedule(hold, at);
+                    }
+                }
+                Status::Uncertain => {
+                    let at = Instant::now() + self.retry;
+                    self.schedule(hold, at);
+                }
+                Status::Lost => log::warn!(
+                    "lease of lock `{}` lost: {}",
+                    hold.keys.name,
+                    if outcome == Some(false) {
+                        "the key expired, was deleted, or has another owner"
+                    } else {
+                        "Redis could not be reached before the lease ran out"
+                    }
+                ),
+                Status::Released => {}
+            }
+        }
+    }
+
+    /// Sends the renewals; one outcome per hold (`None` where the reply was an error).
+    fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for h in batch {
+            pipe.invoke_script(
+                RENEW
+                    .key(&h.keys.lock)
+                    .arg(&h.owner)
+                    .arg(scripts::millis(h.lease)),
+            );
+        }
+        for attempt in 0..2 {
+            let con = match self.con.take() {
+                Some(c) => c,
+                None => match self.pool.connect() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        log::warn!("renewal could not connect: {e}");
+                        return vec![None; batch.len()];
+                    }
+                },
+            };
+            let mut con = con;
+            match pipe.query::<Vec<Value>>(&mut con) {
+                Ok(values) => {
+                    self.con = Some(con);
+                    let noscript = values.iter().any(|v| {
+                        matches!(v, Value::ServerError(e)
+                            if e.kind() == Some(redis::ServerErrorKind::NoScript))
+                    });
+                    if noscript && attempt == 0 {
+                        // After a restart or SCRIPT FLUSH: load once, then resend the batch
+                        // (renewal is idempotent).
+                        if let Some(c) = self.con.as_mut()
+                            && let Err(e) = RENEW.prepare_invoke().load(c)
+                        {
+                            log::warn!("renewal could not load its script: {e}");
+                        }
+                        continue;
+                    }
+                    return values.iter().map(scripts::parse_renew).collect();
+                }
+                Err(e) => {
+                    log::warn!("renewal of {} leases failed: {e}", batch.len());
+                    return vec![None; batch.len()];
+                }
+            }
+        }
+        vec![None; batch.len()]
+    }
+}

@@ -1,0 +1,851 @@
+//! Hierarchical (hashed) timer wheel used by the lease-renewal thread.
+//!
+//! This module is pure data-structure logic: time is an abstract, monotonically
+//! increasing number of *ticks* (`u64`) handed in by the caller. The wheel never
+//! reads a clock, never sleeps, never does I/O, and never panics on any input.
+//!
+//! # Structure
+//!
+//! The design follows tokio's timer wheel (`runtime/time/wheel`):
+//!
+//! * The wheel has [`NUM_LEVELS`] levels of [`SLOTS`] (64) slots each. A slot
+//!   of level `L` spans `64^L` ticks, so a whole level `L` spans `64^(L+1)`
+//!   ticks: level 0 has one-tick slots, level 1 has 64-tick slots, and so on.
+//!   There are enough levels (11, i.e. 66 bits) for the top level to span the
+//!   entire `u64` tick range, so *every* deadline, up to and including
+//!   `u64::MAX`, is stored exactly where it belongs: nothing ever needs to be
+//!   clamped into the top level and nothing can fire early. (A tokio-style
+//!   6-level wheel would have to clamp deadlines beyond `2^36` ticks; the five
+//!   extra levels cost only five more bitmask checks.)
+//! * An entry whose deadline is `when`, inserted when the wheel's current time
+//!   is `elapsed`, goes to the level of the most significant 6-bit group in
+//!   which `when` and `elapsed` differ, in the slot given by that group of
+//!   `when`. Consequently every entry of level `L` shares all bits above group
+//!   `L` with the current time, and its slot index is strictly greater than the
+//!   current time's group `L` (the invariant the whole wheel relies on).
+//! * Each level keeps a 64-bit occupancy bitmask, so finding the next occupied
+//!   slot is one `trailing_zeros`, and finding the next expiration is at most
+//!   one bitmask test per level; no entry is ever scanned for that. Each slot
+//!   additionally remembers the earliest deadline among its entries, which
+//!   makes [`Wheel::next_deadline`] exact in `O(levels)` time.
+//! * When time reaches the start of an occupied slot of level `L > 0`, the
+//!   slot is *cascaded*: entries whose deadline is exactly the slot start are
+//!   emitted, the others are re-inserted relative to the new time, which always
+//!   lands them in a strictly lower level. Level-0 slots span a single tick, so
+//!   all their entries are due when their slot is reached.
+//! * Entries inserted with a deadline that is not in the future (`<=` the
+//!   current time) go to a `pending` list drained by the next poll.
+//!
+//! [`Wheel::poll`] advances time by jumping from one occupied slot to the next
+//! using the bitmasks, so a jump of any length costs `O(entries cascaded)`,
+//! never `O(ticks)`. Each entry is cascaded at most once per level.
+//!
+//! There is no cancellation: the caller cancels lazily (its items carry a flag
+//! checked when they fire).
+
+use std::fmt;
+
+/// Number of bits of a tick consumed by one level (64 slots per level).
+const SLOT_BITS: u32 = 6;
+
+/// Number of slots in one level.
+const SLOTS: usize = 1 << SLOT_BITS;
+
+/// Mask extracting a slot index from a tick shifted down to a level.
+const SLOT_MASK: u64 = (SLOTS as u64) - 1;
+
+/// Number of levels: the smallest count whose combined span (`64^NUM_LEVELS`)
+/// covers the whole `u64` tick range (11 levels, 66 bits).
+const NUM_LEVELS: usize = (u64::BITS as usize).div_ceil(SLOT_BITS as usize);
+
+/// A hierarchical timer wheel mapping tick deadlines to items of type `T`.
+///
+/// Time starts at tick 0 and only moves forward, through [`Wheel::poll`].
+/// Items come out of `poll` once their deadline is `<=` the polled tick; items
+/// with equal deadlines come out in an unspecified order, but within one call
+/// to `poll` items are emitted in nondecreasing deadline order.
+pub(crate) struct Wheel<T> {
+    /// The tick of the last poll: the wheel's notion of "now".
+    elapsed: u64,
+    /// Number of items currently held (pending plus in the levels).
+    len: usize,
+    /// `(deadline, item)` pairs inserted with a deadline `<= elapsed`, due at
+    /// the next poll.
+    pending: Vec<(u64, T)>,
+    /// The smallest deadline among `pending` (`u64::MAX` when it is empty).
+    pending_earliest: u64,
+    /// The levels, level 0 (one-tick slots) first; exactly `NUM_LEVELS` long.
+    levels: Box<[Level<T>]>,
+}
+
+/// One level of the wheel: 64 slots, each spanning `2^shift` ticks.
+struct Level<T> {
+    /// `log2` of the number of ticks spanned by one slot (`6 * level`).
+    shift: u32,
+    /// Bit `i` is set exactly when `slots[i]` holds at least one entry.
+    occupied: u64,
+    /// The slots, indexed by bits `shift..shift + 6` of the deadline.
+    slots: [Slot<T>; SLOTS],
+}
+
+/// One slot of a level: the entries it holds and their earliest deadline.
+struct Slot<T> {
+    /// `(deadline, item)` pairs, in insertion order.
+    entries: Vec<(u64, T)>,
+    /// The smallest deadline in `entries` (`u64::MAX` when empty).
+    earliest: u64,
+}
+
+/// The next slot to process: where it is and the tick at which it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Expiration {
+    /// Index of the level holding the slot.
+    level: usize,
+    /// Index of the slot within its level.
+    slot: usize,
+    /// The first tick covered by the slot; always `> elapsed`.
+    start: u64,
+}
+
+/// The level at which an entry due at `when` is stored when the current time
+/// is `elapsed`: the index of the most significant 6-bit group in which the two
+/// ticks differ (0 when they differ in no group above group 0).
+fn level_for(elapsed: u64, when: u64) -> usize {
+    // OR-ing in the slot mask makes the value nonzero and forces level >= 0.
+    let masked = (elapsed ^ when) | SLOT_MASK;
+    let significant = u64::BITS - 1 - masked.leading_zeros();
+    // `significant <= 63`, so the level is at most 10 == NUM_LEVELS - 1; the
+    // `min` only documents (and enforces) the bound.
+    ((significant / SLOT_BITS) as usize).min(NUM_LEVELS - 1)
+}
+
+/// The slot index of tick `when` in the level whose slots span `2^shift` ticks.
+fn slot_for(when: u64, shift: u32) -> usize {
+    (when.checked_shr(shift).unwrap_or(0) & SLOT_MASK) as usize
+}
+
+impl<T> Slot<T> {
+    /// An empty slot.
+    fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+            earliest: u64::MAX,
+        }
+    }
+}
+
+impl<T> Level<T> {
+    /// An empty level number `level` (0 = finest).
+    fn new(level: usize) -> Self {
+        Self {
+            // `level < NUM_LEVELS == 11`, so this is at most 60.
+            shift: (level as u32).saturating_mul(SLOT_BITS),
+            occupied: 0,
+            slots: std::array::from_fn(|_| Slot::new()),
+        }
+    }
+
+    /// Stores `item`, due at `deadline`, in the slot that `deadline` maps to.
+    fn push(&mut self, deadline: u64, item: T) {
+        let index = slot_for(deadline, self.shift);
+        if let Some(slot) = self.slots.get_mut(index) {
+            slot.entries.push((deadline, item));
+            slot.earliest = slot.earliest.min(deadline);
+            self.occupied |= 1 << index;
+        }
+    }
+
+    /// Empties slot `index` and returns its entries.
+    fn take(&mut self, index: usize) -> Vec<(u64, T)> {
+        match self.slots.get_mut(index) {
+            Some(slot) => {
+                self.occupied &= !(1u64 << index);
+                slot.earliest = u64::MAX;
+                std::mem::take(&mut slot.entries)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The earliest deadline held in slot `index` (`u64::MAX` if empty).
+    fn earliest(&self, index: usize) -> u64 {
+        self.slots.get(index).map_or(u64::MAX, |slot| slot.earliest)
+    }
+
+    /// The first occupied slot of this level at or after the slot of `now`,
+    /// and the tick at which that slot starts. `None` when the level is empty.
+    fn next_expiration(&self, now: u64) -> Option<(usize, u64)> {
+        if self.occupied == 0 {
+            return None;
+        }
+        // By the wheel invariant every occupied slot lies after the slot of
+        // `now` within the current level span; rotating by `now`'s slot makes
+        // the search robust anyway (it finds the first occupied slot at or
+        // after `now`'s slot, wrapping around).
+        let now_slot = slot_for(now, self.shift);
+        let rotated = self.occupied.rotate_right(now_slot as u32);
+        let slot = (rotated.trailing_zeros() as usize + now_slot) % SLOTS;
+        // Start of the level span containing `now` (all bits from group
+        // `level` downwards cleared); for the top level the span is the whole
+        // `u64` range, so the start is 0.
+        let span_bits = self.shift.saturating_add(SLOT_BITS);
+        let level_start = now
+            .checked_shr(span_bits)
+            .unwrap_or(0)
+            .checked_shl(span_bits)
+            .unwrap_or(0);
+        // Bitwise OR cannot overflow; for the top level only slots 0..16 can
+        // ever be occupied (a deadline has just 4 bits above bit 60).
+        let start = level_start | (slot as u64).checked_shl(self.shift).unwrap_or(0);
+        Some((slot, start))
+    }
+}
+
+impl<T> Wheel<T> {
+    /// Creates an empty wheel whose current time is tick 0.
+    pub(crate) fn new() -> Self {
+        Self {
+            elapsed: 0,
+            len: 0,
+            pending: Vec::new(),
+            pending_earliest: u64::MAX,
+            levels: (0..NUM_LEVELS).map(Level::new).collect(),
+        }
+    }
+
+    /// The current time: the tick passed to the last [`Wheel::poll`] (or the
+    /// largest one, since time never goes back), 0 before the first poll.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn now(&self) -> u64 {
+        self.elapsed
+    }
+
+    /// Schedules `item` to come out of the first [`Wheel::poll`] whose tick is
+    /// `>= deadline`. A deadline `<= now()` makes it come out of the very next
+    /// poll, whatever tick that poll is given. Any `u64` deadline is accepted,
+    /// including `u64::MAX`.
+    pub(crate) fn insert(&mut self, deadline: u64, item: T) {
+        self.len = self.len.saturating_add(1);
+        if deadline <= self.elapsed {
+            self.pending_earliest = self.pending_earliest.min(deadline);
+            self.pending.push((deadline, item));
+        } else {
+            self.push_level(deadline, item);
+        }
+    }
+
+    /// The earliest deadline among the held items, or `None` when the wheel is
+    /// empty.
+    ///
+    /// This is exact (not a cascade boundary): `poll(d)` with the returned `d`
+    /// yields at least one item, and any poll at an earlier tick yields
+    /// nothing, unless an item was inserted with a deadline `<= now()`. In that
+    /// case the returned tick is that (past) deadline, which is `<= now()`, and
+    /// the item comes out of the next poll whatever tick it is given. So the
+    /// returned tick is never later than the earliest deadline, and polling at
+    /// it always makes progress. Cost: one bitmask test per level (at most 11).
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        if !self.pending.is_empty() {
+            return Some(self.pending_earliest);
+        }
+        // The first non-empty level's first occupied slot holds the earliest
+        // entry: lower levels are empty, later slots of that level start after
+        // this slot ends, and higher levels only hold entries beyond the end
+        // of this level's current span.
+        let exp = self.next_expiration()?;
+        self.levels
+            .get(exp.level)
+            .map(|level| level.earliest(exp.slot))
+    }
+
+    /// Advances time to `now` and appends to `out` every item whose deadline is
+    /// `<= now` (including all items inserted with a past deadline).
+    ///
+    /// A `now` smaller than [`Wheel::now`] is treated as `Wheel::now()`: time
+    /// never goes back. Items are appended in nondecreasing deadline order.
+    /// The cost does not depend on the length of the jump: time skips from one
+    /// occupied slot to the next via the occupancy bitmasks.
+    pub(crate) fn poll(&mut self, now: u64, out: &mut Vec<T>) {
+        let now = now.max(self.elapsed);
+        if !self.pending.is_empty() {
+            self.len = self.len.saturating_sub(self.pending.len());
+            // All pending deadlines are <= elapsed < any deadline in the
+            // levels; sorting them keeps the whole output in deadline order.
+            self.pending.sort_by_key(|entry| entry.0);
+            out.extend(self.pending.drain(..).map(|(_, item)| item));
+            self.pending_earliest = u64::MAX;
+        }
+        while let Some(exp) = self.next_expiration() {
+            if exp.start > now {
+                break;
+            }
+            self.process_expiration(exp, out);
+        }
+        self.elapsed = now;
+    }
+
+    /// The number of items held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the wheel holds no item.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Stores an item due strictly after `elapsed` in its level.
+    fn push_level(&mut self, deadline: u64, item: T) {
+        let level = level_for(self.elapsed, deadline);
+        if let Some(level) = self.levels.get_mut(level) {
+            level.push(deadline, item);
+        }
+    }
+
+    /// The next occupied slot, searching levels from the finest. The first
+    /// non-empty level always holds the earliest slot (see the module docs).
+    fn next_expiration(&self) -> Option<Expiration> {
+        self.levels.iter().enumerate().find_map(|(level, lvl)| {
+            lvl.next_expiration(self.elapsed)
+                .map(|(slot, start)| Expiration { level, slot, start })
+        })
+    }
+
+    /// Moves time to the start of the slot described by `exp`, emits the
+    /// slot's entries that are due exactly then and re-inserts the others,
+    /// which always land in strictly lower levels.
+    fn process_expiration(&mut self, exp: Expiration, out: &mut Vec<T>) {
+        let entries = match self.levels.get_mut(exp.level) {
+            Some(level) => level.take(exp.slot),
+            None => return,
+        };
+        // `exp.start > elapsed` by the wheel invariant; `max` keeps time
+        // monotonic regardless.
+        self.elapsed = self.elapsed.max(exp.start);
+        for (deadline, item) in entries {
+            if deadline <= self.elapsed {
+                self.len = self.len.saturating_sub(1);
+                out.push(item);
+            } else {
+                self.push_level(deadline, item);
+            }
+        }
+    }
+}
+
+impl<T> Default for Wheel<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> fmt::Debug for Wheel<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wheel")
+            .field("len", &self.len)
+            .field("now", &self.elapsed)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tiny xorshift64* PRNG so the tests need no extra crates.
+    struct XorShift(u64);
+
+    impl XorShift {
+        /// A generator seeded with `seed` (0 is remapped).
+        fn new(seed: u64) -> Self {
+            Self(if seed == 0 {
+                0x9E37_79B9_7F4A_7C15
+            } else {
+                seed
+            })
+        }
+
+        /// The next pseudo-random `u64`.
+        fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.0 = x;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        /// A pseudo-random value in `0..n` (`n > 0`).
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        /// A random offset whose magnitude is spread over all levels: a
+        /// random bit width in `0..=64`, then a random value of that width.
+        fn spread(&mut self) -> u64 {
+            let bits = self.below(65) as u32;
+            let v = self.next();
+            if bits == 64 {
+                v
+            } else {
+                v & ((1u64 << bits) - 1)
+            }
+        }
+    }
+
+    impl<T> Wheel<T> {
+        /// Checks every structural invariant of the wheel (test helper).
+        fn check_invariants(&self) {
+            let mut count = self.pending.len();
+            assert_eq!(self.levels.len(), NUM_LEVELS);
+            if self.pending.is_empty() {
+                assert_eq!(self.pending_earliest, u64::MAX);
+            } else {
+                assert!(self.pending_earliest <= self.elapsed);
+            }
+            for (l, level) in self.levels.iter().enumerate() {
+                assert_eq!(level.shift, SLOT_BITS * l as u32);
+                for (s, slot) in level.slots.iter().enumerate() {
+                    let bit = level.occupied & (1 << s) != 0;
+                    assert_eq!(bit, !slot.entries.is_empty(), "level {l} slot {s}");
+                    let min = slot.entries.iter().map(|e| e.0).min();
+                    assert_eq!(slot.earliest, min.unwrap_or(u64::MAX));
+                    for &(d, _) in &slot.entries {
+                        assert!(d > self.elapsed, "entry {d} not after {}", self.elapsed);
+                        assert_eq!(level_for(self.elapsed, d), l, "entry {d}");
+                        assert_eq!(slot_for(d, level.shift), s, "entry {d}");
+                    }
+                    count += slot.entries.len();
+                }
+            }
+            assert_eq!(count, self.len);
+        }
+    }
+
+    /// Polls and returns what came out.
+    fn poll_vec<T>(w: &mut Wheel<T>, now: u64) -> Vec<T> {
+        let mut out = Vec::new();
+        w.poll(now, &mut out);
+        w.check_invariants();
+        out
+    }
+
+    /// Ticks around every level boundary plus extreme values.
+    fn interesting_deadlines() -> Vec<u64> {
+        let mut v = vec![0, 1, 2, 62, 63, 64, 65, 127, 128, 4095, 4096, 4097];
+        for k in 1..=10u32 {
+            let b = 1u64 << (6 * k);
+            v.extend([b - 1, b, b + 1, b.saturating_mul(3) + 7]);
+        }
+        v.extend([
+            1 << 63,
+            (1 << 63) - 1,
+            u64::MAX / 2,
+            u64::MAX / 2 + 1,
+            u64::MAX - 64,
+            u64::MAX - 1,
+            u64::MAX,
+        ]);
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn empty_wheel() {
+        let mut w: Wheel<u32> = Wheel::new();
+        assert!(w.is_empty());
+        assert_eq!(w.len(), 0);
+        assert_eq!(w.now(), 0);
+        assert_eq!(w.next_deadline(), None);
+        w.check_invariants();
+        assert!(poll_vec(&mut w, 0).is_empty());
+        assert!(poll_vec(&mut w, 1_000_000_000).is_empty());
+        assert_eq!(w.now(), 1_000_000_000);
+        assert!(poll_vec(&mut w, u64::MAX).is_empty());
+        assert_eq!(w.now(), u64::MAX);
+        assert_eq!(w.next_deadline(), None);
+
+        let d: Wheel<String> = Wheel::default();
+        assert!(d.is_empty());
+        assert_eq!(d.now(), 0);
+    }
+
+    #[test]
+    fn debug_shows_len_and_now() {
+        struct NotDebug;
+        let mut w = Wheel::new();
+        w.insert(5, NotDebug);
+        w.poll(3, &mut Vec::new());
+        let s = format!("{w:?}");
+        assert_eq!(s, "Wheel { len: 1, now: 3, .. }");
+    }
+
+    #[test]
+    fn insert_at_zero_on_fresh_wheel_fires_next_poll() {
+        let mut w = Wheel::new();
+        w.insert(0, "a");
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.next_deadline(), Some(0));
+        assert_eq!(poll_vec(&mut w, 0), vec!["a"]);
+        assert!(w.is_empty());
+        assert_eq!(w.next_deadline(), None);
+    }
+
+    #[test]
+    fn insert_past_and_now_deadlines() {
+        let mut w = Wheel::new();
+        assert!(poll_vec(&mut w, 1000).is_empty());
+        w.insert(1000, 'n'); // == now
+        w.insert(5, 'p'); // in the past
+        w.insert(1001, 'f'); // future
+        w.check_invariants();
+        assert_eq!(w.len(), 3);
+        // Never later than the earliest deadline, and <= now for past items.
+        assert_eq!(w.next_deadline(), Some(5));
+        // A poll at a stale tick is treated as now() and still drains them.
+        let mut got = poll_vec(&mut w, 7);
+        got.sort_unstable();
+        assert_eq!(got, vec!['n', 'p']);
+        assert_eq!(w.now(), 1000);
+        assert_eq!(w.next_deadline(), Some(1001));
+        assert!(poll_vec(&mut w, 1000).is_empty());
+        assert_eq!(poll_vec(&mut w, 1001), vec!['f']);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn time_never_goes_back() {
+        let mut w = Wheel::new();
+        w.poll(100, &mut Vec::new());
+        w.poll(50, &mut Vec::new());
+        assert_eq!(w.now(), 100);
+        w.insert(60, 1);
+        w.insert(101, 2);
+        assert_eq!(poll_vec(&mut w, 0), vec![1]);
+        assert_eq!(w.now(), 100);
+        assert_eq!(poll_vec(&mut w, 101), vec![2]);
+    }
+
+    #[test]
+    fn fires_exactly_at_deadline_for_every_level() {
+        for &d in &interesting_deadlines() {
+            let mut w = Wheel::new();
+            w.insert(d, d);
+            w.check_invariants();
+            assert_eq!(w.next_deadline(), Some(d));
+            if d > 0 {
+                assert!(
+                    poll_vec(&mut w, d - 1).is_empty(),
+                    "deadline {d} fired early"
+                );
+                assert_eq!(w.next_deadline(), Some(d));
+            }
+            assert_eq!(poll_vec(&mut w, d), vec![d], "deadline {d}");
+            assert!(w.is_empty());
+            assert_eq!(w.next_deadline(), None);
+        }
+    }
+
+    #[test]
+    fn fires_exactly_from_nonzero_start_times() {
+        let starts = interesting_deadlines();
+        for &start in &starts {
+            for delta in [1u64, 2, 63, 64, 65, 4096, 1 << 36, 1 << 40, u64::MAX / 3] {
+                let Some(d) = start.checked_add(delta) else {
+                    continue;
+                };
+                let mut w = Wheel::new();
+                w.poll(start, &mut Vec::new());
+                w.insert(d, ());
+                w.check_invariants();
+                assert_eq!(w.next_deadline(), Some(d));
+                assert!(poll_vec(&mut w, d - 1).is_empty(), "start {start} d {d}");
+                assert_eq!(poll_vec(&mut w, d).len(), 1, "start {start} d {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn u64_max_deadline_and_time() {
+        let mut w = Wheel::new();
+        w.insert(u64::MAX, 1);
+        w.insert(u64::MAX - 1, 2);
+        w.insert(u64::MAX / 2, 3);
+        assert_eq!(w.next_deadline(), Some(u64::MAX / 2));
+        assert_eq!(poll_vec(&mut w, u64::MAX / 2), vec![3]);
+        assert_eq!(w.next_deadline(), Some(u64::MAX - 1));
+        assert!(poll_vec(&mut w, u64::MAX - 2).is_empty());
+        assert_eq!(poll_vec(&mut w, u64::MAX), vec![2, 1]);
+        assert_eq!(w.now(), u64::MAX);
+        // Once time is at u64::MAX everything inserted is due.
+        w.insert(u64::MAX, 4);
+        w.insert(0, 5);
+        assert_eq!(w.next_deadline(), Some(0));
+        assert_eq!(poll_vec(&mut w, u64::MAX), vec![5, 4]); // deadline order
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn large_jump_emits_everything_in_order() {
+        let mut rng = XorShift::new(42);
+        let mut w = Wheel::new();
+        let mut expected = Vec::new();
+        for i in 0..10_000u64 {
+            let d = rng.below(1_000_000_001);
+            w.insert(d, (d, i));
+            expected.push((d, i));
+        }
+        // Some items beyond the jump must stay.
+        w.insert(1_000_000_001, (1_000_000_001, 99_999));
+        w.insert(u64::MAX, (u64::MAX, 100_000));
+        w.check_invariants();
+        let out = poll_vec(&mut w, 1_000_000_000);
+        assert_eq!(out.len(), expected.len());
+        assert!(
+            out.windows(2).all(|p| p[0].0 <= p[1].0),
+            "not in deadline order"
+        );
+        let mut sorted = out.clone();
+        sorted.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(sorted, expected);
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.next_deadline(), Some(1_000_000_001));
+        assert_eq!(
+            poll_vec(&mut w, 1_000_000_001),
+            vec![(1_000_000_001, 99_999)]
+        );
+        assert_eq!(w.next_deadline(), Some(u64::MAX));
+    }
+
+    #[test]
+    fn huge_sparse_jumps_are_cheap() {
+        // Each poll crosses ~2^60 ticks; a tick-by-tick wheel would never end.
+        let mut w = Wheel::new();
+        let mut now = 0u64;
+        for i in 0..1000u64 {
+            let d = now.saturating_add((1 << 50) + i * 12_345);
+            w.insert(d, i);
+            let out = poll_vec(&mut w, d);
+            assert_eq!(out, vec![i]);
+            now = d;
+        }
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn len_and_is_empty_track_contents() {
+        let mut w = Wheel::new();
+        for i in 0..100u64 {
+            w.insert(i * 100, i);
+            assert_eq!(w.len(), i as usize + 1);
+            assert!(!w.is_empty());
+        }
+        let mut out = Vec::new();
+        w.poll(4950, &mut out);
+        assert_eq!(out.len(), 50);
+        assert_eq!(w.len(), 50);
+        w.poll(9900, &mut out);
+        assert_eq!(out.len(), 100);
+        assert_eq!(w.len(), 0);
+        assert!(w.is_empty());
+        // Appends to `out`, never clears it.
+        w.insert(9900, 1000);
+        w.poll(9900, &mut out);
+        assert_eq!(out.len(), 101);
+    }
+
+    #[test]
+    fn equal_deadlines_all_come_out_together() {
+        let mut w = Wheel::new();
+        for i in 0..500 {
+            w.insert(1 << 20, i);
+        }
+        assert!(poll_vec(&mut w, (1 << 20) - 1).is_empty());
+        let mut out = poll_vec(&mut w, 1 << 20);
+        out.sort_unstable();
+        assert_eq!(out, (0..500).collect::<Vec<_>>());
+    }
+
+    /// Generates a deadline relative to `now` covering past, present, near
+    /// and far future (including saturation at `u64::MAX`).
+    fn random_deadline(rng: &mut XorShift, now: u64) -> u64 {
+        match rng.below(8) {
+            0 => now.saturating_sub(rng.below(100)),
+            1 => now,
+            2 => now.saturating_add(rng.below(64) + 1),
+            3 => now.saturating_add(rng.below(1 << 13) + 1),
+            4 => now.saturating_add(rng.below(1 << 24) + 1),
+            5 => rng.next(), // anywhere, often far beyond any level's span
+            6 => u64::MAX - rng.below(3),
+            _ => now.saturating_add(rng.spread()),
+        }
+    }
+
+    /// Generates the next poll tick from `now`: stale, small or huge steps.
+    fn random_poll(rng: &mut XorShift, now: u64) -> u64 {
+        match rng.below(6) {
+            0 => now.saturating_sub(rng.below(10)),
+            1 => now.saturating_add(rng.below(3)),
+            2 => now.saturating_add(rng.below(200)),
+            3 => now.saturating_add(rng.below(1 << 20)),
+            4 => now.saturating_add(rng.spread()),
+            _ => now.saturating_add(rng.spread() >> 8),
+        }
+    }
+
+    #[test]
+    fn random_against_reference_model() {
+        for seed in 1..=40u64 {
+            let mut rng = XorShift::new(seed.wrapping_mul(0xA076_1D64_78BD_642F));
+            let mut w: Wheel<(u64, u64)> = Wheel::new();
+            // Reference model: (deadline, id), sorted.
+            let mut model: Vec<(u64, u64)> = Vec::new();
+            let mut next_id = 0u64;
+            let mut now = 0u64;
+            for _round in 0..300 {
+                for _ in 0..rng.below(20) {
+                    let d = random_deadline(&mut rng, w.now());
+                    w.insert(d, (d, next_id));
+                    model.push((d, next_id));
+                    next_id += 1;
+                }
+                model.sort_unstable();
+                w.check_invariants();
+                assert_eq!(w.len(), model.len());
+                assert_eq!(w.is_empty(), model.is_empty());
+                assert_eq!(w.next_deadline(), model.first().map(|e| e.0));
+
+                let target = random_poll(&mut rng, now);
+                now = now.max(target);
+                let mut out = Vec::new();
+                w.poll(target, &mut out);
+                w.check_invariants();
+                assert_eq!(w.now(), now);
+
+                let split = model.partition_point(|e| e.0 <= now);
+                let due: Vec<_> = model.drain(..split).collect();
+                assert!(out.iter().all(|e| e.0 <= now), "item fired early");
+                assert!(out.windows(2).all(|p| p[0].0 <= p[1].0), "out of order");
+                let mut sorted = out.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, due, "seed {seed}: wrong set of fired items");
+            }
+            // Drain everything.
+            let mut out = Vec::new();
+            w.poll(u64::MAX, &mut out);
+            out.sort_unstable();
+            assert_eq!(out, model);
+            assert!(w.is_empty());
+        }
+    }
+
+    #[test]
+    fn poll_output_is_in_deadline_order() {
+        let mut rng = XorShift::new(7);
+        for _ in 0..50 {
+            let mut w = Wheel::new();
+            let start = rng.spread() >> 2;
+            w.poll(start, &mut Vec::new());
+            for i in 0..300u64 {
+                let d = start.saturating_add(rng.spread() >> rng.below(40));
+                w.insert(d.max(start + 1), (d.max(start + 1), i));
+            }
+            let target = start.saturating_add(rng.spread());
+            let out = poll_vec(&mut w, target);
+            assert!(out.windows(2).all(|p| p[0].0 <= p[1].0));
+            assert!(out.iter().all(|e| e.0 <= target));
+        }
+    }
+
+    #[test]
+    fn driving_loop_terminates_in_order() {
+        for seed in 1..=20u64 {
+            let mut rng = XorShift::new(seed);
+            let mut w = Wheel::new();
+            let start = rng.below(1 << 40);
+            w.poll(start, &mut Vec::new());
+            let n = 2000usize;
+            let mut deadlines = Vec::with_capacity(n);
+            for i in 0..n {
+                let d = random_deadline(&mut rng, start);
+                w.insert(d, (d, i));
+                deadlines.push(d);
+            }
+            deadlines.sort_unstable();
+            let mut distinct = deadlines.clone();
+            distinct.dedup();
+
+            let mut out: Vec<(u64, usize)> = Vec::new();
+            let mut iterations = 0usize;
+            let mut last = None;
+            while let Some(d) = w.next_deadline() {
+                // Never later than the true earliest remaining deadline.
+                let earliest = deadlines.get(out.len()).copied();
+                assert!(
+                    Some(d) <= earliest,
+                    "next_deadline {d} > earliest {earliest:?}"
+                );
+                let before = out.len();
+                w.poll(d, &mut out);
+                assert!(out.len() > before, "no progress at {d}");
+                assert!(last.is_none_or(|l| l <= w.now()));
+                last = Some(w.now());
+                iterations += 1;
+                assert!(iterations <= distinct.len(), "too many iterations");
+            }
+            w.check_invariants();
+            assert!(w.is_empty());
+            assert_eq!(out.len(), n);
+            let got: Vec<u64> = out.iter().map(|e| e.0).collect();
+            // Past-deadline items all come out at the first poll; everything
+            // is in nondecreasing deadline order.
+            assert_eq!(got, deadlines, "seed {seed}: not in deadline order");
+        }
+    }
+
+    #[test]
+    fn next_deadline_is_exact_for_future_items() {
+        let mut rng = XorShift::new(99);
+        for _ in 0..2000 {
+            let mut w = Wheel::new();
+            let start = rng.spread();
+            w.poll(start, &mut Vec::new());
+            let mut min = u64::MAX;
+            for _ in 0..=rng.below(5) {
+                let d = start
+                    .saturating_add(rng.spread())
+                    .max(start.saturating_add(1));
+                if d > start {
+                    w.insert(d, ());
+                    min = min.min(d);
+                }
+            }
+            if w.is_empty() {
+                continue;
+            }
+            assert_eq!(w.next_deadline(), Some(min));
+            assert!(poll_vec(&mut w, min - 1).is_empty());
+            assert!(!poll_vec(&mut w, min).is_empty());
+        }
+    }
+
+    #[test]
+    fn level_for_and_slot_for() {
+        assert_eq!(NUM_LEVELS, 11);
+        assert_eq!(level_for(0, 0), 0);
+        assert_eq!(level_for(0, 63), 0);
+        assert_eq!(level_for(0, 64), 1);
+        assert_eq!(level_for(63, 64), 1);
+        assert_eq!(level_for(64, 127), 0);
+        assert_eq!(level_for(0, 4096), 2);
+        assert_eq!(level_for(0, u64::MAX), NUM_LEVELS - 1);
+        assert_eq!(level_for(u64::MAX, 0), NUM_LEVELS - 1);
+        assert_eq!(slot_for(u64::MAX, 60), 15);
+        assert_eq!(slot_for(130, 6), 2);
+        assert_eq!(slot_for(130, 0), 2);
+        assert_eq!(slot_for(130, 64), 0);
+    }
+}

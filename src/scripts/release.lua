@@ -1,0 +1,38 @@
+-- Release one level of a lock held by this owner. One round trip, atomic.
+--
+-- KEYS[1]  lock hash
+-- ARGV[1]  owner id
+-- ARGV[2]  release channel: a message is published there when the lock becomes free
+-- ARGV[3]  request id: unique per release call, the same on a retry of that call, so a retry
+--          after a lost reply does not release two levels
+--
+-- Returns n >= 0  re-entry levels still held (0: the key was deleted and the release published)
+--         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
+--                 already released it)
+--         -2      another owner holds it; nothing was changed
+--         -3      the key is not a locksmith lock; nothing was changed
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+  return -1
+end
+if kind ~= 'hash' then
+  return -3
+end
+local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'rel')
+if f[1] == false then
+  return -3
+end
+if f[1] ~= ARGV[1] then
+  return -2
+end
+if f[3] == ARGV[3] then
+  return tonumber(f[2])
+end
+local count = redis.call('hincrby', KEYS[1], 'count', -1)
+if count > 0 then
+  redis.call('hset', KEYS[1], 'rel', ARGV[3])
+  return count
+end
+redis.call('del', KEYS[1])
+redis.call('publish', ARGV[2], 'released')
+return 0

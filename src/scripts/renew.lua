@@ -1,0 +1,16 @@
+-- Extend the lease of a lock held by this owner. Sent in pipelined batches.
+--
+-- KEYS[1]  lock hash
+-- ARGV[1]  owner id
+-- ARGV[2]  lease in milliseconds
+--
+-- Returns 1  extended
+--         0  not held by ARGV[1] any more (expired, deleted, or another owner); nothing changed
+if redis.call('type', KEYS[1])['ok'] ~= 'hash' then
+  return 0
+end
+if redis.call('hget', KEYS[1], 'owner') ~= ARGV[1] then
+  return 0
+end
+redis.call('pexpire', KEYS[1], ARGV[2])
+return 1

@@ -1,0 +1,648 @@
+//! The subscriber thread: one pub/sub connection per client, and the local waiter queues.
+//!
+//! # How a waiter waits
+//!
+//! Every lock name that has local waiters has one [`Channel`] entry: the lock's release
+//! channel, a FIFO of waiting threads, and an *epoch* that counts release messages (and
+//! reconnects). Only the thread at the front of the queue, the *leader*, talks to Redis; the
+//! others sleep until they reach the front, so one release never sets off a herd of scripts
+//! from one process.
+//!
+//! The leader takes an epoch snapshot, runs the acquire script, and on failure sleeps until the
+//! epoch moves past its snapshot or the TTL that the failed attempt returned runs out (a
+//! crashed holder publishes nothing). Because the snapshot is taken *before* the attempt, a
+//! release that lands between the attempt and the sleep is never missed.
+//!
+//! A leader that leaves hands over: after acquiring, it passes its snapshot, so the next leader
+//! waits for a release that happened after that acquire; after giving up (timeout or error),
+//! it passes nothing, so the next leader tries at once. Thus no local waiter is left sleeping
+//! until its TTL bound when the woken leader loses to another process: the leader itself stays
+//! subscribed and is woken by the next release.
+//!
+//! # Why the subscription is confirmed before an attempt
+//!
+//! A release published before Redis processed our `SUBSCRIBE` is not delivered. So the leader
+//! waits until the subscriber thread has read the confirmation of the channel's `SUBSCRIBE`
+//! (bounded by the command timeout) before its first attempt; any release after that attempt
+//! is then delivered. While the connection is down, leaders re-check every
+//! [`RECHECK`] instead of sleeping until their TTL bound.
+//!
+//! # Writes and reads
+//!
+//! The thread owns the read half of the socket. `SUBSCRIBE` and `UNSUBSCRIBE` are written by
+//! the waiter's own thread on a clone of the socket, under the table lock, so the order of
+//! writes matches the order of table changes and a new waiter's subscription goes out at once.
+//! Confirmations come back in the order the commands were written; `pending` pairs each one
+//! with the entry it was written for.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use redis::{ConnectionAddr, ConnectionInfo};
+
+use crate::conn::{MAX_SOCKET_TIMEOUT, Timeouts};
+use crate::error::{Error, Result};
+use crate::resp::{self, Resp};
+
+/// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
+pub(crate) const RECHECK: Duration = Duration::from_millis(100);
+/// How long the connection may stay silent before the thread sends a `PING`.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// Reconnect backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A TCP or Unix socket.
+#[derive(Debug)]
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn connect(info: &ConnectionInfo, timeouts: Timeouts) -> Result<Stream> {
+        let t = timeouts.connect.min(MAX_SOCKET_TIMEOUT);
+        let stream = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let mut last = None;
+                let mut found = None;
+                for addr in (host.as_str(), *port).to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&addr, t) {
+                        Ok(s) => {
+                            found = Some(s);
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                let s = match (found, last) {
+                    (Some(s), _) => s,
+                    (None, Some(e)) => return Err(e.into()),
+                    (None, None) => {
+                        return Err(Error::InvalidUrl {
+                            reason: format!("the host `{host}` resolves to no address"),
+                        });
+                    }
+                };
+                s.set_nodelay(true)?;
+                Stream::Tcp(s)
+            }
+            ConnectionAddr::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+            _ => {
+                return Err(Error::InvalidUrl {
+                    reason: "this address type is not supported".into(),
+                });
+            }
+        };
+        stream.set_timeouts(Some(t))?;
+        Ok(stream)
+    }
+
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            Stream::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
+    }
+
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// Opens a pub/sub connection, authenticates, and returns its read and write halves.
+fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>, Stream)> {
+    let stream = Stream::connect(info, timeouts)?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let settings = info.redis_settings();
+    if let Some(password) = settings.password() {
+        let mut args: Vec<&[u8]> = vec![b"AUTH"];
+        if let Some(user) = settings.username() {
+            args.push(user.as_bytes());
+        }
+        args.push(password.as_bytes());
+        writer.write_all(&resp::encode(&args))?;
+        if let Resp::Error(e) = resp::read(&mut reader)? {
+            return Err(Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "pub/sub authentication failed",
+                e,
+            ))));
+        }
+    }
+    // Name the connection for operators (`CLIENT LIST`); old servers may refuse, which is fine.
+    writer.write_all(&resp::encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))?;
+    let _ = resp::read(&mut reader)?;
+    // From here on, reads wake up every HEARTBEAT when the connection is idle.
+    reader.get_ref().set_timeouts(Some(HEARTBEAT))?;
+    writer.set_timeouts(Some(timeouts.command.min(MAX_SOCKET_TIMEOUT)))?;
+    Ok((reader, writer))
+}
+
+/// One thread waiting for a lock.
+#[derive(Debug)]
+struct Waiter {
+    thread: Thread,
+}
+
+/// The state of one lock name's local waiters.
+#[derive(Debug, Default)]
+struct ChannelState {
+    /// Counts release messages and reconnects.
+    epoch: u64,
+    /// The `SUBSCRIBE` for this entry was confirmed on the current connection.
+    confirmed: bool,
+    /// Waiting threads; the front one is the leader.
+    queue: VecDeque<Arc<Waiter>>,
+    /// What the departed leader left for the next: `Some(epoch)` to wait for a release after
+    /// that epoch, `None` to try at once.
+    handoff: Option<u64>,
+}
+
+impl ChannelState {
+    fn wake_leader(&self) {
+        if let Some(w) = self.queue.front() {
+            w.thread.unpark();
+        }
+    }
+}
+
+/// One subscribed release channel and its waiters.
+#[derive(Debug)]
+struct Channel {
+    name: String,
+    state: Mutex<ChannelState>,
+}
+
+/// The subscriber's table of channels, guarded by one lock (taken before any channel's).
+#[derive(Debug, Default)]
+struct Table {
+    channels: HashMap<String, Arc<Channel>>,
+    /// `SUBSCRIBE`s written on the current connection whose confirmation is not yet read.
+    pending: VecDeque<Arc<Channel>>,
+    /// The write half of the current connection; `None` while disconnected.
+    writer: Option<Stream>,
+    /// A `PING` was sent and nothing has been read since.
+    ping_outstanding: bool,
+}
+
+impl Table {
+    /// Writes a command on the current connection. On failure the connection is shut down so
+    /// that the reader notices at once and reconnects.
+    fn write(&mut self, args: &[&[u8]]) -> bool {
+        let Some(w) = self.writer.as_mut() else {
+            return false;
+        };
+        match w.write_all(&resp::encode(args)) {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("pub/sub write failed: {e}");
+                w.shutdown();
+                self.writer = None;
+                false
+            }
+        }
+    }
+
+    fn subscribe(&mut self, ch: &Arc<Channel>) {
+        if self.write(&[b"SUBSCRIBE", ch.name.as_bytes()]) {
+            self.pending.push_back(Arc::clone(ch));
+        }
+    }
+}
+
+/// State shared by the subscriber thread and the waiting threads.
+#[derive(Debug)]
+pub(crate) struct Subscriber {
+    info: ConnectionInfo,
+    timeouts: Timeouts,
+    table: Mutex<Table>,
+    stop: AtomicBool,
+    /// Dropped (closed) to interrupt the thread's reconnect backoff.
+    stop_tx: Mutex<Option<Sender<()>>>,
+}
+
+/// The read side handed to the thread.
+pub(crate) struct Reader {
+    reader: BufReader<Stream>,
+    stop_rx: Receiver<()>,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
+    }
+}
+
+impl Subscriber {
+    /// Connects eagerly (so a bad address fails `build()`), returning the shared state and the
+    /// read side for [`Subscriber::run`].
+    pub(crate) fn connect(info: ConnectionInfo, timeouts: Timeouts) -> Result<(Arc<Self>, Reader)> {
+        let (reader, writer) = open(&info, timeouts)?;
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
+        let sub = Arc::new(Subscriber {
+            info,
+            timeouts,
+            table: Mutex::new(Table {
+                writer: Some(writer),
+                ..Table::default()
+            }),
+            stop: AtomicBool::new(false),
+            stop_tx: Mutex::new(Some(stop_tx)),
+        });
+        Ok((sub, Reader { reader, stop_rx }))
+    }
+
+    /// Asks the thread to stop: closes the socket (ending a blocked read) and the stop channel
+    /// (ending a backoff sleep).
+    pub(crate) fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.stop_tx.lock().take();
+        let mut table = self.table.lock();
+        if let Some(w) = table.writer.take() {
+            w.shutdown();
+        }
+    }
+
+    /// The thread's body: read, dispatch, reconnect, until shut down.
+    pub(crate) fn run(&self, reader: Reader) {
+        let Reader { reader, stop_rx } = reader;
+        let mut conn = Some(reader);
+        let mut backoff = BACKOFF_MIN;
+        while !self.stop.load(Ordering::SeqCst) {
+            let Some(r) = conn.as_mut() else {
+                match self.reconnect() {
+                    Ok(r) => {
+                        log::info!("pub/sub connection restored; waiters re-check their locks");
+                        conn = Some(r);
+                        backoff = BACKOFF_MIN;
+                    }
+                    Err(e) => {
+                        log::warn!("pub/sub reconnect failed (retrying in {backoff:?}): {e}");
+                        // Sleeps for the backoff, or less when shut down.
+                        let _ = stop_rx.recv_timeout(backoff);
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                    }
+                }
+                continue;
+            };
+            if let Err(e) = self.read_one(r) {
+                if self.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                log::warn!("pub/sub connection lost: {e}; reconnecting");
+                conn = None;
+                self.disconnected();
+            }
+        }
+        log::debug!("subscriber thread stopped");
+    }
+
+    /// Reads and handles one reply, or notices an idle connection.
+    fn read_one(&self, r: &mut BufReader<Stream>) -> io::Result<()> {
+        if r.buffer().is_empty() {
+            // Between replies: a read timeout here only means the connection was idle.
+            match io::BufRead::fill_buf(r) {
+                Ok([]) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return self.idle();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let value = resp::read(r)?;
+        self.dispatch(value);
+        Ok(())
+    }
+
+    /// The connection was silent for a heartbeat: probe it, or give up on it if the previous
+    /// probe got no answer.
+    fn idle(&self) -> io::Result<()> {
+        let mut table = self.table.lock();
+        if table.ping_outstanding {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no answer to PING"));
+        }
+        if table.channels.is_empty() {
+            return Ok(());
+        }
+        if table.write(&[b"PING"]) {
+            table.ping_outstanding = true;
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "PING could not be sent",
+            ))
+        }
+    }
+
+    fn dispatch(&self, value: Resp) {
+        let mut table = self.table.lock();
+        table.ping_outstanding = false;
+        let Resp::Array(Some(items)) = value else {
+            // `+PONG` when nothing is subscribed, `+OK`, or an error reply.
+            if let Resp::Error(e) = value {
+                log::warn!("pub/sub error reply: {e}");
+            }
+            return;
+        };
+        let kind = items.first().and_then(Resp::bytes).unwrap_or_default();
+        let channel = items.get(1).and_then(Resp::bytes).unwrap_or_default();
+        match kind {
+            b"message" => {
+                let Some(ch) = std::str::from_utf8(channel)
+                    .ok()
+                    .and_then(|c| table.channels.get(c))
+                    .cloned()
+                else {
+                    return;
+                };
+                drop(table);
+                let mut st = ch.state.lock();
+                st.epoch += 1;
+                st.wake_leader();
+            }
+            b"subscribe" => {
+                let Some(ch) = table.pending.pop_front() else {
+                    return;
+                };
+                drop(table);
+                if ch.name.as_bytes() == channel {
+                    let mut st = ch.state.lock();
+                    st.confirmed = true;
+                    st.wake_leader();
+                } else {
+                    log::debug!("pub/sub confirmation out of order");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks every channel unconfirmed and wakes every leader, so each falls back to bounded
+    /// re-checks while the connection is down.
+    fn disconnected(&self) {
+        let mut table = self.table.lock();
+        if let Some(w) = table.writer.take() {
+            w.shutdown();
+        }
+        table.pending.clear();
+        table.ping_outstanding = false;
+        for ch in table.channels.values() {
+            let mut st = ch.state.lock();
+            st.confirmed = false;
+            st.epoch += 1;
+            st.wake_leader();
+        }
+    }
+
+    /// Opens a new connection and subscribes every channel that still has waiters. Each leader
+    /// is woken once (epoch bump) to re-check, since releases may have been missed meanwhile.
+    fn reconnect(&self) -> Result<BufReader<Stream>> {
+        let (reader, writer) = open(&self.info, self.timeouts)?;
+        let mut table = self.table.lock();
+        if self.stop.load(Ordering::SeqCst) {
+            writer.shutdown();
+            return Err(Error::Timeout {
+                what: "shutting down",
+            });
+        }
+        table.writer = Some(writer);
+        let channels: Vec<_> = table.channels.values().cloned().collect();
+        for ch in &channels {
+            table.subscribe(ch);
+            let mut st = ch.state.lock();
+            st.epoch += 1;
+            st.wake_leader();
+        }
+        Ok(reader)
+    }
+
+    /// Joins the local queue of `channel`, subscribing it if this is its first waiter.
+    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Registration {
+        let me = Arc::new(Waiter {
+            thread: thread::current(),
+        });
+        let mut table = self.table.lock();
+        let ch = match table.channels.get(channel) {
+            Some(ch) => Arc::clone(ch),
+            None => {
+                let ch = Arc::new(Channel {
+                    name: channel.to_owned(),
+                    state: Mutex::new(ChannelState::default()),
+                });
+                table.channels.insert(channel.to_owned(), Arc::clone(&ch));
+                table.subscribe(&ch);
+                ch
+            }
+        };
+        ch.state.lock().queue.push_back(Arc::clone(&me));
+        drop(table);
+        Registration {
+            sub: Arc::clone(self),
+            channel: ch,
+            me,
+            left: false,
+        }
+    }
+
+    /// Whether threads of this client queue for the lock released on `channel`.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.table.lock().channels.contains_key(channel)
+    }
+
+    /// How many channels are subscribed (for tests and `Debug`).
+    pub(crate) fn channel_count(&self) -> usize {
+        self.table.lock().channels.len()
+    }
+}
+
+/// A thread's place in a lock's local queue. Dropping it leaves the queue, handing the turn to
+/// the next waiter with "try at once".
+#[derive(Debug)]
+pub(crate) struct Registration {
+    sub: Arc<Subscriber>,
+    channel: Arc<Channel>,
+    me: Arc<Waiter>,
+    left: bool,
+}
+
+/// What a leader does first when its turn begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Try to acquire at once.
+    TryNow,
+    /// Wait for a release after this epoch first (the previous leader just acquired).
+    WaitFrom(u64),
+}
+
+fn park_until(until: Option<Instant>) -> bool {
+    match until {
+        None => {
+            thread::park();
+            true
+        }
+        Some(t) => {
+            let now = Instant::now();
+            if now >= t {
+                return false;
+            }
+            thread::park_timeout(t - now);
+            true
+        }
+    }
+}
+
+impl Registration {
+    fn is_leader(&self, st: &ChannelState) -> bool {
+        st.queue.front().is_some_and(|w| Arc::ptr_eq(w, &self.me))
+    }
+
+    /// Waits until this thread leads the queue. `None` when `deadline` passed first.
+    pub(crate) fn wait_turn(&self, deadline: Option<Instant>) -> Option<Turn> {
+        loop {
+            {
+                let mut st = self.channel.state.lock();
+                if self.is_leader(&st) {
+                    return Some(match st.handoff.take() {
+                        Some(e) => Turn::WaitFrom(e),
+                        None => Turn::TryNow,
+                    });
+                }
+            }
+            // An unpark between the check and the park leaves the token set, so the park
+            // returns at once: no lost wakeup.
+            if !park_until(deadline) {
+                return None;
+            }
+        }
+    }
+
+    /// Waits (bounded by `until`) until the subscription is confirmed. Returns whether it is.
+    pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
+        loop {
+            if self.channel.state.lock().confirmed {
+                return true;
+            }
+            if !park_until(Some(until)) {
+                return false;
+            }
+        }
+    }
+
+    /// Whether the subscription is confirmed on the current connection.
+    pub(crate) fn confirmed(&self) -> bool {
+        self.channel.state.lock().confirmed
+    }
+
+    /// The current release epoch.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.channel.state.lock().epoch
+    }
+
+    /// Sleeps until a release after epoch `seen` arrives, or `until` passes.
+    pub(crate) fn wait_release(&self, seen: u64, until: Instant) {
+        loop {
+            if self.channel.state.lock().epoch != seen {
+                return;
+            }
+            if !park_until(Some(until)) {
+                return;
+            }
+        }
+    }
+
+    /// Leaves the queue after acquiring: the next leader waits for a release after `seen`.
+    pub(crate) fn leave_acquired(mut self, seen: u64) {
+        self.leave(Some(seen));
+    }
+
+    fn leave(&mut self, handoff: Option<u64>) {
+        if std::mem::replace(&mut self.left, true) {
+            return;
+        }
+        let mut table = self.sub.table.lock();
+        let mut st = self.channel.state.lock();
+        let was_leader = self.is_leader(&st);
+        st.queue.retain(|w| !Arc::ptr_eq(w, &self.me));
+        if st.queue.is_empty() {
+            // Last waiter: unsubscribe, unless the table already holds a newer entry.
+            drop(st);
+            let current = table
+                .channels
+                .get(&self.channel.name)
+                .is_some_and(|c| Arc::ptr_eq(c, &self.channel));
+            if current {
+                table.channels.remove(&self.channel.name);
+                table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
+            }
+            return;
+        }
+        drop(table);
+        if was_leader {
+            st.handoff = handoff;
+            st.wake_leader();
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.leave(None);
+    }
+}
