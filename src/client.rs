@@ -12,7 +12,7 @@ use parking_lot::Mutex as PlMutex;
 
 use crate::conn::{self, Pool, Timeouts};
 use crate::error::{Error, Result};
-use crate::hold::Hold;
+use crate::hold::{Hold, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{Msg, Renewer};
@@ -30,6 +30,29 @@ pub(crate) struct Config {
     pub(crate) renew_every: Duration,
     pub(crate) prefix: String,
     pub(crate) timeouts: Timeouts,
+    pub(crate) retry_timeout: Duration,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+/// A lease that was lost while its guard still existed, as told to the
+/// [`on_lease_lost`](ClientBuilder::on_lease_lost) callback.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LostLease {
+    /// The lock's name.
+    pub name: String,
+    /// The fencing token of the lost acquisition.
+    pub fencing_token: u64,
+}
+
+/// The application's callback for lost leases.
+#[derive(Clone)]
+pub(crate) struct LostHook(pub(crate) Arc<dyn Fn(&LostLease) + Send + Sync>);
+
+impl std::fmt::Debug for LostHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostHook")
+    }
 }
 
 /// Builds a [`Client`] with settings other than the defaults.
@@ -55,6 +78,9 @@ pub struct ClientBuilder {
     prefix: String,
     connect_timeout: Duration,
     command_timeout: Duration,
+    retry_timeout: Duration,
+    max_hold: Option<Duration>,
+    on_lost: Option<LostHook>,
 }
 
 impl ClientBuilder {
@@ -92,6 +118,41 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a lock call keeps retrying while Redis cannot be reached (connection refused,
+    /// reset or timed out) before it returns the error (default 10 s). Also bounded by the
+    /// call's own deadline; [`try_lock`](crate::Mutex::try_lock) retries once at most.
+    pub fn retry_timeout(mut self, timeout: Duration) -> Self {
+        self.retry_timeout = timeout;
+        self
+    }
+
+    /// The longest time any lock of this client is kept by renewal (default: no limit).
+    /// After it, renewal stops and the lease runs out, so a holder that is alive but stuck
+    /// cannot keep a lock forever; its guard then reports [`is_held`](crate::MutexGuard::is_held)
+    /// false. Per lock: [`Mutex::with_max_hold`].
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// A callback told the moment the renewal thread learns that a held lease was lost (the
+    /// key vanished or has another owner, or Redis stayed unreachable until the lease ran
+    /// out). It runs on the renewal thread: keep it short and never block in it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::builder("redis://127.0.0.1:6379/")
+    ///     .on_lease_lost(|lost| eprintln!("lost lock {} (token {})", lost.name, lost.fencing_token))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_lease_lost(mut self, f: impl Fn(&LostLease) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(LostHook(Arc::new(f)));
+        self
+    }
+
     fn config(&self) -> Result<Config> {
         if self.lease < MIN_LEASE {
             return Err(Error::config(
@@ -120,6 +181,9 @@ impl ClientBuilder {
                 return Err(Error::config(field, "must be at least 1ms"));
             }
         }
+        if let Some(max) = self.max_hold {
+            validate_max_hold(max)?;
+        }
         keys::validate_prefix(&self.prefix)?;
         Ok(Config {
             lease: self.lease,
@@ -129,6 +193,8 @@ impl ClientBuilder {
                 connect: self.connect_timeout,
                 command: self.command_timeout,
             },
+            retry_timeout: self.retry_timeout,
+            max_hold: self.max_hold,
         })
     }
 
@@ -170,7 +236,7 @@ impl ClientBuilder {
                 return Err(Error::Spawn(e));
             }
         }
-        let renewer = Renewer::new(pool, renew_rx, config.renew_every);
+        let renewer = Renewer::new(pool, renew_rx, config.renew_every, self.on_lost);
         match thread::Builder::new()
             .name("locksmith-renew".into())
             .spawn(move || renewer.run())
@@ -189,6 +255,14 @@ impl ClientBuilder {
             inner: Arc::new(Inner { shared, threads }),
         })
     }
+}
+
+/// Checks a maximum hold time.
+pub(crate) fn validate_max_hold(max: Duration) -> Result<()> {
+    if max < MIN_LEASE {
+        return Err(Error::config("max_hold", format!("must be at least {MIN_LEASE:?}")));
+    }
+    Ok(())
 }
 
 /// State shared by a client's clones, locks, guards and threads.
@@ -218,6 +292,16 @@ pub(crate) fn thread_seq() -> u64 {
 pub(crate) fn request_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The lease terms of one acquisition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub(crate) lease: Duration,
+    /// Renewed by the renewal thread (false: a fixed lease).
+    pub(crate) watchdog: bool,
+    /// Renewal stops this long after the acquisition.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// What a successful acquire script returned, and when it was sent.
@@ -250,8 +334,7 @@ impl Shared {
         keys: &Arc<LockKeys>,
         owner: String,
         grant: Grant,
-        lease: Duration,
-        renew: bool,
+        terms: Terms,
     ) -> Arc<Hold> {
         let Grant { token, count, sent } = grant;
         let slot = (keys.lock.clone(), thread_seq());
@@ -263,18 +346,21 @@ impl Shared {
         {
             return h;
         }
-        let renew_every = renew.then_some(self.config.renew_every);
+        let renewal = terms.watchdog.then(|| Renewal {
+            every: self.config.renew_every,
+            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
+        });
         let hold = Arc::new(Hold::new(
             Arc::clone(keys),
             owner,
             token,
-            lease,
-            renew_every,
+            terms.lease,
+            renewal,
             sent,
         ));
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
-        if renew {
+        if renewal.is_some() {
             // The thread lives as long as any client clone, and a lock borrows one.
             let _ = self.renew_tx.send(Msg::Register(Arc::clone(&hold)));
         }
@@ -382,6 +468,9 @@ impl Client {
             prefix: "locksmith:".to_owned(),
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(5),
+            retry_timeout: Duration::from_secs(10),
+            max_hold: None,
+            on_lost: None,
         }
     }
 

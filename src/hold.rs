@@ -20,6 +20,15 @@ pub(crate) fn drift_margin(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
+/// How the renewal thread keeps a hold alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renewal {
+    /// The renewal interval.
+    pub(crate) every: Duration,
+    /// No renewal is sent after this instant (the maximum hold time); `None`: no limit.
+    pub(crate) until: Option<Instant>,
+}
+
 /// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -51,8 +60,8 @@ pub(crate) struct Hold {
     pub(crate) owner: String,
     pub(crate) token: u64,
     pub(crate) lease: Duration,
-    /// How often the renewal thread extends the lease; `None` for a fixed lease.
-    pub(crate) renew_every: Option<Duration>,
+    /// How the renewal thread extends the lease; `None` for a fixed lease.
+    pub(crate) renewal: Option<Renewal>,
     state: Mutex<State>,
     renewal_done: Condvar,
 }
@@ -63,7 +72,7 @@ impl Hold {
         owner: String,
         token: u64,
         lease: Duration,
-        renew_every: Option<Duration>,
+        renewal: Option<Renewal>,
         sent: Instant,
     ) -> Self {
         Hold {
@@ -71,7 +80,7 @@ impl Hold {
             owner,
             token,
             lease,
-            renew_every,
+            renewal,
             state: Mutex::new(State {
                 last_ok: sent,
                 status: Status::Valid,
@@ -209,10 +218,15 @@ impl Hold {
         status
     }
 
-    /// When the next renewal is due.
+    /// When the next renewal is due; `None` when no renewal is due any more (fixed lease, or
+    /// the maximum hold time reached).
     pub(crate) fn next_renewal(&self) -> Option<Instant> {
-        let every = self.renew_every?;
-        self.state.lock().last_ok.checked_add(every)
+        let Renewal { every, until } = self.renewal?;
+        let at = self.state.lock().last_ok.checked_add(every)?;
+        match until {
+            Some(u) if at > u => None,
+            _ => Some(at),
+        }
     }
 }
 
@@ -226,7 +240,10 @@ mod tests {
             "o".into(),
             1,
             Duration::from_millis(lease_ms),
-            Some(Duration::from_millis(lease_ms / 3)),
+            Some(Renewal {
+                every: Duration::from_millis(lease_ms / 3),
+                until: None,
+            }),
             sent,
         )
     }
@@ -257,6 +274,18 @@ mod tests {
         assert_eq!(h.end_renewal(Instant::now(), Some(false)), Status::Lost);
         assert!(!h.is_held());
         assert!(!h.begin_renewal());
+    }
+
+    #[test]
+    fn renewal_stops_at_the_maximum_hold_time() {
+        let t = Instant::now();
+        let mut h = hold(3000, t);
+        assert_eq!(h.next_renewal(), Some(t + Duration::from_secs(1)));
+        h.renewal = Some(Renewal {
+            every: Duration::from_secs(1),
+            until: Some(t + Duration::from_millis(500)),
+        });
+        assert_eq!(h.next_renewal(), None);
     }
 
     #[test]

@@ -111,7 +111,7 @@ mod resp;
 mod scripts;
 mod subscriber;
 
-pub use client::{Client, ClientBuilder, MAX_LEASE, MIN_LEASE};
+pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, request_id};
+use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
 use crate::hold::Hold;
@@ -75,6 +75,8 @@ pub struct Mutex {
     client: Client,
     keys: Arc<LockKeys>,
     lease: Lease,
+    /// Overrides the client's maximum hold time.
+    max_hold: Option<Duration>,
 }
 
 fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
@@ -91,7 +93,23 @@ impl Mutex {
             client,
             keys,
             lease: Lease::Watchdog,
+            max_hold: None,
         }
+    }
+
+    /// The same lock with a maximum hold time: renewal stops `max` after each acquisition,
+    /// so the lock frees itself at most one lease later even if its holder is stuck. Overrides
+    /// the client's [`max_hold`](crate::ClientBuilder::max_hold).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `max` is under [`MIN_LEASE`].
+    pub fn with_max_hold(&self, max: Duration) -> Result<Mutex> {
+        validate_max_hold(max)?;
+        Ok(Mutex {
+            max_hold: Some(max),
+            ..self.clone()
+        })
     }
 
     /// The same lock with a fixed lease: never renewed, so the lock frees itself `lease` after
@@ -191,26 +209,79 @@ impl Mutex {
         self.acquire(Some(deadline))
     }
 
-    fn lease(&self) -> (Duration, bool) {
-        match self.lease {
-            Lease::Watchdog => (self.client.shared().config.lease, true),
+    fn terms(&self) -> Terms {
+        let config = &self.client.shared().config;
+        let (lease, watchdog) = match self.lease {
+            Lease::Watchdog => (config.lease, true),
             Lease::Fixed(d) => (d, false),
+        };
+        Terms {
+            lease,
+            watchdog,
+            max_hold: self.max_hold.or(config.max_hold),
+        }
+    }
+
+    /// One acquire attempt for `owner`, retried at once on a new connection when the first
+    /// failed at the connection level (same request id: the script recognises a retry of an
+    /// acquire whose reply was lost, so a re-entry is never counted twice).
+    fn attempt(&self, owner: &str, request: &str) -> Result<Attempt> {
+        match self.attempt_once(owner, request) {
+            Err(e) if e.is_retriable() => {
+                log::debug!("acquire of `{}` failed ({e}); retrying once", self.keys.name);
+                self.attempt_once(owner, request)
+            }
+            other => other,
+        }
+    }
+
+    /// Attempts until one gets an answer, retrying connection-level failures with backoff
+    /// for at most the retry timeout (counted from the first failure) or until `deadline`.
+    fn attempt_retrying(
+        &self,
+        owner: &str,
+        request: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt> {
+        let mut backoff = Duration::from_millis(10);
+        let mut retry_until = None;
+        loop {
+            match self.attempt(owner, request) {
+                Err(e) if e.is_retriable() => {
+                    let retry_until = *retry_until.get_or_insert_with(|| {
+                        after(self.client.shared().config.retry_timeout)
+                    });
+                    let stop = match (deadline, retry_until) {
+                        (Some(d), Some(r)) => Some(d.min(r)),
+                        (d, r) => d.or(r),
+                    };
+                    let now = Instant::now();
+                    match stop {
+                        Some(s) if now + backoff < s => {}
+                        _ => return Err(e),
+                    }
+                    log::debug!("Redis unavailable for `{}` ({e}); retrying", self.keys.name);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                other => return other,
+            }
         }
     }
 
     /// One acquire script round trip for `owner`.
-    fn attempt(&self, owner: &str, request: &str) -> Result<Attempt> {
+    fn attempt_once(&self, owner: &str, request: &str) -> Result<Attempt> {
         let shared = self.client.shared();
-        let (lease, renew) = self.lease();
+        let terms = self.terms();
         let sent = Instant::now();
         let reply = shared
             .pool
-            .with(|con| scripts::acquire(con, &self.keys, owner, lease, request))?;
+            .with(|con| scripts::acquire(con, &self.keys, owner, terms.lease, request))?;
         match reply {
             AcquireReply::Busy { ttl } => Ok(Attempt::Busy(ttl)),
             AcquireReply::Held { token, count } => {
                 let grant = Grant { token, count, sent };
-                let hold = shared.adopt(&self.keys, owner.to_owned(), grant, lease, renew);
+                let hold = shared.adopt(&self.keys, owner.to_owned(), grant, terms);
                 if hold.is_held() {
                     return Ok(Attempt::Held(hold));
                 }
@@ -237,7 +308,12 @@ impl Mutex {
         // (they go first) and this thread is not re-entering.
         let queued = shared.subscriber.has_waiters(&self.keys.channel);
         if !queued || past(deadline) || shared.holds_locally(&self.keys) {
-            match self.attempt(&owner, &request)? {
+            let attempt = if past(deadline) {
+                self.attempt(&owner, &request)?
+            } else {
+                self.attempt_retrying(&owner, &request, deadline)?
+            };
+            match attempt {
                 Attempt::Held(hold) => return Ok(Some(MutexGuard::new(self, hold))),
                 Attempt::Busy(_) if past(deadline) => return Ok(None),
                 Attempt::Busy(_) => {}
@@ -248,7 +324,7 @@ impl Mutex {
         let Some(mut turn) = reg.wait_turn(deadline) else {
             return Ok(None);
         };
-        let (lease, _) = self.lease();
+        let lease = self.terms().lease;
         // Until when a leader sleeps without news: the TTL its last attempt returned.
         let mut bound = after(lease);
         loop {
@@ -278,7 +354,7 @@ impl Mutex {
             );
             let confirmed = reg.wait_confirmed(confirm_by);
             let seen = reg.epoch();
-            match self.attempt(&owner, &request)? {
+            match self.attempt_retrying(&owner, &request, deadline)? {
                 Attempt::Held(hold) => {
                     reg.leave_acquired(seen);
                     return Ok(Some(MutexGuard::new(self, hold)));

@@ -395,9 +395,15 @@ impl Subscriber {
         let mut table = self.table.lock();
         table.ping_outstanding = false;
         let Resp::Array(Some(items)) = value else {
-            // `+PONG` when nothing is subscribed, `+OK`, or an error reply.
+            // `+PONG` when nothing is subscribed, or an error reply: most likely a refused
+            // SUBSCRIBE (an ACL without the permission). Its waiters stay unconfirmed and
+            // fall back to bounded re-checks.
             if let Resp::Error(e) = value {
-                log::warn!("pub/sub error reply: {e}");
+                let refused = table.pending.pop_front();
+                log::warn!(
+                    "pub/sub error reply{}: {e}",
+                    refused.map(|c| format!(" to SUBSCRIBE {}", c.name)).unwrap_or_default()
+                );
             }
             return;
         };

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use redis::{Connection, Value};
 
+use crate::client::{LostHook, LostLease};
 use crate::conn::Pool;
 use crate::hold::{Hold, Status};
 use crate::scripts::{self, RENEW};
@@ -44,6 +45,7 @@ pub(crate) struct Renewer {
     epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
     con: Option<Connection>,
+    on_lost: Option<LostHook>,
 }
 
 impl std::fmt::Debug for Renewer {
@@ -56,7 +58,12 @@ impl std::fmt::Debug for Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn new(pool: Arc<Pool>, rx: Receiver<Msg>, renew_every: Duration) -> Self {
+    pub(crate) fn new(
+        pool: Arc<Pool>,
+        rx: Receiver<Msg>,
+        renew_every: Duration,
+        on_lost: Option<LostHook>,
+    ) -> Self {
         Renewer {
             pool,
             rx,
@@ -65,6 +72,7 @@ impl Renewer {
             epoch: Instant::now(),
             wheel: Wheel::new(),
             con: None,
+            on_lost,
         }
     }
 
@@ -127,24 +135,39 @@ impl Renewer {
         log::trace!("renewed a batch of {} leases", batch.len());
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
             match hold.end_renewal(sent, outcome) {
-                Status::Valid => {
-                    if let Some(at) = hold.next_renewal() {
-                        self.schedule(hold, at);
-                    }
-                }
+                Status::Valid => match hold.next_renewal() {
+                    Some(at) => self.schedule(hold, at),
+                    None => log::info!(
+                        "lock `{}` reached its maximum hold time; renewal stopped",
+                        hold.keys.name
+                    ),
+                },
                 Status::Uncertain => {
                     let at = Instant::now() + self.retry;
                     self.schedule(hold, at);
                 }
-                Status::Lost => log::warn!(
-                    "lease of lock `{}` lost: {}",
-                    hold.keys.name,
-                    if outcome == Some(false) {
-                        "the key expired, was deleted, or has another owner"
-                    } else {
-                        "Redis could not be reached before the lease ran out"
+                Status::Lost => {
+                    log::warn!(
+                        "lease of lock `{}` lost: {}",
+                        hold.keys.name,
+                        if outcome == Some(false) {
+                            "the key expired, was deleted, or has another owner"
+                        } else {
+                            "Redis could not be reached before the lease ran out"
+                        }
+                    );
+                    if let Some(hook) = &self.on_lost {
+                        let lost = LostLease {
+                            name: hold.keys.name.clone(),
+                            fencing_token: hold.token,
+                        };
+                        // A panicking callback must not take the renewal thread down with it.
+                        let call = std::panic::AssertUnwindSafe(|| (hook.0)(&lost));
+                        if std::panic::catch_unwind(call).is_err() {
+                            log::error!("the on_lease_lost callback panicked");
+                        }
                     }
-                ),
+                }
                 Status::Released => {}
             }
         }
