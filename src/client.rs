@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex as PlMutex;
 
+use crate::backend::{Backend, Node};
 use crate::conn::{self, Pool, Timeouts};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, Renewal};
@@ -72,7 +73,10 @@ impl std::fmt::Debug for LostHook {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build()` is called"]
 pub struct ClientBuilder {
-    url: String,
+    urls: Vec<String>,
+    /// Per-master timeout; `Some` makes this a quorum (RedLock) client.
+    master_timeout: Option<Duration>,
+    drift_factor: f64,
     lease: Duration,
     renew_every: Option<Duration>,
     prefix: String,
@@ -115,6 +119,20 @@ impl ClientBuilder {
     /// The bound on one command's round trip (default 5 s).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// Makes this a quorum client over several masters (see [`Redlock`](crate::Redlock)).
+    pub(crate) fn masters(mut self, urls: Vec<String>, master_timeout: Duration) -> Self {
+        self.urls = urls;
+        self.master_timeout = Some(master_timeout);
+        self
+    }
+
+    /// The clock drift factor (default 0.01): the share of a lease given up to allow for
+    /// clocks running at different rates.
+    pub(crate) fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
         self
     }
 
@@ -185,6 +203,23 @@ impl ClientBuilder {
             validate_max_hold(max)?;
         }
         keys::validate_prefix(&self.prefix)?;
+        if self.urls.is_empty() {
+            return Err(Error::config("masters", "must name at least one Redis URL"));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(Error::config(
+                "clock_drift_factor",
+                "must be at least 0 and below 0.5",
+            ));
+        }
+        if let Some(t) = self.master_timeout
+            && (t < Duration::from_millis(1) || t >= self.lease / 2)
+        {
+            return Err(Error::config(
+                "master_timeout",
+                "must be at least 1ms and below half the lease",
+            ));
+        }
         Ok(Config {
             lease: self.lease,
             renew_every,
@@ -207,19 +242,50 @@ impl ClientBuilder {
     /// the connection; [`Error::Spawn`] when a thread cannot be started.
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
-        let info = conn::parse_url(&self.url)?;
-        let pool = Arc::new(Pool::new(info.clone(), config.timeouts)?);
+        let infos = self
+            .urls
+            .iter()
+            .map(|u| conn::parse_url(u))
+            .collect::<Result<Vec<_>>>()?;
+        // A quorum's connections open within the per-master timeout, so that a stalled
+        // master delays a call by no more than that.
+        let (call_timeout, node_timeouts) = match self.master_timeout {
+            Some(t) => (
+                t,
+                Timeouts {
+                    connect: config
+                        .timeouts
+                        .connect
+                        .min(t.max(Duration::from_millis(50))),
+                    command: config.timeouts.command,
+                },
+            ),
+            None => (config.timeouts.command, config.timeouts),
+        };
+        let nodes = infos
+            .iter()
+            .zip(&self.urls)
+            .map(|(info, url)| {
+                Ok(Node::new(
+                    conn::redact(url),
+                    Pool::new(info.clone(), node_timeouts)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let backend = Arc::new(Backend::new(
+            nodes,
+            call_timeout,
+            config.timeouts.command,
+            self.drift_factor,
+        ));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
-        pool.with(|con| {
-            redis::cmd("PING").query::<()>(con)?;
-            Ok(())
-        })?;
-        let (subscriber, reader) = Subscriber::connect(info, config.timeouts)?;
+        backend.ping()?;
+        let (subscriber, reader) = Subscriber::connect(infos, node_timeouts)?;
         let (renew_tx, renew_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             id: uuid::Uuid::new_v4().to_string(),
             config: config.clone(),
-            pool: Arc::clone(&pool),
+            backend: Arc::clone(&backend),
             subscriber: Arc::clone(&subscriber),
             renew_tx: renew_tx.clone(),
             holds: PlMutex::new(HashMap::new()),
@@ -236,7 +302,7 @@ impl ClientBuilder {
                 return Err(Error::Spawn(e));
             }
         }
-        let renewer = Renewer::new(pool, renew_rx, config.renew_every, self.on_lost);
+        let renewer = Renewer::new(backend, renew_rx, config.renew_every, self.on_lost);
         match thread::Builder::new()
             .name("locksmith-renew".into())
             .spawn(move || renewer.run())
@@ -250,7 +316,7 @@ impl ClientBuilder {
                 return Err(Error::Spawn(e));
             }
         }
-        log::debug!("client connected to {}", conn::redact(&self.url));
+        log::debug!("client connected to {} master(s)", self.urls.len());
         Ok(Client {
             inner: Arc::new(Inner { shared, threads }),
         })
@@ -260,7 +326,10 @@ impl ClientBuilder {
 /// Checks a maximum hold time.
 pub(crate) fn validate_max_hold(max: Duration) -> Result<()> {
     if max < MIN_LEASE {
-        return Err(Error::config("max_hold", format!("must be at least {MIN_LEASE:?}")));
+        return Err(Error::config(
+            "max_hold",
+            format!("must be at least {MIN_LEASE:?}"),
+        ));
     }
     Ok(())
 }
@@ -271,7 +340,7 @@ pub(crate) struct Shared {
     /// This client's random id: the first half of every owner id.
     pub(crate) id: String,
     pub(crate) config: Config,
-    pub(crate) pool: Arc<Pool>,
+    pub(crate) backend: Arc<Backend>,
     pub(crate) subscriber: Arc<Subscriber>,
     renew_tx: Sender<Msg>,
     /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
@@ -339,9 +408,10 @@ impl Shared {
         let Grant { token, count, sent } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
+        // A re-entry joins the thread's hold (with a quorum, a master that restarted may have
+        // answered with a newer token; the acquisition is still the same).
         if count > 1
             && let Some(h) = holds.get(&slot).and_then(Weak::upgrade)
-            && h.token == token
             && h.enter(sent)
         {
             return h;
@@ -355,6 +425,7 @@ impl Shared {
             owner,
             token,
             terms.lease,
+            self.backend.drift(terms.lease),
             renewal,
             sent,
         ));
@@ -398,7 +469,7 @@ impl Drop for Inner {
                 let _ = t.join();
             }
         }
-        self.shared.pool.clear();
+        self.shared.backend.clear();
     }
 }
 
@@ -462,7 +533,9 @@ impl Client {
     /// A builder for a client with other settings.
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
-            url: url.to_owned(),
+            urls: vec![url.to_owned()],
+            master_timeout: None,
+            drift_factor: 0.01,
             lease: Duration::from_secs(30),
             renew_every: None,
             prefix: "locksmith:".to_owned(),

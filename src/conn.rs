@@ -123,26 +123,21 @@ impl Pool {
         Ok(con)
     }
 
-    /// Runs `f` on a pooled connection. The connection goes back to the pool unless `f`
-    /// failed in a way that leaves it unusable (I/O error, timeout, dropped connection).
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut redis::Connection) -> Result<T>) -> Result<T> {
-        let mut con = match self.idle.lock().pop() {
-            Some(con) => con,
-            None => self.connect()?,
-        };
-        let out = f(&mut con);
-        let broken = match &out {
-            Err(Error::Redis(e)) => is_connection_error(e),
-            Err(Error::Timeout { .. }) => true,
-            _ => false,
-        };
-        if !broken && redis::ConnectionLike::is_open(&con) {
-            let mut idle = self.idle.lock();
-            if idle.len() < MAX_IDLE {
-                idle.push(con);
-            }
+    /// An idle connection, or a new one.
+    pub(crate) fn take(&self) -> Result<redis::Connection> {
+        let idle = self.idle.lock().pop();
+        match idle {
+            Some(con) => Ok(con),
+            None => self.connect(),
         }
-        out
+    }
+
+    /// Gives a healthy connection back.
+    pub(crate) fn put(&self, con: redis::Connection) {
+        let mut idle = self.idle.lock();
+        if idle.len() < MAX_IDLE {
+            idle.push(con);
+        }
     }
 
     /// Drops every idle connection (they are reopened on demand).

@@ -52,6 +52,13 @@ pub enum Error {
         /// The Redis key that is in the way.
         key: String,
     },
+    /// Too few masters of a [`Redlock`](crate::Redlock) answered for a majority to be possible.
+    NoQuorum {
+        /// How many masters answered.
+        reached: usize,
+        /// How many are needed (a majority).
+        needed: usize,
+    },
     /// A background thread could not be started.
     Spawn(std::io::Error),
 }
@@ -83,13 +90,17 @@ impl Error {
 
     /// True for errors that come from Redis or from the connection to it.
     pub fn is_redis(&self) -> bool {
-        matches!(self, Error::Redis(_) | Error::ForeignKey { .. })
+        matches!(
+            self,
+            Error::Redis(_) | Error::ForeignKey { .. } | Error::NoQuorum { .. }
+        )
     }
 
-    /// True for connection-level failures (refused, reset, timed out) that a retry may cure.
+    /// True for connection-level failures (refused, reset, timed out, no quorum) that a retry
+    /// may cure.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Error::Timeout { .. } => true,
+            Error::Timeout { .. } | Error::NoQuorum { .. } => true,
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()
@@ -126,6 +137,10 @@ impl fmt::Display for Error {
             Error::ForeignKey { key } => write!(
                 f,
                 "key `{key}` holds a value that locksmith did not write; it was left untouched"
+            ),
+            Error::NoQuorum { reached, needed } => write!(
+                f,
+                "no quorum: {reached} master(s) answered, {needed} needed"
             ),
             Error::Spawn(e) => write!(f, "could not start a background thread: {e}"),
         }

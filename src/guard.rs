@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::mutex::Mutex;
-use crate::scripts::{self, ReleaseReply};
+use crate::scripts::ReleaseReply;
 
 /// A held lock. Dropping it releases one level of the lock (the lock is free once the
 /// outermost guard of the owning thread is gone); [`unlock`](MutexGuard::unlock) does the same
@@ -120,8 +120,8 @@ impl Drop for MutexGuard<'_> {
 }
 
 /// Releases one level of `hold`: stops renewal first (for the outermost level), then runs the
-/// owner-checked release script, retrying once with the same request id when the connection
-/// failed (the script recognises a retry, so a level is never released twice).
+/// owner-checked release script (the backend retries once, with the same request id, where the
+/// connection failed; the script recognises a retry, so a level is never released twice).
 fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
     let shared = mutex.client().shared();
     let timeouts = shared.config.timeouts;
@@ -129,23 +129,9 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
         shared.forget(hold);
     }
     let request = crate::client::request_id();
-    let run = || {
-        shared
-            .pool
-            .with(|con| scripts::release(con, mutex.keys(), &hold.owner, &request))
-    };
-    let reply = match run() {
-        Err(e) if e.is_retriable() => {
-            log::debug!("release of `{}` failed ({e}); retrying once", mutex.name());
-            match run() {
-                // The first attempt may have released the last level before its reply was
-                // lost: then the key is gone, which is what a release wants.
-                Ok(ReleaseReply::Missing) => Ok(ReleaseReply::Released { remaining: 0 }),
-                other => other,
-            }
-        }
-        other => other,
-    }?;
+    let reply = shared
+        .backend
+        .release(mutex.keys(), &hold.owner, &request, hold.token)?;
     match reply {
         ReleaseReply::Released { .. } => Ok(()),
         ReleaseReply::Missing => {
@@ -156,5 +142,8 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
             hold.mark_lost();
             Err(Error::NotOwner)
         }
+        ReleaseReply::Foreign => Err(Error::ForeignKey {
+            key: mutex.keys().lock.clone(),
+        }),
     }
 }

@@ -15,11 +15,6 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::keys::LockKeys;
 
-/// The part of a lease given up to allow for clock drift: 1% plus 2 ms.
-pub(crate) fn drift_margin(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
 /// How the renewal thread keeps a hold alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Renewal {
@@ -60,6 +55,8 @@ pub(crate) struct Hold {
     pub(crate) owner: String,
     pub(crate) token: u64,
     pub(crate) lease: Duration,
+    /// The part of the lease given up for clock drift.
+    drift: Duration,
     /// How the renewal thread extends the lease; `None` for a fixed lease.
     pub(crate) renewal: Option<Renewal>,
     state: Mutex<State>,
@@ -72,6 +69,7 @@ impl Hold {
         owner: String,
         token: u64,
         lease: Duration,
+        drift: Duration,
         renewal: Option<Renewal>,
         sent: Instant,
     ) -> Self {
@@ -80,6 +78,7 @@ impl Hold {
             owner,
             token,
             lease,
+            drift,
             renewal,
             state: Mutex::new(State {
                 last_ok: sent,
@@ -93,7 +92,7 @@ impl Hold {
 
     fn deadline_of(&self, st: &State) -> Option<Instant> {
         st.last_ok
-            .checked_add(self.lease.saturating_sub(drift_margin(self.lease)))
+            .checked_add(self.lease.saturating_sub(self.drift))
     }
 
     /// The local deadline: after it, the lock may be someone else's.
@@ -240,6 +239,7 @@ mod tests {
             "o".into(),
             1,
             Duration::from_millis(lease_ms),
+            Duration::from_millis(lease_ms / 100 + 2),
             Some(Renewal {
                 every: Duration::from_millis(lease_ms / 3),
                 until: None,

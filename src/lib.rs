@@ -99,6 +99,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod backend;
 mod client;
 mod conn;
 mod error;
@@ -106,6 +107,7 @@ mod guard;
 mod hold;
 mod keys;
 mod mutex;
+mod redlock;
 mod renewal;
 mod resp;
 mod scripts;
@@ -116,3 +118,4 @@ pub use error::{Error, Result};
 pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;
+pub use redlock::{Redlock, RedlockBuilder};

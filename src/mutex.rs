@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::Acquired;
 use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
-use crate::scripts::{self, AcquireReply};
 use crate::subscriber::{RECHECK, Turn};
 
 /// How the lease of a lock is kept.
@@ -146,10 +146,7 @@ impl Mutex {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn is_locked(&self) -> Result<bool> {
-        self.client.shared().pool.with(|con| {
-            let n: u64 = redis::cmd("EXISTS").arg(&self.keys.lock).query(con)?;
-            Ok(n > 0)
-        })
+        self.client.shared().backend.exists(&self.keys)
     }
 
     /// Blocks until the lock is held by the calling thread.
@@ -228,7 +225,10 @@ impl Mutex {
     fn attempt(&self, owner: &str, request: &str) -> Result<Attempt> {
         match self.attempt_once(owner, request) {
             Err(e) if e.is_retriable() => {
-                log::debug!("acquire of `{}` failed ({e}); retrying once", self.keys.name);
+                log::debug!(
+                    "acquire of `{}` failed ({e}); retrying once",
+                    self.keys.name
+                );
                 self.attempt_once(owner, request)
             }
             other => other,
@@ -248,9 +248,8 @@ impl Mutex {
         loop {
             match self.attempt(owner, request) {
                 Err(e) if e.is_retriable() => {
-                    let retry_until = *retry_until.get_or_insert_with(|| {
-                        after(self.client.shared().config.retry_timeout)
-                    });
+                    let retry_until = *retry_until
+                        .get_or_insert_with(|| after(self.client.shared().config.retry_timeout));
                     let stop = match (deadline, retry_until) {
                         (Some(d), Some(r)) => Some(d.min(r)),
                         (d, r) => d.or(r),
@@ -275,11 +274,11 @@ impl Mutex {
         let terms = self.terms();
         let sent = Instant::now();
         let reply = shared
-            .pool
-            .with(|con| scripts::acquire(con, &self.keys, owner, terms.lease, request))?;
+            .backend
+            .acquire(&self.keys, owner, terms.lease, request, sent)?;
         match reply {
-            AcquireReply::Busy { ttl } => Ok(Attempt::Busy(ttl)),
-            AcquireReply::Held { token, count } => {
+            Acquired::Busy(ttl) => Ok(Attempt::Busy(ttl)),
+            Acquired::Held { token, count } => {
                 let grant = Grant { token, count, sent };
                 let hold = shared.adopt(&self.keys, owner.to_owned(), grant, terms);
                 if hold.is_held() {

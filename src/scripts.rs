@@ -1,8 +1,9 @@
 //! The Lua scripts behind acquire, release and renew, and their typed replies.
 //!
 //! Each script lives in `src/scripts/*.lua`, opening with its KEYS/ARGV contract. They are
-//! built once per process ([`LazyLock`]) and sent with `EVALSHA`; `redis::Script` falls back
-//! to loading the script when the server answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+//! hashed once per process ([`LazyLock`]) and sent with `EVALSHA`; a master that answers
+//! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`) gets the script loaded and the call resent
+//! (see `backend.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -16,19 +17,20 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 
-/// The answer of the acquire script.
+/// The answer of the acquire script on one master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// The caller holds the lock now, `count` levels deep, under fencing token `token`.
     Held { token: u64, count: u64 },
     /// Another owner holds it, for `ttl` more.
     Busy { ttl: Duration },
+    /// The key holds something locksmith did not write.
+    Foreign,
 }
 
-/// The answer of the release script.
+/// The answer of the release script on one master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
     /// Released one level; `remaining` levels are still held (0: the lock is free).
@@ -37,6 +39,8 @@ pub(crate) enum ReleaseReply {
     Missing,
     /// Another owner holds the lock.
     OtherOwner,
+    /// The key holds something locksmith did not write.
+    Foreign,
 }
 
 /// Lease in whole milliseconds, as the scripts take it; at least 1.
@@ -53,7 +57,8 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn unexpected(script: &str, v: &Value) -> Error {
+/// The error for a reply of the wrong shape.
+pub(crate) fn unexpected(script: &str, v: &Value) -> Error {
     Error::Redis(redis::RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
         "unexpected script reply",
@@ -61,33 +66,75 @@ fn unexpected(script: &str, v: &Value) -> Error {
     )))
 }
 
-/// Runs the acquire script for `owner` with a lease of `lease`.
-pub(crate) fn acquire(
-    con: &mut Connection,
-    keys: &LockKeys,
-    owner: &str,
-    lease: Duration,
-    request: &str,
-) -> Result<AcquireReply> {
-    let v: Value = ACQUIRE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .arg(owner)
-        .arg(millis(lease))
-        .arg(request)
-        .invoke(con)?;
-    parse_acquire(&v).ok_or_else(|| {
-        if matches!(&v, Value::Array(a) if a.first().and_then(int) == Some(-1)) {
-            Error::ForeignKey {
-                key: keys.lock.clone(),
-            }
-        } else {
-            unexpected("acquire", &v)
-        }
-    })
+/// One of the three scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Which {
+    Acquire,
+    Release,
+    Renew,
 }
 
-fn parse_acquire(v: &Value) -> Option<AcquireReply> {
+impl Which {
+    fn script(self) -> &'static Script {
+        match self {
+            Which::Acquire => &ACQUIRE,
+            Which::Release => &RELEASE,
+            Which::Renew => &RENEW,
+        }
+    }
+
+    /// Loads the script into a server's cache (after `NOSCRIPT`).
+    pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
+        self.script().prepare_invoke().load(con)?;
+        Ok(())
+    }
+}
+
+/// A script call: which script, and its `EVALSHA` command.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) which: Which,
+    pub(crate) cmd: redis::Cmd,
+}
+
+fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// The acquire script for `owner` with a lease of `lease`.
+pub(crate) fn acquire(keys: &LockKeys, owner: &str, lease: Duration, request: &str) -> Call {
+    let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
+    cmd.arg(owner).arg(millis(lease)).arg(request);
+    Call {
+        which: Which::Acquire,
+        cmd,
+    }
+}
+
+/// The release script for one level held by `owner` under `token`.
+pub(crate) fn release(keys: &LockKeys, owner: &str, request: &str, token: u64) -> Call {
+    let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
+    cmd.arg(owner).arg(&keys.channel).arg(request).arg(token);
+    Call {
+        which: Which::Release,
+        cmd,
+    }
+}
+
+/// The renew script for `owner`'s hold under `token`.
+pub(crate) fn renew(keys: &LockKeys, owner: &str, lease: Duration, token: u64) -> Call {
+    let mut cmd = evalsha(Which::Renew, &[&keys.lock, &keys.fence]);
+    cmd.arg(owner).arg(millis(lease)).arg(token);
+    Call {
+        which: Which::Renew,
+        cmd,
+    }
+}
+
+/// Parses an acquire reply.
+pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = v else { return None };
     match (items.first().and_then(int)?, items.get(1), items.get(2)) {
         (1, Some(token), Some(count)) => Some(AcquireReply::Held {
@@ -102,38 +149,25 @@ fn parse_acquire(v: &Value) -> Option<AcquireReply> {
                 ttl: Duration::from_millis(ms),
             })
         }
+        (-1, _, _) => Some(AcquireReply::Foreign),
         _ => None,
     }
 }
 
-/// Runs the release script for one level held by `owner`.
-pub(crate) fn release(
-    con: &mut Connection,
-    keys: &LockKeys,
-    owner: &str,
-    request: &str,
-) -> Result<ReleaseReply> {
-    let v: Value = RELEASE
-        .key(&keys.lock)
-        .arg(owner)
-        .arg(&keys.channel)
-        .arg(request)
-        .invoke(con)?;
-    match int(&v) {
-        Some(n) if n >= 0 => Ok(ReleaseReply::Released {
+/// Parses a release reply.
+pub(crate) fn parse_release(v: &Value) -> Option<ReleaseReply> {
+    match int(v)? {
+        n if n >= 0 => Some(ReleaseReply::Released {
             remaining: n.unsigned_abs(),
         }),
-        Some(-1) => Ok(ReleaseReply::Missing),
-        Some(-2) => Ok(ReleaseReply::OtherOwner),
-        Some(-3) => Err(Error::ForeignKey {
-            key: keys.lock.clone(),
-        }),
-        _ => Err(unexpected("release", &v)),
+        -1 => Some(ReleaseReply::Missing),
+        -2 => Some(ReleaseReply::OtherOwner),
+        -3 => Some(ReleaseReply::Foreign),
+        _ => None,
     }
 }
 
-/// Parses one renew reply: `Some(true)` extended, `Some(false)` not owned any more, `None` an
-/// error (the caller decides whether it is `NOSCRIPT`).
+/// Parses one renew reply: `Some(true)` extended, `Some(false)` not owned any more.
 pub(crate) fn parse_renew(v: &Value) -> Option<bool> {
     int(v).map(|n| n == 1)
 }
@@ -170,7 +204,19 @@ mod tests {
                 ttl: Duration::ZERO
             })
         );
-        assert_eq!(parse_acquire(&Value::Array(vec![Value::Int(-1)])), None);
+        assert_eq!(
+            parse_acquire(&Value::Array(vec![Value::Int(-1)])),
+            Some(AcquireReply::Foreign)
+        );
+        assert_eq!(
+            parse_release(&Value::Int(2)),
+            Some(ReleaseReply::Released { remaining: 2 })
+        );
+        assert_eq!(
+            parse_release(&Value::Int(-2)),
+            Some(ReleaseReply::OtherOwner)
+        );
+        assert_eq!(parse_release(&Value::Nil), None);
         assert_eq!(parse_acquire(&Value::Nil), None);
     }
 

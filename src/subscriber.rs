@@ -40,7 +40,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
@@ -188,6 +188,25 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
     Ok((reader, writer))
 }
 
+/// Opens a pub/sub connection to the first master that answers, starting at `start` and
+/// going round. With a quorum, listening on any one master is enough: every release
+/// publishes on every master it reaches. Returns the halves and the master's index.
+fn open_any(
+    infos: &[ConnectionInfo],
+    start: usize,
+    timeouts: Timeouts,
+) -> Result<(BufReader<Stream>, Stream, usize)> {
+    let mut last = None;
+    for k in 0..infos.len() {
+        let i = (start + k) % infos.len();
+        match open(&infos[i], timeouts) {
+            Ok((r, w)) => return Ok((r, w, i)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(Error::config("masters", "must name at least one Redis URL")))
+}
+
 /// One thread waiting for a lock.
 #[derive(Debug)]
 struct Waiter {
@@ -263,7 +282,10 @@ impl Table {
 /// State shared by the subscriber thread and the waiting threads.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
-    info: ConnectionInfo,
+    /// The masters it may listen on; it listens on one at a time.
+    infos: Vec<ConnectionInfo>,
+    /// The index of the master listened on (or tried next).
+    current: AtomicUsize,
     timeouts: Timeouts,
     table: Mutex<Table>,
     stop: AtomicBool,
@@ -286,11 +308,15 @@ impl std::fmt::Debug for Reader {
 impl Subscriber {
     /// Connects eagerly (so a bad address fails `build()`), returning the shared state and the
     /// read side for [`Subscriber::run`].
-    pub(crate) fn connect(info: ConnectionInfo, timeouts: Timeouts) -> Result<(Arc<Self>, Reader)> {
-        let (reader, writer) = open(&info, timeouts)?;
+    pub(crate) fn connect(
+        infos: Vec<ConnectionInfo>,
+        timeouts: Timeouts,
+    ) -> Result<(Arc<Self>, Reader)> {
+        let (reader, writer, current) = open_any(&infos, 0, timeouts)?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let sub = Arc::new(Subscriber {
-            info,
+            infos,
+            current: AtomicUsize::new(current),
             timeouts,
             table: Mutex::new(Table {
                 writer: Some(writer),
@@ -402,7 +428,9 @@ impl Subscriber {
                 let refused = table.pending.pop_front();
                 log::warn!(
                     "pub/sub error reply{}: {e}",
-                    refused.map(|c| format!(" to SUBSCRIBE {}", c.name)).unwrap_or_default()
+                    refused
+                        .map(|c| format!(" to SUBSCRIBE {}", c.name))
+                        .unwrap_or_default()
                 );
             }
             return;
@@ -460,7 +488,9 @@ impl Subscriber {
     /// Opens a new connection and subscribes every channel that still has waiters. Each leader
     /// is woken once (epoch bump) to re-check, since releases may have been missed meanwhile.
     fn reconnect(&self) -> Result<BufReader<Stream>> {
-        let (reader, writer) = open(&self.info, self.timeouts)?;
+        let start = self.current.load(Ordering::Relaxed);
+        let (reader, writer, current) = open_any(&self.infos, start, self.timeouts)?;
+        self.current.store(current, Ordering::Relaxed);
         let mut table = self.table.lock();
         if self.stop.load(Ordering::SeqCst) {
             writer.shutdown();

@@ -10,6 +10,9 @@
 //! Cancellation is lazy: a released hold stays in the wheel until its slot fires and is then
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
 //! hold that is on the wire, so no renewal reaches Redis after the release script.
+//!
+//! The batch goes to every master at once (see `backend.rs`); pooled connections are used,
+//! and a connection that failed is replaced on the next batch.
 
 mod wheel;
 
@@ -17,12 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use redis::{Connection, Value};
 
+use crate::backend::Backend;
 use crate::client::{LostHook, LostLease};
-use crate::conn::Pool;
 use crate::hold::{Hold, Status};
-use crate::scripts::{self, RENEW};
+use crate::scripts;
 use wheel::Wheel;
 
 /// A message to the renewal thread.
@@ -36,7 +38,7 @@ pub(crate) enum Msg {
 
 /// The renewal thread's state.
 pub(crate) struct Renewer {
-    pool: Arc<Pool>,
+    backend: Arc<Backend>,
     rx: Receiver<Msg>,
     /// Renewals due this much apart share a batch (sent early by at most this much).
     coalesce: Duration,
@@ -44,7 +46,6 @@ pub(crate) struct Renewer {
     retry: Duration,
     epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
-    con: Option<Connection>,
     on_lost: Option<LostHook>,
 }
 
@@ -52,26 +53,24 @@ impl std::fmt::Debug for Renewer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Renewer")
             .field("scheduled", &self.wheel.len())
-            .field("connected", &self.con.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Renewer {
     pub(crate) fn new(
-        pool: Arc<Pool>,
+        backend: Arc<Backend>,
         rx: Receiver<Msg>,
         renew_every: Duration,
         on_lost: Option<LostHook>,
     ) -> Self {
         Renewer {
-            pool,
+            backend,
             rx,
             coalesce: (renew_every / 10).min(Duration::from_millis(100)),
             retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
             epoch: Instant::now(),
             wheel: Wheel::new(),
-            con: None,
             on_lost,
         }
     }
@@ -173,55 +172,12 @@ impl Renewer {
         }
     }
 
-    /// Sends the renewals; one outcome per hold (`None` where the reply was an error).
+    /// Sends the renewals; one outcome per hold (`None` where it is unknown).
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for h in batch {
-            pipe.invoke_script(
-                RENEW
-                    .key(&h.keys.lock)
-                    .arg(&h.owner)
-                    .arg(scripts::millis(h.lease)),
-            );
-        }
-        for attempt in 0..2 {
-            let con = match self.con.take() {
-                Some(c) => c,
-                None => match self.pool.connect() {
-                    Ok(c) => c,
-                    Err(e) => {
-                        log::warn!("renewal could not connect: {e}");
-                        return vec![None; batch.len()];
-                    }
-                },
-            };
-            let mut con = con;
-            match pipe.query::<Vec<Value>>(&mut con) {
-                Ok(values) => {
-                    self.con = Some(con);
-                    let noscript = values.iter().any(|v| {
-                        matches!(v, Value::ServerError(e)
-                            if e.kind() == Some(redis::ServerErrorKind::NoScript))
-                    });
-                    if noscript && attempt == 0 {
-                        // After a restart or SCRIPT FLUSH: load once, then resend the batch
-                        // (renewal is idempotent).
-                        if let Some(c) = self.con.as_mut()
-                            && let Err(e) = RENEW.prepare_invoke().load(c)
-                        {
-                            log::warn!("renewal could not load its script: {e}");
-                        }
-                        continue;
-                    }
-                    return values.iter().map(scripts::parse_renew).collect();
-                }
-                Err(e) => {
-                    log::warn!("renewal of {} leases failed: {e}", batch.len());
-                    return vec![None; batch.len()];
-                }
-            }
-        }
-        vec![None; batch.len()]
+        let calls: Vec<_> = batch
+            .iter()
+            .map(|h| scripts::renew(&h.keys, &h.owner, h.lease, h.token))
+            .collect();
+        self.backend.renew(&calls)
     }
 }

@@ -1,18 +1,29 @@
 -- Release one level of a lock held by this owner. One round trip, atomic.
 --
 -- KEYS[1]  lock hash
+-- KEYS[2]  fencing counter
 -- ARGV[1]  owner id
--- ARGV[2]  release channel: a message is published there when the lock becomes free
+-- ARGV[2]  release channel: a message is published there when the lock is free afterwards
 -- ARGV[3]  request id: unique per release call, the same on a retry of that call, so a retry
 --          after a lost reply does not release two levels
+-- ARGV[4]  the holder's fencing token: the counter is raised to it, so that on a quorum of
+--          masters the next token exceeds this one even where this master's counter was behind
 --
 -- Returns n >= 0  re-entry levels still held (0: the key was deleted and the release published)
 --         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
---                 already released it)
+--                 already released it); the lock is free, so waiters are told
 --         -2      another owner holds it; nothing was changed
 --         -3      the key is not a locksmith lock; nothing was changed
+local function raise_fence()
+  local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+  if last < tonumber(ARGV[4]) then
+    redis.call('set', KEYS[2], ARGV[4])
+  end
+end
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
+  raise_fence()
+  redis.call('publish', ARGV[2], 'released')
   return -1
 end
 if kind ~= 'hash' then
@@ -34,5 +45,6 @@ if count > 0 then
   return count
 end
 redis.call('del', KEYS[1])
+raise_fence()
 redis.call('publish', ARGV[2], 'released')
 return 0

@@ -1,0 +1,514 @@
+//! The masters a client locks on: one Redis, or a quorum of independent ones (RedLock).
+//!
+//! Both are the same model: `N` masters and a quorum `Q` (1 of 1, or `N/2 + 1` of `N`). A
+//! script call goes to every master *at once* without a thread per master: the command is
+//! written on each master's connection first, then the replies are read, all within one
+//! bound measured from the first write. So five masters cost about one round trip, not five.
+//!
+//! With one master, replies map straight to the caller's outcome (and Redis errors pass through
+//! unchanged). With a quorum:
+//!
+//! - **acquire** holds when at least `Q` masters granted it and the validity
+//!   `lease - elapsed - drift` is still positive (`drift = lease * factor + 2 ms`); otherwise
+//!   what was granted is released at once, on every master that granted it or did not answer;
+//! - **release** succeeds when `Q` masters released; the lease was lost otherwise;
+//! - **renewal** keeps a hold when `Q` masters extended it, and loses it when so many refused
+//!   that `Q` cannot be reached any more.
+//!
+//! A master that failed at the connection level is skipped for a short while (a few times
+//! the per-master timeout), so that one stalled master cannot make every call wait for a new
+//! connection to it.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{Connection, ConnectionLike, Value};
+
+use crate::conn::{Pool, is_connection_error};
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::scripts::{self, AcquireReply, Call, ReleaseReply, Which};
+
+/// One Redis master.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// The master's URL without its password, for messages.
+    pub(crate) name: String,
+    pub(crate) pool: Pool,
+    /// Skip this master until then (quorum mode only), after a connection failure.
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl Node {
+    pub(crate) fn new(name: String, pool: Pool) -> Self {
+        Node {
+            name,
+            pool,
+            down_until: Mutex::new(None),
+        }
+    }
+}
+
+/// What an acquire across the masters came to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Acquired {
+    /// Held by the caller.
+    Held { token: u64, count: u64 },
+    /// Not held; worth another attempt after this long at the latest.
+    Busy(Duration),
+}
+
+/// The masters, the quorum, and the bounds of one call.
+#[derive(Debug)]
+pub(crate) struct Backend {
+    nodes: Vec<Node>,
+    quorum: usize,
+    /// Bound on one round of calls: the command timeout for one master, the per-master
+    /// timeout for a quorum.
+    call_timeout: Duration,
+    /// The command timeout (what pooled connections are set to).
+    command_timeout: Duration,
+    drift_factor: f64,
+}
+
+/// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
+fn jitter(lo: Duration) -> Duration {
+    let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
+    lo + lo * r / 1000
+}
+
+impl Backend {
+    pub(crate) fn new(
+        nodes: Vec<Node>,
+        call_timeout: Duration,
+        command_timeout: Duration,
+        drift_factor: f64,
+    ) -> Self {
+        let quorum = nodes.len() / 2 + 1;
+        Backend {
+            nodes,
+            quorum,
+            call_timeout,
+            command_timeout,
+            drift_factor,
+        }
+    }
+
+    fn single(&self) -> bool {
+        self.nodes.len() == 1
+    }
+
+    /// The part of a lease given up to allow for clock drift between hosts.
+    pub(crate) fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.drift_factor) + Duration::from_millis(2)
+    }
+
+    /// Sends `packed` (holding `replies` commands) to the masters `targets` at once and
+    /// collects each master's replies, all within `timeout` of the first write.
+    fn round(
+        &self,
+        targets: &[usize],
+        packed: &[u8],
+        replies: usize,
+        which: Which,
+        timeout: Duration,
+    ) -> Vec<(usize, Result<Vec<Value>>)> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut sent: Vec<(usize, Connection)> = Vec::with_capacity(targets.len());
+        let mut out = Vec::with_capacity(targets.len());
+        for &i in targets {
+            let node = &self.nodes[i];
+            if !self.single()
+                && let Some(t) = *node.down_until.lock()
+                && Instant::now() < t
+            {
+                out.push((
+                    i,
+                    Err(Error::Timeout {
+                        what: "master marked down after a failure",
+                    }),
+                ));
+                continue;
+            }
+            let con = node.pool.take().and_then(|mut con| {
+                con.send_packed_command(packed)?;
+                Ok(con)
+            });
+            match con {
+                Ok(con) => sent.push((i, con)),
+                Err(e) => {
+                    self.failed(i, &e);
+                    out.push((i, Err(e)));
+                }
+            }
+        }
+        for (i, mut con) in sent {
+            let result = self.receive(&mut con, replies, deadline, timeout);
+            let result = match result {
+                Ok(values) if values.iter().any(is_noscript) => {
+                    // After a restart or SCRIPT FLUSH: load, and resend on this master alone.
+                    which.load(&mut con).and_then(|()| {
+                        con.send_packed_command(packed)?;
+                        self.receive(&mut con, replies, None, self.command_timeout)
+                    })
+                }
+                other => other,
+            };
+            match &result {
+                Err(e) => self.failed(i, e),
+                Ok(_) if con.is_open() => self.nodes[i].pool.put(con),
+                Ok(_) => {}
+            }
+            out.push((i, result));
+        }
+        out
+    }
+
+    /// Reads `n` replies, each read bounded by `deadline`.
+    fn receive(
+        &self,
+        con: &mut Connection,
+        n: usize,
+        deadline: Option<Instant>,
+        timeout: Duration,
+    ) -> Result<Vec<Value>> {
+        let custom = timeout != self.command_timeout;
+        let mut values = Vec::with_capacity(n);
+        for _ in 0..n {
+            if custom {
+                let left =
+                    deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+                if left.is_zero() {
+                    return Err(Error::Timeout {
+                        what: "no reply from the master in time",
+                    });
+                }
+                con.set_read_timeout(Some(left))?;
+            }
+            values.push(con.recv_response()?);
+        }
+        if custom {
+            con.set_read_timeout(Some(self.command_timeout))?;
+        }
+        Ok(values)
+    }
+
+    /// Notes a failure of master `i`: a broken connection marks it down for a short while.
+    fn failed(&self, i: usize, e: &Error) {
+        let broken = match e {
+            Error::Redis(e) => is_connection_error(e),
+            Error::Timeout { .. } => true,
+            _ => false,
+        };
+        if broken && !self.single() {
+            let pause = (self.call_timeout * 10).min(Duration::from_secs(1));
+            *self.nodes[i].down_until.lock() = Instant::now().checked_add(pause);
+            log::debug!("master {} failed: {e}", self.nodes[i].name);
+        }
+    }
+
+    fn all(&self) -> Vec<usize> {
+        (0..self.nodes.len()).collect()
+    }
+
+    fn call_all(&self, call: &Call, targets: &[usize]) -> Vec<(usize, Result<Value>)> {
+        let packed = call.cmd.get_packed_command();
+        self.round(targets, &packed, 1, call.which, self.call_timeout)
+            .into_iter()
+            .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
+            .collect()
+    }
+
+    /// Acquires on the masters. `sent` must be taken before this call; the validity of a
+    /// quorum grant is judged against it.
+    pub(crate) fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        lease: Duration,
+        request: &str,
+        sent: Instant,
+    ) -> Result<Acquired> {
+        let call = scripts::acquire(keys, owner, lease, request);
+        let replies = self.call_all(&call, &self.all());
+        let parsed: Vec<(usize, Result<AcquireReply>)> = replies
+            .into_iter()
+            .map(|(i, r)| {
+                let p = r.and_then(|v| {
+                    scripts::parse_acquire(&v).ok_or_else(|| scripts::unexpected("acquire", &v))
+                });
+                (i, p)
+            })
+            .collect();
+        if self.single() {
+            return match parsed.into_iter().next().map(|(_, r)| r) {
+                Some(Ok(AcquireReply::Held { token, count })) => {
+                    Ok(Acquired::Held { token, count })
+                }
+                Some(Ok(AcquireReply::Busy { ttl })) => Ok(Acquired::Busy(ttl)),
+                Some(Ok(AcquireReply::Foreign)) => Err(Error::ForeignKey {
+                    key: keys.lock.clone(),
+                }),
+                Some(Err(e)) => Err(e),
+                None => Err(Error::NoQuorum {
+                    reached: 0,
+                    needed: 1,
+                }),
+            };
+        }
+        let (mut held, mut busy, mut failed, mut foreign) =
+            (Vec::new(), Vec::new(), Vec::new(), false);
+        let mut first_error = None;
+        for (i, r) in parsed {
+            match r {
+                Ok(AcquireReply::Held { token, count }) => held.push((i, token, count)),
+                Ok(AcquireReply::Busy { ttl }) => busy.push(ttl),
+                Ok(AcquireReply::Foreign) => foreign = true,
+                Err(e) => {
+                    failed.push(i);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let n = self.nodes.len();
+        if held.len() >= self.quorum && !foreign {
+            let elapsed = sent.elapsed();
+            if lease > elapsed + self.drift(lease) {
+                let token = held.iter().map(|h| h.1).max().unwrap_or(0);
+                let count = held.iter().map(|h| h.2).max().unwrap_or(1);
+                return Ok(Acquired::Held { token, count });
+            }
+        }
+        // Not held: give back what was granted, on the masters that granted it and (unless
+        // this was a re-entry, whose levels must not be undone twice) on those that did not
+        // answer, since the script may have run there before the reply was lost.
+        let reentry = held.iter().any(|h| h.2 > 1);
+        let mut undo: Vec<usize> = held.iter().map(|h| h.0).collect();
+        if !reentry {
+            undo.extend(&failed);
+        }
+        if !undo.is_empty() {
+            let token = held.iter().map(|h| h.1).max().unwrap_or(0);
+            let call = scripts::release(keys, owner, &crate::client::request_id(), token);
+            let _ = self.call_all(&call, &undo);
+        }
+        if foreign {
+            return Err(Error::ForeignKey {
+                key: keys.lock.clone(),
+            });
+        }
+        if failed.len() > n - self.quorum {
+            log::debug!(
+                "no quorum for `{}`: {} of {} masters answered ({})",
+                keys.name,
+                n - failed.len(),
+                n,
+                first_error.map(|e| e.to_string()).unwrap_or_default()
+            );
+            return Err(Error::NoQuorum {
+                reached: n - failed.len(),
+                needed: self.quorum,
+            });
+        }
+        // Enough masters must become free: wait for the shortest remaining leases that make
+        // that possible, or (a split vote) retry after a random delay.
+        busy.sort();
+        let free_now = n - busy.len();
+        let wait = match self.quorum.checked_sub(free_now) {
+            Some(k) if k > 0 => busy.get(k - 1).copied().unwrap_or(Duration::ZERO),
+            _ => jitter(self.call_timeout.max(Duration::from_millis(5))),
+        };
+        Ok(Acquired::Busy(wait))
+    }
+
+    /// Releases one level on every master, retrying once where the connection failed.
+    pub(crate) fn release(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        request: &str,
+        token: u64,
+    ) -> Result<ReleaseReply> {
+        let call = scripts::release(keys, owner, request, token);
+        let mut replies = self.call_all(&call, &self.all());
+        let retry: Vec<usize> = replies
+            .iter()
+            .filter(|(_, r)| r.as_ref().err().is_some_and(Error::is_retriable))
+            .map(|(i, _)| *i)
+            .collect();
+        if !retry.is_empty() {
+            log::debug!(
+                "release of `{}` failed on {} master(s); retrying once",
+                keys.name,
+                retry.len()
+            );
+            for (i, r) in self.call_all(&call, &retry) {
+                // The first attempt may have released the last level before its reply was
+                // lost: then the key is gone, which is what a release wants.
+                let r = r.map(|v| match scripts::parse_release(&v) {
+                    Some(ReleaseReply::Missing) => Value::Int(0),
+                    _ => v,
+                });
+                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
+                    slot.1 = r;
+                }
+            }
+        }
+        let mut parsed = replies.into_iter().map(|(_, r)| {
+            r.and_then(|v| {
+                scripts::parse_release(&v).ok_or_else(|| scripts::unexpected("release", &v))
+            })
+        });
+        if self.single() {
+            return parsed.next().unwrap_or(Err(Error::NoQuorum {
+                reached: 0,
+                needed: 1,
+            }));
+        }
+        let (mut released, mut remaining, mut other, mut foreign, mut errors) =
+            (0, 0, false, false, Vec::new());
+        for r in parsed {
+            match r {
+                Ok(ReleaseReply::Released { remaining: n }) => {
+                    released += 1;
+                    remaining = remaining.max(n);
+                }
+                Ok(ReleaseReply::Missing) => {}
+                Ok(ReleaseReply::OtherOwner) => other = true,
+                Ok(ReleaseReply::Foreign) => foreign = true,
+                Err(e) => errors.push(e),
+            }
+        }
+        if released >= self.quorum {
+            Ok(ReleaseReply::Released { remaining })
+        } else if other {
+            Ok(ReleaseReply::OtherOwner)
+        } else if foreign {
+            Ok(ReleaseReply::Foreign)
+        } else if released + errors.len() >= self.quorum {
+            // Could not tell: not enough masters answered.
+            Err(errors.into_iter().next().unwrap_or(Error::NoQuorum {
+                reached: released,
+                needed: self.quorum,
+            }))
+        } else {
+            Ok(ReleaseReply::Missing)
+        }
+    }
+
+    /// Renews a batch of leases on every master in one pipelined round trip per master.
+    /// One outcome per call: `Some(true)` kept, `Some(false)` lost, `None` unknown.
+    pub(crate) fn renew(&self, calls: &[Call]) -> Vec<Option<bool>> {
+        let mut packed = Vec::new();
+        for c in calls {
+            c.cmd.write_packed_command(&mut packed);
+        }
+        let replies = self.round(
+            &self.all(),
+            &packed,
+            calls.len(),
+            Which::Renew,
+            self.command_timeout,
+        );
+        let n = self.nodes.len();
+        let mut yes = vec![0usize; calls.len()];
+        let mut no = vec![0usize; calls.len()];
+        for (i, r) in replies {
+            match r {
+                Ok(values) => {
+                    for (k, v) in values.iter().enumerate() {
+                        match scripts::parse_renew(v) {
+                            Some(true) => yes[k] += 1,
+                            Some(false) => no[k] += 1,
+                            None => log::debug!("renewal error on {}: {v:?}", self.nodes[i].name),
+                        }
+                    }
+                }
+                Err(e) => log::warn!(
+                    "renewal of {} leases on {} failed: {e}",
+                    calls.len(),
+                    self.nodes[i].name
+                ),
+            }
+        }
+        yes.iter()
+            .zip(&no)
+            .map(|(&y, &f)| {
+                if y >= self.quorum {
+                    Some(true)
+                } else if f > n - self.quorum {
+                    Some(false)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Whether a quorum of masters has the lock key.
+    pub(crate) fn exists(&self, keys: &LockKeys) -> Result<bool> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(&keys.lock);
+        let call = Call {
+            which: Which::Renew,
+            cmd,
+        };
+        let mut yes = 0;
+        let mut first_error = None;
+        let replies = self.call_all(&call, &self.all());
+        let answered = replies.iter().filter(|(_, r)| r.is_ok()).count();
+        for (_, r) in replies {
+            match r {
+                Ok(Value::Int(1)) => yes += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if answered < self.quorum {
+            return Err(first_error.unwrap_or(Error::NoQuorum {
+                reached: answered,
+                needed: self.quorum,
+            }));
+        }
+        Ok(yes >= self.quorum)
+    }
+
+    /// Checks that every master answers (used once, when the client is built).
+    pub(crate) fn ping(&self) -> Result<()> {
+        let call = Call {
+            which: Which::Renew,
+            cmd: redis::cmd("PING"),
+        };
+        for (i, r) in self.call_all(&call, &self.all()) {
+            if let Err(e) = r {
+                if self.single() {
+                    return Err(e);
+                }
+                log::warn!("master {} did not answer: {e}", self.nodes[i].name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every idle connection.
+    pub(crate) fn clear(&self) {
+        for n in &self.nodes {
+            n.pool.clear();
+        }
+    }
+}
+
+fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+}
+
+/// The single reply of a one-command round, with a server error turned into `Err`.
+fn one(v: Option<Value>) -> Result<Value> {
+    match v {
+        Some(Value::ServerError(e)) => Err(Error::Redis(e.into())),
+        Some(v) => Ok(v),
+        None => Err(Error::Timeout { what: "no reply" }),
+    }
+}
