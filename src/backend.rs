@@ -164,7 +164,8 @@ impl Backend {
         out
     }
 
-    /// Reads `n` replies, each read bounded by `deadline`.
+    /// Reads `n` replies, bounded by `deadline` (each blocking read is; the deadline is also
+    /// checked between replies of a long pipeline).
     fn receive(
         &self,
         con: &mut Connection,
@@ -173,15 +174,16 @@ impl Backend {
         timeout: Duration,
     ) -> Result<Vec<Value>> {
         let custom = timeout != self.command_timeout;
+        let left = || deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+        let late = || Error::Timeout {
+            what: "no reply from the master in time",
+        };
         let mut values = Vec::with_capacity(n);
-        for _ in 0..n {
-            if custom {
-                let left =
-                    deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+        for k in 0..n {
+            if custom && k % 256 == 0 {
+                let left = left();
                 if left.is_zero() {
-                    return Err(Error::Timeout {
-                        what: "no reply from the master in time",
-                    });
+                    return Err(late());
                 }
                 con.set_read_timeout(Some(left))?;
             }
@@ -396,20 +398,21 @@ impl Backend {
         }
     }
 
-    /// Renews a batch of leases on every master in one pipelined round trip per master.
-    /// One outcome per call: `Some(true)` kept, `Some(false)` lost, `None` unknown.
-    pub(crate) fn renew(&self, calls: &[Call]) -> Vec<Option<bool>> {
+    /// Renews a batch of leases on every master in one pipelined round trip per master,
+    /// waiting at most `timeout` for the replies (with a quorum, a stalled master must not
+    /// hold up the outcome of the others). One outcome per call: `Some(true)` kept,
+    /// `Some(false)` lost, `None` unknown.
+    pub(crate) fn renew(&self, calls: &[Call], timeout: Duration) -> Vec<Option<bool>> {
         let mut packed = Vec::new();
         for c in calls {
             c.cmd.write_packed_command(&mut packed);
         }
-        let replies = self.round(
-            &self.all(),
-            &packed,
-            calls.len(),
-            Which::Renew,
-            self.command_timeout,
-        );
+        let timeout = if self.single() {
+            self.command_timeout
+        } else {
+            timeout.min(self.command_timeout)
+        };
+        let replies = self.round(&self.all(), &packed, calls.len(), Which::Renew, timeout);
         let n = self.nodes.len();
         let mut yes = vec![0usize; calls.len()];
         let mut no = vec![0usize; calls.len()];

@@ -610,12 +610,14 @@ impl Registration {
     }
 
     /// Waits (bounded by `until`) until the subscription is confirmed. Returns whether it is.
+    /// Returns at once while the connection is down: the caller then re-checks on a short
+    /// period instead (a disconnect wakes the leader, so a wait in progress ends too).
     pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
         loop {
             if self.channel.state.lock().confirmed {
                 return true;
             }
-            if !park_until(Some(until)) {
+            if self.sub.table.lock().writer.is_none() || !park_until(Some(until)) {
                 return false;
             }
         }

@@ -44,6 +44,8 @@ pub(crate) struct Renewer {
     coalesce: Duration,
     /// Delay before retrying a renewal that failed for a transient reason.
     retry: Duration,
+    /// How long a batch may wait for a master's replies.
+    timeout: Duration,
     epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
     on_lost: Option<LostHook>,
@@ -69,6 +71,7 @@ impl Renewer {
             rx,
             coalesce: (renew_every / 10).min(Duration::from_millis(100)),
             retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
+            timeout: renew_every / 2,
             epoch: Instant::now(),
             wheel: Wheel::new(),
             on_lost,
@@ -178,6 +181,6 @@ impl Renewer {
             .iter()
             .map(|h| scripts::renew(&h.keys, &h.owner, h.lease, h.token))
             .collect();
-        self.backend.renew(&calls)
+        self.backend.renew(&calls, self.timeout)
     }
 }
