@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
 use parking_lot::Mutex as PlMutex;
 
 use crate::backend::{Backend, Node};
@@ -16,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
-use crate::renewal::{Msg, Renewer};
+use crate::renewal::{self, Inbox};
 use crate::subscriber::Subscriber;
 
 /// The shortest lease accepted.
@@ -281,13 +280,14 @@ impl ClientBuilder {
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend.ping()?;
         let (subscriber, reader) = Subscriber::connect(infos, node_timeouts)?;
-        let (renew_tx, renew_rx) = crossbeam_channel::unbounded();
+        let (inbox, renewer) =
+            renewal::renewer(Arc::clone(&backend), config.renew_every, self.on_lost);
         let shared = Arc::new(Shared {
             id: uuid::Uuid::new_v4().to_string(),
             config: config.clone(),
             backend: Arc::clone(&backend),
             subscriber: Arc::clone(&subscriber),
-            renew_tx: renew_tx.clone(),
+            renewals: inbox,
             holds: PlMutex::new(HashMap::new()),
         });
         let mut threads = Vec::with_capacity(2);
@@ -302,7 +302,6 @@ impl ClientBuilder {
                 return Err(Error::Spawn(e));
             }
         }
-        let renewer = Renewer::new(backend, renew_rx, config.renew_every, self.on_lost);
         match thread::Builder::new()
             .name("locksmith-renew".into())
             .spawn(move || renewer.run())
@@ -342,7 +341,7 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) backend: Arc<Backend>,
     pub(crate) subscriber: Arc<Subscriber>,
-    renew_tx: Sender<Msg>,
+    renewals: Arc<Inbox>,
     /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
     holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
 }
@@ -432,8 +431,7 @@ impl Shared {
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
         if renewal.is_some() {
-            // The thread lives as long as any client clone, and a lock borrows one.
-            let _ = self.renew_tx.send(Msg::Register(Arc::clone(&hold)));
+            self.renewals.register(Arc::clone(&hold));
         }
         hold
     }
@@ -460,7 +458,7 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shared.subscriber.shutdown();
-        let _ = self.shared.renew_tx.send(Msg::Stop);
+        self.shared.renewals.stop();
         let me = thread::current().id();
         for t in self.threads.drain(..) {
             // Never join a thread from itself (it cannot happen today: neither thread holds a

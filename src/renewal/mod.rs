@@ -17,9 +17,11 @@
 mod wheel;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::client::{LostHook, LostLease};
@@ -29,17 +31,87 @@ use wheel::Wheel;
 
 /// A message to the renewal thread.
 #[derive(Debug)]
-pub(crate) enum Msg {
-    /// Start renewing this hold.
-    Register(Arc<Hold>),
+enum Msg {
+    /// New holds are due before the thread's next wake-up.
+    Wake,
     /// Stop the thread.
     Stop,
+}
+
+/// Where holds are registered for renewal.
+///
+/// Registering does not wake the thread unless the new hold's first renewal is due before
+/// the thread would wake up anyway, so an acquisition (on the hot path of a handoff) costs no
+/// thread wake-up. The thread publishes when it will next wake (`wake_at`) *before* it
+/// drains the inbox for the last time ahead of sleeping; a registrar pushes *before* it reads
+/// `wake_at`. So either the thread's drain sees the new hold, or the registrar sees the
+/// thread's `wake_at` and wakes it if that is too late: no registration is missed.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    epoch: Instant,
+    holds: Mutex<Vec<Arc<Hold>>>,
+    /// The tick at which the thread wakes by itself; `u64::MAX`: only when told.
+    wake_at: AtomicU64,
+    tx: Sender<Msg>,
+}
+
+fn tick_of(epoch: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Inbox {
+    /// Starts renewing `hold`.
+    pub(crate) fn register(&self, hold: Arc<Hold>) {
+        let Some(at) = hold.next_renewal() else {
+            return;
+        };
+        let due = tick_of(self.epoch, at);
+        self.holds.lock().push(hold);
+        if due < self.wake_at.load(Ordering::SeqCst) {
+            // The thread lives as long as the client; a send can only fail during its drop.
+            let _ = self.tx.send(Msg::Wake);
+        }
+    }
+
+    /// Stops the thread.
+    pub(crate) fn stop(&self) {
+        let _ = self.tx.send(Msg::Stop);
+    }
+}
+
+/// Creates the inbox and the renewal thread's state.
+pub(crate) fn renewer(
+    backend: Arc<Backend>,
+    renew_every: Duration,
+    on_lost: Option<LostHook>,
+) -> (Arc<Inbox>, Renewer) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let epoch = Instant::now();
+    let inbox = Arc::new(Inbox {
+        epoch,
+        holds: Mutex::new(Vec::new()),
+        wake_at: AtomicU64::new(u64::MAX),
+        tx,
+    });
+    let renewer = Renewer {
+        backend,
+        rx,
+        inbox: Arc::clone(&inbox),
+        coalesce: (renew_every / 10).min(Duration::from_millis(100)),
+        retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
+        timeout: renew_every / 2,
+        epoch,
+        wheel: Wheel::new(),
+        on_lost,
+    };
+    (inbox, renewer)
 }
 
 /// The renewal thread's state.
 pub(crate) struct Renewer {
     backend: Arc<Backend>,
     rx: Receiver<Msg>,
+    inbox: Arc<Inbox>,
     /// Renewals due this much apart share a batch (sent early by at most this much).
     coalesce: Duration,
     /// Delay before retrying a renewal that failed for a transient reason.
@@ -60,26 +132,8 @@ impl std::fmt::Debug for Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn new(
-        backend: Arc<Backend>,
-        rx: Receiver<Msg>,
-        renew_every: Duration,
-        on_lost: Option<LostHook>,
-    ) -> Self {
-        Renewer {
-            backend,
-            rx,
-            coalesce: (renew_every / 10).min(Duration::from_millis(100)),
-            retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
-            timeout: renew_every / 2,
-            epoch: Instant::now(),
-            wheel: Wheel::new(),
-            on_lost,
-        }
-    }
-
     fn tick(&self, t: Instant) -> u64 {
-        u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+        tick_of(self.epoch, t)
     }
 
     fn schedule(&mut self, hold: Arc<Hold>, at: Instant) {
@@ -94,11 +148,29 @@ impl Renewer {
         }
     }
 
+    /// Moves the inbox into the wheel and publishes the next wake-up, until the inbox stays
+    /// empty after the publication (see [`Inbox`]). Returns the next wake-up tick.
+    fn drain(&mut self) -> Option<u64> {
+        loop {
+            let next = self.wheel.next_deadline();
+            self.inbox
+                .wake_at
+                .store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
+            let new = std::mem::take(&mut *self.inbox.holds.lock());
+            if new.is_empty() {
+                return next;
+            }
+            for h in new {
+                self.register(h);
+            }
+        }
+    }
+
     /// The thread's body.
     pub(crate) fn run(mut self) {
         let mut due = Vec::new();
         loop {
-            let msg = match self.wheel.next_deadline() {
+            let msg = match self.drain() {
                 Some(tick) => {
                     let at = self.epoch + Duration::from_millis(tick);
                     self.rx
@@ -107,16 +179,13 @@ impl Renewer {
                 None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
             match msg {
-                Ok(Msg::Register(h)) => self.register(h),
+                Ok(Msg::Wake) | Err(RecvTimeoutError::Timeout) => {}
                 Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {}
             }
-            while let Ok(msg) = self.rx.try_recv() {
-                match msg {
-                    Msg::Register(h) => self.register(h),
-                    Msg::Stop => return,
-                }
+            if self.rx.try_iter().any(|m| matches!(m, Msg::Stop)) {
+                break;
             }
+            self.drain();
             let now = self.tick(Instant::now() + self.coalesce);
             self.wheel.poll(now, &mut due);
             if !due.is_empty() {
