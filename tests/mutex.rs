@@ -1,0 +1,383 @@
+//! Mutual exclusion: threads and processes, `try_lock*`, `is_locked`, fixed leases, panics.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, TestChild, with_deadline};
+use locksmith::Client;
+
+/// One read-modify-write increment of `key` on a plain connection: GET, a short pause, SET.
+/// Without mutual exclusion, concurrent increments get lost.
+fn rmw_increment(conn: &mut redis::Connection, key: &str) {
+    let v: Option<u64> = redis::cmd("GET").arg(key).query(conn).unwrap();
+    thread::sleep(Duration::from_micros(200));
+    redis::cmd("SET")
+        .arg(key)
+        .arg(v.unwrap_or(0) + 1)
+        .exec(conn)
+        .unwrap();
+}
+
+/// 8 threads x 100 increments, one shared `Client`: the counter is exact, no two critical
+/// sections overlap, and fencing tokens increase in acquisition order.
+#[test]
+fn threads_sharing_one_client_exclude_each_other() {
+    const THREADS: usize = 8;
+    const ROUNDS: u64 = 100;
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("mutex-threads");
+    let counter = format!("counter:{name}");
+    let client = Client::open(url.as_str()).unwrap();
+    let lock = client.mutex(&name).unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let last_token = Arc::new(std::sync::Mutex::new(0u64));
+
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let lock = lock.clone();
+            let counter = counter.clone();
+            let inside = Arc::clone(&inside);
+            let last_token = Arc::clone(&last_token);
+            let url = url.clone();
+            thread::spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                for _ in 0..ROUNDS {
+                    let guard = lock.lock().unwrap();
+                    assert!(
+                        !inside.swap(true, Ordering::SeqCst),
+                        "critical sections overlap"
+                    );
+                    {
+                        let mut last = last_token.lock().unwrap();
+                        assert!(
+                            guard.fencing_token() > *last,
+                            "token {} after {}",
+                            guard.fencing_token(),
+                            *last
+                        );
+                        *last = guard.fencing_token();
+                    }
+                    rmw_increment(&mut conn, &counter);
+                    inside.store(false, Ordering::SeqCst);
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    with_deadline(Duration::from_secs(60), move || {
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+
+    let mut conn = server.conn();
+    let total: u64 = redis::cmd("GET").arg(&counter).query(&mut conn).unwrap();
+    assert_eq!(total, THREADS as u64 * ROUNDS);
+    assert!(!lock.is_locked().unwrap());
+    assert!(!common::exists(&mut conn, &common::lock_key(&name)));
+}
+
+/// Entry point of the child processes of [`processes_exclude_each_other`].
+#[test]
+fn child_counter() {
+    if !common::is_child("counter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let counter = format!("counter:{name}");
+    let tokens = format!("tokens:{name}");
+    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let client = Client::open(url.as_str()).unwrap();
+    let lock = client.mutex(&name).unwrap();
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    for _ in 0..rounds {
+        let guard = lock.lock().unwrap();
+        // Appended inside the critical section, so the list is in acquisition order.
+        redis::cmd("RPUSH")
+            .arg(&tokens)
+            .arg(guard.fencing_token())
+            .exec(&mut conn)
+            .unwrap();
+        rmw_increment(&mut conn, &counter);
+        guard.unlock().unwrap();
+    }
+}
+
+/// 3 processes x 200 increments: the counter is exact and the fencing tokens, recorded
+/// inside the critical sections, strictly increase.
+#[test]
+fn processes_exclude_each_other() {
+    const CHILDREN: usize = 3;
+    const ROUNDS: u64 = 200;
+    let server = RedisServer::start();
+    let name = common::unique_name("mutex-procs");
+    let envs = [
+        ("LS_URL", server.url()),
+        ("LS_NAME", name.clone()),
+        ("LS_ROUNDS", ROUNDS.to_string()),
+    ];
+    let mut children: Vec<TestChild> = (0..CHILDREN)
+        .map(|_| TestChild::spawn("child_counter", "counter", &envs))
+        .collect();
+    for child in &mut children {
+        let status = child.wait_timeout(Duration::from_secs(90));
+        assert!(status.success(), "child failed: {status}");
+    }
+
+    let mut conn = server.conn();
+    let total: u64 = redis::cmd("GET")
+        .arg(format!("counter:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(total, CHILDREN as u64 * ROUNDS);
+    let tokens: Vec<u64> = redis::cmd("LRANGE")
+        .arg(format!("tokens:{name}"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(tokens.len(), CHILDREN * ROUNDS as usize);
+    for w in tokens.windows(2) {
+        assert!(
+            w[0] < w[1],
+            "fencing tokens not increasing: {} then {}",
+            w[0],
+            w[1]
+        );
+    }
+    assert!(!common::exists(&mut conn, &common::lock_key(&name)));
+}
+
+/// `try_lock` gives `None` while another client holds the lock and `Some` after release;
+/// `is_locked` follows.
+#[test]
+fn try_lock_under_contention() {
+    let server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(20), move || {
+        let a = Client::open(url.as_str()).unwrap();
+        let b = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("try-lock");
+        let la = a.mutex(&name).unwrap();
+        let lb = b.mutex(&name).unwrap();
+        assert!(!la.is_locked().unwrap());
+        assert!(!lb.is_locked().unwrap());
+
+        let guard = la.try_lock().unwrap().expect("free lock");
+        assert!(guard.is_held());
+        assert!(la.is_locked().unwrap());
+        assert!(lb.is_locked().unwrap());
+        for _ in 0..3 {
+            assert!(lb.try_lock().unwrap().is_none(), "b got a lock a holds");
+        }
+        drop(guard);
+        assert!(!lb.is_locked().unwrap());
+        let gb = lb.try_lock().unwrap().expect("released lock");
+        assert!(la.try_lock().unwrap().is_none(), "a got a lock b holds");
+        gb.unlock().unwrap();
+        assert!(!la.is_locked().unwrap());
+    });
+}
+
+/// `try_lock_for` on a held lock gives `None` no sooner than asked and not much later.
+#[test]
+fn try_lock_for_times_out() {
+    let server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(20), move || {
+        let a = Client::open(url.as_str()).unwrap();
+        let b = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("try-lock-for");
+        let la = a.mutex(&name).unwrap();
+        let lb = b.mutex(&name).unwrap();
+        let _held = la.lock().unwrap();
+        for wait in [Duration::from_millis(100), Duration::from_millis(500)] {
+            let start = Instant::now();
+            let got = lb.try_lock_for(wait).unwrap();
+            let elapsed = start.elapsed();
+            assert!(got.is_none(), "b got a lock a holds");
+            println!("try_lock_for({wait:?}) gave None after {elapsed:?}");
+            assert!(elapsed >= wait, "gave up early: {elapsed:?} < {wait:?}");
+            assert!(
+                elapsed < wait + Duration::from_secs(1),
+                "gave up late: {elapsed:?} for {wait:?}"
+            );
+        }
+    });
+}
+
+/// `try_lock_until` on a held lock gives `None` at its deadline, and `Some` on a free lock.
+#[test]
+fn try_lock_until_deadline() {
+    let server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(20), move || {
+        let a = Client::open(url.as_str()).unwrap();
+        let b = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("try-lock-until");
+        let la = a.mutex(&name).unwrap();
+        let lb = b.mutex(&name).unwrap();
+        let held = la.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_millis(300);
+        assert!(lb.try_lock_until(deadline).unwrap().is_none());
+        let now = Instant::now();
+        assert!(now >= deadline, "gave up before the deadline");
+        assert!(now < deadline + Duration::from_secs(1), "gave up late");
+        // A deadline in the past is one attempt.
+        let start = Instant::now();
+        assert!(lb.try_lock_until(start).unwrap().is_none());
+        assert!(start.elapsed() < Duration::from_secs(1));
+        drop(held);
+        let g = lb
+            .try_lock_until(Instant::now() + Duration::from_secs(2))
+            .unwrap();
+        assert!(g.is_some(), "free lock not acquired");
+    });
+}
+
+/// `name()` is the name given; the lock is the documented hash key while held, gone after.
+#[test]
+fn name_and_key_layout() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("account:42");
+        let lock = client.mutex(&name).unwrap();
+        assert_eq!(lock.name(), name);
+        assert_eq!(lock.clone().name(), name);
+        let key = common::lock_key(&name);
+        assert!(!common::exists(&mut conn, &key));
+        let guard = lock.lock().unwrap();
+        assert!(common::exists(&mut conn, &key), "no key {key}");
+        assert!(common::hget(&mut conn, &key, "owner").is_some());
+        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        let ttl = common::pttl(&mut conn, &key);
+        assert!(ttl > 0 && ttl <= 30_000, "PTTL {ttl}");
+        guard.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &key), "key left after unlock");
+        assert!(!lock.is_locked().unwrap());
+    });
+}
+
+/// A fixed lease (`with_lease`) is not renewed: the key's TTL only goes down, the guard
+/// reports it lost once it passes, and another client gets the lock then, not before. The
+/// stale guard's drop does not release the new owner's lock.
+#[test]
+fn fixed_lease_expires_by_itself() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let a = Client::open(url.as_str()).unwrap();
+        let b = Client::open(url.as_str()).unwrap();
+        let c = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("fixed-lease");
+        let key = common::lock_key(&name);
+        let lease = Duration::from_millis(200);
+        let la = a.mutex(&name).unwrap().with_lease(lease).unwrap();
+        let lb = b.mutex(&name).unwrap();
+
+        let start = Instant::now();
+        let guard = la.lock().unwrap();
+        assert!(guard.is_held());
+        assert!(lb.try_lock().unwrap().is_none());
+        let mut last = common::pttl(&mut conn, &key);
+        assert!(last > 0 && last <= 200, "PTTL {last} for a 200 ms lease");
+        while start.elapsed() < Duration::from_millis(120) {
+            let ttl = common::pttl(&mut conn, &key);
+            assert!(
+                ttl <= last,
+                "fixed lease was extended: PTTL {last} -> {ttl}"
+            );
+            last = ttl;
+            thread::sleep(Duration::from_millis(10));
+        }
+
+        let gb = lb
+            .try_lock_for(Duration::from_secs(3))
+            .unwrap()
+            .expect("lock free after the fixed lease passed");
+        let waited = start.elapsed();
+        println!("fixed 200 ms lease: another client acquired after {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(180),
+            "acquired after {waited:?}, before the lease passed"
+        );
+        assert!(waited < lease + Duration::from_millis(1500));
+        assert!(!guard.is_held(), "guard still held after its lease passed");
+
+        let owner = common::hget(&mut conn, &key, "owner");
+        assert!(owner.is_some());
+        let res = guard.unlock();
+        assert!(res.is_err(), "unlock after the lease passed succeeded");
+        assert!(res.unwrap_err().is_lease_lost());
+        assert_eq!(common::hget(&mut conn, &key, "owner"), owner);
+        assert!(c.mutex(&name).unwrap().try_lock().unwrap().is_none());
+        gb.unlock().unwrap();
+    });
+}
+
+/// A holder that panics inside the critical section releases the lock while unwinding: a
+/// waiter on another client gets it at once, far under the 30 s lease.
+#[test]
+fn panicking_holder_releases() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("panic");
+    let holder_client = Client::open(url.as_str()).unwrap();
+    let waiter_client = Client::open(url.as_str()).unwrap();
+    let holder_lock = holder_client.mutex(&name).unwrap();
+    let waiter_lock = waiter_client.mutex(&name).unwrap();
+
+    let (locked_tx, locked_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let holder = thread::spawn(move || {
+        let _guard = holder_lock.lock().unwrap();
+        locked_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        panic!("deliberate panic inside the critical section");
+    });
+    locked_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+
+    let ready = Arc::new(Barrier::new(2));
+    let (acq_tx, acq_rx) = mpsc::channel();
+    let waiter = {
+        let ready = Arc::clone(&ready);
+        thread::spawn(move || {
+            ready.wait();
+            let g = waiter_lock.try_lock_for(Duration::from_secs(20)).unwrap();
+            acq_tx.send((Instant::now(), g.is_some())).unwrap();
+        })
+    };
+    ready.wait();
+    // Let the waiter get to its wait: wait for its subscription.
+    let channel = common::release_channel(&name);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || common::numsub(
+            &mut conn, &channel
+        ) >= 1),
+        "waiter never subscribed to {channel}"
+    );
+
+    let panicked_at = Instant::now();
+    go_tx.send(()).unwrap();
+    let joined = with_deadline(Duration::from_secs(10), move || holder.join().is_err());
+    assert!(joined, "holder thread did not panic");
+    let (acquired_at, got) = acq_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(got, "waiter timed out");
+    let latency = acquired_at.duration_since(panicked_at);
+    println!("waiter acquired {latency:?} after the holder panicked");
+    assert!(latency < Duration::from_secs(1), "took {latency:?}");
+    waiter.join().unwrap();
+}
