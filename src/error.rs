@@ -159,12 +159,18 @@ impl std::error::Error for Error {
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
+        if e.is_timeout() {
+            Error::Timeout {
+                what: "no answer from Redis within the timeout",
+            }
+        } else {
+            Error::Redis(e)
+        }
     }
 }
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::Redis(e.into())
+        Error::from(redis::RedisError::from(e))
     }
 }
