@@ -1,0 +1,195 @@
+//! What the examples share: finding a Redis to run against, or starting a throwaway one.
+//!
+//! [`redis`] looks, in this order, for
+//!
+//! 1. the URL in `REDIS_URL`, if set;
+//! 2. a Redis that answers `PING` on 127.0.0.1:6379;
+//! 3. a `redis-server` on `PATH`, which it starts on a free port without persistence and stops
+//!    when the returned [`Redis`] is dropped (also when the example returns an error).
+//!
+//! When none of them works, it prints how to install `redis-server` and exits with status 1.
+//!
+//! The examples keep their own data under keys that start with `locksmith-example:` and delete
+//! them when they finish. Their lock names start with `example:`; a lock leaves one small key
+//! behind, its fencing counter `locksmith:{example:...}:fence`, so that tokens keep rising.
+
+use std::error::Error;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The examples' result type. The error is `Send + Sync`, so worker threads can return it too.
+pub type Result<T, E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
+
+/// How long a throwaway server may take to answer `PING`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Redis to run an example against. A server started by [`redis`] is stopped on drop.
+#[derive(Debug)]
+pub struct Redis {
+    url: String,
+    server: Option<Child>,
+}
+
+impl Redis {
+    /// The URL to give [`locksmith::Client::open`].
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A plain redis-rs connection for the example's own data (balances, stock counts),
+    /// with 5 s timeouts.
+    #[allow(dead_code, reason = "not every example stores data of its own")]
+    pub fn connection(&self) -> Result<redis::Connection> {
+        let timeout = Duration::from_secs(5);
+        let conn = redis::Client::open(self.url.as_str())?.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(conn)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            // Nothing to keep: the server runs without persistence, so SIGKILL is fine.
+            let _ = server.kill();
+            let _ = server.wait();
+            println!("stopped the throwaway redis-server");
+        }
+    }
+}
+
+/// Runs `work(0)`, ..., `work(n - 1)` on `n` threads at once and waits for all of them.
+/// Returns their results in order, or the first error.
+#[allow(dead_code, reason = "not every example runs threads")]
+pub fn on_threads<T: Send>(n: usize, work: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let work = &work;
+    thread::scope(|s| {
+        let threads: Vec<_> = (0..n).map(|i| s.spawn(move || work(i))).collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().map_err(|_| "a thread panicked")?)
+            .collect()
+    })
+}
+
+/// Finds or starts a Redis (see the module docs). Exits the process with a message on how to
+/// install `redis-server` when there is none.
+pub fn redis() -> Redis {
+    if let Some(url) = std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()) {
+        println!("using Redis at {} (from REDIS_URL)", redact(&url));
+        return Redis { url, server: None };
+    }
+    if answers_ping(6379) {
+        println!("using the Redis on 127.0.0.1:6379");
+        return Redis {
+            url: "redis://127.0.0.1:6379/".to_owned(),
+            server: None,
+        };
+    }
+    match start_server() {
+        Ok(redis) => redis,
+        Err(why) => {
+            eprintln!(
+                "error: no Redis to run this example against.\n\
+                 REDIS_URL is not set, nothing answers on 127.0.0.1:6379, and {why}.\n\
+                 \n\
+                 Install redis-server (the examples start and stop a throwaway one themselves):\n\
+                 \x20   Debian/Ubuntu:  sudo apt-get install redis-server\n\
+                 \x20   macOS:          brew install redis\n\
+                 or point REDIS_URL at a Redis you can use, e.g. REDIS_URL=redis://127.0.0.1:6380/"
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Starts `redis-server` from `PATH` on a free port and waits until it answers.
+fn start_server() -> std::result::Result<Redis, String> {
+    let mut last = String::new();
+    // A port that was free when probed can be taken before the server binds it: try a few.
+    for _ in 0..3 {
+        let port = free_port().map_err(|e| format!("no free TCP port was found ({e})"))?;
+        let spawned = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let server = match spawned {
+            Ok(child) => child,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err("`redis-server` is not on PATH".to_owned());
+            }
+            Err(e) => return Err(format!("`redis-server` could not be started ({e})")),
+        };
+        // From here on, `redis` kills the server if it does not come up.
+        let mut redis = Redis {
+            url: format!("redis://127.0.0.1:{port}/"),
+            server: Some(server),
+        };
+        match wait_until_up(&mut redis, port) {
+            Ok(()) => {
+                println!("started a throwaway redis-server on 127.0.0.1:{port}");
+                return Ok(redis);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(format!("`redis-server` did not start: {last}"))
+}
+
+fn wait_until_up(redis: &mut Redis, port: u16) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Some(server) = redis.server.as_mut()
+            && let Ok(Some(status)) = server.try_wait()
+        {
+            redis.server = None;
+            return Err(format!("it exited at once ({status})"));
+        }
+        if answers_ping(port) {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("it did not answer PING within {START_TIMEOUT:?}"))
+}
+
+/// Whether a Redis on 127.0.0.1:`port` answers `PING` with `PONG` (one that wants a password
+/// does not count).
+fn answers_ping(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else {
+        return false;
+    };
+    let timeout = Some(Duration::from_millis(500));
+    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// A TCP port that was free a moment ago.
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// The URL without its password, fit to print.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
