@@ -36,8 +36,8 @@ pub enum Error {
     },
     /// Redis answered with an error, or the connection to it failed.
     Redis(redis::RedisError),
-    /// An operation did not complete within its bound (connect or command timeout, or the
-    /// bound on how long `lock()` keeps trying while Redis cannot be reached).
+    /// Redis did not answer within the connect or command timeout (or a quorum master within
+    /// the per-master timeout).
     Timeout {
         /// What timed out.
         what: &'static str,
@@ -169,8 +169,10 @@ impl From<redis::RedisError> for Error {
     }
 }
 
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
+impl Error {
+    /// An I/O error on a connection to Redis. Not a `From` impl, so that a user's unrelated
+    /// `?` on an I/O error never turns into a "redis error".
+    pub(crate) fn io(e: std::io::Error) -> Self {
         Error::from(redis::RedisError::from(e))
     }
 }

@@ -74,7 +74,10 @@ impl Stream {
             ConnectionAddr::Tcp(host, port) => {
                 let mut last = None;
                 let mut found = None;
-                for addr in (host.as_str(), *port).to_socket_addrs()? {
+                for addr in (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map_err(Error::io)?
+                {
                     match TcpStream::connect_timeout(&addr, t) {
                         Ok(s) => {
                             found = Some(s);
@@ -85,24 +88,26 @@ impl Stream {
                 }
                 let s = match (found, last) {
                     (Some(s), _) => s,
-                    (None, Some(e)) => return Err(e.into()),
+                    (None, Some(e)) => return Err(Error::io(e)),
                     (None, None) => {
                         return Err(Error::InvalidUrl {
                             reason: format!("the host `{host}` resolves to no address"),
                         });
                     }
                 };
-                s.set_nodelay(true)?;
+                s.set_nodelay(true).map_err(Error::io)?;
                 Stream::Tcp(s)
             }
-            ConnectionAddr::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+            ConnectionAddr::Unix(path) => {
+                Stream::Unix(UnixStream::connect(path).map_err(Error::io)?)
+            }
             _ => {
                 return Err(Error::InvalidUrl {
                     reason: "this address type is not supported".into(),
                 });
             }
         };
-        stream.set_timeouts(Some(t))?;
+        stream.set_timeouts(Some(t)).map_err(Error::io)?;
         Ok(stream)
     }
 
@@ -161,7 +166,7 @@ impl Write for Stream {
 /// Opens a pub/sub connection, authenticates, and returns its read and write halves.
 fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>, Stream)> {
     let stream = Stream::connect(info, timeouts)?;
-    let mut writer = stream.try_clone()?;
+    let mut writer = stream.try_clone().map_err(Error::io)?;
     let mut reader = BufReader::new(stream);
     let settings = info.redis_settings();
     if let Some(password) = settings.password() {
@@ -170,8 +175,8 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
             args.push(user.as_bytes());
         }
         args.push(password.as_bytes());
-        writer.write_all(&resp::encode(&args))?;
-        if let Resp::Error(e) = resp::read(&mut reader)? {
+        writer.write_all(&resp::encode(&args)).map_err(Error::io)?;
+        if let Resp::Error(e) = resp::read(&mut reader).map_err(Error::io)? {
             return Err(Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::AuthenticationFailed,
                 "pub/sub authentication failed",
@@ -180,11 +185,18 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
         }
     }
     // Name the connection for operators (`CLIENT LIST`); old servers may refuse, which is fine.
-    writer.write_all(&resp::encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))?;
-    let _ = resp::read(&mut reader)?;
+    writer
+        .write_all(&resp::encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
+        .map_err(Error::io)?;
+    let _ = resp::read(&mut reader).map_err(Error::io)?;
     // From here on, reads wake up every HEARTBEAT when the connection is idle.
-    reader.get_ref().set_timeouts(Some(HEARTBEAT))?;
-    writer.set_timeouts(Some(timeouts.command.min(MAX_SOCKET_TIMEOUT)))?;
+    reader
+        .get_ref()
+        .set_timeouts(Some(HEARTBEAT))
+        .map_err(Error::io)?;
+    writer
+        .set_timeouts(Some(timeouts.command.min(MAX_SOCKET_TIMEOUT)))
+        .map_err(Error::io)?;
     Ok((reader, writer))
 }
 
