@@ -54,8 +54,10 @@ impl Node {
 pub(crate) enum Acquired {
     /// Held by the caller.
     Held { token: u64, count: u64 },
-    /// Not held; worth another attempt after this long at the latest.
-    Busy(Duration),
+    /// Not held; worth another attempt after `wait` at the latest. `split`: some masters
+    /// granted it (a quorum lock in transition, for example a release that reached some
+    /// masters but not yet others).
+    Busy { wait: Duration, split: bool },
 }
 
 /// The masters, the quorum, and the bounds of one call.
@@ -72,7 +74,7 @@ pub(crate) struct Backend {
 }
 
 /// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
-fn jitter(lo: Duration) -> Duration {
+pub(crate) fn jitter(lo: Duration) -> Duration {
     let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
     lo + lo * r / 1000
 }
@@ -116,6 +118,9 @@ impl Backend {
         let deadline = Instant::now().checked_add(timeout);
         let mut sent: Vec<(usize, Connection)> = Vec::with_capacity(targets.len());
         let mut out = Vec::with_capacity(targets.len());
+        // Masters with an idle connection get the command first; opening a connection (up to
+        // the connect timeout for a stalled master) comes after, so it delays nobody's send.
+        let mut fresh = Vec::new();
         for &i in targets {
             let node = &self.nodes[i];
             if !self.single()
@@ -130,12 +135,14 @@ impl Backend {
                 ));
                 continue;
             }
-            let con = node.pool.take().and_then(|mut con| {
-                con.send_packed_command(packed)?;
-                Ok(con)
-            });
-            match con {
-                Ok(con) => sent.push((i, con)),
+            match node.pool.idle() {
+                Some(con) => self.send(i, con, packed, &mut sent, &mut out),
+                None => fresh.push(i),
+            }
+        }
+        for i in fresh {
+            match self.nodes[i].pool.connect() {
+                Ok(con) => self.send(i, con, packed, &mut sent, &mut out),
                 Err(e) => {
                     self.failed(i, &e);
                     out.push((i, Err(e)));
@@ -164,6 +171,25 @@ impl Backend {
         out
     }
 
+    /// Writes `packed` on `con`, recording the connection or the failure.
+    fn send(
+        &self,
+        i: usize,
+        mut con: Connection,
+        packed: &[u8],
+        sent: &mut Vec<(usize, Connection)>,
+        out: &mut Vec<(usize, Result<Vec<Value>>)>,
+    ) {
+        match con.send_packed_command(packed) {
+            Ok(()) => sent.push((i, con)),
+            Err(e) => {
+                let e = Error::from(e);
+                self.failed(i, &e);
+                out.push((i, Err(e)));
+            }
+        }
+    }
+
     /// Reads `n` replies, bounded by `deadline` (each blocking read is; the deadline is also
     /// checked between replies of a long pipeline).
     fn receive(
@@ -175,16 +201,12 @@ impl Backend {
     ) -> Result<Vec<Value>> {
         let custom = timeout != self.command_timeout;
         let left = || deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
-        let late = || Error::Timeout {
-            what: "no reply from the master in time",
-        };
         let mut values = Vec::with_capacity(n);
         for k in 0..n {
             if custom && k % 256 == 0 {
-                let left = left();
-                if left.is_zero() {
-                    return Err(late());
-                }
+                // Past the deadline, a reply that has already arrived is still taken: a
+                // stalled master read before this one must not fail a healthy one.
+                let left = left().max(Duration::from_millis(1));
                 con.set_read_timeout(Some(left))?;
             }
             values.push(con.recv_response()?);
@@ -247,7 +269,10 @@ impl Backend {
                 Some(Ok(AcquireReply::Held { token, count })) => {
                     Ok(Acquired::Held { token, count })
                 }
-                Some(Ok(AcquireReply::Busy { ttl })) => Ok(Acquired::Busy(ttl)),
+                Some(Ok(AcquireReply::Busy { ttl })) => Ok(Acquired::Busy {
+                    wait: ttl,
+                    split: false,
+                }),
                 Some(Ok(AcquireReply::Foreign)) => Err(Error::ForeignKey {
                     key: keys.lock.clone(),
                 }),
@@ -285,13 +310,14 @@ impl Backend {
         // this was a re-entry, whose levels must not be undone twice) on those that did not
         // answer, since the script may have run there before the reply was lost.
         let reentry = held.iter().any(|h| h.2 > 1);
+        let split = !held.is_empty();
         let mut undo: Vec<usize> = held.iter().map(|h| h.0).collect();
         if !reentry {
             undo.extend(&failed);
         }
         if !undo.is_empty() {
             let token = held.iter().map(|h| h.1).max().unwrap_or(0);
-            let call = scripts::release(keys, owner, &crate::client::request_id(), token);
+            let call = scripts::undo(keys, owner, &crate::client::request_id(), token);
             let _ = self.call_all(&call, &undo);
         }
         if foreign {
@@ -320,7 +346,7 @@ impl Backend {
             Some(k) if k > 0 => busy.get(k - 1).copied().unwrap_or(Duration::ZERO),
             _ => jitter(self.call_timeout.max(Duration::from_millis(5))),
         };
-        Ok(Acquired::Busy(wait))
+        Ok(Acquired::Busy { wait, split })
     }
 
     /// Releases one level on every master, retrying once where the connection failed.

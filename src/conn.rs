@@ -123,13 +123,9 @@ impl Pool {
         Ok(con)
     }
 
-    /// An idle connection, or a new one.
-    pub(crate) fn take(&self) -> Result<redis::Connection> {
-        let idle = self.idle.lock().pop();
-        match idle {
-            Some(con) => Ok(con),
-            None => self.connect(),
-        }
+    /// An idle connection, if there is one.
+    pub(crate) fn idle(&self) -> Option<redis::Connection> {
+        self.idle.lock().pop()
     }
 
     /// Gives a healthy connection back.

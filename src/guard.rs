@@ -125,13 +125,22 @@ impl Drop for MutexGuard<'_> {
 fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
     let shared = mutex.client().shared();
     let timeouts = shared.config.timeouts;
+    let was_held = hold.is_held();
     if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
         shared.forget(hold);
     }
     let request = crate::client::request_id();
-    let reply = shared
+    let reply = match shared
         .backend
-        .release(mutex.keys(), &hold.owner, &request, hold.token)?;
+        .release(mutex.keys(), &hold.owner, &request, hold.token)
+    {
+        // Redis could not be asked, but the lease was known lost already: that is the news.
+        Err(e) if !was_held => {
+            log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
+            return Err(Error::LeaseLost);
+        }
+        other => other?,
+    };
     match reply {
         ReleaseReply::Released { .. } => Ok(()),
         ReleaseReply::Missing => {

@@ -96,7 +96,6 @@
 //! None yet: `default = []`. TLS (`rediss://`) is not supported in this version; such a URL
 //! gives [`Error::InvalidUrl`].
 
-
 mod backend;
 mod client;
 mod conn;

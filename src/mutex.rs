@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Acquired;
+use crate::backend::{Acquired, jitter};
 use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
@@ -23,8 +23,17 @@ enum Lease {
 /// The outcome of one acquire attempt.
 enum Attempt {
     Held(Arc<Hold>),
-    Busy(Duration),
+    /// Not held: try again after this long at the latest; `split` as in [`Acquired::Busy`].
+    Busy {
+        wait: Duration,
+        split: bool,
+    },
 }
+
+/// How many quick retries a quorum waiter makes after a release message when the lock is in
+/// transition (granted by some masters only): the release it heard may not have reached the
+/// other masters yet.
+const SPLIT_RETRIES: u32 = 4;
 
 /// A distributed, reentrant lock on a name, shared by every process that uses the same Redis
 /// and key prefix.
@@ -254,13 +263,14 @@ impl Mutex {
                         (Some(d), Some(r)) => Some(d.min(r)),
                         (d, r) => d.or(r),
                     };
-                    let now = Instant::now();
-                    match stop {
-                        Some(s) if now + backoff < s => {}
-                        _ => return Err(e),
+                    // Sleep the backoff, or what is left of the bound, then try once more.
+                    let left =
+                        stop.map_or(backoff, |s| s.saturating_duration_since(Instant::now()));
+                    if left.is_zero() {
+                        return Err(e);
                     }
                     log::debug!("Redis unavailable for `{}` ({e}); retrying", self.keys.name);
-                    std::thread::sleep(backoff);
+                    std::thread::sleep(backoff.min(left));
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
                 other => return other,
@@ -277,7 +287,7 @@ impl Mutex {
             .backend
             .acquire(&self.keys, owner, terms.lease, request, sent)?;
         match reply {
-            Acquired::Busy(ttl) => Ok(Attempt::Busy(ttl)),
+            Acquired::Busy { wait, split } => Ok(Attempt::Busy { wait, split }),
             Acquired::Held { token, count } => {
                 let grant = Grant { token, count, sent };
                 let hold = shared.adopt(&self.keys, owner.to_owned(), grant, terms);
@@ -290,7 +300,10 @@ impl Mutex {
                 if let Err(e) = guard.unlock() {
                     log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
                 }
-                Ok(Attempt::Busy(Duration::ZERO))
+                Ok(Attempt::Busy {
+                    wait: Duration::ZERO,
+                    split: false,
+                })
             }
         }
     }
@@ -314,8 +327,8 @@ impl Mutex {
             };
             match attempt {
                 Attempt::Held(hold) => return Ok(Some(MutexGuard::new(self, hold))),
-                Attempt::Busy(_) if past(deadline) => return Ok(None),
-                Attempt::Busy(_) => {}
+                Attempt::Busy { .. } if past(deadline) => return Ok(None),
+                Attempt::Busy { .. } => {}
             }
         }
 
@@ -326,6 +339,7 @@ impl Mutex {
         let lease = self.terms().lease;
         // Until when a leader sleeps without news: the TTL its last attempt returned.
         let mut bound = after(lease);
+        let mut split_retries = 0;
         loop {
             if let Turn::WaitFrom(seen) = turn {
                 let until = match bound {
@@ -338,6 +352,9 @@ impl Mutex {
                 reg.wait_release(seen, until);
                 if past(deadline) {
                     return Ok(None);
+                }
+                if reg.epoch() != seen {
+                    split_retries = SPLIT_RETRIES;
                 }
             }
             // A release before our SUBSCRIBE took effect would be missed: wait (bounded) for
@@ -358,10 +375,16 @@ impl Mutex {
                     reg.leave_acquired(seen);
                     return Ok(Some(MutexGuard::new(self, hold)));
                 }
-                Attempt::Busy(ttl) => {
+                Attempt::Busy { wait: ttl, split } => {
                     // The holder's TTL bounds the sleep (a crashed holder publishes nothing);
-                    // without a confirmed subscription, re-check sooner.
-                    let wait = if confirmed && reg.confirmed() {
+                    // without a confirmed subscription, re-check sooner. A quorum lock seen in
+                    // transition right after a release message is retried after a short random
+                    // delay, a few times: the release may still be on its way to the other
+                    // masters, whose messages this client does not listen to.
+                    let wait = if split && split_retries > 0 {
+                        split_retries -= 1;
+                        jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - split_retries)))
+                    } else if confirmed && reg.confirmed() {
                         ttl + Duration::from_millis(1)
                     } else {
                         ttl.min(RECHECK)

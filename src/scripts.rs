@@ -123,6 +123,16 @@ pub(crate) fn release(keys: &LockKeys, owner: &str, request: &str, token: u64) -
     }
 }
 
+/// The release script without the release message: undoes a partial quorum grant.
+pub(crate) fn undo(keys: &LockKeys, owner: &str, request: &str, token: u64) -> Call {
+    let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
+    cmd.arg(owner).arg("").arg(request).arg(token);
+    Call {
+        which: Which::Release,
+        cmd,
+    }
+}
+
 /// The renew script for `owner`'s hold under `token`.
 pub(crate) fn renew(keys: &LockKeys, owner: &str, lease: Duration, token: u64) -> Call {
     let mut cmd = evalsha(Which::Renew, &[&keys.lock, &keys.fence]);

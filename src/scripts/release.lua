@@ -3,7 +3,9 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter
 -- ARGV[1]  owner id
--- ARGV[2]  release channel: a message is published there when the lock is free afterwards
+-- ARGV[2]  release channel: a message is published there when the lock is free afterwards,
+--          unless it is empty (a quorum acquire undoing a partial grant: its own waiters must
+--          not be woken by it, and nobody else waits for it)
 -- ARGV[3]  request id: unique per release call, the same on a retry of that call, so a retry
 --          after a lost reply does not release two levels
 -- ARGV[4]  the holder's fencing token: the counter is raised to it, so that on a quorum of
@@ -23,7 +25,9 @@ end
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
   raise_fence()
-  redis.call('publish', ARGV[2], 'released')
+  if ARGV[2] ~= '' then
+    redis.call('publish', ARGV[2], 'released')
+  end
   return -1
 end
 if kind ~= 'hash' then
@@ -46,5 +50,7 @@ if count > 0 then
 end
 redis.call('del', KEYS[1])
 raise_fence()
-redis.call('publish', ARGV[2], 'released')
+if ARGV[2] ~= '' then
+  redis.call('publish', ARGV[2], 'released')
+end
 return 0
