@@ -224,7 +224,13 @@ impl Backend {
             Error::Timeout { .. } => true,
             _ => false,
         };
-        if broken && !self.single() {
+        if !broken {
+            return;
+        }
+        // After a restart or a CLIENT KILL every pooled connection is dead: drop them all, so
+        // that a retry opens a fresh one instead of taking the next dead one.
+        self.nodes[i].pool.clear();
+        if !self.single() {
             let pause = (self.call_timeout * 10).min(Duration::from_secs(1));
             *self.nodes[i].down_until.lock() = Instant::now().checked_add(pause);
             log::debug!("master {} failed: {e}", self.nodes[i].name);
@@ -251,9 +257,10 @@ impl Backend {
         owner: &str,
         lease: Duration,
         request: &str,
+        reenter: bool,
         sent: Instant,
     ) -> Result<Acquired> {
-        let call = scripts::acquire(keys, owner, lease, request);
+        let call = scripts::acquire(keys, owner, lease, request, reenter);
         let replies = self.call_all(&call, &self.all());
         let parsed: Vec<(usize, Result<AcquireReply>)> = replies
             .into_iter()

@@ -24,6 +24,17 @@ pub(crate) struct Renewal {
     pub(crate) until: Option<Instant>,
 }
 
+/// What the renewal thread should do with a hold that is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Begin {
+    /// Renew it (it is marked in flight).
+    Send,
+    /// Its local deadline passed before it could be renewed: it was just marked lost.
+    Expired,
+    /// Released or lost before: nothing to do.
+    Skip,
+}
+
 /// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -178,16 +189,20 @@ impl Hold {
         }
     }
 
-    /// Called by the renewal thread before sending a renewal. False when the hold needs none
-    /// any more (released or lost).
-    pub(crate) fn begin_renewal(&self) -> bool {
+    /// Called by the renewal thread before sending a renewal.
+    pub(crate) fn begin_renewal(&self) -> Begin {
         let mut st = self.state.lock();
-        if matches!(st.status, Status::Valid | Status::Uncertain) {
-            st.in_flight = true;
-            true
-        } else {
-            false
+        if !matches!(st.status, Status::Valid | Status::Uncertain) {
+            return Begin::Skip;
         }
+        // Past the local deadline the hold is lost for good, even if a renewal would still
+        // find the key: `is_held()` never turns true again once it read false.
+        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+            st.status = Status::Lost;
+            return Begin::Expired;
+        }
+        st.in_flight = true;
+        Begin::Send
     }
 
     /// Records the outcome of a renewal sent at `sent`: `Some(true)` extended, `Some(false)`
@@ -267,13 +282,13 @@ mod tests {
     #[test]
     fn failed_renewal_is_uncertain_until_the_deadline() {
         let h = hold(10_000, Instant::now());
-        assert!(h.begin_renewal());
+        assert_eq!(h.begin_renewal(), Begin::Send);
         assert_eq!(h.end_renewal(Instant::now(), None), Status::Uncertain);
         assert!(h.is_held());
-        assert!(h.begin_renewal());
+        assert_eq!(h.begin_renewal(), Begin::Send);
         assert_eq!(h.end_renewal(Instant::now(), Some(false)), Status::Lost);
         assert!(!h.is_held());
-        assert!(!h.begin_renewal());
+        assert_eq!(h.begin_renewal(), Begin::Skip);
     }
 
     #[test]
@@ -295,7 +310,7 @@ mod tests {
         assert!(!h.leave(Duration::ZERO));
         assert!(h.leave(Duration::ZERO));
         assert_eq!(h.status(), Status::Released);
-        assert!(!h.begin_renewal());
+        assert_eq!(h.begin_renewal(), Begin::Skip);
         assert!(!h.mark_lost());
     }
 }

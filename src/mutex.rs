@@ -283,9 +283,13 @@ impl Mutex {
         let shared = self.client.shared();
         let terms = self.terms();
         let sent = Instant::now();
-        let reply = shared
-            .backend
-            .acquire(&self.keys, owner, terms.lease, request, sent)?;
+        // Levels of this owner on the server without a live local guard are orphans (a release
+        // whose reply was lost); the script replaces them instead of counting on top of them.
+        let reenter = shared.holds_locally(&self.keys);
+        let reply =
+            shared
+                .backend
+                .acquire(&self.keys, owner, terms.lease, request, reenter, sent)?;
         match reply {
             Acquired::Busy { wait, split } => Ok(Attempt::Busy { wait, split }),
             Acquired::Held { token, count } => {

@@ -103,10 +103,20 @@ fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-/// The acquire script for `owner` with a lease of `lease`.
-pub(crate) fn acquire(keys: &LockKeys, owner: &str, lease: Duration, request: &str) -> Call {
+/// The acquire script for `owner` with a lease of `lease`; `reenter` when the calling thread
+/// holds the lock through a live guard.
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    owner: &str,
+    lease: Duration,
+    request: &str,
+    reenter: bool,
+) -> Call {
     let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
-    cmd.arg(owner).arg(millis(lease)).arg(request);
+    cmd.arg(owner)
+        .arg(millis(lease))
+        .arg(request)
+        .arg(if reenter { "1" } else { "0" });
     Call {
         which: Which::Acquire,
         cmd,

@@ -232,6 +232,9 @@ struct ChannelState {
     epoch: u64,
     /// The `SUBSCRIBE` for this entry was confirmed on the current connection.
     confirmed: bool,
+    /// The server refused the `SUBSCRIBE` (an ACL without the permission): leaders re-check
+    /// on a short period instead of waiting for a confirmation that will not come.
+    refused: bool,
     /// Waiting threads; the front one is the leader.
     queue: VecDeque<Arc<Waiter>>,
     /// What the departed leader left for the next: `Some(epoch)` to wait for a release after
@@ -438,12 +441,16 @@ impl Subscriber {
             // fall back to bounded re-checks.
             if let Resp::Error(e) = value {
                 let refused = table.pending.pop_front();
-                log::warn!(
-                    "pub/sub error reply{}: {e}",
-                    refused
-                        .map(|c| format!(" to SUBSCRIBE {}", c.name))
-                        .unwrap_or_default()
-                );
+                drop(table);
+                match refused {
+                    Some(ch) => {
+                        log::warn!("SUBSCRIBE {} refused: {e}; its waiters re-check", ch.name);
+                        let mut st = ch.state.lock();
+                        st.refused = true;
+                        st.wake_leader();
+                    }
+                    None => log::warn!("pub/sub error reply: {e}"),
+                }
             }
             return;
         };
@@ -515,6 +522,7 @@ impl Subscriber {
         for ch in &channels {
             table.subscribe(ch);
             let mut st = ch.state.lock();
+            st.refused = false;
             st.epoch += 1;
             st.wake_leader();
         }
@@ -626,8 +634,11 @@ impl Registration {
     /// period instead (a disconnect wakes the leader, so a wait in progress ends too).
     pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
         loop {
-            if self.channel.state.lock().confirmed {
-                return true;
+            {
+                let st = self.channel.state.lock();
+                if st.confirmed || st.refused {
+                    return st.confirmed;
+                }
             }
             if self.sub.table.lock().writer.is_none() || !park_until(Some(until)) {
                 return false;

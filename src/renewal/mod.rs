@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::client::{LostHook, LostLease};
-use crate::hold::{Hold, Status};
+use crate::hold::{Begin, Hold, Status};
 use crate::scripts;
 use wheel::Wheel;
 
@@ -197,7 +197,14 @@ impl Renewer {
 
     /// Renews a batch in one pipelined round trip and reschedules what is still held.
     fn renew(&mut self, due: &mut Vec<Arc<Hold>>) {
-        let batch: Vec<Arc<Hold>> = due.drain(..).filter(|h| h.begin_renewal()).collect();
+        let mut batch = Vec::with_capacity(due.len());
+        for hold in due.drain(..) {
+            match hold.begin_renewal() {
+                Begin::Send => batch.push(hold),
+                Begin::Expired => self.lost(&hold, "its lease ran out before it could be renewed"),
+                Begin::Skip => {}
+            }
+        }
         if batch.is_empty() {
             return;
         }
@@ -217,29 +224,31 @@ impl Renewer {
                     let at = Instant::now() + self.retry;
                     self.schedule(hold, at);
                 }
-                Status::Lost => {
-                    log::warn!(
-                        "lease of lock `{}` lost: {}",
-                        hold.keys.name,
-                        if outcome == Some(false) {
-                            "the key expired, was deleted, or has another owner"
-                        } else {
-                            "Redis could not be reached before the lease ran out"
-                        }
-                    );
-                    if let Some(hook) = &self.on_lost {
-                        let lost = LostLease {
-                            name: hold.keys.name.clone(),
-                            fencing_token: hold.token,
-                        };
-                        // A panicking callback must not take the renewal thread down with it.
-                        let call = std::panic::AssertUnwindSafe(|| (hook.0)(&lost));
-                        if std::panic::catch_unwind(call).is_err() {
-                            log::error!("the on_lease_lost callback panicked");
-                        }
-                    }
-                }
+                Status::Lost => self.lost(
+                    &hold,
+                    if outcome == Some(false) {
+                        "the key expired, was deleted, or has another owner"
+                    } else {
+                        "Redis could not be reached before the lease ran out"
+                    },
+                ),
                 Status::Released => {}
+            }
+        }
+    }
+
+    /// Reports a lost lease: a warning, and the application's callback.
+    fn lost(&self, hold: &Hold, why: &str) {
+        log::warn!("lease of lock `{}` lost: {why}", hold.keys.name);
+        if let Some(hook) = &self.on_lost {
+            let lost = LostLease {
+                name: hold.keys.name.clone(),
+                fencing_token: hold.token,
+            };
+            // A panicking callback must not take the renewal thread down with it.
+            let call = std::panic::AssertUnwindSafe(|| (hook.0)(&lost));
+            if std::panic::catch_unwind(call).is_err() {
+                log::error!("the on_lease_lost callback panicked");
             }
         }
     }

@@ -48,9 +48,11 @@ if count > 0 then
   redis.call('hset', KEYS[1], 'rel', ARGV[3])
   return count
 end
-redis.call('del', KEYS[1])
-raise_fence()
+-- Publish before deleting: a server that refuses PUBLISH (an ACL) then fails the script
+-- before anything changed, so the error the caller sees matches the state.
 if ARGV[2] ~= '' then
   redis.call('publish', ARGV[2], 'released')
 end
+redis.call('del', KEYS[1])
+raise_fence()
 return 0
