@@ -100,6 +100,12 @@ impl Backend {
         self.nodes.len() == 1
     }
 
+    /// The token to raise the masters' fencing counters to: with one master its counter is
+    /// never behind, so nothing (0) saves the script a read.
+    pub(crate) fn fence(&self, token: u64) -> u64 {
+        if self.single() { 0 } else { token }
+    }
+
     /// The part of a lease given up to allow for clock drift between hosts.
     pub(crate) fn drift(&self, lease: Duration) -> Duration {
         lease.mul_f64(self.drift_factor) + Duration::from_millis(2)
@@ -324,7 +330,7 @@ impl Backend {
         }
         if !undo.is_empty() {
             let token = held.iter().map(|h| h.1).max().unwrap_or(0);
-            let call = scripts::undo(keys, owner, &crate::client::request_id(), token);
+            let call = scripts::undo(keys, owner, &crate::client::request_id(), self.fence(token));
             let _ = self.call_all(&call, &undo);
         }
         if foreign {
@@ -364,7 +370,7 @@ impl Backend {
         request: &str,
         token: u64,
     ) -> Result<ReleaseReply> {
-        let call = scripts::release(keys, owner, request, token);
+        let call = scripts::release(keys, owner, request, self.fence(token));
         let mut replies = self.call_all(&call, &self.all());
         let retry: Vec<usize> = replies
             .iter()
@@ -511,13 +517,28 @@ impl Backend {
         Ok(yes >= self.quorum)
     }
 
-    /// Checks that every master answers (used once, when the client is built).
+    /// Checks that every master answers and loads the scripts into their caches, so that the
+    /// first calls (and the first renewal batch) do not meet `NOSCRIPT`. Used once, when the
+    /// client is built.
     pub(crate) fn ping(&self) -> Result<()> {
-        let call = Call {
-            which: Which::Renew,
-            cmd: redis::cmd("PING"),
-        };
-        for (i, r) in self.call_all(&call, &self.all()) {
+        let mut packed = redis::cmd("PING").get_packed_command();
+        for which in [Which::Acquire, Which::Release, Which::Renew] {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(which.source())
+                .write_packed_command(&mut packed);
+        }
+        let replies = self.round(&self.all(), &packed, 4, Which::Renew, self.call_timeout);
+        for (i, r) in replies {
+            // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
+            // which then report the server's error by name.
+            let r = r.and_then(|mut values| {
+                let loads = values.split_off(1.min(values.len()));
+                if let Some(e) = loads.into_iter().find_map(|v| one(Some(v)).err()) {
+                    log::debug!("scripts not loaded on {}: {e}", self.nodes[i].name);
+                }
+                one(values.pop()).map(drop)
+            });
             if let Err(e) = r {
                 if self.single() {
                     return Err(e);

@@ -436,7 +436,8 @@ impl Shared {
         hold
     }
 
-    /// Forgets the calling thread's hold on `keys` if it is `hold`.
+    /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was
+    /// released), and tells the renewal thread one more released hold sits in its wheel.
     pub(crate) fn forget(&self, hold: &Arc<Hold>) {
         let slot = (hold.keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
@@ -445,6 +446,10 @@ impl Shared {
             .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
         {
             holds.remove(&slot);
+        }
+        drop(holds);
+        if hold.renewal.is_some() {
+            self.renewals.released();
         }
     }
 }

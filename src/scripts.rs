@@ -13,11 +13,9 @@ use redis::{Connection, Script, Value};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +78,15 @@ impl Which {
             Which::Acquire => &ACQUIRE,
             Which::Release => &RELEASE,
             Which::Renew => &RENEW,
+        }
+    }
+
+    /// The script's Lua source.
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            Which::Acquire => include_str!("scripts/acquire.lua"),
+            Which::Release => include_str!("scripts/release.lua"),
+            Which::Renew => include_str!("scripts/renew.lua"),
         }
     }
 

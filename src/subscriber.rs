@@ -124,6 +124,13 @@ impl Stream {
         }
     }
 
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
@@ -189,13 +196,14 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
         .write_all(&resp::encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
         .map_err(Error::io)?;
     let _ = resp::read(&mut reader).map_err(Error::io)?;
-    // From here on, reads wake up every HEARTBEAT when the connection is idle.
+    // From here on, reads wake up every HEARTBEAT when the connection is idle. The two halves
+    // are one socket with one pair of timeouts: set each direction once, from its own side.
     reader
         .get_ref()
         .set_timeouts(Some(HEARTBEAT))
         .map_err(Error::io)?;
     writer
-        .set_timeouts(Some(timeouts.command.min(MAX_SOCKET_TIMEOUT)))
+        .set_write_timeout(Some(timeouts.command.min(MAX_SOCKET_TIMEOUT)))
         .map_err(Error::io)?;
     Ok((reader, writer))
 }

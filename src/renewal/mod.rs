@@ -17,7 +17,7 @@
 mod wheel;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -52,6 +52,9 @@ pub(crate) struct Inbox {
     holds: Mutex<Vec<Arc<Hold>>>,
     /// The tick at which the thread wakes by itself; `u64::MAX`: only when told.
     wake_at: AtomicU64,
+    /// Holds released since the thread last looked: they sit in the wheel until their slot
+    /// fires, so the thread compacts the wheel when they pile up.
+    released: AtomicUsize,
     tx: Sender<Msg>,
 }
 
@@ -73,6 +76,11 @@ impl Inbox {
         }
     }
 
+    /// Notes that a registered hold was released (no wake-up).
+    pub(crate) fn released(&self) {
+        self.released.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Stops the thread.
     pub(crate) fn stop(&self) {
         let _ = self.tx.send(Msg::Stop);
@@ -91,6 +99,7 @@ pub(crate) fn renewer(
         epoch,
         holds: Mutex::new(Vec::new()),
         wake_at: AtomicU64::new(u64::MAX),
+        released: AtomicUsize::new(0),
         tx,
     });
     let renewer = Renewer {
@@ -102,6 +111,7 @@ pub(crate) fn renewer(
         timeout: renew_every / 2,
         epoch,
         wheel: Wheel::new(),
+        stale: 0,
         on_lost,
     };
     (inbox, renewer)
@@ -120,6 +130,8 @@ pub(crate) struct Renewer {
     timeout: Duration,
     epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
+    /// Released holds still in the wheel (an estimate: some have fired since).
+    stale: usize,
     on_lost: Option<LostHook>,
 }
 
@@ -166,6 +178,26 @@ impl Renewer {
         }
     }
 
+    /// Rebuilds the wheel without released holds once they outnumber the live ones (and
+    /// 1,024), so memory follows the locks held, not the locks taken during the last
+    /// renewal interval.
+    fn compact_if_stale(&mut self) {
+        self.stale += self.inbox.released.swap(0, Ordering::Relaxed);
+        if self.stale < 1024 || self.stale < self.wheel.len() / 2 {
+            return;
+        }
+        let mut all = Vec::with_capacity(self.wheel.len());
+        self.wheel.poll(u64::MAX, &mut all);
+        self.wheel = Wheel::new();
+        self.stale = 0;
+        for hold in all {
+            if hold.is_held() {
+                self.register(hold);
+            }
+        }
+        log::trace!("renewal wheel compacted to {} leases", self.wheel.len());
+    }
+
     /// The thread's body.
     pub(crate) fn run(mut self) {
         let mut due = Vec::new();
@@ -186,6 +218,7 @@ impl Renewer {
                 break;
             }
             self.drain();
+            self.compact_if_stale();
             let now = self.tick(Instant::now() + self.coalesce);
             self.wheel.poll(now, &mut due);
             if !due.is_empty() {
@@ -257,7 +290,7 @@ impl Renewer {
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
         let calls: Vec<_> = batch
             .iter()
-            .map(|h| scripts::renew(&h.keys, &h.owner, h.lease, h.token))
+            .map(|h| scripts::renew(&h.keys, &h.owner, h.lease, self.backend.fence(h.token)))
             .collect();
         self.backend.renew(&calls, self.timeout)
     }

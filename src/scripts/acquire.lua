@@ -26,7 +26,6 @@ local function grant()
   local token = string.format('%.0f', math.max(last + 1, micros))
   redis.call('set', KEYS[2], token)
   redis.call('hset', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, 'req', ARGV[3])
-  redis.call('hdel', KEYS[1], 'rel')
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token, 1}
 end

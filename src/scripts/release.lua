@@ -9,7 +9,8 @@
 -- ARGV[3]  request id: unique per release call, the same on a retry of that call, so a retry
 --          after a lost reply does not release two levels
 -- ARGV[4]  the holder's fencing token: the counter is raised to it, so that on a quorum of
---          masters the next token exceeds this one even where this master's counter was behind
+--          masters the next token exceeds this one even where this master's counter was behind;
+--          '0' with a single master, whose counter is never behind
 --
 -- Returns n >= 0  re-entry levels still held (0: the key was deleted and the release published)
 --         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
@@ -17,6 +18,9 @@
 --         -2      another owner holds it; nothing was changed
 --         -3      the key is not a locksmith lock; nothing was changed
 local function raise_fence()
+  if ARGV[4] == '0' then
+    return
+  end
   local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
   if last < tonumber(ARGV[4]) then
     redis.call('set', KEYS[2], ARGV[4])

@@ -4,7 +4,8 @@
 -- KEYS[2]  fencing counter
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  the holder's fencing token: the counter is raised to it (see release.lua)
+-- ARGV[3]  the holder's fencing token: the counter is raised to it (see release.lua); '0'
+--          with a single master
 --
 -- Returns 1  extended
 --         0  not held by ARGV[1] any more (expired, deleted, or another owner); nothing changed
@@ -15,8 +16,10 @@ if redis.call('hget', KEYS[1], 'owner') ~= ARGV[1] then
   return 0
 end
 redis.call('pexpire', KEYS[1], ARGV[2])
-local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
-if last < tonumber(ARGV[3]) then
-  redis.call('set', KEYS[2], ARGV[3])
+if ARGV[3] ~= '0' then
+  local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+  if last < tonumber(ARGV[3]) then
+    redis.call('set', KEYS[2], ARGV[3])
+  end
 end
 return 1
