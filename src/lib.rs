@@ -27,6 +27,9 @@
 //! - [`Client::mutex`] gives a [`Mutex`], a cheap handle on a named lock, with
 //!   [`lock`](Mutex::lock), [`try_lock`](Mutex::try_lock),
 //!   [`try_lock_for`](Mutex::try_lock_for) and [`try_lock_until`](Mutex::try_lock_until).
+//! - A [`Redlock`] is the same client over several independent masters (typically 5): a lock
+//!   is held when a majority granted it, so it survives the loss of a minority of masters.
+//!   Its locks are the same [`Mutex`] with the same guards.
 //! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
 //!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
