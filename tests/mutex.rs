@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 use common::{RedisServer, TestChild, with_deadline};
 use locksmith::Client;
 
-/// One read-modify-write increment of `key` on a plain connection: GET, a short pause, SET.
-/// Without mutual exclusion, concurrent increments get lost.
-fn rmw_increment(conn: &mut redis::Connection, key: &str) {
-    let v: Option<u64> = redis::cmd("GET").arg(key).query(conn).unwrap();
-    thread::sleep(Duration::from_micros(200));
-    redis::cmd("SET")
-        .arg(key)
-        .arg(v.unwrap_or(0) + 1)
-        .exec(conn)
-        .unwrap();
-}
-
 /// 8 threads x 100 increments, one shared `Client`: the counter is exact, no two critical
 /// sections overlap, and fencing tokens increase in acquisition order.
 #[test]
@@ -64,7 +52,7 @@ fn threads_sharing_one_client_exclude_each_other() {
                         );
                         *last = guard.fencing_token();
                     }
-                    rmw_increment(&mut conn, &counter);
+                    common::rmw_increment(&mut conn, &counter);
                     inside.store(false, Ordering::SeqCst);
                     guard.unlock().unwrap();
                 }
@@ -98,17 +86,7 @@ fn child_counter() {
     let client = Client::open(url.as_str()).unwrap();
     let lock = client.mutex(&name).unwrap();
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-    for _ in 0..rounds {
-        let guard = lock.lock().unwrap();
-        // Appended inside the critical section, so the list is in acquisition order.
-        redis::cmd("RPUSH")
-            .arg(&tokens)
-            .arg(guard.fencing_token())
-            .exec(&mut conn)
-            .unwrap();
-        rmw_increment(&mut conn, &counter);
-        guard.unlock().unwrap();
-    }
+    common::locked_increments(&lock, &mut conn, &counter, &tokens, rounds);
 }
 
 /// 3 processes x 200 increments: the counter is exact and the fencing tokens, recorded

@@ -175,18 +175,6 @@ fn is_no_quorum(e: &Error) -> bool {
     matches!(e, Error::NoQuorum { needed: 3, reached } if *reached < 3)
 }
 
-/// One read-modify-write increment of `key` on a plain connection: GET, a short pause, SET.
-/// Without mutual exclusion, concurrent increments get lost.
-fn rmw_increment(conn: &mut redis::Connection, key: &str) {
-    let v: Option<u64> = redis::cmd("GET").arg(key).query(conn).unwrap();
-    thread::sleep(Duration::from_micros(200));
-    redis::cmd("SET")
-        .arg(key)
-        .arg(v.unwrap_or(0) + 1)
-        .exec(conn)
-        .unwrap();
-}
-
 // ---------------------------------------------------------------------------------------------
 // 1. Mutual exclusion across processes
 // ---------------------------------------------------------------------------------------------
@@ -216,16 +204,7 @@ fn child_redlock_counter() {
         .unwrap()
         .get_connection()
         .unwrap();
-    for _ in 0..rounds {
-        let guard = lock.lock().unwrap();
-        redis::cmd("RPUSH")
-            .arg(&tokens)
-            .arg(guard.fencing_token())
-            .exec(&mut conn)
-            .unwrap();
-        rmw_increment(&mut conn, &counter);
-        guard.unlock().unwrap();
-    }
+    common::locked_increments(&lock, &mut conn, &counter, &tokens, rounds);
 }
 
 /// 3 processes x 100 read-modify-write increments, each under a RedLock over five masters:

@@ -665,3 +665,36 @@ impl TestChild {
         }
     }
 }
+
+/// A read-modify-write increment of `key` (GET, a short pause to widen the race, SET): without
+/// mutual exclusion, concurrent callers lose updates.
+pub fn rmw_increment(conn: &mut redis::Connection, key: &str) {
+    let v: Option<u64> = redis::cmd("GET").arg(key).query(conn).unwrap();
+    thread::sleep(Duration::from_micros(200));
+    redis::cmd("SET")
+        .arg(key)
+        .arg(v.unwrap_or(0) + 1)
+        .exec(conn)
+        .unwrap();
+}
+
+/// `rounds` critical sections under `lock`, each appending its fencing token to the list
+/// `tokens` (so the list is in acquisition order) and incrementing `counter`.
+pub fn locked_increments(
+    lock: &locksmith::Mutex,
+    conn: &mut redis::Connection,
+    counter: &str,
+    tokens: &str,
+    rounds: u64,
+) {
+    for _ in 0..rounds {
+        let guard = lock.lock().unwrap();
+        redis::cmd("RPUSH")
+            .arg(tokens)
+            .arg(guard.fencing_token())
+            .exec(conn)
+            .unwrap();
+        rmw_increment(conn, counter);
+        guard.unlock().unwrap();
+    }
+}
