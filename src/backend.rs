@@ -27,7 +27,7 @@ use redis::{Connection, ConnectionLike, Value};
 use crate::conn::{Pool, is_connection_error};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{self, AcquireReply, Call, ReleaseReply, Which};
+use crate::scripts::{self, AcquireReply, Call, Holder, ReleaseReply, Which};
 
 /// One Redis master.
 #[derive(Debug)]
@@ -58,6 +58,20 @@ pub(crate) enum Acquired {
     /// granted it (a quorum lock in transition, for example a release that reached some
     /// masters but not yet others).
     Busy { wait: Duration, split: bool },
+}
+
+/// One acquire call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    /// Unique per acquire call, the same on its retries; names the acquisition when granted.
+    pub(crate) request: &'a str,
+    /// The acquisition of the caller's live guard on this lock: `Some` makes this a re-entry.
+    pub(crate) live_gen: Option<&'a str>,
+    /// When the call started; a quorum grant's validity is judged against it.
+    pub(crate) sent: Instant,
 }
 
 /// The masters, the quorum, and the bounds of one call.
@@ -257,16 +271,16 @@ impl Backend {
 
     /// Acquires on the masters. `sent` must be taken before this call; the validity of a
     /// quorum grant is judged against it.
-    pub(crate) fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
-        lease: Duration,
-        request: &str,
-        reenter: bool,
-        sent: Instant,
-    ) -> Result<Acquired> {
-        let call = scripts::acquire(keys, owner, lease, request, reenter);
+    pub(crate) fn acquire(&self, a: &AcquireCall<'_>) -> Result<Acquired> {
+        let AcquireCall {
+            keys,
+            owner,
+            lease,
+            request,
+            live_gen,
+            sent,
+        } = *a;
+        let call = scripts::acquire(keys, owner, lease, request, live_gen.is_some());
         let replies = self.call_all(&call, &self.all());
         let parsed: Vec<(usize, Result<AcquireReply>)> = replies
             .into_iter()
@@ -330,7 +344,16 @@ impl Backend {
         }
         if !undo.is_empty() {
             let token = held.iter().map(|h| h.1).max().unwrap_or(0);
-            let call = scripts::undo(keys, owner, &crate::client::request_id(), self.fence(token));
+            let holder = Holder {
+                owner,
+                acquisition: live_gen.unwrap_or(request),
+            };
+            let call = scripts::undo(
+                keys,
+                holder,
+                &crate::client::request_id(),
+                self.fence(token),
+            );
             let _ = self.call_all(&call, &undo);
         }
         if foreign {
@@ -366,11 +389,11 @@ impl Backend {
     pub(crate) fn release(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        holder: Holder<'_>,
         request: &str,
         token: u64,
     ) -> Result<ReleaseReply> {
-        let call = scripts::release(keys, owner, request, self.fence(token));
+        let call = scripts::release(keys, holder, request, self.fence(token));
         let mut replies = self.call_all(&call, &self.all());
         let retry: Vec<usize> = replies
             .iter()

@@ -12,7 +12,7 @@ use parking_lot::Mutex as PlMutex;
 use crate::backend::{Backend, Node};
 use crate::conn::{self, Pool, Timeouts};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, Renewal};
+use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{self, Inbox};
@@ -374,10 +374,12 @@ pub(crate) struct Terms {
 
 /// What a successful acquire script returned, and when it was sent.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Grant {
+pub(crate) struct Grant<'a> {
     pub(crate) token: u64,
     pub(crate) count: u64,
     pub(crate) sent: Instant,
+    /// The acquire call's request id.
+    pub(crate) request: &'a str,
 }
 
 impl Shared {
@@ -388,11 +390,16 @@ impl Shared {
 
     /// Whether the calling thread holds `keys` through this client (as far as it knows).
     pub(crate) fn holds_locally(&self, keys: &LockKeys) -> bool {
+        self.live_hold(keys).is_some()
+    }
+
+    /// The calling thread's hold on `keys`, if its lease is known valid.
+    pub(crate) fn live_hold(&self, keys: &LockKeys) -> Option<Arc<Hold>> {
         self.holds
             .lock()
             .get(&(keys.lock.clone(), thread_seq()))
             .and_then(Weak::upgrade)
-            .is_some_and(|h| h.is_held())
+            .filter(|h| h.is_held())
     }
 
     /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
@@ -401,28 +408,43 @@ impl Shared {
         &self,
         keys: &Arc<LockKeys>,
         owner: String,
-        grant: Grant,
+        grant: Grant<'_>,
         terms: Terms,
     ) -> Arc<Hold> {
-        let Grant { token, count, sent } = grant;
+        let Grant {
+            token,
+            count,
+            sent,
+            request,
+        } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
+        let existing = holds.get(&slot).and_then(Weak::upgrade);
         // A re-entry joins the thread's hold (with a quorum, a master that restarted may have
         // answered with a newer token; the acquisition is still the same).
         if count > 1
-            && let Some(h) = holds.get(&slot).and_then(Weak::upgrade)
+            && let Some(h) = &existing
             && h.enter(sent)
         {
-            return h;
+            return Arc::clone(h);
         }
+        // A new acquisition is named by its request id; a re-entry whose hold just expired
+        // locally still belongs to that hold's acquisition on the server.
+        let acquisition = match (&existing, count > 1) {
+            (Some(h), true) => h.acquisition.clone(),
+            _ => request.to_owned(),
+        };
         let renewal = terms.watchdog.then(|| Renewal {
             every: self.config.renew_every,
             until: terms.max_hold.and_then(|m| sent.checked_add(m)),
         });
         let hold = Arc::new(Hold::new(
             Arc::clone(keys),
-            owner,
-            token,
+            Identity {
+                owner,
+                acquisition,
+                token,
+            },
             terms.lease,
             self.backend.drift(terms.lease),
             renewal,

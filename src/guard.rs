@@ -132,7 +132,7 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
     let request = crate::client::request_id();
     let reply = match shared
         .backend
-        .release(mutex.keys(), &hold.owner, &request, hold.token)
+        .release(mutex.keys(), hold.holder(), &request, hold.token)
     {
         // Redis could not be asked, but the lease was known lost already: that is the news.
         Err(e) if !was_held => {

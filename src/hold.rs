@@ -14,6 +14,15 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::keys::LockKeys;
+use crate::scripts::Holder;
+
+/// Who holds: the owner, the acquisition (its request id) and its fencing token.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub(crate) owner: String,
+    pub(crate) acquisition: String,
+    pub(crate) token: u64,
+}
 
 /// How the renewal thread keeps a hold alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +73,8 @@ struct State {
 pub(crate) struct Hold {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: String,
+    /// The acquisition this hold belongs to: the request id of the acquire that created it.
+    pub(crate) acquisition: String,
     pub(crate) token: u64,
     pub(crate) lease: Duration,
     /// The part of the lease given up for clock drift.
@@ -77,8 +88,11 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(
         keys: Arc<LockKeys>,
-        owner: String,
-        token: u64,
+        Identity {
+            owner,
+            acquisition,
+            token,
+        }: Identity,
         lease: Duration,
         drift: Duration,
         renewal: Option<Renewal>,
@@ -87,6 +101,7 @@ impl Hold {
         Hold {
             keys,
             owner,
+            acquisition,
             token,
             lease,
             drift,
@@ -232,6 +247,14 @@ impl Hold {
         status
     }
 
+    /// Who this hold is, for the release and renew scripts.
+    pub(crate) fn holder(&self) -> Holder<'_> {
+        Holder {
+            owner: &self.owner,
+            acquisition: &self.acquisition,
+        }
+    }
+
     /// When the next renewal is due; `None` when no renewal is due any more (fixed lease, or
     /// the maximum hold time reached).
     pub(crate) fn next_renewal(&self) -> Option<Instant> {
@@ -251,8 +274,11 @@ mod tests {
     fn hold(lease_ms: u64, sent: Instant) -> Hold {
         Hold::new(
             Arc::new(LockKeys::new("t:", "x")),
-            "o".into(),
-            1,
+            Identity {
+                owner: "o".into(),
+                acquisition: "g".into(),
+                token: 1,
+            },
             Duration::from_millis(lease_ms),
             Duration::from_millis(lease_ms / 100 + 2),
             Some(Renewal {

@@ -5,7 +5,7 @@
 //!
 //! | what | name |
 //! |---|---|
-//! | lock (hash: `owner`, `count`, `token`, `req`) | `P{T}:lock` |
+//! | lock (hash: `owner`, `count`, `token`, `gen`, `req`, `rel`) | `P{T}:lock` |
 //! | fencing counter (integer, never expires) | `P{T}:fence` |
 //! | release channel | `P{T}:released` |
 //!

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Acquired, jitter};
+use crate::backend::{AcquireCall, Acquired, jitter};
 use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
@@ -285,15 +285,24 @@ impl Mutex {
         let sent = Instant::now();
         // Levels of this owner on the server without a live local guard are orphans (a release
         // whose reply was lost); the script replaces them instead of counting on top of them.
-        let reenter = shared.holds_locally(&self.keys);
-        let reply =
-            shared
-                .backend
-                .acquire(&self.keys, owner, terms.lease, request, reenter, sent)?;
+        let live = shared.live_hold(&self.keys);
+        let reply = shared.backend.acquire(&AcquireCall {
+            keys: &self.keys,
+            owner,
+            lease: terms.lease,
+            request,
+            live_gen: live.as_ref().map(|h| h.acquisition.as_str()),
+            sent,
+        })?;
         match reply {
             Acquired::Busy { wait, split } => Ok(Attempt::Busy { wait, split }),
             Acquired::Held { token, count } => {
-                let grant = Grant { token, count, sent };
+                let grant = Grant {
+                    token,
+                    count,
+                    sent,
+                    request,
+                };
                 let hold = shared.adopt(&self.keys, owner.to_owned(), grant, terms);
                 if hold.is_held() {
                     return Ok(Attempt::Held(hold));

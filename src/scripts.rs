@@ -130,10 +130,21 @@ pub(crate) fn acquire(
     }
 }
 
-/// The release script for one level held by `owner` under `token`.
-pub(crate) fn release(keys: &LockKeys, owner: &str, request: &str, token: u64) -> Call {
+/// Who releases or renews: the owner, and the acquisition (the lock's `gen` field) its guard belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holder<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) acquisition: &'a str,
+}
+
+/// The release script for one level of `holder`'s acquisition under `token`.
+pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>, request: &str, token: u64) -> Call {
     let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
-    cmd.arg(owner).arg(&keys.channel).arg(request).arg(token);
+    cmd.arg(holder.owner)
+        .arg(&keys.channel)
+        .arg(request)
+        .arg(token)
+        .arg(holder.acquisition);
     Call {
         which: Which::Release,
         cmd,
@@ -141,19 +152,26 @@ pub(crate) fn release(keys: &LockKeys, owner: &str, request: &str, token: u64) -
 }
 
 /// The release script without the release message: undoes a partial quorum grant.
-pub(crate) fn undo(keys: &LockKeys, owner: &str, request: &str, token: u64) -> Call {
+pub(crate) fn undo(keys: &LockKeys, holder: Holder<'_>, request: &str, token: u64) -> Call {
     let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
-    cmd.arg(owner).arg("").arg(request).arg(token);
+    cmd.arg(holder.owner)
+        .arg("")
+        .arg(request)
+        .arg(token)
+        .arg(holder.acquisition);
     Call {
         which: Which::Release,
         cmd,
     }
 }
 
-/// The renew script for `owner`'s hold under `token`.
-pub(crate) fn renew(keys: &LockKeys, owner: &str, lease: Duration, token: u64) -> Call {
+/// The renew script for `holder`'s acquisition under `token`.
+pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration, token: u64) -> Call {
     let mut cmd = evalsha(Which::Renew, &[&keys.lock, &keys.fence]);
-    cmd.arg(owner).arg(millis(lease)).arg(token);
+    cmd.arg(holder.owner)
+        .arg(millis(lease))
+        .arg(token)
+        .arg(holder.acquisition);
     Call {
         which: Which::Renew,
         cmd,

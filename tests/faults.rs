@@ -1183,6 +1183,7 @@ fn s10_release_in_resubscribe_gap() {
     wait_numsub(&mut conn, &common::release_channel(&name), 1);
     thread::sleep(Duration::from_millis(300));
     let owner = common::hget(&mut conn, &key, "owner").unwrap();
+    let acquisition = common::hget(&mut conn, &key, "gen").unwrap();
     let (killed, released): (u64, i64) = redis::pipe()
         .atomic()
         .cmd("CLIENT")
@@ -1198,6 +1199,7 @@ fn s10_release_in_resubscribe_gap() {
         .arg(common::release_channel(&name))
         .arg("test-gap-release")
         .arg(h.token)
+        .arg(&acquisition)
         .query(&mut conn)
         .unwrap();
     let released_at = Instant::now();

@@ -216,3 +216,46 @@ fn several_locks_on_one_thread() {
         }
     });
 }
+
+/// A guard whose lease ran out locally is no basis for a re-entry: the thread's next `lock()`
+/// is a new acquisition (new token, depth 1) even though its old level is still on the server,
+/// and the stale guard's release must not touch the new acquisition.
+#[test]
+fn stale_guard_never_releases_a_later_acquisition() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("stale-guard");
+        let key = common::lock_key(&name);
+        let lock = client
+            .mutex(&name)
+            .unwrap()
+            .with_lease(Duration::from_millis(100))
+            .unwrap();
+        let stale = lock.lock().unwrap();
+        // Keep the key on the server while the local lease deadline passes.
+        redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(10_000)
+            .exec(&mut conn)
+            .unwrap();
+        assert!(common::wait_until(Duration::from_secs(2), || !stale.is_held()));
+
+        let fresh = lock.lock().unwrap();
+        assert!(fresh.fencing_token() > stale.fencing_token());
+        assert_eq!(count(&mut conn, &name), Some(1));
+
+        let err = stale.unlock().unwrap_err();
+        assert!(err.is_lease_lost(), "{err}");
+        assert_eq!(
+            count(&mut conn, &name),
+            Some(1),
+            "the stale guard released a level"
+        );
+        assert!(fresh.is_held());
+        fresh.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &key));
+    });
+}

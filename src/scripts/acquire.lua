@@ -1,6 +1,6 @@
 -- Acquire, or re-enter, a lock. One round trip, atomic.
 --
--- KEYS[1]  lock hash (fields: owner, count, token, req, rel)
+-- KEYS[1]  lock hash (fields: owner, count, token, gen, req, rel)
 -- KEYS[2]  fencing counter (a plain integer that never expires)
 -- ARGV[1]  owner id (client UUID and thread id)
 -- ARGV[2]  lease in milliseconds
@@ -25,7 +25,10 @@ local function grant()
   local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
   local token = string.format('%.0f', math.max(last + 1, micros))
   redis.call('set', KEYS[2], token)
-  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, 'req', ARGV[3])
+  -- 'gen' names this acquisition (its request id): a release or renewal from a guard of an
+  -- earlier acquisition by the same owner must not touch this one.
+  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, 'gen', ARGV[3],
+    'req', ARGV[3])
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token, 1}
 end

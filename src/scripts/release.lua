@@ -12,10 +12,13 @@
 --          masters the next token exceeds this one even where this master's counter was behind;
 --          '0' with a single master, whose counter is never behind
 --
+-- ARGV[5]  the acquisition the caller's guard belongs to (the lock's 'gen')
+--
 -- Returns n >= 0  re-entry levels still held (0: the key was deleted and the release published)
 --         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
 --                 already released it); the lock is free, so waiters are told
---         -2      another owner holds it; nothing was changed
+--         -2      another owner (or a later acquisition of this owner) holds it; nothing
+--                 was changed
 --         -3      the key is not a locksmith lock; nothing was changed
 local function raise_fence()
   if ARGV[4] == '0' then
@@ -37,11 +40,11 @@ end
 if kind ~= 'hash' then
   return -3
 end
-local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'rel')
+local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'rel', 'gen')
 if f[1] == false then
   return -3
 end
-if f[1] ~= ARGV[1] then
+if f[1] ~= ARGV[1] or f[4] ~= ARGV[5] then
   return -2
 end
 if f[3] == ARGV[3] then

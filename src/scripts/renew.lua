@@ -6,13 +6,15 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the holder's fencing token: the counter is raised to it (see release.lua); '0'
 --          with a single master
+-- ARGV[4]  the acquisition being renewed (the lock's 'gen')
 --
 -- Returns 1  extended
 --         0  not held by ARGV[1] any more (expired, deleted, or another owner); nothing changed
 if redis.call('type', KEYS[1])['ok'] ~= 'hash' then
   return 0
 end
-if redis.call('hget', KEYS[1], 'owner') ~= ARGV[1] then
+local f = redis.call('hmget', KEYS[1], 'owner', 'gen')
+if f[1] ~= ARGV[1] or f[2] ~= ARGV[4] then
   return 0
 end
 redis.call('pexpire', KEYS[1], ARGV[2])
