@@ -321,8 +321,10 @@ fn xml(s: &str) -> String {
 
 /// A CDF of handoff latency on a log-x axis, with vertical guides (label, µs).
 pub fn cdf_svg(title: &str, series: &[Series<'_>], guides: &[(String, f64)]) -> String {
-    let (w, h) = (760.0_f64, 470.0_f64);
-    let (ml, mr, mt, mb) = (70.0, 34.0, 84.0, 56.0);
+    // One legend line per series between the title and the plot: more than two make room.
+    let extra = 17.0 * series.len().saturating_sub(2) as f64;
+    let (w, h) = (760.0_f64, 470.0_f64 + extra);
+    let (ml, mr, mt, mb) = (70.0, 34.0, 84.0 + extra, 56.0);
     let pw = w - ml - mr;
     let ph = h - mt - mb;
     let all = series
