@@ -408,9 +408,10 @@ impl Backend {
             );
             for (i, r) in self.call_all(&call, &retry) {
                 // The first attempt may have released the last level before its reply was
-                // lost: then the key is gone, which is what a release wants.
+                // lost: then the key is gone, or already another owner's (a waiter took it at
+                // once). Either is what a release wants, and the retry touched nothing.
                 let r = r.map(|v| match scripts::parse_release(&v) {
-                    Some(ReleaseReply::Missing) => Value::Int(0),
+                    Some(ReleaseReply::Missing | ReleaseReply::OtherOwner) => Value::Int(0),
                     _ => v,
                 });
                 if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {

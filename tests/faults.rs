@@ -1312,6 +1312,49 @@ fn s11_lost_replies() {
     assert!(other.mutex(&name).unwrap().try_lock().unwrap().is_some());
 }
 
+/// 11c. The reply to the last release is cut after Redis ran it, and a waiter on another
+///      client takes the lock at once on the release message. The holder's retry then finds
+///      another owner: that is the release having worked, so `unlock()` is `Ok`, not
+///      `NotOwner` (nothing of the new owner's is touched either way).
+#[test]
+fn s11_cut_release_then_taken_at_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let name = common::unique_name("s11c");
+    let key = common::lock_key(&name);
+    let holder = Client::open(proxy.url().as_str()).unwrap();
+    let waiter = Client::open(server.url().as_str()).unwrap();
+    let rel = sha(RELEASE_LUA);
+    preload_scripts(&mut conn);
+    let hl = holder.mutex(&name).unwrap();
+    let g = hl.lock().unwrap();
+    let wl = waiter.mutex(&name).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let w = thread::spawn(move || {
+        let got = wl.try_lock_for(Duration::from_secs(10)).unwrap();
+        let owner_token = got.as_ref().map(|g| g.fencing_token());
+        tx.send(owner_token).unwrap();
+        // Hold until the holder's unlock has returned.
+        thread::sleep(Duration::from_millis(500));
+        drop(got);
+    });
+    wait_numsub(&mut conn, &common::release_channel(&name), 1);
+    proxy.cut_reply_to(&[rel.as_bytes(), key.as_bytes()], 1);
+    // Bounded by the client's command and connect timeouts (5 s each).
+    let res = g.unlock();
+    let taken = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    println!(
+        "s11c: unlock() after a cut release reply: {res:?}; waiter got token {taken:?}; owner \
+         now {:?}",
+        common::hget(&mut conn, &key, "owner")
+    );
+    assert_eq!(proxy.cuts(), 1, "the reply was not cut");
+    assert!(taken.is_some(), "the waiter never got the lock");
+    assert!(res.is_ok(), "a release that worked was reported as {res:?}");
+    w.join().unwrap();
+}
+
 /// 11b. An `unlock()` whose release never reached Redis (the connection black-holed) errs
 ///      with a retriable error; the same thread then locks again. That must be a new
 ///      acquisition (depth 1, a new fencing token) and its unlock must free the lock; the
