@@ -139,23 +139,25 @@ pub(crate) struct Holder<'a> {
 
 /// The release script for one level of `holder`'s acquisition under `token`.
 pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>, request: &str, token: u64) -> Call {
-    let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
-    cmd.arg(holder.owner)
-        .arg(&keys.channel)
-        .arg(request)
-        .arg(token)
-        .arg(holder.acquisition);
-    Call {
-        which: Which::Release,
-        cmd,
-    }
+    release_publishing_on(&keys.channel, keys, holder, request, token)
 }
 
 /// The release script without the release message: undoes a partial quorum grant.
 pub(crate) fn undo(keys: &LockKeys, holder: Holder<'_>, request: &str, token: u64) -> Call {
+    release_publishing_on("", keys, holder, request, token)
+}
+
+/// The release script, publishing on `channel` (nowhere when empty).
+fn release_publishing_on(
+    channel: &str,
+    keys: &LockKeys,
+    holder: Holder<'_>,
+    request: &str,
+    token: u64,
+) -> Call {
     let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
     cmd.arg(holder.owner)
-        .arg("")
+        .arg(channel)
         .arg(request)
         .arg(token)
         .arg(holder.acquisition);
