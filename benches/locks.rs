@@ -1300,58 +1300,59 @@ fn many_names(ctx: &mut Ctx) -> Result<(), String> {
 
 /// Cycles per second of `threads` threads, each locking and unlocking its own name.
 fn ls_cycles(client: &Client, threads: usize, d: Duration) -> Result<f64, String> {
-    let barrier = Barrier::new(threads);
-    let results: Vec<Result<u64, String>> = thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads)
-            .map(|i| {
-                let barrier = &barrier;
-                sc.spawn(move || -> Result<u64, String> {
-                    let m = client.mutex(&format!("bench:many:{threads}:{i}"));
-                    let warm = m.as_ref().map_err(s).and_then(|m| {
-                        for _ in 0..100 {
-                            m.lock().map_err(s)?.unlock().map_err(s)?;
-                        }
-                        Ok(())
-                    });
-                    barrier.wait();
-                    warm?;
-                    let m = m.map_err(s)?;
-                    let end = Instant::now() + d;
-                    let mut n = 0;
-                    while Instant::now() < end {
-                        m.lock().map_err(s)?.unlock().map_err(s)?;
-                        n += 1;
-                    }
-                    Ok(n)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
-    let mut total = 0;
-    for r in results {
-        total += r?;
-    }
-    Ok(total as f64 / d.as_secs_f64())
+    let cycle = |m: &mut locksmith::Mutex| -> Result<(), String> {
+        m.lock().map_err(s)?.unlock().map_err(s)
+    };
+    cycles_per_sec(
+        threads,
+        d,
+        |i| {
+            let mut m = client
+                .mutex(&format!("bench:many:{threads}:{i}"))
+                .map_err(s)?;
+            for _ in 0..100 {
+                cycle(&mut m)?;
+            }
+            Ok(m)
+        },
+        cycle,
+    )
 }
 
+/// The same for the naive lock, one connection per thread.
 fn naive_cycles(url: &str, threads: usize, d: Duration) -> Result<f64, String> {
+    cycles_per_sec(
+        threads,
+        d,
+        |i| NaiveLock::new(url, &format!("bench:many:{threads}:{i}"), NAIVE_LEASE).map_err(s),
+        |lk: &mut NaiveLock| {
+            let t = lk.try_acquire().map_err(s)?.ok_or("naive lock busy")?;
+            lk.release(&t).map(drop).map_err(s)
+        },
+    )
+}
+
+/// Runs `cycle` on `threads` threads for `d`, each on the state its `setup` made (set-up and
+/// warm-up happen before a barrier, outside the timed window), and returns cycles per second.
+fn cycles_per_sec<S>(
+    threads: usize,
+    d: Duration,
+    setup: impl Fn(usize) -> Result<S, String> + Sync,
+    cycle: impl Fn(&mut S) -> Result<(), String> + Sync,
+) -> Result<f64, String> {
     let barrier = Barrier::new(threads);
     let results: Vec<Result<u64, String>> = thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
             .map(|i| {
-                let barrier = &barrier;
+                let (barrier, setup, cycle) = (&barrier, &setup, &cycle);
                 sc.spawn(move || -> Result<u64, String> {
-                    let lk = NaiveLock::new(url, &format!("bench:many:{threads}:{i}"), NAIVE_LEASE);
+                    let state = setup(i);
                     barrier.wait();
-                    let mut lk = lk.map_err(s)?;
+                    let mut state = state?;
                     let end = Instant::now() + d;
                     let mut n = 0;
                     while Instant::now() < end {
-                        let t = lk.try_acquire().map_err(s)?.ok_or("naive lock busy")?;
-                        lk.release(&t).map_err(s)?;
+                        cycle(&mut state)?;
                         n += 1;
                     }
                     Ok(n)
