@@ -365,23 +365,6 @@ fn child_fenced_writer() {
 // Scenarios
 // ---------------------------------------------------------------------------------------------
 
-/// Totals the workers reported to the store.
-fn worker_totals(store: &Store) -> HashMap<&'static str, u64> {
-    [
-        "acquired",
-        "accepted",
-        "rejected",
-        "retriable",
-        "other",
-        "lost",
-        "depth_bad",
-        "timeouts",
-    ]
-    .into_iter()
-    .map(|k| (k, store.report_sum(k)))
-    .collect()
-}
-
 /// 1. 4 processes x 4 threads on one hot lock, read-modify-write counter in the fenced
 ///    store: the counter is exact, no two critical sections overlap, tokens increase.
 #[test]
@@ -411,7 +394,7 @@ fn s01_hot_lock_across_processes() {
     }
     let elapsed = start.elapsed();
     let total = PROCS as u64 * THREADS * ITERS;
-    let t = worker_totals(&store);
+    let t = store.worker_totals();
     let res = store.resource(&name);
     let intervals = store.intervals();
     let f = checker::assert_clean(&intervals);
@@ -1132,7 +1115,7 @@ fn s09_client_kill_under_load() {
         assert!(status.success(), "worker failed: {status}");
     }
     let ended = Instant::now();
-    let t = worker_totals(&store);
+    let t = store.worker_totals();
     let intervals = store.intervals();
     let f = checker::assert_clean(&intervals);
     let mut conn = server.conn();

@@ -111,26 +111,7 @@ fn processes_exclude_each_other() {
     }
 
     let mut conn = server.conn();
-    let total: u64 = redis::cmd("GET")
-        .arg(format!("counter:{name}"))
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(total, CHILDREN as u64 * ROUNDS);
-    let tokens: Vec<u64> = redis::cmd("LRANGE")
-        .arg(format!("tokens:{name}"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(tokens.len(), CHILDREN * ROUNDS as usize);
-    for w in tokens.windows(2) {
-        assert!(
-            w[0] < w[1],
-            "fencing tokens not increasing: {} then {}",
-            w[0],
-            w[1]
-        );
-    }
+    common::assert_exact_and_fenced(&mut conn, &name, CHILDREN as u64 * ROUNDS);
     assert!(!common::exists(&mut conn, &common::lock_key(&name)));
 }
 

@@ -235,26 +235,7 @@ fn processes_exclude_each_other_over_five_masters() {
     );
 
     let mut conn = masters.conn(0);
-    let total: u64 = redis::cmd("GET")
-        .arg(format!("counter:{name}"))
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(total, CHILDREN as u64 * ROUNDS, "increments were lost");
-    let tokens: Vec<u64> = redis::cmd("LRANGE")
-        .arg(format!("tokens:{name}"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(tokens.len(), CHILDREN * ROUNDS as usize);
-    for w in tokens.windows(2) {
-        assert!(
-            w[0] < w[1],
-            "fencing tokens not increasing: {} then {}",
-            w[0],
-            w[1]
-        );
-    }
+    common::assert_exact_and_fenced(&mut conn, &name, CHILDREN as u64 * ROUNDS);
     for i in 0..N {
         assert!(
             !common::exists(&mut masters.conn(i), &common::lock_key(&name)),

@@ -122,20 +122,8 @@ fn soak() {
         assert!(status.success(), "worker failed: {status} (seed {seed})");
     }
 
-    let totals: Vec<(&str, u64)> = [
-        "acquired",
-        "accepted",
-        "rejected",
-        "retriable",
-        "other",
-        "lost",
-        "depth_bad",
-        "timeouts",
-    ]
-    .into_iter()
-    .map(|k| (k, store.report_sum(k)))
-    .collect();
-    let get = |k: &str| totals.iter().find(|(n, _)| *n == k).unwrap().1;
+    let totals = store.worker_totals();
+    let get = |k: &str| totals[k];
     let intervals = store.intervals();
     let findings = checker::check(&intervals);
     let gaps = checker::handoff_gaps_ms(&intervals);

@@ -698,3 +698,28 @@ pub fn locked_increments(
         guard.unlock().unwrap();
     }
 }
+
+/// After [`locked_increments`] by several workers: the counter is exactly `expected` and the
+/// recorded fencing tokens strictly increase in acquisition order.
+pub fn assert_exact_and_fenced(conn: &mut redis::Connection, name: &str, expected: u64) {
+    let total: u64 = redis::cmd("GET")
+        .arg(format!("counter:{name}"))
+        .query(conn)
+        .unwrap();
+    assert_eq!(total, expected, "increments were lost");
+    let tokens: Vec<u64> = redis::cmd("LRANGE")
+        .arg(format!("tokens:{name}"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    assert_eq!(tokens.len() as u64, expected);
+    for w in tokens.windows(2) {
+        assert!(
+            w[0] < w[1],
+            "fencing tokens not increasing: {} then {}",
+            w[0],
+            w[1]
+        );
+    }
+}

@@ -195,6 +195,23 @@ impl Store {
             .collect()
     }
 
+    /// The totals the load workers report (see `load.rs`), by name.
+    pub fn worker_totals(&self) -> std::collections::HashMap<&'static str, u64> {
+        [
+            "acquired",
+            "accepted",
+            "rejected",
+            "retriable",
+            "other",
+            "lost",
+            "depth_bad",
+            "timeouts",
+        ]
+        .into_iter()
+        .map(|k| (k, self.report_sum(k)))
+        .collect()
+    }
+
     /// Sum of the numeric reports under `key`.
     pub fn report_sum(&self, key: &str) -> u64 {
         self.reports(key)
