@@ -11,6 +11,7 @@ mod common;
 #[path = "support/proxy.rs"]
 mod proxy;
 
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -351,6 +352,70 @@ fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
         drop(m);
         drop(client);
         assert_eq!(reports_of(&lost, token), 1);
+    });
+}
+
+/// A hold whose lease ran out while the renewal thread was busy, and which the renewal wheel
+/// then dropped in a compaction (after over 1,024 releases), is reported lost exactly once.
+#[test]
+fn holds_dropped_by_compaction_are_reported_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        let lost = Arc::new(Mutex::new(Vec::<LostLease>::new()));
+        // The first report blocks the renewal thread until the test lets it go.
+        let (gate_tx, gate_rx) = mpsc::channel::<()>();
+        let gate = Mutex::new(Some(gate_rx));
+        let (blocked_tx, blocked_rx) = mpsc::channel::<()>();
+        let blocked_tx = Mutex::new(blocked_tx);
+        let l = Arc::clone(&lost);
+        let client = Client::builder(&url)
+            .lease(Duration::from_millis(600))
+            .on_lease_lost(move |x| {
+                l.lock().unwrap().push(x.clone());
+                if let Some(rx) = gate.lock().unwrap().take() {
+                    let _ = blocked_tx.lock().unwrap().send(());
+                    let _ = rx.recv_timeout(Duration::from_secs(30));
+                }
+            })
+            .build()
+            .unwrap();
+        let a = client.mutex(&common::unique_name("compact-a")).unwrap();
+        let b_name = common::unique_name("compact-b");
+        let b = client.mutex(&b_name).unwrap();
+        let ga = a.lock().unwrap();
+        let gb = b.lock().unwrap();
+        let (ta, tb) = (ga.fencing_token(), gb.fencing_token());
+        // B is lost at its next renewal; its report blocks the renewal thread.
+        let _: () = redis::cmd("DEL")
+            .arg(common::lock_key(&b_name))
+            .query(&mut conn)
+            .unwrap();
+        blocked_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // Meanwhile A's lease runs out, unrenewed, and over 1,024 holds are released.
+        assert!(common::wait_until(Duration::from_secs(5), || !ga.is_held()));
+        let churn = client.mutex(&common::unique_name("compact-churn")).unwrap();
+        for _ in 0..1100 {
+            churn.lock().unwrap().unlock().unwrap();
+        }
+        drop(gate_tx);
+        // A must be reported (once) while its guard still exists.
+        let reported = common::wait_until(Duration::from_secs(5), || reports_of(&lost, ta) > 0);
+        drop((ga, gb));
+        drop((a, b, churn));
+        drop(client);
+        let (ra, rb) = (reports_of(&lost, ta), reports_of(&lost, tb));
+        println!("reports: A {ra}, B {rb}");
+        assert!(
+            reported,
+            "a hold dropped by compaction was never reported lost"
+        );
+        assert_eq!(
+            (ra, rb),
+            (1, 1),
+            "every lost lease is reported exactly once"
+        );
     });
 }
 

@@ -201,7 +201,8 @@ impl Renewer {
 
     /// Rebuilds the wheel without released holds once they outnumber the live ones (and
     /// 1,024), so memory follows the locks held, not the locks taken during the last
-    /// renewal interval.
+    /// renewal interval. A hold whose lease ran out while it waited in the wheel is lost:
+    /// it is reported as its slot would have reported it.
     fn compact_if_stale(&mut self) {
         self.stale += self.inbox.released.swap(0, Ordering::Relaxed);
         if self.stale < 1024 || self.stale < self.wheel.len() / 2 {
@@ -214,6 +215,8 @@ impl Renewer {
         for hold in all {
             if hold.is_held() {
                 self.register(hold);
+            } else if hold.mark_lost() {
+                self.lost(&hold, "its lease ran out before it could be renewed");
             }
         }
         log::trace!("renewal wheel compacted to {} leases", self.wheel.len());
