@@ -538,10 +538,13 @@ impl Shared {
         Adopted::Held(hold)
     }
 
-    /// Marks `hold` lost; if it was held until now, the loss is reported (the `warn` log and
-    /// the `on_lease_lost` callback, on the renewal thread), so each loss is reported once.
+    /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
+    /// callback, on the renewal thread), if it was held until now: each loss is reported
+    /// once. A hold whose local deadline has passed is left as it is: a renewed one is
+    /// reported by the renewal thread when its slot comes, and a lease that ended by design
+    /// (a fixed lease, the maximum hold time) is not a loss to report.
     pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
-        if hold.mark_lost() {
+        if hold.is_held() && hold.mark_lost() {
             self.renewals.lost(Arc::clone(hold));
         }
     }

@@ -154,24 +154,25 @@ impl Hold {
         })
     }
 
-    /// How long a re-entry makes the key's lease at least: the hold's own lease for a renewed
-    /// hold; zero for a fixed lease, which ends a fixed time after its acquisition whatever
-    /// re-entries come.
+    /// How long a re-entry sent at `sent` makes the key's lease at least: the hold's own
+    /// lease while it is renewed (as a renewal sent then would); zero for a fixed lease, which
+    /// ends a fixed time after its acquisition whatever re-entries come, and zero past the
+    /// maximum hold time, after which no renewal extends the lease and no re-entry may either
+    /// (a holder re-entering in a loop would otherwise keep the lock forever).
     ///
     /// A re-entry keeps the terms of the hold's acquisition (lease, renewal, maximum hold
     /// time), whatever handle it came through: a handle's terms apply to new acquisitions.
-    pub(crate) fn reentry_extension(&self) -> Duration {
-        if self.renewal.is_some() {
-            self.lease
-        } else {
-            Duration::ZERO
+    pub(crate) fn reentry_extension(&self, sent: Instant) -> Duration {
+        match self.renewal {
+            Some(Renewal { until, .. }) if until.is_none_or(|u| sent <= u) => self.lease,
+            _ => Duration::ZERO,
         }
     }
 
     /// A re-entry of this hold, sent at `sent`: one more level. The server moved the key's
     /// expiry to at least `sent` plus [`reentry_extension`](Hold::reentry_extension) (never
     /// earlier), so the local deadline moves with it only when that is the hold's lease.
-    /// Returns false if the hold is no longer usable (lost or released).
+    /// Returns false if the hold is no longer usable (lost, released, or past its deadline).
     pub(crate) fn enter(&self, sent: Instant) -> bool {
         let mut st = self.state.lock();
         if !matches!(st.status, Status::Valid | Status::Uncertain) || st.depth == 0 {
@@ -181,7 +182,7 @@ impl Hold {
             return false;
         }
         st.depth += 1;
-        if !self.reentry_extension().is_zero() {
+        if !self.reentry_extension(sent).is_zero() {
             st.last_ok = st.last_ok.max(sent);
         }
         st.status = Status::Valid;
@@ -356,13 +357,30 @@ mod tests {
         let mut h = hold(10_000, t);
         h.renewal = None;
         let before = h.deadline();
-        assert_eq!(h.reentry_extension(), Duration::ZERO);
-        assert!(h.enter(t + Duration::from_secs(1)));
+        let later = t + Duration::from_secs(1);
+        assert_eq!(h.reentry_extension(later), Duration::ZERO);
+        assert!(h.enter(later));
         assert_eq!(h.deadline(), before);
         let w = hold(10_000, t);
-        assert_eq!(w.reentry_extension(), Duration::from_secs(10));
-        assert!(w.enter(t + Duration::from_secs(1)));
+        assert_eq!(w.reentry_extension(later), Duration::from_secs(10));
+        assert!(w.enter(later));
         assert_eq!(w.deadline(), before.map(|d| d + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn no_reentry_extends_past_the_maximum_hold_time() {
+        let t = Instant::now();
+        let mut h = hold(10_000, t);
+        h.renewal = Some(Renewal {
+            every: Duration::from_secs(3),
+            until: Some(t + Duration::from_millis(500)),
+        });
+        assert_eq!(h.reentry_extension(t), Duration::from_secs(10));
+        let later = t + Duration::from_secs(1);
+        assert_eq!(h.reentry_extension(later), Duration::ZERO);
+        let before = h.deadline();
+        assert!(h.enter(later));
+        assert_eq!(h.deadline(), before);
     }
 
     #[test]

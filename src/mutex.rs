@@ -314,7 +314,7 @@ impl Mutex {
             request,
             live: live.as_ref().map(|h| Live {
                 acquisition: &h.acquisition,
-                extend: h.reentry_extension(),
+                extend: h.reentry_extension(sent),
             }),
             sent,
         })?;

@@ -157,6 +157,39 @@ fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
     });
 }
 
+/// Past its maximum hold time a hold is no longer renewed; a re-entry must not extend it
+/// either, or a holder that re-enters in a loop keeps the lock forever.
+#[test]
+fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::builder(&url)
+            .lease(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let name = common::unique_name("reenter-max-hold");
+        let m = client.mutex(&name).unwrap();
+        let capped = m.with_max_hold(Duration::from_millis(100)).unwrap();
+        let start = Instant::now();
+        let outer = capped.lock().unwrap();
+        // Past the maximum hold time (no renewal is due before it), within the lease.
+        std::thread::sleep(Duration::from_millis(300));
+        let inner = m.lock().unwrap();
+        let elapsed = start.elapsed();
+        let pttl = common::pttl(&mut conn, &common::lock_key(&name));
+        println!("re-entry {elapsed:?} after the acquisition: the key expires in {pttl} ms");
+        assert!(
+            u128::try_from(pttl).unwrap() <= 1000 - elapsed.as_millis() + 1,
+            "a re-entry past the maximum hold time extended the lease to {pttl} ms"
+        );
+        assert_local_deadline_within_server_expiry(&mut conn, &name, &inner, "inner");
+        drop(inner);
+        drop(outer);
+    });
+}
+
 /// An inner release that never reached Redis leaves the server one level higher than the
 /// holder; the outermost `unlock()` must still free the lock (or fail), never return `Ok`
 /// while the key stays.
@@ -324,6 +357,34 @@ fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
         drop(client);
         let reports = lost.lock().unwrap().len();
         assert_eq!(reports, 1, "lost leases reported: {reports}");
+    });
+}
+
+/// A fixed lease that ran out while its guard still lives ended by design: when the same
+/// thread locks again (a new acquisition), nothing is reported lost; a renewed lease lost the
+/// same way is reported once.
+#[test]
+fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+        let name = common::unique_name("fixed-ran-out");
+        let m = client.mutex(&name).unwrap();
+        let fixed = m.with_lease(Duration::from_millis(100)).unwrap();
+        let old = fixed.lock().unwrap();
+        assert!(common::wait_until(Duration::from_secs(5), || {
+            !old.is_held() && !common::exists(&mut conn, &common::lock_key(&name))
+        }));
+        let new = m.lock().unwrap();
+        assert!(new.fencing_token() > old.fencing_token());
+        new.unlock().unwrap();
+        assert!(old.unlock().is_err());
+        drop((fixed, m));
+        drop(client);
+        let reports = lost.lock().unwrap().len();
+        assert_eq!(reports, 0, "a fixed lease that ended was reported lost");
     });
 }
 
