@@ -243,11 +243,13 @@ impl Hold {
     }
 
     /// Records the outcome of a renewal sent at `sent`: `Some(true)` extended, `Some(false)`
-    /// not owned any more, `None` failed (I/O). Returns the status afterwards.
-    pub(crate) fn end_renewal(&self, sent: Instant, outcome: Option<bool>) -> Status {
+    /// not owned any more, `None` failed (I/O). Returns the status afterwards, or `None` when
+    /// the hold had been released or marked lost meanwhile (by its owner's thread): then the
+    /// outcome changes nothing, and a loss was reported by whoever marked it.
+    pub(crate) fn end_renewal(&self, sent: Instant, outcome: Option<bool>) -> Option<Status> {
         let mut st = self.state.lock();
         st.in_flight = false;
-        if matches!(st.status, Status::Valid | Status::Uncertain) {
+        let status = if matches!(st.status, Status::Valid | Status::Uncertain) {
             match outcome {
                 Some(true) => {
                     st.last_ok = st.last_ok.max(sent);
@@ -262,8 +264,10 @@ impl Hold {
                     }
                 }
             }
-        }
-        let status = st.status;
+            Some(st.status)
+        } else {
+            None
+        };
         drop(st);
         self.renewal_done.notify_all();
         status
@@ -331,12 +335,29 @@ mod tests {
     fn failed_renewal_is_uncertain_until_the_deadline() {
         let h = hold(10_000, Instant::now());
         assert_eq!(h.begin_renewal(), Begin::Send);
-        assert_eq!(h.end_renewal(Instant::now(), None), Status::Uncertain);
+        assert_eq!(h.end_renewal(Instant::now(), None), Some(Status::Uncertain));
         assert!(h.is_held());
         assert_eq!(h.begin_renewal(), Begin::Send);
-        assert_eq!(h.end_renewal(Instant::now(), Some(false)), Status::Lost);
+        assert_eq!(
+            h.end_renewal(Instant::now(), Some(false)),
+            Some(Status::Lost)
+        );
         assert!(!h.is_held());
         assert_eq!(h.begin_renewal(), Begin::Skip);
+    }
+
+    #[test]
+    fn a_renewal_ending_after_the_hold_was_marked_lost_changes_nothing() {
+        let h = hold(10_000, Instant::now());
+        assert_eq!(h.begin_renewal(), Begin::Send);
+        assert!(h.mark_lost());
+        assert_eq!(h.end_renewal(Instant::now(), Some(false)), None);
+        assert_eq!(h.begin_renewal(), Begin::Skip);
+        let r = hold(10_000, Instant::now());
+        assert_eq!(r.begin_renewal(), Begin::Send);
+        assert!(r.leave(Duration::ZERO));
+        assert_eq!(r.end_renewal(Instant::now(), Some(true)), None);
+        assert_eq!(r.status(), Status::Released);
     }
 
     #[test]

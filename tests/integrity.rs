@@ -416,6 +416,55 @@ fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
     });
 }
 
+/// An inner release finds the key gone while a renewal of the same hold is on the wire
+/// (its reply held back by the proxy); the renewal then finds it gone too. The loss is
+/// reported once, not once by each.
+#[test]
+fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    preload_scripts(&mut conn);
+    let renew = sha(include_str!("../src/scripts/renew.lua"));
+    let _: () = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(include_str!("../src/scripts/renew.lua"))
+        .query(&mut conn)
+        .unwrap();
+    with_deadline(Duration::from_secs(20), move || {
+        let (client, lost) = lost_log(&purl, Duration::from_millis(1500));
+        let name = common::unique_name("lost-twice");
+        let key = common::lock_key(&name);
+        let m = client.mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let inner = m.lock().unwrap();
+        let token = outer.fencing_token();
+        proxy.delay_reply_to(
+            &[renew.as_bytes(), key.as_bytes()],
+            Duration::from_millis(600),
+            1,
+        );
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+        // The next renewal ran on Redis (and found no key); its reply is held back.
+        assert!(common::wait_until(Duration::from_secs(5), || proxy
+            .delays()
+            == 1));
+        assert!(matches!(inner.unlock(), Err(Error::LeaseLost)));
+        assert!(!outer.is_held());
+        // Dropping the outer guard waits for the renewal on the wire; dropping the client
+        // joins the renewal thread, after it handled that renewal's reply.
+        drop(outer);
+        drop(m);
+        drop(client);
+        assert_eq!(
+            reports_of(&lost, token),
+            1,
+            "one loss, reported more than once"
+        );
+    });
+}
+
 /// A hold whose lease ran out while the renewal thread was busy, and which the renewal wheel
 /// then dropped in a compaction (after over 1,024 releases), is reported lost exactly once.
 #[test]
@@ -623,6 +672,3 @@ fn eviction_policy_is_checked_at_start() {
         assert!(warned[0].contains("allkeys-lru"));
     });
 }
-
-#[allow(dead_code)]
-fn _uses(_: Error) {}

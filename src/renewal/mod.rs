@@ -273,18 +273,18 @@ impl Renewer {
         log::trace!("renewed a batch of {} leases", batch.len());
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
             match hold.end_renewal(sent, outcome) {
-                Status::Valid => match hold.next_renewal() {
+                Some(Status::Valid) => match hold.next_renewal() {
                     Some(at) => self.schedule(hold, at),
                     None => log::info!(
                         "lock `{}` reached its maximum hold time; renewal stopped",
                         hold.keys.name
                     ),
                 },
-                Status::Uncertain => {
+                Some(Status::Uncertain) => {
                     let at = Instant::now() + self.retry;
                     self.schedule(hold, at);
                 }
-                Status::Lost => self.lost(
+                Some(Status::Lost) => self.lost(
                     &hold,
                     if outcome == Some(false) {
                         "the key expired, was deleted, or has another owner"
@@ -292,7 +292,8 @@ impl Renewer {
                         "Redis could not be reached before the lease ran out"
                     },
                 ),
-                Status::Released => {}
+                // Released, or marked lost (and reported) by its owner's thread meanwhile.
+                Some(Status::Released) | None => {}
             }
         }
     }
