@@ -190,6 +190,44 @@ fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
     });
 }
 
+/// With a quorum, a re-entry that finds its acquisition gone on one master (a minority) is
+/// still a re-entry: the new acquisition that master made is given back at once, and the
+/// outermost release leaves no key on any master.
+#[test]
+fn quorum_reentry_with_a_minority_replaced_leaves_no_stray_grant() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut conns: Vec<_> = servers.iter().map(RedisServer::conn).collect();
+    with_deadline(Duration::from_secs(30), move || {
+        let quorum = locksmith::Redlock::builder(&urls).build().unwrap();
+        let name = common::unique_name("quorum-reenter");
+        let key = common::lock_key(&name);
+        let m = quorum.mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut conns[0]).unwrap();
+        let inner = m.try_lock().unwrap().expect("a re-entry on a quorum");
+        assert_eq!(inner.fencing_token(), outer.fencing_token());
+        assert!(outer.is_held());
+        let counts: Vec<_> = conns
+            .iter_mut()
+            .map(|c| common::hget(c, &key, "count"))
+            .collect();
+        println!("counts after the re-entry: {counts:?}");
+        assert_eq!(
+            counts[0], None,
+            "the stray grant on the replaced master stayed"
+        );
+        inner.unlock().unwrap();
+        outer.unlock().unwrap();
+        for c in &mut conns {
+            assert!(
+                !common::exists(c, &key),
+                "a key left after the outermost release"
+            );
+        }
+    });
+}
+
 /// An inner release that never reached Redis leaves the server one level higher than the
 /// holder; the outermost `unlock()` must still free the lock (or fail), never return `Ok`
 /// while the key stays.
