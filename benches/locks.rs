@@ -47,9 +47,9 @@ use support::child::{ChildProc, child_input, say};
 use support::naive::{self, NaiveLock};
 use support::report::{self, Bar, Row, Series, Unit};
 use support::{
-    LOG, LogTap, RedisServer, Rng, client_level, commandstats, connect, failedstats, micros,
-    new_thread_named, numsub, pct, realtime_ns, rss_kib, sorted, stat, stats_brief, stats_delta,
-    stats_total, tasks, thread_count, thread_cpu_ns, usecstats,
+    LOG, LogTap, RedisServer, Rng, calls_by_command, client_level, connect, failed_by_command,
+    micros, new_thread_named, numsub, pct, realtime_ns, rss_kib, sorted, stat, stats_brief,
+    stats_delta, stats_total, tasks, thread_count, thread_cpu_ns, usec_by_command,
 };
 
 /// The naive lock's lease (locksmith's default lease, for a like-for-like comparison).
@@ -182,7 +182,7 @@ fn main() {
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     let pinned =
         !args.iter().any(|a| a == "--no-pin") && cpus >= 2 && support::pin(std::process::id(), 0);
-    let server = match RedisServer::start(pinned.then_some(1)) {
+    let server = match RedisServer::try_start(pinned.then_some(1)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("locks bench: {e}");
@@ -217,7 +217,7 @@ fn main() {
         handoff: None,
         redlock_handoff: None,
         pinned,
-        rng: Rng::new(),
+        rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
     let workloads: [(&str, Workload); 7] = [
@@ -446,7 +446,7 @@ fn measure_floors(url: &str, n: usize) -> Result<(Floors, Vec<Row>), String> {
         ping(&mut con).map_err(s)?;
         eval(&mut con).map_err(s)?;
     }
-    let (c0, u0) = (commandstats(&mut con), usecstats(&mut con));
+    let (c0, u0) = (calls_by_command(&mut con), usec_by_command(&mut con));
     let (mut p, mut e) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let t = Instant::now();
@@ -456,7 +456,7 @@ fn measure_floors(url: &str, n: usize) -> Result<(Floors, Vec<Row>), String> {
         eval(&mut con).map_err(s)?;
         e.push(micros(t.elapsed()));
     }
-    let (c1, u1) = (commandstats(&mut con), usecstats(&mut con));
+    let (c1, u1) = (calls_by_command(&mut con), usec_by_command(&mut con));
     let exec = stat(&stats_delta(&u0, &u1), "evalsha") as f64
         / stat(&stats_delta(&c0, &c1), "evalsha").max(1) as f64;
     // PING after 3 ms of idleness, as most lock operations in real programs start.
@@ -683,7 +683,7 @@ fn handoff(ctx: &mut Ctx) -> Result<(), String> {
     // the waiter's process timestamps the release message). ---
     let client = Client::open(&url).map_err(s)?;
     let m = client.mutex(name).map_err(s)?;
-    let (calls0, usec0) = (commandstats(&mut con), usecstats(&mut con));
+    let (calls0, usec0) = (calls_by_command(&mut con), usec_by_command(&mut con));
     let plain = ls_handoffs(
         &mut ctx.rng,
         &mut child,
@@ -693,7 +693,7 @@ fn handoff(ctx: &mut Ctx) -> Result<(), String> {
         ctx.plan.handoff_ls,
         None,
     )?;
-    let (calls1, usec1) = (commandstats(&mut con), usecstats(&mut con));
+    let (calls1, usec1) = (calls_by_command(&mut con), usec_by_command(&mut con));
     let script_us = stat(&stats_delta(&usec0, &usec1), "evalsha") as f64
         / stat(&stats_delta(&calls0, &calls1), "evalsha").max(1) as f64;
     let mut monitor = Monitor::open(&url)?;
@@ -961,14 +961,14 @@ fn ls_handoffs(
             .try_lock_for(Duration::from_secs(10))
             .map_err(s)?
             .ok_or("holder could not lock")?;
-        let ev0 = stat(&commandstats(con), "evalsha");
+        let ev0 = stat(&calls_by_command(con), "evalsha");
         child.send("go")?;
         // The waiter is blocked once it subscribed and made its two attempts (the fast path
         // and the one after the subscription was confirmed).
         let until = Instant::now() + Duration::from_secs(2);
         let mut verified = false;
         while Instant::now() < until {
-            if numsub(con, channel) >= 1 && stat(&commandstats(con), "evalsha") >= ev0 + 2 {
+            if numsub(con, channel) >= 1 && stat(&calls_by_command(con), "evalsha") >= ev0 + 2 {
                 verified = true;
                 break;
             }
@@ -1143,7 +1143,7 @@ fn contended(ctx: &mut Ctx) -> Result<(), String> {
             .arg(0)
             .query::<()>(&mut con)
             .map_err(s)?;
-        let s0 = commandstats(&mut con);
+        let s0 = calls_by_command(&mut con);
         let run_ms = ctx.plan.contended.as_millis();
         let mut children = children;
         for c in &mut children {
@@ -1164,7 +1164,7 @@ fn contended(ctx: &mut Ctx) -> Result<(), String> {
             waits.extend(parse_list(&c.expect("waits", STEP)?));
             censored.extend(parse_list(&c.expect("censored", STEP)?));
         }
-        let s1 = commandstats(&mut con);
+        let s1 = calls_by_command(&mut con);
         drop(children);
         let value: i64 = redis::cmd("GET")
             .arg(&counter)
@@ -1448,16 +1448,16 @@ fn idle_one(ctx: &mut Ctx, kind: &str, lease: Option<Duration>) -> Result<(), St
         }
     }
     thread::sleep(Duration::from_millis(500));
-    let s0 = commandstats(&mut con);
-    let f0 = failedstats(&mut con);
+    let s0 = calls_by_command(&mut con);
+    let f0 = failed_by_command(&mut con);
     let (_, renewed0) = LOG.batches();
     let t0 = Instant::now();
     let end = t_hold + hold;
     if end > Instant::now() {
         thread::sleep(end - Instant::now());
     }
-    let s1 = commandstats(&mut con);
-    let f1 = failedstats(&mut con);
+    let s1 = calls_by_command(&mut con);
+    let f1 = failed_by_command(&mut con);
     let (_, renewed1) = LOG.batches();
     let window = t0.elapsed().as_secs_f64();
     LOG.trace_renewals(false);
@@ -1565,20 +1565,20 @@ fn renewal(ctx: &mut Ctx) -> Result<(), String> {
     let held_threads = thread_count();
     // The first renewal round on a fresh server finds the script not loaded: measure it
     // apart, and start the window in the steady state.
-    let p0 = commandstats(&mut con);
-    let f0 = failedstats(&mut con);
+    let p0 = calls_by_command(&mut con);
+    let f0 = failed_by_command(&mut con);
     thread::sleep(every + Duration::from_millis(300));
-    let p1 = commandstats(&mut con);
-    let f1 = failedstats(&mut con);
+    let p1 = calls_by_command(&mut con);
+    let f1 = failed_by_command(&mut con);
     LOG.trace_renewals(true);
-    let s0 = commandstats(&mut con);
-    let sf0 = failedstats(&mut con);
+    let s0 = calls_by_command(&mut con);
+    let sf0 = failed_by_command(&mut con);
     let c0 = thread_cpu_ns(renew_tid).ok_or("no CPU time")?;
     let t0 = Instant::now();
     thread::sleep(window);
     let c1 = thread_cpu_ns(renew_tid).ok_or("no CPU time")?;
-    let s1 = commandstats(&mut con);
-    let sf1 = failedstats(&mut con);
+    let s1 = calls_by_command(&mut con);
+    let sf1 = failed_by_command(&mut con);
     let w = t0.elapsed().as_secs_f64();
     let (batches, renewed) = LOG.batches();
     LOG.trace_renewals(false);
@@ -1648,12 +1648,12 @@ fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         })
         .map_err(s)?;
     let naive_tid = new_thread_named(&before_n, "naive-renew");
-    let ns0 = commandstats(&mut con);
+    let ns0 = calls_by_command(&mut con);
     let nc0 = naive_tid.and_then(thread_cpu_ns);
     let nt0 = Instant::now();
     thread::sleep(window);
     let nc1 = naive_tid.and_then(thread_cpu_ns);
-    let ns1 = commandstats(&mut con);
+    let ns1 = calls_by_command(&mut con);
     let nw = nt0.elapsed().as_secs_f64();
     stop.store(1, Ordering::SeqCst);
     let (_, naive_lost, tokens) = h.join().map_err(|_| "naive renewal thread panicked")??;
@@ -1805,7 +1805,7 @@ fn redlock(ctx: &mut Ctx) -> Result<(), String> {
     const CAP: usize = 400_000;
     // Started here, killed when this function returns (or unwinds).
     let servers = (0..MASTERS)
-        .map(|_| RedisServer::start(ctx.pinned.then_some(1)))
+        .map(|_| RedisServer::try_start(ctx.pinned.then_some(1)))
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let placement = if ctx.pinned {
@@ -1911,13 +1911,13 @@ fn redlock(ctx: &mut Ctx) -> Result<(), String> {
     // Redis's execution time of the RedLock scripts, per master, in a short pass of cycles
     // alone (commandstats cannot tell them from the floor's `return 1`).
     let exec_cycles = 1000;
-    let calls0: Vec<_> = cons.iter_mut().map(commandstats).collect();
-    let usec0: Vec<_> = cons.iter_mut().map(usecstats).collect();
+    let calls0: Vec<_> = cons.iter_mut().map(calls_by_command).collect();
+    let usec0: Vec<_> = cons.iter_mut().map(usec_by_command).collect();
     for _ in 0..exec_cycles {
         cycle(&m)?;
     }
-    let calls1: Vec<_> = cons.iter_mut().map(commandstats).collect();
-    let usec1: Vec<_> = cons.iter_mut().map(usecstats).collect();
+    let calls1: Vec<_> = cons.iter_mut().map(calls_by_command).collect();
+    let usec1: Vec<_> = cons.iter_mut().map(usec_by_command).collect();
     let exec: Vec<f64> = (0..MASTERS)
         .map(|i| {
             stat(&stats_delta(&usec0[i], &usec1[i]), "evalsha") as f64
@@ -1948,7 +1948,7 @@ fn redlock(ctx: &mut Ctx) -> Result<(), String> {
     )?;
     child.expect("ready", STEP)?;
     let hm = rl.mutex(name).map_err(s)?;
-    let before: Vec<_> = cons.iter_mut().map(commandstats).collect();
+    let before: Vec<_> = cons.iter_mut().map(calls_by_command).collect();
     let warm = 5;
     let handoffs = ls_handoffs(
         &mut ctx.rng,
@@ -1959,7 +1959,7 @@ fn redlock(ctx: &mut Ctx) -> Result<(), String> {
         ctx.plan.redlock_handoff,
         None,
     )?;
-    let after: Vec<_> = cons.iter_mut().map(commandstats).collect();
+    let after: Vec<_> = cons.iter_mut().map(calls_by_command).collect();
     drop(child);
     drop(hm);
     drop(rl);
