@@ -40,7 +40,11 @@ pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };
 pub use rng::Rng;
-pub use server::{RedisServer, connect, free_port, pin, signal};
+pub use server::{RedisServer, connect, free_port, pin, signal, stop_for};
+pub use stats::{
+    ChannelSpy, client_list, errorstats, keys_matching, lock_keys_left, pubsub_clients, token_of,
+    wait_numsub,
+};
 pub use stats::{
     Monitor, Stats, calls, calls_by_command, client_level, commandstats, exists, failed_by_command,
     hget, numsub, pttl, script_calls, stat, stats_brief, stats_delta, stats_total, usec_by_command,

@@ -3,7 +3,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::names::unique_suffix;
@@ -334,4 +334,17 @@ pub fn signal(pid: u32, sig: &str) {
         .status()
         .expect("run `kill`");
     assert!(status.success(), "kill -{sig} {pid} failed: {status}");
+}
+
+/// SIGSTOPs process `pid` now and SIGCONTs it after `d`, from a thread (join it to know the
+/// process runs again).
+///
+/// # Panics
+/// If `kill` fails (on the calling thread for SIGSTOP, on the returned one for SIGCONT).
+pub fn stop_for(pid: u32, d: Duration) -> JoinHandle<()> {
+    signal(pid, "STOP");
+    thread::spawn(move || {
+        thread::sleep(d);
+        signal(pid, "CONT");
+    })
 }

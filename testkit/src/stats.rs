@@ -8,11 +8,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crate::names::unique_suffix;
+use crate::names::{lock_key, unique_suffix};
 use crate::wait::wait_until;
 
 /// `INFO commandstats` as `cmdstat_xxx -> calls`.
@@ -149,6 +151,141 @@ impl Drop for Monitor {
     fn drop(&mut self) {
         let _ = self.stream.shutdown(Shutdown::Both);
         if let Some(h) = self.reader.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys, clients, channels
+// ---------------------------------------------------------------------------------------------
+
+/// `KEYS pattern`, sorted.
+pub fn keys_matching(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(conn).unwrap();
+    keys.sort();
+    keys
+}
+
+/// Lock keys of the default prefix still in Redis.
+pub fn lock_keys_left(conn: &mut redis::Connection) -> Vec<String> {
+    keys_matching(conn, "locksmith:*:lock")
+}
+
+/// `CLIENT LIST`, one line per connection.
+pub fn client_list(conn: &mut redis::Connection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    list.lines().map(str::to_string).collect()
+}
+
+/// Connections named `locksmith-pubsub` (the library's subscriber).
+pub fn pubsub_clients(conn: &mut redis::Connection) -> usize {
+    client_list(conn)
+        .iter()
+        .filter(|l| l.contains("name=locksmith-pubsub"))
+        .count()
+}
+
+/// `INFO errorstats` as `ERRORNAME -> count`.
+pub fn errorstats(conn: &mut redis::Connection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("errorstats").query(conn).unwrap();
+    let mut out = HashMap::new();
+    for line in info.lines() {
+        if let Some((name, rest)) = line.split_once(':')
+            && let Some(name) = name.strip_prefix("errorstat_")
+            && let Some(n) = rest.strip_prefix("count=")
+        {
+            out.insert(name.to_string(), n.trim().parse().unwrap());
+        }
+    }
+    out
+}
+
+/// The fencing token stored in the lock key of `name`.
+///
+/// # Panics
+/// If there is no lock key or it has no token.
+pub fn token_of(conn: &mut redis::Connection, name: &str) -> u64 {
+    hget(conn, &lock_key(name), "token")
+        .expect("lock key with a token")
+        .parse()
+        .unwrap()
+}
+
+/// Waits (at most 10 s) until `channel` has at least `n` subscribers.
+///
+/// # Panics
+/// If it does not.
+pub fn wait_numsub(conn: &mut redis::Connection, channel: &str, n: u64) {
+    assert!(
+        wait_until(Duration::from_secs(10), || numsub(conn, channel) >= n),
+        "{channel}: fewer than {n} subscribers"
+    );
+}
+
+/// Counts the messages published on one channel, from a separate subscriber connection.
+#[derive(Debug)]
+pub struct ChannelSpy {
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ChannelSpy {
+    /// Subscribes to `channel` on a new connection to `url` and counts its messages from
+    /// then on.
+    ///
+    /// # Panics
+    /// If the subscription is not confirmed within 10 s.
+    pub fn start(url: &str, channel: &str) -> ChannelSpy {
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (c, s) = (Arc::clone(&count), Arc::clone(&stop));
+        let (url, channel) = (url.to_string(), channel.to_string());
+        let handle = thread::spawn(move || {
+            let client = redis::Client::open(url).unwrap();
+            let mut con = client
+                .get_connection_with_timeout(Duration::from_secs(5))
+                .unwrap();
+            let mut ps = con.as_pubsub();
+            ps.subscribe(&channel).unwrap();
+            ps.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            ready_tx.send(()).unwrap();
+            while !s.load(Ordering::SeqCst) {
+                match ps.get_message() {
+                    Ok(_) => {
+                        c.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) if e.is_timeout() => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        ChannelSpy {
+            count,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Messages seen so far.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// The counter itself, for threads that read it without the spy.
+    pub fn counter(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.count)
+    }
+}
+
+impl Drop for ChannelSpy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
     }
