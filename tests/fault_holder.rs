@@ -98,7 +98,7 @@ fn child_fenced_writer() {
 }
 
 /// 2. A holder process is killed with SIGKILL: the waiter acquires once the lease runs out,
-///    within the lease + slack, with no release message.
+///    within the lease + slack, with no release message published before it acquired.
 #[test]
 fn s02_killed_holder() {
     let lease = Duration::from_secs(1);
@@ -121,27 +121,35 @@ fn s02_killed_holder() {
     let child_token = token_of(&mut conn, &name);
     let spy = ChannelSpy::start(&url, &channel);
     let waiter = Client::open(url.as_str()).unwrap();
+    let m = waiter.mutex(&name).unwrap();
     let (tx, rx) = mpsc::channel();
-    let w = spawn_waiter(
-        waiter.mutex(&name).unwrap(),
-        Duration::from_secs(10),
-        Duration::ZERO,
-        tx,
-    );
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let w = thread::spawn(move || {
+        let g = m.try_lock_for(Duration::from_secs(10)).unwrap();
+        let at = Instant::now();
+        tx.send((at, g.as_ref().map(|g| g.fencing_token())))
+            .unwrap();
+        // Hold until the test has counted the release messages: this guard's own release
+        // must not be among them.
+        let _ = release_rx.recv_timeout(Duration::from_secs(20));
+        drop(g);
+    });
     wait_numsub(&mut conn, &channel, 2);
     // Let the holder renew at least once more, so the lease is its own, not the first one.
     thread::sleep(lease / 2);
     let remaining = Duration::from_millis(common::pttl(&mut conn, &key).try_into().unwrap());
     let killed_at = Instant::now();
     child.kill9();
-    let out = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let messages = spy.count();
-    let waited = out.at - killed_at;
+    let (at, token) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Every message published up to now, while the waiter still holds the lock.
+    let messages = spy.sync(&mut conn);
+    release_tx.send(()).unwrap();
+    let waited = at - killed_at;
     println!(
         "s02: holder SIGKILLed with {remaining:?} of its {lease:?} lease left; waiter acquired \
-         {waited:?} later; {messages} release messages"
+         {waited:?} later; {messages} release messages before it did"
     );
-    assert!(out.token.unwrap() > child_token);
+    assert!(token.unwrap() > child_token);
     assert_eq!(messages, 0, "a release message was published");
     assert!(
         waited + Duration::from_millis(50) >= remaining,

@@ -223,10 +223,16 @@ pub fn wait_numsub(conn: &mut redis::Connection, channel: &str, n: u64) {
     );
 }
 
+/// The payload prefix of the markers of [`ChannelSpy::sync`].
+const SYNC_MARKER: &[u8] = b"testkit-channel-spy-sync-";
+
 /// Counts the messages published on one channel, from a separate subscriber connection.
 #[derive(Debug)]
 pub struct ChannelSpy {
+    channel: String,
     count: Arc<AtomicUsize>,
+    /// The sync markers seen so far.
+    markers: Arc<StdMutex<Vec<Vec<u8>>>>,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -241,20 +247,25 @@ impl ChannelSpy {
         let count = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
-        let (c, s) = (Arc::clone(&count), Arc::clone(&stop));
+        let markers = Arc::new(StdMutex::new(Vec::new()));
+        let (c, m, s) = (Arc::clone(&count), Arc::clone(&markers), Arc::clone(&stop));
         let (url, channel) = (url.to_string(), channel.to_string());
+        let sub = channel.clone();
         let handle = thread::spawn(move || {
             let client = redis::Client::open(url).unwrap();
             let mut con = client
                 .get_connection_with_timeout(Duration::from_secs(5))
                 .unwrap();
             let mut ps = con.as_pubsub();
-            ps.subscribe(&channel).unwrap();
+            ps.subscribe(&sub).unwrap();
             ps.set_read_timeout(Some(Duration::from_millis(50)))
                 .unwrap();
             ready_tx.send(()).unwrap();
             while !s.load(Ordering::SeqCst) {
                 match ps.get_message() {
+                    Ok(msg) if msg.get_payload_bytes().starts_with(SYNC_MARKER) => {
+                        m.lock().unwrap().push(msg.get_payload_bytes().to_vec());
+                    }
                     Ok(_) => {
                         c.fetch_add(1, Ordering::SeqCst);
                     }
@@ -265,7 +276,9 @@ impl ChannelSpy {
         });
         ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         ChannelSpy {
+            channel,
             count,
+            markers,
             stop,
             handle: Some(handle),
         }
@@ -279,6 +292,35 @@ impl ChannelSpy {
     /// The counter itself, for threads that read it without the spy.
     pub fn counter(&self) -> Arc<AtomicUsize> {
         Arc::clone(&self.count)
+    }
+
+    /// The messages published on the channel before this call, all of them: publishes a
+    /// marker on the channel from `conn` and waits until the spy has seen it. Redis delivers
+    /// the messages of a channel to a subscriber in publish order, so every message published
+    /// before the marker has been counted by then. Markers are not counted.
+    ///
+    /// A marker is also a message to every other subscriber of the channel: waiters of a
+    /// lock take it for a release and re-check, which is harmless.
+    ///
+    /// # Panics
+    /// If the marker is not seen within 5 s.
+    pub fn sync(&self, conn: &mut redis::Connection) -> usize {
+        let mut marker = SYNC_MARKER.to_vec();
+        marker.extend_from_slice(unique_suffix().as_bytes());
+        redis::cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg(&marker)
+            .exec(conn)
+            .unwrap();
+        let seen = wait_until(Duration::from_secs(5), || {
+            self.markers.lock().unwrap().contains(&marker)
+        });
+        assert!(
+            seen,
+            "the spy on {} did not see its sync marker",
+            self.channel
+        );
+        self.count()
     }
 }
 
