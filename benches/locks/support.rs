@@ -1,10 +1,6 @@
-//! Plumbing of the `locks` benchmark: child processes, sample statistics, a log tap, the naive
-//! lock, and the report. The server, Redis statistics, clocks and thread figures come from
-//! `locksmith-testkit`.
-
-pub mod child;
-pub mod naive;
-pub mod report;
+//! Plumbing of the `locks` benchmark: sample statistics and a tap on the library's log. The
+//! server, Redis statistics, clocks and thread figures come from `locksmith-testkit`,
+//! re-exported here.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
