@@ -191,19 +191,13 @@ fn s03_panicking_holder() {
         Duration::ZERO,
         tx,
     );
-    // The waiter is asleep on the lock once it has tried again after its SUBSCRIBE (it must,
-    // or a release between its first attempt and the subscription would be lost): wait for
+    // The waiter is asleep on the lock once it has tried again after its SUBSCRIBE: wait for
     // that attempt in the MONITOR log rather than for a while.
-    let subscribe = format!("\"{}\"", common::release_channel(&name));
-    let blocked = common::wait_until(Duration::from_secs(10), || {
-        let lines = monitor.since(0);
-        lines
-            .iter()
-            .position(|l| {
-                l.to_ascii_lowercase().contains("\"subscribe\"") && l.contains(&subscribe)
-            })
-            .is_some_and(|i| common::Monitor::script_calls_on(&lines[i + 1..], &key) > 0)
-    });
+    let blocked = monitor.wait_blocked(
+        &common::release_channel(&name),
+        &key,
+        Duration::from_secs(10),
+    );
     assert!(blocked, "the waiter did not try again after subscribing");
     preload_scripts(&mut conn);
     let mark = monitor.sync(&mut conn);

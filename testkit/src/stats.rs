@@ -131,6 +131,24 @@ impl Monitor {
         self.lines.lock().unwrap()[mark..].to_vec()
     }
 
+    /// Waits (at most `dur`) until a script call on `key` follows a `SUBSCRIBE` to `channel`
+    /// in the log: the moment a waiter blocks. A waiter must try again after its subscription
+    /// took effect (or a release between its first attempt and the subscription would be
+    /// lost), so once that attempt has run, it sleeps until a release message or its bound.
+    /// False if that was not seen in time.
+    pub fn wait_blocked(&self, channel: &str, key: &str, dur: Duration) -> bool {
+        let quoted = format!("\"{channel}\"");
+        wait_until(dur, || {
+            let lines = self.lines.lock().unwrap();
+            lines
+                .iter()
+                .position(|l| {
+                    l.to_ascii_lowercase().contains("\"subscribe\"") && l.contains(&quoted)
+                })
+                .is_some_and(|i| Monitor::script_calls_on(&lines[i + 1..], key) > 0)
+        })
+    }
+
     /// Of `lines`, the script calls (EVALSHA/EVAL sent by a client, not commands run inside a
     /// script) naming `key`.
     pub fn script_calls_on(lines: &[String], key: &str) -> usize {
