@@ -31,8 +31,12 @@ mod run;
 #[path = "model/worker.rs"]
 mod worker;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use check::{Finding, History, Section};
+use checker::mono_ns;
 use plan::Settings;
 
 /// The seeds of a plain `cargo test`.
@@ -62,7 +66,11 @@ fn secs() -> u64 {
 
 /// Runs `seeds` one after another and fails with every failing seed and how to replay it.
 fn run_seeds(seeds: &[u64]) {
-    let secs = secs();
+    run_seeds_for(seeds, secs());
+}
+
+/// [`run_seeds`] with a given run time (it is part of the plan).
+fn run_seeds_for(seeds: &[u64], secs: u64) {
     let settings = Settings::new(secs);
     let mut failed = Vec::new();
     for &seed in seeds {
@@ -77,7 +85,12 @@ fn run_seeds(seeds: &[u64]) {
             ));
         }
     }
-    assert!(failed.is_empty(), "model: {} seed(s) failed:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "model: {} seed(s) failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
 /// The default seed set, or the seeds the environment names.
@@ -101,4 +114,107 @@ fn model_seeds() {
         Err(_) => DEFAULT_SEEDS.to_vec(),
     };
     run_seeds(&seeds);
+}
+
+// Regression seeds: each found a defect of the library (seconds per seed: 10).
+
+/// Re-entry through a handle with a shorter fixed lease (`with_lease`) under an outer
+/// watchdog or longer fixed lease: the outer guard stayed `is_held()` after the server's key
+/// had expired by the inner lease, and another process took the lock (an overlap).
+#[test]
+fn seed_6_reentry_with_a_shorter_lease_overlaps() {
+    run_seeds_for(&[6], 10);
+}
+
+/// Redis stopped for 3.7 s: `unlock()` returned after about three timeouts (waiting for the
+/// renewal in flight, then the release and its retry) instead of one.
+#[test]
+fn seed_25_unlock_past_its_bound_under_a_stopped_redis() {
+    run_seeds_for(&[25], 10);
+}
+
+/// A section recorded by hand around one `lock()`. `work` runs while the guard is held; it
+/// returns true to claim, without asking `is_held()`, that the lock was held until it returned
+/// (the planted bug), false to end the section honestly with a last check.
+fn hand_section(
+    client: &locksmith::Client,
+    owner: &str,
+    lease: Option<Duration>,
+    work: impl FnOnce() -> bool,
+) -> Section {
+    let base = client.mutex("model:planted").unwrap();
+    let m = match lease {
+        Some(d) => base.with_lease(d).unwrap(),
+        None => base,
+    };
+    let call_start = mono_ns();
+    let guard = m.lock().unwrap();
+    let start = mono_ns();
+    let at = mono_ns();
+    let mut end = if guard.is_held() { at } else { 0 };
+    // `work` returns whether to trust the holder without asking (the planted bug).
+    let blind = work();
+    let at = mono_ns();
+    if end != 0 && (blind || guard.is_held()) {
+        end = at;
+    }
+    let section = Section {
+        name: m.name().to_string(),
+        owner: owner.into(),
+        token: guard.fencing_token(),
+        call_start,
+        start,
+        end,
+        told: 0,
+        depth: 0,
+        handle: format!("{lease:?}"),
+    };
+    drop(guard);
+    section
+}
+
+/// Runs the two-owner scene: A takes the lock with a 200 ms fixed lease and keeps it until B,
+/// whose `lock()` returns once A's lease ran out, has started its section. `blind`: A then
+/// claims its section lasted until now without asking `is_held()` (a bug planted in the user,
+/// not the library).
+fn planted_scene(blind: bool) -> Vec<Finding> {
+    let server = common::RedisServer::start();
+    let url = server.url();
+    let (a_holds, b_waits) = mpsc::channel();
+    let (b_started, a_waits) = mpsc::channel();
+    let url_a = url.clone();
+    let a = thread::spawn(move || {
+        let client = locksmith::Client::open(&url_a).unwrap();
+        hand_section(&client, "a", Some(Duration::from_millis(200)), || {
+            a_holds.send(()).unwrap();
+            a_waits.recv_timeout(Duration::from_secs(20)).unwrap();
+            blind
+        })
+    });
+    let b = thread::spawn(move || {
+        let client = locksmith::Client::open(&url).unwrap();
+        b_waits.recv_timeout(Duration::from_secs(20)).unwrap();
+        hand_section(&client, "b", None, || {
+            b_started.send(()).unwrap();
+            false
+        })
+    });
+    let history = History {
+        sections: vec![a.join().unwrap(), b.join().unwrap()],
+        ..History::default()
+    };
+    check::check(&history, 0)
+}
+
+/// The checker catches a real overlap on a real server, and only that one.
+#[test]
+fn planted_overlap_is_caught() {
+    let found = common::with_deadline(Duration::from_secs(30), || planted_scene(true));
+    assert!(
+        matches!(found.as_slice(), [Finding::Overlap { .. }]),
+        "the planted overlap was not found: {found:?}"
+    );
+    // The same scene with an honest holder: it learns of the loss, nothing overlaps.
+    let found = common::with_deadline(Duration::from_secs(30), || planted_scene(false));
+    assert!(found.is_empty(), "{found:?}");
 }

@@ -182,7 +182,11 @@ pub enum Finding {
         later: Vec<Section>,
     },
     /// A call took longer than its bound plus slack (`took` excludes stopped time).
-    Bound { call: Call, took_ms: u64, limit_ms: u64 },
+    Bound {
+        call: Call,
+        took_ms: u64,
+        limit_ms: u64,
+    },
     /// An error the documentation does not allow.
     UnexpectedError(Call),
     /// A thread, connection, channel or key was left over.
@@ -194,9 +198,9 @@ fn ms(ns: u64) -> f64 {
 }
 
 fn acq(list: &[Section], t0: u64) -> String {
-    let (start, end) = list.iter().fold((u64::MAX, 0), |(a, b), s| {
-        (a.min(s.start), b.max(s.end))
-    });
+    let (start, end) = list
+        .iter()
+        .fold((u64::MAX, 0), |(a, b), s| (a.min(s.start), b.max(s.end)));
     let first = &list[0];
     let mut out = format!(
         "{} token {} held {:+.1} .. {:+.1} ms:",
@@ -348,7 +352,8 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
             for b in &list[i + 1..] {
                 // b.start >= a.start: sorted.
                 let excused = |a: &Acq<'_>, b: &Acq<'_>| {
-                    lost.get(&(name, a.first.token)).is_some_and(|&at| at <= b.start)
+                    lost.get(&(name, a.first.token))
+                        .is_some_and(|&at| at <= b.start)
                         || restart_between(&h.faults, a.call_start.min(b.call_start), b.start)
                 };
                 if b.start < a.end {
@@ -388,6 +393,44 @@ fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
         .filter(|f| f.kind == FaultKind::ProcessStopped(proc))
         .map(|f| to.min(f.end).saturating_sub(from.max(f.start)))
         .sum()
+}
+
+/// Per call kind: calls, and the longest one (ms, stopped time excluded) next to its bound
+/// (without slack). `lock()` counts only its errors, as in the check.
+pub fn call_summary(h: &History) -> String {
+    let mut out = Vec::new();
+    for kind in [
+        CallKind::Lock,
+        CallKind::TryLock,
+        CallKind::TryLockFor,
+        CallKind::TryLockUntil,
+        CallKind::Unlock,
+        CallKind::Drop,
+    ] {
+        let calls: Vec<&Call> = h.calls.iter().filter(|c| c.kind == kind).collect();
+        let worst = calls
+            .iter()
+            .filter(|c| !(kind == CallKind::Lock && c.outcome == Outcome::Ok))
+            .map(|c| {
+                let took = c
+                    .end
+                    .saturating_sub(c.start)
+                    .saturating_sub(stopped(&h.faults, c.proc, c.start, c.end));
+                (took as i64 - c.bound as i64, took, c.bound)
+            })
+            .max();
+        match worst {
+            Some((_, took, bound)) => out.push(format!(
+                "{} {} (most over its bound: {} ms of {} ms)",
+                kind.as_str(),
+                calls.len(),
+                took / 1_000_000,
+                bound / 1_000_000
+            )),
+            None => out.push(format!("{} {}", kind.as_str(), calls.len())),
+        }
+    }
+    out.join(", ")
 }
 
 fn check_calls(h: &History, slack: u64, out: &mut Vec<Finding>) {
@@ -582,9 +625,11 @@ mod tests {
     fn bounds_with_slack_and_stopped_time() {
         let slack = 100 * MS;
         let mut h = History::default();
-        h.calls.push(call(CallKind::TryLock, 0, 350, 250, Outcome::Ok));
+        h.calls
+            .push(call(CallKind::TryLock, 0, 350, 250, Outcome::Ok));
         assert_eq!(check(&h, slack), vec![]);
-        h.calls.push(call(CallKind::TryLock, 0, 351, 250, Outcome::NotAcquired));
+        h.calls
+            .push(call(CallKind::TryLock, 0, 351, 250, Outcome::NotAcquired));
         assert_eq!(check(&h, slack).len(), 1);
         // The process was stopped for 200 ms of it: fine.
         h.faults.push(Fault {
@@ -603,10 +648,16 @@ mod tests {
     fn lock_is_bounded_only_when_it_fails_and_from_the_last_fault() {
         let slack = 100 * MS;
         let mut h = History::default();
-        h.calls.push(call(CallKind::Lock, 0, 60_000, 2000, Outcome::Ok));
-        assert_eq!(check(&h, slack), vec![]);
         h.calls
-            .push(call(CallKind::Lock, 0, 5000, 2000, Outcome::Expected("t".into())));
+            .push(call(CallKind::Lock, 0, 60_000, 2000, Outcome::Ok));
+        assert_eq!(check(&h, slack), vec![]);
+        h.calls.push(call(
+            CallKind::Lock,
+            0,
+            5000,
+            2000,
+            Outcome::Expected("t".into()),
+        ));
         assert_eq!(check(&h, slack).len(), 1);
         h.faults.push(Fault {
             kind: FaultKind::Other,
@@ -620,8 +671,13 @@ mod tests {
     #[test]
     fn unexpected_errors_and_leftovers_are_found() {
         let mut h = History::default();
-        h.calls
-            .push(call(CallKind::Unlock, 0, 1, 250, Outcome::Unexpected("x".into())));
+        h.calls.push(call(
+            CallKind::Unlock,
+            0,
+            1,
+            250,
+            Outcome::Unexpected("x".into()),
+        ));
         h.leftovers.threads.push((0, 3, 4));
         h.leftovers.keys.push("k".into());
         assert_eq!(check(&h, 0).len(), 3);

@@ -93,7 +93,8 @@ fn num<T: std::str::FromStr>(s: &str) -> T
 where
     T::Err: std::fmt::Debug,
 {
-    s.parse().unwrap_or_else(|e| panic!("bad number {s:?} in log: {e:?}"))
+    s.parse()
+        .unwrap_or_else(|e| panic!("bad number {s:?} in log: {e:?}"))
 }
 
 /// Adds the records of one log file to `h`. Returns whether the process reported its
@@ -103,19 +104,28 @@ pub fn read_into(text: &str, h: &mut History) -> bool {
     for line in text.lines() {
         let f: Vec<&str> = line.split('\t').collect();
         match f.as_slice() {
-            ["S", name, owner, token, call_start, start, end, told, depth, handle] => {
-                h.sections.push(Section {
-                    name: (*name).into(),
-                    owner: (*owner).into(),
-                    token: num(token),
-                    call_start: num(call_start),
-                    start: num(start),
-                    end: num(end),
-                    told: num(told),
-                    depth: num(depth),
-                    handle: (*handle).into(),
-                })
-            }
+            [
+                "S",
+                name,
+                owner,
+                token,
+                call_start,
+                start,
+                end,
+                told,
+                depth,
+                handle,
+            ] => h.sections.push(Section {
+                name: (*name).into(),
+                owner: (*owner).into(),
+                token: num(token),
+                call_start: num(call_start),
+                start: num(start),
+                end: num(end),
+                told: num(told),
+                depth: num(depth),
+                handle: (*handle).into(),
+            }),
             ["C", kind, name, owner, proc, start, end, bound, tag, msg] => h.calls.push(Call {
                 kind: CallKind::parse(kind).expect("call kind"),
                 name: (*name).into(),

@@ -231,7 +231,8 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
     let mut at = ms(rng.range(300, 1200));
     let mut plan = Vec::new();
     loop {
-        let long = rng.range(0, 100) < 15;
+        // Long faults outlast the lease (and a call's bound): a third of them.
+        let long = rng.range(0, 100) < 33;
         let op = match rng.range(0, 20) {
             0..=3 => {
                 let p = rng.range(0, settings.procs as u64) as usize;
@@ -253,7 +254,11 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
             11 => FaultOp::DebugSleep(ms(rng.range(50, 600))),
             12..=13 => FaultOp::CutReplies(rng.range(1, 3) as usize),
             14..=15 => FaultOp::DelayReplies(rng.range(1, 4) as usize, ms(rng.range(20, 800))),
-            16..=17 => FaultOp::BlackHole(ms(rng.range(100, 1200))),
+            16..=17 => FaultOp::BlackHole(if long {
+                lease + ms(rng.range(200, 800))
+            } else {
+                ms(rng.range(100, 1200))
+            }),
             _ => FaultOp::ProxyKillAll,
         };
         let d = op.duration();

@@ -43,6 +43,7 @@ impl Outcome {
             h.faults.len(),
             self.findings.len()
         );
+        s.push_str(&format!("\n  calls: {}", check::call_summary(h)));
         for f in self.findings.iter().take(max) {
             s.push_str("\n  ");
             s.push_str(&f.describe(self.t0));
@@ -69,12 +70,7 @@ fn temp_dir(seed: u64) -> PathBuf {
 }
 
 /// Carries out one fault; returns its record.
-fn inflict(
-    op: &FaultOp,
-    server: &mut RedisServer,
-    proxy: &Proxy,
-    children: &[TestChild],
-) -> Fault {
+fn inflict(op: &FaultOp, server: &mut RedisServer, proxy: &Proxy, children: &[TestChild]) -> Fault {
     let start = mono_ns();
     let mut kind = FaultKind::Other;
     let query = |server: &RedisServer, args: &[&str]| {

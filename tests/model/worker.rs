@@ -120,10 +120,22 @@ impl Ctx<'_> {
                 Ok(()) => Outcome::Ok,
                 Err(e) => classify(&e),
             };
-            self.call(CallKind::Unlock, name, start, self.one_round_trip(), outcome);
+            self.call(
+                CallKind::Unlock,
+                name,
+                start,
+                self.one_round_trip(),
+                outcome,
+            );
         } else {
             drop(guard);
-            self.call(CallKind::Drop, name, start, self.one_round_trip(), Outcome::Ok);
+            self.call(
+                CallKind::Drop,
+                name,
+                start,
+                self.one_round_trip(),
+                Outcome::Ok,
+            );
         }
     }
 }
@@ -163,7 +175,7 @@ impl Recorder<'_> {
         let until = Instant::now() + d;
         loop {
             *step += 1;
-            self.observe(guard, *step % 2 == 0);
+            self.observe(guard, step.is_multiple_of(2));
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
@@ -232,10 +244,10 @@ pub fn run_op(ctx: &Ctx<'_>, op: &Op, step: &mut u64) {
     let r = panic::catch_unwind(AssertUnwindSafe(|| {
         run_level(ctx, &base, &op.levels, 0, step);
     }));
-    if let Err(payload) = r {
-        if !payload.is::<PlannedPanic>() {
-            panic::resume_unwind(payload);
-        }
+    if let Err(payload) = r
+        && !payload.is::<PlannedPanic>()
+    {
+        panic::resume_unwind(payload);
     }
     thread::sleep(op.pause);
 }
