@@ -395,8 +395,8 @@ fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
         .sum()
 }
 
-/// Per call kind: calls, and the longest one (ms, stopped time excluded) next to its bound
-/// (without slack). `lock()` counts only its errors, as in the check.
+/// Per call kind: calls, and the one that came closest to (or went furthest past) its bound
+/// (without slack; ms, stopped time excluded). `lock()` counts only its errors, as in the check.
 pub fn call_summary(h: &History) -> String {
     let mut out = Vec::new();
     for kind in [
@@ -421,7 +421,7 @@ pub fn call_summary(h: &History) -> String {
             .max();
         match worst {
             Some((_, took, bound)) => out.push(format!(
-                "{} {} (most over its bound: {} ms of {} ms)",
+                "{} {} (closest to its bound: {} ms of {} ms)",
                 kind.as_str(),
                 calls.len(),
                 took / 1_000_000,
