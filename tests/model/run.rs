@@ -177,7 +177,8 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     for c in &children {
         c.wait_line("DRAINED", run_bound.saturating_sub(start.elapsed()));
     }
-    proxy.stop();
+    // Through the proxy, a connection a client left open stays open upstream: look before the
+    // proxy is stopped (which closes everything).
     let mut conn = server.conn();
     let mut left = Vec::new();
     common::wait_until(Duration::from_secs(3), || {
@@ -191,6 +192,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         .query(&mut conn)
         .unwrap();
     history.leftovers.channels = channels;
+    proxy.stop();
     std::fs::write(dir.join("exit"), b"").unwrap();
     for (p, c) in children.iter_mut().enumerate() {
         let status = c.wait_timeout(Duration::from_secs(30));
