@@ -378,8 +378,19 @@ pub(crate) struct Grant<'a> {
     pub(crate) token: u64,
     pub(crate) count: u64,
     pub(crate) sent: Instant,
-    /// The acquire call's request id.
-    pub(crate) request: &'a str,
+    /// The acquisition the server says this grant belongs to (the lock's `gen`).
+    pub(crate) acquisition: &'a str,
+}
+
+/// What [`Shared::adopt`] made of a grant.
+#[derive(Debug)]
+pub(crate) enum Adopted {
+    /// The caller holds the lock through this hold (a new one, or its live hold re-entered).
+    Held(Arc<Hold>),
+    /// The server answered for an acquisition that this thread's guards already count as
+    /// lost (its local deadline passed while the call was on its way): no guard may be
+    /// handed out for it. The caller frees it and tries again.
+    Stale,
 }
 
 impl Shared {
@@ -404,36 +415,46 @@ impl Shared {
 
     /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
     /// gets a new one, registered for renewal before the caller sees it.
+    ///
+    /// The server names the acquisition (`grant.gen`). When the thread's hold belongs to
+    /// another one, the server no longer has that hold's acquisition (the key expired, was
+    /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
+    /// so that its guards never say "held" beside the new acquisition.
     pub(crate) fn adopt(
         &self,
         keys: &Arc<LockKeys>,
         owner: String,
         grant: Grant<'_>,
         terms: Terms,
-    ) -> Arc<Hold> {
+    ) -> Adopted {
         let Grant {
             token,
             count,
             sent,
-            request,
+            acquisition,
         } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
         let existing = holds.get(&slot).and_then(Weak::upgrade);
-        // A re-entry joins the thread's hold (with a quorum, a master that restarted may have
-        // answered with a newer token; the acquisition is still the same).
-        if count > 1
-            && let Some(h) = &existing
-            && h.enter(sent)
-        {
-            return Arc::clone(h);
+        if let Some(h) = &existing {
+            if h.acquisition == acquisition {
+                // A re-entry joins the thread's hold (with a quorum, a master that restarted
+                // may have answered with a newer token; the acquisition is still the same).
+                // A hold that can no longer be entered must not get a second hold of the same
+                // acquisition beside it: its guards would release the new one's levels.
+                return if h.enter(sent) {
+                    Adopted::Held(Arc::clone(h))
+                } else {
+                    Adopted::Stale
+                };
+            }
+            self.report_lost(h);
         }
-        // A new acquisition is named by its request id; a re-entry whose hold just expired
-        // locally still belongs to that hold's acquisition on the server.
-        let acquisition = match (&existing, count > 1) {
-            (Some(h), true) => h.acquisition.clone(),
-            _ => request.to_owned(),
-        };
+        if count > 1 {
+            // Levels of an acquisition no local hold knows (its hold is gone): never handed
+            // out as a new one.
+            return Adopted::Stale;
+        }
         let renewal = terms.watchdog.then(|| Renewal {
             every: self.config.renew_every,
             until: terms.max_hold.and_then(|m| sent.checked_add(m)),
@@ -442,7 +463,7 @@ impl Shared {
             Arc::clone(keys),
             Identity {
                 owner,
-                acquisition,
+                acquisition: acquisition.to_owned(),
                 token,
             },
             terms.lease,
@@ -455,7 +476,15 @@ impl Shared {
         if renewal.is_some() {
             self.renewals.register(Arc::clone(&hold));
         }
-        hold
+        Adopted::Held(hold)
+    }
+
+    /// Marks `hold` lost; if it was held until now, the loss is reported (the `warn` log and
+    /// the `on_lease_lost` callback, on the renewal thread), so each loss is reported once.
+    pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
+        if hold.mark_lost() {
+            self.renewals.lost(Arc::clone(hold));
+        }
     }
 
     /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was

@@ -154,15 +154,36 @@ impl Hold {
         })
     }
 
-    /// A re-entry of this hold: one more level, and the lease was just extended at `sent`.
+    /// How long a re-entry makes the key's lease at least: the hold's own lease for a renewed
+    /// hold; zero for a fixed lease, which ends a fixed time after its acquisition whatever
+    /// re-entries come.
+    ///
+    /// A re-entry keeps the terms of the hold's acquisition (lease, renewal, maximum hold
+    /// time), whatever handle it came through: a handle's terms apply to new acquisitions.
+    pub(crate) fn reentry_extension(&self) -> Duration {
+        if self.renewal.is_some() {
+            self.lease
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// A re-entry of this hold, sent at `sent`: one more level. The server moved the key's
+    /// expiry to at least `sent` plus [`reentry_extension`](Hold::reentry_extension) (never
+    /// earlier), so the local deadline moves with it only when that is the hold's lease.
     /// Returns false if the hold is no longer usable (lost or released).
     pub(crate) fn enter(&self, sent: Instant) -> bool {
         let mut st = self.state.lock();
         if !matches!(st.status, Status::Valid | Status::Uncertain) || st.depth == 0 {
             return false;
         }
+        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
         st.depth += 1;
-        st.last_ok = st.last_ok.max(sent);
+        if !self.reentry_extension().is_zero() {
+            st.last_ok = st.last_ok.max(sent);
+        }
         st.status = Status::Valid;
         true
     }
@@ -327,6 +348,21 @@ mod tests {
             until: Some(t + Duration::from_millis(500)),
         });
         assert_eq!(h.next_renewal(), None);
+    }
+
+    #[test]
+    fn a_fixed_lease_reentry_keeps_the_deadline() {
+        let t = Instant::now();
+        let mut h = hold(10_000, t);
+        h.renewal = None;
+        let before = h.deadline();
+        assert_eq!(h.reentry_extension(), Duration::ZERO);
+        assert!(h.enter(t + Duration::from_secs(1)));
+        assert_eq!(h.deadline(), before);
+        let w = hold(10_000, t);
+        assert_eq!(w.reentry_extension(), Duration::from_secs(10));
+        assert!(w.enter(t + Duration::from_secs(1)));
+        assert_eq!(w.deadline(), before.map(|d| d + Duration::from_secs(1)));
     }
 
     #[test]
