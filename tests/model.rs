@@ -138,6 +138,13 @@ fn seed_25_unlock_past_its_bound_under_a_stopped_redis() {
     run_seeds_for(&[25], 10);
 }
 
+/// The proxy black-holed for 3.8 s: a `lock()` returned its error about 1.4 s past its retry
+/// timeout (plus one command and connect timeout), after the network was back.
+#[test]
+fn seed_1795419263006_lock_past_its_retry_timeout() {
+    run_seeds_for(&[1_795_419_263_006], 15);
+}
+
 /// A section recorded by hand around one `lock()`. `work` runs while the guard is held; it
 /// returns true to claim, without asking `is_held()`, that the lock was held until it returned
 /// (the planted bug), false to end the section honestly with a last check.

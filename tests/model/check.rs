@@ -396,7 +396,7 @@ fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
 }
 
 /// Per call kind: calls, and the one that came closest to (or went furthest past) its bound
-/// (without slack; ms, stopped time excluded). `lock()` counts only its errors, as in the check.
+/// (without slack; ms, measured as the check does).
 pub fn call_summary(h: &History) -> String {
     let mut out = Vec::new();
     for kind in [
@@ -410,13 +410,9 @@ pub fn call_summary(h: &History) -> String {
         let calls: Vec<&Call> = h.calls.iter().filter(|c| c.kind == kind).collect();
         let worst = calls
             .iter()
-            .filter(|c| !(kind == CallKind::Lock && c.outcome == Outcome::Ok))
-            .map(|c| {
-                let took = c
-                    .end
-                    .saturating_sub(c.start)
-                    .saturating_sub(stopped(&h.faults, c.proc, c.start, c.end));
-                (took as i64 - c.bound as i64, took, c.bound)
+            .filter_map(|c| {
+                let took = measured(h, c)?;
+                Some((took as i64 - c.bound as i64, took, c.bound))
             })
             .max();
         match worst {
@@ -433,27 +429,36 @@ pub fn call_summary(h: &History) -> String {
     out.join(", ")
 }
 
+/// How long a call took as its bound counts it: from its start (for `lock()`: from the later
+/// of its start and the last fault before it ended, since `lock()` waits for a live holder
+/// without bound and only its errors are bounded) to its end, less the time its process was
+/// stopped. `None` for a `lock()` that succeeded.
+fn measured(h: &History, c: &Call) -> Option<u64> {
+    let from = match (c.kind, &c.outcome) {
+        (CallKind::Lock, Outcome::Ok) => return None,
+        (CallKind::Lock, _) => h
+            .faults
+            .iter()
+            .filter(|f| f.start <= c.end)
+            .map(|f| f.start)
+            .fold(c.start, u64::max),
+        _ => c.start,
+    };
+    Some(
+        c.end
+            .saturating_sub(from)
+            .saturating_sub(stopped(&h.faults, c.proc, from, c.end)),
+    )
+}
+
 fn check_calls(h: &History, slack: u64, out: &mut Vec<Finding>) {
     for c in &h.calls {
         if let Outcome::Unexpected(_) = c.outcome {
             out.push(Finding::UnexpectedError(c.clone()));
         }
-        let from = match (c.kind, &c.outcome) {
-            // lock() waits for a live holder without bound; only its errors are bounded, and
-            // its retry clock starts no earlier than the last fault.
-            (CallKind::Lock, Outcome::Ok) => continue,
-            (CallKind::Lock, _) => h
-                .faults
-                .iter()
-                .filter(|f| f.start <= c.end)
-                .map(|f| f.start)
-                .fold(c.start, u64::max),
-            _ => c.start,
+        let Some(took) = measured(h, c) else {
+            continue;
         };
-        let took = c
-            .end
-            .saturating_sub(from)
-            .saturating_sub(stopped(&h.faults, c.proc, from, c.end));
         let limit = c.bound.saturating_add(slack);
         if took > limit {
             out.push(Finding::Bound {
