@@ -80,14 +80,28 @@ fn run_seeds_for(seeds: &[u64], secs: u64) {
     let mut failed = Vec::new();
     for &seed in seeds {
         println!("model: seed {seed}, {secs} s");
-        let outcome = run::run_seed(seed, &settings);
-        println!("model: {}", outcome.report(20));
-        if !outcome.findings.is_empty() {
-            failed.push(format!(
-                "{}\n  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs} \
-                 cargo test --test model -- model_seeds",
-                outcome.report(10)
-            ));
+        let replay = format!(
+            "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs} \
+             cargo test --test model -- model_seeds"
+        );
+        // A process that crashed or hung fails the seed too, and says which seed it was.
+        match std::panic::catch_unwind(|| run::run_seed(seed, &settings)) {
+            Ok(outcome) => {
+                println!("model: {}", outcome.report(20));
+                if !outcome.findings.is_empty() {
+                    failed.push(format!("{}\n{replay}", outcome.report(10)));
+                }
+            }
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failed.push(format!(
+                    "seed {seed}: the run itself failed: {msg}\n{replay}"
+                ));
+            }
         }
     }
     assert!(
