@@ -21,7 +21,9 @@
 //!   which is a violation anyway), so `X.token < Y.token` must hold.
 //!
 //! Calls are judged against their documented bound plus a slack, minus the time the calling
-//! process spent stopped (`SIGSTOP`) by the fault plan.
+//! process spent stopped (`SIGSTOP`) by the fault plan. An `on_lease_lost` callback comes at
+//! most once per acquisition. Errors other than timeouts, connection failures and lost leases
+//! are findings, and so is any thread, connection, channel or lock key left over at the end.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -189,6 +191,12 @@ pub enum Finding {
     },
     /// An error the documentation does not allow.
     UnexpectedError(Call),
+    /// `on_lease_lost` told of one acquisition more than once.
+    LostTwice {
+        name: String,
+        token: u64,
+        times: usize,
+    },
     /// A thread, connection, channel or key was left over.
     Leftover(String),
 }
@@ -273,6 +281,9 @@ impl Finding {
                 ms(call.start.saturating_sub(t0)),
                 call.outcome
             ),
+            Finding::LostTwice { name, token, times } => {
+                format!("LOST TWICE: on_lease_lost told {times} times of `{name}` token {token}")
+            }
             Finding::Leftover(what) => format!("LEFTOVER: {what}"),
         }
     }
@@ -307,6 +318,7 @@ pub fn check(h: &History, slack: u64) -> Vec<Finding> {
     let mut findings = Vec::new();
     check_sections(h, &mut findings);
     check_calls(h, slack, &mut findings);
+    check_lost_reports(h, &mut findings);
     check_leftovers(&h.leftovers, &mut findings);
     findings
 }
@@ -470,6 +482,23 @@ fn check_calls(h: &History, slack: u64, out: &mut Vec<Finding>) {
     }
 }
 
+/// Every lost lease is reported once: never twice for one acquisition.
+fn check_lost_reports(h: &History, out: &mut Vec<Finding>) {
+    let mut seen: HashMap<(&str, u64), usize> = HashMap::new();
+    for l in &h.lost {
+        *seen.entry((&l.name, l.token)).or_default() += 1;
+    }
+    let mut twice: Vec<_> = seen.into_iter().filter(|(_, n)| *n > 1).collect();
+    twice.sort();
+    for ((name, token), times) in twice {
+        out.push(Finding::LostTwice {
+            name: name.to_string(),
+            token,
+            times,
+        });
+    }
+}
+
 fn check_leftovers(l: &Leftovers, out: &mut Vec<Finding>) {
     for &(proc, before, after) in &l.threads {
         if after > before {
@@ -570,6 +599,27 @@ mod tests {
         // Told too late: still an overlap.
         h.lost[0].at = 16 * MS;
         assert_eq!(check(&h, 0).len(), 1);
+    }
+
+    #[test]
+    fn a_lease_reported_lost_twice_is_found() {
+        let mut h = History::default();
+        let lost = LostReport {
+            name: "n".into(),
+            token: 1,
+            at: 5,
+        };
+        h.lost.push(lost.clone());
+        h.lost.push(LostReport {
+            token: 2,
+            ..lost.clone()
+        });
+        assert_eq!(check(&h, 0), vec![]);
+        h.lost.push(lost);
+        assert!(matches!(
+            check(&h, 0).as_slice(),
+            [Finding::LostTwice { times: 2, .. }]
+        ));
     }
 
     #[test]
