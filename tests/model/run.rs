@@ -120,13 +120,19 @@ fn inflict(op: &FaultOp, server: &mut RedisServer, proxy: &Proxy, children: &[Te
     }
 }
 
-/// Redis clients other than `conn` itself, as `CLIENT LIST` lines.
+/// Redis clients other than `conn` itself, as short `CLIENT LIST` lines.
 fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
     let me: u64 = redis::cmd("CLIENT").arg("ID").query(conn).unwrap();
     let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    let keep = ["id=", "name=", "age=", "flags=", "sub=", "cmd="];
     list.lines()
         .filter(|l| !l.starts_with(&format!("id={me} ")))
-        .map(str::to_string)
+        .map(|l| {
+            l.split(' ')
+                .filter(|f| keep.iter().any(|k| f.starts_with(k)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect()
 }
 
