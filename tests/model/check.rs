@@ -18,7 +18,9 @@
 //!   its loss (`on_lease_lost`) before the later one began, or Redis restarted empty in between
 //!   (a documented loss of every lock).
 //! - **Token order**: if `X.end < Y.start` then X was granted before Y (or the two overlapped,
-//!   which is a violation anyway), so `X.token < Y.token` must hold.
+//!   which is a violation anyway), so `X.token < Y.token` must hold, across restarts of Redis
+//!   too, unless Y's own acquiring call spanned a restart (Y may then have been granted by the
+//!   server that was lost, before X).
 //!
 //! Calls are judged against their documented bound plus a slack, minus the time the calling
 //! process spent stopped (`SIGSTOP`) by the fault plan. An `on_lease_lost` callback comes at
@@ -386,7 +388,10 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
                     });
                 } else if a.end < b.start
                     && a.first.token >= b.first.token
-                    && !restart_between(&h.faults, a.call_start.min(b.call_start), b.start)
+                    // Tokens increase across a restart too (the server clock is their floor);
+                    // only a grant that may predate the restart (one whose acquiring call
+                    // spanned it) may carry a lower token than a section after it.
+                    && !restart_between(&h.faults, b.call_start, b.start)
                 {
                     out.push(Finding::TokenOrder {
                         earlier: a.sections(),
@@ -634,6 +639,21 @@ mod tests {
         assert_eq!(check(&h, 0), vec![]);
         h.sections.push(s("c", 3, 29, 40));
         assert_eq!(check(&h, 0).len(), 1);
+    }
+
+    #[test]
+    fn tokens_must_increase_across_a_restart() {
+        let mut h = sections(vec![s("a", 5, 10, 20), s("b", 4, 30, 40)]);
+        h.faults.push(Fault {
+            kind: FaultKind::RestartEmpty,
+            what: "restart".into(),
+            start: 25 * MS,
+            end: 26 * MS,
+        });
+        assert_eq!(check(&h, 0).len(), 1);
+        // b's acquiring call spanned the restart: it may have been granted before a.
+        h.sections[1].call_start = 5 * MS;
+        assert_eq!(check(&h, 0), vec![]);
     }
 
     #[test]
