@@ -579,6 +579,19 @@ impl Backend {
             .collect()
     }
 
+    /// Runs `cmd` once on every master, in one round bounded like a script call; each master's
+    /// name (its URL without password) with its reply.
+    pub(crate) fn each_master(&self, cmd: redis::Cmd) -> Vec<(&str, Result<Value>)> {
+        let call = Call {
+            which: Which::Renew,
+            cmd,
+        };
+        self.call_all(&call, &self.all())
+            .into_iter()
+            .map(|(i, r)| (self.nodes[i].name.as_str(), r))
+            .collect()
+    }
+
     /// Whether a quorum of masters has the lock key.
     pub(crate) fn exists(&self, keys: &LockKeys) -> Result<bool> {
         let mut cmd = redis::cmd("EXISTS");

@@ -152,9 +152,12 @@ impl ClientBuilder {
         self
     }
 
-    /// A callback told the moment the renewal thread learns that a held lease was lost (the
-    /// key vanished or has another owner, or Redis stayed unreachable until the lease ran
-    /// out). It runs on the renewal thread: keep it short and never block in it.
+    /// A callback told, once per lease, when a lease is lost while a guard of it still exists:
+    /// the key vanished or has another owner (found by a renewal, or by a re-entry or an inner
+    /// release of the holding thread), or the lease ran out before it could be renewed (Redis
+    /// unreachable, the renewal thread late). Leases that end by design (a fixed lease, or
+    /// the maximum hold time) are not reported. It runs on the renewal thread: keep it short
+    /// and never block in it.
     ///
     /// # Examples
     ///
@@ -279,6 +282,7 @@ impl ClientBuilder {
         ));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend.ping()?;
+        warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::connect(infos, node_timeouts)?;
         let (inbox, renewer) =
             renewal::renewer(Arc::clone(&backend), config.renew_every, self.on_lost);
@@ -319,6 +323,61 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner { shared, threads }),
         })
+    }
+}
+
+/// Logs a warning for each master that may evict lock keys to make room: a `maxmemory` limit
+/// with a `maxmemory-policy` other than `noeviction`. Lock keys and fencing counters carry an
+/// expiry, so the `volatile-*` policies evict them as readily as the `allkeys-*` ones; an
+/// evicted lock key is a lock granted twice. Skipped quietly where `CONFIG GET` is refused
+/// (an ACL, a managed service).
+fn warn_if_locks_evictable(backend: &Backend) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory*");
+    for (master, reply) in backend.each_master(cmd) {
+        let settings = match reply {
+            Ok(v) => config_pairs(v),
+            Err(e) => {
+                log::debug!("CONFIG GET maxmemory* refused by {master}: {e}");
+                continue;
+            }
+        };
+        let get = |k: &str| {
+            settings
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let limit = get("maxmemory").and_then(|v| v.parse::<u64>().ok());
+        match (limit, get("maxmemory-policy")) {
+            (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
+                "Redis at {master} may evict lock keys: maxmemory-policy is {policy} with \
+                 maxmemory {limit}; use noeviction, or an evicted lock can be granted twice"
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The name/value pairs of a `CONFIG GET` reply (an array in RESP2, a map in RESP3).
+fn config_pairs(v: redis::Value) -> Vec<(String, String)> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -94,7 +94,10 @@ impl<'a> MutexGuard<'a> {
         self.hold.validity()
     }
 
-    /// Releases this level of the lock and reports the outcome.
+    /// Releases this level of the lock and reports the outcome. The outermost guard of the
+    /// owning thread frees the lock on the server, whatever re-entry count the server has (an
+    /// inner release that failed, or a re-entry whose reply was lost, cannot keep it); an
+    /// inner guard counts one level down and never frees it.
     ///
     /// # Errors
     ///

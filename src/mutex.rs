@@ -59,7 +59,11 @@ const SPLIT_RETRIES: u32 = 4;
 ///
 /// The owner of a lock is one thread of one [`Client`]. The owning thread may lock it again
 /// and gets a nested guard with the same fencing token; other threads, of this client or any
-/// other, wait until the outermost guard goes.
+/// other, wait until the outermost guard goes. A re-entry keeps the terms (lease, renewal,
+/// maximum hold time) of the acquisition it enters, through whichever handle it came. A
+/// re-entry that finds the acquisition gone from the server (the key expired or was deleted)
+/// marks the outer guards lost at once and gets a new acquisition, with a new token (or
+/// `None`, or a wait, when another owner has the lock).
 ///
 /// # Waiting
 ///
@@ -116,6 +120,9 @@ impl Mutex {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] when `max` is under [`MIN_LEASE`].
+    ///
+    /// Like [`with_lease`](Mutex::with_lease), it sets the terms of new acquisitions only: a
+    /// re-entry keeps the terms of the acquisition it enters.
     pub fn with_max_hold(&self, max: Duration) -> Result<Mutex> {
         validate_max_hold(max)?;
         Ok(Mutex {
@@ -127,6 +134,10 @@ impl Mutex {
     /// The same lock with a fixed lease: never renewed, so the lock frees itself `lease` after
     /// each acquisition even if its holder is still working. Use it for work with a known
     /// bound, where a stuck holder must not keep the lock.
+    ///
+    /// The lease is that of new acquisitions. A thread that already holds the lock re-enters
+    /// its acquisition and keeps that acquisition's terms, through whatever handle: a re-entry
+    /// never shortens the lease on the server, and never extends a fixed lease.
     ///
     /// # Errors
     ///

@@ -483,5 +483,85 @@ fn quorum_fence_counters_expire() {
     });
 }
 
+/// Every log record of this test binary, as "LEVEL message".
+static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Recorder;
+
+impl log::Log for Recorder {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        LOG.lock()
+            .unwrap()
+            .push(format!("{} {}", record.level(), record.args()));
+    }
+    fn flush(&self) {}
+}
+
+fn warnings_naming(port: u16) -> Vec<String> {
+    let needle = format!(":{port}");
+    LOG.lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("WARN") && l.contains(&needle) && l.contains("evict"))
+        .cloned()
+        .collect()
+}
+
+/// A Redis that may evict lock keys (a `maxmemory` limit and a policy other than
+/// `noeviction`) gets one warning when a client starts; a server that keeps them gets none;
+/// a user that may not run `CONFIG GET` starts quietly.
+#[test]
+fn eviction_policy_is_checked_at_start() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        log::set_logger(&Recorder).unwrap();
+        log::set_max_level(log::LevelFilter::Debug);
+    });
+    let server = RedisServer::start();
+    let port = server.port();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        drop(Client::open(&url).unwrap());
+        assert_eq!(warnings_naming(port), Vec::<String>::new());
+
+        for (k, v) in [("maxmemory", "100mb"), ("maxmemory-policy", "allkeys-lru")] {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(k)
+                .arg(v)
+                .query(&mut conn)
+                .unwrap();
+        }
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">secret")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-config")
+            .query(&mut conn)
+            .unwrap();
+        let restricted = format!("redis://locker:secret@127.0.0.1:{port}/");
+        let c = Client::open(&restricted).unwrap();
+        let m = c.mutex("evict-acl").unwrap();
+        m.lock().unwrap().unlock().unwrap();
+        drop(m);
+        drop(c);
+        assert_eq!(warnings_naming(port), Vec::<String>::new());
+
+        drop(Client::open(&url).unwrap());
+        let warned = warnings_naming(port);
+        println!("{warned:?}");
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(warned[0].contains("allkeys-lru"));
+    });
+}
+
 #[allow(dead_code)]
 fn _uses(_: Error) {}
