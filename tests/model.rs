@@ -137,7 +137,8 @@ fn model_seeds() {
     run_seeds(&seeds);
 }
 
-// Regression seeds: each found a defect of the library (seconds per seed: 10).
+// Regression seeds: each found a defect of the library. The run time is part of the plan, so
+// each runs with the seconds it was found with.
 
 /// Re-entry through a handle with a shorter fixed lease (`with_lease`) under an outer
 /// watchdog or longer fixed lease: the outer guard stayed `is_held()` after the server's key
