@@ -14,6 +14,8 @@
 //!   `LOCKSMITH_MODEL_SEEDS=<a>,<b>,...` those seeds.
 //! - `LOCKSMITH_MODEL_SECS=<s>`: seconds per seed (default 10; part of the plan, so give the
 //!   same value to replay).
+//! - `LOCKSMITH_MODEL_SLACK_MS=<ms>`: what a call may take beyond its documented bound
+//!   (default 1000, for a busy machine).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -19,7 +19,7 @@ pub struct Settings {
     pub command_timeout: Duration,
     pub connect_timeout: Duration,
     pub retry_timeout: Duration,
-    /// Added to every call's bound: this machine is shared and busy.
+    /// Added to every call's bound, for a busy machine: 1 s, or `LOCKSMITH_MODEL_SLACK_MS`.
     pub slack: Duration,
 }
 
@@ -34,7 +34,12 @@ impl Settings {
             command_timeout: Duration::from_millis(250),
             connect_timeout: Duration::from_millis(250),
             retry_timeout: Duration::from_millis(2000),
-            slack: Duration::from_millis(1000),
+            slack: Duration::from_millis(
+                std::env::var("LOCKSMITH_MODEL_SLACK_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1000),
+            ),
         }
     }
 }
