@@ -204,7 +204,7 @@ fn hand_section(
     section
 }
 
-/// Runs the two-owner scene: A takes the lock with a 200 ms fixed lease and keeps it until B,
+/// Runs the two-owner scene: A takes the lock with a 1 s fixed lease and keeps it until B,
 /// whose `lock()` returns once A's lease ran out, has started its section. `blind`: A then
 /// claims its section lasted until now without asking `is_held()` (a bug planted in the user,
 /// not the library).
@@ -216,7 +216,7 @@ fn planted_scene(blind: bool) -> Vec<Finding> {
     let url_a = url.clone();
     let a = thread::spawn(move || {
         let client = locksmith::Client::open(&url_a).unwrap();
-        hand_section(&client, "a", Some(Duration::from_millis(200)), || {
+        hand_section(&client, "a", Some(Duration::from_secs(1)), || {
             a_holds.send(()).unwrap();
             a_waits.recv_timeout(Duration::from_secs(20)).unwrap();
             blind
