@@ -1,5 +1,7 @@
-//! Renewal at scale: 10,000 locks held; the renewal thread's CPU time, the threads the
-//! client adds, leases lost, against a hand-written per-lock renewal thread.
+//! Renewal at scale: 10,000 locks held; the renewal thread's CPU time, Redis's CPU time per
+//! renewed lock, the threads the client adds, leases lost, against one script call per lock
+//! (the per-lock renew script, as the library sent it before renewals were batched) and a
+//! hand-written per-lock renewal thread.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +14,7 @@ use crate::naive::{self, NaiveLock};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
     LOG, calls_by_command, connect, failed_by_command, new_thread_named, stat, stats_brief,
-    stats_delta, tasks, thread_count, thread_cpu_ns,
+    stats_delta, tasks, thread_count, thread_cpu_ns, usec_by_command,
 };
 use crate::{Ctx, s};
 
@@ -55,10 +57,14 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
     LOG.trace_renewals(true);
     let s0 = calls_by_command(&mut con);
     let sf0 = failed_by_command(&mut con);
+    let u0 = usec_by_command(&mut con);
+    let r0 = redis_cpu_us(&mut con)?;
     let c0 = thread_cpu_ns(renew_tid).ok_or("no CPU time")?;
     let t0 = Instant::now();
     thread::sleep(window);
     let c1 = thread_cpu_ns(renew_tid).ok_or("no CPU time")?;
+    let r1 = redis_cpu_us(&mut con)?;
+    let u1 = usec_by_command(&mut con);
     let s1 = calls_by_command(&mut con);
     let sf1 = failed_by_command(&mut con);
     let w = t0.elapsed().as_secs_f64();
@@ -79,6 +85,12 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
     let first_failed = stat(&stats_delta(&f0, &f1), "evalsha");
     let cpu = (c1 - c0) as f64 / 1e9 / w * 100.0;
     let base = before.len() as f64;
+    let periods = w / every.as_secs_f64();
+    let redis_per_lock = (r1 - r0) / (n as f64 * periods);
+    let usec = stats_delta(&u0, &u1);
+
+    // --- the per-lock path: one EVALSHA of the per-lock renew script per lock per period ---
+    let one = per_lock_script(&mut con, n, lease, window)?;
 
     // --- naive: one compare-and-PEXPIRE round trip per lock per period, one thread ---
     let mut nl = NaiveLock::new(&url, "bench:renew-naive:0", lease).map_err(s)?;
@@ -200,6 +212,43 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         )),
     );
     ctx.row(
+        Row::new(
+            W,
+            "Redis CPU per renewed lock: one script call per lock",
+            one.per_lock,
+            Unit::Us,
+        )
+        .note(format!(
+            "used_cpu_user+used_cpu_sys (INFO cpu) over {:.2} s / ({n} locks x {:.1} periods): \
+             {n} lock hashes as the library writes them, each renewed by one EVALSHA of \
+             src/scripts/renew.lua per period, pipelined {} per 100 ms as the renewal thread \
+             sent them before batching; {} EVALSHA, Redis execution {:.2} µs per call \
+             (commandstats)",
+            one.window,
+            one.periods,
+            n / 10,
+            one.calls,
+            one.exec_per_call
+        )),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "locksmith Redis CPU per renewed lock",
+            redis_per_lock,
+            Unit::Us,
+        )
+        .floor("one script call per lock, same run", one.per_lock, Unit::Us)
+        .bar(Bar::RatioAtMost(0.333))
+        .note(format!(
+            "used_cpu_user+used_cpu_sys (INFO cpu) over the {w:.2} s window / ({n} locks x \
+                 {periods:.1} periods); Redis execution of the renewal scripts: {:.0} µs in {} \
+                 calls (commandstats)",
+            stat(&usec, "evalsha"),
+            stat(&d, "evalsha")
+        )),
+    );
+    ctx.row(
         Row::new(W, "locksmith renewal-thread CPU", cpu, Unit::Percent)
             .bar(Bar::AtMost(2.0))
             .note("utime+stime of the thread named locksmith-renew (schedstat), share of one core"),
@@ -243,4 +292,150 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         Unit::Count,
     ));
     Ok(())
+}
+
+/// Redis's CPU time so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), in µs.
+fn redis_cpu_us(con: &mut redis::Connection) -> Result<f64, String> {
+    let info: String = redis::cmd("INFO").arg("cpu").query(con).map_err(s)?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    match (field("used_cpu_user"), field("used_cpu_sys")) {
+        (Some(u), Some(y)) => Ok((u + y) * 1e6),
+        _ => Err("INFO cpu without used_cpu_user/used_cpu_sys".into()),
+    }
+}
+
+/// What the per-lock renewal path cost Redis.
+struct PerLock {
+    /// Redis CPU time per renewed lock, µs.
+    per_lock: f64,
+    window: f64,
+    periods: f64,
+    calls: u64,
+    exec_per_call: f64,
+}
+
+/// Writes `n` lock hashes as the library does and renews each with one `EVALSHA` of the
+/// per-lock renew script per period (`lease / 3`) for `window`: a tenth of the locks every
+/// tenth of the period, pipelined, as the renewal thread sent them before it batched them.
+fn per_lock_script(
+    con: &mut redis::Connection,
+    n: usize,
+    lease: Duration,
+    window: Duration,
+) -> Result<PerLock, String> {
+    let every = lease / 3;
+    let lease_ms = lease.as_millis() as u64;
+    let script = redis::Script::new(include_str!("../../src/scripts/renew.lua"));
+    script.prepare_invoke().load(con).map_err(s)?;
+    let sha = script.get_hash().to_owned();
+    let owner = "0123456789abcdef0123456789abcdef:1";
+    let keys: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            (
+                format!("locksmith:{{bench:renew-one:{i}}}:lock"),
+                format!("g{i}"),
+            )
+        })
+        .collect();
+    let mut p = redis::pipe();
+    for (k, g) in &keys {
+        p.cmd("HSET")
+            .arg(k)
+            .arg("owner")
+            .arg(owner)
+            .arg("count")
+            .arg(1)
+            .arg("token")
+            .arg(1)
+            .arg("gen")
+            .arg(g)
+            .ignore();
+        p.cmd("PEXPIRE").arg(k).arg(lease_ms).ignore();
+    }
+    p.query::<()>(con).map_err(s)?;
+    let slices = 10;
+    let per_slice = n.div_ceil(slices);
+    let renew_slice = |con: &mut redis::Connection, k: usize| -> Result<u64, String> {
+        let mut p = redis::pipe();
+        for (key, g) in keys.iter().skip(k * per_slice).take(per_slice) {
+            p.cmd("EVALSHA")
+                .arg(&sha)
+                .arg(2)
+                .arg(key)
+                .arg(format!("{key}-fence"))
+                .arg(owner)
+                .arg(lease_ms)
+                .arg(0)
+                .arg(g);
+        }
+        let r: Vec<i64> = p.query(con).map_err(s)?;
+        Ok(r.iter().filter(|&&x| x != 1).count() as u64)
+    };
+    // One period first (the script is loaded, the keys warm), then the measured window.
+    let mut lost = 0;
+    let start = Instant::now();
+    let slice = every / slices as u32;
+    let mut k = 0usize;
+    let mut next = start;
+    let mut measured: Option<(Instant, f64, Stats2)> = None;
+    let mut end = None;
+    loop {
+        if measured.is_none() && next >= start + every {
+            measured = Some((Instant::now(), redis_cpu_us(con)?, Stats2::take(con)));
+            end = Some(Instant::now() + window);
+        }
+        if end.is_some_and(|e| next >= e) {
+            break;
+        }
+        let now = Instant::now();
+        if next > now {
+            thread::sleep(next - now);
+        }
+        lost += renew_slice(con, k % slices)?;
+        k += 1;
+        next += slice;
+    }
+    let (t0, r0, st0) = measured.ok_or("no measured window")?;
+    let r1 = redis_cpu_us(con)?;
+    let st1 = Stats2::take(con);
+    let w = t0.elapsed().as_secs_f64();
+    let _ = redis::cmd("DEL")
+        .arg(keys.iter().map(|k| &k.0).collect::<Vec<_>>())
+        .query::<i64>(con);
+    if lost > 0 {
+        return Err(format!("per-lock renew script found {lost} locks gone"));
+    }
+    let periods = w / every.as_secs_f64();
+    let calls = stat(&stats_delta(&st0.calls, &st1.calls), "evalsha");
+    let usec = stat(&stats_delta(&st0.usec, &st1.usec), "evalsha");
+    Ok(PerLock {
+        per_lock: (r1 - r0) / (n as f64 * periods),
+        window: w,
+        periods,
+        calls,
+        exec_per_call: usec as f64 / calls.max(1) as f64,
+    })
+}
+
+/// Calls and execution time by command, taken together.
+struct Stats2 {
+    calls: locksmith_testkit::Stats,
+    usec: locksmith_testkit::Stats,
+}
+
+impl Stats2 {
+    fn take(con: &mut redis::Connection) -> Stats2 {
+        Stats2 {
+            calls: calls_by_command(con),
+            usec: usec_by_command(con),
+        }
+    }
 }
