@@ -192,10 +192,7 @@ impl Renewer {
     fn report_found_lost(&mut self) {
         let found = std::mem::take(&mut *self.inbox.lost.lock());
         for hold in found {
-            self.lost(
-                &hold,
-                "the key expired, was deleted, or has another owner (seen by a lock call)",
-            );
+            self.lost(&hold, "the key expired, was deleted, or has another owner");
         }
     }
 
