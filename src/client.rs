@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex as PlMutex;
 
 use crate::backend::{Backend, Node};
-use crate::conn::{self, Pool, Timeouts};
+use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
@@ -32,6 +32,14 @@ pub(crate) struct Config {
     pub(crate) timeouts: Timeouts,
     pub(crate) retry_timeout: Duration,
     pub(crate) max_hold: Option<Duration>,
+}
+
+impl Config {
+    /// The bound of one call that may have to open a connection first: the connect timeout
+    /// plus the command timeout.
+    pub(crate) fn one_call(&self) -> Duration {
+        self.timeouts.connect.saturating_add(self.timeouts.command)
+    }
 }
 
 /// A lease that was lost while its guard still existed, as told to the
@@ -109,7 +117,9 @@ impl ClientBuilder {
         self
     }
 
-    /// The bound on opening a connection (default 5 s).
+    /// The bound on opening a connection (default 5 s): the TCP connect and the `AUTH` /
+    /// `SELECT` handshake together. See the crate's "Time bounds" for how it adds up with the
+    /// command timeout in each call.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -136,8 +146,10 @@ impl ClientBuilder {
     }
 
     /// How long a lock call keeps retrying while Redis cannot be reached (connection refused,
-    /// reset or timed out) before it returns the error (default 10 s). Also bounded by the
-    /// call's own deadline; [`try_lock`](crate::Mutex::try_lock) retries once at most.
+    /// reset or timed out) before it returns the error (default 10 s), counted from the start
+    /// of the first attempt that failed; no attempt runs past it. Also bounded by the call's
+    /// own deadline; [`try_lock`](crate::Mutex::try_lock) retries once at most, within its
+    /// bound.
     pub fn retry_timeout(mut self, timeout: Duration) -> Self {
         self.retry_timeout = timeout;
         self
@@ -234,6 +246,9 @@ impl ClientBuilder {
 
     /// Checks the settings, connects to Redis and starts the client's two threads.
     ///
+    /// Returns within twice the connect timeout plus the command timeout (one master): a
+    /// command connection that answers `PING`, then the pub/sub connection.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] or [`Error::InvalidUrl`] for bad settings (before any I/O);
@@ -278,7 +293,7 @@ impl ClientBuilder {
             self.drift_factor,
         ));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
-        backend.ping()?;
+        backend.ping(Deadline::after(config.one_call()))?;
         let (subscriber, reader) = Subscriber::connect(infos, node_timeouts)?;
         let (inbox, renewer) =
             renewal::renewer(Arc::clone(&backend), config.renew_every, self.on_lost);

@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::conn::Deadline;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::mutex::Mutex;
@@ -96,6 +97,10 @@ impl<'a> MutexGuard<'a> {
 
     /// Releases this level of the lock and reports the outcome.
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (a
+    /// retry on a new connection, and the wait for a renewal on the wire, included).
+    /// Dropping the guard does the same within the same bound.
+    ///
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted) and nobody
@@ -104,7 +109,13 @@ impl<'a> MutexGuard<'a> {
     /// when its lease runs out, since renewal stopped.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        release(self.mutex, &self.hold)
+        release(self.mutex, &self.hold, release_bound(self.mutex))
+    }
+
+    /// [`unlock`](MutexGuard::unlock) within `by`.
+    pub(crate) fn unlock_by(mut self, by: Deadline) -> Result<()> {
+        self.released = true;
+        release(self.mutex, &self.hold, by)
     }
 }
 
@@ -113,26 +124,31 @@ impl Drop for MutexGuard<'_> {
         if self.released {
             return;
         }
-        if let Err(e) = release(self.mutex, &self.hold) {
+        if let Err(e) = release(self.mutex, &self.hold, release_bound(self.mutex)) {
             log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
         }
     }
 }
 
-/// Releases one level of `hold`: stops renewal first (for the outermost level), then runs the
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(mutex: &Mutex) -> Deadline {
+    Deadline::after(mutex.client().shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by`: stops renewal first (for the outermost level), then runs the
 /// owner-checked release script (the backend retries once, with the same request id, where the
 /// connection failed; the script recognises a retry, so a level is never released twice).
-fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
+fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client().shared();
-    let timeouts = shared.config.timeouts;
     let was_held = hold.is_held();
-    if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+    if hold.leave(by.left().unwrap_or(Duration::MAX)) {
         shared.forget(hold);
     }
     let request = crate::client::request_id();
     let reply = match shared
         .backend
-        .release(mutex.keys(), hold.holder(), &request, hold.token)
+        .release(mutex.keys(), hold.holder(), &request, hold.token, by)
     {
         // Redis could not be asked, but the lease was known lost already: that is the news.
         Err(e) if !was_held => {
