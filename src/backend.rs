@@ -489,22 +489,42 @@ impl Backend {
     }
 
     /// Renews a batch of leases on every master in one pipelined round trip per master,
-    /// waiting at most `timeout` for the replies (with a quorum, a stalled master must not
-    /// hold up the outcome of the others). One outcome per call: `Some(true)` kept,
-    /// `Some(false)` lost, `None` unknown.
-    pub(crate) fn renew(&self, calls: &[Call], timeout: Duration) -> Vec<Option<bool>> {
+    /// all within `budget`. A master whose connection fails (or stays silent for half the
+    /// budget: a connection that a NAT dropped) gets the batch again at once on a new
+    /// connection, within what is left, unless the outcome of every lease is known already.
+    /// One outcome per call: `Some(true)` kept, `Some(false)` lost, `None` unknown.
+    pub(crate) fn renew(&self, calls: &[Call], budget: Duration) -> Vec<Option<bool>> {
         let mut packed = Vec::new();
         for c in calls {
             c.cmd.write_packed_command(&mut packed);
         }
-        let timeout = if self.single() {
-            self.command_timeout
-        } else {
-            timeout.min(self.command_timeout)
-        };
+        let by = Deadline::after(budget);
+        let first = (budget / 2).min(self.command_timeout);
         let n = calls.len();
-        let by = Deadline::after(timeout);
-        let replies = self.round(&self.all(), &packed, n, Which::Renew, timeout, by, false);
+        let mut replies = self.round(&self.all(), &packed, n, Which::Renew, first, by, false);
+        let mut outcomes = self.renewed(n, &replies);
+        let retry: Vec<usize> = replies
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .err()
+                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        if !retry.is_empty() && !by.passed() && outcomes.iter().any(Option::is_none) {
+            log::debug!(
+                "renewal of {n} leases failed on {} master(s); retrying on a new connection",
+                retry.len()
+            );
+            // Renewing again is harmless: a renewal only sets the lease from now on.
+            for (i, r) in self.round(&retry, &packed, n, Which::Renew, budget, by, true) {
+                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
+                    slot.1 = r;
+                }
+            }
+            outcomes = self.renewed(n, &replies);
+        }
         for (i, r) in &replies {
             if let Err(e) = r {
                 log::warn!(
@@ -513,7 +533,7 @@ impl Backend {
                 );
             }
         }
-        self.renewed(n, &replies)
+        outcomes
     }
 
     /// The outcome of each of `n` renewals from the masters' replies.
@@ -626,6 +646,10 @@ impl Backend {
 
 /// Why a master marked down was skipped.
 const MARKED_DOWN: &str = "master marked down after a failure";
+
+fn is_marked_down(e: &Error) -> bool {
+    matches!(e, Error::Timeout { what } if *what == MARKED_DOWN)
+}
 
 fn is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))

@@ -103,8 +103,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How often held leases are renewed (default: a third of the lease). Must be shorter
-    /// than the lease and at least 10 ms; leave room for a round trip and a retry.
+    /// How often held leases are renewed (default: a third of the lease). At least 10 ms and
+    /// at most half the lease. A renewal's I/O is bounded by half this interval: a try on a
+    /// pooled connection (at most a quarter of the interval, or the command timeout if
+    /// shorter), then, if that connection failed or stayed silent, one on a new connection.
     pub fn renew_interval(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -125,7 +127,8 @@ impl ClientBuilder {
         self
     }
 
-    /// The bound on one command's round trip (default 5 s).
+    /// The bound on one command's round trip (default 5 s). A renewal uses the shorter of this
+    /// and a quarter of the renewal interval, so a long command timeout never costs a lease.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -193,10 +196,18 @@ impl ClientBuilder {
             return Err(Error::config("lease", "must be at most 365 days"));
         }
         let renew_every = self.renew_every.unwrap_or(self.lease / 3);
-        if renew_every >= self.lease {
+        // A renewal is sent `renew_every` after the last one and may take half that (a try on
+        // a pooled connection, then one on a new connection); past half the lease, a renewal
+        // delayed by the one before it could end after the lease did.
+        if renew_every > self.lease / 2 {
             return Err(Error::config(
                 "renew_interval",
-                format!("must be shorter than the lease ({:?})", self.lease),
+                format!(
+                    "must be at most half the lease ({:?} of {:?}), so that a renewal and its \
+                     retry end before the lease does",
+                    self.lease / 2,
+                    self.lease
+                ),
             ));
         }
         if renew_every < Duration::from_millis(10) {

@@ -8,8 +8,9 @@
 //! - **closed port**: the proxy is gone; open connections are reset, new ones refused.
 //!
 //! The server asks for a password and the client uses database 1, so every new connection
-//! has a handshake (`AUTH`, `SELECT`) that can stall too. An acquire and a release whose
-//! reply never comes on a pooled connection are retried on a fresh one within their bound.
+//! has a handshake (`AUTH`, `SELECT`) that can stall too. And the connections the client
+//! keeps must not make one dead socket cost a lease: a renewal, an acquire and a release
+//! whose reply never comes on a pooled connection are retried on a fresh one in time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,10 +20,11 @@ mod proxy;
 
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, with_deadline};
-use locksmith::Client;
+use locksmith::{Client, Error};
 use proxy::Proxy;
 
 /// The command timeout of the clients under test.
@@ -38,6 +40,7 @@ const PASSWORD: &str = "deadlines-secret";
 
 const ACQUIRE_LUA: &str = include_str!("../src/scripts/acquire.lua");
 const RELEASE_LUA: &str = include_str!("../src/scripts/release.lua");
+const RENEW_LUA: &str = include_str!("../src/scripts/renew.lua");
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
@@ -280,6 +283,75 @@ fn build_against_a_stalled_server_keeps_its_bound() {
     assert!(took <= bound + SLACK, "took {took:?}, bound {bound:?}");
 }
 
+/// A renewal whose reply never comes on a pooled connection (a NAT or load balancer that
+/// dropped it silently) is retried on a fresh connection within the renewal period: with the
+/// default 5 s command timeout, a 3 s lease must survive it.
+#[test]
+fn a_dead_pooled_connection_does_not_cost_the_lease() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let lost = Arc::new(AtomicUsize::new(0));
+    let l = Arc::clone(&lost);
+    let lease = Duration::from_secs(3);
+    let client = Client::builder(proxy.url().as_str())
+        .lease(lease)
+        .on_lease_lost(move |_| {
+            l.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    let name = common::unique_name("dead-pooled");
+    let key = common::lock_key(&name);
+    let renew_sha = sha(RENEW_LUA);
+    let other = Client::open(&server.url()).unwrap();
+    let other_m = other.mutex(&name).unwrap();
+
+    let proxy = Arc::new(proxy);
+    let p = Arc::clone(&proxy);
+    let report = with_deadline(Duration::from_secs(60), move || {
+        let m = client.mutex(&name).unwrap();
+        let g = m.lock().unwrap();
+        // The next renewal of this lock goes out, Redis runs it, and its reply is held back
+        // longer than the command timeout: the connection is as good as dead.
+        p.delay_reply_to(
+            &[renew_sha.as_bytes(), key.as_bytes()],
+            Duration::from_secs(6),
+            1,
+        );
+        assert!(
+            common::wait_until(lease * 2, || p.delays() >= 1),
+            "no renewal was sent"
+        );
+        let stuck_at = Instant::now();
+        // Watch for more than a lease after the renewal got stuck.
+        let mut first_loss = None;
+        while stuck_at.elapsed() < lease + Duration::from_millis(500) {
+            if !g.is_held() && first_loss.is_none() {
+                first_loss = Some(stuck_at.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let still = g.is_held();
+        let taken = other_m.try_lock().map(|g| g.is_some());
+        let unlocked = g.unlock().map_err(|e| e.to_string());
+        (first_loss, still, taken, unlocked)
+    });
+    let (first_loss, still, taken, unlocked) = report;
+    println!(
+        "dead pooled connection: loss at {first_loss:?}, held at the end {still}, \
+         other owner took it {taken:?}, unlock {unlocked:?}, lost callbacks {}",
+        lost.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        first_loss, None,
+        "the lease was lost while Redis was healthy"
+    );
+    assert!(still);
+    assert!(!taken.unwrap(), "another owner took a held lock");
+    assert_eq!(lost.load(Ordering::SeqCst), 0);
+    unlocked.unwrap();
+}
+
 /// An acquire and a release whose reply never comes on the pooled connection are retried on
 /// a fresh connection, and the retry still fits the call's bound (it succeeds, too).
 #[test]
@@ -318,6 +390,31 @@ fn acquire_and_release_retry_on_a_fresh_connection_within_the_bound() {
     assert!(acquired.0 <= bound, "{acquired:?}");
     assert_eq!(released.1, "Ok");
     assert!(released.0 <= bound, "{released:?}");
+}
+
+/// Settings under which no renewal can keep a lease are refused, naming the field and bound.
+#[test]
+fn settings_that_cannot_keep_a_lease_are_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lease = Duration::from_secs(1);
+    // A renewal sent 999 ms after the last one would arrive after the local lease deadline.
+    let e = Client::builder(&url)
+        .lease(lease)
+        .renew_interval(Duration::from_millis(999))
+        .build()
+        .expect_err("a renewal interval that cannot keep the lease was accepted");
+    println!("refused: {e}");
+    assert!(
+        matches!(&e, Error::InvalidConfig { field, .. } if *field == "renew_interval"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("half the lease"), "{e}");
+    let ok = Client::builder(&url)
+        .lease(lease)
+        .renew_interval(lease / 2)
+        .build();
+    assert!(ok.is_ok(), "half the lease was refused: {ok:?}");
 }
 
 /// Every connection of a client (pooled and pub/sub) has TCP keepalive on, so a connection
