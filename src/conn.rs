@@ -365,6 +365,33 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_deadline_shortens_each_step_and_refuses_when_spent() {
+        let step = Duration::from_secs(1);
+        assert_eq!(Deadline::NONE.cap(step).unwrap(), step);
+        assert!(!Deadline::NONE.passed());
+        let soon = Deadline::after(Duration::from_millis(200));
+        let t = soon.cap(step).unwrap();
+        assert!(t <= Duration::from_millis(200) && t > Duration::from_millis(100));
+        assert_eq!(soon.min(Deadline::NONE), soon);
+        assert_eq!(Deadline::NONE.min(soon), soon);
+        let spent = Deadline::at(Instant::now());
+        assert!(spent.passed());
+        match spent.cap(step) {
+            Err(Error::Timeout { what }) => assert_eq!(what, RAN_OUT),
+            other => panic!("{other:?}"),
+        }
+        assert!(soon.minus(Duration::from_millis(300)).passed());
+        assert_eq!(Deadline::NONE.minus(step), Deadline::NONE);
+        // Absurd timeouts stay representable for the socket.
+        assert_eq!(
+            Deadline::NONE.cap(Duration::MAX).unwrap(),
+            MAX_SOCKET_TIMEOUT
+        );
+        assert_eq!(Deadline::after(Duration::MAX), Deadline::NONE);
+    }
+
+    #[test]
     fn passwords_are_redacted() {
         assert_eq!(redact("redis://u:secret@h:1/"), "redis://***@h:1/");
         assert_eq!(redact("redis://h:1/"), "redis://h:1/");

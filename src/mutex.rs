@@ -464,3 +464,39 @@ impl Mutex {
         &self.keys
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_call_ends_by_its_deadline_plus_one_command_or_connect_plus_command() {
+        let t = Timeouts {
+            connect: Duration::from_secs(1),
+            command: Duration::from_millis(300),
+        };
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        // try_lock: the deadline is the start.
+        assert_eq!(
+            hard_limit(Some(start), start, t),
+            Deadline::at(start + ms(1300))
+        );
+        // A short wait still gets the connect timeout; a long one its deadline + one command.
+        assert_eq!(
+            hard_limit(Some(start + ms(500)), start, t),
+            Deadline::at(start + ms(1300))
+        );
+        assert_eq!(
+            hard_limit(Some(start + ms(5000)), start, t),
+            Deadline::at(start + ms(5300))
+        );
+        // lock(): each attempt is bounded alone.
+        assert_eq!(hard_limit(None, start, t), Deadline::NONE);
+        let huge = Timeouts {
+            connect: Duration::MAX,
+            command: Duration::MAX,
+        };
+        assert_eq!(hard_limit(Some(start), start, huge), Deadline::NONE);
+    }
+}
