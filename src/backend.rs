@@ -410,7 +410,7 @@ impl Backend {
         Ok(Acquired::Busy { wait, split })
     }
 
-    /// Releases one level on every master, retrying once on a new connection where the
+    /// Releases one level on every master, retrying once (on a new connection) where the
     /// connection failed, all within `by`.
     pub(crate) fn release(
         &self,
@@ -427,13 +427,15 @@ impl Backend {
             .filter(|(_, r)| r.as_ref().err().is_some_and(Error::is_retriable))
             .map(|(i, _)| *i)
             .collect();
+        // The retry takes a new connection (a failure clears the master's idle ones), and
+        // skips a quorum master marked down: waiting for it again would cost the others.
         if !retry.is_empty() && !by.passed() {
             log::debug!(
                 "release of `{}` failed on {} master(s); retrying once",
                 keys.name,
                 retry.len()
             );
-            for (i, r) in self.call_all(&call, &retry, by, true) {
+            for (i, r) in self.call_all(&call, &retry, by, false) {
                 // The first attempt may have released the last level before its reply was
                 // lost: then the key is gone, or already another owner's (a waiter took it at
                 // once). Either is what a release wants, and the retry touched nothing.

@@ -449,3 +449,87 @@ fn every_connection_has_tcp_keepalive() {
     }
     drop(g);
 }
+
+/// A quorum of three masters: with one master stalled, `try_lock` still holds the lock within
+/// its bound (the stalled master costs the per-master timeout, not a command timeout); with
+/// every master stalled, every call still returns within its bound.
+#[test]
+fn redlock_calls_keep_their_bounds_with_stalled_masters() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for s in &servers {
+        require_password(s);
+    }
+    let pids: Vec<u32> = servers.iter().map(RedisServer::pid).collect();
+    // Declared after the servers, so dropped (SIGCONT) before they are killed.
+    let _cont: Vec<ContinueOnDrop> = pids.iter().map(|&p| ContinueOnDrop(p)).collect();
+    let urls: Vec<String> = servers.iter().map(|s| url_to(s.port())).collect();
+
+    let results = with_deadline(Duration::from_secs(120), move || {
+        let quorum = locksmith::Redlock::builder(&urls)
+            .command_timeout(COMMAND)
+            .connect_timeout(CONNECT)
+            .retry_timeout(RETRY)
+            .build()
+            .unwrap();
+        let m = |name: &str| quorum.mutex(&common::unique_name(name)).unwrap();
+        let (held, free) = (m("rl-held"), m("rl-free"));
+        let g = held.lock().unwrap();
+        let one = CONNECT + COMMAND;
+        let mut out = Vec::new();
+
+        // One master of three stalled: a majority still answers.
+        signal(pids[0], "STOP");
+        time(&mut out, "one stalled: try_lock", one, false, || {
+            let r = free.try_lock();
+            let s = show_opt(&r);
+            drop(r);
+            s
+        });
+
+        // All stalled.
+        signal(pids[1], "STOP");
+        signal(pids[2], "STOP");
+        time(&mut out, "all stalled: try_lock", one, true, || {
+            show_opt(&free.try_lock())
+        });
+        let wait = Duration::from_millis(500);
+        time(
+            &mut out,
+            "all stalled: try_lock_for(500ms)",
+            wait.max(CONNECT) + COMMAND,
+            true,
+            || show_opt(&free.try_lock_for(wait)),
+        );
+        time(&mut out, "all stalled: lock", RETRY.max(one), true, || {
+            show(&free.lock())
+        });
+        time(&mut out, "all stalled: is_locked", one, true, || {
+            show(&free.is_locked())
+        });
+        time(&mut out, "all stalled: unlock", one, true, || {
+            show(&g.unlock())
+        });
+        out
+    });
+    let mut failures = Vec::new();
+    for t in &results {
+        println!(
+            "redlock: {}: {} after {:?} (bound {:?} + slack)",
+            t.what, t.outcome, t.took, t.bound
+        );
+        if t.took > t.bound + SLACK {
+            failures.push(format!(
+                "{}: took {:?}, bound {:?}",
+                t.what, t.took, t.bound
+            ));
+        }
+        if t.must_fail && !t.outcome.starts_with("Err") {
+            failures.push(format!("{}: {}", t.what, t.outcome));
+        }
+    }
+    assert_eq!(
+        results[0].outcome, "Ok(Some)",
+        "with one master of three stalled, the lock was not taken"
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+}
