@@ -50,6 +50,8 @@
 //!   thread per lock name asks Redis at a time; the others queue locally.
 //! - **Renewal.** While a guard lives, its lease is extended every third of the lease. A
 //!   renewal that finds the lock gone marks the guard lost and logs a warning.
+//! - **Bounded calls.** Every call carries a deadline down to each socket operation, so it
+//!   returns within its documented bound whatever Redis does (see "Time bounds").
 //!
 //! # Guarantees
 //!
@@ -82,6 +84,36 @@
 //! - Clocks: the lease is measured by Redis's clock and, conservatively, by this host's
 //!   monotonic clock; wall-clock jumps do not matter, but the two clocks must *run* at about
 //!   the same rate (1% is allowed for).
+//!
+//! ## Time bounds
+//!
+//! Every blocking call returns within its own bound, also while Redis is stalled (frozen,
+//! or behind a network that swallows packets), is a black hole (accepts connections and
+//! never answers), or refuses connections. A call's bound covers everything it may do: a
+//! try on a pooled connection, a retry on a new one, opening it (TCP connect and the `AUTH`
+//! / `SELECT` handshake), loading a script after `NOSCRIPT`, waiting for the pub/sub
+//! subscription, backoff sleeps. Each step takes the smaller of its own timeout and what is
+//! left of the call's bound (give or take the kernel's timer granularity, a few
+//! milliseconds). With `connect` and `command` the client's
+//! [`connect_timeout`](ClientBuilder::connect_timeout) and
+//! [`command_timeout`](ClientBuilder::command_timeout):
+//!
+//! | call | returns within |
+//! |---|---|
+//! | [`Mutex::try_lock`] | `connect + command` |
+//! | [`Mutex::try_lock_for`]`(d)` | `max(d, connect) + command` |
+//! | [`Mutex::try_lock_until`]`(t)` | `max(t - now, connect) + command` |
+//! | [`Mutex::lock`] | while Redis cannot be reached: `max(retry_timeout, connect + command)` from the start of the first attempt that failed; while another owner holds the lock, it waits |
+//! | [`MutexGuard::unlock`], dropping a guard | `connect + command` (including the wait for a renewal on the wire) |
+//! | [`Mutex::is_locked`] | `connect + command` |
+//! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master) |
+//!
+//! A renewal batch takes at most half the renewal interval: a try on its pooled connection
+//! for at most a quarter of the interval (or the command timeout if shorter), then, if that
+//! connection failed or stayed silent (a NAT or load balancer that dropped it), a try on a
+//! new connection in what is left. So one dead connection does not cost a lease, whatever the
+//! command timeout. [`ClientBuilder::renew_interval`] is at most half the lease, so a renewal
+//! and its retry end before the lease does. Every connection has TCP keepalive on.
 //!
 //! # Log levels
 //!
