@@ -560,20 +560,33 @@ impl Backend {
     }
 
     /// Renews a batch of leases on every master in one pipelined round trip per master,
-    /// all within `budget`. A master whose connection fails (or stays silent for half the
-    /// budget: a connection that a NAT dropped) gets the batch again at once on a new
-    /// connection, within what is left, unless the outcome of every lease is known already.
-    /// One outcome per call: `Some(true)` kept, `Some(false)` lost, `None` unknown.
-    pub(crate) fn renew(&self, calls: &[Call], budget: Duration) -> Vec<Option<bool>> {
+    /// all within `budget`. Each call covers the number of leases paired with it (a batch
+    /// call several, a per-lock call one). A master whose connection fails (or stays silent
+    /// for half the budget: a connection that a NAT dropped) gets the batch again at once on
+    /// a new connection, within what is left, unless the outcome of every lease is known
+    /// already. One outcome per lease, in the order of the calls: `Some(true)` kept,
+    /// `Some(false)` lost, `None` unknown.
+    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Vec<Option<bool>> {
         let mut packed = Vec::new();
-        for c in calls {
+        for (c, _) in calls {
             c.cmd.write_packed_command(&mut packed);
         }
         let by = Deadline::after(budget);
         let first = (budget / 2).min(self.command_timeout);
-        let n = calls.len();
-        let mut replies = self.round(&self.all(), &packed, n, Which::Renew, first, by, false);
-        let mut outcomes = self.renewed(n, &replies);
+        let counts: Vec<usize> = calls.iter().map(|c| c.1).collect();
+        let n: usize = counts.iter().sum();
+        let replies_expected = calls.len();
+        let which = Which::RenewBatch;
+        let mut replies = self.round(
+            &self.all(),
+            &packed,
+            replies_expected,
+            which,
+            first,
+            by,
+            false,
+        );
+        let mut outcomes = self.renewed(&counts, &replies);
         let retry: Vec<usize> = replies
             .iter()
             .filter(|(_, r)| {
@@ -589,12 +602,12 @@ impl Backend {
                 retry.len()
             );
             // Renewing again is harmless: a renewal only sets the lease from now on.
-            for (i, r) in self.round(&retry, &packed, n, Which::Renew, budget, by, true) {
+            for (i, r) in self.round(&retry, &packed, replies_expected, which, budget, by, true) {
                 if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
                     slot.1 = r;
                 }
             }
-            outcomes = self.renewed(n, &replies);
+            outcomes = self.renewed(&counts, &replies);
         }
         for (i, r) in &replies {
             if let Err(e) = r {
@@ -607,19 +620,32 @@ impl Backend {
         outcomes
     }
 
-    /// The outcome of each of `n` renewals from the masters' replies.
-    fn renewed(&self, n: usize, replies: &[(usize, Result<Vec<Value>>)]) -> Vec<Option<bool>> {
+    /// The outcome of each renewed lease from the masters' replies: reply `k` of a master
+    /// answers for the `counts[k]` leases of call `k`.
+    fn renewed(
+        &self,
+        counts: &[usize],
+        replies: &[(usize, Result<Vec<Value>>)],
+    ) -> Vec<Option<bool>> {
         let masters = self.nodes.len();
+        let n: usize = counts.iter().sum();
         let mut yes = vec![0usize; n];
         let mut no = vec![0usize; n];
         for (i, r) in replies {
-            if let Ok(values) = r {
-                for (k, v) in values.iter().enumerate().take(n) {
-                    match scripts::parse_renew(v) {
+            let Ok(values) = r else { continue };
+            let mut k = 0;
+            for (v, &count) in values.iter().zip(counts) {
+                let outcomes = scripts::parse_renews(v, count);
+                if outcomes.iter().any(Option::is_none) {
+                    log::debug!("renewal error on {}: {v:?}", self.nodes[*i].name);
+                }
+                for outcome in outcomes {
+                    match outcome {
                         Some(true) => yes[k] += 1,
                         Some(false) => no[k] += 1,
-                        None => log::debug!("renewal error on {}: {v:?}", self.nodes[*i].name),
+                        None => {}
                     }
+                    k += 1;
                 }
             }
         }
@@ -685,7 +711,13 @@ impl Backend {
     /// client is built; within `by`.
     pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
         let mut packed = redis::cmd("PING").get_packed_command();
-        for which in [Which::Acquire, Which::Release, Which::Renew] {
+        let scripts = [
+            Which::Acquire,
+            Which::Release,
+            Which::Renew,
+            Which::RenewBatch,
+        ];
+        for which in scripts {
             redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(which.source())
@@ -694,7 +726,7 @@ impl Backend {
         let replies = self.round(
             &self.all(),
             &packed,
-            4,
+            1 + scripts.len(),
             Which::Renew,
             self.call_timeout,
             by,

@@ -13,6 +13,9 @@
 //! injective, so two names never share keys, and the tag never contains a brace, so Redis
 //! hashes exactly `T`. The prefix may not contain braces (checked by the builder), so the
 //! first `{` of every key is the tag's.
+//!
+//! [`slot`] is the Redis Cluster hash slot of a tag (CRC16/XMODEM mod 16384, as Redis
+//! computes it), so that calls covering several locks can be grouped by slot.
 
 use std::time::Duration;
 
@@ -68,6 +71,56 @@ pub(crate) struct LockKeys {
     pub(crate) fence: String,
     /// The channel a release is published on.
     pub(crate) channel: String,
+    /// The Redis Cluster hash slot of all three (they share one hash tag).
+    pub(crate) slot: u16,
+}
+
+/// The number of Redis Cluster hash slots.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// CRC16/XMODEM (polynomial 0x1021, initial value 0, no reflection), the checksum Redis
+/// Cluster hashes keys with.
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+            bit += 1;
+        }
+        table[i] = crc;
+        i += 1;
+    }
+    table
+};
+
+/// CRC16/XMODEM of `bytes`.
+pub(crate) fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &b| {
+        (crc << 8) ^ CRC16_TABLE[usize::from(((crc >> 8) as u8) ^ b)]
+    })
+}
+
+/// The Redis Cluster hash slot of a key: of its hash tag (what lies between the first `{`
+/// and the next `}`, when that is not empty), else of the whole key.
+pub(crate) fn slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let hashed = b
+        .iter()
+        .position(|&c| c == b'{')
+        .and_then(|open| {
+            let rest = &b[open + 1..];
+            let close = rest.iter().position(|&c| c == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(b);
+    crc16(hashed) % SLOTS
 }
 
 impl LockKeys {
@@ -83,9 +136,11 @@ impl LockKeys {
             }
         }
         let base = format!("{prefix}{{{tag}}}");
+        let lock = format!("{base}:lock");
         LockKeys {
             name: name.to_owned(),
-            lock: format!("{base}:lock"),
+            slot: slot(&lock),
+            lock,
             fence: format!("{base}:fence"),
             channel: format!("{base}:released"),
         }
@@ -128,6 +183,42 @@ mod tests {
         assert_eq!(k.lock, "locksmith:{account:42}:lock");
         assert_eq!(k.fence, "locksmith:{account:42}:fence");
         assert_eq!(k.channel, "locksmith:{account:42}:released");
+    }
+
+    #[test]
+    fn crc16_matches_known_vectors() {
+        // The check value of CRC16/XMODEM, and the one the Redis Cluster spec gives.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(crc16(b""), 0);
+        assert_eq!(crc16(b"A"), 0x58E5);
+    }
+
+    #[test]
+    fn slots_match_redis() {
+        // Values of `CLUSTER KEYSLOT` on a Redis 7 server.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("bar"), 5061);
+        assert_eq!(slot("123456789"), 12739);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        // An empty tag hashes the whole key; only the first `{` counts.
+        assert_eq!(slot("foo{}{bar}"), crc16(b"foo{}{bar}") % SLOTS);
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+        assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
+        assert_eq!(slot("locksmith:{é ü 名前}:lock"), 15294);
+        assert_eq!(slot("{a}"), 15495);
+        assert_eq!(slot("x{}y"), 16116);
+        assert_eq!(slot("foo{{bar}}zap"), 4015);
+    }
+
+    #[test]
+    fn a_lock_knows_the_slot_of_its_keys() {
+        for name in ["account:42", "{x}", "%7B", "é ü 名前", "a}b{c"] {
+            let k = LockKeys::new("locksmith:", name);
+            for key in [&k.lock, &k.fence, &k.channel] {
+                assert_eq!(slot(key), k.slot, "{name:?} {key}");
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::keys::LockKeys;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
+static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(Which::RenewBatch.source()));
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,12 +79,14 @@ pub(crate) fn unexpected(script: &str, v: &Value) -> Error {
     )))
 }
 
-/// One of the three scripts.
+/// One of the scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Which {
     Acquire,
     Release,
     Renew,
+    /// The renew script for several locks in one call.
+    RenewBatch,
 }
 
 impl Which {
@@ -92,6 +95,7 @@ impl Which {
             Which::Acquire => &ACQUIRE,
             Which::Release => &RELEASE,
             Which::Renew => &RENEW,
+            Which::RenewBatch => &RENEW_BATCH,
         }
     }
 
@@ -101,12 +105,20 @@ impl Which {
             Which::Acquire => include_str!("scripts/acquire.lua"),
             Which::Release => include_str!("scripts/release.lua"),
             Which::Renew => include_str!("scripts/renew.lua"),
+            Which::RenewBatch => include_str!("scripts/renew_batch.lua"),
         }
     }
 
-    /// Loads the script into a server's cache (after `NOSCRIPT`).
+    /// Loads the script into a server's cache (after `NOSCRIPT`); for a renewal, both renew
+    /// scripts, since one renewal pipeline may hold calls of either.
     pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
         self.script().prepare_invoke().load(con)?;
+        let other = match self {
+            Which::Renew => Which::RenewBatch,
+            Which::RenewBatch => Which::Renew,
+            _ => return Ok(()),
+        };
+        other.script().prepare_invoke().load(con)?;
         Ok(())
     }
 }
@@ -236,6 +248,45 @@ pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration, token:
     }
 }
 
+/// One lease of a batched renewal: the lock, its holder, the lease to set, and the token to
+/// raise the fencing counter to (0: leave the counter alone, as with a single master).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewing<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) holder: Holder<'a>,
+    pub(crate) lease: Duration,
+    pub(crate) token: u64,
+}
+
+/// The renewal of `leases` in one script call: `renew.lua` for one lease, `renew_batch.lua`
+/// for several. Its reply gives one outcome per lease (see [`parse_renews`]). The caller
+/// keeps a call within one Cluster slot where that matters, and its size bounded.
+pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
+    if let [one] = leases {
+        return renew(one.keys, one.holder, one.lease, one.token);
+    }
+    // The tokens are all 0 (a single master) or none is (a quorum): one mode for the call.
+    let fence = leases.iter().any(|l| l.token != 0);
+    let mut keys: Vec<&str> = leases.iter().map(|l| l.keys.lock.as_str()).collect();
+    if fence {
+        keys.extend(leases.iter().map(|l| l.keys.fence.as_str()));
+    }
+    let mut cmd = evalsha(Which::RenewBatch, &keys);
+    cmd.arg(if fence { "1" } else { "0" });
+    for l in leases {
+        cmd.arg(l.holder.owner)
+            .arg(l.holder.acquisition)
+            .arg(millis(l.lease));
+        if fence {
+            cmd.arg(l.token);
+        }
+    }
+    Call {
+        which: Which::RenewBatch,
+        cmd,
+    }
+}
+
 /// Parses an acquire reply.
 pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = v else { return None };
@@ -274,6 +325,18 @@ pub(crate) fn parse_release(v: &Value) -> Option<ReleaseReply> {
 /// Parses one renew reply: `Some(true)` extended, `Some(false)` not owned any more.
 pub(crate) fn parse_renew(v: &Value) -> Option<bool> {
     int(v).map(|n| n == 1)
+}
+
+/// The outcomes of a renew call that covers `n` leases: an array of `n` renew replies (the
+/// batch script) or, for one lease, one reply. `None` for each lease where the reply says
+/// nothing about it (an error, or a reply of the wrong shape).
+pub(crate) fn parse_renews(v: &Value, n: usize) -> Vec<Option<bool>> {
+    match v {
+        Value::Array(items) if items.len() == n => items.iter().map(parse_renew).collect(),
+        Value::Array(_) => vec![None; n],
+        v if n == 1 => vec![parse_renew(v)],
+        _ => vec![None; n],
+    }
 }
 
 #[cfg(test)]
@@ -335,9 +398,105 @@ mod tests {
             "local FENCE_TTL_MS = {}",
             crate::keys::FENCE_TTL.as_millis()
         );
-        for which in [Which::Acquire, Which::Release, Which::Renew] {
+        for which in [
+            Which::Acquire,
+            Which::Release,
+            Which::Renew,
+            Which::RenewBatch,
+        ] {
             assert!(which.source().contains(&line), "{which:?}");
         }
+    }
+
+    fn renewing<'a>(keys: &'a LockKeys, acquisition: &'a str, token: u64) -> Renewing<'a> {
+        Renewing {
+            keys,
+            holder: Holder {
+                owner: "o",
+                acquisition,
+            },
+            lease: Duration::from_millis(3000),
+            token,
+        }
+    }
+
+    fn args(call: &Call) -> Vec<String> {
+        call.cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_lease_is_renewed_by_the_per_lock_script() {
+        let k = LockKeys::new("p:", "a");
+        let call = renew_many(&[renewing(&k, "g", 0)]);
+        assert_eq!(call.which, Which::Renew);
+        let a = args(&call);
+        assert_eq!(a[0], "EVALSHA");
+        assert_eq!(
+            &a[2..],
+            ["2", "p:{a}:lock", "p:{a}:fence", "o", "3000", "0", "g"]
+        );
+    }
+
+    #[test]
+    fn a_batch_lists_locks_then_counters() {
+        let (a, b) = (LockKeys::new("p:", "a"), LockKeys::new("p:", "b"));
+        let single = renew_many(&[renewing(&a, "ga", 0), renewing(&b, "gb", 0)]);
+        assert_eq!(single.which, Which::RenewBatch);
+        assert_eq!(
+            &args(&single)[2..],
+            [
+                "2",
+                "p:{a}:lock",
+                "p:{b}:lock",
+                "0",
+                "o",
+                "ga",
+                "3000",
+                "o",
+                "gb",
+                "3000"
+            ]
+        );
+        let quorum = renew_many(&[renewing(&a, "ga", 7), renewing(&b, "gb", 9)]);
+        assert_eq!(
+            &args(&quorum)[2..],
+            [
+                "4",
+                "p:{a}:lock",
+                "p:{b}:lock",
+                "p:{a}:fence",
+                "p:{b}:fence",
+                "1",
+                "o",
+                "ga",
+                "3000",
+                "7",
+                "o",
+                "gb",
+                "3000",
+                "9"
+            ]
+        );
+    }
+
+    #[test]
+    fn renew_replies_give_one_outcome_per_lease() {
+        let batch = Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(1)]);
+        assert_eq!(
+            parse_renews(&batch, 3),
+            [Some(true), Some(false), Some(true)]
+        );
+        assert_eq!(parse_renews(&batch, 2), [None, None]);
+        assert_eq!(parse_renews(&Value::Int(1), 1), [Some(true)]);
+        assert_eq!(parse_renews(&Value::Int(0), 1), [Some(false)]);
+        assert_eq!(parse_renews(&Value::Int(1), 2), [None, None]);
+        assert_eq!(parse_renews(&Value::Nil, 1), [None]);
     }
 
     #[test]

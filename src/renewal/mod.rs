@@ -18,6 +18,7 @@
 //! does not cost the leases of the batch, and the thread is never blocked for longer than
 //! that, whatever the command timeout.
 
+mod batch;
 mod wheel;
 
 use std::sync::Arc;
@@ -271,7 +272,6 @@ impl Renewer {
         }
         let sent = Instant::now();
         let outcomes = self.send(&batch);
-        log::trace!("renewed a batch of {} leases", batch.len());
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
             match hold.end_renewal(sent, outcome) {
                 Some(Status::Valid) => match hold.next_renewal() {
@@ -315,12 +315,41 @@ impl Renewer {
         }
     }
 
-    /// Sends the renewals; one outcome per hold (`None` where it is unknown).
+    /// Sends the renewals, many leases to a script call (see [`batch`]); one outcome per hold,
+    /// in the order of `batch` (`None` where it is unknown).
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-        let calls: Vec<_> = batch
+        let slots: Vec<u16> = batch.iter().map(|h| h.keys.slot).collect();
+        // No topology of this client spreads keys over Cluster slots: any leases share a call.
+        let groups = batch::group(&slots, false, batch::MAX_PER_CALL);
+        let calls: Vec<_> = groups
             .iter()
-            .map(|h| scripts::renew(&h.keys, h.holder(), h.lease, self.backend.fence(h.token)))
+            .map(|g| {
+                let leases: Vec<_> = g
+                    .iter()
+                    .map(|&i| {
+                        let h = &batch[i];
+                        scripts::Renewing {
+                            keys: &h.keys,
+                            holder: h.holder(),
+                            lease: h.lease,
+                            token: self.backend.fence(h.token),
+                        }
+                    })
+                    .collect();
+                (scripts::renew_many(&leases), g.len())
+            })
             .collect();
-        self.backend.renew(&calls, self.timeout)
+        let flat = self.backend.renew(&calls, self.timeout);
+        log::trace!(
+            "renewed a batch of {} leases in {} script calls",
+            batch.len(),
+            calls.len()
+        );
+        // Back from the calls' order to the batch's.
+        let mut outcomes = vec![None; batch.len()];
+        for (&i, outcome) in groups.iter().flatten().zip(flat) {
+            outcomes[i] = outcome;
+        }
+        outcomes
     }
 }
