@@ -345,8 +345,8 @@ impl Backend {
                 }),
             };
         }
-        let (mut held, mut busy, mut failed, mut foreign) =
-            (Vec::new(), Vec::new(), Vec::new(), false);
+        let (mut held, mut busy, mut failed, mut maybe_ran, mut foreign) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), false);
         let mut first_error = None;
         for (i, r) in parsed {
             match r {
@@ -359,6 +359,13 @@ impl Backend {
                 Ok(AcquireReply::Foreign) => foreign = true,
                 Err(e) => {
                     failed.push(i);
+                    // A master skipped as marked down, or left for lack of time, never got the
+                    // command; any other failure may have come after the script ran there.
+                    if !is_marked_down(&e)
+                        && !matches!(e, Error::Timeout { what } if what == RAN_OUT)
+                    {
+                        maybe_ran.push(i);
+                    }
                     first_error.get_or_insert(e);
                 }
             }
@@ -396,7 +403,7 @@ impl Backend {
         // answer, since the script may have run there before the reply was lost.
         let split = !held.is_empty();
         let unanswered = if live.is_none() {
-            failed.clone()
+            maybe_ran
         } else {
             Vec::new()
         };
@@ -442,8 +449,12 @@ impl Backend {
         unanswered: &[usize],
         by: Deadline,
     ) {
-        // One round per acquisition and level, to every master concerned at once.
-        let mut jobs: Vec<(Vec<usize>, &str, u64, Level)> = Vec::new();
+        // One round per acquisition and level, to every master concerned at once. The masters
+        // that did not answer just failed, and so are marked down: the undo goes to them all
+        // the same, on a new connection (`fresh`), since the acquire may have run there and its
+        // grant would otherwise stay for a lease. It is bounded by the round the acquire kept
+        // back for it.
+        let mut jobs: Vec<(Vec<usize>, &str, u64, Level, bool)> = Vec::new();
         for (i, token, _, acquisition) in granted {
             let level = if acquisition == request {
                 Level::Outermost
@@ -458,14 +469,14 @@ impl Backend {
                     job.0.push(*i);
                     job.2 = job.2.max(*token);
                 }
-                None => jobs.push((vec![*i], acquisition.as_str(), *token, level)),
+                None => jobs.push((vec![*i], acquisition.as_str(), *token, level, false)),
             }
         }
         if !unanswered.is_empty() {
             let token = granted.iter().map(|h| h.1).max().unwrap_or(0);
-            jobs.push((unanswered.to_vec(), request, token, Level::Outermost));
+            jobs.push((unanswered.to_vec(), request, token, Level::Outermost, true));
         }
-        for (targets, acquisition, token, level) in jobs {
+        for (targets, acquisition, token, level, fresh) in jobs {
             let holder = Holder { owner, acquisition };
             let call = scripts::undo(
                 keys,
@@ -474,7 +485,7 @@ impl Backend {
                 self.fence(token),
                 level,
             );
-            let _ = self.call_all(&call, &targets, by, false);
+            let _ = self.call_all(&call, &targets, by, fresh);
         }
     }
 

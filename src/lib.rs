@@ -41,9 +41,10 @@
 //!   owner (the client's random UUID plus a per-thread number), a re-entry count of 1, a new
 //!   fencing token and a lease (key expiry); when this owner already holds it, the count goes
 //!   up; otherwise it answers how long the current lease has left.
-//! - **Release** is one Lua script: owner-checked, it counts down and at zero deletes the key
-//!   and publishes on the lock's release channel. A holder whose lease ran out never deletes
-//!   the next holder's lock.
+//! - **Release** is one Lua script, owner- and acquisition-checked: an inner guard counts one
+//!   level down; the outermost guard deletes the key whatever count the server holds, and
+//!   publishes on the lock's release channel. A holder whose lease ran out never deletes the
+//!   next holder's lock.
 //! - **Waiting never polls.** A waiter subscribes to the lock's release channel (through the
 //!   client's one pub/sub connection) and sleeps until a release or until the holder's
 //!   remaining lease runs out (a crashed holder publishes nothing). Within one client, one
@@ -121,7 +122,7 @@
 //!
 //! - `warn`: a lease was lost (renewal found the key gone or taken, or could not reach Redis
 //!   in time); a release on drop failed; the pub/sub connection was lost or could not be
-//!   restored.
+//!   restored; at start, a master whose `maxmemory-policy` may evict lock keys.
 //! - `info`: the pub/sub connection was restored.
 //! - `debug`: client start, retries, thread stops.
 //! - `trace`: renewal batches.
