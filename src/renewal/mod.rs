@@ -5,7 +5,10 @@
 //! successful renewal plus the renewal interval), sleeps until the earliest one is due or a
 //! new registration arrives, and then sends every renewal due (within a small coalescing
 //! window, so that renewals due a few milliseconds apart share a round trip) as one pipeline
-//! on its own connection.
+//! on its own connection. The pipeline holds few script calls, each renewing up to
+//! [`batch::MAX_PER_CALL`] leases (grouped by [`batch::group`]), so Redis runs one script per
+//! call, not one per lease; each lease still gets its own outcome (extended, lost, unknown),
+//! and a loss is reported once, by this thread.
 //!
 //! Cancellation is lazy: a released hold stays in the wheel until its slot fires and is then
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
