@@ -269,6 +269,20 @@ impl Backend {
             .collect()
     }
 
+    /// Runs one script call on the one master of a single-server client (the lock types
+    /// whose scripts keep a queue or a set of holders, which a quorum cannot vote on).
+    pub(crate) fn eval_single(&self, call: &Call) -> Result<Value> {
+        if !self.single() {
+            return Err(Error::config(
+                "masters",
+                "this lock type needs a client on one Redis server",
+            ));
+        }
+        self.call_all(call, &[0])
+            .pop()
+            .map_or(Err(Error::Timeout { what: "no reply" }), |(_, r)| r)
+    }
+
     /// Acquires on the masters. `sent` must be taken before this call; the validity of a
     /// quorum grant is judged against it.
     pub(crate) fn acquire(&self, a: &AcquireCall<'_>) -> Result<Acquired> {

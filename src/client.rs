@@ -12,10 +12,12 @@ use parking_lot::Mutex as PlMutex;
 use crate::backend::{Backend, Node};
 use crate::conn::{self, Pool, Timeouts};
 use crate::error::{Error, Result};
+use crate::fair_mutex::FairMutex;
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{self, Inbox};
+use crate::scripts::Kind;
 use crate::subscriber::Subscriber;
 
 /// The shortest lease accepted.
@@ -411,6 +413,18 @@ impl Shared {
         grant: Grant<'_>,
         terms: Terms,
     ) -> Arc<Hold> {
+        self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
+    }
+
+    /// As [`adopt`](Shared::adopt), for a hold renewed by lock type `kind`'s script.
+    pub(crate) fn adopt_as(
+        &self,
+        kind: Kind,
+        keys: &Arc<LockKeys>,
+        owner: String,
+        grant: Grant<'_>,
+        terms: Terms,
+    ) -> Arc<Hold> {
         let Grant {
             token,
             count,
@@ -438,24 +452,44 @@ impl Shared {
             every: self.config.renew_every,
             until: terms.max_hold.and_then(|m| sent.checked_add(m)),
         });
-        let hold = Arc::new(Hold::new(
-            Arc::clone(keys),
-            Identity {
-                owner,
-                acquisition,
-                token,
-            },
-            terms.lease,
-            self.backend.drift(terms.lease),
-            renewal,
-            sent,
-        ));
+        let hold = Arc::new(
+            Hold::new(
+                Arc::clone(keys),
+                Identity {
+                    owner,
+                    acquisition,
+                    token,
+                },
+                terms.lease,
+                self.backend.drift(terms.lease),
+                renewal,
+                sent,
+            )
+            .with_kind(kind),
+        );
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
         if renewal.is_some() {
             self.renewals.register(Arc::clone(&hold));
         }
         hold
+    }
+
+    /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,
+    /// such as a waiter's place in a queue) until [`unwatch`](Shared::unwatch).
+    pub(crate) fn watch(&self, hold: &Arc<Hold>) {
+        if hold.renewal.is_some() {
+            self.renewals.register(Arc::clone(hold));
+        }
+    }
+
+    /// Stops renewing a hold given to [`watch`](Shared::watch).
+    pub(crate) fn unwatch(&self, hold: &Hold) {
+        let timeouts = self.config.timeouts;
+        hold.leave(timeouts.command.saturating_add(timeouts.connect));
+        if hold.renewal.is_some() {
+            self.renewals.released();
+        }
     }
 
     /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was
@@ -585,6 +619,33 @@ impl Client {
         keys::validate_name(name)?;
         let keys = Arc::new(LockKeys::new(&self.inner.shared.config.prefix, name));
         Ok(Mutex::new(self.clone(), keys))
+    }
+
+    /// A handle on the fair mutex called `name`: waiters get it in arrival order, across
+    /// processes, and a release hands it directly to the next waiter. Cheap: nothing is sent
+    /// to Redis. Its keys are its own: a [`Mutex`] of the same name is another lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let printer = client.fair_mutex("printer")?;
+    /// let guard = printer.lock()?; // waiters are served first come, first served
+    /// guard.unlock()?; // hands the lock to the next waiter in the queue
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        keys::validate_name(name)?;
+        Ok(FairMutex::new(
+            self.clone(),
+            &self.inner.shared.config.prefix,
+            name,
+        ))
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

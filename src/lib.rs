@@ -30,6 +30,8 @@
 //! - A [`Redlock`] is the same client over several independent masters (typically 5): a lock
 //!   is held when a majority granted it, so it survives the loss of a minority of masters.
 //!   Its locks are the same [`Mutex`] with the same guards.
+//! - [`Client::fair_mutex`] gives a [`FairMutex`]: waiters are served in arrival order across
+//!   processes, and a release grants the lock straight to the next waiter (one server only).
 //! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
 //!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
@@ -103,6 +105,7 @@ mod backend;
 mod client;
 mod conn;
 mod error;
+mod fair_mutex;
 mod guard;
 mod hold;
 mod keys;
@@ -115,6 +118,7 @@ mod subscriber;
 
 pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
+pub use fair_mutex::{FairMutex, FairMutexGuard};
 pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;

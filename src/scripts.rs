@@ -16,6 +16,54 @@ use crate::keys::LockKeys;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
+static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Fair.source()));
+
+/// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A [`Mutex`](crate::Mutex) (also on a quorum).
+    Mutex,
+    /// A [`FairMutex`](crate::FairMutex): its lock, or a waiter's place in its queue.
+    Fair,
+}
+
+/// The renew call of a registered hold, by its lock type.
+pub(crate) fn renew_hold(hold: &crate::hold::Hold, fence: u64) -> Call {
+    match hold.kind {
+        Kind::Mutex => renew(&hold.keys, hold.holder(), hold.lease, fence),
+        Kind::Fair => fair(
+            &hold.keys,
+            "renew",
+            hold.holder(),
+            hold.lease,
+            &[&fence.to_string()],
+        ),
+    }
+}
+
+/// A call of the fair mutex script: operation `op` for `holder`, with the operation's own
+/// arguments `extra` (see `scripts/fair_mutex.lua`).
+pub(crate) fn fair(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+) -> Call {
+    let queue = format!("{}:queue", keys.lock);
+    let waiters = format!("{}:waiters", keys.lock);
+    let mut cmd = evalsha(Which::Fair, &[&keys.lock, &keys.fence, &queue, &waiters]);
+    cmd.arg(op)
+        .arg(holder.owner)
+        .arg(holder.acquisition)
+        .arg(millis(lease))
+        .arg(&keys.channel)
+        .arg(extra);
+    Call {
+        which: Which::Fair,
+        cmd,
+    }
+}
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,14 +118,18 @@ pub(crate) enum Which {
     Acquire,
     Release,
     Renew,
+    Fair,
 }
 
 impl Which {
+    const ALL: [Which; 4] = [Which::Acquire, Which::Release, Which::Renew, Which::Fair];
+
     fn script(self) -> &'static Script {
         match self {
             Which::Acquire => &ACQUIRE,
             Which::Release => &RELEASE,
             Which::Renew => &RENEW,
+            Which::Fair => &FAIR,
         }
     }
 
@@ -87,12 +139,19 @@ impl Which {
             Which::Acquire => include_str!("scripts/acquire.lua"),
             Which::Release => include_str!("scripts/release.lua"),
             Which::Renew => include_str!("scripts/renew.lua"),
+            Which::Fair => include_str!("scripts/fair_mutex.lua"),
         }
     }
 
-    /// Loads the script into a server's cache (after `NOSCRIPT`).
+    /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
+    /// with it: a renewal batch mixes the renew scripts of several lock types.
     pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
         self.script().prepare_invoke().load(con)?;
+        for other in Which::ALL {
+            if other != self {
+                other.script().prepare_invoke().load(con)?;
+            }
+        }
         Ok(())
     }
 }

@@ -248,6 +248,8 @@ struct ChannelState {
     /// What the departed leader left for the next: `Some(epoch)` to wait for a release after
     /// that epoch, `None` to try at once.
     handoff: Option<u64>,
+    /// The payload of the last message not yet taken (a grant names its fencing token).
+    message: Option<Vec<u8>>,
 }
 
 impl ChannelState {
@@ -474,8 +476,10 @@ impl Subscriber {
                     return;
                 };
                 drop(table);
+                let payload = items.get(2).and_then(Resp::bytes).map(<[u8]>::to_vec);
                 let mut st = ch.state.lock();
                 st.epoch += 1;
+                st.message = payload;
                 st.wake_leader();
             }
             b"subscribe" => {
@@ -662,6 +666,11 @@ impl Registration {
     /// The current release epoch.
     pub(crate) fn epoch(&self) -> u64 {
         self.channel.state.lock().epoch
+    }
+
+    /// Takes the payload of the last message, if one arrived since the last take.
+    pub(crate) fn take_message(&self) -> Option<Vec<u8>> {
+        self.channel.state.lock().message.take()
     }
 
     /// Sleeps until a release after epoch `seen` arrives, or `until` passes.

@@ -290,7 +290,7 @@ impl Renewer {
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
         let calls: Vec<_> = batch
             .iter()
-            .map(|h| scripts::renew(&h.keys, h.holder(), h.lease, self.backend.fence(h.token)))
+            .map(|h| scripts::renew_hold(h, self.backend.fence(h.token)))
             .collect();
         self.backend.renew(&calls, self.timeout)
     }

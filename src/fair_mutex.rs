@@ -1,0 +1,666 @@
+//! [`FairMutex`] and [`FairMutexGuard`]: a mutex whose waiters are served in arrival order,
+//! across processes, with direct hand-off.
+//!
+//! # Protocol
+//!
+//! Besides the lock hash (the plain mutex's layout), the lock keeps a queue of waiter ids in
+//! Redis, and for each waiter a heartbeat deadline on the server's clock. One script
+//! (`scripts/fair_mutex.lua`) does everything atomically:
+//!
+//! - **acquire** takes the lock when it is free and no live waiter is queued; otherwise the
+//!   caller joins the queue (or refreshes its place). It never barges past a live waiter.
+//! - **release** at the last level deletes the lock and *grants* it to the first live waiter:
+//!   it writes that waiter as the owner, with a new fencing token, and publishes the token on
+//!   the waiter's own channel. The waiter wakes up holding the lock: no acquire round trip
+//!   follows the wake.
+//! - **renew** extends the caller's lock, or its place in the queue (its heartbeat). The
+//!   renewal thread sends it for held locks and for queued waiters alike, in its batches.
+//!
+//! # Why the grant is safe to use at once
+//!
+//! A granted lock lasts until the waiter's heartbeat deadline on the server. That deadline is
+//! at least the send time of the waiter's last successful heartbeat (or enqueue) plus the
+//! lease, and the grant happened after it; so a waiter that takes the grant from the message
+//! counts its lease from that send time, never later than the server does. A waiter that
+//! died before picking the grant up loses it at that deadline, and the next waiter is granted
+//! by the first script that runs after it (a waiter's sleep is bounded by the lock's TTL).
+//!
+//! # Why no grant is missed
+//!
+//! A waiter subscribes its own channel, and waits (bounded) for the confirmation, before it
+//! joins the queue; a grant can only be published after it joined. A grant whose message was
+//! lost anyway (a reconnect) is found by the next acquire call, which recognises a lock
+//! granted to this very call; the waiter makes that call when a reconnect wakes it, or at the
+//! latest when the lock's TTL runs out.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::client::{Client, Grant, Terms, request_id};
+use crate::error::{Error, Result};
+use crate::hold::{Hold, Identity, Renewal};
+use crate::keys::LockKeys;
+use crate::scripts::{self, AcquireReply, Holder, Kind, ReleaseReply};
+use crate::subscriber::RECHECK;
+
+/// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
+/// across threads and processes, and a release hands it straight to the next waiter.
+///
+/// Use it instead of [`Mutex`](crate::Mutex) when starvation matters: under contention a plain
+/// mutex goes to whichever waiter asks first after a release, so an unlucky one can wait
+/// for many rounds; a fair mutex serves its queue first come, first served.
+///
+/// A `FairMutex` is a cheap handle (`Clone + Send + Sync`), made by
+/// [`Client::fair_mutex`](crate::Client::fair_mutex). Its keys are its own: a
+/// [`Mutex`](crate::Mutex) of the same name is another lock.
+///
+/// | method | waits | returns |
+/// |---|---|---|
+/// | [`lock`](FairMutex::lock) | until held | `Result<FairMutexGuard>` |
+/// | [`try_lock`](FairMutex::try_lock) | no: one attempt | `Result<Option<FairMutexGuard>>` |
+/// | [`try_lock_for`](FairMutex::try_lock_for) | at most the given time | `Result<Option<FairMutexGuard>>` |
+/// | [`try_lock_until`](FairMutex::try_lock_until) | until the given instant | `Result<Option<FairMutexGuard>>` |
+///
+/// # What it promises
+///
+/// - Everything a [`Mutex`](crate::Mutex) promises while the lease is valid: mutual
+///   exclusion, re-entry per thread, fencing tokens, renewal, honest loss.
+/// - **Strict FIFO among live waiters**: the lock goes to waiters in the order their
+///   requests reached Redis. [`try_lock`](FairMutex::try_lock) never barges past a queued
+///   waiter: it fails while anyone is queued.
+/// - **Direct hand-off**: a release grants the lock to the first waiter and tells it by
+///   pub/sub; the woken waiter already holds it.
+/// - **Dead waiters are skipped**: a queued waiter's place is a lease (the client's lease,
+///   renewed by the renewal thread, measured by the server's clock). A waiter that died is
+///   skipped at most one lease after its last heartbeat, and a grant it never picked up is
+///   lost at that same deadline; then the next waiter is granted.
+/// - A waiter that gives up (`try_lock_for` timing out) leaves the queue.
+///
+/// # Topologies
+///
+/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it: a queue cannot be
+/// kept by majority vote across independent masters.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let printer = client.fair_mutex("printer")?;
+/// {
+///     let guard = printer.lock()?; // first come, first served
+///     let _token = guard.fencing_token();
+///     // ... print ...
+/// } // released here, and granted to the next waiter in the queue
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairMutex {
+    client: Client,
+    keys: Arc<LockKeys>,
+}
+
+pub(crate) fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+pub(crate) fn after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
+    a.map_or(b, |a| a.min(b))
+}
+
+/// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, the
+/// shared fencing counter `P{T}:fence`, and the channel prefix `P{T}:<suffix>:<channel>`.
+pub(crate) fn family_keys(prefix: &str, name: &str, suffix: &str, channel: &str) -> LockKeys {
+    let base = LockKeys::new(prefix, name);
+    let root = base
+        .fence
+        .strip_suffix(":fence")
+        .unwrap_or(&base.fence)
+        .to_owned();
+    LockKeys {
+        name: base.name,
+        lock: format!("{root}:{suffix}"),
+        fence: base.fence,
+        channel: format!("{root}:{suffix}:{channel}"),
+    }
+}
+
+/// Runs `f` until it gets an answer, retrying connection-level failures with backoff for at
+/// most the client's retry timeout (counted from the first failure) or until `deadline`.
+pub(crate) fn retrying<T>(
+    client: &Client,
+    deadline: Option<Instant>,
+    mut f: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut backoff = Duration::from_millis(10);
+    let mut retry_until = None;
+    loop {
+        match f() {
+            Err(e) if e.is_retriable() => {
+                let retry_until =
+                    *retry_until.get_or_insert_with(|| after(client.shared().config.retry_timeout));
+                let stop = match (deadline, retry_until) {
+                    (Some(d), Some(r)) => Some(d.min(r)),
+                    (d, r) => d.or(r),
+                };
+                let left = stop.map_or(backoff, |s| s.saturating_duration_since(Instant::now()));
+                if left.is_zero() {
+                    return Err(e);
+                }
+                log::debug!("Redis unavailable ({e}); retrying");
+                std::thread::sleep(backoff.min(left));
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Runs a script call once, and once more at once when the connection failed.
+pub(crate) fn eval_twice(client: &Client, call: &scripts::Call) -> Result<Value> {
+    let backend = &client.shared().backend;
+    match backend.eval_single(call) {
+        Err(e) if e.is_retriable() => backend.eval_single(call),
+        other => other,
+    }
+}
+
+/// A waiter's place in the queue, kept alive by the renewal thread while it waits.
+struct Place<'a> {
+    client: &'a Client,
+    hold: Option<Arc<Hold>>,
+}
+
+impl Place<'_> {
+    /// The earliest time the lock can have been granted to this waiter: the send time of
+    /// its last successful heartbeat (the grant came after it, and lasts at least a lease
+    /// from it).
+    fn granted_since(&self) -> Option<Instant> {
+        let hold = self.hold.as_ref()?;
+        let keep = hold
+            .lease
+            .saturating_sub(self.client.shared().backend.drift(hold.lease));
+        hold.deadline()?.checked_sub(keep)
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.hold.take() {
+            self.client.shared().unwatch(&h);
+        }
+    }
+}
+
+impl FairMutex {
+    pub(crate) fn new(client: Client, prefix: &str, name: &str) -> Self {
+        FairMutex {
+            keys: Arc::new(family_keys(prefix, name, "fair", "grant:")),
+            client,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Whether anyone (any process, any thread) holds the lock right now, or it was granted
+    /// to a waiter that has not picked it up yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.client.shared().backend.exists(&self.keys)
+    }
+
+    /// Blocks until the lock is held by the calling thread, after every waiter that queued
+    /// before it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+    /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's key holds
+    /// something else; [`Error::InvalidConfig`] on a client over several masters.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let lock = client.fair_mutex("report:daily")?;
+    /// let _guard = lock.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> Result<FairMutexGuard<'_>> {
+        match self.acquire(None)? {
+            Some(g) => Ok(g),
+            None => Err(Error::Timeout {
+                what: "lock() ended without the lock",
+            }),
+        }
+    }
+
+    /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
+    /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock).
+    pub fn try_lock(&self) -> Result<Option<FairMutexGuard<'_>>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for the lock, in the queue. `Ok(None)` when it was not granted
+    /// in time (the caller then leaves the queue). A zero timeout is
+    /// [`try_lock`](FairMutex::try_lock); a timeout too large to represent waits without a
+    /// deadline.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FairMutexGuard<'_>>> {
+        self.acquire(after(timeout))
+    }
+
+    /// Waits until `deadline` at most for the lock, as [`try_lock_for`](FairMutex::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairMutexGuard<'_>>> {
+        self.acquire(Some(deadline))
+    }
+
+    fn terms(&self) -> Terms {
+        let config = &self.client.shared().config;
+        Terms {
+            lease: config.lease,
+            watchdog: true,
+            max_hold: config.max_hold,
+        }
+    }
+
+    fn call(&self, op: &str, owner: &str, request: &str, extra: &[&str]) -> Result<Value> {
+        let holder = Holder {
+            owner,
+            acquisition: request,
+        };
+        let call = scripts::fair(&self.keys, op, holder, self.terms().lease, extra);
+        eval_twice(&self.client, &call)
+    }
+
+    /// One acquire call (`enqueue`: join the queue when not granted).
+    fn attempt(
+        &self,
+        owner: &str,
+        request: &str,
+        reenter: bool,
+        enqueue: bool,
+    ) -> Result<AcquireReply> {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let v = self.call("acquire", owner, request, &[flag(reenter), flag(enqueue)])?;
+        self.parse(&v, "fair acquire")
+    }
+
+    fn parse(&self, v: &Value, what: &str) -> Result<AcquireReply> {
+        match scripts::parse_acquire(v) {
+            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
+                key: self.keys.lock.clone(),
+            }),
+            Some(r) => Ok(r),
+            None => Err(scripts::unexpected(what, v)),
+        }
+    }
+
+    /// Turns a grant into a guard, unless its validity already passed (a very late reply or
+    /// message): then the lock is given back (to the next waiter) and `None` returned.
+    fn take(
+        &self,
+        owner: &str,
+        request: &str,
+        token: u64,
+        count: u64,
+        sent: Instant,
+    ) -> Option<FairMutexGuard<'_>> {
+        let grant = Grant {
+            token,
+            count,
+            sent,
+            request,
+        };
+        let hold = self.client.shared().adopt_as(
+            Kind::Fair,
+            &self.keys,
+            owner.to_owned(),
+            grant,
+            self.terms(),
+        );
+        let guard = FairMutexGuard::new(self, hold);
+        if guard.is_held() {
+            return Some(guard);
+        }
+        if let Err(e) = guard.unlock() {
+            log::debug!("releasing a late grant of `{}`: {e}", self.keys.name);
+        }
+        None
+    }
+
+    /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
+    /// one attempt.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard<'_>>> {
+        let shared = self.client.shared();
+        let owner = shared.owner();
+        let request = request_id();
+        let reenter = shared.live_hold(&self.keys).is_some();
+
+        // First, one attempt without queueing: it succeeds when the lock is free with nobody
+        // queued, or for a re-entry.
+        let sent = Instant::now();
+        let first = if past(deadline) {
+            self.attempt(&owner, &request, reenter, false)?
+        } else {
+            retrying(&self.client, deadline, || {
+                self.attempt(&owner, &request, reenter, false)
+            })?
+        };
+        if let AcquireReply::Held { token, count } = first
+            && let Some(g) = self.take(&owner, &request, token, count, sent)
+        {
+            return Ok(Some(g));
+        }
+        if past(deadline) {
+            return Ok(None);
+        }
+
+        // Then the queue. The grant channel is subscribed, and confirmed (bounded), before
+        // this waiter joins the queue: no grant can be published before it listens.
+        let channel = format!("{}{owner}/{request}", self.keys.channel);
+        let reg = shared.subscriber.join(&channel);
+        let confirm_by = min_instant(
+            deadline,
+            Instant::now()
+                + shared
+                    .config
+                    .timeouts
+                    .command
+                    .min(Duration::from_secs(3600)),
+        );
+        reg.wait_confirmed(confirm_by);
+        let mut place = Place {
+            client: &self.client,
+            hold: None,
+        };
+        let terms = self.terms();
+        loop {
+            let seen = reg.epoch();
+            let sent = Instant::now();
+            let reply = retrying(&self.client, deadline, || {
+                self.attempt(&owner, &request, false, true)
+            });
+            let ttl = match reply {
+                Ok(AcquireReply::Held { token, count }) => {
+                    if let Some(g) = self.take(&owner, &request, token, count, sent) {
+                        return Ok(Some(g));
+                    }
+                    Duration::ZERO
+                }
+                Ok(_) => {
+                    if !place.hold.as_ref().is_some_and(|h| h.is_held()) {
+                        // A new place (or one lost while paused): its heartbeat lease started
+                        // no earlier than this call's send time.
+                        if let Some(h) = place.hold.take() {
+                            shared.unwatch(&h);
+                        }
+                        let hold = Arc::new(
+                            Hold::new(
+                                Arc::clone(&self.keys),
+                                Identity {
+                                    owner: owner.clone(),
+                                    acquisition: request.clone(),
+                                    token: 0,
+                                },
+                                terms.lease,
+                                shared.backend.drift(terms.lease),
+                                Some(Renewal {
+                                    every: shared.config.renew_every,
+                                    until: None,
+                                }),
+                                sent,
+                            )
+                            .with_kind(Kind::Fair),
+                        );
+                        shared.watch(&hold);
+                        place.hold = Some(hold);
+                    }
+                    match reply {
+                        Ok(AcquireReply::Busy { ttl }) => ttl,
+                        _ => Duration::ZERO,
+                    }
+                }
+                Err(e) => {
+                    // Leave the queue if Redis can be asked; otherwise the place runs out by
+                    // itself one lease after its last heartbeat, which stops now.
+                    drop(place);
+                    let _ = self.call("cancel", &owner, &request, &[]);
+                    return Err(e);
+                }
+            };
+            // Sleep until the grant message, or until the lock's TTL runs out (a crashed
+            // holder or a dead granted waiter publishes nothing); re-check sooner while the
+            // subscription is not confirmed. The epoch snapshot was taken before the call, so
+            // a grant published since then ends the sleep at once.
+            let wait = if reg.confirmed() {
+                ttl + Duration::from_millis(1)
+            } else {
+                ttl.min(RECHECK)
+            };
+            reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
+            if let Some(token) = reg.take_message().and_then(|m| parse_token(&m))
+                && let Some(since) = place.granted_since()
+            {
+                if let Some(g) = self.take(&owner, &request, token, 1, since) {
+                    return Ok(Some(g));
+                }
+                continue;
+            }
+            if past(deadline) {
+                // Leave the queue; a grant that came in the meantime is kept.
+                let since = place.granted_since();
+                drop(place);
+                let v = self.call("cancel", &owner, &request, &[])?;
+                return match (self.parse(&v, "fair cancel")?, since) {
+                    (AcquireReply::Held { token, count }, Some(since)) => {
+                        Ok(self.take(&owner, &request, token, count, since))
+                    }
+                    _ => Ok(None),
+                };
+            }
+        }
+    }
+}
+
+/// The fencing token in a grant message.
+fn parse_token(m: &[u8]) -> Option<u64> {
+    std::str::from_utf8(m).ok()?.parse().ok()
+}
+
+/// A held [`FairMutex`]. Dropping it releases one level (at the last level the lock is
+/// granted to the next waiter); [`unlock`](FairMutexGuard::unlock) does the same and reports
+/// errors.
+///
+/// As with [`MutexGuard`](crate::MutexGuard), the guard is a lease renewed while it lives;
+/// check [`is_held`](FairMutexGuard::is_held) or pass the
+/// [`fencing_token`](FairMutexGuard::fencing_token) to the resource before a side effect.
+///
+/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked.
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct FairMutexGuard<'a> {
+    mutex: &'a FairMutex,
+    hold: Arc<Hold>,
+    released: bool,
+    /// Ownership is per thread: `*const ()` makes the guard neither `Send` nor `Sync`.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for FairMutexGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairMutexGuard")
+            .field("name", &self.mutex.name())
+            .field("fencing_token", &self.hold.token)
+            .field("is_held", &self.hold.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> FairMutexGuard<'a> {
+    fn new(mutex: &'a FairMutex, hold: Arc<Hold>) -> Self {
+        FairMutexGuard {
+            mutex,
+            hold,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The fencing token of this acquisition (see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
+    /// per lock name across owners, the same for nested guards.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// True while the lease is known to be valid.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// Checks that the lease is still valid, for use right before a side effect.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when [`is_held`](FairMutexGuard::is_held) is false.
+    pub fn check(&self) -> Result<()> {
+        if self.hold.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        }
+    }
+
+    /// How much longer the lease is known to be valid (zero once lost).
+    pub fn validity(&self) -> Duration {
+        self.hold.validity()
+    }
+
+    /// Releases this level; at the last level the lock is granted to the first live waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease had run out and nobody holds the lock;
+    /// [`Error::NotOwner`] when another owner holds it now; [`Error::Redis`] when Redis could
+    /// not be asked (the lock then frees itself when its lease runs out).
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        release(self.mutex, &self.hold)
+    }
+}
+
+impl Drop for FairMutexGuard<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = release(self.mutex, &self.hold) {
+            log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
+        }
+    }
+}
+
+/// Releases one level of `hold` (see `guard.rs` for the order: renewal stops first).
+fn release(mutex: &FairMutex, hold: &Arc<Hold>) -> Result<()> {
+    let shared = mutex.client.shared();
+    let timeouts = shared.config.timeouts;
+    let was_held = hold.is_held();
+    if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+        shared.forget(hold);
+    }
+    let request = request_id();
+    let call = scripts::fair(
+        &mutex.keys,
+        "release",
+        hold.holder(),
+        hold.lease,
+        &[&request, "0"],
+    );
+    let backend = &shared.backend;
+    let reply = match backend.eval_single(&call) {
+        Err(e) if e.is_retriable() => backend.eval_single(&call).map(|v| {
+            // The first attempt may have released the last level before its reply was lost.
+            match scripts::parse_release(&v) {
+                Some(ReleaseReply::Missing | ReleaseReply::OtherOwner) => Value::Int(0),
+                _ => v,
+            }
+        }),
+        other => other,
+    };
+    let reply = match reply {
+        Err(e) if !was_held => {
+            log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
+            return Err(Error::LeaseLost);
+        }
+        other => other?,
+    };
+    match scripts::parse_release(&reply) {
+        Some(ReleaseReply::Released { .. }) => Ok(()),
+        Some(ReleaseReply::Missing) => {
+            hold.mark_lost();
+            Err(Error::LeaseLost)
+        }
+        Some(ReleaseReply::OtherOwner) => {
+            hold.mark_lost();
+            Err(Error::NotOwner)
+        }
+        Some(ReleaseReply::Foreign) => Err(Error::ForeignKey {
+            key: mutex.keys.lock.clone(),
+        }),
+        None => Err(scripts::unexpected("fair release", &reply)),
+    }
+}
+
+// A handle is shared across threads by design; a guard is not (see above).
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<FairMutex>();
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn family_keys_share_the_hash_tag_and_the_fence() {
+        let k = family_keys("p:", "a{b}", "fair", "grant:");
+        assert_eq!(k.lock, "p:{a%7Bb%7D}:fair");
+        assert_eq!(k.fence, "p:{a%7Bb%7D}:fence");
+        assert_eq!(k.channel, "p:{a%7Bb%7D}:fair:grant:");
+    }
+
+    #[test]
+    fn grant_messages_parse() {
+        assert_eq!(
+            parse_token(b"1763781420000001"),
+            Some(1_763_781_420_000_001)
+        );
+        assert_eq!(parse_token(b"x"), None);
+    }
+}
