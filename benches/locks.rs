@@ -3,7 +3,7 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `many`, `idle`,
-//! `renewal`, `redlock`; the floors always run). `--no-pin` leaves CPU placement to the
+//! `renewal`, `redlock`, `fair`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler.
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
@@ -220,7 +220,8 @@ fn main() {
         rng: Rng::new(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 7] = [
+    let workloads: [(&str, Workload); 8] = [
+        ("fair", |c| family_rows(c, support::family::fair)),
         ("uncontended", uncontended),
         ("handoff", handoff),
         ("contended", contended),
@@ -314,6 +315,18 @@ fn main() {
     );
     write_outputs(&ctx, &meta, &notes, quick);
     drop(server);
+}
+
+/// Runs one of the other lock types' workloads (`benches/support/family.rs`).
+fn family_rows(
+    ctx: &mut Ctx,
+    f: fn(&str, f64, usize) -> Result<Vec<Row>, String>,
+) -> Result<(), String> {
+    let samples = ctx.plan.handoff_ls;
+    for r in f(&ctx.url.clone(), ctx.floors.ping_p50, samples)? {
+        ctx.row(r);
+    }
+    Ok(())
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {

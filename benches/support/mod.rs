@@ -2,6 +2,7 @@
 //! statistics, clocks, per-thread CPU time, a log tap, the naive lock, and the report.
 
 pub mod child;
+pub mod family;
 pub mod naive;
 pub mod report;
 
