@@ -18,6 +18,7 @@ use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{self, Inbox};
 use crate::scripts::Kind;
+use crate::semaphore::Semaphore;
 use crate::subscriber::Subscriber;
 
 /// The shortest lease accepted.
@@ -646,6 +647,35 @@ impl Client {
             &self.inner.shared.config.prefix,
             name,
         ))
+    }
+
+    /// A handle on the counting semaphore called `name`, with `permits` permits: at most
+    /// that many are held at once across processes, each acquisition a lease renewed while
+    /// held. Cheap: nothing is sent to Redis. See [`Semaphore`] for what changing `permits`
+    /// of a live semaphore does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex); [`Error::InvalidConfig`] when
+    /// `permits` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let pool = client.semaphore("db-connections", 20)?;
+    /// let _permit = pool.acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        keys::validate_name(name)?;
+        Semaphore::new(
+            self.clone(),
+            &self.inner.shared.config.prefix,
+            name,
+            permits,
+        )
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

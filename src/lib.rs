@@ -32,6 +32,8 @@
 //!   Its locks are the same [`Mutex`] with the same guards.
 //! - [`Client::fair_mutex`] gives a [`FairMutex`]: waiters are served in arrival order across
 //!   processes, and a release grants the lock straight to the next waiter (one server only).
+//! - [`Client::semaphore`] gives a [`Semaphore`]: at most N permits held at once across
+//!   processes, each acquisition a lease renewed while held (one server only).
 //! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
 //!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
@@ -114,6 +116,7 @@ mod redlock;
 mod renewal;
 mod resp;
 mod scripts;
+mod semaphore;
 mod subscriber;
 
 pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
@@ -123,3 +126,4 @@ pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;
 pub use redlock::{Redlock, RedlockBuilder};
+pub use semaphore::{Semaphore, SemaphorePermit};

@@ -17,6 +17,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.s
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
 static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Fair.source()));
+static SEM: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Sem.source()));
 
 /// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +26,8 @@ pub(crate) enum Kind {
     Mutex,
     /// A [`FairMutex`](crate::FairMutex): its lock, or a waiter's place in its queue.
     Fair,
+    /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
+    Sem,
 }
 
 /// The renew call of a registered hold, by its lock type.
@@ -38,6 +41,29 @@ pub(crate) fn renew_hold(hold: &crate::hold::Hold, fence: u64) -> Call {
             hold.lease,
             &[&fence.to_string()],
         ),
+        Kind::Sem => sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+    }
+}
+
+/// A call of the semaphore script: operation `op` for the acquisition of `holder`, with the
+/// operation's own arguments `extra` (see `scripts/sem_permits.lua`).
+pub(crate) fn sem(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+) -> Call {
+    let leases = format!("{}:leases", keys.lock);
+    let mut cmd = evalsha(Which::Sem, &[&keys.lock, &leases]);
+    cmd.arg(op)
+        .arg(format!("{}/{}", holder.owner, holder.acquisition))
+        .arg(millis(lease))
+        .arg(&keys.channel)
+        .arg(extra);
+    Call {
+        which: Which::Sem,
+        cmd,
     }
 }
 
@@ -119,10 +145,17 @@ pub(crate) enum Which {
     Release,
     Renew,
     Fair,
+    Sem,
 }
 
 impl Which {
-    const ALL: [Which; 4] = [Which::Acquire, Which::Release, Which::Renew, Which::Fair];
+    const ALL: [Which; 5] = [
+        Which::Acquire,
+        Which::Release,
+        Which::Renew,
+        Which::Fair,
+        Which::Sem,
+    ];
 
     fn script(self) -> &'static Script {
         match self {
@@ -130,6 +163,7 @@ impl Which {
             Which::Release => &RELEASE,
             Which::Renew => &RENEW,
             Which::Fair => &FAIR,
+            Which::Sem => &SEM,
         }
     }
 
@@ -140,6 +174,7 @@ impl Which {
             Which::Release => include_str!("scripts/release.lua"),
             Which::Renew => include_str!("scripts/renew.lua"),
             Which::Fair => include_str!("scripts/fair_mutex.lua"),
+            Which::Sem => include_str!("scripts/sem_permits.lua"),
         }
     }
 
