@@ -17,6 +17,7 @@ use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{self, Inbox};
+use crate::rwlock::RwLock;
 use crate::scripts::Kind;
 use crate::semaphore::Semaphore;
 use crate::subscriber::Subscriber;
@@ -676,6 +677,31 @@ impl Client {
             name,
             permits,
         )
+    }
+
+    /// A handle on the read-write lock called `name`: many readers at once or one writer,
+    /// across processes, with writer preference by default. Cheap: nothing is sent to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let catalog = client.rw_lock("catalog")?;
+    /// let _r = catalog.read()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        keys::validate_name(name)?;
+        Ok(RwLock::new(
+            self.clone(),
+            &self.inner.shared.config.prefix,
+            name,
+        ))
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

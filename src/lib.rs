@@ -32,6 +32,8 @@
 //!   Its locks are the same [`Mutex`] with the same guards.
 //! - [`Client::fair_mutex`] gives a [`FairMutex`]: waiters are served in arrival order across
 //!   processes, and a release grants the lock straight to the next waiter (one server only).
+//! - [`Client::rw_lock`] gives an [`RwLock`]: many readers or one writer across processes,
+//!   reentrant per thread, writer preference by default (one server only).
 //! - [`Client::semaphore`] gives a [`Semaphore`]: at most N permits held at once across
 //!   processes, each acquisition a lease renewed while held (one server only).
 //! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
@@ -115,6 +117,7 @@ mod mutex;
 mod redlock;
 mod renewal;
 mod resp;
+mod rwlock;
 mod scripts;
 mod semaphore;
 mod subscriber;
@@ -126,4 +129,5 @@ pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;
 pub use redlock::{Redlock, RedlockBuilder};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -18,6 +18,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.s
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
 static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Fair.source()));
 static SEM: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Sem.source()));
+static RW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Rw.source()));
 
 /// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub(crate) enum Kind {
     Fair,
     /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
     Sem,
+    /// A reader or the writer of an [`RwLock`](crate::RwLock).
+    Rw,
 }
 
 /// The renew call of a registered hold, by its lock type.
@@ -42,6 +45,39 @@ pub(crate) fn renew_hold(hold: &crate::hold::Hold, fence: u64) -> Call {
             &[&fence.to_string()],
         ),
         Kind::Sem => sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+        Kind::Rw => rw(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+    }
+}
+
+/// A call of the read-write lock script: operation `op` for `holder`, with the operation's
+/// own arguments `extra` (see `scripts/rw_lock.lua`). The keys derive from the lock's tag.
+pub(crate) fn rw(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+) -> Call {
+    let root = keys.fence.strip_suffix(":fence").unwrap_or(&keys.fence);
+    let main = format!("{root}:rw");
+    let readers = format!("{root}:rw:readers");
+    let wwait = format!("{root}:rw:wwait");
+    let rwait = format!("{root}:rw:rwait");
+    let eager = format!("{root}:rw:eager");
+    let mut cmd = evalsha(
+        Which::Rw,
+        &[&main, &keys.fence, &readers, &wwait, &rwait, &eager],
+    );
+    cmd.arg(op)
+        .arg(holder.owner)
+        .arg(holder.acquisition)
+        .arg(millis(lease))
+        .arg(format!("{root}:rw:open"))
+        .arg(format!("{root}:rw:free"))
+        .arg(extra);
+    Call {
+        which: Which::Rw,
+        cmd,
     }
 }
 
@@ -146,15 +182,17 @@ pub(crate) enum Which {
     Renew,
     Fair,
     Sem,
+    Rw,
 }
 
 impl Which {
-    const ALL: [Which; 5] = [
+    const ALL: [Which; 6] = [
         Which::Acquire,
         Which::Release,
         Which::Renew,
         Which::Fair,
         Which::Sem,
+        Which::Rw,
     ];
 
     fn script(self) -> &'static Script {
@@ -164,6 +202,7 @@ impl Which {
             Which::Renew => &RENEW,
             Which::Fair => &FAIR,
             Which::Sem => &SEM,
+            Which::Rw => &RW,
         }
     }
 
@@ -175,6 +214,7 @@ impl Which {
             Which::Renew => include_str!("scripts/renew.lua"),
             Which::Fair => include_str!("scripts/fair_mutex.lua"),
             Which::Sem => include_str!("scripts/sem_permits.lua"),
+            Which::Rw => include_str!("scripts/rw_lock.lua"),
         }
     }
 

@@ -250,11 +250,18 @@ struct ChannelState {
     handoff: Option<u64>,
     /// The payload of the last message not yet taken (a grant names its fencing token).
     message: Option<Vec<u8>>,
+    /// Every waiter is woken, not only the leader (waiters that can all proceed at once,
+    /// such as the readers of a read-write lock).
+    broadcast: bool,
 }
 
 impl ChannelState {
     fn wake_leader(&self) {
-        if let Some(w) = self.queue.front() {
+        if self.broadcast {
+            for w in &self.queue {
+                w.thread.unpark();
+            }
+        } else if let Some(w) = self.queue.front() {
             w.thread.unpark();
         }
     }
@@ -567,6 +574,14 @@ impl Subscriber {
             me,
             left: false,
         }
+    }
+
+    /// Joins `channel` as one of waiters that all wake on each message (no turn to wait
+    /// for: every such waiter may ask Redis). The channel must be used this way only.
+    pub(crate) fn join_all(self: &Arc<Self>, channel: &str) -> Registration {
+        let reg = self.join(channel);
+        reg.channel.state.lock().broadcast = true;
+        reg
     }
 
     /// Whether threads of this client queue for the lock released on `channel`.

@@ -1,0 +1,437 @@
+//! The read-write lock on real `redis-server` processes: readers together and writers alone
+//! across processes, re-entry and downgrade, writer preference, all readers woken by one
+//! release, dead and paused holders, bad input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/checker.rs"]
+mod checker;
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use checker::{Interval, Store, StoreClient, mono_ns};
+use common::{RedisServer, TestChild, with_deadline};
+use locksmith::{Client, Error};
+
+/// Allowance for scheduling delays on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+fn client_with_lease(url: &str, lease: Duration) -> Client {
+    Client::builder(url).lease(lease).build().unwrap()
+}
+
+fn key(name: &str, suffix: &str) -> String {
+    format!("locksmith:{{{}}}:rw{suffix}", common::encode_name(name))
+}
+
+fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("ZCARD").arg(key).query(conn).unwrap()
+}
+
+#[test]
+fn readers_share_writers_exclude() {
+    let server = RedisServer::start();
+    let name = common::unique_name("rw-basic");
+    let a = Client::open(&server.url()).unwrap();
+    let b = Client::open(&server.url()).unwrap();
+    let c = Client::open(&server.url()).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let lb = b.rw_lock(&name).unwrap();
+    let lc = c.rw_lock(&name).unwrap();
+    with_deadline(Duration::from_secs(30), move || {
+        let ra = la.read().unwrap();
+        let rb = lb.try_read().unwrap().expect("readers share");
+        assert!(lc.try_write().unwrap().is_none());
+        assert!(
+            la.try_write().is_err(),
+            "read -> write would wait for itself"
+        );
+        drop(ra);
+        assert!(lc.try_write().unwrap().is_none());
+        drop(rb);
+        let w = lb.try_write().unwrap().expect("free");
+        assert!(w.is_held());
+        assert!(la.try_read().unwrap().is_none());
+        assert!(
+            la.try_write_for(Duration::from_millis(50))
+                .unwrap()
+                .is_none()
+        );
+        let t = w.fencing_token();
+        w.unlock().unwrap();
+        let w2 = la.write().unwrap();
+        assert!(w2.fencing_token() > t);
+    });
+}
+
+/// Nested guards of one thread cost no round trip; a writer may take read levels and keeps
+/// them after its write lock (a downgrade).
+#[test]
+fn reentry_and_downgrade() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-reenter");
+    let a = Client::open(&server.url()).unwrap();
+    let b = Client::open(&server.url()).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let lb = b.rw_lock(&name).unwrap();
+    let r1 = la.read().unwrap();
+    let before = common::script_calls(&mut conn);
+    let r2 = la.read().unwrap();
+    let r3 = la.try_read().unwrap().unwrap();
+    drop(r3);
+    drop(r2);
+    assert_eq!(
+        common::script_calls(&mut conn),
+        before,
+        "re-entry went to Redis"
+    );
+    assert!(r1.is_held());
+    drop(r1);
+    let w = la.write().unwrap();
+    let w2 = la.try_write().unwrap().expect("write re-entry");
+    assert_eq!(w.fencing_token(), w2.fencing_token());
+    drop(w2);
+    let r = la.try_read().unwrap().expect("a writer may read");
+    assert!(lb.try_read().unwrap().is_none(), "still write-locked");
+    w.unlock().unwrap();
+    // Downgraded: another reader may join, a writer may not.
+    let rb = lb.try_read().unwrap().expect("downgraded to read");
+    drop(rb);
+    assert!(
+        lb.try_write_for(Duration::from_millis(50))
+            .unwrap()
+            .is_none()
+    );
+    r.unlock().unwrap();
+    assert!(lb.try_write().unwrap().is_some());
+}
+
+/// With writer preference, a waiting writer keeps new readers out; with reader preference it
+/// does not. A writer that gives up lets deferring readers in at once.
+#[test]
+fn writer_preference_and_giving_up() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-pref");
+    let a = Client::open(&url).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let r = la.read().unwrap();
+    let (name2, url2) = (name.clone(), url.clone());
+    let writer = thread::spawn(move || {
+        let c = Client::open(&url2).unwrap();
+        let l = c.rw_lock(&name2).unwrap();
+        l.try_write_for(Duration::from_millis(800))
+            .unwrap()
+            .is_some()
+    });
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        zcard(&mut conn, &key(&name, ":wwait")) == 1
+    }));
+    let b = Client::open(&url).unwrap();
+    let lb = b.rw_lock(&name).unwrap();
+    assert!(
+        lb.try_read().unwrap().is_none(),
+        "a reader passed a waiting writer"
+    );
+    let eager = lb.with_reader_preference();
+    drop(eager.try_read().unwrap().expect("reader preference"));
+    // A deferring reader waits until the writer gives up, then gets in at once.
+    let started = Instant::now();
+    let got = lb.try_read_for(Duration::from_secs(5)).unwrap();
+    assert!(got.is_some());
+    assert!(!writer.join().unwrap(), "the writer got in past a reader");
+    assert!(
+        started.elapsed() < Duration::from_millis(800) + SLACK,
+        "{:?}",
+        started.elapsed()
+    );
+    drop(got);
+    drop(r);
+}
+
+/// A release that opens the lock to readers wakes them all: 8 readers in two clients, blocked
+/// by a writer, all hold the read lock together right after its release.
+#[test]
+fn one_release_wakes_every_reader() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-wakeall");
+    let a = Client::open(&url).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let w = la.write().unwrap();
+    let clients: Vec<Client> = (0..2).map(|_| Client::open(&url).unwrap()).collect();
+    let holding = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = (0..8)
+        .map(|i| {
+            let l = clients[i % 2].rw_lock(&name).unwrap();
+            let (holding, tx) = (Arc::clone(&holding), tx.clone());
+            thread::spawn(move || {
+                let g = l.try_read_for(Duration::from_secs(20)).unwrap().unwrap();
+                tx.send(Instant::now()).unwrap();
+                holding.fetch_add(1, Ordering::SeqCst);
+                // Held until every reader holds: they overlap.
+                assert!(common::wait_until(Duration::from_secs(10), || {
+                    holding.load(Ordering::SeqCst) == 8
+                }));
+                drop(g);
+            })
+        })
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        zcard(&mut conn, &key(&name, ":rwait")) == 8
+    }));
+    let released = Instant::now();
+    w.unlock().unwrap();
+    let mut last = Duration::ZERO;
+    for _ in 0..8 {
+        let at = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        last = last.max(at - released);
+    }
+    println!("rw: 8 readers all held {last:?} after the writer's release");
+    assert!(last < Duration::from_secs(2), "{last:?} (lease 30 s)");
+    for r in readers {
+        r.join().unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Across processes
+// ---------------------------------------------------------------------------------------------
+
+/// Child: `LS_THREADS` workers doing `LS_ROUNDS` sections each; every fourth a write (which
+/// increments the store's value under its fencing token), the rest reads. Intervals are
+/// logged with the lock name `<name>:w` or `<name>:r`.
+#[test]
+fn child_rw_workers() {
+    if !common::is_child("rw-workers") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
+    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
+    let rounds: u32 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let client = Client::open(&url).unwrap();
+    let lock = client.rw_lock(&name).unwrap();
+    thread::scope(|s| {
+        for worker in 0..threads {
+            let (lock, name) = (&lock, &name);
+            s.spawn(move || {
+                let mut store = StoreClient::connect(port);
+                for round in 0..rounds {
+                    let write = (round + worker) % 4 == 0;
+                    let (start, end, held, token) = if write {
+                        let g = lock.write().unwrap();
+                        let start = mono_ns();
+                        g.check().unwrap();
+                        let v = store.read(name);
+                        assert!(store.write(name, g.fencing_token(), v + 1));
+                        let end = mono_ns();
+                        let t = g.fencing_token();
+                        (start, end, g.check().is_ok(), t)
+                    } else {
+                        let g = lock.read().unwrap();
+                        let start = mono_ns();
+                        g.check().unwrap();
+                        let _ = store.read(name);
+                        thread::sleep(Duration::from_millis(3));
+                        let end = mono_ns();
+                        (start, end, g.check().is_ok(), 0)
+                    };
+                    store.interval(&Interval {
+                        lock: format!("{name}:{}", if write { "w" } else { "r" }),
+                        pid: std::process::id(),
+                        worker,
+                        token,
+                        start,
+                        end,
+                        held,
+                    });
+                }
+            });
+        }
+    });
+    println!("done");
+}
+
+/// 3 processes x 3 threads, a quarter of the sections writes: no write overlaps any other
+/// section, writers' tokens increase, readers overlap one another, the count is exact.
+#[test]
+fn exclusion_across_processes() {
+    let server = RedisServer::start();
+    let store = Store::start();
+    let name = common::unique_name("rw-excl");
+    let (procs, threads, rounds) = (3, 3, 16);
+    let children: Vec<TestChild> = (0..procs)
+        .map(|_| {
+            TestChild::spawn(
+                "child_rw_workers",
+                "rw-workers",
+                &[
+                    ("LS_URL", server.url()),
+                    ("LS_NAME", name.clone()),
+                    ("LS_STORE", store.port().to_string()),
+                    ("LS_THREADS", threads.to_string()),
+                    ("LS_ROUNDS", rounds.to_string()),
+                ],
+            )
+        })
+        .collect();
+    for c in &children {
+        c.wait_line("done", Duration::from_secs(120));
+    }
+    let all = store.intervals();
+    assert_eq!(all.len(), procs * threads * rounds);
+    let writes: Vec<&Interval> = all.iter().filter(|i| i.lock.ends_with(":w")).collect();
+    assert!(all.iter().all(|i| i.held));
+    for w in &writes {
+        for o in &all {
+            if std::ptr::eq(*w, o) {
+                continue;
+            }
+            assert!(
+                o.end <= w.start || o.start >= w.end,
+                "a write overlapped another section: {w:?} {o:?}"
+            );
+        }
+    }
+    let mut by_start = writes.clone();
+    by_start.sort_by_key(|i| i.start);
+    assert!(by_start.windows(2).all(|p| p[0].token < p[1].token));
+    assert_eq!(store.resource(&name).value, writes.len() as u64);
+    // Readers did overlap.
+    let mut reads: Vec<&Interval> = all.iter().filter(|i| i.lock.ends_with(":r")).collect();
+    reads.sort_by_key(|i| i.start);
+    let overlapped = reads.windows(2).any(|p| p[1].start < p[0].end);
+    assert!(overlapped, "readers never overlapped");
+}
+
+/// Child: takes the read or write lock (`LS_MODE`), prints `locked`, then `lost` once its
+/// guard says the lease is gone, then `unlock refused`.
+#[test]
+fn child_rw_holder() {
+    if !common::is_child("rw-holder") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let lock = client.rw_lock(&name).unwrap();
+    if common::child_env("LS_MODE") == "write" {
+        let g = lock.write().unwrap();
+        println!("locked");
+        while g.is_held() {
+            thread::sleep(Duration::from_millis(20));
+        }
+        println!("lost");
+        assert!(g.unlock().unwrap_err().is_lease_lost());
+    } else {
+        let g = lock.read().unwrap();
+        println!("locked");
+        while g.is_held() {
+            thread::sleep(Duration::from_millis(20));
+        }
+        println!("lost");
+        assert!(g.unlock().unwrap_err().is_lease_lost());
+    }
+    println!("unlock refused");
+}
+
+fn spawn_holder(url: &str, name: &str, mode: &str, lease: Duration) -> TestChild {
+    let c = TestChild::spawn(
+        "child_rw_holder",
+        "rw-holder",
+        &[
+            ("LS_URL", url.to_string()),
+            ("LS_NAME", name.to_string()),
+            ("LS_MODE", mode.to_string()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    c.wait_line("locked", Duration::from_secs(30));
+    c
+}
+
+/// A killed writer blocks readers, and a killed reader blocks writers, for at most a lease.
+#[test]
+fn killed_holders_free_the_lock_within_a_lease() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    for (mode, other_writes) in [("write", false), ("read", true)] {
+        let name = common::unique_name("rw-kill");
+        let mut holder = spawn_holder(&url, &name, mode, lease);
+        let c = client_with_lease(&url, lease);
+        let l = c.rw_lock(&name).unwrap();
+        let killed = Instant::now();
+        holder.kill9();
+        let got = with_deadline(Duration::from_secs(20), move || {
+            if other_writes {
+                l.try_write_for(Duration::from_secs(10)).unwrap().is_some()
+            } else {
+                l.try_read_for(Duration::from_secs(10)).unwrap().is_some()
+            }
+        });
+        assert!(got);
+        let waited = killed.elapsed();
+        println!("rw: killed {mode} holder, lock taken {waited:?} later");
+        assert!(waited <= lease + SLACK, "{mode}: {waited:?}");
+    }
+}
+
+/// A writer paused past its lease: a reader gets in within a lease (+ slack), and the resumed
+/// writer reports itself lost.
+#[test]
+fn paused_writer_loses_the_lock_and_says_so() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("rw-pause");
+    let holder = spawn_holder(&url, &name, "write", lease);
+    holder.signal("STOP");
+    let stopped = Instant::now();
+    let c = client_with_lease(&url, lease);
+    let l = c.rw_lock(&name).unwrap();
+    let r = l.try_read_for(Duration::from_secs(10)).unwrap();
+    let waited = stopped.elapsed();
+    assert!(r.is_some());
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
+    holder.signal("CONT");
+    holder.wait_line("lost", Duration::from_secs(5));
+    holder.wait_line("unlock refused", Duration::from_secs(5));
+    let r = r.unwrap();
+    assert!(r.is_held());
+    r.unlock().unwrap();
+}
+
+#[test]
+fn bad_input() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = Client::open(&server.url()).unwrap();
+    assert!(c.rw_lock("").unwrap_err().is_invalid_name());
+    let name = common::unique_name("rw-foreign");
+    redis::cmd("SET")
+        .arg(key(&name, ""))
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    let l = c.rw_lock(&name).unwrap();
+    assert!(matches!(l.try_read(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(l.try_write(), Err(Error::ForeignKey { .. })));
+    let v: String = redis::cmd("GET")
+        .arg(key(&name, ""))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(v, "x");
+}
