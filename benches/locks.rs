@@ -3,7 +3,7 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `many`, `idle`,
-//! `renewal`, `redlock`, `fair`; the floors always run). `--no-pin` leaves CPU placement to the
+//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler.
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
@@ -220,8 +220,10 @@ fn main() {
         rng: Rng::new(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 8] = [
+    let workloads: [(&str, Workload); 10] = [
         ("fair", |c| family_rows(c, support::family::fair)),
+        ("rw", |c| family_rows(c, support::family::rw)),
+        ("semaphore", |c| family_rows(c, support::family::semaphore)),
         ("uncontended", uncontended),
         ("handoff", handoff),
         ("contended", contended),

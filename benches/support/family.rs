@@ -1,12 +1,15 @@
 //! Workloads of the other lock types: `fair` (fair mutex handoff against PING and against
-//! the plain mutex's handoff measured the same way in the same run).
+//! the plain mutex's handoff measured the same way in the same run), `rw` (read throughput
+//! with 8 readers) and `semaphore` (acquire/release cycles with 8 threads on 4 permits); the
+//! last two against a floor measured in the same run: 8 threads each doing two PING round
+//! trips per cycle on a connection of its own (a lock cycle is two round trips).
 //!
 //! Handoffs here are measured between two clients of this process (each with its own
 //! connections and threads, as two processes would have): the holder reads `Instant::now()`
 //! just before `unlock()`, the waiter just after its `lock()` returned. The plain mutex and
 //! the fair mutex are measured by the same code, alternating, so both see the same machine.
 
-use std::sync::mpsc;
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -137,5 +140,113 @@ pub fn fair(url: &str, ping_p50: f64, samples: usize) -> Result<Vec<Row>, String
         )
         .bar(Bar::AtMost(1.0))
         .note("below 1: the fair mutex hands off faster than the plain one"),
+    ])
+}
+
+/// Runs `cycle` on 8 threads for `d` (after a barrier; set-up outside the window) and returns
+/// cycles per second in total.
+fn rate<S>(
+    d: Duration,
+    setup: impl Fn(usize) -> Result<S, String> + Sync,
+    cycle: impl Fn(&mut S) -> Result<(), String> + Sync,
+) -> Result<f64, String> {
+    const THREADS: usize = 8;
+    let barrier = Barrier::new(THREADS);
+    let counts: Vec<Result<u64, String>> = thread::scope(|sc| {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (barrier, setup, cycle) = (&barrier, &setup, &cycle);
+                sc.spawn(move || -> Result<u64, String> {
+                    let st = setup(i);
+                    barrier.wait();
+                    let mut st = st?;
+                    let end = Instant::now() + d;
+                    let mut n = 0;
+                    while Instant::now() < end {
+                        cycle(&mut st)?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let mut total = 0;
+    for c in counts {
+        total += c?;
+    }
+    Ok(total as f64 / d.as_secs_f64())
+}
+
+/// The floor of `rw` and `semaphore`: two PINGs per cycle, 8 threads.
+fn ping_pairs(url: &str, d: Duration) -> Result<f64, String> {
+    rate(
+        d,
+        |_| connect(url, Duration::from_secs(5)).map_err(s),
+        |con| {
+            for _ in 0..2 {
+                redis::cmd("PING").query::<String>(con).map_err(s)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+fn window(samples: usize) -> Duration {
+    Duration::from_millis(samples as u64 * 4)
+}
+
+/// Read throughput: 8 reader threads (two clients) on one read-write lock.
+pub fn rw(url: &str, _ping_p50: f64, samples: usize) -> Result<Vec<Row>, String> {
+    const W: &str = "rw";
+    let d = window(samples);
+    let clients = [Client::open(url).map_err(s)?, Client::open(url).map_err(s)?];
+    let floor = ping_pairs(url, d)?;
+    let reads = rate(
+        d,
+        |i| clients[i % 2].rw_lock("bench:rw").map_err(s),
+        |l| l.read().map_err(s)?.unlock().map_err(s),
+    )?;
+    Ok(vec![
+        Row::new(W, "read lock cycles/s, 8 readers", reads, Unit::Num)
+            .floor("8 threads x 2 PINGs per cycle", floor, Unit::Num)
+            .note(format!(
+                "{:.1} s window; two clients of 4 threads; readers never wait for each other",
+                d.as_secs_f64()
+            )),
+    ])
+}
+
+/// Semaphore cycles: 8 threads (two clients) on 4 permits.
+pub fn semaphore(url: &str, _ping_p50: f64, samples: usize) -> Result<Vec<Row>, String> {
+    const W: &str = "semaphore";
+    let d = window(samples);
+    let clients = [Client::open(url).map_err(s)?, Client::open(url).map_err(s)?];
+    let floor = ping_pairs(url, d)?;
+    let uncontended = rate(
+        d,
+        |i| clients[i % 2].semaphore("bench:sem:free", 8).map_err(s),
+        |sem| sem.acquire().map_err(s)?.release().map_err(s),
+    )?;
+    let contended = rate(
+        d,
+        |i| clients[i % 2].semaphore("bench:sem:four", 4).map_err(s),
+        |sem| sem.acquire().map_err(s)?.release().map_err(s),
+    )?;
+    Ok(vec![
+        Row::new(
+            W,
+            "cycles/s, 8 threads on 8 permits",
+            uncontended,
+            Unit::Num,
+        )
+        .floor("8 threads x 2 PINGs per cycle", floor, Unit::Num)
+        .note("never waits: the cost of acquire + release"),
+        Row::new(W, "cycles/s, 8 threads on 4 permits", contended, Unit::Num)
+            .floor("8 threads x 2 PINGs per cycle", floor, Unit::Num)
+            .note("half the threads wait at any time; woken by release messages"),
     ])
 }

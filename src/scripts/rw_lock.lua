@@ -103,9 +103,9 @@ if op == 'write' then
     return {1, w[3], 1}
   end
   local wait = nil
-  if wt == 'hash' then
+  if wt == 'hash' and w[1] ~= owner then
     wait = redis.call('pttl', KEYS[1])
-  else
+  elseif wt == 'none' then
     -- Readers other than this thread's own read levels keep a writer out.
     local others = 0
     for _, r in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
@@ -117,6 +117,8 @@ if op == 'write' then
       wait = first_deadline(KEYS[3]) or 1
     end
   end
+  -- Free, or held by an earlier acquisition of this very thread that it no longer knows of
+  -- (a release whose reply was lost): a new acquisition replaces it, as the plain mutex does.
   if wait == nil then
     local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
     local micros = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])
