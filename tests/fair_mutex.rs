@@ -632,3 +632,99 @@ fn bad_names_and_foreign_keys() {
     let _ga = a.lock().unwrap();
     assert!(b.try_lock().unwrap().is_some());
 }
+
+/// Redis restarts empty while a holder holds and three waiters queue: the holder reports
+/// itself lost, the waiters re-queue after the reconnect and all get the lock, one at a time,
+/// with tokens above the old holder's; no call blocks past its bound.
+#[test]
+fn waiters_recover_from_a_redis_restart() {
+    let lease = Duration::from_secs(1);
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-restart");
+    let holder = client_with_lease(&url, lease);
+    let lock = holder.fair_mutex(&name).unwrap();
+    let g = lock.lock().unwrap();
+    let old = g.fencing_token();
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
+            thread::spawn(move || {
+                let c = client_with_lease(&url, lease);
+                let l = c.fair_mutex(&name).unwrap();
+                let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
+                let (start, token) = (mono_ns(), g.fencing_token());
+                thread::sleep(Duration::from_millis(20));
+                let end = mono_ns();
+                tx.send((Instant::now(), token, start, end, g.is_held()))
+                    .unwrap();
+                g.unlock().unwrap();
+            })
+        })
+        .collect();
+    wait_queued(&mut conn, &name, 3);
+    server.restart();
+    let restarted = Instant::now();
+    let mut got: Vec<_> = (0..3)
+        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
+        .collect();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let last = got.iter().map(|x| x.0 - restarted).max().unwrap();
+    println!("fair: 3 waiters all served {last:?} after the restart");
+    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
+    got.sort_by_key(|x| x.2);
+    for w in got.windows(2) {
+        assert!(w[0].3 <= w[1].2, "sections overlapped");
+        assert!(w[0].1 < w[1].1, "tokens not increasing");
+    }
+    assert!(got.iter().all(|x| x.1 > old && x.4));
+    assert!(common::wait_until(lease + SLACK, || !g.is_held()));
+    assert!(g.unlock().unwrap_err().is_lease_lost());
+}
+
+/// The lock is free but a live waiter is queued (its grant ran out, say): `try_lock` does not
+/// take it, and the call grants it to that waiter instead. A waiter whose heartbeat ran out is
+/// skipped. (The waiter is written into Redis directly, so the state is exact.)
+#[test]
+fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-free-queue");
+    let c = Client::open(&server.url()).unwrap();
+    let l = c.fair_mutex(&name).unwrap();
+    let waiters = format!("{}:fair:waiters", tag(&name));
+    let now_ms = |conn: &mut redis::Connection| -> u64 {
+        let t: Vec<u64> = redis::cmd("TIME").query(conn).unwrap();
+        t[0] * 1000 + t[1] / 1000
+    };
+    for (id, live) in [("dead-owner/1", false), ("live-owner/2", true)] {
+        let now = now_ms(&mut conn);
+        let deadline = if live { now + 10_000 } else { now - 1 };
+        redis::cmd("RPUSH")
+            .arg(queue_key(&name))
+            .arg(id)
+            .exec(&mut conn)
+            .unwrap();
+        redis::cmd("HSET")
+            .arg(&waiters)
+            .arg(id)
+            .arg(deadline)
+            .exec(&mut conn)
+            .unwrap();
+    }
+    assert!(l.try_lock().unwrap().is_none(), "barged past a live waiter");
+    assert_eq!(
+        common::hget(&mut conn, &fair_key(&name), "owner").as_deref(),
+        Some("live-owner"),
+        "the free lock was not granted to the live waiter"
+    );
+    assert_eq!(
+        llen(&mut conn, &queue_key(&name)),
+        0,
+        "dead waiter not skipped"
+    );
+}
