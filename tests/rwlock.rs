@@ -435,3 +435,64 @@ fn bad_input() {
         .unwrap();
     assert_eq!(v, "x");
 }
+
+/// Child: waits for the write lock (behind the test's reader) and prints `waiting` once it is
+/// registered as a waiting writer.
+#[test]
+fn child_rw_waiting_writer() {
+    if !common::is_child("rw-waiting-writer") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let lock = client.rw_lock(&name).unwrap();
+    let (url2, name2) = (url.clone(), name.clone());
+    thread::spawn(move || {
+        let mut conn = redis::Client::open(url2.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        assert!(common::wait_until(Duration::from_secs(20), || {
+            zcard(&mut conn, &key(&name2, ":wwait")) == 1
+        }));
+        println!("waiting");
+    });
+    let _g = lock.write().unwrap();
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// A waiting writer that died keeps deferring readers out for at most a lease (+ slack).
+#[test]
+fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("rw-deadwriter");
+    let a = client_with_lease(&url, lease);
+    let la = a.rw_lock(&name).unwrap();
+    let r = la.read().unwrap();
+    let mut writer = TestChild::spawn(
+        "child_rw_waiting_writer",
+        "rw-waiting-writer",
+        &[
+            ("LS_URL", url.clone()),
+            ("LS_NAME", name.clone()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    writer.wait_line("waiting", Duration::from_secs(30));
+    let b = client_with_lease(&url, lease);
+    let lb = b.rw_lock(&name).unwrap();
+    assert!(lb.try_read().unwrap().is_none(), "writer preference");
+    let killed = Instant::now();
+    writer.kill9();
+    let got = lb.try_read_for(Duration::from_secs(10)).unwrap();
+    let waited = killed.elapsed();
+    assert!(got.is_some());
+    println!("rw: dead waiting writer stopped deferring readers {waited:?} after the kill");
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    drop(got);
+    drop(r);
+}
