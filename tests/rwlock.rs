@@ -496,3 +496,46 @@ fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
     drop(got);
     drop(r);
 }
+
+/// Redis restarts empty while a writer holds and three readers wait: the writer reports itself
+/// lost, and every reader gets in soon after the restart.
+#[test]
+fn readers_recover_from_a_redis_restart() {
+    let lease = Duration::from_secs(1);
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-restart");
+    let holder = client_with_lease(&url, lease);
+    let lock = holder.rw_lock(&name).unwrap();
+    let w = lock.write().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
+            thread::spawn(move || {
+                let c = client_with_lease(&url, lease);
+                let l = c.rw_lock(&name).unwrap();
+                let g = l.try_read_for(Duration::from_secs(20)).unwrap().unwrap();
+                tx.send(Instant::now()).unwrap();
+                g.unlock().unwrap();
+            })
+        })
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        zcard(&mut conn, &key(&name, ":rwait")) == 3
+    }));
+    server.restart();
+    let restarted = Instant::now();
+    let last = (0..3)
+        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap() - restarted)
+        .max()
+        .unwrap();
+    for r in readers {
+        r.join().unwrap();
+    }
+    println!("rw: 3 readers in {last:?} after the restart");
+    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
+    assert!(common::wait_until(lease + SLACK, || !w.is_held()));
+    assert!(w.unlock().unwrap_err().is_lease_lost());
+}

@@ -423,3 +423,52 @@ fn paused_holder_loses_its_permit_and_says_so() {
     assert_eq!(sem.available().unwrap(), 0);
     p.release().unwrap();
 }
+
+/// Redis restarts empty while a holder holds the only permit and two threads wait: the holder
+/// reports itself lost, and the waiters get the permit one at a time soon after the restart.
+#[test]
+fn waiters_recover_from_a_redis_restart() {
+    let lease = Duration::from_secs(1);
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("sem-restart");
+    let holder = client_with_lease(&url, lease);
+    let sem = holder.semaphore(&name, 1).unwrap();
+    let p = sem.acquire().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
+            thread::spawn(move || {
+                let c = client_with_lease(&url, lease);
+                let s = c.semaphore(&name, 1).unwrap();
+                let p = s.try_acquire_for(Duration::from_secs(20)).unwrap().unwrap();
+                let start = mono_ns();
+                thread::sleep(Duration::from_millis(20));
+                let end = mono_ns();
+                tx.send((Instant::now(), start, end)).unwrap();
+                p.release().unwrap();
+            })
+        })
+        .collect();
+    let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        common::numsub(&mut conn, &channel) == 2
+    }));
+    server.restart();
+    let restarted = Instant::now();
+    let mut got: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
+        .collect();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let last = got.iter().map(|x| x.0 - restarted).max().unwrap();
+    println!("semaphore: 2 waiters served {last:?} after the restart");
+    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
+    got.sort_by_key(|x| x.1);
+    assert!(got[0].2 <= got[1].1, "two holders of one permit");
+    assert!(common::wait_until(lease + SLACK, || !p.is_held()));
+    assert!(p.release().unwrap_err().is_lease_lost());
+}
