@@ -1,5 +1,6 @@
-//! Checks of the test harness itself (`tests/common`), so that a fault test that relies on
-//! `pause`, `restart` or `commandstats` fails for the right reason.
+//! Checks of the test harness itself (`locksmith-testkit`, reached as `tests/common`), so that
+//! a fault test that relies on `pause`, `restart`, `commandstats` or a channel spy fails for
+//! the right reason.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,4 +95,24 @@ fn with_deadline_fails_a_hang() {
     common::with_deadline(Duration::from_millis(100), || {
         std::thread::sleep(Duration::from_secs(2));
     });
+}
+
+/// The channel spy's `sync` counts every message published before it, and no marker.
+#[test]
+fn channel_spy_sync_counts_what_came_before() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let spy = common::ChannelSpy::start(&server.url(), "spy-test");
+    assert_eq!(spy.sync(&mut conn), 0);
+    for _ in 0..3 {
+        redis::cmd("PUBLISH")
+            .arg("spy-test")
+            .arg("m")
+            .exec(&mut conn)
+            .unwrap();
+    }
+    // No wait between the publishes and the sync: the marker is delivered after them.
+    assert_eq!(spy.sync(&mut conn), 3);
+    assert_eq!(spy.sync(&mut conn), 3);
+    assert_eq!(spy.count(), 3);
 }

@@ -7,7 +7,7 @@
 //!
 //! A restart of Redis with an empty dataset is left out on purpose: it loses every lock, and
 //! two owners may then overlap, which the checker would rightly flag (fencing tokens still
-//! increase then; scenario 6 of `tests/faults.rs` covers it).
+//! increase then; scenario 6, `s06_redis_restarts_empty` in `tests/fault_server.rs`, covers it).
 //!
 //! - `LOCKSMITH_SOAK_SECS`: run time (default 20 s, so CI stays fast).
 //! - `LOCKSMITH_SOAK_SEED`: the seed (default: from the clock); printed at the start, so a

@@ -20,7 +20,9 @@ fn waiter_wakes_on_release_without_polling() {
     let server = RedisServer::start();
     let url = server.url();
     let mut conn = server.conn();
+    let port = server.port();
     with_deadline(Duration::from_secs(30), move || {
+        let monitor = common::Monitor::start(port);
         let holder = Client::open(url.as_str()).unwrap();
         let waiter = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("wakeup");
@@ -40,13 +42,12 @@ fn waiter_wakes_on_release_without_polling() {
             tx.send((at, g.as_ref().map(|g| g.fencing_token())))
                 .unwrap();
         });
+        // Settled once it has tried again after its SUBSCRIBE (seen by MONITOR), not after a
+        // while: on a busy machine that re-check may come late.
         assert!(
-            common::wait_until(Duration::from_secs(5), || common::numsub(
-                &mut conn, &channel
-            ) >= 1),
-            "waiter never subscribed to {channel}"
+            monitor.wait_blocked(&channel, &common::lock_key(&name), Duration::from_secs(5)),
+            "waiter never subscribed to {channel} and tried again"
         );
-        thread::sleep(Duration::from_millis(300));
         let settled = common::script_calls(&mut conn);
         thread::sleep(Duration::from_millis(1500));
         let after = common::script_calls(&mut conn);

@@ -1,12 +1,25 @@
 //! Child processes: the bench re-runs its own executable with `--child ROLE ARGS...`; parent
 //! and child talk in lines over the child's stdin and stdout. Every read is bounded, and a
 //! child is killed when its handle is dropped (also while unwinding from a failed workload).
+//!
+//! The child's side: [`child_main`] dispatches a role to its workload's file
+//! (`handoff-waiter` and `pubsub-listener` in `handoff.rs`, `contend` in `contended.rs`,
+//! `idle-wait` in `idle.rs`), and [`Waiter`] is the lock a waiting child takes, locksmith's
+//! or the naive one.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use locksmith::{Client, Mutex as LockMutex};
+
+use crate::contended::child_contend;
+use crate::handoff::{child_handoff, child_pubsub};
+use crate::idle::child_idle;
+use crate::naive::NaiveLock;
+use crate::{NAIVE_LEASE, s};
 
 /// The parent's handle on one child.
 #[derive(Debug)]
@@ -137,4 +150,86 @@ pub fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child's side
+// ---------------------------------------------------------------------------------------------
+
+/// The entry point of a child process (`--child ROLE ARGS...`): runs the role's workload
+/// side and returns the exit code.
+pub fn child_main(args: &[String]) -> i32 {
+    let Some(role) = args.first() else {
+        eprintln!("bench child: no role");
+        return 2;
+    };
+    let input = child_input(Duration::from_secs(900));
+    let rest = &args[1..];
+    let r = match role.as_str() {
+        "handoff-waiter" => child_handoff(rest, &input),
+        "pubsub-listener" => child_pubsub(rest),
+        "contend" => child_contend(rest, &input),
+        "idle-wait" => child_idle(rest, &input),
+        other => Err(format!("unknown role {other}")),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench child {role}: {e}");
+            say(&format!("error {e}"));
+            2
+        }
+    }
+}
+
+/// Argument `i` of a child role.
+pub fn arg(a: &[String], i: usize) -> Result<&str, String> {
+    a.get(i)
+        .map(String::as_str)
+        .ok_or_else(|| format!("missing argument {i}"))
+}
+
+/// A waiter's lock: locksmith's, or the naive one.
+pub enum Waiter {
+    Ls(LockMutex),
+    Naive(NaiveLock),
+}
+
+impl Waiter {
+    pub fn new(client: Option<&Client>, url: &str, name: &str) -> Result<Waiter, String> {
+        Ok(match client {
+            Some(c) => Waiter::Ls(c.mutex(name).map_err(s)?),
+            None => Waiter::Naive(NaiveLock::new(url, name, NAIVE_LEASE).map_err(s)?),
+        })
+    }
+
+    /// Waits until `deadline` for the lock; runs `held` while holding it, then releases.
+    /// `first_miss` runs after the naive lock's first failed attempt. Ok(false): timed out.
+    pub fn with_lock(
+        &mut self,
+        deadline: Instant,
+        first_miss: impl FnMut(),
+        held: impl FnOnce() -> Result<(), String>,
+    ) -> Result<bool, String> {
+        match self {
+            Waiter::Ls(m) => match m.try_lock_until(deadline).map_err(s)? {
+                Some(g) => {
+                    let r = held();
+                    g.unlock().map_err(s)?;
+                    r.map(|()| true)
+                }
+                None => Ok(false),
+            },
+            Waiter::Naive(l) => match l.acquire_until(deadline, first_miss).map_err(s)? {
+                Some(t) => {
+                    let r = held();
+                    if !l.release(&t).map_err(s)? {
+                        return Err("naive lock was lost before release".into());
+                    }
+                    r.map(|()| true)
+                }
+                None => Ok(false),
+            },
+        }
+    }
 }

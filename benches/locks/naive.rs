@@ -52,7 +52,7 @@ impl std::fmt::Debug for NaiveLock {
 impl NaiveLock {
     pub fn new(url: &str, name: &str, lease: Duration) -> redis::RedisResult<NaiveLock> {
         Ok(NaiveLock {
-            con: super::connect(url, Duration::from_secs(5))?,
+            con: locksmith_testkit::connect(url, Duration::from_secs(5))?,
             key: key(name),
             lease_ms: lease.as_millis() as u64,
             release_sha: sha(RELEASE),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use locksmith::Client;
 
-use super::report::{Bar, Row, Unit};
-use super::{Rng, connect, numsub, pct, sorted};
+use crate::report::{Bar, Row, Unit};
+use crate::support::{Rng, connect, numsub, pct, sorted};
 
 fn s<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
@@ -89,7 +89,7 @@ macro_rules! handoffs {
 /// Fair mutex handoff p50 against PING and against the plain mutex's handoff.
 pub fn fair(url: &str, ping_p50: f64, samples: usize) -> Result<Vec<Row>, String> {
     const W: &str = "fair";
-    let mut rng = Rng::new();
+    let mut rng = Rng::from_clock();
     let holder = Client::open(url).map_err(s)?;
     let waiter = Client::open(url).map_err(s)?;
     let mut con = connect(url, Duration::from_secs(5)).map_err(s)?;

@@ -1,0 +1,293 @@
+//! Contended throughput: child processes with several threads each take one hot lock and
+//! increment a counter inside it; acquisitions per second, commands per acquisition, lost
+//! updates and the longest wait, for locksmith and the naive lock.
+
+use std::sync::mpsc::Receiver;
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use locksmith::Client;
+
+use crate::child::{ChildProc, Waiter, arg, say};
+use crate::report::{Bar, Row, Unit};
+use crate::support::{
+    calls_by_command, client_level, connect, pct, sorted, stat, stats_brief, stats_delta,
+    stats_total,
+};
+use crate::{Ctx, STEP, THREADS, s};
+
+pub(crate) fn contended(ctx: &mut Ctx) -> Result<(), String> {
+    const W: &str = "contended";
+    let url = ctx.url.clone();
+    let mut con = connect(&url, Duration::from_secs(5)).map_err(s)?;
+    for kind in ["ls", "naive"] {
+        let label = if kind == "ls" { "locksmith" } else { "naive" };
+        let name = format!("bench:contended:{kind}");
+        let counter = format!("bench:counter:{kind}");
+        let children = (0..2)
+            .map(|i| {
+                ChildProc::spawn(
+                    &format!("contend-{kind}-{i}"),
+                    "contend",
+                    &[
+                        url.clone(),
+                        name.clone(),
+                        kind.into(),
+                        THREADS.to_string(),
+                        counter.clone(),
+                    ],
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for c in &children {
+            c.expect("ready", Duration::from_secs(60))?;
+        }
+        redis::cmd("SET")
+            .arg(&counter)
+            .arg(0)
+            .query::<()>(&mut con)
+            .map_err(s)?;
+        let s0 = calls_by_command(&mut con);
+        let run_ms = ctx.plan.contended.as_millis();
+        let mut children = children;
+        for c in &mut children {
+            c.send(&format!("go {run_ms}"))?;
+        }
+        let (mut count, mut errors, mut elapsed) = (0u64, 0u64, 0f64);
+        let (mut waits, mut censored, mut per_proc) = (Vec::new(), Vec::new(), Vec::new());
+        for c in &children {
+            let done = c.expect("done", ctx.plan.contended + Duration::from_secs(60))?;
+            let f: Vec<u64> = done
+                .split_whitespace()
+                .map(|x| x.parse().unwrap_or(0))
+                .collect();
+            count += f.first().copied().unwrap_or(0);
+            errors += f.get(1).copied().unwrap_or(0);
+            elapsed = elapsed.max(f.get(2).copied().unwrap_or(0) as f64 / 1e6);
+            per_proc.push(f.first().copied().unwrap_or(0));
+            waits.extend(parse_list(&c.expect("waits", STEP)?));
+            censored.extend(parse_list(&c.expect("censored", STEP)?));
+        }
+        let s1 = calls_by_command(&mut con);
+        drop(children);
+        let value: i64 = redis::cmd("GET")
+            .arg(&counter)
+            .query::<Option<i64>>(&mut con)
+            .map_err(s)?
+            .unwrap_or(0);
+        let d = stats_delta(&s0, &s1);
+        let n = count.max(1) as f64;
+        // Client-sent, without the critical section's own GET and SET (N each). The naive
+        // lock's SET NX attempts are the SETs beyond the critical section's.
+        let client_sent = client_level(&d) as f64
+            + if kind == "naive" {
+                stat(&d, "set") as f64 - count as f64
+            } else {
+                0.0
+            };
+        let total = stats_total(&d) as f64 - 2.0 * count as f64;
+        let waits = sorted(waits);
+        let longest = waits
+            .last()
+            .copied()
+            .unwrap_or(0.0)
+            .max(censored.iter().copied().fold(0.0, f64::max));
+        let med = pct(&waits, 0.5);
+        let is_ls = kind == "ls";
+        let with_bar = |r: Row, b: Bar| if is_ls { r.bar(b) } else { r };
+        ctx.row(
+            Row::new(W, &format!("{label} acquisitions/s"), count as f64 / elapsed.max(1e-9), Unit::PerSec)
+                .note(format!(
+                    "2 processes × {THREADS} threads, one name, {:.1} s; per process {per_proc:?}; {errors} errors",
+                    elapsed
+                )),
+        );
+        ctx.row(with_bar(
+            Row::new(
+                W,
+                &format!("{label} client-sent commands per acquisition"),
+                client_sent / n,
+                Unit::Num,
+            )
+            .note(format!("commandstats delta: {}", stats_brief(&d))),
+            Bar::AtMost(4.0),
+        ));
+        ctx.row(Row::new(
+            W,
+            &format!("{label} commands per acquisition incl. inside scripts"),
+            total / n,
+            Unit::Num,
+        ));
+        ctx.row(
+            Row::new(
+                W,
+                &format!("{label} lost updates"),
+                count as f64 - value as f64,
+                Unit::Count,
+            )
+            .bar(Bar::Equals(0.0))
+            .note(format!("counter {value}, acquisitions {count}")),
+        );
+        ctx.row(with_bar(
+            Row::new(
+                W,
+                &format!("{label} longest wait (incl. unfinished)"),
+                longest,
+                Unit::Us,
+            )
+            .floor("median wait", med, Unit::Us)
+            .note(format!(
+                "wait = lock() call to return; p99 {:.0} µs; {} waits unfinished at the end",
+                pct(&waits, 0.99),
+                censored.len()
+            )),
+            Bar::RatioAtMost(50.0),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_list(s: &str) -> Vec<f64> {
+    s.split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect()
+}
+
+/// The critical section of the contended workload: read, add one, write back.
+fn bump(con: &mut redis::Connection, key: &str) -> Result<(), String> {
+    let v: Option<i64> = redis::cmd("GET").arg(key).query(con).map_err(s)?;
+    redis::cmd("SET")
+        .arg(key)
+        .arg(v.unwrap_or(0) + 1)
+        .query::<()>(con)
+        .map_err(s)
+}
+
+struct Tally {
+    count: u64,
+    errors: u64,
+    waits: Vec<u64>,
+    censored: Vec<u64>,
+}
+
+pub(crate) fn child_contend(a: &[String], input: &Receiver<String>) -> Result<(), String> {
+    let (url, name, kind) = (arg(a, 0)?, arg(a, 1)?, arg(a, 2)?);
+    let threads: usize = arg(a, 3)?.parse().map_err(s)?;
+    let counter = arg(a, 4)?;
+    let client = if kind == "ls" {
+        Some(Client::open(url).map_err(s)?)
+    } else {
+        None
+    };
+    let ready = Barrier::new(threads + 1);
+    let go = Barrier::new(threads + 1);
+    let deadline: Mutex<Option<Instant>> = Mutex::new(None);
+    let (tallies, elapsed) = thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let (ready, go, deadline, client) = (&ready, &go, &deadline, client.as_ref());
+                sc.spawn(move || -> Result<Tally, String> {
+                    let setup = (|| -> Result<(Waiter, redis::Connection), String> {
+                        let mut w = Waiter::new(client, url, name)?;
+                        // Warm up: the pool connection, a subscription round.
+                        w.with_lock(Instant::now() + Duration::from_secs(20), || {}, || Ok(()))?;
+                        Ok((w, connect(url, Duration::from_secs(5)).map_err(s)?))
+                    })();
+                    ready.wait();
+                    go.wait();
+                    let (mut w, mut crit) = setup?;
+                    let end = deadline.lock().map_err(s)?.unwrap_or_else(Instant::now);
+                    let mut t = Tally {
+                        count: 0,
+                        errors: 0,
+                        waits: Vec::new(),
+                        censored: Vec::new(),
+                    };
+                    while Instant::now() < end {
+                        let start = Instant::now();
+                        let mut waited = 0;
+                        let r = w.with_lock(
+                            end,
+                            || {},
+                            || {
+                                waited = start.elapsed().as_micros() as u64;
+                                bump(&mut crit, counter)
+                            },
+                        );
+                        match r {
+                            Ok(true) => {
+                                t.count += 1;
+                                t.waits.push(waited);
+                            }
+                            Ok(false) => {
+                                t.censored.push(start.elapsed().as_micros() as u64);
+                                break;
+                            }
+                            Err(e) => {
+                                eprintln!("contend child: {e}");
+                                t.errors += 1;
+                                // An error after the critical section still counts it.
+                                if waited > 0 {
+                                    t.count += 1;
+                                    t.waits.push(waited);
+                                }
+                                thread::sleep(Duration::from_millis(10));
+                            }
+                        }
+                    }
+                    Ok(t)
+                })
+            })
+            .collect();
+        ready.wait();
+        say("ready");
+        let run = input
+            .recv_timeout(Duration::from_secs(120))
+            .ok()
+            .and_then(|l| l.strip_prefix("go ").and_then(|v| v.parse::<u64>().ok()))
+            .unwrap_or(0);
+        let start = Instant::now();
+        if let Ok(mut d) = deadline.lock() {
+            *d = Some(start + Duration::from_millis(run));
+        }
+        go.wait();
+        let tallies: Vec<Result<Tally, String>> = hs
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect();
+        (tallies, start.elapsed())
+    });
+    let mut all = Tally {
+        count: 0,
+        errors: 0,
+        waits: Vec::new(),
+        censored: Vec::new(),
+    };
+    for t in tallies {
+        match t {
+            Ok(mut t) => {
+                all.count += t.count;
+                all.errors += t.errors;
+                all.waits.append(&mut t.waits);
+                all.censored.append(&mut t.censored);
+            }
+            Err(e) => {
+                eprintln!("contend child thread: {e}");
+                all.errors += 1;
+            }
+        }
+    }
+    let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+    say(&format!(
+        "done {} {} {}",
+        all.count,
+        all.errors,
+        elapsed.as_micros()
+    ));
+    say(&format!("waits {}", join(&all.waits)));
+    say(&format!("censored {}", join(&all.censored)));
+    // Wait for the parent to close stdin (the input thread then ends the process).
+    let _ = input.recv_timeout(Duration::from_secs(60));
+    Ok(())
+}

@@ -1,0 +1,552 @@
+//! Handoff latency: a holder in this process unlocks, a waiter in a child process is
+//! blocked in `lock()`; the time from `unlock()` to the waiter's `lock()` returning, on one
+//! clock (CLOCK_REALTIME, checked by a pipe ping-pong), split into its parts with Redis's own
+//! `MONITOR` timestamps. Also the naive lock's handoff, PUBLISH to a raw subscriber, and
+//! thread unpark latency.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use locksmith::{Client, Mutex as LockMutex};
+
+use crate::child::{ChildProc, Waiter, arg, say};
+use crate::naive::{self, NaiveLock};
+use crate::redlock::build_redlock;
+use crate::report::{Bar, Row, Unit};
+use crate::support::{
+    Rng, calls_by_command, connect, micros, numsub, pct, realtime_ns, sorted, stat, stats_delta,
+    usec_by_command,
+};
+use crate::{Ctx, NAIVE_LEASE, STEP, s};
+
+pub(crate) fn handoff(ctx: &mut Ctx) -> Result<(), String> {
+    const W: &str = "handoff";
+    let name = "bench:handoff";
+    let channel = format!("locksmith:{{{name}}}:released");
+    let url = ctx.url.clone();
+    let ping = ctx.floors.ping_p50;
+    let mut con = connect(&url, Duration::from_secs(5)).map_err(s)?;
+
+    // --- The clock check: pipe ping-pong with the waiter child. ---
+    let mut child = ChildProc::spawn(
+        "handoff-waiter-ls",
+        "handoff-waiter",
+        &[url.clone(), name.into(), "ls".into()],
+    )?;
+    child.expect("ready", STEP)?;
+    let (mut rtts, mut offsets, mut negatives) = (Vec::new(), Vec::new(), 0usize);
+    for i in 0..ctx.plan.clock_samples + 20 {
+        let t0 = realtime_ns();
+        child.send("clock")?;
+        let t1: i64 = child.expect("clock", STEP)?.parse().map_err(s)?;
+        let t2 = realtime_ns();
+        if i < 20 {
+            continue;
+        }
+        if t1 < t0 || t2 < t1 {
+            negatives += 1;
+        }
+        rtts.push((t2 - t0) as f64 / 1e3);
+        offsets.push((t1 as f64 - (t0 as f64 + t2 as f64) / 2.0) / 1e3);
+    }
+    let rtts = sorted(rtts);
+    let offsets = sorted(offsets);
+
+    // --- locksmith handoffs; then a smaller instrumented pass (a second, raw subscriber in
+    // the waiter's process timestamps the release message). ---
+    let client = Client::open(&url).map_err(s)?;
+    let m = client.mutex(name).map_err(s)?;
+    let (calls0, usec0) = (calls_by_command(&mut con), usec_by_command(&mut con));
+    let plain = ls_handoffs(
+        &mut ctx.rng,
+        &mut child,
+        &m,
+        &mut con,
+        &channel,
+        ctx.plan.handoff_ls,
+        None,
+    )?;
+    let (calls1, usec1) = (calls_by_command(&mut con), usec_by_command(&mut con));
+    let script_us = stat(&stats_delta(&usec0, &usec1), "evalsha") as f64
+        / stat(&stats_delta(&calls0, &calls1), "evalsha").max(1) as f64;
+    let mut monitor = Monitor::open(&url)?;
+    let spied = ls_handoffs(
+        &mut ctx.rng,
+        &mut child,
+        &m,
+        &mut con,
+        &channel,
+        (ctx.plan.handoff_ls * 2 / 5).max(40),
+        Some(&mut monitor),
+    )?;
+    drop(monitor);
+    drop(child);
+    drop(m);
+    drop(client);
+    let ls = sorted(plain.total.clone());
+    let release_rtt = sorted(plain.release_rtt.clone());
+    let unverified = plain.unverified + spied.unverified;
+    let seg = |k: usize| sorted(spied.split.iter().map(|p| p[k]).collect());
+    let segs = [seg(0), seg(1), seg(2), seg(3)];
+    let spied_total = sorted(spied.total.clone());
+
+    // --- naive handoffs. ---
+    let mut child = ChildProc::spawn(
+        "handoff-waiter-naive",
+        "handoff-waiter",
+        &[url.clone(), name.into(), "naive".into()],
+    )?;
+    child.expect("ready", STEP)?;
+    let mut nl = NaiveLock::new(&url, name, NAIVE_LEASE).map_err(s)?;
+    let mut nv = Vec::new();
+    for _ in 0..ctx.plan.handoff_naive {
+        let tok = nl
+            .acquire_until(Instant::now() + Duration::from_secs(5), || {})
+            .map_err(s)?
+            .ok_or("naive holder could not lock")?;
+        child.send("go")?;
+        child.expect("waiting", STEP)?;
+        // Release at a random phase of the waiter's 100 ms sleep.
+        let hold = ctx.rng.duration(Duration::ZERO, naive::RETRY);
+        thread::sleep(hold);
+        let t0 = realtime_ns();
+        nl.release(&tok).map_err(s)?;
+        let t1: i64 = child.expect("got", STEP)?.parse().map_err(s)?;
+        nv.push((t1 - t0) as f64 / 1e3);
+    }
+    drop(child);
+    let nv = sorted(nv);
+
+    // --- Decomposition: PUBLISH to a subscriber in another process, and a thread wake-up. ---
+    let pub_channel = "bench:oneway";
+    let listener = ChildProc::spawn(
+        "pubsub-listener",
+        "pubsub-listener",
+        &[url.clone(), pub_channel.into()],
+    )?;
+    listener.expect("ready", STEP)?;
+    let mut oneway = Vec::new();
+    for i in 0..ctx.plan.pubsub_samples + 20 {
+        let t0 = realtime_ns();
+        redis::cmd("PUBLISH")
+            .arg(pub_channel)
+            .arg(t0.to_string())
+            .query::<i64>(&mut con)
+            .map_err(s)?;
+        let rest = listener.expect("msg", STEP)?;
+        let (a, b) = rest.split_once(' ').ok_or("bad msg line")?;
+        let (a, b): (i64, i64) = (a.parse().map_err(s)?, b.parse().map_err(s)?);
+        if a == t0 && i >= 20 {
+            oneway.push((b - a) as f64 / 1e3);
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    drop(listener);
+    let oneway = sorted(oneway);
+    let unpark = sorted(unpark_latency(ctx.plan.unpark_samples)?);
+
+    let fl = "PING p50";
+    ctx.row(
+        Row::new(
+            W,
+            "clock check: pipe round trip p50",
+            pct(&rtts, 0.5),
+            Unit::Us,
+        )
+        .note(format!("{} ping-pongs parent ↔ child", rtts.len())),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "clock check: child − parent midpoint offset p50",
+            pct(&offsets, 0.5),
+            Unit::Us,
+        )
+        .note(format!(
+            "p1 {:.1} µs, p99 {:.1} µs; near zero: one clock",
+            pct(&offsets, 0.01),
+            pct(&offsets, 0.99)
+        )),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "clock check: negative one-way delays",
+            negatives as f64,
+            Unit::Count,
+        )
+        .bar(Bar::Equals(0.0)),
+    );
+    ctx.row(
+        Row::new(W, "locksmith handoff p50", pct(&ls, 0.5), Unit::Us)
+            .floor(fl, ping, Unit::Us)
+            .bar(Bar::RatioAtMost(6.0))
+            .note(format!(
+                "{} samples; holder in this process, waiter blocked in lock() in a child; \
+                 {unverified} samples where the waiter was not seen blocked within 2 s",
+                ls.len()
+            )),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "locksmith handoff p50, against PING after idle",
+            pct(&ls, 0.5),
+            Unit::Us,
+        )
+        .floor(
+            "PING after 3 ms idle p50",
+            ctx.floors.idle_ping_p50,
+            Unit::Us,
+        )
+        .note("every hop of a handoff starts on CPUs that were idle while the lock was held"),
+    );
+    ctx.row(
+        Row::new(W, "locksmith handoff p90", pct(&ls, 0.9), Unit::Us).floor(fl, ping, Unit::Us),
+    );
+    ctx.row(
+        Row::new(W, "locksmith handoff p99", pct(&ls, 0.99), Unit::Us)
+            .floor(fl, ping, Unit::Us)
+            .bar(Bar::RatioAtMost(20.0)),
+    );
+    ctx.row(
+        Row::new(W, "locksmith handoff max", pct(&ls, 1.0), Unit::Us).floor(fl, ping, Unit::Us),
+    );
+    ctx.row(
+        Row::new(W, "naive handoff p50", pct(&nv, 0.5), Unit::Us)
+            .floor(fl, ping, Unit::Us)
+            .note(format!(
+                "{} samples, released at a random point of the waiter's 100 ms sleep",
+                nv.len()
+            )),
+    );
+    ctx.row(Row::new(W, "naive handoff p99", pct(&nv, 0.99), Unit::Us).floor(fl, ping, Unit::Us));
+    ctx.row(Row::new(W, "naive handoff max", pct(&nv, 1.0), Unit::Us).floor(fl, ping, Unit::Us));
+    let seg_names = [
+        "split: unlock() called → Redis starts the release script",
+        "split: release script start → its PUBLISH",
+        "split: PUBLISH → Redis starts the waiter's acquire script",
+        "split: acquire script start → waiter's lock() returns",
+    ];
+    let seg_notes = [
+        format!(
+            "instrumented pass with MONITOR (Redis's timestamps, same clock), {} samples, \
+             handoff p50 in that pass {:.0} µs; segment medians do not add up exactly",
+            segs[0].len(),
+            pct(&spied_total, 0.5)
+        ),
+        "script work before the publish (type, hmget, hincrby, del, get/set of the fence)"
+            .to_owned(),
+        "reply and message written, the waiter's subscriber thread wakes, unparks the leader, \
+         which sends the acquire script"
+            .to_owned(),
+        "acquire script, reply, the leader wakes, records the hold, returns".to_owned(),
+    ];
+    for ((name, note), v) in seg_names.iter().zip(seg_notes).zip(&segs) {
+        ctx.row(
+            Row::new(W, name, pct(v, 0.5), Unit::Us)
+                .floor(fl, ping, Unit::Us)
+                .note(note),
+        );
+    }
+    ctx.row(
+        Row::new(
+            W,
+            "part: Redis execution time per locksmith script call (mean)",
+            script_us,
+            Unit::Us,
+        )
+        .floor("EVALSHA `return 1`", ctx.floors.evalsha_exec_us, Unit::Us)
+        .note("commandstats usec / calls of EVALSHA during the uninstrumented handoffs (acquire attempts and releases)"),
+    );
+    let pubp = pct(&oneway, 0.5);
+    let unp = pct(&unpark, 0.5);
+    let ev = ctx.floors.evalsha_p50;
+    ctx.row(
+        Row::new(
+            W,
+            "part: release script round trip (holder) p50",
+            pct(&release_rtt, 0.5),
+            Unit::Us,
+        )
+        .floor(fl, ping, Unit::Us),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "part: PUBLISH → raw subscriber in another process p50",
+            pubp,
+            Unit::Us,
+        )
+        .floor(fl, ping, Unit::Us)
+        .note(format!(
+            "{} samples, redis-rs PubSub in a child, p99 {:.1} µs",
+            oneway.len(),
+            pct(&oneway, 0.99)
+        )),
+    );
+    ctx.row(
+        Row::new(W, "part: thread unpark → running p50", unp, Unit::Us)
+            .note(format!("in-process, p99 {:.1} µs", pct(&unpark, 0.99))),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "part: sum publish + unpark + EVALSHA floor + 2 script runs",
+            pubp + unp + ev + 2.0 * script_us,
+            Unit::Us,
+        )
+        .floor("locksmith handoff p50", pct(&ls, 0.5), Unit::Us)
+        .note("the path: release script publishes → subscriber thread reads → unparks the leader → acquire script round trip"),
+    );
+    ctx.handoff = Some((ls, nv));
+    Ok(())
+}
+
+/// What a run of locksmith handoffs measured (µs).
+pub(crate) struct Handoffs {
+    /// From `unlock()` called to the waiter's `lock()` returned.
+    pub(crate) total: Vec<f64>,
+    /// The holder's `unlock()` round trip.
+    pub(crate) release_rtt: Vec<f64>,
+    /// With MONITOR: unlock → release dispatched → PUBLISH → acquire dispatched → return.
+    pub(crate) split: Vec<[f64; 4]>,
+    /// Handoffs whose waiter could not be shown to have waited.
+    pub(crate) unverified: usize,
+}
+
+/// `n` handoffs (after 5 unrecorded ones) from a holder here to the waiter `child`.
+pub(crate) fn ls_handoffs(
+    rng: &mut Rng,
+    child: &mut ChildProc,
+    m: &LockMutex,
+    con: &mut redis::Connection,
+    channel: &str,
+    n: usize,
+    mut monitor: Option<&mut Monitor>,
+) -> Result<Handoffs, String> {
+    let mut out = Handoffs {
+        total: Vec::with_capacity(n),
+        release_rtt: Vec::with_capacity(n),
+        split: Vec::new(),
+        unverified: 0,
+    };
+    let warm = 5;
+    for i in 0..warm + n {
+        let g = m
+            .try_lock_for(Duration::from_secs(10))
+            .map_err(s)?
+            .ok_or("holder could not lock")?;
+        let ev0 = stat(&calls_by_command(con), "evalsha");
+        child.send("go")?;
+        // The waiter is blocked once it subscribed and made its two attempts (the fast path
+        // and the one after the subscription was confirmed).
+        let until = Instant::now() + Duration::from_secs(2);
+        let mut verified = false;
+        while Instant::now() < until {
+            if numsub(con, channel) >= 1 && stat(&calls_by_command(con), "evalsha") >= ev0 + 2 {
+                verified = true;
+                break;
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        // Time for it to read the busy reply and park; then hold a little, at random.
+        thread::sleep(rng.duration(Duration::from_millis(2), Duration::from_millis(6)));
+        let t0 = realtime_ns();
+        let r0 = Instant::now();
+        g.unlock().map_err(s)?;
+        let rel = micros(r0.elapsed());
+        let got = child.expect("got", STEP)?;
+        let t1: i64 = got
+            .parse()
+            .map_err(|e| format!("bad line `got {got}`: {e}"))?;
+        let marks = match monitor.as_deref_mut() {
+            Some(mon) => mon.handoff_marks(t0, channel)?,
+            None => None,
+        };
+        if i >= warm {
+            out.unverified += usize::from(!verified);
+            out.total.push((t1 - t0) as f64 / 1e3);
+            out.release_rtt.push(rel);
+            if let Some([rel_at, pub_at, acq_at]) = marks {
+                let us = |a: i64, b: i64| (b - a) as f64 / 1e3;
+                out.split.push([
+                    us(t0, rel_at),
+                    us(rel_at, pub_at),
+                    us(pub_at, acq_at),
+                    us(acq_at, t1),
+                ]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A `MONITOR` connection, read only between samples (so it wakes nobody during one; the
+/// testkit's `Monitor` reads all the time on a thread of its own).
+pub(crate) struct Monitor {
+    reader: BufReader<TcpStream>,
+}
+
+impl Monitor {
+    fn open(url: &str) -> Result<Monitor, String> {
+        let addr = url
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned();
+        let mut stream = TcpStream::connect(&addr).map_err(s)?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(s)?;
+        stream.write_all(b"MONITOR\r\n").map_err(s)?;
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).map_err(s)?;
+        if !ok.starts_with("+OK") {
+            return Err(format!("MONITOR answered {ok:?}"));
+        }
+        Ok(Monitor { reader })
+    }
+
+    /// Redis's timestamps (ns, CLOCK_REALTIME) of one handoff after `t0`: the holder's release
+    /// script dispatched, its PUBLISH on `channel`, the waiter's acquire script dispatched.
+    fn handoff_marks(&mut self, t0: i64, channel: &str) -> Result<Option<[i64; 3]>, String> {
+        let lock_key = channel.replace(":released", ":lock");
+        let (mut rel, mut publ) = (None, None);
+        let until = Instant::now() + Duration::from_secs(2);
+        let mut line = String::new();
+        while Instant::now() < until {
+            line.clear();
+            if self.reader.read_line(&mut line).is_err() {
+                return Ok(None);
+            }
+            // +1763781420.123456 [0 127.0.0.1:5555] "EVALSHA" "..." ...
+            let Some((ts, rest)) = line.trim_start_matches('+').split_once(' ') else {
+                continue;
+            };
+            let Some((sec, usec)) = ts.split_once('.') else {
+                continue;
+            };
+            let (Ok(sec), Ok(usec)) = (sec.parse::<i64>(), usec.parse::<i64>()) else {
+                continue;
+            };
+            let at = sec * 1_000_000_000 + usec * 1000;
+            if at < t0 {
+                continue;
+            }
+            let lower = rest.to_ascii_lowercase();
+            let evalsha = lower.contains("\"evalsha\"") && rest.contains(&lock_key);
+            let names_channel = rest.contains(&format!("\"{channel}\""));
+            match (rel, publ) {
+                (None, _) if evalsha && names_channel => rel = Some(at),
+                (Some(_), None) if lower.contains("\"publish\"") && names_channel => {
+                    publ = Some(at);
+                }
+                (Some(r), Some(p)) if evalsha && !names_channel => return Ok(Some([r, p, at])),
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Time from `unpark()` to the parked thread running, in µs.
+fn unpark_latency(n: usize) -> Result<Vec<f64>, String> {
+    let flag = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::channel::<Instant>();
+    let f2 = Arc::clone(&flag);
+    let h = thread::Builder::new()
+        .name("bench-parked".into())
+        .spawn(move || {
+            for k in 1..=n as u64 + 10 {
+                while f2.load(Ordering::SeqCst) < k {
+                    thread::park_timeout(Duration::from_secs(1));
+                }
+                if tx.send(Instant::now()).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(s)?;
+    let mut out = Vec::with_capacity(n);
+    for k in 1..=n as u64 + 10 {
+        thread::sleep(Duration::from_millis(1));
+        let t0 = Instant::now();
+        flag.store(k, Ordering::SeqCst);
+        h.thread().unpark();
+        let t1 = rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "parked thread did not wake")?;
+        if k > 10 {
+            out.push(micros(t1 - t0));
+        }
+    }
+    let _ = h.join();
+    Ok(out)
+}
+
+pub(crate) fn child_handoff(a: &[String], input: &Receiver<String>) -> Result<(), String> {
+    let (url, name, kind) = (arg(a, 0)?, arg(a, 1)?, arg(a, 2)?);
+    let client = if kind == "ls" {
+        Some(Client::open(url).map_err(s)?)
+    } else {
+        None
+    };
+    // `redlock`: `url` is the masters' URLs, comma-separated.
+    let quorum = if kind == "redlock" {
+        Some(build_redlock(&url.split(',').collect::<Vec<_>>())?)
+    } else {
+        None
+    };
+    let mut w = match &quorum {
+        Some(q) => Waiter::Ls(q.mutex(name).map_err(s)?),
+        None => Waiter::new(client.as_ref(), url, name)?,
+    };
+    say("ready");
+    while let Ok(line) = input.recv() {
+        match line.as_str() {
+            "clock" => say(&format!("clock {}", realtime_ns())),
+            "go" => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut t1 = 0;
+                let got = w.with_lock(
+                    deadline,
+                    || say("waiting"),
+                    || {
+                        t1 = realtime_ns();
+                        Ok(())
+                    },
+                );
+                match got {
+                    Ok(true) => say(&format!("got {t1}")),
+                    Ok(false) => say("timeout"),
+                    Err(e) => say(&format!("error {e}")),
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn child_pubsub(a: &[String]) -> Result<(), String> {
+    let (url, channel) = (arg(a, 0)?, arg(a, 1)?);
+    let client = redis::Client::open(url).map_err(s)?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .map_err(s)?;
+    let mut ps = con.as_pubsub();
+    ps.subscribe(channel).map_err(s)?;
+    say("ready");
+    loop {
+        let msg = ps.get_message().map_err(s)?;
+        let t1 = realtime_ns();
+        let p: String = msg.get_payload().map_err(s)?;
+        say(&format!("msg {p} {t1}"));
+    }
+}

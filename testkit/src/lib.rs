@@ -1,0 +1,53 @@
+//! The test and benchmark harness of locksmith (development only, never published).
+//!
+//! Everything here runs against real `redis-server` processes over real sockets:
+//!
+//! - [`RedisServer`]: a private `redis-server` on a free port (never 6379): start, stop,
+//!   restart empty on the same port, pause and resume (`SIGSTOP`/`SIGCONT`), optionally pinned
+//!   to a CPU; killed on `Drop`, with the tail of its log printed when the test panics.
+//! - [`free_port`], [`unique_name`] and the keys of a lock name ([`lock_key`], ...).
+//! - [`proxy::Proxy`]: a TCP proxy for faults on the wire (lost or delayed replies, a black
+//!   hole, killed connections).
+//! - Command counting: [`commandstats`] / [`script_calls`] (`INFO commandstats`), the
+//!   [`Stats`] maps of the benchmark, and [`Monitor`] (`MONITOR`).
+//! - [`TestChild`]: a child process that re-runs the current test binary in a given role.
+//! - [`thread_count`] and friends: threads of this process, from `/proc`.
+//! - [`with_deadline`] / [`wait_until`]: every blocking step of a test is bounded.
+//! - [`checker`]: the fenced store, the interval log of critical sections and the checker of
+//!   mutual exclusion and fencing order, on one clock shared by the processes of the host
+//!   ([`mono_ns`]).
+//!
+//! The helpers panic on failure: a panic is a failed test. Linux only (`/proc`, `kill`,
+//! `taskset`).
+
+// A failed set-up step fails the test that asked for it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod checker;
+mod child;
+mod clock;
+mod names;
+pub mod proxy;
+mod rng;
+mod server;
+mod stats;
+mod threads;
+mod wait;
+
+pub use child::{ROLE_VAR, TestChild, child_env, is_child};
+pub use clock::{mono_ns, ms_between, realtime_ns};
+pub use names::{
+    PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
+};
+pub use rng::Rng;
+pub use server::{RedisServer, connect, free_port, pin, signal, stop_for};
+pub use stats::{
+    ChannelSpy, client_list, errorstats, keys_matching, lock_keys_left, pubsub_clients, token_of,
+    wait_numsub,
+};
+pub use stats::{
+    Monitor, Stats, calls, calls_by_command, client_level, commandstats, exists, failed_by_command,
+    hget, numsub, pttl, script_calls, stat, stats_brief, stats_delta, stats_total, usec_by_command,
+};
+pub use threads::{new_thread_named, rss_kib, tasks, thread_count, thread_cpu_ns};
+pub use wait::{wait_until, with_deadline};

@@ -1,0 +1,350 @@
+//! A private `redis-server` per test or benchmark, on a free port of 127.0.0.1 (never 6379).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::names::unique_suffix;
+
+/// How long a starting server may take to answer `PING`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `redis-server` child process on a free port of 127.0.0.1, without persistence, with
+/// `DEBUG` enabled for local connections.
+///
+/// Dropping it kills and reaps the server and removes its temporary directory. If the current
+/// thread is panicking, the tail of the server log is printed first.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    cpu: Option<usize>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits (at most 10 s) until it answers `PING`.
+    ///
+    /// # Panics
+    /// If `redis-server` is not installed, or no server came up after a few ports.
+    pub fn start() -> RedisServer {
+        ensure_redis_server_installed();
+        match RedisServer::try_start(None) {
+            Ok(server) => server,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Starts a server, pinned to CPU `cpu` with `taskset` when given, and waits (at most
+    /// 10 s) until it answers `PING`.
+    ///
+    /// # Errors
+    /// When `redis-server` (or `taskset`) cannot be run, or no server came up after a few
+    /// ports; the message holds the tail of the server log.
+    pub fn try_start(cpu: Option<usize>) -> Result<RedisServer, String> {
+        let dir = std::env::temp_dir().join(format!("locksmith-test-{}", unique_suffix()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("temp dir {}: {e}", dir.display()))?;
+        let mut server = RedisServer {
+            port: 0,
+            dir,
+            cpu,
+            child: None,
+        };
+        let mut last_err = String::new();
+        // The port was free when probed; another process may take it before the server
+        // binds, so try a few.
+        for _ in 0..5 {
+            server.port = try_free_port()?;
+            match server.spawn_and_wait() {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    last_err = e;
+                    server.kill_child();
+                }
+            }
+        }
+        Err(format!(
+            "could not start redis-server: {last_err}\n--- redis.log ---\n{}",
+            server.log_tail(30)
+        ))
+    }
+
+    /// `redis://127.0.0.1:PORT/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id.
+    ///
+    /// # Panics
+    /// If the server is stopped.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is stopped").id()
+    }
+
+    /// A plain connection for inspection, with 5 s read/write timeouts.
+    ///
+    /// # Panics
+    /// If the server does not accept the connection within 5 s.
+    pub fn conn(&self) -> redis::Connection {
+        connect(&self.url(), Duration::from_secs(5)).unwrap()
+    }
+
+    /// The server's version string (`redis_version` of `INFO server`), `?` if unknown.
+    pub fn version(&self) -> String {
+        let Ok(mut con) = connect(&self.url(), Duration::from_secs(5)) else {
+            return "?".into();
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut con)
+            .unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_owned()
+    }
+
+    /// Kills the server (SIGKILL) and reaps it. All data is lost.
+    pub fn stop(&mut self) {
+        self.kill_child();
+    }
+
+    /// Stops the server if running and starts a new, empty one on the same port (and CPU).
+    ///
+    /// # Panics
+    /// If no server answers on the port within 10 s.
+    pub fn restart(&mut self) {
+        self.kill_child();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(e) => {
+                    self.kill_child();
+                    assert!(
+                        Instant::now() < deadline,
+                        "could not restart redis-server on port {}: {e}\n--- redis.log ---\n{}",
+                        self.port,
+                        self.log_tail(30)
+                    );
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Freezes the server (SIGSTOP).
+    ///
+    /// # Panics
+    /// If the server is stopped or `kill` fails.
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// Thaws the server (SIGCONT).
+    ///
+    /// # Panics
+    /// If the server is stopped or `kill` fails.
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+
+    /// The last `n` lines of the server log.
+    pub fn log_tail(&self, n: usize) -> String {
+        log_tail(&self.dir.join("redis.log"), n)
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let port = self.port.to_string();
+        let log = self.dir.join("redis.log");
+        // `taskset -c N redis-server ...` execs the server in place: same pid.
+        let mut cmd = match self.cpu {
+            Some(c) => {
+                let mut cmd = Command::new("taskset");
+                cmd.arg("-c").arg(c.to_string()).arg("redis-server");
+                cmd
+            }
+            None => Command::new("redis-server"),
+        };
+        let child = cmd
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn redis-server (is it installed?): {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                self.child = None;
+                return Err(format!("redis-server on port {port} exited: {status}"));
+            }
+            if ping(&self.url()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill_child(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // A stopped process still dies of SIGKILL; SIGCONT anyway so nothing lingers.
+            let _ = child.kill();
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!(
+                "--- redis.log (port {}), last lines ---\n{}",
+                self.port,
+                self.log_tail(30)
+            );
+        }
+        self.kill_child();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ensure_redis_server_installed() {
+    match Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "`redis-server` is not on PATH; the integration tests need it. \
+             Install it, e.g. `apt-get install redis-server` (Debian/Ubuntu) \
+             or `brew install redis` (macOS)"
+        ),
+        Err(e) => panic!("cannot run `redis-server --version`: {e}"),
+    }
+}
+
+fn ping(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+    matches!(redis::cmd("PING").query::<String>(&mut conn), Ok(s) if s == "PONG")
+}
+
+/// A plain connection to `url` within `timeout`, with read/write timeouts of `timeout` (at
+/// least 5 s, so that a slow command is not cut short).
+///
+/// # Errors
+/// When the URL is invalid or the server does not accept the connection in time.
+pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(url)?;
+    let con = client.get_connection_with_timeout(timeout)?;
+    let t = Some(timeout.max(Duration::from_secs(5)));
+    con.set_read_timeout(t)?;
+    con.set_write_timeout(t)?;
+    Ok(con)
+}
+
+/// A port that was free a moment ago (bind 127.0.0.1:0, read it, release it). Never 6379.
+///
+/// # Panics
+/// If no port of 127.0.0.1 can be bound.
+pub fn free_port() -> u16 {
+    match try_free_port() {
+        Ok(port) => port,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn try_free_port() -> Result<u16, String> {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+        let port = l
+            .local_addr()
+            .map_err(|e| format!("local_addr: {e}"))?
+            .port();
+        if port != 6379 {
+            return Ok(port);
+        }
+    }
+}
+
+/// Pins every thread of process `pid` (and so the threads and children it starts later) to
+/// CPU `cpu`, with `taskset`. False when that is not possible.
+pub fn pin(pid: u32, cpu: usize) -> bool {
+    Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn log_tail(path: &Path, n: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Sends a signal by name (`STOP`, `CONT`, `KILL`, ...) to `pid` with the `kill` command.
+///
+/// # Panics
+/// If `kill` cannot be run or fails.
+pub fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run `kill`");
+    assert!(status.success(), "kill -{sig} {pid} failed: {status}");
+}
+
+/// SIGSTOPs process `pid` now and SIGCONTs it after `d`, from a thread (join it to know the
+/// process runs again).
+///
+/// # Panics
+/// If `kill` fails (on the calling thread for SIGSTOP, on the returned one for SIGCONT).
+pub fn stop_for(pid: u32, d: Duration) -> JoinHandle<()> {
+    signal(pid, "STOP");
+    thread::spawn(move || {
+        thread::sleep(d);
+        signal(pid, "CONT");
+    })
+}
