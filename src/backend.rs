@@ -27,7 +27,7 @@ use redis::{Connection, ConnectionLike, Value};
 use crate::conn::{Pool, is_connection_error};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{self, AcquireReply, Call, Holder, ReleaseReply, Which};
+use crate::scripts::{self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which};
 
 /// One Redis master.
 #[derive(Debug)]
@@ -50,10 +50,14 @@ impl Node {
 }
 
 /// What an acquire across the masters came to.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Acquired {
-    /// Held by the caller.
-    Held { token: u64, count: u64 },
+    /// Held by the caller, in the acquisition the masters call `gen`.
+    Held {
+        token: u64,
+        count: u64,
+        acquisition: String,
+    },
     /// Not held; worth another attempt after `wait` at the latest. `split`: some masters
     /// granted it (a quorum lock in transition, for example a release that reached some
     /// masters but not yet others).
@@ -68,8 +72,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) lease: Duration,
     /// Unique per acquire call, the same on its retries; names the acquisition when granted.
     pub(crate) request: &'a str,
-    /// The acquisition of the caller's live guard on this lock: `Some` makes this a re-entry.
-    pub(crate) live_gen: Option<&'a str>,
+    /// The caller's live hold on this lock: `Some` makes this a re-entry.
+    pub(crate) live: Option<Live<'a>>,
     /// When the call started; a quorum grant's validity is judged against it.
     pub(crate) sent: Instant,
 }
@@ -291,10 +295,10 @@ impl Backend {
             owner,
             lease,
             request,
-            live_gen,
+            live,
             sent,
         } = *a;
-        let call = scripts::acquire(keys, owner, lease, request, live_gen.is_some());
+        let call = scripts::acquire(keys, owner, lease, request, live);
         let replies = self.call_all(&call, &self.all());
         let parsed: Vec<(usize, Result<AcquireReply>)> = replies
             .into_iter()
@@ -307,9 +311,15 @@ impl Backend {
             .collect();
         if self.single() {
             return match parsed.into_iter().next().map(|(_, r)| r) {
-                Some(Ok(AcquireReply::Held { token, count })) => {
-                    Ok(Acquired::Held { token, count })
-                }
+                Some(Ok(AcquireReply::Held {
+                    token,
+                    count,
+                    acquisition,
+                })) => Ok(Acquired::Held {
+                    token,
+                    count,
+                    acquisition,
+                }),
                 Some(Ok(AcquireReply::Busy { ttl })) => Ok(Acquired::Busy {
                     wait: ttl,
                     split: false,
@@ -329,7 +339,11 @@ impl Backend {
         let mut first_error = None;
         for (i, r) in parsed {
             match r {
-                Ok(AcquireReply::Held { token, count }) => held.push((i, token, count)),
+                Ok(AcquireReply::Held {
+                    token,
+                    count,
+                    acquisition,
+                }) => held.push((i, token, count, acquisition)),
                 Ok(AcquireReply::Busy { ttl }) => busy.push(ttl),
                 Ok(AcquireReply::Foreign) => foreign = true,
                 Err(e) => {
@@ -339,37 +353,43 @@ impl Backend {
             }
         }
         let n = self.nodes.len();
-        if held.len() >= self.quorum && !foreign {
+        // The masters may disagree on the acquisition (a re-entry on some, a new acquisition
+        // on those that had lost the hold): only one acquisition granted by a quorum is held.
+        let winner = held
+            .iter()
+            .map(|h| &h.3)
+            .find(|g| held.iter().filter(|h| &h.3 == *g).count() >= self.quorum)
+            .cloned();
+        if let Some(acquisition) = winner.filter(|_| !foreign) {
             let elapsed = sent.elapsed();
             if lease > elapsed + self.drift(lease) {
-                let token = held.iter().map(|h| h.1).max().unwrap_or(0);
-                let count = held.iter().map(|h| h.2).max().unwrap_or(1);
-                return Ok(Acquired::Held { token, count });
+                let ours = held.iter().filter(|h| h.3 == acquisition);
+                let token = ours.clone().map(|h| h.1).max().unwrap_or(0);
+                let count = ours.map(|h| h.2).max().unwrap_or(1);
+                // Masters that granted another acquisition give it back.
+                let stray: Vec<_> = held
+                    .iter()
+                    .filter(|h| h.3 != acquisition)
+                    .cloned()
+                    .collect();
+                self.undo(keys, owner, request, &stray, &[]);
+                return Ok(Acquired::Held {
+                    token,
+                    count,
+                    acquisition,
+                });
             }
         }
         // Not held: give back what was granted, on the masters that granted it and (unless
         // this was a re-entry, whose levels must not be undone twice) on those that did not
         // answer, since the script may have run there before the reply was lost.
-        let reentry = held.iter().any(|h| h.2 > 1);
         let split = !held.is_empty();
-        let mut undo: Vec<usize> = held.iter().map(|h| h.0).collect();
-        if !reentry {
-            undo.extend(&failed);
-        }
-        if !undo.is_empty() {
-            let token = held.iter().map(|h| h.1).max().unwrap_or(0);
-            let holder = Holder {
-                owner,
-                acquisition: live_gen.unwrap_or(request),
-            };
-            let call = scripts::undo(
-                keys,
-                holder,
-                &crate::client::request_id(),
-                self.fence(token),
-            );
-            let _ = self.call_all(&call, &undo);
-        }
+        let unanswered = if live.is_none() {
+            failed.clone()
+        } else {
+            Vec::new()
+        };
+        self.undo(keys, owner, request, &held, &unanswered);
         if foreign {
             return Err(Error::ForeignKey {
                 key: keys.lock.clone(),
@@ -399,15 +419,63 @@ impl Backend {
         Ok(Acquired::Busy { wait, split })
     }
 
-    /// Releases one level on every master, retrying once where the connection failed.
+    /// Gives back what an acquire that is not kept granted: on each master of `granted`
+    /// (master, token, count, acquisition) its own level (a new acquisition is freed, a
+    /// re-entry counted down), and on `unanswered` the new acquisition `request` may have made.
+    fn undo(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        request: &str,
+        granted: &[(usize, u64, u64, String)],
+        unanswered: &[usize],
+    ) {
+        // One round per acquisition and level, to every master concerned at once.
+        let mut jobs: Vec<(Vec<usize>, &str, u64, Level)> = Vec::new();
+        for (i, token, _, acquisition) in granted {
+            let level = if acquisition == request {
+                Level::Outermost
+            } else {
+                Level::Inner
+            };
+            match jobs
+                .iter_mut()
+                .find(|j| j.1 == acquisition.as_str() && j.3 == level)
+            {
+                Some(job) => {
+                    job.0.push(*i);
+                    job.2 = job.2.max(*token);
+                }
+                None => jobs.push((vec![*i], acquisition.as_str(), *token, level)),
+            }
+        }
+        if !unanswered.is_empty() {
+            let token = granted.iter().map(|h| h.1).max().unwrap_or(0);
+            jobs.push((unanswered.to_vec(), request, token, Level::Outermost));
+        }
+        for (targets, acquisition, token, level) in jobs {
+            let holder = Holder { owner, acquisition };
+            let call = scripts::undo(
+                keys,
+                holder,
+                &crate::client::request_id(),
+                self.fence(token),
+                level,
+            );
+            let _ = self.call_all(&call, &targets);
+        }
+    }
+
+    /// Releases `level` on every master, retrying once where the connection failed.
     pub(crate) fn release(
         &self,
         keys: &LockKeys,
         holder: Holder<'_>,
         request: &str,
         token: u64,
+        level: Level,
     ) -> Result<ReleaseReply> {
-        let call = scripts::release(keys, holder, request, self.fence(token));
+        let call = scripts::release(keys, holder, request, self.fence(token), level);
         let mut replies = self.call_all(&call, &self.all());
         let retry: Vec<usize> = replies
             .iter()
@@ -522,6 +590,19 @@ impl Backend {
                     None
                 }
             })
+            .collect()
+    }
+
+    /// Runs `cmd` once on every master, in one round bounded like a script call; each master's
+    /// name (its URL without password) with its reply.
+    pub(crate) fn each_master(&self, cmd: redis::Cmd) -> Vec<(&str, Result<Value>)> {
+        let call = Call {
+            which: Which::Renew,
+            cmd,
+        };
+        self.call_all(&call, &self.all())
+            .into_iter()
+            .map(|(i, r)| (self.nodes[i].name.as_str(), r))
             .collect()
     }
 

@@ -156,9 +156,12 @@ impl ClientBuilder {
         self
     }
 
-    /// A callback told the moment the renewal thread learns that a held lease was lost (the
-    /// key vanished or has another owner, or Redis stayed unreachable until the lease ran
-    /// out). It runs on the renewal thread: keep it short and never block in it.
+    /// A callback told, once per lease, when a lease is lost while a guard of it still exists:
+    /// the key vanished or has another owner (found by a renewal, or by a re-entry or an inner
+    /// release of the holding thread), or the lease ran out before it could be renewed (Redis
+    /// unreachable, the renewal thread late). Leases that end by design (a fixed lease, or
+    /// the maximum hold time) are not reported. It runs on the renewal thread: keep it short
+    /// and never block in it.
     ///
     /// # Examples
     ///
@@ -283,6 +286,7 @@ impl ClientBuilder {
         ));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend.ping()?;
+        warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::connect(infos, node_timeouts)?;
         let (inbox, renewer) =
             renewal::renewer(Arc::clone(&backend), config.renew_every, self.on_lost);
@@ -323,6 +327,61 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner { shared, threads }),
         })
+    }
+}
+
+/// Logs a warning for each master that may evict lock keys to make room: a `maxmemory` limit
+/// with a `maxmemory-policy` other than `noeviction`. Lock keys and fencing counters carry an
+/// expiry, so the `volatile-*` policies evict them as readily as the `allkeys-*` ones; an
+/// evicted lock key is a lock granted twice. Skipped quietly where `CONFIG GET` is refused
+/// (an ACL, a managed service).
+fn warn_if_locks_evictable(backend: &Backend) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory*");
+    for (master, reply) in backend.each_master(cmd) {
+        let settings = match reply {
+            Ok(v) => config_pairs(v),
+            Err(e) => {
+                log::debug!("CONFIG GET maxmemory* refused by {master}: {e}");
+                continue;
+            }
+        };
+        let get = |k: &str| {
+            settings
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let limit = get("maxmemory").and_then(|v| v.parse::<u64>().ok());
+        match (limit, get("maxmemory-policy")) {
+            (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
+                "Redis at {master} may evict lock keys: maxmemory-policy is {policy} with \
+                 maxmemory {limit}; use noeviction, or an evicted lock can be granted twice"
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The name/value pairs of a `CONFIG GET` reply (an array in RESP2, a map in RESP3).
+fn config_pairs(v: redis::Value) -> Vec<(String, String)> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -382,8 +441,19 @@ pub(crate) struct Grant<'a> {
     pub(crate) token: u64,
     pub(crate) count: u64,
     pub(crate) sent: Instant,
-    /// The acquire call's request id.
-    pub(crate) request: &'a str,
+    /// The acquisition the server says this grant belongs to (the lock's `gen`).
+    pub(crate) acquisition: &'a str,
+}
+
+/// What [`Shared::adopt`] made of a grant.
+#[derive(Debug)]
+pub(crate) enum Adopted {
+    /// The caller holds the lock through this hold (a new one, or its live hold re-entered).
+    Held(Arc<Hold>),
+    /// The server answered for an acquisition that this thread's guards already count as
+    /// lost (its local deadline passed while the call was on its way): no guard may be
+    /// handed out for it. The caller frees it and tries again.
+    Stale,
 }
 
 impl Shared {
@@ -408,13 +478,18 @@ impl Shared {
 
     /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
     /// gets a new one, registered for renewal before the caller sees it.
+    ///
+    /// The server names the acquisition (`grant.gen`). When the thread's hold belongs to
+    /// another one, the server no longer has that hold's acquisition (the key expired, was
+    /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
+    /// so that its guards never say "held" beside the new acquisition.
     pub(crate) fn adopt(
         &self,
         keys: &Arc<LockKeys>,
         owner: String,
         grant: Grant<'_>,
         terms: Terms,
-    ) -> Arc<Hold> {
+    ) -> Adopted {
         self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
     }
 
@@ -426,30 +501,35 @@ impl Shared {
         owner: String,
         grant: Grant<'_>,
         terms: Terms,
-    ) -> Arc<Hold> {
+    ) -> Adopted {
         let Grant {
             token,
             count,
             sent,
-            request,
+            acquisition,
         } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
         let existing = holds.get(&slot).and_then(Weak::upgrade);
-        // A re-entry joins the thread's hold (with a quorum, a master that restarted may have
-        // answered with a newer token; the acquisition is still the same).
-        if count > 1
-            && let Some(h) = &existing
-            && h.enter(sent)
-        {
-            return Arc::clone(h);
+        if let Some(h) = &existing {
+            if h.acquisition == acquisition {
+                // A re-entry joins the thread's hold (with a quorum, a master that restarted
+                // may have answered with a newer token; the acquisition is still the same).
+                // A hold that can no longer be entered must not get a second hold of the same
+                // acquisition beside it: its guards would release the new one's levels.
+                return if h.enter(sent) {
+                    Adopted::Held(Arc::clone(h))
+                } else {
+                    Adopted::Stale
+                };
+            }
+            self.report_lost(h);
         }
-        // A new acquisition is named by its request id; a re-entry whose hold just expired
-        // locally still belongs to that hold's acquisition on the server.
-        let acquisition = match (&existing, count > 1) {
-            (Some(h), true) => h.acquisition.clone(),
-            _ => request.to_owned(),
-        };
+        if count > 1 {
+            // Levels of an acquisition no local hold knows (its hold is gone): never handed
+            // out as a new one.
+            return Adopted::Stale;
+        }
         let renewal = terms.watchdog.then(|| Renewal {
             every: self.config.renew_every,
             until: terms.max_hold.and_then(|m| sent.checked_add(m)),
@@ -459,7 +539,7 @@ impl Shared {
                 Arc::clone(keys),
                 Identity {
                     owner,
-                    acquisition,
+                    acquisition: acquisition.to_owned(),
                     token,
                 },
                 terms.lease,
@@ -474,7 +554,18 @@ impl Shared {
         if renewal.is_some() {
             self.renewals.register(Arc::clone(&hold));
         }
-        hold
+        Adopted::Held(hold)
+    }
+
+    /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
+    /// callback, on the renewal thread), if it was held until now: each loss is reported
+    /// once. A hold whose local deadline has passed is left as it is: a renewed one is
+    /// reported by the renewal thread when its slot comes, and a lease that ended by design
+    /// (a fixed lease, the maximum hold time) is not a loss to report.
+    pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
+        if hold.is_held() && hold.mark_lost() {
+            self.renewals.lost(Arc::clone(hold));
+        }
     }
 
     /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,

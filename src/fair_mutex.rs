@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Client, Grant, Terms, request_id};
+use crate::client::{Adopted, Client, Grant, Terms, request_id};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::LockKeys;
-use crate::scripts::{self, AcquireReply, Holder, Kind, ReleaseReply};
+use crate::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
 use crate::subscriber::RECHECK;
 
 /// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
@@ -298,16 +298,30 @@ impl FairMutex {
         eval_twice(&self.client, &call)
     }
 
-    /// One acquire call (`enqueue`: join the queue when not granted).
+    /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
+    /// join the queue when not granted).
     fn attempt(
         &self,
         owner: &str,
         request: &str,
-        reenter: bool,
+        live: Option<Live<'_>>,
         enqueue: bool,
     ) -> Result<AcquireReply> {
-        let flag = |b: bool| if b { "1" } else { "0" };
-        let v = self.call("acquire", owner, request, &[flag(reenter), flag(enqueue)])?;
+        let (acquisition, extend) = match live {
+            Some(l) if l.extend.is_zero() => (l.acquisition, 0),
+            Some(l) => (l.acquisition, scripts::millis(l.extend)),
+            None => ("", 0),
+        };
+        let v = self.call(
+            "acquire",
+            owner,
+            request,
+            &[
+                acquisition,
+                if enqueue { "1" } else { "0" },
+                &extend.to_string(),
+            ],
+        )?;
         self.parse(&v, "fair acquire")
     }
 
@@ -321,12 +335,14 @@ impl FairMutex {
         }
     }
 
-    /// Turns a grant into a guard, unless its validity already passed (a very late reply or
-    /// message): then the lock is given back (to the next waiter) and `None` returned.
+    /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
+    /// passed (a very late reply or message), or it is an acquisition no local hold may use
+    /// (see [`Adopted::Stale`]): then the lock is given back (to the next waiter) and `None`
+    /// returned.
     fn take(
         &self,
         owner: &str,
-        request: &str,
+        acquisition: &str,
         token: u64,
         count: u64,
         sent: Instant,
@@ -335,15 +351,28 @@ impl FairMutex {
             token,
             count,
             sent,
-            request,
+            acquisition,
         };
-        let hold = self.client.shared().adopt_as(
+        let shared = self.client.shared();
+        let hold = match shared.adopt_as(
             Kind::Fair,
             &self.keys,
             owner.to_owned(),
             grant,
             self.terms(),
-        );
+        ) {
+            Adopted::Held(hold) => hold,
+            Adopted::Stale => {
+                // Free the acquisition nobody may use (owner- and acquisition-checked), so
+                // that the next attempt makes a new one.
+                let holder = Holder { owner, acquisition };
+                let call = release_call(&self.keys, holder, Level::Outermost);
+                if let Err(e) = eval_twice(&self.client, &call) {
+                    log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
+                }
+                return None;
+            }
+        };
         let guard = FairMutexGuard::new(self, hold);
         if guard.is_held() {
             return Some(guard);
@@ -360,22 +389,41 @@ impl FairMutex {
         let shared = self.client.shared();
         let owner = shared.owner();
         let request = request_id();
-        let reenter = shared.live_hold(&self.keys).is_some();
+        let live = shared.live_hold(&self.keys);
 
         // First, one attempt without queueing: it succeeds when the lock is free with nobody
-        // queued, or for a re-entry.
+        // queued, or for a re-entry. A re-entry keeps the terms of the acquisition it enters
+        // (it never shortens the lease on the server).
         let sent = Instant::now();
+        let live_arg = live.as_ref().map(|h| Live {
+            acquisition: &h.acquisition,
+            extend: h.reentry_extension(sent),
+        });
         let first = if past(deadline) {
-            self.attempt(&owner, &request, reenter, false)?
+            self.attempt(&owner, &request, live_arg, false)?
         } else {
             retrying(&self.client, deadline, || {
-                self.attempt(&owner, &request, reenter, false)
+                self.attempt(&owner, &request, live_arg, false)
             })?
         };
-        if let AcquireReply::Held { token, count } = first
-            && let Some(g) = self.take(&owner, &request, token, count, sent)
-        {
-            return Ok(Some(g));
+        match first {
+            AcquireReply::Held {
+                token,
+                count,
+                acquisition,
+            } => {
+                if let Some(g) = self.take(&owner, &acquisition, token, count, sent) {
+                    return Ok(Some(g));
+                }
+            }
+            // Another owner holds the lock, or the server no longer has the live hold's
+            // acquisition: that hold is lost, and learns it now rather than at its next
+            // renewal (its guards then say so).
+            _ => {
+                if let Some(h) = &live {
+                    shared.report_lost(h);
+                }
+            }
         }
         if past(deadline) {
             return Ok(None);
@@ -404,11 +452,15 @@ impl FairMutex {
             let seen = reg.epoch();
             let sent = Instant::now();
             let reply = retrying(&self.client, deadline, || {
-                self.attempt(&owner, &request, false, true)
+                self.attempt(&owner, &request, None, true)
             });
             let ttl = match reply {
-                Ok(AcquireReply::Held { token, count }) => {
-                    if let Some(g) = self.take(&owner, &request, token, count, sent) {
+                Ok(AcquireReply::Held {
+                    token,
+                    count,
+                    ref acquisition,
+                }) => {
+                    if let Some(g) = self.take(&owner, acquisition, token, count, sent) {
                         return Ok(Some(g));
                     }
                     Duration::ZERO
@@ -478,9 +530,14 @@ impl FairMutex {
                 drop(place);
                 let v = self.call("cancel", &owner, &request, &[])?;
                 return match (self.parse(&v, "fair cancel")?, since) {
-                    (AcquireReply::Held { token, count }, Some(since)) => {
-                        Ok(self.take(&owner, &request, token, count, since))
-                    }
+                    (
+                        AcquireReply::Held {
+                            token,
+                            count,
+                            acquisition,
+                        },
+                        Some(since),
+                    ) => Ok(self.take(&owner, &acquisition, token, count, since)),
                     _ => Ok(None),
                 };
             }
@@ -586,22 +643,38 @@ impl Drop for FairMutexGuard<'_> {
     }
 }
 
+/// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
+/// of the same call releases nothing twice).
+fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::Call {
+    let request = request_id();
+    let inner = match level {
+        Level::Inner => "1",
+        Level::Outermost => "0",
+    };
+    // The lease argument is unused by a release.
+    scripts::fair(
+        keys,
+        "release",
+        holder,
+        Duration::ZERO,
+        &[&request, "0", inner],
+    )
+}
+
 /// Releases one level of `hold` (see `guard.rs` for the order: renewal stops first).
 fn release(mutex: &FairMutex, hold: &Arc<Hold>) -> Result<()> {
     let shared = mutex.client.shared();
     let timeouts = shared.config.timeouts;
     let was_held = hold.is_held();
-    if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+    // The outermost level frees the lock on the server whatever count it has there (as for
+    // the plain mutex): levels the server counts beyond the local ones cannot keep it.
+    let level = if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
         shared.forget(hold);
-    }
-    let request = request_id();
-    let call = scripts::fair(
-        &mutex.keys,
-        "release",
-        hold.holder(),
-        hold.lease,
-        &[&request, "0"],
-    );
+        Level::Outermost
+    } else {
+        Level::Inner
+    };
+    let call = release_call(&mutex.keys, hold.holder(), level);
     let backend = &shared.backend;
     let reply = match backend.eval_single(&call) {
         Err(e) if e.is_retriable() => backend.eval_single(&call).map(|v| {
@@ -622,12 +695,14 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>) -> Result<()> {
     };
     match scripts::parse_release(&reply) {
         Some(ReleaseReply::Released { .. }) => Ok(()),
+        // An inner level finds the lease lost while outer guards still live: they are told,
+        // and the loss is reported once.
         Some(ReleaseReply::Missing) => {
-            hold.mark_lost();
+            shared.report_lost(hold);
             Err(Error::LeaseLost)
         }
         Some(ReleaseReply::OtherOwner) => {
-            hold.mark_lost();
+            shared.report_lost(hold);
             Err(Error::NotOwner)
         }
         Some(ReleaseReply::Foreign) => Err(Error::ForeignKey {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::mutex::Mutex;
-use crate::scripts::ReleaseReply;
+use crate::scripts::{Level, ReleaseReply};
 
 /// A held lock. Dropping it releases one level of the lock (the lock is free once the
 /// outermost guard of the owning thread is gone); [`unlock`](MutexGuard::unlock) does the same
@@ -94,7 +94,10 @@ impl<'a> MutexGuard<'a> {
         self.hold.validity()
     }
 
-    /// Releases this level of the lock and reports the outcome.
+    /// Releases this level of the lock and reports the outcome. The outermost guard of the
+    /// owning thread frees the lock on the server, whatever re-entry count the server has (an
+    /// inner release that failed, or a re-entry whose reply was lost, cannot keep it); an
+    /// inner guard counts one level down and never frees it.
     ///
     /// # Errors
     ///
@@ -120,35 +123,44 @@ impl Drop for MutexGuard<'_> {
 }
 
 /// Releases one level of `hold`: stops renewal first (for the outermost level), then runs the
-/// owner-checked release script (the backend retries once, with the same request id, where the
+/// owner- and acquisition-checked release script (the backend retries once, with the same request id, where the
 /// connection failed; the script recognises a retry, so a level is never released twice).
 fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
     let shared = mutex.client().shared();
     let timeouts = shared.config.timeouts;
     let was_held = hold.is_held();
-    if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+    // The outermost level frees the lock on the server whatever count it has there: levels
+    // the server counts beyond the local ones (an inner release that never arrived, a
+    // re-entry whose reply was lost for good) must not keep it.
+    let level = if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
         shared.forget(hold);
-    }
-    let request = crate::client::request_id();
-    let reply = match shared
-        .backend
-        .release(mutex.keys(), hold.holder(), &request, hold.token)
-    {
-        // Redis could not be asked, but the lease was known lost already: that is the news.
-        Err(e) if !was_held => {
-            log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
-            return Err(Error::LeaseLost);
-        }
-        other => other?,
+        Level::Outermost
+    } else {
+        Level::Inner
     };
+    let request = crate::client::request_id();
+    let reply =
+        match shared
+            .backend
+            .release(mutex.keys(), hold.holder(), &request, hold.token, level)
+        {
+            // Redis could not be asked, but the lease was known lost already: that is the news.
+            Err(e) if !was_held => {
+                log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
+                return Err(Error::LeaseLost);
+            }
+            other => other?,
+        };
     match reply {
         ReleaseReply::Released { .. } => Ok(()),
+        // An inner level finds the lease lost while outer guards still live: they are told,
+        // and the loss is reported once.
         ReleaseReply::Missing => {
-            hold.mark_lost();
+            shared.report_lost(hold);
             Err(Error::LeaseLost)
         }
         ReleaseReply::OtherOwner => {
-            hold.mark_lost();
+            shared.report_lost(hold);
             Err(Error::NotOwner)
         }
         ReleaseReply::Foreign => Err(Error::ForeignKey {

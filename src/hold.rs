@@ -163,15 +163,37 @@ impl Hold {
         })
     }
 
-    /// A re-entry of this hold: one more level, and the lease was just extended at `sent`.
-    /// Returns false if the hold is no longer usable (lost or released).
+    /// How long a re-entry sent at `sent` makes the key's lease at least: the hold's own
+    /// lease while it is renewed (as a renewal sent then would); zero for a fixed lease, which
+    /// ends a fixed time after its acquisition whatever re-entries come, and zero past the
+    /// maximum hold time, after which no renewal extends the lease and no re-entry may either
+    /// (a holder re-entering in a loop would otherwise keep the lock forever).
+    ///
+    /// A re-entry keeps the terms of the hold's acquisition (lease, renewal, maximum hold
+    /// time), whatever handle it came through: a handle's terms apply to new acquisitions.
+    pub(crate) fn reentry_extension(&self, sent: Instant) -> Duration {
+        match self.renewal {
+            Some(Renewal { until, .. }) if until.is_none_or(|u| sent <= u) => self.lease,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// A re-entry of this hold, sent at `sent`: one more level. The server moved the key's
+    /// expiry to at least `sent` plus [`reentry_extension`](Hold::reentry_extension) (never
+    /// earlier), so the local deadline moves with it only when that is the hold's lease.
+    /// Returns false if the hold is no longer usable (lost, released, or past its deadline).
     pub(crate) fn enter(&self, sent: Instant) -> bool {
         let mut st = self.state.lock();
         if !matches!(st.status, Status::Valid | Status::Uncertain) || st.depth == 0 {
             return false;
         }
+        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
         st.depth += 1;
-        st.last_ok = st.last_ok.max(sent);
+        if !self.reentry_extension(sent).is_zero() {
+            st.last_ok = st.last_ok.max(sent);
+        }
         st.status = Status::Valid;
         true
     }
@@ -230,11 +252,13 @@ impl Hold {
     }
 
     /// Records the outcome of a renewal sent at `sent`: `Some(true)` extended, `Some(false)`
-    /// not owned any more, `None` failed (I/O). Returns the status afterwards.
-    pub(crate) fn end_renewal(&self, sent: Instant, outcome: Option<bool>) -> Status {
+    /// not owned any more, `None` failed (I/O). Returns the status afterwards, or `None` when
+    /// the hold had been released or marked lost meanwhile (by its owner's thread): then the
+    /// outcome changes nothing, and a loss was reported by whoever marked it.
+    pub(crate) fn end_renewal(&self, sent: Instant, outcome: Option<bool>) -> Option<Status> {
         let mut st = self.state.lock();
         st.in_flight = false;
-        if matches!(st.status, Status::Valid | Status::Uncertain) {
+        let status = if matches!(st.status, Status::Valid | Status::Uncertain) {
             match outcome {
                 Some(true) => {
                     st.last_ok = st.last_ok.max(sent);
@@ -249,8 +273,10 @@ impl Hold {
                     }
                 }
             }
-        }
-        let status = st.status;
+            Some(st.status)
+        } else {
+            None
+        };
         drop(st);
         self.renewal_done.notify_all();
         status
@@ -318,12 +344,29 @@ mod tests {
     fn failed_renewal_is_uncertain_until_the_deadline() {
         let h = hold(10_000, Instant::now());
         assert_eq!(h.begin_renewal(), Begin::Send);
-        assert_eq!(h.end_renewal(Instant::now(), None), Status::Uncertain);
+        assert_eq!(h.end_renewal(Instant::now(), None), Some(Status::Uncertain));
         assert!(h.is_held());
         assert_eq!(h.begin_renewal(), Begin::Send);
-        assert_eq!(h.end_renewal(Instant::now(), Some(false)), Status::Lost);
+        assert_eq!(
+            h.end_renewal(Instant::now(), Some(false)),
+            Some(Status::Lost)
+        );
         assert!(!h.is_held());
         assert_eq!(h.begin_renewal(), Begin::Skip);
+    }
+
+    #[test]
+    fn a_renewal_ending_after_the_hold_was_marked_lost_changes_nothing() {
+        let h = hold(10_000, Instant::now());
+        assert_eq!(h.begin_renewal(), Begin::Send);
+        assert!(h.mark_lost());
+        assert_eq!(h.end_renewal(Instant::now(), Some(false)), None);
+        assert_eq!(h.begin_renewal(), Begin::Skip);
+        let r = hold(10_000, Instant::now());
+        assert_eq!(r.begin_renewal(), Begin::Send);
+        assert!(r.leave(Duration::ZERO));
+        assert_eq!(r.end_renewal(Instant::now(), Some(true)), None);
+        assert_eq!(r.status(), Status::Released);
     }
 
     #[test]
@@ -336,6 +379,38 @@ mod tests {
             until: Some(t + Duration::from_millis(500)),
         });
         assert_eq!(h.next_renewal(), None);
+    }
+
+    #[test]
+    fn a_fixed_lease_reentry_keeps_the_deadline() {
+        let t = Instant::now();
+        let mut h = hold(10_000, t);
+        h.renewal = None;
+        let before = h.deadline();
+        let later = t + Duration::from_secs(1);
+        assert_eq!(h.reentry_extension(later), Duration::ZERO);
+        assert!(h.enter(later));
+        assert_eq!(h.deadline(), before);
+        let w = hold(10_000, t);
+        assert_eq!(w.reentry_extension(later), Duration::from_secs(10));
+        assert!(w.enter(later));
+        assert_eq!(w.deadline(), before.map(|d| d + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn no_reentry_extends_past_the_maximum_hold_time() {
+        let t = Instant::now();
+        let mut h = hold(10_000, t);
+        h.renewal = Some(Renewal {
+            every: Duration::from_secs(3),
+            until: Some(t + Duration::from_millis(500)),
+        });
+        assert_eq!(h.reentry_extension(t), Duration::from_secs(10));
+        let later = t + Duration::from_secs(1);
+        assert_eq!(h.reentry_extension(later), Duration::ZERO);
+        let before = h.deadline();
+        assert!(h.enter(later));
+        assert_eq!(h.deadline(), before);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! | what | name |
 //! |---|---|
 //! | lock (hash: `owner`, `count`, `token`, `gen`, `req`, `rel`) | `P{T}:lock` |
-//! | fencing counter (integer, never expires) | `P{T}:fence` |
+//! | fencing counter (integer, expires [`FENCE_TTL`] after its last write) | `P{T}:fence` |
 //! | release channel | `P{T}:released` |
 //!
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
@@ -14,7 +14,17 @@
 //! hashes exactly `T`. The prefix may not contain braces (checked by the builder), so the
 //! first `{` of every key is the tag's.
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
+
+/// How long a lock's fencing counter outlives its last write (a grant, or with a quorum a
+/// renewal or release that raised it). The scripts hold the same value (`FENCE_TTL_MS`), and
+/// `acquire.lua` explains why tokens stay strictly increasing after the counter expired: a
+/// token leads the granting server's clock by far less than this, and the counter expires by
+/// that same clock.
+#[cfg_attr(not(test), allow(dead_code))] // the scripts carry it; a unit test checks they agree
+pub(crate) const FENCE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;

@@ -4,11 +4,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{AcquireCall, Acquired, jitter};
-use crate::client::{Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold};
+use crate::client::{
+    Adopted, Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold,
+};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
+use crate::scripts::{Holder, Level, Live};
 use crate::subscriber::{RECHECK, Turn};
 
 /// How the lease of a lock is kept.
@@ -56,7 +59,11 @@ const SPLIT_RETRIES: u32 = 4;
 ///
 /// The owner of a lock is one thread of one [`Client`]. The owning thread may lock it again
 /// and gets a nested guard with the same fencing token; other threads, of this client or any
-/// other, wait until the outermost guard goes.
+/// other, wait until the outermost guard goes. A re-entry keeps the terms (lease, renewal,
+/// maximum hold time) of the acquisition it enters, through whichever handle it came. A
+/// re-entry that finds the acquisition gone from the server (the key expired or was deleted)
+/// marks the outer guards lost at once and gets a new acquisition, with a new token (or
+/// `None`, or a wait, when another owner has the lock).
 ///
 /// # Waiting
 ///
@@ -113,6 +120,9 @@ impl Mutex {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] when `max` is under [`MIN_LEASE`].
+    ///
+    /// Like [`with_lease`](Mutex::with_lease), it sets the terms of new acquisitions only: a
+    /// re-entry keeps the terms of the acquisition it enters.
     pub fn with_max_hold(&self, max: Duration) -> Result<Mutex> {
         validate_max_hold(max)?;
         Ok(Mutex {
@@ -124,6 +134,10 @@ impl Mutex {
     /// The same lock with a fixed lease: never renewed, so the lock frees itself `lease` after
     /// each acquisition even if its holder is still working. Use it for work with a known
     /// bound, where a stuck holder must not keep the lock.
+    ///
+    /// The lease is that of new acquisitions. A thread that already holds the lock re-enters
+    /// its acquisition and keeps that acquisition's terms, through whatever handle: a re-entry
+    /// never shortens the lease on the server, and never extends a fixed lease.
     ///
     /// # Errors
     ///
@@ -279,6 +293,13 @@ impl Mutex {
     }
 
     /// One acquire script round trip for `owner`.
+    ///
+    /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
+    /// hold's acquisition, whatever this handle's terms: it never shortens the key's lease,
+    /// extends a renewed hold's lease to at least its own length, and leaves a fixed lease
+    /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
+    /// hold lost at once (its guards then say so); it gets a new acquisition with this
+    /// handle's terms, or `Busy` when another owner holds the lock.
     fn attempt_once(&self, owner: &str, request: &str) -> Result<Attempt> {
         let shared = self.client.shared();
         let terms = self.terms();
@@ -291,19 +312,60 @@ impl Mutex {
             owner,
             lease: terms.lease,
             request,
-            live_gen: live.as_ref().map(|h| h.acquisition.as_str()),
+            live: live.as_ref().map(|h| Live {
+                acquisition: &h.acquisition,
+                extend: h.reentry_extension(sent),
+            }),
             sent,
         })?;
         match reply {
-            Acquired::Busy { wait, split } => Ok(Attempt::Busy { wait, split }),
-            Acquired::Held { token, count } => {
+            Acquired::Busy { wait, split } => {
+                // Another owner holds the lock on the server (on a quorum of masters, unless
+                // split): the live hold is lost, and learns it now rather than at its next
+                // renewal.
+                if let Some(h) = &live
+                    && !split
+                {
+                    shared.report_lost(h);
+                }
+                Ok(Attempt::Busy { wait, split })
+            }
+            Acquired::Held {
+                token,
+                count,
+                acquisition,
+            } => {
                 let grant = Grant {
                     token,
                     count,
                     sent,
-                    request,
+                    acquisition: &acquisition,
                 };
-                let hold = shared.adopt(&self.keys, owner.to_owned(), grant, terms);
+                let hold = match shared.adopt(&self.keys, owner.to_owned(), grant, terms) {
+                    Adopted::Held(hold) => hold,
+                    Adopted::Stale => {
+                        // Free the acquisition nobody may use (owner- and acquisition-checked),
+                        // so that the next attempt makes a new one.
+                        let holder = Holder {
+                            owner,
+                            acquisition: &acquisition,
+                        };
+                        let token = shared.backend.fence(token);
+                        if let Err(e) = shared.backend.release(
+                            &self.keys,
+                            holder,
+                            &request_id(),
+                            token,
+                            Level::Outermost,
+                        ) {
+                            log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
+                        }
+                        return Ok(Attempt::Busy {
+                            wait: Duration::ZERO,
+                            split: false,
+                        });
+                    }
+                };
                 if hold.is_held() {
                     return Ok(Attempt::Held(hold));
                 }

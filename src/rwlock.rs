@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Client, Grant, Terms, request_id};
+use crate::client::{Adopted, Client, Grant, Terms, request_id};
 use crate::error::{Error, Result};
 use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past, retrying};
 use crate::hold::Hold;
@@ -255,20 +255,28 @@ impl RwLock {
             &self.write_keys
         };
         match scripts::parse_acquire(&v) {
-            Some(AcquireReply::Held { token, .. }) => {
+            Some(AcquireReply::Held {
+                token, acquisition, ..
+            }) => {
+                // One server entry per acquisition (re-entry is counted here), named by the
+                // server after this call's request id.
+                if acquisition != request {
+                    return Err(scripts::unexpected("rw acquire", &v));
+                }
                 let grant = Grant {
                     token,
                     count: 1,
                     sent,
-                    request,
+                    acquisition: &acquisition,
                 };
-                let hold = self.client.shared().adopt_as(
-                    Kind::Rw,
-                    keys,
-                    owner.to_owned(),
-                    grant,
-                    self.terms(),
-                );
+                let shared = self.client.shared();
+                let hold =
+                    match shared.adopt_as(Kind::Rw, keys, owner.to_owned(), grant, self.terms()) {
+                        Adopted::Held(hold) => hold,
+                        // Cannot happen for a new acquisition (count 1, a request id no hold
+                        // has); answered as not held, and the entry runs out by its lease.
+                        Adopted::Stale => return Ok(Attempt::Busy(Duration::ZERO)),
+                    };
                 if hold.is_held() {
                     return Ok(Attempt::Held(hold));
                 }
@@ -455,11 +463,11 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>) -> Result<()> {
         Err(e) => Err(e),
         Ok(Value::Int(0)) => Ok(()),
         Ok(Value::Int(-1)) => {
-            hold.mark_lost();
+            shared.report_lost(hold);
             Err(Error::LeaseLost)
         }
         Ok(Value::Int(-2)) => {
-            hold.mark_lost();
+            shared.report_lost(hold);
             Err(Error::NotOwner)
         }
         Ok(Value::Int(-3)) => Err(Error::ForeignKey {

@@ -128,10 +128,15 @@ pub(crate) fn fair(
 }
 
 /// The answer of the acquire script on one master.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// The caller holds the lock now, `count` levels deep, under fencing token `token`.
-    Held { token: u64, count: u64 },
+    /// The caller holds the lock now, `count` levels deep, under fencing token `token`, in
+    /// the acquisition the server calls `gen`.
+    Held {
+        token: u64,
+        count: u64,
+        acquisition: String,
+    },
     /// Another owner holds it, for `ttl` more.
     Busy { ttl: Duration },
     /// The key holds something locksmith did not write.
@@ -154,6 +159,15 @@ pub(crate) enum ReleaseReply {
 /// Lease in whole milliseconds, as the scripts take it; at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
 }
 
 fn int(v: &Value) -> Option<i64> {
@@ -244,20 +258,36 @@ fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-/// The acquire script for `owner` with a lease of `lease`; `reenter` when the calling thread
-/// holds the lock through a live guard.
+/// The caller's live hold on a lock, for a re-entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Live<'a> {
+    /// The hold's acquisition (the lock's `gen`).
+    pub(crate) acquisition: &'a str,
+    /// The lease the key must have left after the re-entry (the hold's own lease); zero
+    /// leaves the expiry as it is (a fixed lease).
+    pub(crate) extend: Duration,
+}
+
+/// The acquire script for `owner`: a new acquisition gets a lease of `lease`; with `live`
+/// (the calling thread holds the lock through a live guard) this is a re-entry of it.
 pub(crate) fn acquire(
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
     request: &str,
-    reenter: bool,
+    live: Option<Live<'_>>,
 ) -> Call {
     let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
+    let (acquisition, extend) = match live {
+        Some(l) if l.extend.is_zero() => (l.acquisition, 0),
+        Some(l) => (l.acquisition, millis(l.extend)),
+        None => ("", 0),
+    };
     cmd.arg(owner)
         .arg(millis(lease))
         .arg(request)
-        .arg(if reenter { "1" } else { "0" });
+        .arg(acquisition)
+        .arg(extend);
     Call {
         which: Which::Acquire,
         cmd,
@@ -271,14 +301,35 @@ pub(crate) struct Holder<'a> {
     pub(crate) acquisition: &'a str,
 }
 
-/// The release script for one level of `holder`'s acquisition under `token`.
-pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>, request: &str, token: u64) -> Call {
-    release_publishing_on(&keys.channel, keys, holder, request, token)
+/// Which levels a release gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// The holder's outermost level: the lock is freed, whatever count the server has.
+    Outermost,
+    /// An inner level: one level is counted down; the lock is never freed by it.
+    Inner,
+}
+
+/// The release script for a level of `holder`'s acquisition under `token`.
+pub(crate) fn release(
+    keys: &LockKeys,
+    holder: Holder<'_>,
+    request: &str,
+    token: u64,
+    level: Level,
+) -> Call {
+    release_publishing_on(&keys.channel, keys, holder, request, token, level)
 }
 
 /// The release script without the release message: undoes a partial quorum grant.
-pub(crate) fn undo(keys: &LockKeys, holder: Holder<'_>, request: &str, token: u64) -> Call {
-    release_publishing_on("", keys, holder, request, token)
+pub(crate) fn undo(
+    keys: &LockKeys,
+    holder: Holder<'_>,
+    request: &str,
+    token: u64,
+    level: Level,
+) -> Call {
+    release_publishing_on("", keys, holder, request, token, level)
 }
 
 /// The release script, publishing on `channel` (nowhere when empty).
@@ -288,13 +339,18 @@ fn release_publishing_on(
     holder: Holder<'_>,
     request: &str,
     token: u64,
+    level: Level,
 ) -> Call {
     let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
     cmd.arg(holder.owner)
         .arg(channel)
         .arg(request)
         .arg(token)
-        .arg(holder.acquisition);
+        .arg(holder.acquisition)
+        .arg(match level {
+            Level::Inner => "1",
+            Level::Outermost => "0",
+        });
     Call {
         which: Which::Release,
         cmd,
@@ -321,6 +377,7 @@ pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
         (1, Some(token), Some(count)) => Some(AcquireReply::Held {
             token: u64::try_from(int(token)?).ok()?,
             count: u64::try_from(int(count)?).ok()?,
+            acquisition: text(items.get(3)?)?,
         }),
         (0, Some(ttl), _) => {
             // -1 (no expiry) and -2 (gone) cannot come from our own keys; a zero wait makes
@@ -363,14 +420,19 @@ mod tests {
             Value::Int(1),
             Value::BulkString(b"1763781420000001".to_vec()),
             Value::Int(2),
+            Value::BulkString(b"1f".to_vec()),
         ]);
         assert_eq!(
             parse_acquire(&held),
             Some(AcquireReply::Held {
                 token: 1_763_781_420_000_001,
-                count: 2
+                count: 2,
+                acquisition: "1f".into(),
             })
         );
+        // A grant without the acquisition it belongs to is not a grant.
+        let anonymous = Value::Array(vec![Value::Int(1), Value::Int(7), Value::Int(1)]);
+        assert_eq!(parse_acquire(&anonymous), None);
         let busy = Value::Array(vec![Value::Int(0), Value::Int(1500)]);
         assert_eq!(
             parse_acquire(&busy),
@@ -399,6 +461,23 @@ mod tests {
         );
         assert_eq!(parse_release(&Value::Nil), None);
         assert_eq!(parse_acquire(&Value::Nil), None);
+    }
+
+    #[test]
+    fn scripts_keep_the_fence_ttl_of_keys_rs() {
+        let line = format!(
+            "local FENCE_TTL_MS = {}",
+            crate::keys::FENCE_TTL.as_millis()
+        );
+        for which in [
+            Which::Acquire,
+            Which::Release,
+            Which::Renew,
+            Which::Fair,
+            Which::Rw,
+        ] {
+            assert!(which.source().contains(&line), "{which:?}");
+        }
     }
 
     #[test]

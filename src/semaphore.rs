@@ -446,7 +446,7 @@ impl SemaphorePermit<'_> {
             Err(e) => Err(e),
             Ok(Value::Int(0)) => Ok(()),
             Ok(Value::Int(-1)) => {
-                self.hold.mark_lost();
+                shared.report_lost(&self.hold);
                 Err(Error::LeaseLost)
             }
             Ok(Value::Int(-3)) => Err(Error::ForeignKey {

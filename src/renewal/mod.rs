@@ -55,6 +55,8 @@ pub(crate) struct Inbox {
     /// Holds released since the thread last looked: they sit in the wheel until their slot
     /// fires, so the thread compacts the wheel when they pile up.
     released: AtomicUsize,
+    /// Holds that a lock call found lost (already marked so), to be reported by the thread.
+    lost: Mutex<Vec<Arc<Hold>>>,
     tx: Sender<Msg>,
 }
 
@@ -81,6 +83,13 @@ impl Inbox {
         self.released.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Has the thread report a hold that another thread just marked lost (the `warn` log and
+    /// the `on_lease_lost` callback run on the renewal thread, as for the losses it finds).
+    pub(crate) fn lost(&self, hold: Arc<Hold>) {
+        self.lost.lock().push(hold);
+        let _ = self.tx.send(Msg::Wake);
+    }
+
     /// Stops the thread.
     pub(crate) fn stop(&self) {
         let _ = self.tx.send(Msg::Stop);
@@ -100,6 +109,7 @@ pub(crate) fn renewer(
         holds: Mutex::new(Vec::new()),
         wake_at: AtomicU64::new(u64::MAX),
         released: AtomicUsize::new(0),
+        lost: Mutex::new(Vec::new()),
         tx,
     });
     let renewer = Renewer {
@@ -178,9 +188,21 @@ impl Renewer {
         }
     }
 
+    /// Reports the holds that lock calls found lost.
+    fn report_found_lost(&mut self) {
+        let found = std::mem::take(&mut *self.inbox.lost.lock());
+        for hold in found {
+            self.lost(
+                &hold,
+                "the key expired, was deleted, or has another owner (seen by a lock call)",
+            );
+        }
+    }
+
     /// Rebuilds the wheel without released holds once they outnumber the live ones (and
     /// 1,024), so memory follows the locks held, not the locks taken during the last
-    /// renewal interval.
+    /// renewal interval. A hold whose lease ran out while it waited in the wheel is lost:
+    /// it is reported as its slot would have reported it.
     fn compact_if_stale(&mut self) {
         self.stale += self.inbox.released.swap(0, Ordering::Relaxed);
         if self.stale < 1024 || self.stale < self.wheel.len() / 2 {
@@ -193,6 +215,8 @@ impl Renewer {
         for hold in all {
             if hold.is_held() {
                 self.register(hold);
+            } else if hold.mark_lost() {
+                self.lost(&hold, "its lease ran out before it could be renewed");
             }
         }
         log::trace!("renewal wheel compacted to {} leases", self.wheel.len());
@@ -218,6 +242,7 @@ impl Renewer {
                 break;
             }
             self.drain();
+            self.report_found_lost();
             self.compact_if_stale();
             let now = self.tick(Instant::now() + self.coalesce);
             self.wheel.poll(now, &mut due);
@@ -225,6 +250,8 @@ impl Renewer {
                 self.renew(&mut due);
             }
         }
+        // Losses found by lock calls just before the client was dropped are still reported.
+        self.report_found_lost();
         log::debug!("renewal thread stopped");
     }
 
@@ -246,18 +273,18 @@ impl Renewer {
         log::trace!("renewed a batch of {} leases", batch.len());
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
             match hold.end_renewal(sent, outcome) {
-                Status::Valid => match hold.next_renewal() {
+                Some(Status::Valid) => match hold.next_renewal() {
                     Some(at) => self.schedule(hold, at),
                     None => log::info!(
                         "lock `{}` reached its maximum hold time; renewal stopped",
                         hold.keys.name
                     ),
                 },
-                Status::Uncertain => {
+                Some(Status::Uncertain) => {
                     let at = Instant::now() + self.retry;
                     self.schedule(hold, at);
                 }
-                Status::Lost => self.lost(
+                Some(Status::Lost) => self.lost(
                     &hold,
                     if outcome == Some(false) {
                         "the key expired, was deleted, or has another owner"
@@ -265,7 +292,8 @@ impl Renewer {
                         "Redis could not be reached before the lease ran out"
                     },
                 ),
-                Status::Released => {}
+                // Released, or marked lost (and reported) by its owner's thread meanwhile.
+                Some(Status::Released) | None => {}
             }
         }
     }

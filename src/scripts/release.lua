@@ -1,4 +1,5 @@
--- Release one level of a lock held by this owner. One round trip, atomic.
+-- Release a lock held by this owner: its outermost level frees it, an inner level counts
+-- down. One round trip, atomic.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter
@@ -11,22 +12,30 @@
 -- ARGV[4]  the holder's fencing token: the counter is raised to it, so that on a quorum of
 --          masters the next token exceeds this one even where this master's counter was behind;
 --          '0' with a single master, whose counter is never behind
---
 -- ARGV[5]  the acquisition the caller's guard belongs to (the lock's 'gen')
+-- ARGV[6]  '1' when the caller still holds other levels of this acquisition (an inner guard):
+--          one level is counted down, and the lock is never freed by it. Otherwise (the
+--          holder's outermost level) the lock is freed whatever the count says: levels the
+--          server counts beyond the holder's own (an inner release that never arrived, a
+--          re-entry whose reply was lost) must not keep it
 --
 -- Returns n >= 0  re-entry levels still held (0: the key was deleted and the release published)
 --         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
 --                 already released it); the lock is free, so waiters are told
---         -2      another owner (or a later acquisition of this owner) holds it; nothing
+--         -2      another owner (or another acquisition of this owner) holds it; nothing
 --                 was changed
 --         -3      the key is not a locksmith lock; nothing was changed
+
+-- See acquire.lua: the counter's lifetime after its last write.
+local FENCE_TTL_MS = 86400000
+
 local function raise_fence()
   if ARGV[4] == '0' then
     return
   end
   local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
   if last < tonumber(ARGV[4]) then
-    redis.call('set', KEYS[2], ARGV[4])
+    redis.call('set', KEYS[2], ARGV[4], 'px', FENCE_TTL_MS)
   end
 end
 local kind = redis.call('type', KEYS[1])['ok']
@@ -50,8 +59,13 @@ end
 if f[3] == ARGV[3] then
   return tonumber(f[2])
 end
-local count = redis.call('hincrby', KEYS[1], 'count', -1)
-if count > 0 then
+if ARGV[6] == '1' then
+  local count = redis.call('hincrby', KEYS[1], 'count', -1)
+  if count < 1 then
+    -- The server counts fewer levels than the holder: the holder's outer levels still hold it.
+    count = 1
+    redis.call('hset', KEYS[1], 'count', 1)
+  end
   redis.call('hset', KEYS[1], 'rel', ARGV[3])
   return count
 end

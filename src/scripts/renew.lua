@@ -10,6 +10,10 @@
 --
 -- Returns 1  extended
 --         0  not held by ARGV[1] any more (expired, deleted, or another owner); nothing changed
+
+-- See acquire.lua: the counter's lifetime after its last write.
+local FENCE_TTL_MS = 86400000
+
 if redis.call('type', KEYS[1])['ok'] ~= 'hash' then
   return 0
 end
@@ -21,7 +25,7 @@ redis.call('pexpire', KEYS[1], ARGV[2])
 if ARGV[3] ~= '0' then
   local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
   if last < tonumber(ARGV[3]) then
-    redis.call('set', KEYS[2], ARGV[3])
+    redis.call('set', KEYS[2], ARGV[3], 'px', FENCE_TTL_MS)
   end
 end
 return 1

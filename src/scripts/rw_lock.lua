@@ -3,7 +3,7 @@
 -- acquisition), so every call here concerns one acquisition.
 --
 -- KEYS[1]  writer: a hash (owner, gen, token), expiring with the writer's lease
--- KEYS[2]  fencing counter (a plain integer that never expires)
+-- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
 -- KEYS[3]  readers: a sorted set, acquisition id -> lease deadline (server ms)
 -- KEYS[4]  waiting writers: a sorted set, acquisition id -> deadline of the wait (server ms)
 -- KEYS[5]  waiting readers that defer to waiting writers: as KEYS[4]
@@ -16,9 +16,10 @@
 -- ARGV[6]  writers' channel: published when the lock becomes free and a writer waits
 --
 -- write    ARGV[7] '1' to register as a waiting writer when not granted
---          Returns {1, token, 1} held, {0, wait_ms} not held, {-1} foreign keys
+--          Returns {1, token, 1, gen} held (gen = ARGV[3], the acquisition), {0, wait_ms}
+--          not held, {-1} foreign keys
 -- read     ARGV[7] '1': defer to waiting writers (writer preference); ARGV[8] '1' to register
---          Returns {1, 0, 1} held, {0, wait_ms} not held, {-1} foreign keys
+--          Returns {1, 0, 1, gen} held (gen = ARGV[3]), {0, wait_ms} not held, {-1} foreign
 -- release_write, release_read
 --          Returns 0 released, -1 not held (lease ran out), -2 another acquisition holds the
 --          writer hash, -3 foreign keys
@@ -31,6 +32,9 @@ local now_t = redis.call('time')
 local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
 local op, owner, gen, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local me = owner .. '/' .. gen
+
+-- See acquire.lua: the counter's lifetime after its last write.
+local FENCE_TTL_MS = 86400000
 
 local function foreign()
   if op == 'write' or op == 'read' then
@@ -100,7 +104,7 @@ if op == 'write' then
   if w[1] == owner and w[2] == gen then
     -- A retry of this very call.
     redis.call('pexpire', KEYS[1], lease)
-    return {1, w[3], 1}
+    return {1, w[3], 1, gen}
   end
   local wait = nil
   if wt == 'hash' and w[1] ~= owner then
@@ -123,11 +127,12 @@ if op == 'write' then
     local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
     local micros = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])
     local token = string.format('%.0f', math.max(last + 1, micros))
-    redis.call('set', KEYS[2], token)
+    redis.call('set', KEYS[2], token, 'px', FENCE_TTL_MS)
+    redis.call('del', KEYS[1])
     redis.call('hset', KEYS[1], 'owner', owner, 'gen', gen, 'token', token)
     redis.call('pexpire', KEYS[1], lease)
     redis.call('zrem', KEYS[4], me)
-    return {1, token, 1}
+    return {1, token, 1, gen}
   end
   if ARGV[7] == '1' then
     touch(KEYS[4], me)
@@ -139,7 +144,7 @@ if op == 'read' then
   if redis.call('zscore', KEYS[3], me) then
     -- A retry of this very call.
     touch(KEYS[3], me)
-    return {1, 0, 1}
+    return {1, 0, 1, gen}
   end
   local wait = nil
   if wt == 'hash' and w[1] ~= owner then
@@ -151,7 +156,7 @@ if op == 'read' then
     touch(KEYS[3], me)
     redis.call('zrem', KEYS[5], me)
     redis.call('zrem', KEYS[6], me)
-    return {1, 0, 1}
+    return {1, 0, 1, gen}
   end
   if ARGV[8] == '1' then
     if ARGV[7] == '1' then

@@ -9,7 +9,8 @@
 -- ARGV[4]  release channel: a release publishes there
 --
 -- acquire  ARGV[5] permits wanted (n >= 1), ARGV[6] the caller's permit count (limit >= n)
---          Returns {1, 0, n}  held (also for a retry of the same call: nothing is counted twice)
+--          Returns {1, 0, n, id}  held by acquisition id = ARGV[2] (also for a retry of the
+--                                 same call: nothing is counted twice)
 --                  {0, wait}  not enough permits free: the first lease to run out (a dead
 --                             holder's) ends in `wait` ms; a release publishes before that
 --                  {-1}       the keys hold something locksmith did not write
@@ -63,12 +64,12 @@ if ARGV[1] == 'acquire' then
   local mine = redis.call('hget', KEYS[1], id)
   if mine then
     touch()
-    return {1, 0, tonumber(mine)}
+    return {1, 0, tonumber(mine), id}
   end
   if used() + n <= limit then
     redis.call('hset', KEYS[1], id, n)
     touch()
-    return {1, 0, n}
+    return {1, 0, n, id}
   end
   local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
   local wait = lease

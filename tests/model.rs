@@ -1,0 +1,251 @@
+//! The randomized model test: several processes x several threads run seeded random operation
+//! sequences on a few lock names (every acquire form, re-entry through different handles,
+//! `unlock()` and drop, panics while holding, holds that outlive their lease) while a seeded
+//! fault plan stops processes and Redis, restarts Redis empty, kills connections, makes Redis
+//! sleep and cuts, delays or swallows replies. Every critical section, call and lost-lease
+//! callback is logged on one monotonic clock, and a checker asserts: no two owners hold one
+//! name at once unless the earlier was told first, tokens increase in grant order, every call
+//! keeps its documented time bound, no lost lease is reported twice, and no thread, connection,
+//! channel or key is left over (see `model/check.rs` for why a finding is never a matter of
+//! timing). Every seed that found a defect is kept below as a `seed_<n>_<what>` test.
+//!
+//! - `LOCKSMITH_MODEL_SEED=<seed>`: run (replay) that one seed.
+//! - `LOCKSMITH_MODEL_SEEDS=<n>` runs n seeds from a clock-derived start (printed), or
+//!   `LOCKSMITH_MODEL_SEEDS=<a>,<b>,...` those seeds.
+//! - `LOCKSMITH_MODEL_SECS=<s>`: seconds per seed (default 10; part of the plan, so give the
+//!   same value to replay).
+//! - `LOCKSMITH_MODEL_SLACK_MS=<ms>`: what a call may take beyond its documented bound
+//!   (default 1000, for a busy machine).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "model/check.rs"]
+mod check;
+#[path = "support/checker.rs"]
+mod checker;
+mod common;
+#[path = "model/journal.rs"]
+mod journal;
+#[path = "model/plan.rs"]
+mod plan;
+#[path = "support/proxy.rs"]
+mod proxy;
+#[path = "model/run.rs"]
+mod run;
+#[path = "model/worker.rs"]
+mod worker;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use check::{Finding, History, Section};
+use checker::mono_ns;
+use plan::Settings;
+
+/// The seeds of a plain `cargo test`.
+const DEFAULT_SEEDS: [u64; 3] = [1, 2, 3];
+/// Seconds per seed unless `LOCKSMITH_MODEL_SECS` says otherwise.
+const DEFAULT_SECS: u64 = 10;
+
+/// A model process (see `model/run.rs`).
+#[test]
+fn child_model_process() {
+    if common::is_child(run::ROLE) {
+        run::child_main();
+    }
+}
+
+fn env_u64(var: &str) -> Option<u64> {
+    std::env::var(var).ok().map(|v| {
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var} must be a number, not {v:?}"))
+    })
+}
+
+fn secs() -> u64 {
+    env_u64("LOCKSMITH_MODEL_SECS").unwrap_or(DEFAULT_SECS)
+}
+
+/// Runs `seeds` one after another and fails with every failing seed and how to replay it.
+fn run_seeds(seeds: &[u64]) {
+    run_seeds_for(seeds, secs());
+}
+
+/// One seed at a time in this binary: the seeds' processes would otherwise share the two
+/// cores and stretch each other's calls.
+static ONE_SEED_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`run_seeds`] with a given run time (it is part of the plan).
+fn run_seeds_for(seeds: &[u64], secs: u64) {
+    let _serial = ONE_SEED_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let settings = Settings::new(secs);
+    let mut failed = Vec::new();
+    for &seed in seeds {
+        println!("model: seed {seed}, {secs} s");
+        let replay = format!(
+            "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs} \
+             cargo test --test model -- model_seeds"
+        );
+        // A process that crashed or hung fails the seed too, and says which seed it was.
+        match std::panic::catch_unwind(|| run::run_seed(seed, &settings)) {
+            Ok(outcome) => {
+                println!("model: {}", outcome.report(20));
+                if !outcome.findings.is_empty() {
+                    failed.push(format!("{}\n{replay}", outcome.report(10)));
+                }
+            }
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failed.push(format!(
+                    "seed {seed}: the run itself failed: {msg}\n{replay}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "model: {} seed(s) failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// The default seed set, or the seeds the environment names.
+#[test]
+fn model_seeds() {
+    if let Some(seed) = env_u64("LOCKSMITH_MODEL_SEED") {
+        return run_seeds(&[seed]);
+    }
+    let seeds: Vec<u64> = match std::env::var("LOCKSMITH_MODEL_SEEDS") {
+        Ok(v) if v.contains(',') => v.split(',').map(|s| s.trim().parse().unwrap()).collect(),
+        Ok(v) => {
+            let n: u64 = v.trim().parse().unwrap();
+            let base = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                * 1000;
+            println!("model: {n} seeds from {base}");
+            (base..base + n).collect()
+        }
+        Err(_) => DEFAULT_SEEDS.to_vec(),
+    };
+    run_seeds(&seeds);
+}
+
+// Regression seeds: each found a defect of the library. The run time is part of the plan, so
+// each runs with the seconds it was found with.
+
+/// Re-entry through a handle with a shorter fixed lease (`with_lease`) under an outer
+/// watchdog or longer fixed lease: the outer guard stayed `is_held()` after the server's key
+/// had expired by the inner lease, and another process took the lock (an overlap).
+#[test]
+fn seed_6_reentry_with_a_shorter_lease_overlaps() {
+    run_seeds_for(&[6], 10);
+}
+
+/// Redis stopped for 3.7 s: `unlock()` returned after about three timeouts (waiting for the
+/// renewal in flight, then the release and its retry) instead of one.
+#[test]
+fn seed_25_unlock_past_its_bound_under_a_stopped_redis() {
+    run_seeds_for(&[25], 10);
+}
+
+/// The proxy black-holed for 3.8 s: a `lock()` returned its error about 1.4 s past its retry
+/// timeout (plus one command and connect timeout), after the network was back.
+#[test]
+fn seed_1795419263006_lock_past_its_retry_timeout() {
+    run_seeds_for(&[1_795_419_263_006], 15);
+}
+
+/// A section recorded by hand around one `lock()`. `work` runs while the guard is held; it
+/// returns true to claim, without asking `is_held()`, that the lock was held until it returned
+/// (the planted bug), false to end the section honestly with a last check.
+fn hand_section(
+    client: &locksmith::Client,
+    owner: &str,
+    lease: Option<Duration>,
+    work: impl FnOnce() -> bool,
+) -> Section {
+    let base = client.mutex("model:planted").unwrap();
+    let m = match lease {
+        Some(d) => base.with_lease(d).unwrap(),
+        None => base,
+    };
+    let call_start = mono_ns();
+    let guard = m.lock().unwrap();
+    let start = mono_ns();
+    let at = mono_ns();
+    let mut end = if guard.is_held() { at } else { 0 };
+    // `work` returns whether to trust the holder without asking (the planted bug).
+    let blind = work();
+    let at = mono_ns();
+    if end != 0 && (blind || guard.is_held()) {
+        end = at;
+    }
+    let section = Section {
+        name: m.name().to_string(),
+        owner: owner.into(),
+        token: guard.fencing_token(),
+        call_start,
+        start,
+        end,
+        told: 0,
+        depth: 0,
+        handle: format!("{lease:?}"),
+    };
+    drop(guard);
+    section
+}
+
+/// Runs the two-owner scene: A takes the lock with a 1 s fixed lease and keeps it until B,
+/// whose `lock()` returns once A's lease ran out, has started its section. `blind`: A then
+/// claims its section lasted until now without asking `is_held()` (a bug planted in the user,
+/// not the library).
+fn planted_scene(blind: bool) -> Vec<Finding> {
+    let server = common::RedisServer::start();
+    let url = server.url();
+    let (a_holds, b_waits) = mpsc::channel();
+    let (b_started, a_waits) = mpsc::channel();
+    let url_a = url.clone();
+    let a = thread::spawn(move || {
+        let client = locksmith::Client::open(&url_a).unwrap();
+        hand_section(&client, "a", Some(Duration::from_secs(1)), || {
+            a_holds.send(()).unwrap();
+            a_waits.recv_timeout(Duration::from_secs(20)).unwrap();
+            blind
+        })
+    });
+    let b = thread::spawn(move || {
+        let client = locksmith::Client::open(&url).unwrap();
+        b_waits.recv_timeout(Duration::from_secs(20)).unwrap();
+        hand_section(&client, "b", None, || {
+            b_started.send(()).unwrap();
+            false
+        })
+    });
+    let history = History {
+        sections: vec![a.join().unwrap(), b.join().unwrap()],
+        ..History::default()
+    };
+    check::check(&history, 0)
+}
+
+/// The checker catches a real overlap on a real server, and only that one.
+#[test]
+fn planted_overlap_is_caught() {
+    let found = common::with_deadline(Duration::from_secs(30), || planted_scene(true));
+    assert!(
+        matches!(found.as_slice(), [Finding::Overlap { .. }]),
+        "the planted overlap was not found: {found:?}"
+    );
+    // The same scene with an honest holder: it learns of the loss, nothing overlaps.
+    let found = common::with_deadline(Duration::from_secs(30), || planted_scene(false));
+    assert!(found.is_empty(), "{found:?}");
+}

@@ -1,0 +1,306 @@
+//! The plans of a model run, derived from its seed alone: what each thread of each process
+//! does, one operation after another, and which faults hit when. Thread timing cannot be
+//! replayed, but a seed always gives the same plans, so a failing seed is replayed by running
+//! it again.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::checker::Rng;
+
+/// The settings of a run. The same for every seed unless the environment says otherwise.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub procs: usize,
+    pub threads: usize,
+    pub names: Vec<String>,
+    pub secs: u64,
+    pub lease: Duration,
+    pub command_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub retry_timeout: Duration,
+    /// Added to every call's bound, for a busy machine: 1 s, or `LOCKSMITH_MODEL_SLACK_MS`.
+    pub slack: Duration,
+}
+
+impl Settings {
+    pub fn new(secs: u64) -> Settings {
+        Settings {
+            procs: 3,
+            threads: 3,
+            names: vec!["model:a".into(), "model:b".into(), "model:{c}".into()],
+            secs,
+            lease: Duration::from_millis(3000),
+            command_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_millis(250),
+            retry_timeout: Duration::from_millis(2000),
+            slack: Duration::from_millis(
+                std::env::var("LOCKSMITH_MODEL_SLACK_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1000),
+            ),
+        }
+    }
+}
+
+/// Mixes a seed with a stream number, so each thread's plan is independent of the others'.
+pub fn sub_seed(seed: u64, stream: u64) -> u64 {
+    let mut r = Rng::new(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
+    r.next_u64()
+}
+
+/// How a level takes the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    Lock,
+    TryLock,
+    TryLockFor(Duration),
+    /// `try_lock_until(now + offset)`; a negative offset is a deadline already past.
+    TryLockUntil(i64),
+}
+
+/// Which handle of the lock a level uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handle {
+    Plain,
+    /// `with_lease(d)`: a fixed lease, never renewed.
+    Lease(Duration),
+    /// `with_max_hold(d)`: renewed for `d` at most.
+    MaxHold(Duration),
+}
+
+impl fmt::Display for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Handle::Plain => write!(f, "plain"),
+            Handle::Lease(d) => write!(f, "with_lease({}ms)", d.as_millis()),
+            Handle::MaxHold(d) => write!(f, "with_max_hold({}ms)", d.as_millis()),
+        }
+    }
+}
+
+/// One level of a (possibly nested) hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Level {
+    pub handle: Handle,
+    pub acquire: Acquire,
+    /// Held this long (checking now and then) before the next level is entered.
+    pub before: Duration,
+    /// Held this long after the next level was left.
+    pub after: Duration,
+    /// Released with `unlock()` (true) or by dropping the guard.
+    pub unlock: bool,
+    /// Panics while holding, after `after`.
+    pub panic: bool,
+}
+
+/// One operation: a name and the levels, outermost first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub name: usize,
+    pub levels: Vec<Level>,
+    /// Pause after the operation.
+    pub pause: Duration,
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// The operations of one thread of one process: an endless, seeded sequence.
+#[derive(Debug, Clone)]
+pub struct OpPlan {
+    rng: Rng,
+    names: usize,
+    lease: Duration,
+}
+
+impl OpPlan {
+    pub fn new(seed: u64, proc: usize, thread: usize, settings: &Settings) -> OpPlan {
+        OpPlan {
+            rng: Rng::new(sub_seed(seed, 1 + (proc * 64 + thread) as u64)),
+            names: settings.names.len(),
+            lease: settings.lease,
+        }
+    }
+
+    fn pick(&mut self, percent: u64) -> bool {
+        self.rng.range(0, 100) < percent
+    }
+
+    /// A hold time: mostly short, sometimes long, now and then past a fixed lease.
+    fn hold(&mut self, handle: Handle) -> Duration {
+        let r = self.rng.range(0, 100);
+        match (r, handle) {
+            (0..=2, Handle::Lease(d) | Handle::MaxHold(d)) => d + ms(self.rng.range(50, 600)),
+            (0..=69, _) => ms(self.rng.range(0, 20)),
+            (70..=93, _) => ms(self.rng.range(20, 200)),
+            _ => ms(self.rng.range(200, 1200)),
+        }
+    }
+
+    fn handle(&mut self) -> Handle {
+        match self.rng.range(0, 10) {
+            0..=5 => Handle::Plain,
+            6..=7 => Handle::Lease(ms(self.rng.range(100, 1500))),
+            _ => Handle::MaxHold(ms(self.rng.range(100, 2000))),
+        }
+    }
+
+    fn acquire(&mut self, nested: bool) -> Acquire {
+        match self.rng.range(0, if nested { 10 } else { 12 }) {
+            0..=2 => Acquire::TryLock,
+            3..=5 => Acquire::TryLockFor(ms(self.rng.range(0, 800))),
+            6..=8 => Acquire::TryLockUntil(self.rng.range(0, 900) as i64 - 100),
+            _ => Acquire::Lock,
+        }
+    }
+
+    fn level(&mut self, nested: bool) -> Level {
+        let handle = self.handle();
+        Level {
+            handle,
+            acquire: self.acquire(nested),
+            before: self.hold(handle),
+            after: self.hold(handle) / 2,
+            unlock: self.pick(50),
+            panic: self.pick(2),
+        }
+    }
+}
+
+impl Iterator for OpPlan {
+    type Item = Op;
+
+    fn next(&mut self) -> Option<Op> {
+        let depth = match self.rng.range(0, 10) {
+            0..=5 => 1,
+            6..=8 => 2,
+            _ => 3,
+        };
+        let levels = (0..depth).map(|i| self.level(i > 0)).collect();
+        let _ = self.lease;
+        Some(Op {
+            name: self.rng.range(0, self.names as u64) as usize,
+            levels,
+            pause: ms(self.rng.range(0, 30)),
+        })
+    }
+}
+
+/// A fault of the fault plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultOp {
+    /// `SIGSTOP` one model process, `SIGCONT` it after the duration.
+    StopProcess(usize, Duration),
+    /// `SIGSTOP` Redis, `SIGCONT` it after the duration.
+    StopRedis(Duration),
+    /// Kill Redis and start an empty one on the same port.
+    RestartEmpty,
+    /// `CLIENT KILL TYPE normal`.
+    KillNormal,
+    /// `CLIENT KILL TYPE pubsub`.
+    KillPubsub,
+    /// `DEBUG SLEEP` for the duration.
+    DebugSleep(Duration),
+    /// The next n script replies are cut: the command ran, the connection closes.
+    CutReplies(usize),
+    /// The next n script replies are held back for the duration.
+    DelayReplies(usize, Duration),
+    /// The proxy forwards nothing (and answers no new connection) for the duration.
+    BlackHole(Duration),
+    /// The proxy closes every open connection.
+    ProxyKillAll,
+}
+
+impl FaultOp {
+    /// How long the fault lasts (zero for instant ones).
+    pub fn duration(&self) -> Duration {
+        match self {
+            FaultOp::StopProcess(_, d)
+            | FaultOp::StopRedis(d)
+            | FaultOp::DebugSleep(d)
+            | FaultOp::BlackHole(d) => *d,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// The faults of a run: `(offset from the start, fault)`, in order, none overlapping.
+pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
+    let mut rng = Rng::new(sub_seed(seed, 0));
+    let lease = settings.lease;
+    // Every fault is over at least a second before the processes stop.
+    let end = ms(settings.secs * 1000).saturating_sub(ms(1000));
+    let mut at = ms(rng.range(300, 1200));
+    let mut plan = Vec::new();
+    loop {
+        // Long faults outlast the lease (and a call's bound): a third of them.
+        let long = rng.range(0, 100) < 33;
+        let op = match rng.range(0, 20) {
+            0..=3 => {
+                let p = rng.range(0, settings.procs as u64) as usize;
+                let d = if long {
+                    lease + ms(rng.range(200, 1000))
+                } else {
+                    ms(rng.range(50, 500))
+                };
+                FaultOp::StopProcess(p, d)
+            }
+            4..=5 => FaultOp::StopRedis(if long {
+                lease + ms(rng.range(200, 800))
+            } else {
+                ms(rng.range(50, 700))
+            }),
+            6 => FaultOp::RestartEmpty,
+            7..=8 => FaultOp::KillNormal,
+            9..=10 => FaultOp::KillPubsub,
+            11 => FaultOp::DebugSleep(ms(rng.range(50, 600))),
+            12..=13 => FaultOp::CutReplies(rng.range(1, 3) as usize),
+            14..=15 => FaultOp::DelayReplies(rng.range(1, 4) as usize, ms(rng.range(20, 800))),
+            16..=17 => FaultOp::BlackHole(if long {
+                lease + ms(rng.range(200, 800))
+            } else {
+                ms(rng.range(100, 1200))
+            }),
+            _ => FaultOp::ProxyKillAll,
+        };
+        let d = op.duration();
+        if at + d >= end {
+            break;
+        }
+        plan.push((at, op));
+        at += d + ms(rng.range(200, 1500));
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_a_function_of_the_seed() {
+        let s = Settings::new(10);
+        let a: Vec<Op> = OpPlan::new(7, 1, 2, &s).take(50).collect();
+        let b: Vec<Op> = OpPlan::new(7, 1, 2, &s).take(50).collect();
+        assert_eq!(a, b);
+        let c: Vec<Op> = OpPlan::new(7, 2, 1, &s).take(50).collect();
+        assert_ne!(a, c);
+        assert_eq!(fault_plan(7, &s), fault_plan(7, &s));
+        assert_ne!(fault_plan(7, &s), fault_plan(8, &s));
+    }
+
+    #[test]
+    fn fault_plans_fit_the_run() {
+        let s = Settings::new(10);
+        for seed in 0..50 {
+            let plan = fault_plan(seed, &s);
+            assert!(!plan.is_empty());
+            for (at, f) in &plan {
+                assert!(*at + f.duration() < ms(10_000), "{seed}: {at:?} {f:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! One seed of the model, from the parent's side: a fresh `redis-server`, the fault proxy in
+//! front of it, the model processes (children re-running this test binary), the fault plan
+//! carried out on time, then the end-of-run inspection (connections, channels, keys) and the
+//! checker over every process's log.
+
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::check::{self, Fault, FaultKind, Finding, History};
+use crate::checker::mono_ns;
+use crate::common::{self, RedisServer, TestChild};
+use crate::plan::{FaultOp, Settings, fault_plan};
+use crate::proxy::Proxy;
+
+/// The role of a model process (see [`common::ROLE_VAR`]).
+pub const ROLE: &str = "model-process";
+/// The test that runs a model process.
+pub const CHILD_TEST: &str = "child_model_process";
+
+/// How long the processes get to start before the run's clock begins.
+const STARTUP: Duration = Duration::from_millis(1500);
+
+/// What one seed produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub t0: u64,
+    pub history: History,
+    pub findings: Vec<Finding>,
+}
+
+impl Outcome {
+    /// A summary and the first findings.
+    pub fn report(&self, max: usize) -> String {
+        let h = &self.history;
+        let mut s = format!(
+            "seed {}: {} sections, {} calls, {} lost-lease callbacks, {} faults; {} findings",
+            self.seed,
+            h.sections.len(),
+            h.calls.len(),
+            h.lost.len(),
+            h.faults.len(),
+            self.findings.len()
+        );
+        s.push_str(&format!("\n  calls: {}", check::call_summary(h)));
+        for f in self.findings.iter().take(max) {
+            s.push_str("\n  ");
+            s.push_str(&f.describe(self.t0));
+        }
+        if !self.findings.is_empty() {
+            s.push_str("\n  faults:");
+            for f in &h.faults {
+                s.push_str(&format!(
+                    "\n    {:+.1} .. {:+.1} ms {}",
+                    (f.start as f64 - self.t0 as f64) / 1e6,
+                    (f.end as f64 - self.t0 as f64) / 1e6,
+                    f.what
+                ));
+            }
+        }
+        s
+    }
+}
+
+fn temp_dir(seed: u64) -> PathBuf {
+    let dir = std::env::temp_dir().join(common::unique_name(&format!("locksmith-model-{seed}")));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Carries out one fault; returns its record.
+fn inflict(op: &FaultOp, server: &mut RedisServer, proxy: &Proxy, children: &[TestChild]) -> Fault {
+    let start = mono_ns();
+    let mut kind = FaultKind::Other;
+    let query = |server: &RedisServer, args: &[&str]| {
+        let mut conn = server.conn();
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let _: redis::Value = cmd.query(&mut conn).unwrap();
+    };
+    match op {
+        FaultOp::StopProcess(p, d) => {
+            kind = FaultKind::ProcessStopped(*p);
+            children[*p].signal("STOP");
+            thread::sleep(*d);
+            children[*p].signal("CONT");
+        }
+        FaultOp::StopRedis(d) => {
+            server.pause();
+            thread::sleep(*d);
+            server.resume();
+        }
+        FaultOp::RestartEmpty => {
+            kind = FaultKind::RestartEmpty;
+            server.restart();
+        }
+        FaultOp::KillNormal => query(server, &["CLIENT", "KILL", "TYPE", "normal"]),
+        FaultOp::KillPubsub => query(server, &["CLIENT", "KILL", "TYPE", "pubsub"]),
+        FaultOp::DebugSleep(d) => {
+            let secs = format!("{:.3}", d.as_secs_f64());
+            query(server, &["DEBUG", "SLEEP", &secs]);
+        }
+        FaultOp::CutReplies(n) => proxy.cut_reply_to(&[b"EVALSHA"], *n),
+        FaultOp::DelayReplies(n, d) => proxy.delay_reply_to(&[b"EVALSHA"], *d, *n),
+        FaultOp::BlackHole(d) => {
+            proxy.black_hole();
+            thread::sleep(*d);
+            proxy.pass();
+        }
+        FaultOp::ProxyKillAll => proxy.kill_all(),
+    }
+    Fault {
+        kind,
+        what: format!("{op:?}"),
+        start,
+        end: mono_ns(),
+    }
+}
+
+/// Redis clients other than `conn` itself, as short `CLIENT LIST` lines.
+fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
+    let me: u64 = redis::cmd("CLIENT").arg("ID").query(conn).unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    let keep = ["id=", "name=", "age=", "flags=", "sub=", "cmd="];
+    list.lines()
+        .filter(|l| !l.starts_with(&format!("id={me} ")))
+        .map(|l| {
+            l.split(' ')
+                .filter(|f| keep.iter().any(|k| f.starts_with(k)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+fn lock_keys(conn: &mut redis::Connection) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{}*:lock", common::PREFIX))
+        .query(conn)
+        .unwrap()
+}
+
+/// Runs one seed and checks it. Panics only on a failure of the harness itself (a process
+/// that crashed or hung); violations of the library's promises are returned as findings.
+pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
+    let faults = fault_plan(seed, settings);
+    let mut server = RedisServer::start();
+    let mut proxy = Proxy::start(server.port());
+    let dir = temp_dir(seed);
+    let t0 = mono_ns() + u64::try_from(STARTUP.as_nanos()).unwrap();
+    let start = Instant::now() + STARTUP;
+    let mut children: Vec<TestChild> = (0..settings.procs)
+        .map(|p| {
+            TestChild::spawn(
+                CHILD_TEST,
+                ROLE,
+                &[
+                    ("LM_SEED", seed.to_string()),
+                    ("LM_PROC", p.to_string()),
+                    ("LM_SECS", settings.secs.to_string()),
+                    ("LM_URL", proxy.url()),
+                    ("LM_T0", t0.to_string()),
+                    ("LM_DIR", dir.display().to_string()),
+                ],
+            )
+        })
+        .collect();
+
+    let mut history = History::default();
+    for (at, op) in &faults {
+        thread::sleep((start + *at).saturating_duration_since(Instant::now()));
+        history
+            .faults
+            .push(inflict(op, &mut server, &proxy, &children));
+    }
+
+    // The processes drop their clients, report their threads and print DRAINED; then nothing
+    // of theirs may be left on the server.
+    let run_bound = Duration::from_secs(settings.secs) + STARTUP + Duration::from_secs(90);
+    for c in &children {
+        c.wait_line("DRAINED", run_bound.saturating_sub(start.elapsed()));
+    }
+    // Through the proxy, a connection a client left open stays open upstream: look before the
+    // proxy is stopped (which closes everything).
+    let mut conn = server.conn();
+    let mut left = Vec::new();
+    common::wait_until(Duration::from_secs(3), || {
+        left = other_clients(&mut conn);
+        left.is_empty()
+    });
+    history.leftovers.connections = left;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("*")
+        .query(&mut conn)
+        .unwrap();
+    history.leftovers.channels = channels;
+    proxy.stop();
+    std::fs::write(dir.join("exit"), b"").unwrap();
+    for (p, c) in children.iter_mut().enumerate() {
+        let status = c.wait_timeout(Duration::from_secs(30));
+        assert!(status.success(), "model process {p} failed: {status}");
+    }
+    // A release that never reached Redis leaves a key for one lease at most.
+    let mut keys = Vec::new();
+    common::wait_until(settings.lease + Duration::from_secs(1), || {
+        keys = lock_keys(&mut conn);
+        keys.is_empty()
+    });
+    history.leftovers.keys = keys;
+
+    for p in 0..settings.procs {
+        let path = dir.join(format!("p{p}.log"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        assert!(
+            crate::journal::read_into(&text, &mut history),
+            "model process {p} did not finish its log"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let findings = check::check(&history, u64::try_from(settings.slack.as_nanos()).unwrap());
+    Outcome {
+        seed,
+        t0,
+        history,
+        findings,
+    }
+}
+
+/// The body of a model process (the child side of [`run_seed`]).
+pub fn child_main() {
+    let var = |v: &str| common::child_env(v);
+    let seed: u64 = var("LM_SEED").parse().unwrap();
+    let proc: usize = var("LM_PROC").parse().unwrap();
+    let settings = Settings::new(var("LM_SECS").parse().unwrap());
+    let t0: u64 = var("LM_T0").parse().unwrap();
+    let dir = PathBuf::from(var("LM_DIR"));
+    let now = mono_ns();
+    let begin = Instant::now() + Duration::from_nanos(t0.saturating_sub(now));
+    let stop_at = begin + Duration::from_secs(settings.secs);
+    crate::worker::run_process(
+        seed,
+        proc,
+        &settings,
+        &var("LM_URL"),
+        dir.join(format!("p{proc}.log")),
+        begin,
+        stop_at,
+    );
+    println!("DRAINED");
+    // Stay alive (holding no client) until the parent has looked at the server.
+    let gate = dir.join("exit");
+    common::wait_until(Duration::from_secs(60), || gate.exists());
+}
