@@ -641,13 +641,21 @@ impl Backend {
     /// client is built.
     pub(crate) fn ping(&self) -> Result<()> {
         let mut packed = redis::cmd("PING").get_packed_command();
-        for which in [Which::Acquire, Which::Release, Which::Renew] {
+        // Every lock type's script: a renewal batch may mix them, and none meets `NOSCRIPT`
+        // on its first use.
+        for which in Which::ALL {
             redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(which.source())
                 .write_packed_command(&mut packed);
         }
-        let replies = self.round(&self.all(), &packed, 4, Which::Renew, self.call_timeout);
+        let replies = self.round(
+            &self.all(),
+            &packed,
+            1 + Which::ALL.len(),
+            Which::Renew,
+            self.call_timeout,
+        );
         for (i, r) in replies {
             // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
             // which then report the server's error by name.

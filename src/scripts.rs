@@ -200,7 +200,7 @@ pub(crate) enum Which {
 }
 
 impl Which {
-    const ALL: [Which; 6] = [
+    pub(crate) const ALL: [Which; 6] = [
         Which::Acquire,
         Which::Release,
         Which::Renew,

@@ -7,6 +7,8 @@
 #[path = "support/checker.rs"]
 mod checker;
 mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::sync::mpsc;
 use std::thread;
@@ -14,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
-use locksmith::{Client, Error};
+use locksmith::{Client, Error, LostLease};
+use proxy::Proxy;
 
 /// Allowance for scheduling delays on a busy 2-core machine.
 const SLACK: Duration = Duration::from_millis(400);
@@ -727,4 +730,365 @@ fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
         0,
         "dead waiter not skipped"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity: the server names the acquisition, the outermost release frees, retries are
+// recognised, fence counters expire, losses are reported once
+// ---------------------------------------------------------------------------------------------
+
+const FAIR_LUA: &str = include_str!("../src/scripts/fair_mutex.lua");
+const SEM_LUA: &str = include_str!("../src/scripts/sem_permits.lua");
+const RW_LUA: &str = include_str!("../src/scripts/rw_lock.lua");
+
+fn sha(src: &str) -> String {
+    redis::Script::new(src).get_hash().to_string()
+}
+
+fn fair_count(conn: &mut redis::Connection, name: &str) -> Option<String> {
+    common::hget(conn, &fair_key(name), "count")
+}
+
+/// The fair mutex script's calls of operation `op` on lock `name` (the operation travels as a
+/// bulk string of its own).
+fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
+    [
+        sha(FAIR_LUA).into_bytes(),
+        fair_key(name).into_bytes(),
+        format!("${}\r\n{op}\r\n", op.len()).into_bytes(),
+    ]
+}
+
+fn lost_log(url: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<LostLease>>>) {
+    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = std::sync::Arc::clone(&lost);
+    let client = Client::builder(url)
+        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+        .build()
+        .unwrap();
+    (client, lost)
+}
+
+/// Building a client loads every lock type's script, so that none meets `NOSCRIPT` (and an
+/// extra round trip) on its first use.
+#[test]
+fn every_lock_type_script_is_loaded_at_build() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        let _client = Client::open(&url).unwrap();
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(sha(FAIR_LUA))
+            .arg(sha(SEM_LUA))
+            .arg(sha(RW_LUA))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            loaded,
+            [true, true, true],
+            "fair, semaphore, rw scripts loaded"
+        );
+    });
+}
+
+/// An inner release that never reached Redis leaves the server one level higher than the
+/// holder; the outermost `unlock()` still frees the lock (or fails), never `Ok` while the key
+/// stays.
+#[test]
+fn lost_inner_release_does_not_keep_the_fair_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::builder(&purl)
+            .connect_timeout(Duration::from_millis(300))
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let name = common::unique_name("fair-lost-inner");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let inner = m.lock().unwrap();
+        proxy.black_hole();
+        proxy.kill_all();
+        let e = inner.unlock().expect_err("a release through a black hole");
+        proxy.pass();
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+        let res = outer.unlock();
+        let key_left = common::exists(&mut conn, &fair_key(&name));
+        println!("inner release lost ({e}); outermost unlock: {res:?}; key left: {key_left}");
+        assert!(
+            res.is_err() || !key_left,
+            "unlock() returned Ok while the lock stayed held on the server"
+        );
+        let other = Client::open(&url).unwrap();
+        assert!(
+            other
+                .fair_mutex(&name)
+                .unwrap()
+                .try_lock()
+                .unwrap()
+                .is_some(),
+            "the lock is still held after the outermost unlock"
+        );
+    });
+}
+
+/// A re-entry whose reply was lost for good (the call and its retry both ran, both replies
+/// were cut) leaves the server one level higher; the outermost `unlock()` frees it.
+#[test]
+fn lost_reentry_reply_does_not_keep_the_fair_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::builder(&purl)
+            .connect_timeout(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let name = common::unique_name("fair-lost-reentry");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let op = fair_op(&name, "acquire");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.cut_reply_to(&pats, 2);
+        let e = m.try_lock().expect_err("a re-entry whose replies were cut");
+        assert_eq!(proxy.cuts(), 2, "the replies were not cut");
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+        assert!(outer.is_held());
+        let res = outer.unlock();
+        let key_left = common::exists(&mut conn, &fair_key(&name));
+        println!("re-entry reply lost ({e}); outermost unlock: {res:?}; key left: {key_left}");
+        assert!(
+            res.is_err() || !key_left,
+            "unlock() returned Ok while the lock stayed held on the server"
+        );
+        let other = Client::open(&url).unwrap();
+        assert!(
+            other
+                .fair_mutex(&name)
+                .unwrap()
+                .try_lock()
+                .unwrap()
+                .is_some()
+        );
+    });
+}
+
+/// A cut acquire reply is recognised on the retry: one level on the server, not two, and no
+/// orphan left behind; a cut re-entry reply counts one level, not two.
+#[test]
+fn cut_fair_acquire_replies_count_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let name = common::unique_name("fair-cut-acquire");
+        let m = client.fair_mutex(&name).unwrap();
+        let op = fair_op(&name, "acquire");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.cut_reply_to(&pats, 1);
+        let outer = m.try_lock().unwrap().expect("free");
+        assert_eq!(proxy.cuts(), 1, "the reply was not cut");
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        proxy.cut_reply_to(&pats, 1);
+        let inner = m.try_lock().unwrap().expect("a re-entry");
+        assert_eq!(proxy.cuts(), 2, "the reply was not cut");
+        assert_eq!(inner.fencing_token(), outer.fencing_token());
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+        inner.unlock().unwrap();
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        outer.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &fair_key(&name)));
+    });
+}
+
+/// The retry of an outermost release whose reply was cut is recognised while a waiter is
+/// queued: the first try granted the lock to the waiter, and the retry must neither fail nor
+/// touch the waiter's grant.
+#[test]
+fn cut_fair_release_reply_leaves_the_next_grant_alone() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-cut-release");
+        let m = client.fair_mutex(&name).unwrap();
+        let theirs = other.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let inner = m.lock().unwrap();
+        let op = fair_op(&name, "release");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.cut_reply_to(&pats, 1);
+        inner.unlock().unwrap();
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        let (tx, rx) = mpsc::channel();
+        let (seen_tx, seen_rx) = mpsc::channel::<()>();
+        let waiter = thread::spawn(move || {
+            let g = theirs
+                .try_lock_for(Duration::from_secs(20))
+                .unwrap()
+                .unwrap();
+            tx.send(g.fencing_token()).unwrap();
+            // Held until the main thread looked at the key.
+            seen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            g.unlock().unwrap();
+        });
+        wait_queued(&mut conn, &name, 1);
+        proxy.cut_reply_to(&pats, 1);
+        let t1 = outer.fencing_token();
+        outer.unlock().unwrap();
+        assert_eq!(proxy.cuts(), 2);
+        let t2 = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(t2 > t1);
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        seen_tx.send(()).unwrap();
+        waiter.join().unwrap();
+        assert!(!common::exists(&mut conn, &fair_key(&name)));
+    });
+}
+
+/// The lock key is deleted behind a holder, and the holder re-enters: the server grants a new
+/// acquisition. The outer guard is marked lost at once (and reported once); the new guard's
+/// release frees the lock.
+#[test]
+fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let (client, lost) = lost_log(&url);
+        let name = common::unique_name("fair-reenter-replaced");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(fair_key(&name))
+            .query(&mut conn)
+            .unwrap();
+        let inner = m.try_lock().unwrap().expect("free on the server");
+        assert!(
+            !outer.is_held(),
+            "the outer guard says held, but its acquisition is gone from the server"
+        );
+        assert!(inner.is_held());
+        assert!(inner.fencing_token() > outer.fencing_token());
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        inner.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &fair_key(&name)));
+        assert!(outer.unlock().is_err());
+        drop(m);
+        drop(client);
+        assert_eq!(lost.lock().unwrap().len(), 1, "lost leases reported");
+    });
+}
+
+/// A re-entry that finds another owner: the outer hold is lost, says so at once, and is
+/// reported once.
+#[test]
+fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let (client, lost) = lost_log(&url);
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-reenter-taken");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let token = outer.fencing_token();
+        let _: () = redis::cmd("DEL")
+            .arg(fair_key(&name))
+            .query(&mut conn)
+            .unwrap();
+        let theirs = other.fair_mutex(&name).unwrap();
+        let g = theirs.try_lock().unwrap().expect("free after the DEL");
+        assert!(m.try_lock().unwrap().is_none());
+        assert!(!outer.is_held(), "the outer guard still says held");
+        drop(g);
+        drop(outer);
+        drop(m);
+        drop(client);
+        let reports = lost
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.fencing_token == token)
+            .count();
+        assert_eq!(reports, 1);
+    });
+}
+
+/// A re-entry never moves the local deadline past the server's expiry, and never shortens
+/// the server's expiry.
+#[test]
+fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = client_with_lease(&url, Duration::from_secs(5));
+        let name = common::unique_name("fair-reenter-expiry");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        // A longer expiry on the server (as a slower renewal path might leave): a re-entry
+        // must not cut it down to its own lease.
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(fair_key(&name))
+            .arg(60_000)
+            .query(&mut conn)
+            .unwrap();
+        let inner = m.try_lock().unwrap().expect("a re-entry");
+        let pttl = common::pttl(&mut conn, &fair_key(&name));
+        assert!(
+            pttl > 50_000,
+            "the re-entry shortened the expiry to {pttl} ms"
+        );
+        let pttl_ms = u128::try_from(pttl).unwrap();
+        assert!(pttl_ms + 1 >= inner.validity().as_millis());
+        drop(inner);
+        drop(outer);
+    });
+}
+
+/// The fencing counter expires a day after its last write (no key per name lives forever),
+/// and a grant after it expired still gets a larger token.
+#[test]
+fn fair_fence_counter_expires_and_tokens_keep_rising() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-fence-ttl");
+        let fence = common::fence_key(&name);
+        let m = client.fair_mutex(&name).unwrap();
+        let g = m.lock().unwrap();
+        let t1 = g.fencing_token();
+        g.unlock().unwrap();
+        let day = 24 * 3600 * 1000;
+        let pttl = common::pttl(&mut conn, &fence);
+        assert!(
+            pttl > day - 60_000 && pttl <= day,
+            "fence expires in {pttl} ms"
+        );
+        let _: () = redis::cmd("DEL").arg(&fence).query(&mut conn).unwrap();
+        let g = m.lock().unwrap();
+        assert!(g.fencing_token() > t1);
+        g.unlock().unwrap();
+        assert!(common::pttl(&mut conn, &fence) > day - 60_000);
+    });
 }
