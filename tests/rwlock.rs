@@ -7,6 +7,8 @@
 #[path = "support/checker.rs"]
 mod checker;
 mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
 use locksmith::{Client, Error};
+use proxy::Proxy;
 
 /// Allowance for scheduling delays on a busy 2-core machine.
 const SLACK: Duration = Duration::from_millis(400);
@@ -538,4 +541,164 @@ fn readers_recover_from_a_redis_restart() {
     assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
     assert!(common::wait_until(lease + SLACK, || !w.is_held()));
     assert!(w.unlock().unwrap_err().is_lease_lost());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waking all readers at once; faults on the wire; fence expiry
+// ---------------------------------------------------------------------------------------------
+
+const RW_LUA: &str = include_str!("../src/scripts/rw_lock.lua");
+
+/// The read-write lock script's calls of operation `op` on lock `name`.
+fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
+    [
+        redis::Script::new(RW_LUA).get_hash().as_bytes().to_vec(),
+        key(name, "").into_bytes(),
+        format!("${}\r\n{op}\r\n", op.len()).into_bytes(),
+    ]
+}
+
+/// One release wakes every waiting reader *at once*, not one after another: each reader's
+/// read call after the release is held back 300 ms by the proxy, so readers woken in a chain
+/// (each woken when the one before it got the lock) would hold it 300 ms apart, 1.8 s for the
+/// last of six; woken at once, they all hold it about 300 ms after the release. And each
+/// reader asks Redis exactly once after the release.
+#[test]
+fn one_release_wakes_every_reader_at_once() {
+    const READERS: usize = 6;
+    const DELAY: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    with_deadline(Duration::from_secs(60), move || {
+        let name = common::unique_name("rw-wake-at-once");
+        let writer = Client::open(&url).unwrap();
+        let lw = writer.rw_lock(&name).unwrap();
+        let w = lw.write().unwrap();
+        // A 30 s lease: a reader that was not woken sleeps up to its 10 s renewal interval.
+        let readers = client_with_lease(&purl, Duration::from_secs(30));
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let done_rx = Arc::new(std::sync::Mutex::new(done_rx));
+        let threads: Vec<_> = (0..READERS)
+            .map(|_| {
+                let l = readers.rw_lock(&name).unwrap();
+                let (tx, done_rx) = (tx.clone(), Arc::clone(&done_rx));
+                thread::spawn(move || {
+                    let g = l.try_read_for(Duration::from_secs(30)).unwrap().unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    // Held until every reader held it.
+                    done_rx
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(30))
+                        .unwrap();
+                    drop(g);
+                })
+            })
+            .collect();
+        assert!(common::wait_until(Duration::from_secs(20), || {
+            zcard(&mut conn, &key(&name, ":rwait")) == READERS
+        }));
+        let op = rw_op(&name, "read");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.delay_reply_to(&pats, DELAY, READERS + 1);
+        let released = Instant::now();
+        w.unlock().unwrap();
+        let mut at = Vec::new();
+        for _ in 0..READERS {
+            let t = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            at.push(t - released);
+        }
+        at.sort();
+        println!("rw: {READERS} readers held the lock {at:?} after the writer's one release");
+        let last = at[READERS - 1];
+        assert!(
+            last < DELAY * 3,
+            "the last reader held it {last:?} after the release: woken one after another"
+        );
+        assert_eq!(
+            proxy.delays(),
+            READERS,
+            "read calls after the release (one per reader)"
+        );
+        for _ in 0..READERS {
+            done_tx.send(()).unwrap();
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+}
+
+/// Cut replies of write and read acquires are recognised on the retry (one writer entry, one
+/// reader entry, no orphan), and a cut release reply is recognised too (`Ok`, nothing left).
+#[test]
+fn cut_rw_replies_count_once_and_leave_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("rw-cut");
+        let l = client.rw_lock(&name).unwrap();
+        let theirs = other.rw_lock(&name).unwrap();
+        for op in ["write", "release_write"] {
+            let o = rw_op(&name, op);
+            let pats: Vec<&[u8]> = o.iter().map(Vec::as_slice).collect();
+            proxy.cut_reply_to(&pats, 1);
+        }
+        let w = l.try_write().unwrap().expect("free");
+        assert!(common::exists(&mut conn, &key(&name, "")));
+        assert!(theirs.try_read().unwrap().is_none());
+        w.unlock().unwrap();
+        assert_eq!(proxy.cuts(), 2, "the replies were not cut");
+        assert!(!common::exists(&mut conn, &key(&name, "")));
+        for op in ["read", "release_read"] {
+            let o = rw_op(&name, op);
+            let pats: Vec<&[u8]> = o.iter().map(Vec::as_slice).collect();
+            proxy.cut_reply_to(&pats, 1);
+        }
+        let r = l.try_read().unwrap().expect("free");
+        assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 1);
+        assert!(theirs.try_write().unwrap().is_none());
+        r.unlock().unwrap();
+        assert_eq!(proxy.cuts(), 4, "the replies were not cut");
+        assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 0);
+        let w = theirs.try_write().unwrap().expect("nothing left behind");
+        w.unlock().unwrap();
+    });
+}
+
+/// The fencing counter written by a write acquire expires a day after its last write; a
+/// writer after it expired still gets a larger token.
+#[test]
+fn rw_fence_counter_expires_and_tokens_keep_rising() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(&url).unwrap();
+        let name = common::unique_name("rw-fence-ttl");
+        let fence = common::fence_key(&name);
+        let l = client.rw_lock(&name).unwrap();
+        let w = l.write().unwrap();
+        let t1 = w.fencing_token();
+        w.unlock().unwrap();
+        let day = 24 * 3600 * 1000;
+        let pttl = common::pttl(&mut conn, &fence);
+        assert!(
+            pttl > day - 60_000 && pttl <= day,
+            "fence expires in {pttl} ms"
+        );
+        let _: () = redis::cmd("DEL").arg(&fence).query(&mut conn).unwrap();
+        let w = l.write().unwrap();
+        assert!(w.fencing_token() > t1);
+        w.unlock().unwrap();
+    });
 }

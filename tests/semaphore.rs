@@ -7,6 +7,8 @@
 #[path = "support/checker.rs"]
 mod checker;
 mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::sync::mpsc;
 use std::thread;
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
 use locksmith::{Client, Error};
+use proxy::Proxy;
 
 /// Allowance for scheduling delays on a busy 2-core machine.
 const SLACK: Duration = Duration::from_millis(400);
@@ -471,4 +474,40 @@ fn waiters_recover_from_a_redis_restart() {
     assert!(got[0].2 <= got[1].1, "two holders of one permit");
     assert!(common::wait_until(lease + SLACK, || !p.is_held()));
     assert!(p.release().unwrap_err().is_lease_lost());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults on the wire
+// ---------------------------------------------------------------------------------------------
+
+const SEM_LUA: &str = include_str!("../src/scripts/sem_permits.lua");
+
+/// A cut acquire reply is recognised on the retry: the permits are counted once, not twice;
+/// a cut release reply is recognised too: `Ok`, and every permit free again.
+#[test]
+fn cut_semaphore_replies_count_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let name = common::unique_name("sem-cut");
+        let sem = client.semaphore(&name, 3).unwrap();
+        let sha = redis::Script::new(SEM_LUA).get_hash().to_string();
+        let hk = holders_key(&name);
+        for op in ["$7\r\nacquire\r\n", "$7\r\nrelease\r\n"] {
+            proxy.cut_reply_to(&[sha.as_bytes(), hk.as_bytes(), op.as_bytes()], 1);
+        }
+        let p = sem
+            .try_acquire_many_for(2, Duration::from_secs(5))
+            .unwrap()
+            .unwrap();
+        let held: usize = redis::cmd("HLEN").arg(&hk).query(&mut conn).unwrap();
+        assert_eq!(held, 1, "one acquisition on the server");
+        assert_eq!(sem.available().unwrap(), 1, "two permits counted once");
+        p.release().unwrap();
+        assert_eq!(proxy.cuts(), 2, "the replies were not cut");
+        assert_eq!(sem.available().unwrap(), 3);
+    });
 }
