@@ -40,9 +40,11 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::client::{Adopted, Client, Grant, Terms, request_id};
+use crate::conn::Deadline;
 use crate::error::{Error, Result};
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::LockKeys;
+use crate::mutex::{hard_limit, retrying};
 use crate::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
 use crate::subscriber::RECHECK;
 
@@ -132,42 +134,14 @@ pub(crate) fn family_keys(prefix: &str, name: &str, suffix: &str, channel: &str)
     }
 }
 
-/// Runs `f` until it gets an answer, retrying connection-level failures with backoff for at
-/// most the client's retry timeout (counted from the first failure) or until `deadline`.
-pub(crate) fn retrying<T>(
-    client: &Client,
-    deadline: Option<Instant>,
-    mut f: impl FnMut() -> Result<T>,
-) -> Result<T> {
-    let mut backoff = Duration::from_millis(10);
-    let mut retry_until = None;
-    loop {
-        match f() {
-            Err(e) if e.is_retriable() => {
-                let retry_until =
-                    *retry_until.get_or_insert_with(|| after(client.shared().config.retry_timeout));
-                let stop = match (deadline, retry_until) {
-                    (Some(d), Some(r)) => Some(d.min(r)),
-                    (d, r) => d.or(r),
-                };
-                let left = stop.map_or(backoff, |s| s.saturating_duration_since(Instant::now()));
-                if left.is_zero() {
-                    return Err(e);
-                }
-                log::debug!("Redis unavailable ({e}); retrying");
-                std::thread::sleep(backoff.min(left));
-                backoff = (backoff * 2).min(Duration::from_millis(500));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Runs a script call once, and once more at once when the connection failed.
-pub(crate) fn eval_twice(client: &Client, call: &scripts::Call) -> Result<Value> {
-    let backend = &client.shared().backend;
-    match backend.eval_single(call) {
-        Err(e) if e.is_retriable() => backend.eval_single(call),
+/// Runs a script call once, and once more at once (on a new connection: a failure clears the
+/// pool) when the connection failed; both within one connect plus one command timeout, and
+/// within `by`, as the plain mutex's attempt. The scripts recognise a retry by its ids.
+pub(crate) fn eval_twice(client: &Client, call: &scripts::Call, by: Deadline) -> Result<Value> {
+    let shared = client.shared();
+    let by = by.min(Deadline::after(shared.config.one_call()));
+    match shared.backend.eval_single(call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => shared.backend.eval_single(call, by),
         other => other,
     }
 }
@@ -194,7 +168,9 @@ impl Place<'_> {
 impl Drop for Place<'_> {
     fn drop(&mut self) {
         if let Some(h) = self.hold.take() {
-            self.client.shared().unwatch(&h);
+            // No wait for a heartbeat on the wire: once the place is left, a heartbeat finds
+            // it gone and extends nothing.
+            self.client.shared().unwatch(&h, Duration::ZERO);
         }
     }
 }
@@ -219,7 +195,9 @@ impl FairMutex {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn is_locked(&self) -> Result<bool> {
-        self.client.shared().backend.exists(&self.keys)
+        let shared = self.client.shared();
+        let by = Deadline::after(shared.config.one_call());
+        shared.backend.exists(&self.keys, by)
     }
 
     /// Blocks until the lock is held by the calling thread, after every waiter that queued
@@ -289,13 +267,21 @@ impl FairMutex {
         }
     }
 
-    fn call(&self, op: &str, owner: &str, request: &str, extra: &[&str]) -> Result<Value> {
+    /// One script call (retried once on a new connection), within `by`.
+    fn call(
+        &self,
+        op: &str,
+        owner: &str,
+        request: &str,
+        extra: &[&str],
+        by: Deadline,
+    ) -> Result<Value> {
         let holder = Holder {
             owner,
             acquisition: request,
         };
         let call = scripts::fair(&self.keys, op, holder, self.terms().lease, extra);
-        eval_twice(&self.client, &call)
+        eval_twice(&self.client, &call, by)
     }
 
     /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
@@ -306,6 +292,7 @@ impl FairMutex {
         request: &str,
         live: Option<Live<'_>>,
         enqueue: bool,
+        by: Deadline,
     ) -> Result<AcquireReply> {
         let (acquisition, extend) = match live {
             Some(l) if l.extend.is_zero() => (l.acquisition, 0),
@@ -321,6 +308,7 @@ impl FairMutex {
                 if enqueue { "1" } else { "0" },
                 &extend.to_string(),
             ],
+            by,
         )?;
         self.parse(&v, "fair acquire")
     }
@@ -346,6 +334,7 @@ impl FairMutex {
         token: u64,
         count: u64,
         sent: Instant,
+        by: Deadline,
     ) -> Option<FairMutexGuard<'_>> {
         let grant = Grant {
             token,
@@ -367,17 +356,16 @@ impl FairMutex {
                 // that the next attempt makes a new one.
                 let holder = Holder { owner, acquisition };
                 let call = release_call(&self.keys, holder, Level::Outermost);
-                if let Err(e) = eval_twice(&self.client, &call) {
+                if let Err(e) = eval_twice(&self.client, &call, by) {
                     log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
                 }
                 return None;
             }
         };
-        let guard = FairMutexGuard::new(self, hold);
-        if guard.is_held() {
-            return Some(guard);
+        if hold.is_held() {
+            return Some(FairMutexGuard::new(self, hold));
         }
-        if let Err(e) = guard.unlock() {
+        if let Err(e) = release(self, &hold, by) {
             log::debug!("releasing a late grant of `{}`: {e}", self.keys.name);
         }
         None
@@ -390,6 +378,7 @@ impl FairMutex {
         let owner = shared.owner();
         let request = request_id();
         let live = shared.live_hold(&self.keys);
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
 
         // First, one attempt without queueing: it succeeds when the lock is free with nobody
         // queued, or for a re-entry. A re-entry keeps the terms of the acquisition it enters
@@ -400,10 +389,10 @@ impl FairMutex {
             extend: h.reentry_extension(sent),
         });
         let first = if past(deadline) {
-            self.attempt(&owner, &request, live_arg, false)?
+            self.attempt(&owner, &request, live_arg, false, limit)?
         } else {
-            retrying(&self.client, deadline, || {
-                self.attempt(&owner, &request, live_arg, false)
+            retrying(&self.client, &self.keys.name, deadline, limit, |by| {
+                self.attempt(&owner, &request, live_arg, false, by)
             })?
         };
         match first {
@@ -412,7 +401,7 @@ impl FairMutex {
                 count,
                 acquisition,
             } => {
-                if let Some(g) = self.take(&owner, &acquisition, token, count, sent) {
+                if let Some(g) = self.take(&owner, &acquisition, token, count, sent, limit) {
                     return Ok(Some(g));
                 }
             }
@@ -451,8 +440,8 @@ impl FairMutex {
         loop {
             let seen = reg.epoch();
             let sent = Instant::now();
-            let reply = retrying(&self.client, deadline, || {
-                self.attempt(&owner, &request, None, true)
+            let reply = retrying(&self.client, &self.keys.name, deadline, limit, |by| {
+                self.attempt(&owner, &request, None, true, by)
             });
             let ttl = match reply {
                 Ok(AcquireReply::Held {
@@ -460,7 +449,7 @@ impl FairMutex {
                     count,
                     ref acquisition,
                 }) => {
-                    if let Some(g) = self.take(&owner, acquisition, token, count, sent) {
+                    if let Some(g) = self.take(&owner, acquisition, token, count, sent, limit) {
                         return Ok(Some(g));
                     }
                     Duration::ZERO
@@ -470,7 +459,7 @@ impl FairMutex {
                         // A new place (or one lost while paused): its heartbeat lease started
                         // no earlier than this call's send time.
                         if let Some(h) = place.hold.take() {
-                            shared.unwatch(&h);
+                            shared.unwatch(&h, Duration::ZERO);
                         }
                         let hold = Arc::new(
                             Hold::new(
@@ -502,7 +491,7 @@ impl FairMutex {
                     // Leave the queue if Redis can be asked; otherwise the place runs out by
                     // itself one lease after its last heartbeat, which stops now.
                     drop(place);
-                    let _ = self.call("cancel", &owner, &request, &[]);
+                    let _ = self.call("cancel", &owner, &request, &[], limit);
                     return Err(e);
                 }
             };
@@ -519,7 +508,7 @@ impl FairMutex {
             if let Some(token) = reg.take_message().and_then(|m| parse_token(&m))
                 && let Some(since) = place.granted_since()
             {
-                if let Some(g) = self.take(&owner, &request, token, 1, since) {
+                if let Some(g) = self.take(&owner, &request, token, 1, since, limit) {
                     return Ok(Some(g));
                 }
                 continue;
@@ -528,7 +517,7 @@ impl FairMutex {
                 // Leave the queue; a grant that came in the meantime is kept.
                 let since = place.granted_since();
                 drop(place);
-                let v = self.call("cancel", &owner, &request, &[])?;
+                let v = self.call("cancel", &owner, &request, &[], limit)?;
                 return match (self.parse(&v, "fair cancel")?, since) {
                     (
                         AcquireReply::Held {
@@ -537,7 +526,7 @@ impl FairMutex {
                             acquisition,
                         },
                         Some(since),
-                    ) => Ok(self.take(&owner, &acquisition, token, count, since)),
+                    ) => Ok(self.take(&owner, &acquisition, token, count, since, limit)),
                     _ => Ok(None),
                 };
             }
@@ -628,7 +617,7 @@ impl<'a> FairMutexGuard<'a> {
     /// not be asked (the lock then frees itself when its lease runs out).
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        release(self.mutex, &self.hold)
+        release(self.mutex, &self.hold, release_bound(self.mutex))
     }
 }
 
@@ -637,7 +626,7 @@ impl Drop for FairMutexGuard<'_> {
         if self.released {
             return;
         }
-        if let Err(e) = release(self.mutex, &self.hold) {
+        if let Err(e) = release(self.mutex, &self.hold, release_bound(self.mutex)) {
             log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
         }
     }
@@ -661,14 +650,20 @@ fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::C
     )
 }
 
-/// Releases one level of `hold` (see `guard.rs` for the order: renewal stops first).
-fn release(mutex: &FairMutex, hold: &Arc<Hold>) -> Result<()> {
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(mutex: &FairMutex) -> Deadline {
+    Deadline::after(mutex.client.shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by` (see `guard.rs` for the order: renewal stops
+/// first).
+fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client.shared();
-    let timeouts = shared.config.timeouts;
     let was_held = hold.is_held();
     // The outermost level frees the lock on the server whatever count it has there (as for
     // the plain mutex): levels the server counts beyond the local ones cannot keep it.
-    let level = if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
         shared.forget(hold);
         Level::Outermost
     } else {
@@ -676,8 +671,9 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>) -> Result<()> {
     };
     let call = release_call(&mutex.keys, hold.holder(), level);
     let backend = &shared.backend;
-    let reply = match backend.eval_single(&call) {
-        Err(e) if e.is_retriable() => backend.eval_single(&call).map(|v| {
+    // The retry takes a new connection (a failure clears the pool), within the same bound.
+    let reply = match backend.eval_single(&call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by).map(|v| {
             // The first attempt may have released the last level before its reply was lost.
             match scripts::parse_release(&v) {
                 Some(ReleaseReply::Missing | ReleaseReply::OtherOwner) => Value::Int(0),

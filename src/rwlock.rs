@@ -28,10 +28,12 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::client::{Adopted, Client, Grant, Terms, request_id};
+use crate::conn::Deadline;
 use crate::error::{Error, Result};
-use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past, retrying};
+use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
 use crate::hold::Hold;
 use crate::keys::LockKeys;
+use crate::mutex::{hard_limit, retrying};
 use crate::scripts::{self, AcquireReply, Holder, Kind};
 use crate::subscriber::RECHECK;
 
@@ -217,13 +219,21 @@ impl RwLock {
         }
     }
 
-    fn call(&self, op: &str, owner: &str, request: &str, extra: &[&str]) -> Result<Value> {
+    /// One script call (retried once on a new connection), within `by`.
+    fn call(
+        &self,
+        op: &str,
+        owner: &str,
+        request: &str,
+        extra: &[&str],
+        by: Deadline,
+    ) -> Result<Value> {
         let holder = Holder {
             owner,
             acquisition: request,
         };
         let call = scripts::rw(&self.write_keys, op, holder, self.terms().lease, extra);
-        eval_twice(&self.client, &call)
+        eval_twice(&self.client, &call, by)
     }
 
     /// A nested level of the calling thread's live hold on `keys`, without a round trip.
@@ -236,7 +246,14 @@ impl RwLock {
         hold.enter(since).then_some(hold)
     }
 
-    fn attempt(&self, read: bool, owner: &str, request: &str, register: bool) -> Result<Attempt> {
+    fn attempt(
+        &self,
+        read: bool,
+        owner: &str,
+        request: &str,
+        register: bool,
+        by: Deadline,
+    ) -> Result<Attempt> {
         let flag = |b: bool| if b { "1" } else { "0" };
         let sent = Instant::now();
         let v = if read {
@@ -245,9 +262,10 @@ impl RwLock {
                 owner,
                 request,
                 &[flag(self.prefer_writers), flag(register)],
+                by,
             )?
         } else {
-            self.call("write", owner, request, &[flag(register)])?
+            self.call("write", owner, request, &[flag(register)], by)?
         };
         let keys = if read {
             &self.read_keys
@@ -281,7 +299,7 @@ impl RwLock {
                     return Ok(Attempt::Held(hold));
                 }
                 // A reply so late that the lease may have run out: give it back.
-                if let Err(e) = release(self, read, &hold) {
+                if let Err(e) = release(self, read, &hold, by) {
                     log::debug!("releasing a late grant of `{}`: {e}", self.name());
                 }
                 Ok(Attempt::Busy(Duration::ZERO))
@@ -310,11 +328,12 @@ impl RwLock {
         let shared = self.client.shared();
         let owner = shared.owner();
         let request = request_id();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         let first = if past(deadline) {
-            self.attempt(true, &owner, &request, false)?
+            self.attempt(true, &owner, &request, false, limit)?
         } else {
-            retrying(&self.client, deadline, || {
-                self.attempt(true, &owner, &request, false)
+            retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(true, &owner, &request, false, by)
             })?
         };
         if let Attempt::Held(h) = first {
@@ -337,8 +356,8 @@ impl RwLock {
             );
             let confirmed = reg.wait_confirmed(confirm_by);
             let seen = reg.epoch();
-            match retrying(&self.client, deadline, || {
-                self.attempt(true, &owner, &request, true)
+            match retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(true, &owner, &request, true, by)
             })? {
                 Attempt::Held(h) => return Ok(Some(RwLockReadGuard::new(self, h))),
                 Attempt::Busy(wait) => {
@@ -366,13 +385,14 @@ impl RwLock {
         }
         let owner = shared.owner();
         let request = request_id();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         let queued = shared.subscriber.has_waiters(&self.write_keys.channel);
         if !queued || past(deadline) {
             let first = if past(deadline) {
-                self.attempt(false, &owner, &request, false)?
+                self.attempt(false, &owner, &request, false, limit)?
             } else {
-                retrying(&self.client, deadline, || {
-                    self.attempt(false, &owner, &request, false)
+                retrying(&self.client, self.name(), deadline, limit, |by| {
+                    self.attempt(false, &owner, &request, false, by)
                 })?
             };
             if let Attempt::Held(h) = first {
@@ -386,7 +406,7 @@ impl RwLock {
         let reg = shared.subscriber.join(&self.write_keys.channel);
         let cancel = || {
             // A waiting writer that gives up must not keep deferring readers out.
-            if let Err(e) = self.call("cancel", &owner, &request, &[]) {
+            if let Err(e) = self.call("cancel", &owner, &request, &[], limit) {
                 log::debug!("leaving the writers' queue of `{}`: {e}", self.name());
             }
         };
@@ -405,8 +425,8 @@ impl RwLock {
             );
             let confirmed = reg.wait_confirmed(confirm_by);
             let seen = reg.epoch();
-            let attempt = retrying(&self.client, deadline, || {
-                self.attempt(false, &owner, &request, true)
+            let attempt = retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(false, &owner, &request, true, by)
             });
             match attempt {
                 Ok(Attempt::Held(h)) => {
@@ -430,12 +450,17 @@ impl RwLock {
     }
 }
 
-/// Releases one level of `hold`; at the outermost level, the server entry.
-fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>) -> Result<()> {
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(lock: &RwLock) -> Deadline {
+    Deadline::after(lock.client.shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by`; at the outermost level, the server entry.
+fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = lock.client.shared();
-    let timeouts = shared.config.timeouts;
     let was_held = hold.is_held();
-    if !hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+    if !hold.leave(by.left().unwrap_or(Duration::MAX)) {
         // An inner level: the thread still holds the lock.
         return Ok(());
     }
@@ -447,12 +472,15 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>) -> Result<()> {
     };
     let call = scripts::rw(&lock.write_keys, op, hold.holder(), hold.lease, &[]);
     let backend = &shared.backend;
-    let reply = match backend.eval_single(&call) {
+    // The retry takes a new connection (a failure clears the pool), within the same bound.
+    let reply = match backend.eval_single(&call, by) {
         // The first attempt may have released before its reply was lost.
-        Err(e) if e.is_retriable() => backend.eval_single(&call).map(|v| match v {
-            Value::Int(-1 | -2) => Value::Int(0),
-            v => v,
-        }),
+        Err(e) if e.is_retriable() && !by.passed() => {
+            backend.eval_single(&call, by).map(|v| match v {
+                Value::Int(-1 | -2) => Value::Int(0),
+                v => v,
+            })
+        }
         other => other,
     };
     match reply {
@@ -521,7 +549,7 @@ macro_rules! guard {
             /// asked (the lease then runs out by itself, since renewal stopped).
             pub fn unlock(mut self) -> Result<()> {
                 self.released = true;
-                release(self.lock, $read, &self.hold)
+                release(self.lock, $read, &self.hold, release_bound(self.lock))
             }
         }
 
@@ -530,7 +558,7 @@ macro_rules! guard {
                 if self.released {
                     return;
                 }
-                if let Err(e) = release(self.lock, $read, &self.hold) {
+                if let Err(e) = release(self.lock, $read, &self.hold, release_bound(self.lock)) {
                     log::warn!(
                         concat!("releasing the ", $what, " of `{}` on drop failed: {}"),
                         self.lock.name(),

@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::client::{Client, request_id};
+use crate::conn::Deadline;
 use crate::error::{Error, Result};
-use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past, retrying};
+use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::LockKeys;
+use crate::mutex::{hard_limit, retrying};
 use crate::scripts::{self, Holder, Kind};
 use crate::subscriber::RECHECK;
 
@@ -133,7 +135,8 @@ impl Semaphore {
             acquisition: "",
         };
         let call = scripts::sem(&self.keys, "used", holder, self.lease(), &[]);
-        let v = eval_twice(&self.client, &call)?;
+        let by = Deadline::after(self.client.shared().config.one_call());
+        let v = eval_twice(&self.client, &call, by)?;
         let used = match v {
             Value::Int(n) => u32::try_from(n).unwrap_or(u32::MAX),
             other => return Err(scripts::unexpected("semaphore used", &other)),
@@ -225,7 +228,7 @@ impl Semaphore {
     }
 
     /// One acquire call for `n` permits as acquisition `request` of `owner`.
-    fn attempt(&self, owner: &str, request: &str, n: u32) -> Result<Attempt> {
+    fn attempt(&self, owner: &str, request: &str, n: u32, by: Deadline) -> Result<Attempt> {
         let shared = self.client.shared();
         let holder = Holder {
             owner,
@@ -240,7 +243,7 @@ impl Semaphore {
             lease,
             &[&n.to_string(), &self.permits.to_string()],
         );
-        let v = eval_twice(&self.client, &call)?;
+        let v = eval_twice(&self.client, &call, by)?;
         match scripts::parse_acquire(&v) {
             Some(scripts::AcquireReply::Held { .. }) => {
                 let config = &shared.config;
@@ -273,7 +276,9 @@ impl Semaphore {
                     n,
                     released: false,
                 };
-                if let Err(e) = late.release() {
+                let mut late = late;
+                late.released = true;
+                if let Err(e) = late.give_back(by) {
                     log::debug!("releasing a late permit of `{}`: {e}", self.keys.name);
                 }
                 Ok(Attempt::Busy(Duration::ZERO))
@@ -296,6 +301,7 @@ impl Semaphore {
         let shared = self.client.shared();
         let owner = shared.owner();
         let request = request_id();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         let permit = |hold| SemaphorePermit {
             semaphore: self,
             hold,
@@ -305,9 +311,11 @@ impl Semaphore {
         // Fast path: one attempt, unless threads of this client already wait (they go first).
         if !shared.subscriber.has_waiters(&self.keys.channel) || past(deadline) {
             let attempt = if past(deadline) {
-                self.attempt(&owner, &request, n)?
+                self.attempt(&owner, &request, n, limit)?
             } else {
-                retrying(&self.client, deadline, || self.attempt(&owner, &request, n))?
+                retrying(&self.client, self.name(), deadline, limit, |by| {
+                    self.attempt(&owner, &request, n, by)
+                })?
             };
             match attempt {
                 Attempt::Held(h) => return Ok(Some(permit(h))),
@@ -333,7 +341,9 @@ impl Semaphore {
             );
             let confirmed = reg.wait_confirmed(confirm_by);
             let seen = reg.epoch();
-            match retrying(&self.client, deadline, || self.attempt(&owner, &request, n))? {
+            match retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(&owner, &request, n, by)
+            })? {
                 // Dropping the registration lets the next local waiter try at once: more
                 // permits may be free.
                 Attempt::Held(h) => return Ok(Some(permit(h))),
@@ -420,22 +430,27 @@ impl SemaphorePermit<'_> {
     /// lease runs out, since renewal stopped).
     pub fn release(mut self) -> Result<()> {
         self.released = true;
-        self.give_back()
+        self.give_back(release_bound(self.semaphore))
     }
 
-    fn give_back(&self) -> Result<()> {
+    /// Gives the permits back within `by`.
+    fn give_back(&self, by: Deadline) -> Result<()> {
         let sem = self.semaphore;
         let shared = sem.client.shared();
         let was_held = self.hold.is_held();
-        shared.unwatch(&self.hold);
+        // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+        shared.unwatch(&self.hold, by.left().unwrap_or(Duration::MAX));
         let call = scripts::sem(&sem.keys, "release", self.hold.holder(), sem.lease(), &[]);
         let backend = &shared.backend;
-        let reply = match backend.eval_single(&call) {
+        // The retry takes a new connection (a failure clears the pool), within the same bound.
+        let reply = match backend.eval_single(&call, by) {
             // The first attempt may have released before its reply was lost.
-            Err(e) if e.is_retriable() => backend.eval_single(&call).map(|v| match v {
-                Value::Int(-1) => Value::Int(0),
-                v => v,
-            }),
+            Err(e) if e.is_retriable() && !by.passed() => {
+                backend.eval_single(&call, by).map(|v| match v {
+                    Value::Int(-1) => Value::Int(0),
+                    v => v,
+                })
+            }
             other => other,
         };
         match reply {
@@ -457,12 +472,17 @@ impl SemaphorePermit<'_> {
     }
 }
 
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(sem: &Semaphore) -> Deadline {
+    Deadline::after(sem.client.shared().config.one_call())
+}
+
 impl Drop for SemaphorePermit<'_> {
     fn drop(&mut self) {
         if self.released {
             return;
         }
-        if let Err(e) = self.give_back() {
+        if let Err(e) = self.give_back(release_bound(self.semaphore)) {
             log::warn!(
                 "releasing a permit of `{}` on drop failed: {e}",
                 self.semaphore.name()

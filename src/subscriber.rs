@@ -46,9 +46,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use crate::conn::{MAX_SOCKET_TIMEOUT, Timeouts};
+use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::error::{Error, Result};
 use crate::resp::{self, Resp};
 
@@ -68,8 +69,8 @@ enum Stream {
 }
 
 impl Stream {
-    fn connect(info: &ConnectionInfo, timeouts: Timeouts) -> Result<Stream> {
-        let t = timeouts.connect.min(MAX_SOCKET_TIMEOUT);
+    /// Connects within `by` (and the connect timeout), with TCP keepalive on.
+    fn connect(info: &ConnectionInfo, timeouts: Timeouts, by: Deadline) -> Result<Stream> {
         let stream = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let mut last = None;
@@ -78,7 +79,7 @@ impl Stream {
                     .to_socket_addrs()
                     .map_err(Error::io)?
                 {
-                    match TcpStream::connect_timeout(&addr, t) {
+                    match TcpStream::connect_timeout(&addr, by.cap(timeouts.connect)?) {
                         Ok(s) => {
                             found = Some(s);
                             break;
@@ -96,6 +97,9 @@ impl Stream {
                     }
                 };
                 s.set_nodelay(true).map_err(Error::io)?;
+                SockRef::from(&s)
+                    .set_tcp_keepalive(&keepalive())
+                    .map_err(Error::io)?;
                 Stream::Tcp(s)
             }
             ConnectionAddr::Unix(path) => {
@@ -107,7 +111,9 @@ impl Stream {
                 });
             }
         };
-        stream.set_timeouts(Some(t)).map_err(Error::io)?;
+        stream
+            .set_timeouts(Some(by.cap(timeouts.connect)?))
+            .map_err(Error::io)?;
         Ok(stream)
     }
 
@@ -170,9 +176,16 @@ impl Write for Stream {
     }
 }
 
-/// Opens a pub/sub connection, authenticates, and returns its read and write halves.
+/// Opens a pub/sub connection, authenticates, and returns its read and write halves: all
+/// within one connect timeout.
 fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>, Stream)> {
-    let stream = Stream::connect(info, timeouts)?;
+    let by = Deadline::after(timeouts.connect);
+    let stream = Stream::connect(info, timeouts, by)?;
+    // Each read of the handshake gets what is left of the connect timeout, not all of it.
+    let shorten = |s: &Stream| -> Result<()> {
+        s.set_timeouts(Some(by.cap(timeouts.connect)?))
+            .map_err(Error::io)
+    };
     let mut writer = stream.try_clone().map_err(Error::io)?;
     let mut reader = BufReader::new(stream);
     let settings = info.redis_settings();
@@ -183,6 +196,7 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
         }
         args.push(password.as_bytes());
         writer.write_all(&resp::encode(&args)).map_err(Error::io)?;
+        shorten(reader.get_ref())?;
         if let Resp::Error(e) = resp::read(&mut reader).map_err(Error::io)? {
             return Err(Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::AuthenticationFailed,
@@ -195,6 +209,7 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
     writer
         .write_all(&resp::encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
         .map_err(Error::io)?;
+    shorten(reader.get_ref())?;
     let _ = resp::read(&mut reader).map_err(Error::io)?;
     // From here on, reads wake up every HEARTBEAT when the connection is idle. The two halves
     // are one socket with one pair of timeouts: set each direction once, from its own side.
