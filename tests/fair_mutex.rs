@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/bounds.rs"]
+mod bounds;
 #[path = "support/checker.rs"]
 mod checker;
 mod common;
@@ -1091,4 +1093,65 @@ fn fair_fence_counter_expires_and_tokens_keep_rising() {
         g.unlock().unwrap();
         assert!(common::pttl(&mut conn, &fence) > day - 60_000);
     });
+}
+
+/// Every blocking call of a fair mutex keeps its documented bound against a stalled server
+/// (`SIGSTOP`): `try_lock` and `is_locked` within connect + command timeout, the `_for` /
+/// `_until` forms by `max(wait, connect) + command`, `lock()` within `max(retry, connect +
+/// command)`, `unlock()` and a guard's drop within connect + command. Twice: first on pooled
+/// connections, then on new ones.
+#[test]
+fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
+    let server = RedisServer::start();
+    let pid = server.pid();
+    let _cont = bounds::ContinueOnDrop(pid);
+    let url = server.url();
+    let timings = with_deadline(Duration::from_secs(90), move || {
+        let client = bounds::client(&url);
+        let m = |n: &str| client.fair_mutex(&common::unique_name(n)).unwrap();
+        let (a, b, c, d) = (m("fb-a"), m("fb-b"), m("fb-c"), m("fb-d"));
+        let mut held = vec![
+            a.lock().unwrap(),
+            b.lock().unwrap(),
+            c.lock().unwrap(),
+            d.lock().unwrap(),
+        ];
+        let free = m("fb-free");
+        common::signal(pid, "STOP");
+        let mut t = bounds::Timings::default();
+        for round in 1..=2 {
+            t.time(format!("{round}: try_lock"), bounds::ONE, true, || {
+                bounds::show_opt(&free.try_lock())
+            });
+            t.time(
+                format!("{round}: try_lock_for"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_lock_for(bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: try_lock_until"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_lock_until(Instant::now() + bounds::WAIT)),
+            );
+            t.time(format!("{round}: lock"), bounds::retrying(), true, || {
+                bounds::show(&free.lock())
+            });
+            t.time(format!("{round}: is_locked"), bounds::ONE, true, || {
+                bounds::show(&free.is_locked())
+            });
+            let g = held.remove(0);
+            t.time(format!("{round}: unlock"), bounds::ONE, true, || {
+                bounds::show(&g.unlock())
+            });
+            let g = held.remove(0);
+            t.time(format!("{round}: drop"), bounds::ONE, false, || {
+                drop(g);
+                "dropped".into()
+            });
+        }
+        t
+    });
+    timings.assert_kept();
 }

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/bounds.rs"]
+mod bounds;
 #[path = "support/checker.rs"]
 mod checker;
 mod common;
@@ -701,4 +703,64 @@ fn rw_fence_counter_expires_and_tokens_keep_rising() {
         assert!(w.fencing_token() > t1);
         w.unlock().unwrap();
     });
+}
+
+/// Every blocking call of a read-write lock keeps its documented bound against a stalled
+/// server (`SIGSTOP`), for readers and writers: the `try_` forms within connect + command
+/// timeout, the `_for` / `_until` forms by `max(wait, connect) + command`, `read()` and
+/// `write()` within `max(retry, connect + command)`, `unlock()` and a guard's drop within
+/// connect + command. Twice: first on pooled connections, then on new ones.
+#[test]
+fn every_rw_call_keeps_its_bound_against_a_stalled_server() {
+    let server = RedisServer::start();
+    let pid = server.pid();
+    let _cont = bounds::ContinueOnDrop(pid);
+    let url = server.url();
+    let timings = with_deadline(Duration::from_secs(120), move || {
+        let client = bounds::client(&url);
+        let l = |n: &str| client.rw_lock(&common::unique_name(n)).unwrap();
+        let (a, b, c, d) = (l("rb-a"), l("rb-b"), l("rb-c"), l("rb-d"));
+        let mut reads = vec![a.read().unwrap(), b.read().unwrap()];
+        let mut writes = vec![c.write().unwrap(), d.write().unwrap()];
+        let free = l("rb-free");
+        common::signal(pid, "STOP");
+        let mut t = bounds::Timings::default();
+        for round in 1..=2 {
+            t.time(format!("{round}: try_read"), bounds::ONE, true, || {
+                bounds::show_opt(&free.try_read())
+            });
+            t.time(format!("{round}: try_write"), bounds::ONE, true, || {
+                bounds::show_opt(&free.try_write())
+            });
+            t.time(
+                format!("{round}: try_read_for"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_read_for(bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: try_write_until"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_write_until(Instant::now() + bounds::WAIT)),
+            );
+            t.time(format!("{round}: read"), bounds::retrying(), true, || {
+                bounds::show(&free.read())
+            });
+            t.time(format!("{round}: write"), bounds::retrying(), true, || {
+                bounds::show(&free.write())
+            });
+            let r = reads.remove(0);
+            t.time(format!("{round}: unlock read"), bounds::ONE, true, || {
+                bounds::show(&r.unlock())
+            });
+            let w = writes.remove(0);
+            t.time(format!("{round}: drop write"), bounds::ONE, false, || {
+                drop(w);
+                "dropped".into()
+            });
+        }
+        t
+    });
+    timings.assert_kept();
 }

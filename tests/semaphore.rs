@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/bounds.rs"]
+mod bounds;
 #[path = "support/checker.rs"]
 mod checker;
 mod common;
@@ -510,4 +512,64 @@ fn cut_semaphore_replies_count_once() {
         assert_eq!(proxy.cuts(), 2, "the replies were not cut");
         assert_eq!(sem.available().unwrap(), 3);
     });
+}
+
+/// Every blocking call of a semaphore keeps its documented bound against a stalled server
+/// (`SIGSTOP`): `try_acquire` and `available` within connect + command timeout, the `_for` /
+/// `_until` forms by `max(wait, connect) + command`, `acquire()` within `max(retry, connect +
+/// command)`, `release()` and a permit's drop within connect + command. Twice: first on
+/// pooled connections, then on new ones.
+#[test]
+fn every_semaphore_call_keeps_its_bound_against_a_stalled_server() {
+    let server = RedisServer::start();
+    let pid = server.pid();
+    let _cont = bounds::ContinueOnDrop(pid);
+    let url = server.url();
+    let timings = with_deadline(Duration::from_secs(90), move || {
+        let client = bounds::client(&url);
+        let sem = client.semaphore(&common::unique_name("sb"), 8).unwrap();
+        let mut held: Vec<_> = (0..4).map(|_| sem.acquire().unwrap()).collect();
+        let full = client
+            .semaphore(&common::unique_name("sb-full"), 1)
+            .unwrap();
+        common::signal(pid, "STOP");
+        let mut t = bounds::Timings::default();
+        for round in 1..=2 {
+            t.time(format!("{round}: try_acquire"), bounds::ONE, true, || {
+                bounds::show_opt(&full.try_acquire())
+            });
+            t.time(
+                format!("{round}: try_acquire_for"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&full.try_acquire_for(bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: try_acquire_until"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&full.try_acquire_until(Instant::now() + bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: acquire"),
+                bounds::retrying(),
+                true,
+                || bounds::show(&full.acquire()),
+            );
+            t.time(format!("{round}: available"), bounds::ONE, true, || {
+                bounds::show(&full.available())
+            });
+            let p = held.remove(0);
+            t.time(format!("{round}: release"), bounds::ONE, true, || {
+                bounds::show(&p.release())
+            });
+            let p = held.remove(0);
+            t.time(format!("{round}: drop"), bounds::ONE, false, || {
+                drop(p);
+                "dropped".into()
+            });
+        }
+        t
+    });
+    timings.assert_kept();
 }
