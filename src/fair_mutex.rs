@@ -191,6 +191,8 @@ impl FairMutex {
     /// Whether anyone (any process, any thread) holds the lock right now, or it was granted
     /// to a waiter that has not picked it up yet.
     ///
+    /// Returns within the connect timeout plus the command timeout.
+    ///
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
@@ -202,6 +204,10 @@ impl FairMutex {
 
     /// Blocks until the lock is held by the calling thread, after every waiter that queued
     /// before it.
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
     ///
     /// # Errors
     ///
@@ -230,6 +236,9 @@ impl FairMutex {
     /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
     /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
     /// # Errors
     ///
     /// As [`lock`](FairMutex::lock).
@@ -242,6 +251,9 @@ impl FairMutex {
     /// [`try_lock`](FairMutex::try_lock); a timeout too large to represent waits without a
     /// deadline.
     ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
     /// # Errors
     ///
     /// As [`lock`](FairMutex::lock).
@@ -250,6 +262,9 @@ impl FairMutex {
     }
 
     /// Waits until `deadline` at most for the lock, as [`try_lock_for`](FairMutex::try_lock_for).
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
     ///
     /// # Errors
     ///
@@ -609,6 +624,8 @@ impl<'a> FairMutexGuard<'a> {
     }
 
     /// Releases this level; at the last level the lock is granted to the first live waiter.
+    ///
+    /// Returns within the connect timeout plus the command timeout (so does a drop).
     ///
     /// # Errors
     ///

@@ -131,6 +131,10 @@ impl RwLock {
 
     /// Blocks until the calling thread holds a read lock.
     ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
@@ -145,6 +149,9 @@ impl RwLock {
     /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
     /// with writer preference, waits for it).
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
     /// # Errors
     ///
     /// As [`read`](RwLock::read).
@@ -153,6 +160,9 @@ impl RwLock {
     }
 
     /// Waits at most `timeout` for a read lock.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
     ///
     /// # Errors
     ///
@@ -163,6 +173,9 @@ impl RwLock {
 
     /// Waits until `deadline` at most for a read lock.
     ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
+    ///
     /// # Errors
     ///
     /// As [`read`](RwLock::read).
@@ -171,6 +184,10 @@ impl RwLock {
     }
 
     /// Blocks until the calling thread holds the write lock.
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
     ///
     /// # Errors
     ///
@@ -185,6 +202,9 @@ impl RwLock {
     /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
     /// lock (a writer, or readers).
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
     /// # Errors
     ///
     /// As [`write`](RwLock::write).
@@ -194,6 +214,9 @@ impl RwLock {
 
     /// Waits at most `timeout` for the write lock.
     ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
     /// # Errors
     ///
     /// As [`write`](RwLock::write).
@@ -202,6 +225,9 @@ impl RwLock {
     }
 
     /// Waits until `deadline` at most for the write lock.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
     ///
     /// # Errors
     ///
@@ -541,6 +567,8 @@ macro_rules! guard {
             }
 
             #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
+            ///
+            /// Returns within the connect timeout plus the command timeout (so does a drop).
             ///
             /// # Errors
             ///

@@ -126,6 +126,8 @@ impl Semaphore {
     /// How many permits are free right now, for this handle's count (0 when more are held,
     /// after the count was lowered).
     ///
+    /// Returns within the connect timeout plus the command timeout.
+    ///
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
@@ -146,6 +148,10 @@ impl Semaphore {
 
     /// Blocks until one permit is held.
     ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
@@ -157,6 +163,10 @@ impl Semaphore {
 
     /// Blocks until `n` permits are held together, as one acquisition (one lease, released
     /// together).
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
     ///
     /// # Errors
     ///
@@ -184,6 +194,9 @@ impl Semaphore {
 
     /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire).
@@ -194,6 +207,9 @@ impl Semaphore {
     /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
     /// timeout makes exactly one attempt.
     ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire).
@@ -203,6 +219,9 @@ impl Semaphore {
 
     /// Waits until `deadline` at most for one permit.
     ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
+    ///
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire).
@@ -211,6 +230,9 @@ impl Semaphore {
     }
 
     /// Waits at most `timeout` for `n` permits together.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
     ///
     /// # Errors
     ///
@@ -422,6 +444,8 @@ impl SemaphorePermit<'_> {
     }
 
     /// Gives the permits back, waking waiters.
+    ///
+    /// Returns within the connect timeout plus the command timeout (so does a drop).
     ///
     /// # Errors
     ///
