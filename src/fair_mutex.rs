@@ -492,7 +492,7 @@ impl FairMutex {
                                 }),
                                 sent,
                             )
-                            .with_kind(Kind::Fair),
+                            .with_kind(Kind::FairPlace),
                         );
                         shared.watch(&hold);
                         place.hold = Some(hold);

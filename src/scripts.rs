@@ -25,8 +25,11 @@ static RW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Rw.source()));
 pub(crate) enum Kind {
     /// A [`Mutex`](crate::Mutex) (also on a quorum).
     Mutex,
-    /// A [`FairMutex`](crate::FairMutex): its lock, or a waiter's place in its queue.
+    /// A [`FairMutex`](crate::FairMutex)'s lock.
     Fair,
+    /// A waiter's place in a [`FairMutex`](crate::FairMutex)'s queue (its heartbeat): not a
+    /// lease the application holds, so its loss is not reported as one.
+    FairPlace,
     /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
     Sem,
     /// A reader or the writer of an [`RwLock`](crate::RwLock).
@@ -37,7 +40,7 @@ pub(crate) enum Kind {
 pub(crate) fn renew_hold(hold: &crate::hold::Hold, fence: u64) -> Call {
     match hold.kind {
         Kind::Mutex => renew(&hold.keys, hold.holder(), hold.lease, fence),
-        Kind::Fair => fair(
+        Kind::Fair | Kind::FairPlace => fair(
             &hold.keys,
             "renew",
             hold.holder(),

@@ -1155,3 +1155,48 @@ fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
     });
     timings.assert_kept();
 }
+
+/// A waiter's place in the queue is not a lease the application holds: when its heartbeat
+/// finds it gone (here: the queue deleted behind it), nothing is reported lost, and the waiter
+/// still times out as asked.
+#[test]
+fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
+        let l = std::sync::Arc::clone(&lost);
+        let client = Client::builder(&url)
+            .lease(Duration::from_millis(600))
+            .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+            .build()
+            .unwrap();
+        let holder = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-place-lost");
+        let hm = holder.fair_mutex(&name).unwrap();
+        let g = hm.lock().unwrap();
+        let m = client.fair_mutex(&name).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let r = m.try_lock_for(Duration::from_secs(3)).unwrap();
+            tx.send(r.is_none()).unwrap();
+        });
+        wait_queued(&mut conn, &name, 1);
+        let waiters = format!("{}:fair:waiters", tag(&name));
+        let _: () = redis::cmd("DEL")
+            .arg(queue_key(&name))
+            .arg(&waiters)
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "not granted"
+        );
+        waiter.join().unwrap();
+        drop(g);
+        drop(client);
+        let reports = lost.lock().unwrap().len();
+        assert_eq!(reports, 0, "a queue place was reported as a lost lease");
+    });
+}
