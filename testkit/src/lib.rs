@@ -29,6 +29,7 @@ mod clock;
 mod names;
 pub mod proxy;
 mod rng;
+pub mod sentinel;
 mod server;
 mod stats;
 mod threads;
@@ -40,6 +41,7 @@ pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };
 pub use rng::Rng;
+pub use sentinel::SentinelSet;
 pub use server::{RedisServer, connect, free_port, pin, signal, stop_for};
 pub use stats::{
     ChannelSpy, client_list, errorstats, keys_matching, lock_keys_left, pubsub_clients, token_of,
