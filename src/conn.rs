@@ -180,11 +180,22 @@ pub(crate) trait Resolve: Send + Sync + std::fmt::Debug {
     fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo>;
     /// The cached address is doubtful (a connection failed, or the server is not a master).
     fn forget(&self);
+    /// Asks where the master is now, within `by`, and notes a move (bumping the generation);
+    /// run in the background, at most every [`RESOLVE_EVERY`].
+    fn check(&self, by: Deadline);
+    /// Counts the master's moves: a pooled connection opened in an older generation goes to
+    /// a server that is no longer the master.
+    fn generation(&self) -> u64;
 }
+
+/// How often the background check asks where the master is.
+pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(1);
 
 /// A command connection, with the timeouts its socket is set to (so that they are changed
 /// only when a step needs other ones).
 pub(crate) struct Conn {
+    /// The resolver's generation when the connection was opened (0 without one).
+    generation: u64,
     con: redis::Connection,
     read: Duration,
     write: Duration,
@@ -323,6 +334,7 @@ impl Pool {
     /// `by`.
     pub(crate) fn connect(&self, by: Deadline) -> Result<Conn> {
         let by = by.min(Deadline::after(self.timeouts.connect));
+        let generation = self.resolver.as_ref().map_or(0, |r| r.generation());
         let moved = match &self.resolver {
             Some(r) => Some(redis::Client::open(
                 r.resolve(by, false)?
@@ -337,6 +349,7 @@ impl Pool {
             .get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
         // `redis` leaves the socket without timeouts; `Conn` records that as zero.
         let mut con = Conn {
+            generation,
             con,
             read: Duration::ZERO,
             write: Duration::ZERO,
@@ -365,7 +378,13 @@ impl Pool {
 
     /// An idle connection, if there is one.
     pub(crate) fn idle(&self) -> Option<Conn> {
-        self.idle.lock().pop()
+        let mut idle = self.idle.lock();
+        if let Some(r) = &self.resolver {
+            // Connections to a server that is no longer the master are dropped.
+            let now = r.generation();
+            idle.retain(|c| c.generation == now);
+        }
+        idle.pop()
     }
 
     /// Gives a healthy connection back.

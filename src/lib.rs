@@ -137,7 +137,7 @@
 //! - `warn`: a lease was lost (renewal found the key gone or taken, or could not reach Redis
 //!   in time); a release on drop failed; the pub/sub connection was lost or could not be
 //!   restored; at start, a master whose `maxmemory-policy` may evict lock keys.
-//! - `info`: the pub/sub connection was restored.
+//! - `info`: the pub/sub connection was restored; the Sentinel master moved.
 //! - `debug`: client start, retries, thread stops.
 //! - `trace`: renewal batches.
 //!

@@ -11,12 +11,18 @@
 //!   failure, and the cached address is forgotten.
 //! - **Following a failover.** A connection error or a `READONLY` reply (the old master was
 //!   demoted to a replica) drops the pooled connections and forgets the address; the call's
-//!   retry (or the renewal's retry on a new connection) asks the sentinels again. The pub/sub
+//!   retry (or the renewal's retry on a new connection) asks the sentinels again. After a
+//!   graceful switch the old master stays up, a master, until Sentinel demotes it (seconds
+//!   later): so the pub/sub thread also asks the sentinels every second or so (when it wakes,
+//!   at least every heartbeat of 2 s), each time bounded by a quarter second; a move drops
+//!   every pooled connection to the old master (a generation count) and reconnects the
+//!   pub/sub connection. This is instead of subscribing to `+switch-master`, which would need
+//!   a second pub/sub connection (to a sentinel) read by the same thread. The pub/sub
 //!   connection asks the sentinels afresh on every reconnect, and is told to reconnect whenever
 //!   the command side finds the master at another address; it then resubscribes and wakes
-//!   every local waiter to re-check (see `subscriber.rs`). A graceful `SENTINEL FAILOVER`
-//!   closes the clients of the old master itself (`CLIENT KILL`), so both kinds of connection
-//!   notice at once.
+//!   every local waiter to re-check (see `subscriber.rs`). When Sentinel demotes the old
+//!   master it closes its clients (`CLIENT KILL`), so both kinds of connection notice then at
+//!   the latest.
 //! - **Bounds.** A resolution happens inside opening a connection: the sentinel's connect,
 //!   its answer and the master's connect and handshake together keep the connect timeout, and
 //!   the call's own deadline, so every call keeps the bound of the crate's "Time bounds".
@@ -31,7 +37,7 @@
 //! and the command encoding.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use redis::io::tcp::TcpSettings;
@@ -57,6 +63,8 @@ pub(crate) struct Sentinel {
     /// a switch.
     last: Mutex<Option<ConnectionAddr>>,
     on_switch: Mutex<Option<OnSwitch>>,
+    /// Counts the master's moves.
+    generation: AtomicU64,
 }
 
 impl fmt::Debug for Sentinel {
@@ -99,6 +107,7 @@ impl Sentinel {
             current: Mutex::new(None),
             last: Mutex::new(None),
             on_switch: Mutex::new(None),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -166,6 +175,27 @@ impl Sentinel {
     }
 }
 
+impl Sentinel {
+    /// Records the master's address; a move bumps the generation (pooled connections to the
+    /// old master are dropped) and tells the pub/sub connection to follow.
+    fn found(&self, a: &ConnectionAddr) {
+        *self.current.lock() = Some(a.clone());
+        let moved = {
+            let mut last = self.last.lock();
+            let moved = last.as_ref().is_some_and(|l| l != a);
+            *last = Some(a.clone());
+            moved
+        };
+        if moved {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            log::info!("the master `{}` is now at {a}", self.master);
+            if let Some(f) = &*self.on_switch.lock() {
+                f();
+            }
+        }
+    }
+}
+
 impl Resolve for Sentinel {
     fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo> {
         let cached = if fresh {
@@ -177,19 +207,7 @@ impl Resolve for Sentinel {
             Some(a) => a,
             None => {
                 let a = self.ask_all(by)?;
-                *self.current.lock() = Some(a.clone());
-                let moved = {
-                    let mut last = self.last.lock();
-                    let moved = last.as_ref().is_some_and(|l| *l != a);
-                    *last = Some(a.clone());
-                    moved
-                };
-                if moved {
-                    log::info!("the master `{}` is now at {a}", self.master);
-                    if let Some(f) = &*self.on_switch.lock() {
-                        f();
-                    }
-                }
+                self.found(&a);
                 a
             }
         };
@@ -200,5 +218,16 @@ impl Resolve for Sentinel {
 
     fn forget(&self) {
         self.current.lock().take();
+    }
+
+    fn check(&self, by: Deadline) {
+        match self.ask_all(by) {
+            Ok(a) => self.found(&a),
+            Err(e) => log::debug!("sentinels not reached for `{}`: {e}", self.master),
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 }

@@ -49,7 +49,7 @@ use parking_lot::Mutex;
 use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, Resolve, Timeouts, keepalive};
+use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
 use crate::resp::{self, Resp};
 
@@ -395,7 +395,22 @@ impl Subscriber {
         let Reader { reader, stop_rx } = reader;
         let mut conn = Some(reader);
         let mut backoff = BACKOFF_MIN;
+        let mut checked = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
+            if let Some(r) = &self.resolver
+                && checked.elapsed() >= RESOLVE_EVERY
+            {
+                // Where is the master now? A move makes this thread reconnect to it (and the
+                // command connections drop their pooled ones). Bounded, so that dispatching
+                // releases waits for it at most this long.
+                checked = Instant::now();
+                r.check(Deadline::after(
+                    self.timeouts
+                        .connect
+                        .min(self.timeouts.command)
+                        .min(RESOLVE_EVERY / 4),
+                ));
+            }
             let Some(r) = conn.as_mut() else {
                 match self.reconnect() {
                     Ok(r) => {

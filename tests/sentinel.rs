@@ -100,8 +100,10 @@ fn bad_sentinel_input_gives_clear_errors() {
     assert!(e.to_string().contains("no-such-master"), "{e}");
 }
 
-/// The bound within which a lock call reaches the new master after the sentinels named it.
-const FOLLOW_BOUND: Duration = Duration::from_secs(3);
+/// The bound within which lock calls reach the new master after the sentinels named it: the
+/// pub/sub thread asks the sentinels at least every heartbeat (2 s) while idle, and a move
+/// drops the pooled connections to the old master.
+const FOLLOW_BOUND: Duration = Duration::from_secs(4);
 /// From `SIGKILL` of the master to the first lock on the promoted replica: the sentinels'
 /// detection (1 s) and election (a failed election is retried after the failover timeout,
 /// 3 s), plus `FOLLOW_BOUND`.
@@ -115,8 +117,15 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
     let waiters = client(&set, lease);
 
     // A guard held across the graceful failover, with a waiter of another client behind it.
+    // Its renewals between the promotion and the moment the client learns of it (Sentinel
+    // announces the switch about a second after the promotion, the client asks every second
+    // or two) reach the old master only and are lost; the lease is long enough that the key
+    // replicated before the promotion outlives that gap plus one renewal interval, so the
+    // guard must be renewed on the new master, not lost.
+    let long_lease = Duration::from_secs(12);
+    let long_client = client(&set, long_lease);
     let long_name = unique_name("sentinel-long");
-    let long_lock = holders.mutex(&long_name).unwrap();
+    let long_lock = long_client.mutex(&long_name).unwrap();
     let long_guard = long_lock.lock().unwrap();
     let long_token = long_guard.fencing_token();
 
@@ -171,7 +180,6 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
     ));
 
     // 1. A graceful failover.
-    let first = set.master_port();
     let long_waiter = {
         let c = waiters.clone();
         let name = long_name.clone();
@@ -183,20 +191,22 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
         })
     };
     let second = set.failover(Duration::from_secs(15));
-    let switched = mono_ns();
     let t = Instant::now();
+    // The old master is still up (Sentinel demotes it later): the clients must leave it on
+    // their own.
     assert!(
-        common::wait_until(FOLLOW_BOUND, || acquired_since(switched) > 0),
-        "no lock on the new master within {FOLLOW_BOUND:?} of the switch"
+        common::wait_until(FOLLOW_BOUND, || {
+            common::script_calls(&mut set.conn(second)) > 0
+        }),
+        "no lock call on the new master within {FOLLOW_BOUND:?} of the switch"
     );
     eprintln!(
-        "graceful failover: first lock on the new master after {:?}",
+        "graceful failover: first script call on the new master after {:?}",
         t.elapsed()
     );
-    assert!(common::script_calls(&mut set.conn(second)) > 0);
-    // The guard held across the switch is renewed on the new master: three renewal
-    // intervals later it is still held, and its key lives there.
-    std::thread::sleep(lease);
+    // The guard held across the switch is renewed on the new master: one lease after the
+    // switch it is still held, and its key lives there.
+    std::thread::sleep(long_lease + Duration::from_millis(300));
     assert!(
         long_guard.is_held(),
         "the held guard was not renewed on the new master"
@@ -210,7 +220,7 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
     let handoff = released.elapsed();
     assert!(token.unwrap() > long_token);
     assert!(
-        handoff < lease / 2,
+        handoff < Duration::from_secs(1),
         "handoff after the switch took {handoff:?}"
     );
 
@@ -219,7 +229,7 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
     let t = Instant::now();
     set.kill(second);
     let third = set.wait_new_master(second, KILL_BOUND);
-    assert_ne!(third, first);
+    assert_ne!(third, second);
     let promoted = t.elapsed();
     assert!(
         common::wait_until(
