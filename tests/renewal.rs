@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::RedisServer;
-use locksmith::{Client, LostLease, MutexGuard, Redlock};
+use locksmith::{Client, LostLease, MutexGuard};
 
 const LEASE: Duration = Duration::from_millis(1500);
 const EVERY: Duration = Duration::from_millis(500);
@@ -187,7 +187,7 @@ fn quorum_renewal_keeps_outcomes_and_fences() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let mut conns: Vec<redis::Connection> = servers.iter().map(RedisServer::conn).collect();
     let (reports, hook) = recorder();
-    let quorum = Redlock::builder(servers.iter().map(RedisServer::url).collect::<Vec<_>>())
+    let quorum = Client::redlock(servers.iter().map(RedisServer::url).collect::<Vec<_>>())
         .lease(LEASE)
         .renew_interval(EVERY)
         .master_timeout(Duration::from_millis(200))

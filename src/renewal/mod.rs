@@ -34,7 +34,7 @@ use parking_lot::Mutex;
 use crate::backend::Backend;
 use crate::client::{LostHook, LostLease};
 use crate::hold::{Begin, Hold, Status};
-use crate::scripts;
+use crate::scripts::{self, Kind};
 use wheel::Wheel;
 
 /// A message to the renewal thread.
@@ -304,6 +304,12 @@ impl Renewer {
 
     /// Reports a lost lease: a warning, and the application's callback.
     fn lost(&self, hold: &Hold, why: &str) {
+        if hold.kind == crate::scripts::Kind::FairPlace {
+            // A waiter's place in a queue, not a lease: the waiter finds out at its next
+            // attempt and queues again.
+            log::debug!("a waiter's place for `{}` lapsed: {why}", hold.keys.name);
+            return;
+        }
         log::warn!("lease of lock `{}` lost: {why}", hold.keys.name);
         if let Some(hook) = &self.on_lost {
             let lost = LostLease {
@@ -321,25 +327,40 @@ impl Renewer {
     /// Sends the renewals, many leases to a script call (see [`batch`]); one outcome per hold,
     /// in the order of `batch` (`None` where it is unknown).
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-        let slots: Vec<u16> = batch.iter().map(|h| h.keys.slot).collect();
+        // Mutex leases share calls of the batch script; other lock types' holds keep their
+        // own renew script, one call each.
+        let (mutexes, others): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].kind == Kind::Mutex);
+        let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
         // No topology of this client spreads keys over Cluster slots: any leases share a call.
-        let groups = batch::group(&slots, false, batch::MAX_PER_CALL);
+        let mut groups: Vec<Vec<usize>> = batch::group(&slots, false, batch::MAX_PER_CALL)
+            .into_iter()
+            .map(|g| g.into_iter().map(|k| mutexes[k]).collect())
+            .collect();
+        groups.extend(others.into_iter().map(|i| vec![i]));
         let calls: Vec<_> = groups
             .iter()
-            .map(|g| {
-                let leases: Vec<_> = g
-                    .iter()
-                    .map(|&i| {
-                        let h = &batch[i];
-                        scripts::Renewing {
-                            keys: &h.keys,
-                            holder: h.holder(),
-                            lease: h.lease,
-                            token: self.backend.fence(h.token),
-                        }
-                    })
-                    .collect();
-                (scripts::renew_many(&leases), g.len())
+            .map(|g| match g.as_slice() {
+                // Another lock type's hold: its own renew script, one per hold.
+                [one] if batch[*one].kind != Kind::Mutex => {
+                    let h = &batch[*one];
+                    (scripts::renew_hold(h, self.backend.fence(h.token)), 1)
+                }
+                _ => {
+                    let leases: Vec<_> = g
+                        .iter()
+                        .map(|&i| {
+                            let h = &batch[i];
+                            scripts::Renewing {
+                                keys: &h.keys,
+                                holder: h.holder(),
+                                lease: h.lease,
+                                token: self.backend.fence(h.token),
+                            }
+                        })
+                        .collect();
+                    (scripts::renew_many(&leases), g.len())
+                }
             })
             .collect();
         let flat = self.backend.renew(&calls, self.timeout);
