@@ -11,14 +11,16 @@ use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
+use crate::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
 const MAX_IDLE: usize = 32;
 
 /// Checks a Redis URL and names the part that is wrong.
 ///
-/// Accepted: `redis://[user:password@]host[:port][/db]`, `redis+unix:///path` and
-/// `unix:///path`. `rediss://` needs TLS support, which this build does not include.
+/// Accepted: `redis://[user:password@]host[:port][/db]`, the same with `rediss://` (TLS;
+/// a trailing `#insecure` skips certificate verification), `redis+unix:///path` and
+/// `unix:///path`.
 pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
     let bad = |reason: String| Error::InvalidUrl { reason };
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -28,8 +30,8 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
         )));
     };
     match scheme {
-        "redis" => {
-            let authority = rest.split('/').next().unwrap_or("");
+        "redis" | "rediss" => {
+            let authority = rest.split(['/', '#', '?']).next().unwrap_or("");
             let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
             let (host, port) = match host_port.rsplit_once(':') {
                 Some((h, p)) if !h.ends_with(']') || host_port.starts_with('[') => (h, Some(p)),
@@ -50,14 +52,10 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
             }
         }
         "redis+unix" | "unix" => {}
-        "rediss" => {
-            return Err(bad(
-                "the scheme `rediss` needs TLS support, which this build does not include".into(),
-            ));
-        }
         other => {
             return Err(bad(format!(
-                "the scheme `{other}` is not supported (expected redis:// or redis+unix://)"
+                "the scheme `{other}` is not supported (expected redis://, rediss:// or \
+                 redis+unix://)"
             )));
         }
     }
@@ -65,7 +63,9 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
         .into_connection_info()
         .map_err(|e| bad(e.detail().unwrap_or("could not be parsed").to_owned()))?;
     match info.addr() {
-        ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(..) => Ok(info),
+        ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. } | ConnectionAddr::Unix(..) => {
+            Ok(info)
+        }
         _ => Err(bad("this address type is not supported".into())),
     }
 }
@@ -104,9 +104,10 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(info: ConnectionInfo, timeouts: Timeouts) -> Result<Self> {
+    /// A pool for `info`; a `rediss://` address gets its certificates from `tls`.
+    pub(crate) fn new(info: ConnectionInfo, timeouts: Timeouts, tls: Option<&Tls>) -> Result<Self> {
         Ok(Pool {
-            client: redis::Client::open(info)?,
+            client: client_for(info, tls)?,
             timeouts,
             idle: Mutex::new(Vec::new()),
         })
@@ -142,6 +143,19 @@ impl Pool {
     }
 }
 
+/// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
+/// the builder's certificates (the system's roots when none were given).
+fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
+    match (info.addr(), tls) {
+        (ConnectionAddr::TcpTls { .. }, Some(tls))
+            if tls.certs.root.is_some() || tls.certs.client.is_some() =>
+        {
+            Ok(redis::Client::build_with_tls(info, tls.certs.for_redis())?)
+        }
+        _ => Ok(redis::Client::open(info)?),
+    }
+}
+
 /// True when the error says the connection itself is no good any more.
 pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
@@ -163,7 +177,9 @@ mod tests {
         assert!(msg("redis://").contains("host"));
         assert!(msg("redis://127.0.0.1:notaport/").contains("port `notaport`"));
         assert!(msg("redis://127.0.0.1:0/").contains("port"));
-        assert!(msg("rediss://127.0.0.1/").contains("TLS"));
+        assert!(msg("rediss://127.0.0.1:0/").contains("port"));
+        assert!(parse_url("rediss://127.0.0.1:6380/").is_ok());
+        assert!(parse_url("rediss://u:p@127.0.0.1:6380#insecure").is_ok());
         assert!(msg("127.0.0.1:6379").contains("no scheme"));
         assert!(parse_url("redis://127.0.0.1:6379/").is_ok());
         assert!(parse_url("redis://user:pw@localhost/2").is_ok());

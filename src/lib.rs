@@ -109,9 +109,9 @@ mod keys;
 mod mutex;
 mod redlock;
 mod renewal;
-mod resp;
 mod scripts;
 mod subscriber;
+mod tls;
 
 pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
