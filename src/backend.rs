@@ -22,9 +22,9 @@
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Connection, ConnectionLike, Value};
+use redis::Value;
 
-use crate::conn::{Pool, is_connection_error};
+use crate::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which};
@@ -76,6 +76,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) live: Option<Live<'a>>,
     /// When the call started; a quorum grant's validity is judged against it.
     pub(crate) sent: Instant,
+    /// The bound of the call.
+    pub(crate) by: Deadline,
 }
 
 /// The masters, the quorum, and the bounds of one call.
@@ -130,43 +132,43 @@ impl Backend {
     }
 
     /// Sends `packed` (holding `replies` commands) to the masters `targets` at once and
-    /// collects each master's replies, all within `timeout` of the first write.
+    /// collects each master's replies, all within `step` of the start of the round and within
+    /// `by`. `fresh`: a retry, on new connections, and to masters marked down too.
+    #[allow(clippy::too_many_arguments)]
     fn round(
         &self,
         targets: &[usize],
         packed: &[u8],
         replies: usize,
         which: Which,
-        timeout: Duration,
+        step: Duration,
+        by: Deadline,
+        fresh: bool,
     ) -> Vec<(usize, Result<Vec<Value>>)> {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut sent: Vec<(usize, Connection)> = Vec::with_capacity(targets.len());
+        let read_by = by.min(Deadline::after(step));
+        let mut sent: Vec<(usize, Conn)> = Vec::with_capacity(targets.len());
         let mut out = Vec::with_capacity(targets.len());
         // Masters with an idle connection get the command first; opening a connection (up to
         // the connect timeout for a stalled master) comes after, so it delays nobody's send.
-        let mut fresh = Vec::new();
+        let mut new = Vec::new();
         for &i in targets {
             let node = &self.nodes[i];
             if !self.single()
+                && !fresh
                 && let Some(t) = *node.down_until.lock()
                 && Instant::now() < t
             {
-                out.push((
-                    i,
-                    Err(Error::Timeout {
-                        what: "master marked down after a failure",
-                    }),
-                ));
+                out.push((i, Err(Error::Timeout { what: MARKED_DOWN })));
                 continue;
             }
-            match node.pool.idle() {
-                Some(con) => self.send(i, con, packed, &mut sent, &mut out),
-                None => fresh.push(i),
+            match node.pool.idle().filter(|_| !fresh) {
+                Some(con) => self.send(i, con, packed, by, &mut sent, &mut out),
+                None => new.push(i),
             }
         }
-        for i in fresh {
-            match self.nodes[i].pool.connect() {
-                Ok(con) => self.send(i, con, packed, &mut sent, &mut out),
+        for i in new {
+            match self.nodes[i].pool.connect(by) {
+                Ok(con) => self.send(i, con, packed, by, &mut sent, &mut out),
                 Err(e) => {
                     self.failed(i, &e);
                     out.push((i, Err(e)));
@@ -174,14 +176,17 @@ impl Backend {
             }
         }
         for (i, mut con) in sent {
-            let result = self.receive(&mut con, replies, deadline, timeout);
+            let result = self.receive(&mut con, replies, read_by);
             let result = match result {
                 Ok(values) if values.iter().any(is_noscript) => {
-                    // After a restart or SCRIPT FLUSH: load, and resend on this master alone.
-                    which.load(&mut con).and_then(|()| {
-                        con.send_packed_command(packed)?;
-                        self.receive(&mut con, replies, None, self.command_timeout)
-                    })
+                    // After a restart or SCRIPT FLUSH: load, and resend on this master alone,
+                    // still within the call's bound.
+                    let again = by.min(Deadline::after(step));
+                    by.cap(self.command_timeout)
+                        .and_then(|t| con.set_timeouts(t))
+                        .and_then(|()| which.load(con.raw()))
+                        .and_then(|()| con.send(packed, self.command_timeout, again))
+                        .and_then(|()| self.receive(&mut con, replies, again))
                 }
                 other => other,
             };
@@ -199,44 +204,40 @@ impl Backend {
     fn send(
         &self,
         i: usize,
-        mut con: Connection,
+        mut con: Conn,
         packed: &[u8],
-        sent: &mut Vec<(usize, Connection)>,
+        by: Deadline,
+        sent: &mut Vec<(usize, Conn)>,
         out: &mut Vec<(usize, Result<Vec<Value>>)>,
     ) {
-        match con.send_packed_command(packed) {
+        match con.send(packed, self.command_timeout, by) {
             Ok(()) => sent.push((i, con)),
             Err(e) => {
-                let e = Error::from(e);
-                self.failed(i, &e);
+                if matches!(e, Error::Timeout { what } if what == RAN_OUT) {
+                    // Nothing was written: the connection is as good as before.
+                    self.nodes[i].pool.put(con);
+                } else {
+                    self.failed(i, &e);
+                }
                 out.push((i, Err(e)));
             }
         }
     }
 
-    /// Reads `n` replies, bounded by `deadline` (each blocking read is; the deadline is also
-    /// checked between replies of a long pipeline).
-    fn receive(
-        &self,
-        con: &mut Connection,
-        n: usize,
-        deadline: Option<Instant>,
-        timeout: Duration,
-    ) -> Result<Vec<Value>> {
-        let custom = timeout != self.command_timeout;
-        let left = || deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+    /// Reads `n` replies, each read bounded by the command timeout and by `by` (checked again
+    /// every 256 replies of a long pipeline).
+    fn receive(&self, con: &mut Conn, n: usize, by: Deadline) -> Result<Vec<Value>> {
         let mut values = Vec::with_capacity(n);
         for k in 0..n {
-            if custom && k % 256 == 0 {
+            if k % 256 == 0 {
                 // Past the deadline, a reply that has already arrived is still taken: a
                 // stalled master read before this one must not fail a healthy one.
-                let left = left().max(Duration::from_millis(1));
-                con.set_read_timeout(Some(left))?;
+                let t = by
+                    .cap(self.command_timeout)
+                    .unwrap_or(Duration::from_millis(1));
+                con.set_timeouts(t)?;
             }
-            values.push(con.recv_response()?);
-        }
-        if custom {
-            con.set_read_timeout(Some(self.command_timeout))?;
+            values.push(con.recv_now()?);
         }
         Ok(values)
     }
@@ -245,6 +246,8 @@ impl Backend {
     fn failed(&self, i: usize, e: &Error) {
         let broken = match e {
             Error::Redis(e) => is_connection_error(e),
+            // Out of time before any I/O: the server did nothing wrong.
+            Error::Timeout { what } if *what == RAN_OUT => false,
             Error::Timeout { .. } => true,
             _ => false,
         };
@@ -265,12 +268,27 @@ impl Backend {
         (0..self.nodes.len()).collect()
     }
 
-    fn call_all(&self, call: &Call, targets: &[usize]) -> Vec<(usize, Result<Value>)> {
+    /// Runs `call` on the masters `targets` at once, within `by`; `fresh` as in `round`.
+    fn call_all(
+        &self,
+        call: &Call,
+        targets: &[usize],
+        by: Deadline,
+        fresh: bool,
+    ) -> Vec<(usize, Result<Value>)> {
         let packed = call.cmd.get_packed_command();
-        self.round(targets, &packed, 1, call.which, self.call_timeout)
-            .into_iter()
-            .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
-            .collect()
+        self.round(
+            targets,
+            &packed,
+            1,
+            call.which,
+            self.call_timeout,
+            by,
+            fresh,
+        )
+        .into_iter()
+        .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
+        .collect()
     }
 
     /// Acquires on the masters. `sent` must be taken before this call; the validity of a
@@ -283,9 +301,16 @@ impl Backend {
             request,
             live,
             sent,
+            by,
         } = *a;
         let call = scripts::acquire(keys, owner, lease, request, live);
-        let replies = self.call_all(&call, &self.all());
+        // With a quorum, one round is kept back for giving back a partial grant at once.
+        let round_by = if self.single() {
+            by
+        } else {
+            by.minus(self.call_timeout)
+        };
+        let replies = self.call_all(&call, &self.all(), round_by, false);
         let parsed: Vec<(usize, Result<AcquireReply>)> = replies
             .into_iter()
             .map(|(i, r)| {
@@ -320,8 +345,8 @@ impl Backend {
                 }),
             };
         }
-        let (mut held, mut busy, mut failed, mut foreign) =
-            (Vec::new(), Vec::new(), Vec::new(), false);
+        let (mut held, mut busy, mut failed, mut maybe_ran, mut foreign) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), false);
         let mut first_error = None;
         for (i, r) in parsed {
             match r {
@@ -334,6 +359,13 @@ impl Backend {
                 Ok(AcquireReply::Foreign) => foreign = true,
                 Err(e) => {
                     failed.push(i);
+                    // A master skipped as marked down, or left for lack of time, never got the
+                    // command; any other failure may have come after the script ran there.
+                    if !is_marked_down(&e)
+                        && !matches!(e, Error::Timeout { what } if what == RAN_OUT)
+                    {
+                        maybe_ran.push(i);
+                    }
                     first_error.get_or_insert(e);
                 }
             }
@@ -358,7 +390,7 @@ impl Backend {
                     .filter(|h| h.3 != acquisition)
                     .cloned()
                     .collect();
-                self.undo(keys, owner, request, &stray, &[]);
+                self.undo(keys, owner, request, &stray, &[], by);
                 return Ok(Acquired::Held {
                     token,
                     count,
@@ -371,11 +403,11 @@ impl Backend {
         // answer, since the script may have run there before the reply was lost.
         let split = !held.is_empty();
         let unanswered = if live.is_none() {
-            failed.clone()
+            maybe_ran
         } else {
             Vec::new()
         };
-        self.undo(keys, owner, request, &held, &unanswered);
+        self.undo(keys, owner, request, &held, &unanswered, by);
         if foreign {
             return Err(Error::ForeignKey {
                 key: keys.lock.clone(),
@@ -415,9 +447,14 @@ impl Backend {
         request: &str,
         granted: &[(usize, u64, u64, String)],
         unanswered: &[usize],
+        by: Deadline,
     ) {
-        // One round per acquisition and level, to every master concerned at once.
-        let mut jobs: Vec<(Vec<usize>, &str, u64, Level)> = Vec::new();
+        // One round per acquisition and level, to every master concerned at once. The masters
+        // that did not answer just failed, and so are marked down: the undo goes to them all
+        // the same, on a new connection (`fresh`), since the acquire may have run there and its
+        // grant would otherwise stay for a lease. It is bounded by the round the acquire kept
+        // back for it.
+        let mut jobs: Vec<(Vec<usize>, &str, u64, Level, bool)> = Vec::new();
         for (i, token, _, acquisition) in granted {
             let level = if acquisition == request {
                 Level::Outermost
@@ -432,14 +469,14 @@ impl Backend {
                     job.0.push(*i);
                     job.2 = job.2.max(*token);
                 }
-                None => jobs.push((vec![*i], acquisition.as_str(), *token, level)),
+                None => jobs.push((vec![*i], acquisition.as_str(), *token, level, false)),
             }
         }
         if !unanswered.is_empty() {
             let token = granted.iter().map(|h| h.1).max().unwrap_or(0);
-            jobs.push((unanswered.to_vec(), request, token, Level::Outermost));
+            jobs.push((unanswered.to_vec(), request, token, Level::Outermost, true));
         }
-        for (targets, acquisition, token, level) in jobs {
+        for (targets, acquisition, token, level, fresh) in jobs {
             let holder = Holder { owner, acquisition };
             let call = scripts::undo(
                 keys,
@@ -448,11 +485,12 @@ impl Backend {
                 self.fence(token),
                 level,
             );
-            let _ = self.call_all(&call, &targets);
+            let _ = self.call_all(&call, &targets, by, fresh);
         }
     }
 
-    /// Releases `level` on every master, retrying once where the connection failed.
+    /// Releases `level` on every master, retrying once (on a new connection) where the
+    /// connection failed, all within `by`.
     pub(crate) fn release(
         &self,
         keys: &LockKeys,
@@ -460,21 +498,24 @@ impl Backend {
         request: &str,
         token: u64,
         level: Level,
+        by: Deadline,
     ) -> Result<ReleaseReply> {
         let call = scripts::release(keys, holder, request, self.fence(token), level);
-        let mut replies = self.call_all(&call, &self.all());
+        let mut replies = self.call_all(&call, &self.all(), by, false);
         let retry: Vec<usize> = replies
             .iter()
             .filter(|(_, r)| r.as_ref().err().is_some_and(Error::is_retriable))
             .map(|(i, _)| *i)
             .collect();
-        if !retry.is_empty() {
+        // The retry takes a new connection (a failure clears the master's idle ones), and
+        // skips a quorum master marked down: waiting for it again would cost the others.
+        if !retry.is_empty() && !by.passed() {
             log::debug!(
                 "release of `{}` failed on {} master(s); retrying once",
                 keys.name,
                 retry.len()
             );
-            for (i, r) in self.call_all(&call, &retry) {
+            for (i, r) in self.call_all(&call, &retry, by, false) {
                 // The first attempt may have released the last level before its reply was
                 // lost: then the key is gone, or already another owner's (a waiter took it at
                 // once). Either is what a release wants, and the retry touched nothing.
@@ -530,39 +571,67 @@ impl Backend {
     }
 
     /// Renews a batch of leases on every master in one pipelined round trip per master,
-    /// waiting at most `timeout` for the replies (with a quorum, a stalled master must not
-    /// hold up the outcome of the others). One outcome per call: `Some(true)` kept,
-    /// `Some(false)` lost, `None` unknown.
-    pub(crate) fn renew(&self, calls: &[Call], timeout: Duration) -> Vec<Option<bool>> {
+    /// all within `budget`. A master whose connection fails (or stays silent for half the
+    /// budget: a connection that a NAT dropped) gets the batch again at once on a new
+    /// connection, within what is left, unless the outcome of every lease is known already.
+    /// One outcome per call: `Some(true)` kept, `Some(false)` lost, `None` unknown.
+    pub(crate) fn renew(&self, calls: &[Call], budget: Duration) -> Vec<Option<bool>> {
         let mut packed = Vec::new();
         for c in calls {
             c.cmd.write_packed_command(&mut packed);
         }
-        let timeout = if self.single() {
-            self.command_timeout
-        } else {
-            timeout.min(self.command_timeout)
-        };
-        let replies = self.round(&self.all(), &packed, calls.len(), Which::Renew, timeout);
-        let n = self.nodes.len();
-        let mut yes = vec![0usize; calls.len()];
-        let mut no = vec![0usize; calls.len()];
+        let by = Deadline::after(budget);
+        let first = (budget / 2).min(self.command_timeout);
+        let n = calls.len();
+        let mut replies = self.round(&self.all(), &packed, n, Which::Renew, first, by, false);
+        let mut outcomes = self.renewed(n, &replies);
+        let retry: Vec<usize> = replies
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .err()
+                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        if !retry.is_empty() && !by.passed() && outcomes.iter().any(Option::is_none) {
+            log::debug!(
+                "renewal of {n} leases failed on {} master(s); retrying on a new connection",
+                retry.len()
+            );
+            // Renewing again is harmless: a renewal only sets the lease from now on.
+            for (i, r) in self.round(&retry, &packed, n, Which::Renew, budget, by, true) {
+                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
+                    slot.1 = r;
+                }
+            }
+            outcomes = self.renewed(n, &replies);
+        }
+        for (i, r) in &replies {
+            if let Err(e) = r {
+                log::warn!(
+                    "renewal of {n} leases on {} failed: {e}",
+                    self.nodes[*i].name
+                );
+            }
+        }
+        outcomes
+    }
+
+    /// The outcome of each of `n` renewals from the masters' replies.
+    fn renewed(&self, n: usize, replies: &[(usize, Result<Vec<Value>>)]) -> Vec<Option<bool>> {
+        let masters = self.nodes.len();
+        let mut yes = vec![0usize; n];
+        let mut no = vec![0usize; n];
         for (i, r) in replies {
-            match r {
-                Ok(values) => {
-                    for (k, v) in values.iter().enumerate() {
-                        match scripts::parse_renew(v) {
-                            Some(true) => yes[k] += 1,
-                            Some(false) => no[k] += 1,
-                            None => log::debug!("renewal error on {}: {v:?}", self.nodes[i].name),
-                        }
+            if let Ok(values) = r {
+                for (k, v) in values.iter().enumerate().take(n) {
+                    match scripts::parse_renew(v) {
+                        Some(true) => yes[k] += 1,
+                        Some(false) => no[k] += 1,
+                        None => log::debug!("renewal error on {}: {v:?}", self.nodes[*i].name),
                     }
                 }
-                Err(e) => log::warn!(
-                    "renewal of {} leases on {} failed: {e}",
-                    calls.len(),
-                    self.nodes[i].name
-                ),
             }
         }
         yes.iter()
@@ -570,7 +639,7 @@ impl Backend {
             .map(|(&y, &f)| {
                 if y >= self.quorum {
                     Some(true)
-                } else if f > n - self.quorum {
+                } else if f > masters - self.quorum {
                     Some(false)
                 } else {
                     None
@@ -586,14 +655,14 @@ impl Backend {
             which: Which::Renew,
             cmd,
         };
-        self.call_all(&call, &self.all())
+        self.call_all(&call, &self.all(), Deadline::NONE, false)
             .into_iter()
             .map(|(i, r)| (self.nodes[i].name.as_str(), r))
             .collect()
     }
 
-    /// Whether a quorum of masters has the lock key.
-    pub(crate) fn exists(&self, keys: &LockKeys) -> Result<bool> {
+    /// Whether a quorum of masters has the lock key, asked within `by`.
+    pub(crate) fn exists(&self, keys: &LockKeys, by: Deadline) -> Result<bool> {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(&keys.lock);
         let call = Call {
@@ -602,7 +671,7 @@ impl Backend {
         };
         let mut yes = 0;
         let mut first_error = None;
-        let replies = self.call_all(&call, &self.all());
+        let replies = self.call_all(&call, &self.all(), by, false);
         let answered = replies.iter().filter(|(_, r)| r.is_ok()).count();
         for (_, r) in replies {
             match r {
@@ -624,8 +693,8 @@ impl Backend {
 
     /// Checks that every master answers and loads the scripts into their caches, so that the
     /// first calls (and the first renewal batch) do not meet `NOSCRIPT`. Used once, when the
-    /// client is built.
-    pub(crate) fn ping(&self) -> Result<()> {
+    /// client is built; within `by`.
+    pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
         let mut packed = redis::cmd("PING").get_packed_command();
         for which in [Which::Acquire, Which::Release, Which::Renew] {
             redis::cmd("SCRIPT")
@@ -633,7 +702,15 @@ impl Backend {
                 .arg(which.source())
                 .write_packed_command(&mut packed);
         }
-        let replies = self.round(&self.all(), &packed, 4, Which::Renew, self.call_timeout);
+        let replies = self.round(
+            &self.all(),
+            &packed,
+            4,
+            Which::Renew,
+            self.call_timeout,
+            by,
+            false,
+        );
         for (i, r) in replies {
             // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
             // which then report the server's error by name.
@@ -660,6 +737,13 @@ impl Backend {
             n.pool.clear();
         }
     }
+}
+
+/// Why a master marked down was skipped.
+const MARKED_DOWN: &str = "master marked down after a failure";
+
+fn is_marked_down(e: &Error) -> bool {
+    matches!(e, Error::Timeout { what } if *what == MARKED_DOWN)
 }
 
 fn is_noscript(v: &Value) -> bool {

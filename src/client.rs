@@ -11,7 +11,7 @@ use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::backend::{Backend, Node};
-use crate::conn::{self, Pool, Timeouts};
+use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
@@ -34,6 +34,14 @@ pub(crate) struct Config {
     pub(crate) timeouts: Timeouts,
     pub(crate) retry_timeout: Duration,
     pub(crate) max_hold: Option<Duration>,
+}
+
+impl Config {
+    /// The bound of one call that may have to open a connection first: the connect timeout
+    /// plus the command timeout.
+    pub(crate) fn one_call(&self) -> Duration {
+        self.timeouts.connect.saturating_add(self.timeouts.command)
+    }
 }
 
 /// A lease that was lost while its guard still existed, as told to the
@@ -98,8 +106,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How often held leases are renewed (default: a third of the lease). Must be shorter
-    /// than the lease and at least 10 ms; leave room for a round trip and a retry.
+    /// How often held leases are renewed (default: a third of the lease). At least 10 ms and
+    /// at most half the lease. A renewal's I/O is bounded by half this interval: a try on a
+    /// pooled connection (at most a quarter of the interval, or the command timeout if
+    /// shorter), then, if that connection failed or stayed silent, one on a new connection.
     pub fn renew_interval(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -112,13 +122,16 @@ impl ClientBuilder {
         self
     }
 
-    /// The bound on opening a connection (default 5 s).
+    /// The bound on opening a connection (default 5 s): the TCP connect and the `AUTH` /
+    /// `SELECT` handshake together. See the crate's "Time bounds" for how it adds up with the
+    /// command timeout in each call.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// The bound on one command's round trip (default 5 s).
+    /// The bound on one command's round trip (default 5 s). A renewal uses the shorter of this
+    /// and a quarter of the renewal interval, so a long command timeout never costs a lease.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -139,8 +152,10 @@ impl ClientBuilder {
     }
 
     /// How long a lock call keeps retrying while Redis cannot be reached (connection refused,
-    /// reset or timed out) before it returns the error (default 10 s). Also bounded by the
-    /// call's own deadline; [`try_lock`](crate::Mutex::try_lock) retries once at most.
+    /// reset or timed out) before it returns the error (default 10 s), counted from the start
+    /// of the first attempt that failed; no attempt runs past it. Also bounded by the call's
+    /// own deadline; [`try_lock`](crate::Mutex::try_lock) retries once at most, within its
+    /// bound.
     pub fn retry_timeout(mut self, timeout: Duration) -> Self {
         self.retry_timeout = timeout;
         self
@@ -187,10 +202,18 @@ impl ClientBuilder {
             return Err(Error::config("lease", "must be at most 365 days"));
         }
         let renew_every = self.renew_every.unwrap_or(self.lease / 3);
-        if renew_every >= self.lease {
+        // A renewal is sent `renew_every` after the last one and may take half that (a try on
+        // a pooled connection, then one on a new connection); past half the lease, a renewal
+        // delayed by the one before it could end after the lease did.
+        if renew_every > self.lease / 2 {
             return Err(Error::config(
                 "renew_interval",
-                format!("must be shorter than the lease ({:?})", self.lease),
+                format!(
+                    "must be at most half the lease ({:?} of {:?}), so that a renewal and its \
+                     retry end before the lease does",
+                    self.lease / 2,
+                    self.lease
+                ),
             ));
         }
         if renew_every < Duration::from_millis(10) {
@@ -260,6 +283,9 @@ impl ClientBuilder {
 
     /// Checks the settings, connects to Redis and starts the client's two threads.
     ///
+    /// Returns within twice the connect timeout plus the command timeout (one master): a
+    /// command connection that answers `PING`, then the pub/sub connection.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] or [`Error::InvalidUrl`] for bad settings (before any I/O);
@@ -308,7 +334,7 @@ impl ClientBuilder {
         ));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend
-            .ping()
+            .ping(Deadline::after(config.one_call()))
             .map_err(|e| tls::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::connect(infos, node_timeouts, tls)?;

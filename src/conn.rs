@@ -5,10 +5,14 @@
 //! threads working on different locks never queue behind one socket, and a broken connection
 //! is replaced on the next use.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::io::tcp::TcpSettings;
+use redis::io::tcp::socket2::TcpKeepalive;
+use redis::{
+    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
 
 use crate::error::{Error, Result};
 use crate::tls::Tls;
@@ -88,11 +92,158 @@ pub(crate) struct Timeouts {
 /// The longest timeout handed to the operating system; longer ones mean "practically never".
 pub(crate) const MAX_SOCKET_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// TCP keepalive on every connection: an idle connection that a NAT or load balancer dropped
+/// silently is found out (and the mapping kept alive while it is not), after about
+/// `TIME + RETRIES * INTERVAL` without an answer.
+const KEEPALIVE_TIME: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// The keepalive settings of every connection.
+pub(crate) fn keepalive() -> TcpKeepalive {
+    let k = TcpKeepalive::new()
+        .with_time(KEEPALIVE_TIME)
+        .with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+    let k = k.with_retries(KEEPALIVE_RETRIES);
+    k
+}
+
+/// Why a step was not even started: the call had no time left. Not a fault of the server.
+pub(crate) const RAN_OUT: &str = "the call's time bound ran out";
+
+/// The instant by which a call must be done; every blocking step of the call takes the
+/// smaller of its own timeout and what is left, so that the bounds of the steps compose into
+/// the call's bound. `None` inside: no bound beyond the steps' own timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline(Option<Instant>);
+
+impl Deadline {
+    /// No bound of its own.
+    pub(crate) const NONE: Deadline = Deadline(None);
+
+    /// `d` from now (no bound when that cannot be represented).
+    pub(crate) fn after(d: Duration) -> Deadline {
+        Deadline(Instant::now().checked_add(d))
+    }
+
+    /// At `t`.
+    pub(crate) fn at(t: Instant) -> Deadline {
+        Deadline(Some(t))
+    }
+
+    /// The earlier of the two.
+    pub(crate) fn min(self, other: Deadline) -> Deadline {
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => Deadline(Some(a.min(b))),
+            (a, b) => Deadline(a.or(b)),
+        }
+    }
+
+    /// `d` earlier (the same when unbounded).
+    pub(crate) fn minus(self, d: Duration) -> Deadline {
+        match self.0 {
+            Some(t) => Deadline(Some(t.checked_sub(d).unwrap_or(t))),
+            None => self,
+        }
+    }
+
+    /// Whether the deadline has passed.
+    pub(crate) fn passed(self) -> bool {
+        self.0.is_some_and(|t| Instant::now() >= t)
+    }
+
+    /// Time left (`None`: unbounded).
+    pub(crate) fn left(self) -> Option<Duration> {
+        self.0.map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// `timeout`, shortened to what is left, for one blocking step; `Err` when nothing is
+    /// left (a socket timeout cannot be zero).
+    pub(crate) fn cap(self, timeout: Duration) -> Result<Duration> {
+        let t = match self.left() {
+            Some(left) => timeout.min(left),
+            None => timeout,
+        };
+        if t.is_zero() {
+            return Err(Error::Timeout { what: RAN_OUT });
+        }
+        Ok(t.min(MAX_SOCKET_TIMEOUT))
+    }
+}
+
+/// A command connection, with the timeouts its socket is set to (so that they are changed
+/// only when a step needs other ones).
+pub(crate) struct Conn {
+    con: redis::Connection,
+    read: Duration,
+    write: Duration,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("read", &self.read)
+            .field("write", &self.write)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    /// Sets both socket timeouts to `t` (no system call when they already are).
+    pub(crate) fn set_timeouts(&mut self, t: Duration) -> Result<()> {
+        if self.read != t {
+            self.con.set_read_timeout(Some(t))?;
+            self.read = t;
+        }
+        if self.write != t {
+            self.con.set_write_timeout(Some(t))?;
+            self.write = t;
+        }
+        Ok(())
+    }
+
+    /// Writes `packed`, waiting at most `timeout` for the socket (shortened by `by`).
+    pub(crate) fn send(&mut self, packed: &[u8], timeout: Duration, by: Deadline) -> Result<()> {
+        self.set_timeouts(by.cap(timeout)?)?;
+        self.con.send_packed_command(packed)?;
+        Ok(())
+    }
+
+    /// Reads one reply, waiting at most `timeout` (shortened by `by`).
+    pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value> {
+        self.set_timeouts(by.cap(timeout)?)?;
+        self.recv_now()
+    }
+
+    /// Reads one reply with the timeouts as they are.
+    pub(crate) fn recv_now(&mut self) -> Result<Value> {
+        Ok(self.con.recv_response()?)
+    }
+
+    /// The connection, for a command whose timeouts were set by [`Conn::set_timeouts`].
+    pub(crate) fn raw(&mut self) -> &mut redis::Connection {
+        &mut self.con
+    }
+
+    /// False once the connection read an end of stream or a protocol error.
+    pub(crate) fn is_open(&self) -> bool {
+        self.con.is_open()
+    }
+}
+
 /// A pool of command connections to one server.
 pub(crate) struct Pool {
+    /// Opens the TCP (or Unix) connection only: the handshake is done here, under a deadline.
     client: redis::Client,
+    /// The handshake, `AUTH` and `SELECT` pipelined; none without a password and database.
+    /// (Nothing else: a new connection to a stalled server then waits for the command's reply
+    /// within the command timeout, not for a handshake within the connect timeout.)
+    handshake: Option<Vec<u8>>,
+    /// How many replies the handshake gets.
+    handshake_replies: usize,
     timeouts: Timeouts,
-    idle: Mutex<Vec<redis::Connection>>,
+    idle: Mutex<Vec<Conn>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -106,31 +257,74 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     /// A pool for `info`; a `rediss://` address gets its certificates from `tls`.
     pub(crate) fn new(info: ConnectionInfo, timeouts: Timeouts, tls: Option<&Tls>) -> Result<Self> {
+        let settings = info.redis_settings();
+        // The `redis` crate would run the handshake itself, reading each reply with the whole
+        // remaining connect timeout (so a stalled server costs a connect timeout per command):
+        // it gets the address only, and the handshake is ours.
+        let mut handshake = Vec::new();
+        let mut handshake_replies = 0;
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            auth.arg(password).write_packed_command(&mut handshake);
+            handshake_replies += 1;
+        }
+        if settings.db() != 0 {
+            redis::cmd("SELECT")
+                .arg(settings.db())
+                .write_packed_command(&mut handshake);
+            handshake_replies += 1;
+        }
+        let bare = info
+            .addr()
+            .clone()
+            .into_connection_info()?
+            .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
+            .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name());
         Ok(Pool {
-            client: client_for(info, tls)?,
+            client: client_for(bare, tls)?,
+            handshake: (!handshake.is_empty()).then_some(handshake),
+            handshake_replies,
             timeouts,
             idle: Mutex::new(Vec::new()),
         })
     }
 
-    /// Opens a new connection with both timeouts set.
-    pub(crate) fn connect(&self) -> Result<redis::Connection> {
+    /// Opens a new connection: connect and handshake within the connect timeout, all within
+    /// `by`.
+    pub(crate) fn connect(&self, by: Deadline) -> Result<Conn> {
+        let by = by.min(Deadline::after(self.timeouts.connect));
         let con = self
             .client
-            .get_connection_with_timeout(self.timeouts.connect.min(MAX_SOCKET_TIMEOUT))?;
-        let t = Some(self.timeouts.command.min(MAX_SOCKET_TIMEOUT));
-        con.set_read_timeout(t)?;
-        con.set_write_timeout(t)?;
+            .get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
+        // `redis` leaves the socket without timeouts; `Conn` records that as zero.
+        let mut con = Conn {
+            con,
+            read: Duration::ZERO,
+            write: Duration::ZERO,
+        };
+        if let Some(handshake) = &self.handshake {
+            con.send(handshake, self.timeouts.connect, by)?;
+            for _ in 0..self.handshake_replies {
+                if let Value::ServerError(e) = con.recv(self.timeouts.connect, by)? {
+                    // AUTH or SELECT refused: the connection is of no use.
+                    return Err(Error::Redis(e.into()));
+                }
+            }
+        }
+        con.set_timeouts(self.timeouts.command.min(MAX_SOCKET_TIMEOUT))?;
         Ok(con)
     }
 
     /// An idle connection, if there is one.
-    pub(crate) fn idle(&self) -> Option<redis::Connection> {
+    pub(crate) fn idle(&self) -> Option<Conn> {
         self.idle.lock().pop()
     }
 
     /// Gives a healthy connection back.
-    pub(crate) fn put(&self, con: redis::Connection) {
+    pub(crate) fn put(&self, con: Conn) {
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE {
             idle.push(con);
@@ -184,6 +378,33 @@ mod tests {
         assert!(parse_url("redis://127.0.0.1:6379/").is_ok());
         assert!(parse_url("redis://user:pw@localhost/2").is_ok());
         assert!(parse_url("redis+unix:///tmp/redis.sock").is_ok());
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_deadline_shortens_each_step_and_refuses_when_spent() {
+        let step = Duration::from_secs(1);
+        assert_eq!(Deadline::NONE.cap(step).unwrap(), step);
+        assert!(!Deadline::NONE.passed());
+        let soon = Deadline::after(Duration::from_millis(200));
+        let t = soon.cap(step).unwrap();
+        assert!(t <= Duration::from_millis(200) && t > Duration::from_millis(100));
+        assert_eq!(soon.min(Deadline::NONE), soon);
+        assert_eq!(Deadline::NONE.min(soon), soon);
+        let spent = Deadline::at(Instant::now());
+        assert!(spent.passed());
+        match spent.cap(step) {
+            Err(Error::Timeout { what }) => assert_eq!(what, RAN_OUT),
+            other => panic!("{other:?}"),
+        }
+        assert!(soon.minus(Duration::from_millis(300)).passed());
+        assert_eq!(Deadline::NONE.minus(step), Deadline::NONE);
+        // Absurd timeouts stay representable for the socket.
+        assert_eq!(
+            Deadline::NONE.cap(Duration::MAX).unwrap(),
+            MAX_SOCKET_TIMEOUT
+        );
+        assert_eq!(Deadline::after(Duration::MAX), Deadline::NONE);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::conn::Deadline;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::mutex::Mutex;
@@ -99,6 +100,10 @@ impl<'a> MutexGuard<'a> {
     /// inner release that failed, or a re-entry whose reply was lost, cannot keep it); an
     /// inner guard counts one level down and never frees it.
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (a
+    /// retry on a new connection, and the wait for a renewal on the wire, included).
+    /// Dropping the guard does the same within the same bound.
+    ///
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted) and nobody
@@ -107,7 +112,13 @@ impl<'a> MutexGuard<'a> {
     /// when its lease runs out, since renewal stopped.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        release(self.mutex, &self.hold)
+        release(self.mutex, &self.hold, release_bound(self.mutex))
+    }
+
+    /// [`unlock`](MutexGuard::unlock) within `by`.
+    pub(crate) fn unlock_by(mut self, by: Deadline) -> Result<()> {
+        self.released = true;
+        release(self.mutex, &self.hold, by)
     }
 }
 
@@ -116,23 +127,29 @@ impl Drop for MutexGuard<'_> {
         if self.released {
             return;
         }
-        if let Err(e) = release(self.mutex, &self.hold) {
+        if let Err(e) = release(self.mutex, &self.hold, release_bound(self.mutex)) {
             log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
         }
     }
 }
 
-/// Releases one level of `hold`: stops renewal first (for the outermost level), then runs the
-/// owner- and acquisition-checked release script (the backend retries once, with the same request id, where the
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(mutex: &Mutex) -> Deadline {
+    Deadline::after(mutex.client().shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by`: stops renewal first (for the outermost level),
+/// then runs the owner- and acquisition-checked release script (the backend retries once, with
+/// the same request id, where the
 /// connection failed; the script recognises a retry, so a level is never released twice).
-fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
+fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client().shared();
-    let timeouts = shared.config.timeouts;
     let was_held = hold.is_held();
     // The outermost level frees the lock on the server whatever count it has there: levels
     // the server counts beyond the local ones (an inner release that never arrived, a
     // re-entry whose reply was lost for good) must not keep it.
-    let level = if hold.leave(timeouts.command.saturating_add(timeouts.connect)) {
+    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
         shared.forget(hold);
         Level::Outermost
     } else {
@@ -142,7 +159,7 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>) -> Result<()> {
     let reply =
         match shared
             .backend
-            .release(mutex.keys(), hold.holder(), &request, hold.token, level)
+            .release(mutex.keys(), hold.holder(), &request, hold.token, level, by)
         {
             // Redis could not be asked, but the lease was known lost already: that is the news.
             Err(e) if !was_held => {

@@ -41,15 +41,18 @@
 //!   owner (the client's random UUID plus a per-thread number), a re-entry count of 1, a new
 //!   fencing token and a lease (key expiry); when this owner already holds it, the count goes
 //!   up; otherwise it answers how long the current lease has left.
-//! - **Release** is one Lua script: owner-checked, it counts down and at zero deletes the key
-//!   and publishes on the lock's release channel. A holder whose lease ran out never deletes
-//!   the next holder's lock.
+//! - **Release** is one Lua script, owner- and acquisition-checked: an inner guard counts one
+//!   level down; the outermost guard deletes the key whatever count the server holds, and
+//!   publishes on the lock's release channel. A holder whose lease ran out never deletes the
+//!   next holder's lock.
 //! - **Waiting never polls.** A waiter subscribes to the lock's release channel (through the
 //!   client's one pub/sub connection) and sleeps until a release or until the holder's
 //!   remaining lease runs out (a crashed holder publishes nothing). Within one client, one
 //!   thread per lock name asks Redis at a time; the others queue locally.
 //! - **Renewal.** While a guard lives, its lease is extended every third of the lease. A
 //!   renewal that finds the lock gone marks the guard lost and logs a warning.
+//! - **Bounded calls.** Every call carries a deadline down to each socket operation, so it
+//!   returns within its documented bound whatever Redis does (see "Time bounds").
 //!
 //! # Guarantees
 //!
@@ -83,13 +86,43 @@
 //!   monotonic clock; wall-clock jumps do not matter, but the two clocks must *run* at about
 //!   the same rate (1% is allowed for).
 //!
+//! ## Time bounds
+//!
+//! Every blocking call returns within its own bound, also while Redis is stalled (frozen,
+//! or behind a network that swallows packets), is a black hole (accepts connections and
+//! never answers), or refuses connections. A call's bound covers everything it may do: a
+//! try on a pooled connection, a retry on a new one, opening it (TCP connect and the `AUTH`
+//! / `SELECT` handshake), loading a script after `NOSCRIPT`, waiting for the pub/sub
+//! subscription, backoff sleeps. Each step takes the smaller of its own timeout and what is
+//! left of the call's bound (give or take the kernel's timer granularity, a few
+//! milliseconds). With `connect` and `command` the client's
+//! [`connect_timeout`](ClientBuilder::connect_timeout) and
+//! [`command_timeout`](ClientBuilder::command_timeout):
+//!
+//! | call | returns within |
+//! |---|---|
+//! | [`Mutex::try_lock`] | `connect + command` |
+//! | [`Mutex::try_lock_for`]`(d)` | `max(d, connect) + command` |
+//! | [`Mutex::try_lock_until`]`(t)` | `max(t - now, connect) + command` |
+//! | [`Mutex::lock`] | while Redis cannot be reached: `max(retry_timeout, connect + command)` from the start of the first attempt that failed; while another owner holds the lock, it waits |
+//! | [`MutexGuard::unlock`], dropping a guard | `connect + command` (including the wait for a renewal on the wire) |
+//! | [`Mutex::is_locked`] | `connect + command` |
+//! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master) |
+//!
+//! A renewal batch takes at most half the renewal interval: a try on its pooled connection
+//! for at most a quarter of the interval (or the command timeout if shorter), then, if that
+//! connection failed or stayed silent (a NAT or load balancer that dropped it), a try on a
+//! new connection in what is left. So one dead connection does not cost a lease, whatever the
+//! command timeout. [`ClientBuilder::renew_interval`] is at most half the lease, so a renewal
+//! and its retry end before the lease does. Every connection has TCP keepalive on.
+//!
 //! # Log levels
 //!
 //! Through the [`log`] crate; never a token, an owner id or a password.
 //!
 //! - `warn`: a lease was lost (renewal found the key gone or taken, or could not reach Redis
 //!   in time); a release on drop failed; the pub/sub connection was lost or could not be
-//!   restored.
+//!   restored; at start, a master whose `maxmemory-policy` may evict lock keys.
 //! - `info`: the pub/sub connection was restored.
 //! - `debug`: client start, retries, thread stops.
 //! - `trace`: renewal batches.

@@ -7,6 +7,7 @@ use crate::backend::{AcquireCall, Acquired, jitter};
 use crate::client::{
     Adopted, Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold,
 };
+use crate::conn::{Deadline, Timeouts};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
 use crate::hold::Hold;
@@ -103,6 +104,20 @@ fn after(d: Duration) -> Option<Instant> {
     Instant::now().checked_add(d)
 }
 
+/// The hard bound of a lock call started at `start` that waits until `deadline`: its I/O
+/// ends by `max(deadline, start + connect timeout) + command timeout`. So an attempt made at
+/// the deadline still gets one command timeout, and one that must connect first gets a
+/// connect timeout more. `None` (no deadline, as `lock()`): each attempt is bounded alone.
+fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts) -> Deadline {
+    let Some(d) = deadline else {
+        return Deadline::NONE;
+    };
+    start
+        .checked_add(t.connect)
+        .and_then(|c| d.max(c).checked_add(t.command))
+        .map_or(Deadline::NONE, Deadline::at)
+}
+
 impl Mutex {
     pub(crate) fn new(client: Client, keys: Arc<LockKeys>) -> Self {
         Mutex {
@@ -165,14 +180,23 @@ impl Mutex {
 
     /// Whether anyone (any process, any thread) holds the lock right now.
     ///
+    /// Returns within the connect timeout plus the command timeout.
+    ///
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn is_locked(&self) -> Result<bool> {
-        self.client.shared().backend.exists(&self.keys)
+        let shared = self.client.shared();
+        let by = Deadline::after(shared.config.one_call());
+        shared.backend.exists(&self.keys, by)
     }
 
     /// Blocks until the lock is held by the calling thread.
+    ///
+    /// While another owner holds the lock, this waits. While Redis cannot be reached (refused,
+    /// reset, or no answer within the timeouts), it retries with backoff and returns the
+    /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
+    /// the first attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
     ///
     /// # Errors
     ///
@@ -201,6 +225,9 @@ impl Mutex {
 
     /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
     ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does: the
+    /// attempt, and its retry on a new connection when a pooled one failed, share that bound.
+    ///
     /// # Errors
     ///
     /// As [`lock`](Mutex::lock).
@@ -212,6 +239,10 @@ impl Mutex {
     /// throughout. A zero timeout makes exactly one attempt, like [`try_lock`](Mutex::try_lock);
     /// a timeout too large to represent waits without a deadline.
     ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does:
+    /// an attempt still running at the deadline gets one command timeout more, and one that
+    /// must open a connection first gets the connect timeout.
+    ///
     /// # Errors
     ///
     /// As [`lock`](Mutex::lock).
@@ -221,6 +252,9 @@ impl Mutex {
 
     /// Waits until `deadline` at most for the lock. `Ok(None)` when another owner held it
     /// throughout.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, as
+    /// [`try_lock_for`](Mutex::try_lock_for).
     ///
     /// # Errors
     ///
@@ -244,47 +278,55 @@ impl Mutex {
 
     /// One acquire attempt for `owner`, retried at once on a new connection when the first
     /// failed at the connection level (same request id: the script recognises a retry of an
-    /// acquire whose reply was lost, so a re-entry is never counted twice).
-    fn attempt(&self, owner: &str, request: &str) -> Result<Attempt> {
-        match self.attempt_once(owner, request) {
-            Err(e) if e.is_retriable() => {
+    /// acquire whose reply was lost, so a re-entry is never counted twice). Both fit in one
+    /// connect plus one command timeout, and in `by`.
+    fn attempt(&self, owner: &str, request: &str, by: Deadline) -> Result<Attempt> {
+        let by = by.min(Deadline::after(self.client.shared().config.one_call()));
+        match self.attempt_once(owner, request, by) {
+            Err(e) if e.is_retriable() && !by.passed() => {
                 log::debug!(
                     "acquire of `{}` failed ({e}); retrying once",
                     self.keys.name
                 );
-                self.attempt_once(owner, request)
+                self.attempt_once(owner, request, by)
             }
             other => other,
         }
     }
 
     /// Attempts until one gets an answer, retrying connection-level failures with backoff
-    /// for at most the retry timeout (counted from the first failure) or until `deadline`.
+    /// until `deadline` or for the retry timeout, counted from the start of the first attempt
+    /// that failed; no attempt's I/O runs past that, nor past `limit`.
     fn attempt_retrying(
         &self,
         owner: &str,
         request: &str,
         deadline: Option<Instant>,
+        limit: Deadline,
     ) -> Result<Attempt> {
         let mut backoff = Duration::from_millis(10);
-        let mut retry_until = None;
+        let mut retry_until: Option<Deadline> = None;
         loop {
-            match self.attempt(owner, request) {
+            let started = Instant::now();
+            let by = retry_until.map_or(limit, |r| limit.min(r));
+            match self.attempt(owner, request, by) {
                 Err(e) if e.is_retriable() => {
-                    let retry_until = *retry_until
-                        .get_or_insert_with(|| after(self.client.shared().config.retry_timeout));
-                    let stop = match (deadline, retry_until) {
-                        (Some(d), Some(r)) => Some(d.min(r)),
-                        (d, r) => d.or(r),
-                    };
+                    let retry_until = *retry_until.get_or_insert_with(|| {
+                        started
+                            .checked_add(self.client.shared().config.retry_timeout)
+                            .map_or(Deadline::NONE, Deadline::at)
+                    });
+                    let stop = deadline.map_or(retry_until, |d| retry_until.min(Deadline::at(d)));
                     // Sleep the backoff, or what is left of the bound, then try once more.
-                    let left =
-                        stop.map_or(backoff, |s| s.saturating_duration_since(Instant::now()));
+                    let left = stop.left().unwrap_or(backoff);
                     if left.is_zero() {
                         return Err(e);
                     }
                     log::debug!("Redis unavailable for `{}` ({e}); retrying", self.keys.name);
                     std::thread::sleep(backoff.min(left));
+                    if stop.passed() {
+                        return Err(e);
+                    }
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
                 other => return other,
@@ -292,7 +334,7 @@ impl Mutex {
         }
     }
 
-    /// One acquire script round trip for `owner`.
+    /// One acquire script round trip for `owner`, within `by`.
     ///
     /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
     /// hold's acquisition, whatever this handle's terms: it never shortens the key's lease,
@@ -300,7 +342,7 @@ impl Mutex {
     /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
     /// hold lost at once (its guards then say so); it gets a new acquisition with this
     /// handle's terms, or `Busy` when another owner holds the lock.
-    fn attempt_once(&self, owner: &str, request: &str) -> Result<Attempt> {
+    fn attempt_once(&self, owner: &str, request: &str, by: Deadline) -> Result<Attempt> {
         let shared = self.client.shared();
         let terms = self.terms();
         let sent = Instant::now();
@@ -317,6 +359,7 @@ impl Mutex {
                 extend: h.reentry_extension(sent),
             }),
             sent,
+            by,
         })?;
         match reply {
             Acquired::Busy { wait, split } => {
@@ -357,6 +400,7 @@ impl Mutex {
                             &request_id(),
                             token,
                             Level::Outermost,
+                            by,
                         ) {
                             log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
                         }
@@ -372,7 +416,7 @@ impl Mutex {
                 // The reply came so late that the lease may already have run out: never hand
                 // out a guard whose validity has passed. Give the level back and try again.
                 let guard = MutexGuard::new(self, hold);
-                if let Err(e) = guard.unlock() {
+                if let Err(e) = guard.unlock_by(by) {
                     log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
                 }
                 Ok(Attempt::Busy {
@@ -390,15 +434,16 @@ impl Mutex {
         let owner = shared.owner();
         let request = request_id();
         let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
 
         // Fast path: one attempt, unless threads of this client already queue for the lock
         // (they go first) and this thread is not re-entering.
         let queued = shared.subscriber.has_waiters(&self.keys.channel);
         if !queued || past(deadline) || shared.holds_locally(&self.keys) {
             let attempt = if past(deadline) {
-                self.attempt(&owner, &request)?
+                self.attempt(&owner, &request, limit)?
             } else {
-                self.attempt_retrying(&owner, &request, deadline)?
+                self.attempt_retrying(&owner, &request, deadline, limit)?
             };
             match attempt {
                 Attempt::Held(hold) => return Ok(Some(MutexGuard::new(self, hold))),
@@ -445,7 +490,7 @@ impl Mutex {
             );
             let confirmed = reg.wait_confirmed(confirm_by);
             let seen = reg.epoch();
-            match self.attempt_retrying(&owner, &request, deadline)? {
+            match self.attempt_retrying(&owner, &request, deadline, limit)? {
                 Attempt::Held(hold) => {
                     reg.leave_acquired(seen);
                     return Ok(Some(MutexGuard::new(self, hold)));
@@ -480,5 +525,41 @@ impl Mutex {
 
     pub(crate) fn keys(&self) -> &LockKeys {
         &self.keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_call_ends_by_its_deadline_plus_one_command_or_connect_plus_command() {
+        let t = Timeouts {
+            connect: Duration::from_secs(1),
+            command: Duration::from_millis(300),
+        };
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        // try_lock: the deadline is the start.
+        assert_eq!(
+            hard_limit(Some(start), start, t),
+            Deadline::at(start + ms(1300))
+        );
+        // A short wait still gets the connect timeout; a long one its deadline + one command.
+        assert_eq!(
+            hard_limit(Some(start + ms(500)), start, t),
+            Deadline::at(start + ms(1300))
+        );
+        assert_eq!(
+            hard_limit(Some(start + ms(5000)), start, t),
+            Deadline::at(start + ms(5300))
+        );
+        // lock(): each attempt is bounded alone.
+        assert_eq!(hard_limit(None, start, t), Deadline::NONE);
+        let huge = Timeouts {
+            connect: Duration::MAX,
+            command: Duration::MAX,
+        };
+        assert_eq!(hard_limit(Some(start), start, huge), Deadline::NONE);
     }
 }

@@ -124,7 +124,8 @@ impl RedlockBuilder {
         self
     }
 
-    /// How often held leases are renewed (default: a third of the lease).
+    /// How often held leases are renewed (default: a third of the lease), as
+    /// [`ClientBuilder::renew_interval`]: at most half the lease.
     pub fn renew_interval(mut self, every: Duration) -> Self {
         self.inner = self.inner.renew_interval(every);
         self
@@ -158,7 +159,9 @@ impl RedlockBuilder {
         self
     }
 
-    /// The bound on renewal and pub/sub commands (default 5 s).
+    /// The bound on one command's round trip (default 5 s), as
+    /// [`ClientBuilder::command_timeout`]. A lock call as a whole keeps the bounds of the
+    /// crate's "Time bounds", with this and the connect timeout.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.inner = self.inner.command_timeout(timeout);
         self

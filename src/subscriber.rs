@@ -72,9 +72,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
-use crate::conn::{MAX_SOCKET_TIMEOUT, Timeouts};
+use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::error::{Error, Result};
 use crate::tls::{Tls, TlsStream};
 
@@ -94,13 +95,17 @@ enum Stream {
     Unix(UnixStream),
 }
 
-/// Connects to `host:port` within `t`, trying each address.
-fn connect_tcp(host: &str, port: u16, t: Duration) -> Result<TcpStream> {
+/// Connects to `host:port` within `by` (and the connect timeout), trying each address, with
+/// TCP keepalive on.
+fn connect_tcp(host: &str, port: u16, timeouts: Timeouts, by: Deadline) -> Result<TcpStream> {
     let mut last = None;
     for addr in (host, port).to_socket_addrs().map_err(Error::io)? {
-        match TcpStream::connect_timeout(&addr, t) {
+        match TcpStream::connect_timeout(&addr, by.cap(timeouts.connect)?) {
             Ok(s) => {
                 s.set_nodelay(true).map_err(Error::io)?;
+                SockRef::from(&s)
+                    .set_tcp_keepalive(&keepalive())
+                    .map_err(Error::io)?;
                 return Ok(s);
             }
             Err(e) => last = Some(e),
@@ -115,13 +120,17 @@ fn connect_tcp(host: &str, port: u16, t: Duration) -> Result<TcpStream> {
 }
 
 impl Stream {
-    /// Connects (and runs the TLS handshake of a `rediss://` address), all within the connect
-    /// timeout.
-    fn connect(info: &ConnectionInfo, timeouts: Timeouts, tls: Option<&Tls>) -> Result<Stream> {
-        let t = timeouts.connect.min(MAX_SOCKET_TIMEOUT);
-        let until = Instant::now() + t;
+    /// Connects (and runs the TLS handshake of a `rediss://` address) within `by` and the
+    /// connect timeout.
+    fn connect(
+        info: &ConnectionInfo,
+        timeouts: Timeouts,
+        tls: Option<&Tls>,
+        by: Deadline,
+    ) -> Result<Stream> {
+        let by = by.min(Deadline::after(timeouts.connect));
         let stream = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => Stream::Tcp(connect_tcp(host, *port, t)?),
+            ConnectionAddr::Tcp(host, port) => Stream::Tcp(connect_tcp(host, *port, timeouts, by)?),
             ConnectionAddr::TcpTls {
                 host,
                 port,
@@ -133,8 +142,13 @@ impl Stream {
                         reason: "no TLS configuration for a rediss:// address".into(),
                     });
                 };
-                let tcp = connect_tcp(host, *port, t)?;
-                Stream::Tls(TlsStream::handshake(tcp, host, config, until)?)
+                let tcp = connect_tcp(host, *port, timeouts, by)?;
+                Stream::Tls(TlsStream::handshake(
+                    tcp,
+                    host,
+                    config,
+                    by.cap(timeouts.connect)?,
+                )?)
             }
             ConnectionAddr::Unix(path) => {
                 Stream::Unix(UnixStream::connect(path).map_err(Error::io)?)
@@ -145,13 +159,9 @@ impl Stream {
                 });
             }
         };
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::Timeout {
-                what: "the pub/sub connection did not open within the connect timeout",
-            });
-        }
-        stream.set_timeouts(Some(left)).map_err(Error::io)?;
+        stream
+            .set_timeouts(Some(by.cap(timeouts.connect)?))
+            .map_err(Error::io)?;
         Ok(stream)
     }
 
@@ -265,16 +275,23 @@ fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
 /// Opens a TLS connection to `info` and closes it again: the handshake's error, if any (to
 /// explain why a first command failed).
 pub(crate) fn probe(info: &ConnectionInfo, timeouts: Timeouts, tls: &Tls) -> Result<()> {
-    Stream::connect(info, timeouts, Some(tls)).map(|s| s.shutdown())
+    Stream::connect(info, timeouts, Some(tls), Deadline::NONE).map(|s| s.shutdown())
 }
 
-/// Opens a pub/sub connection, authenticates, and returns its read and write halves.
+/// Opens a pub/sub connection, authenticates, and returns its read and write halves: all
+/// within one connect timeout.
 fn open(
     info: &ConnectionInfo,
     timeouts: Timeouts,
     tls: Option<&Tls>,
 ) -> Result<(ReadHalf, Stream)> {
-    let stream = Stream::connect(info, timeouts, tls)?;
+    let by = Deadline::after(timeouts.connect);
+    let stream = Stream::connect(info, timeouts, tls, by)?;
+    // Each read of the handshake gets what is left of the connect timeout, not all of it.
+    let shorten = |s: &Stream| -> Result<()> {
+        s.set_timeouts(Some(by.cap(timeouts.connect)?))
+            .map_err(Error::io)
+    };
     let mut writer = stream.try_clone().map_err(Error::io)?;
     let mut reader = ReadHalf {
         stream,
@@ -288,6 +305,7 @@ fn open(
         }
         args.push(password.as_bytes());
         writer.write_all(&encode(&args)).map_err(Error::io)?;
+        shorten(&reader.stream)?;
         match reader.next() {
             Ok(Value::ServerError(e)) => {
                 return Err(Error::Redis(redis::RedisError::from((
@@ -304,6 +322,7 @@ fn open(
     writer
         .write_all(&encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
         .map_err(Error::io)?;
+    shorten(&reader.stream)?;
     if let Err(e) = reader.next() {
         return Err(handshake_read_error(e, info));
     }

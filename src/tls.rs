@@ -14,7 +14,7 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -249,14 +249,15 @@ pub(crate) struct TlsStream {
 const RAW_READ: usize = 8 * 1024;
 
 impl TlsStream {
-    /// Runs the handshake on `tcp` for `host`, finishing by `until` (each socket step is
-    /// bounded by what is left, through the socket's timeouts).
+    /// Runs the handshake on `tcp` for `host`, finishing within `within` (each socket step
+    /// is bounded by what is left, through the socket's timeouts).
     pub(crate) fn handshake(
         tcp: TcpStream,
         host: &str,
         config: Arc<ClientConfig>,
-        until: Instant,
+        within: Duration,
     ) -> Result<TlsStream> {
+        let until = Instant::now() + within;
         let name = ServerName::try_from(host.to_owned())
             .map_err(|e| bad(format!("`{host}` is not a valid TLS server name: {e}")))?;
         let mut conn = ClientConnection::new(config, name)

@@ -288,7 +288,7 @@ fn invalid_options_are_rejected() {
             );
         }
 
-        // Accepted: the minimum lease, a renewal just under the lease, an odd prefix.
+        // Accepted: the minimum lease, a renewal at half the lease, an odd prefix.
         let c = Client::builder(u)
             .lease(Duration::from_millis(30))
             .build()
@@ -296,10 +296,10 @@ fn invalid_options_are_rejected() {
         drop(c);
         let c = Client::builder(u)
             .lease(Duration::from_secs(1))
-            .renew_interval(Duration::from_millis(999))
+            .renew_interval(Duration::from_millis(500))
             .key_prefix("my app:")
             .build()
-            .expect("renew_interval < lease is valid");
+            .expect("renew_interval of half the lease is valid");
         drop(c);
 
         // Fixed leases have the same bounds.

@@ -805,3 +805,42 @@ fn fencing_tokens_increase_across_owners_and_restarts() {
         }
     });
 }
+
+/// A grant whose reply comes too late is undone all the same. B's acquire runs on master 1
+/// (where the lock key was lost), but the reply is held back past the per-master timeout, so
+/// master 1 counts as failed and is marked down; the other four refuse (A holds the lock
+/// there). The undo must still reach master 1 (on a new connection): the acquire ran there,
+/// and its grant would otherwise sit there for B's whole lease.
+#[test]
+fn a_late_grant_on_a_minority_master_is_undone() {
+    let (masters, _reaper) = Masters::start();
+    let m = Arc::clone(&masters);
+    with_deadline(Duration::from_secs(30), move || {
+        let lease = Duration::from_secs(30);
+        let a = redlock(&m, lease, lease / 3);
+        let name = common::unique_name("redlock-late-grant");
+        let key = common::lock_key(&name);
+        let la = a.mutex(&name).unwrap();
+        let ga = la.lock().unwrap();
+        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut m.conn(0)).unwrap();
+
+        let proxy = locksmith_testkit::proxy::Proxy::start(m.server(0).port());
+        let mut urls = m.urls();
+        urls[0] = proxy.url();
+        let b = Redlock::builder(urls)
+            .lease(lease)
+            .master_timeout(MASTER_TIMEOUT)
+            .build()
+            .unwrap();
+        let lb = b.mutex(&name).unwrap();
+        proxy.delay_reply_to(&[b"EVALSHA"], MASTER_TIMEOUT * 6, 1);
+        assert!(lb.try_lock().unwrap().is_none(), "B got a lock A holds");
+        assert_eq!(proxy.delays(), 1, "B's acquire reply was not held back");
+        // The undo's reply may itself come late on this busy machine; its command does not.
+        let undone = common::wait_until(Duration::from_secs(2), || {
+            !common::exists(&mut m.conn(0), &key)
+        });
+        assert!(undone, "B's late grant stayed on master 1");
+        ga.unlock().unwrap();
+    });
+}

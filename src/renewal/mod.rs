@@ -11,8 +11,12 @@
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
 //! hold that is on the wire, so no renewal reaches Redis after the release script.
 //!
-//! The batch goes to every master at once (see `backend.rs`); pooled connections are used,
-//! and a connection that failed is replaced on the next batch.
+//! The batch goes to every master at once (see `backend.rs`) and takes at most half the
+//! renewal interval: a try on a pooled connection for at most a quarter of the interval (or
+//! the command timeout if shorter), then, where that connection failed or stayed silent, a
+//! try on a new connection in what is left. So one dead connection (a NAT that dropped it)
+//! does not cost the leases of the batch, and the thread is never blocked for longer than
+//! that, whatever the command timeout.
 
 mod wheel;
 
@@ -136,7 +140,7 @@ pub(crate) struct Renewer {
     coalesce: Duration,
     /// Delay before retrying a renewal that failed for a transient reason.
     retry: Duration,
-    /// How long a batch may wait for a master's replies.
+    /// The bound on a batch's I/O, retry on a new connection included.
     timeout: Duration,
     epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
@@ -192,10 +196,7 @@ impl Renewer {
     fn report_found_lost(&mut self) {
         let found = std::mem::take(&mut *self.inbox.lost.lock());
         for hold in found {
-            self.lost(
-                &hold,
-                "the key expired, was deleted, or has another owner (seen by a lock call)",
-            );
+            self.lost(&hold, "the key expired, was deleted, or has another owner");
         }
     }
 

@@ -1,0 +1,535 @@
+//! Time bounds: every blocking call returns within its documented bound under three faults,
+//! each against its own `redis-server`:
+//!
+//! - **stalled**: the server is frozen with `SIGSTOP` (the kernel still accepts connections
+//!   and buffers commands; nothing answers);
+//! - **black hole**: a TCP proxy that stops forwarding, and accepts new connections without
+//!   ever answering;
+//! - **closed port**: the proxy is gone; open connections are reset, new ones refused.
+//!
+//! The server asks for a password and the client uses database 1, so every new connection
+//! has a handshake (`AUTH`, `SELECT`) that can stall too. And the connections the client
+//! keeps must not make one dead socket cost a lease: a renewal, an acquire and a release
+//! whose reply never comes on a pooled connection are retried on a fresh one in time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, with_deadline};
+use locksmith::{Client, Error};
+use proxy::Proxy;
+
+/// The command timeout of the clients under test.
+const COMMAND: Duration = Duration::from_millis(300);
+/// The connect timeout: longer than the command timeout, so a bound that counts one where the
+/// other belongs shows.
+const CONNECT: Duration = Duration::from_secs(1);
+/// The retry timeout of `lock()`.
+const RETRY: Duration = Duration::from_secs(1);
+/// Allowance for scheduling delays on a busy 2-core machine running several tests at once.
+const SLACK: Duration = Duration::from_secs(1);
+const PASSWORD: &str = "deadlines-secret";
+
+const ACQUIRE_LUA: &str = include_str!("../src/scripts/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../src/scripts/release.lua");
+const RENEW_LUA: &str = include_str!("../src/scripts/renew.lua");
+
+fn sha(src: &str) -> String {
+    redis::Script::new(src).get_hash().to_string()
+}
+
+/// Sends `SIGCONT` to a process when dropped, so that a failing test never leaves a stopped
+/// `redis-server` behind.
+struct ContinueOnDrop(u32);
+
+impl Drop for ContinueOnDrop {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// Makes the server ask for a password (every new connection then authenticates).
+fn require_password(server: &RedisServer) {
+    let mut conn = server.conn();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(PASSWORD)
+        .exec(&mut conn)
+        .unwrap();
+}
+
+/// A URL with the password and database 1, to `port`.
+fn url_to(port: u16) -> String {
+    format!("redis://:{PASSWORD}@127.0.0.1:{port}/1")
+}
+
+fn client(url: &str) -> locksmith::Result<Client> {
+    Client::builder(url)
+        .command_timeout(COMMAND)
+        .connect_timeout(CONNECT)
+        .retry_timeout(RETRY)
+        .build()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Stalled,
+    BlackHole,
+    ClosedPort,
+}
+
+/// One timed call: what, how long it took, its bound, and what it returned.
+#[derive(Debug)]
+struct Timed {
+    what: String,
+    took: Duration,
+    bound: Duration,
+    outcome: String,
+    /// The call must have failed (it cannot succeed under the fault).
+    must_fail: bool,
+}
+
+fn time(
+    out: &mut Vec<Timed>,
+    what: impl Into<String>,
+    bound: Duration,
+    must_fail: bool,
+    f: impl FnOnce() -> String,
+) {
+    let start = Instant::now();
+    let outcome = f();
+    let what = what.into();
+    println!("{what}: {outcome} after {:?}", start.elapsed());
+    out.push(Timed {
+        what,
+        took: start.elapsed(),
+        bound,
+        outcome,
+        must_fail,
+    });
+}
+
+fn show<T>(r: &locksmith::Result<T>) -> String {
+    match r {
+        Ok(_) => "Ok".into(),
+        Err(e) => format!("Err({e})"),
+    }
+}
+
+fn show_opt<T>(r: &locksmith::Result<Option<T>>) -> String {
+    match r {
+        Ok(Some(_)) => "Ok(Some)".into(),
+        Ok(None) => "Ok(None)".into(),
+        Err(e) => format!("Err({e})"),
+    }
+}
+
+/// Runs every blocking call of the API under `fault` and checks each against its bound.
+fn every_call_keeps_its_bound(fault: Fault) {
+    let server = RedisServer::start();
+    require_password(&server);
+    let pid = server.pid();
+    // Declared after the server, so dropped (SIGCONT) before it is killed.
+    let _cont = ContinueOnDrop(pid);
+    let proxy = (fault != Fault::Stalled).then(|| Proxy::start(server.port()));
+    let url = url_to(proxy.as_ref().map_or(server.port(), Proxy::port));
+
+    let results = with_deadline(Duration::from_secs(120), move || {
+        let mut proxy = proxy;
+        let client = client(&url).unwrap();
+        let m = |name: &str| client.mutex(&common::unique_name(name)).unwrap();
+        let (a, b, c, d) = (m("held-a"), m("held-b"), m("held-c"), m("held-d"));
+        // Held before the fault: two to unlock, two to drop.
+        let mut held = vec![
+            a.lock().unwrap(),
+            b.lock().unwrap(),
+            c.lock().unwrap(),
+            d.lock().unwrap(),
+        ];
+        let free = m("free");
+
+        match fault {
+            Fault::Stalled => signal(pid, "STOP"),
+            Fault::BlackHole => proxy.as_ref().unwrap().black_hole(),
+            Fault::ClosedPort => proxy.as_mut().unwrap().stop(),
+        }
+
+        let one = CONNECT + COMMAND;
+        let mut out = Vec::new();
+        // Twice: the first calls meet the pooled connections, the later ones open new ones.
+        for round in 1..=2 {
+            time(&mut out, format!("{round}: try_lock"), one, true, || {
+                show_opt(&free.try_lock())
+            });
+            let wait = Duration::from_millis(500);
+            time(
+                &mut out,
+                format!("{round}: try_lock_for(500ms)"),
+                wait.max(CONNECT) + COMMAND,
+                true,
+                || show_opt(&free.try_lock_for(wait)),
+            );
+            time(
+                &mut out,
+                format!("{round}: try_lock_until(+500ms)"),
+                wait.max(CONNECT) + COMMAND,
+                true,
+                || show_opt(&free.try_lock_until(Instant::now() + wait)),
+            );
+            time(
+                &mut out,
+                format!("{round}: lock"),
+                RETRY.max(one),
+                true,
+                || show(&free.lock()),
+            );
+            time(&mut out, format!("{round}: is_locked"), one, true, || {
+                show(&free.is_locked())
+            });
+            let g = held.remove(0);
+            time(&mut out, format!("{round}: unlock"), one, true, || {
+                show(&g.unlock())
+            });
+            let g = held.remove(0);
+            time(&mut out, format!("{round}: drop"), one, false, || {
+                drop(g);
+                "dropped".into()
+            });
+        }
+        time(
+            &mut out,
+            "Client::build",
+            CONNECT * 2 + COMMAND,
+            true,
+            || show(&client_build(&url)),
+        );
+        drop(client);
+        out
+    });
+
+    let mut failures = Vec::new();
+    for t in &results {
+        println!(
+            "{fault:?}: {}: {} after {:?} (bound {:?} + slack)",
+            t.what, t.outcome, t.took, t.bound
+        );
+        if t.took > t.bound + SLACK {
+            failures.push(format!(
+                "{}: took {:?}, bound {:?}",
+                t.what, t.took, t.bound
+            ));
+        }
+        if t.must_fail && !t.outcome.starts_with("Err") {
+            failures.push(format!("{}: {} under {fault:?}", t.what, t.outcome));
+        }
+    }
+    assert!(failures.is_empty(), "{fault:?}: {failures:#?}");
+}
+
+fn client_build(url: &str) -> locksmith::Result<Client> {
+    client(url)
+}
+
+#[test]
+fn stalled_server_every_call_keeps_its_bound() {
+    every_call_keeps_its_bound(Fault::Stalled);
+}
+
+#[test]
+fn black_hole_every_call_keeps_its_bound() {
+    every_call_keeps_its_bound(Fault::BlackHole);
+}
+
+#[test]
+fn closed_port_every_call_keeps_its_bound() {
+    every_call_keeps_its_bound(Fault::ClosedPort);
+}
+
+/// `Client::build` against a server that is stalled from the start: the first connection's
+/// handshake (`AUTH`, `SELECT`) must not wait a connect timeout per command.
+#[test]
+fn build_against_a_stalled_server_keeps_its_bound() {
+    let server = RedisServer::start();
+    require_password(&server);
+    let pid = server.pid();
+    let _cont = ContinueOnDrop(pid);
+    signal(pid, "STOP");
+    let url = url_to(server.port());
+    let (took, out) = with_deadline(Duration::from_secs(60), move || {
+        let start = Instant::now();
+        let r = client_build(&url);
+        (start.elapsed(), show(&r))
+    });
+    let bound = CONNECT * 2 + COMMAND;
+    println!("build against a stalled server: {out} after {took:?} (bound {bound:?} + slack)");
+    assert!(out.starts_with("Err"), "{out}");
+    assert!(took <= bound + SLACK, "took {took:?}, bound {bound:?}");
+}
+
+/// A renewal whose reply never comes on a pooled connection (a NAT or load balancer that
+/// dropped it silently) is retried on a fresh connection within the renewal period: with the
+/// default 5 s command timeout, a 3 s lease must survive it.
+#[test]
+fn a_dead_pooled_connection_does_not_cost_the_lease() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let lost = Arc::new(AtomicUsize::new(0));
+    let l = Arc::clone(&lost);
+    let lease = Duration::from_secs(3);
+    let client = Client::builder(proxy.url().as_str())
+        .lease(lease)
+        .on_lease_lost(move |_| {
+            l.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    let name = common::unique_name("dead-pooled");
+    let key = common::lock_key(&name);
+    let renew_sha = sha(RENEW_LUA);
+    let other = Client::open(&server.url()).unwrap();
+    let other_m = other.mutex(&name).unwrap();
+
+    let proxy = Arc::new(proxy);
+    let p = Arc::clone(&proxy);
+    let report = with_deadline(Duration::from_secs(60), move || {
+        let m = client.mutex(&name).unwrap();
+        let g = m.lock().unwrap();
+        // The next renewal of this lock goes out, Redis runs it, and its reply is held back
+        // longer than the command timeout: the connection is as good as dead.
+        p.delay_reply_to(
+            &[renew_sha.as_bytes(), key.as_bytes()],
+            Duration::from_secs(6),
+            1,
+        );
+        assert!(
+            common::wait_until(lease * 2, || p.delays() >= 1),
+            "no renewal was sent"
+        );
+        let stuck_at = Instant::now();
+        // Watch for more than a lease after the renewal got stuck.
+        let mut first_loss = None;
+        while stuck_at.elapsed() < lease + Duration::from_millis(500) {
+            if !g.is_held() && first_loss.is_none() {
+                first_loss = Some(stuck_at.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let still = g.is_held();
+        let taken = other_m.try_lock().map(|g| g.is_some());
+        let unlocked = g.unlock().map_err(|e| e.to_string());
+        (first_loss, still, taken, unlocked)
+    });
+    let (first_loss, still, taken, unlocked) = report;
+    println!(
+        "dead pooled connection: loss at {first_loss:?}, held at the end {still}, \
+         other owner took it {taken:?}, unlock {unlocked:?}, lost callbacks {}",
+        lost.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        first_loss, None,
+        "the lease was lost while Redis was healthy"
+    );
+    assert!(still);
+    assert!(!taken.unwrap(), "another owner took a held lock");
+    assert_eq!(lost.load(Ordering::SeqCst), 0);
+    unlocked.unwrap();
+}
+
+/// An acquire and a release whose reply never comes on the pooled connection are retried on
+/// a fresh connection, and the retry still fits the call's bound (it succeeds, too).
+#[test]
+fn acquire_and_release_retry_on_a_fresh_connection_within_the_bound() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = Client::builder(proxy.url().as_str())
+        .command_timeout(COMMAND)
+        .connect_timeout(CONNECT)
+        .build()
+        .unwrap();
+    let name = common::unique_name("dead-pooled-acquire");
+    let key = common::lock_key(&name);
+    let (acquire_sha, release_sha) = (sha(ACQUIRE_LUA), sha(RELEASE_LUA));
+    let proxy = Arc::new(proxy);
+    let p = Arc::clone(&proxy);
+    let (acquired, released) = with_deadline(Duration::from_secs(60), move || {
+        let m = client.mutex(&name).unwrap();
+        // Warm the pool, so that the next calls take a pooled connection.
+        drop(m.try_lock().unwrap().unwrap());
+        p.delay_reply_to(&[acquire_sha.as_bytes(), key.as_bytes()], COMMAND * 10, 1);
+        let start = Instant::now();
+        let g = m.try_lock();
+        let acquired = (start.elapsed(), show_opt(&g));
+        let g = g.unwrap().unwrap();
+        p.delay_reply_to(&[release_sha.as_bytes(), key.as_bytes()], COMMAND * 10, 1);
+        let start = Instant::now();
+        let r = g.unlock();
+        let released = (start.elapsed(), show(&r));
+        (acquired, released)
+    });
+    println!("acquire over a dead pooled connection: {acquired:?}; release: {released:?}");
+    assert_eq!(proxy.delays(), 2, "both replies were held back");
+    let bound = COMMAND + CONNECT + SLACK;
+    assert_eq!(acquired.1, "Ok(Some)");
+    assert!(acquired.0 <= bound, "{acquired:?}");
+    assert_eq!(released.1, "Ok");
+    assert!(released.0 <= bound, "{released:?}");
+}
+
+/// Settings under which no renewal can keep a lease are refused, naming the field and bound.
+#[test]
+fn settings_that_cannot_keep_a_lease_are_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lease = Duration::from_secs(1);
+    // A renewal sent 999 ms after the last one would arrive after the local lease deadline.
+    let e = Client::builder(&url)
+        .lease(lease)
+        .renew_interval(Duration::from_millis(999))
+        .build()
+        .expect_err("a renewal interval that cannot keep the lease was accepted");
+    println!("refused: {e}");
+    assert!(
+        matches!(&e, Error::InvalidConfig { field, .. } if *field == "renew_interval"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("half the lease"), "{e}");
+    let ok = Client::builder(&url)
+        .lease(lease)
+        .renew_interval(lease / 2)
+        .build();
+    assert!(ok.is_ok(), "half the lease was refused: {ok:?}");
+}
+
+/// Every connection of a client (pooled and pub/sub) has TCP keepalive on, so a connection
+/// that a NAT or load balancer dropped is found out even while it is idle. Read from `ss`.
+#[test]
+fn every_connection_has_tcp_keepalive() {
+    let Ok(probe) = Command::new("ss").arg("-V").output() else {
+        println!("skipped: `ss` is not installed");
+        return;
+    };
+    assert!(probe.status.success());
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let m = client.mutex(&common::unique_name("keepalive")).unwrap();
+    let g = m.lock().unwrap();
+    let port = server.port();
+    let out = Command::new("ss")
+        .args(["-Htno", "state", "established"])
+        .arg(format!("( dport = :{port} )"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    // The pooled connection and the pub/sub connection, at least.
+    assert!(lines.len() >= 2, "client connections not found: {text}");
+    for l in &lines {
+        assert!(
+            l.contains("keepalive"),
+            "a connection without keepalive: {l}"
+        );
+    }
+    drop(g);
+}
+
+/// A quorum of three masters: with one master stalled, `try_lock` still holds the lock within
+/// its bound (the stalled master costs the per-master timeout, not a command timeout); with
+/// every master stalled, every call still returns within its bound.
+#[test]
+fn redlock_calls_keep_their_bounds_with_stalled_masters() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for s in &servers {
+        require_password(s);
+    }
+    let pids: Vec<u32> = servers.iter().map(RedisServer::pid).collect();
+    // Declared after the servers, so dropped (SIGCONT) before they are killed.
+    let _cont: Vec<ContinueOnDrop> = pids.iter().map(|&p| ContinueOnDrop(p)).collect();
+    let urls: Vec<String> = servers.iter().map(|s| url_to(s.port())).collect();
+
+    let results = with_deadline(Duration::from_secs(120), move || {
+        let quorum = locksmith::Redlock::builder(&urls)
+            .command_timeout(COMMAND)
+            .connect_timeout(CONNECT)
+            .retry_timeout(RETRY)
+            .build()
+            .unwrap();
+        let m = |name: &str| quorum.mutex(&common::unique_name(name)).unwrap();
+        let (held, free) = (m("rl-held"), m("rl-free"));
+        let g = held.lock().unwrap();
+        let one = CONNECT + COMMAND;
+        let mut out = Vec::new();
+
+        // One master of three stalled: a majority still answers.
+        signal(pids[0], "STOP");
+        time(&mut out, "one stalled: try_lock", one, false, || {
+            let r = free.try_lock();
+            let s = show_opt(&r);
+            drop(r);
+            s
+        });
+
+        // All stalled.
+        signal(pids[1], "STOP");
+        signal(pids[2], "STOP");
+        time(&mut out, "all stalled: try_lock", one, true, || {
+            show_opt(&free.try_lock())
+        });
+        let wait = Duration::from_millis(500);
+        time(
+            &mut out,
+            "all stalled: try_lock_for(500ms)",
+            wait.max(CONNECT) + COMMAND,
+            true,
+            || show_opt(&free.try_lock_for(wait)),
+        );
+        time(&mut out, "all stalled: lock", RETRY.max(one), true, || {
+            show(&free.lock())
+        });
+        time(&mut out, "all stalled: is_locked", one, true, || {
+            show(&free.is_locked())
+        });
+        time(&mut out, "all stalled: unlock", one, true, || {
+            show(&g.unlock())
+        });
+        out
+    });
+    let mut failures = Vec::new();
+    for t in &results {
+        println!(
+            "redlock: {}: {} after {:?} (bound {:?} + slack)",
+            t.what, t.outcome, t.took, t.bound
+        );
+        if t.took > t.bound + SLACK {
+            failures.push(format!(
+                "{}: took {:?}, bound {:?}",
+                t.what, t.took, t.bound
+            ));
+        }
+        if t.must_fail && !t.outcome.starts_with("Err") {
+            failures.push(format!("{}: {}", t.what, t.outcome));
+        }
+    }
+    assert_eq!(
+        results[0].outcome, "Ok(Some)",
+        "with one master of three stalled, the lock was not taken"
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+}
