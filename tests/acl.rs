@@ -15,8 +15,8 @@ use common::{RedisServer, ServerCert, TlsFiles, with_deadline};
 use locksmith::Client;
 
 /// The commands of the minimal rule, as in the README: `PING` and `SCRIPT LOAD` (at
-/// `build()`), `EVALSHA`, `EXISTS`, `SUBSCRIBE`/`UNSUBSCRIBE`, and the commands the scripts
-/// call.
+/// `build()`, and after a `NOSCRIPT`), `EVALSHA`, `EXISTS` (`is_locked()`),
+/// `SUBSCRIBE`/`UNSUBSCRIBE`, and the commands the scripts call.
 const RULE_COMMANDS: &[&str] = &[
     "ping",
     "script|load",
@@ -92,7 +92,7 @@ fn acl_denials(server: &RedisServer) -> Vec<String> {
 }
 
 /// The core as user `user`: two clients, a lock with re-entry held over three leases (so it
-/// is renewed), a waiter of the other client woken by the release. Returns what went wrong.
+/// is renewed), `is_locked()`, a waiter of the other client woken by the release. Returns what went wrong.
 fn run_core(server: &RedisServer, user: &str, renew: bool) -> Result<(), String> {
     let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
     let name = common::unique_name(&format!("acl-{user}"));
@@ -111,6 +111,9 @@ fn run_core(server: &RedisServer, user: &str, renew: bool) -> Result<(), String>
         let g = ma.lock().map_err(|e| format!("lock: {e}"))?;
         let inner = ma.lock().map_err(|e| format!("re-entry: {e}"))?;
         drop(inner);
+        if !ma.is_locked().map_err(|e| format!("is_locked: {e}"))? {
+            return Err("is_locked() says free".into());
+        }
         let mb = b.mutex(&name).unwrap();
         let (tx, rx) = mpsc::channel();
         let waiter = thread::spawn(move || {
@@ -119,7 +122,16 @@ fn run_core(server: &RedisServer, user: &str, renew: bool) -> Result<(), String>
                 .map(|g| g.map(|g| g.fencing_token()));
             tx.send((Instant::now(), r)).unwrap();
         });
-        common::wait_numsub(&mut admin, &common::release_channel(&name), 1);
+        let channel = common::release_channel(&name);
+        if !common::wait_until(Duration::from_secs(5), || {
+            common::numsub(&mut admin, &channel) >= 1
+        }) {
+            // Still let the waiter finish before saying so.
+            drop(g);
+            let _ = rx.recv_timeout(Duration::from_secs(15));
+            let _ = waiter.join();
+            return Err("the waiter never subscribed".into());
+        }
         if renew {
             thread::sleep(3 * lease);
         }
@@ -181,7 +193,7 @@ fn pubsub_connection_authenticates_as_the_user() {
     common::wait_numsub(&mut admin, &common::release_channel(&name), 1);
     let users: Vec<String> = common::client_list(&mut admin)
         .into_iter()
-        .filter(|l| l.contains("name=locksmith-pubsub"))
+        .filter(|l| l.contains(" sub=1 "))
         .collect();
     assert!(
         !users.is_empty() && users.iter().all(|l| l.contains(" user=locksmith ")),
@@ -199,6 +211,11 @@ fn every_command_of_the_rule_is_needed() {
     for (i, cmd) in RULE_COMMANDS.iter().enumerate() {
         let user = format!("without{i}");
         set_user(&server, &user, &[cmd]);
+        // Each run loads the scripts itself.
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec(&mut server.conn())
+            .unwrap();
         let r = run_core(&server, &user, false);
         let denied = acl_denials(&server)
             .iter()
