@@ -91,6 +91,8 @@ pub(crate) struct Backend {
     /// The command timeout (what pooled connections are set to).
     command_timeout: Duration,
     drift_factor: f64,
+    /// Replicas that must confirm each acquire and renewal (`WAIT`), and the wait's timeout.
+    wait: Option<(usize, Duration)>,
 }
 
 /// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
@@ -113,7 +115,43 @@ impl Backend {
             call_timeout,
             command_timeout,
             drift_factor,
+            wait: None,
         }
+    }
+
+    /// Asks for `WAIT replicas timeout` after each acquire and renewal (one master only). A
+    /// round and each read then allow for the wait as well.
+    pub(crate) fn with_wait_replicas(mut self, wait: Option<(usize, Duration)>) -> Self {
+        if let Some((_, t)) = wait {
+            self.call_timeout = self.call_timeout.saturating_add(t);
+        }
+        self.wait = wait;
+        self
+    }
+
+    /// The bound on one reply: the command timeout, plus the replicas' wait when asked for.
+    fn reply_timeout(&self) -> Duration {
+        self.command_timeout
+            .saturating_add(self.wait.map_or(Duration::ZERO, |(_, t)| t))
+    }
+
+    /// Appends `WAIT n timeout` to `packed` when replica confirmation is on; whether it did.
+    fn push_wait(&self, packed: &mut Vec<u8>) -> bool {
+        match self.wait {
+            Some((n, t)) => {
+                redis::cmd("WAIT")
+                    .arg(n)
+                    .arg(t.as_millis().max(1) as u64)
+                    .write_packed_command(packed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many masters there are.
+    pub(crate) fn masters(&self) -> usize {
+        self.nodes.len()
     }
 
     fn single(&self) -> bool {
@@ -190,6 +228,14 @@ impl Backend {
                 }
                 other => other,
             };
+            // A master demoted to a replica (a failover) answers writes with `READONLY`: the
+            // whole reply is a failure of the connection, retried where the master is now.
+            let result = result.and_then(|values| match values.iter().position(is_readonly) {
+                Some(k) => Err(one(values.into_iter().nth(k))
+                    .err()
+                    .unwrap_or(Error::Timeout { what: "no reply" })),
+                None => Ok(values),
+            });
             match &result {
                 Err(e) => self.failed(i, e),
                 Ok(_) if con.is_open() => self.nodes[i].pool.put(con),
@@ -233,7 +279,7 @@ impl Backend {
                 // Past the deadline, a reply that has already arrived is still taken: a
                 // stalled master read before this one must not fail a healthy one.
                 let t = by
-                    .cap(self.command_timeout)
+                    .cap(self.reply_timeout())
                     .unwrap_or(Duration::from_millis(1));
                 con.set_timeouts(t)?;
             }
@@ -245,7 +291,7 @@ impl Backend {
     /// Notes a failure of master `i`: a broken connection marks it down for a short while.
     fn failed(&self, i: usize, e: &Error) {
         let broken = match e {
-            Error::Redis(e) => is_connection_error(e),
+            Error::Redis(e) => is_connection_error(e) || is_readonly_error(e),
             // Out of time before any I/O: the server did nothing wrong.
             Error::Timeout { what } if *what == RAN_OUT => false,
             Error::Timeout { .. } => true,
@@ -256,7 +302,7 @@ impl Backend {
         }
         // After a restart or a CLIENT KILL every pooled connection is dead: drop them all, so
         // that a retry opens a fresh one instead of taking the next dead one.
-        self.nodes[i].pool.clear();
+        self.nodes[i].pool.forget_master();
         if !self.single() {
             let pause = (self.call_timeout * 10).min(Duration::from_secs(1));
             *self.nodes[i].down_until.lock() = Instant::now().checked_add(pause);
@@ -291,6 +337,21 @@ impl Backend {
         .collect()
     }
 
+    /// Runs one script call on the one master of a single-server client (the lock types
+    /// whose scripts keep a queue or a set of holders, which a quorum cannot vote on).
+    /// Within `by`.
+    pub(crate) fn eval_single(&self, call: &Call, by: Deadline) -> Result<Value> {
+        if !self.single() {
+            return Err(Error::config(
+                "masters",
+                "this lock type needs a client on one Redis server",
+            ));
+        }
+        self.call_all(call, &[0], by, false)
+            .pop()
+            .map_or(Err(Error::Timeout { what: "no reply" }), |(_, r)| r)
+    }
+
     /// Acquires on the masters. `sent` must be taken before this call; the validity of a
     /// quorum grant is judged against it.
     pub(crate) fn acquire(&self, a: &AcquireCall<'_>) -> Result<Acquired> {
@@ -304,6 +365,9 @@ impl Backend {
             by,
         } = *a;
         let call = scripts::acquire(keys, owner, lease, request, live);
+        if self.single() && self.wait.is_some() {
+            return self.acquire_replicated(&call, a);
+        }
         // With a quorum, one round is kept back for giving back a partial grant at once.
         let round_by = if self.single() {
             by
@@ -435,6 +499,72 @@ impl Backend {
             _ => jitter(self.call_timeout.max(Duration::from_millis(5))),
         };
         Ok(Acquired::Busy { wait, split })
+    }
+
+    /// One master, with replica confirmation: the script and `WAIT` in one round trip; a grant
+    /// fewer replicas confirmed than asked for is undone at once (within one more command
+    /// timeout) and reported as [`Error::NotReplicated`].
+    fn acquire_replicated(&self, call: &Call, a: &AcquireCall<'_>) -> Result<Acquired> {
+        let mut packed = call.cmd.get_packed_command();
+        self.push_wait(&mut packed);
+        let needed = self.wait.map_or(0, |(n, _)| n);
+        let replies = self
+            .round(&[0], &packed, 2, call.which, self.call_timeout, a.by, false)
+            .pop()
+            .map(|(_, r)| r)
+            .unwrap_or(Err(Error::Timeout { what: "no reply" }));
+        let (reply, acked) = match replies {
+            Ok(mut values) => {
+                let acked = values.pop();
+                (one(values.pop()), acked)
+            }
+            Err(e) => (Err(e), None),
+        };
+        let reply = reply.and_then(|v| {
+            scripts::parse_acquire(&v).ok_or_else(|| scripts::unexpected("acquire", &v))
+        })?;
+        match reply {
+            AcquireReply::Held {
+                token,
+                count,
+                acquisition,
+            } => {
+                let acked = match acked {
+                    Some(Value::Int(k)) => usize::try_from(k).unwrap_or(0),
+                    _ => 0,
+                };
+                if acked >= needed {
+                    return Ok(Acquired::Held {
+                        token,
+                        count,
+                        acquisition,
+                    });
+                }
+                // The undo gets its own command timeout: the wait may have used up the
+                // call's bound, and the grant must not stay behind.
+                let undo_by = Deadline::after(self.command_timeout);
+                self.undo(
+                    a.keys,
+                    a.owner,
+                    a.request,
+                    &[(0, token, count, acquisition)],
+                    &[],
+                    undo_by,
+                );
+                log::debug!(
+                    "acquisition of `{}` confirmed by {acked} of {needed} replicas; undone",
+                    a.keys.name
+                );
+                Err(Error::NotReplicated { acked, needed })
+            }
+            AcquireReply::Busy { ttl } => Ok(Acquired::Busy {
+                wait: ttl,
+                split: false,
+            }),
+            AcquireReply::Foreign => Err(Error::ForeignKey {
+                key: a.keys.lock.clone(),
+            }),
+        }
     }
 
     /// Gives back what an acquire that is not kept granted: on each master of `granted`
@@ -580,10 +710,20 @@ impl Backend {
         for c in calls {
             c.cmd.write_packed_command(&mut packed);
         }
+        let waits = self.push_wait(&mut packed);
         let by = Deadline::after(budget);
-        let first = (budget / 2).min(self.command_timeout);
+        let first = (budget / 2).min(self.reply_timeout());
         let n = calls.len();
-        let mut replies = self.round(&self.all(), &packed, n, Which::Renew, first, by, false);
+        let expected = n + usize::from(waits);
+        let mut replies = self.round(
+            &self.all(),
+            &packed,
+            expected,
+            Which::Renew,
+            first,
+            by,
+            false,
+        );
         let mut outcomes = self.renewed(n, &replies);
         let retry: Vec<usize> = replies
             .iter()
@@ -600,7 +740,7 @@ impl Backend {
                 retry.len()
             );
             // Renewing again is harmless: a renewal only sets the lease from now on.
-            for (i, r) in self.round(&retry, &packed, n, Which::Renew, budget, by, true) {
+            for (i, r) in self.round(&retry, &packed, expected, Which::Renew, budget, by, true) {
                 if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
                     slot.1 = r;
                 }
@@ -608,11 +748,26 @@ impl Backend {
             outcomes = self.renewed(n, &replies);
         }
         for (i, r) in &replies {
-            if let Err(e) = r {
-                log::warn!(
+            match r {
+                Err(e) => log::warn!(
                     "renewal of {n} leases on {} failed: {e}",
                     self.nodes[*i].name
-                );
+                ),
+                Ok(values) if waits => {
+                    let acked = match values.last() {
+                        Some(Value::Int(k)) => usize::try_from(*k).unwrap_or(0),
+                        _ => 0,
+                    };
+                    let needed = self.wait.map_or(0, |(n, _)| n);
+                    if acked < needed {
+                        log::warn!(
+                            "renewal of {n} leases on {} confirmed by {acked} of {needed} \
+                             replicas in time; the leases are kept",
+                            self.nodes[*i].name
+                        );
+                    }
+                }
+                Ok(_) => {}
             }
         }
         outcomes
@@ -696,7 +851,9 @@ impl Backend {
     /// client is built; within `by`.
     pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
         let mut packed = redis::cmd("PING").get_packed_command();
-        for which in [Which::Acquire, Which::Release, Which::Renew] {
+        // Every lock type's script: a renewal batch may mix them, and none meets `NOSCRIPT`
+        // on its first use.
+        for which in Which::ALL {
             redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(which.source())
@@ -705,7 +862,7 @@ impl Backend {
         let replies = self.round(
             &self.all(),
             &packed,
-            4,
+            1 + Which::ALL.len(),
             Which::Renew,
             self.call_timeout,
             by,
@@ -744,6 +901,14 @@ const MARKED_DOWN: &str = "master marked down after a failure";
 
 fn is_marked_down(e: &Error) -> bool {
     matches!(e, Error::Timeout { what } if *what == MARKED_DOWN)
+}
+
+fn is_readonly(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::ReadOnly))
+}
+
+fn is_readonly_error(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 fn is_noscript(v: &Value) -> bool {

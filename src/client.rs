@@ -11,12 +11,18 @@ use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::backend::{Backend, Node};
+use crate::conn::Resolve;
 use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
+use crate::fair_mutex::FairMutex;
 use crate::hold::{Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{self, Inbox};
+use crate::rwlock::RwLock;
+use crate::scripts::Kind;
+use crate::semaphore::Semaphore;
+use crate::sentinel::Sentinel;
 use crate::subscriber::Subscriber;
 use crate::tls::{self, Tls, TlsCerts};
 
@@ -24,6 +30,41 @@ use crate::tls::{self, Tls, TlsCerts};
 pub const MIN_LEASE: Duration = Duration::from_millis(30);
 /// The longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The default per-master timeout of a quorum client.
+const DEFAULT_MASTER_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Which servers a client locks on.
+#[derive(Debug, Clone)]
+enum Topology {
+    /// One server.
+    Single(String),
+    /// The master a Sentinel deployment names.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+    /// Independent masters, a majority of which must grant a lock (RedLock).
+    Quorum(Vec<String>),
+}
+
+impl Topology {
+    fn validate(&self) -> Result<()> {
+        match self {
+            Topology::Quorum(urls) if urls.is_empty() => {
+                Err(Error::config("masters", "must name at least one Redis URL"))
+            }
+            Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => Err(Error::config(
+                "sentinels",
+                "must name at least one sentinel URL",
+            )),
+            Topology::Sentinel { master, .. } if master.is_empty() => {
+                Err(Error::config("master_name", "must not be empty"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
 
 /// Settings shared by every lock of a client.
 #[derive(Debug, Clone)]
@@ -34,13 +75,19 @@ pub(crate) struct Config {
     pub(crate) timeouts: Timeouts,
     pub(crate) retry_timeout: Duration,
     pub(crate) max_hold: Option<Duration>,
+    /// Replicas that must confirm each acquire (and renewal), and how long to wait for them.
+    pub(crate) wait_replicas: Option<(usize, Duration)>,
 }
 
 impl Config {
     /// The bound of one call that may have to open a connection first: the connect timeout
-    /// plus the command timeout.
+    /// plus the command timeout (plus the replicas' timeout with
+    /// [`wait_replicas`](ClientBuilder::wait_replicas)).
     pub(crate) fn one_call(&self) -> Duration {
-        self.timeouts.connect.saturating_add(self.timeouts.command)
+        self.timeouts
+            .connect
+            .saturating_add(self.timeouts.command)
+            .saturating_add(self.wait_replicas.map_or(Duration::ZERO, |(_, t)| t))
     }
 }
 
@@ -82,10 +129,12 @@ impl std::fmt::Debug for LostHook {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build()` is called"]
 pub struct ClientBuilder {
-    urls: Vec<String>,
-    /// Per-master timeout; `Some` makes this a quorum (RedLock) client.
+    topology: Topology,
+    /// Per-master timeout of a quorum client (`None`: the default, 50 ms).
     master_timeout: Option<Duration>,
     drift_factor: f64,
+    /// Replicas that must confirm each acquire and renewal, and how long to wait for them.
+    wait_replicas: Option<(usize, Duration)>,
     lease: Duration,
     renew_every: Option<Duration>,
     prefix: String,
@@ -137,17 +186,50 @@ impl ClientBuilder {
         self
     }
 
-    /// Makes this a quorum client over several masters (see [`Redlock`](crate::Redlock)).
-    pub(crate) fn masters(mut self, urls: Vec<String>, master_timeout: Duration) -> Self {
-        self.urls = urls;
-        self.master_timeout = Some(master_timeout);
+    /// The bound on one master's answer to one call of a quorum client (default 50 ms): far
+    /// below the lease, so that a stalled master costs an attempt little of its validity. At
+    /// least 1 ms and below half the lease. A quorum's connections open within the smaller of
+    /// the connect timeout and this (but at least 50 ms).
+    ///
+    /// Applies to [`Client::redlock`] only: set on another topology, `build()` refuses it with
+    /// [`Error::InvalidConfig`].
+    pub fn master_timeout(mut self, timeout: Duration) -> Self {
+        self.master_timeout = Some(timeout);
         self
     }
 
-    /// The clock drift factor (default 0.01): the share of a lease given up to allow for
-    /// clocks running at different rates.
-    pub(crate) fn drift_factor(mut self, factor: f64) -> Self {
+    /// The share of the lease given up for clocks running at different rates (default 0.01);
+    /// the drift allowed is `lease x factor + 2 ms`. From 0 to below 0.5.
+    ///
+    /// With [`Client::redlock`] it shortens the validity of a quorum grant. On every topology
+    /// it also sets the margin of a guard's local lease deadline
+    /// ([`MutexGuard::is_held`](crate::MutexGuard::is_held) turns false this much before the
+    /// lease ends, measured from the send time of the last acquire or renewal).
+    pub fn clock_drift_factor(mut self, factor: f64) -> Self {
         self.drift_factor = factor;
+        self
+    }
+
+    /// Asks the master, after each acquire and each renewal, to confirm that at least
+    /// `replicas` replicas have the write (`WAIT replicas timeout`, pipelined in the same round
+    /// trip as the script). Off by default.
+    ///
+    /// When fewer confirm within `timeout`, the acquisition is undone (a re-entry counts one
+    /// level down) and the call fails with [`Error::NotReplicated`]; no key is left behind. A
+    /// renewal that is not confirmed keeps the guard and logs a `warn`.
+    ///
+    /// Each call's bound grows by `timeout`, and by one more command timeout for the undo
+    /// after a refusal (see the crate's "Time bounds"). `timeout` is at least 1 ms and at most
+    /// a quarter of the renewal interval, so that a renewal's wait fits in its slot.
+    ///
+    /// This **narrows, not closes**, the failover window: a lock confirmed by `n` replicas
+    /// survives a failover to one of them, but the replicas may still lose it (a promoted
+    /// replica that had not got it, a restart without persistence), and Redis's `WAIT` does
+    /// not make the write strongly consistent. Fencing tokens remain the resource's defence;
+    /// [`Client::redlock`] is the choice when losing a lock in a failover is not acceptable.
+    /// One server and Sentinel only: refused on a quorum client.
+    pub fn wait_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
         self
     }
 
@@ -231,16 +313,22 @@ impl ClientBuilder {
             validate_max_hold(max)?;
         }
         keys::validate_prefix(&self.prefix)?;
-        if self.urls.is_empty() {
-            return Err(Error::config("masters", "must name at least one Redis URL"));
-        }
+        self.topology.validate()?;
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(Error::config(
                 "clock_drift_factor",
                 "must be at least 0 and below 0.5",
             ));
         }
-        if let Some(t) = self.master_timeout
+        if self.master_timeout.is_some() && !matches!(self.topology, Topology::Quorum(_)) {
+            return Err(Error::config(
+                "master_timeout",
+                "applies to a quorum client (Client::redlock) only",
+            ));
+        }
+        if let Some(t) = self
+            .master_timeout
+            .or(matches!(self.topology, Topology::Quorum(_)).then_some(DEFAULT_MASTER_TIMEOUT))
             && (t < Duration::from_millis(1) || t >= self.lease / 2)
         {
             return Err(Error::config(
@@ -248,7 +336,32 @@ impl ClientBuilder {
                 "must be at least 1ms and below half the lease",
             ));
         }
+        if let Some((n, t)) = self.wait_replicas {
+            if matches!(self.topology, Topology::Quorum(_)) {
+                return Err(Error::config(
+                    "wait_replicas",
+                    "applies to one server or Sentinel, not to a quorum client",
+                ));
+            }
+            if n == 0 {
+                return Err(Error::config(
+                    "wait_replicas",
+                    "must ask for at least 1 replica",
+                ));
+            }
+            if t < Duration::from_millis(1) || t > renew_every / 4 {
+                return Err(Error::config(
+                    "wait_replicas",
+                    format!(
+                        "timeout must be at least 1ms and at most a quarter of the renewal \
+                         interval ({:?})",
+                        renew_every / 4
+                    ),
+                ));
+            }
+        }
         Ok(Config {
+            wait_replicas: self.wait_replicas,
             lease: self.lease,
             renew_every,
             prefix: self.prefix.clone(),
@@ -295,15 +408,36 @@ impl ClientBuilder {
     /// the connection; [`Error::Spawn`] when a thread cannot be started.
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
-        let infos = self
-            .urls
-            .iter()
-            .map(|u| conn::parse_url(u))
-            .collect::<Result<Vec<_>>>()?;
+        // What each master is called in messages, and how it is reached.
+        let (names, infos, resolver): (Vec<String>, Vec<_>, Option<Arc<Sentinel>>) = match &self
+            .topology
+        {
+            Topology::Single(url) => (vec![conn::redact(url)], vec![conn::parse_url(url)?], None),
+            Topology::Quorum(urls) => (
+                urls.iter().map(|u| conn::redact(u)).collect(),
+                urls.iter()
+                    .map(|u| conn::parse_url(u))
+                    .collect::<Result<Vec<_>>>()?,
+                None,
+            ),
+            Topology::Sentinel { sentinels, master } => {
+                let sentinel = Arc::new(Sentinel::new(sentinels, master, config.timeouts)?);
+                let info = sentinel.resolve(Deadline::after(config.one_call()), true)?;
+                (
+                    vec![format!("the Sentinel master `{master}`")],
+                    vec![info],
+                    Some(sentinel),
+                )
+            }
+        };
         let tls = self.tls_setup(&infos)?;
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
-        let (call_timeout, node_timeouts) = match self.master_timeout {
+        let quorum_timeout = match self.topology {
+            Topology::Quorum(_) => Some(self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT)),
+            _ => None,
+        };
+        let (call_timeout, node_timeouts) = match quorum_timeout {
             Some(t) => (
                 t,
                 Timeouts {
@@ -318,26 +452,46 @@ impl ClientBuilder {
         };
         let nodes = infos
             .iter()
-            .zip(&self.urls)
-            .map(|(info, url)| {
-                Ok(Node::new(
-                    conn::redact(url),
-                    Pool::new(info.clone(), node_timeouts, tls.as_deref())?,
-                ))
+            .zip(names)
+            .map(|(info, name)| {
+                let pool = Pool::new(info.clone(), node_timeouts, tls.as_deref())?;
+                let pool = match &resolver {
+                    Some(r) => pool.with_resolver(Arc::clone(r) as Arc<dyn Resolve>),
+                    None => pool,
+                };
+                Ok(Node::new(name, pool))
             })
             .collect::<Result<Vec<_>>>()?;
-        let backend = Arc::new(Backend::new(
-            nodes,
-            call_timeout,
-            config.timeouts.command,
-            self.drift_factor,
-        ));
+        let backend_masters = nodes.len();
+        let backend = Arc::new(
+            Backend::new(
+                nodes,
+                call_timeout,
+                config.timeouts.command,
+                self.drift_factor,
+            )
+            .with_wait_replicas(config.wait_replicas),
+        );
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend
             .ping(Deadline::after(config.one_call()))
             .map_err(|e| tls::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
-        let (subscriber, reader) = Subscriber::connect(infos, node_timeouts, tls)?;
+        let (subscriber, reader) = Subscriber::connect(
+            infos,
+            node_timeouts,
+            tls,
+            resolver.clone().map(|r| r as Arc<dyn Resolve>),
+        )?;
+        if let Some(r) = &resolver {
+            // When the command side finds the master elsewhere, the pub/sub connection follows.
+            let sub = Arc::downgrade(&subscriber);
+            r.on_switch(move || {
+                if let Some(s) = sub.upgrade() {
+                    s.reconnect_now();
+                }
+            });
+        }
         let (inbox, renewer) =
             renewal::renewer(Arc::clone(&backend), config.renew_every, self.on_lost);
         let shared = Arc::new(Shared {
@@ -373,7 +527,7 @@ impl ClientBuilder {
                 return Err(Error::Spawn(e));
             }
         }
-        log::debug!("client connected to {} master(s)", self.urls.len());
+        log::debug!("client connected to {} master(s)", backend_masters);
         Ok(Client {
             inner: Arc::new(Inner { shared, threads }),
         })
@@ -571,6 +725,18 @@ impl Shared {
         grant: Grant<'_>,
         terms: Terms,
     ) -> Adopted {
+        self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
+    }
+
+    /// As [`adopt`](Shared::adopt), for a hold renewed by lock type `kind`'s script.
+    pub(crate) fn adopt_as(
+        &self,
+        kind: Kind,
+        keys: &Arc<LockKeys>,
+        owner: String,
+        grant: Grant<'_>,
+        terms: Terms,
+    ) -> Adopted {
         let Grant {
             token,
             count,
@@ -603,18 +769,21 @@ impl Shared {
             every: self.config.renew_every,
             until: terms.max_hold.and_then(|m| sent.checked_add(m)),
         });
-        let hold = Arc::new(Hold::new(
-            Arc::clone(keys),
-            Identity {
-                owner,
-                acquisition: acquisition.to_owned(),
-                token,
-            },
-            terms.lease,
-            self.backend.drift(terms.lease),
-            renewal,
-            sent,
-        ));
+        let hold = Arc::new(
+            Hold::new(
+                Arc::clone(keys),
+                Identity {
+                    owner,
+                    acquisition: acquisition.to_owned(),
+                    token,
+                },
+                terms.lease,
+                self.backend.drift(terms.lease),
+                renewal,
+                sent,
+            )
+            .with_kind(kind),
+        );
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
         if renewal.is_some() {
@@ -631,6 +800,23 @@ impl Shared {
     pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
         if hold.is_held() && hold.mark_lost() {
             self.renewals.lost(Arc::clone(hold));
+        }
+    }
+
+    /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,
+    /// such as a waiter's place in a queue) until [`unwatch`](Shared::unwatch).
+    pub(crate) fn watch(&self, hold: &Arc<Hold>) {
+        if hold.renewal.is_some() {
+            self.renewals.register(Arc::clone(hold));
+        }
+    }
+
+    /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
+    /// renewal of it on the wire.
+    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) {
+        hold.leave(bound);
+        if hold.renewal.is_some() {
+            self.renewals.released();
         }
     }
 
@@ -733,10 +919,81 @@ impl Client {
 
     /// A builder for a client with other settings.
     pub fn builder(url: &str) -> ClientBuilder {
+        Self::with_topology(Topology::Single(url.to_owned()))
+    }
+
+    /// A builder for a client of the master that the Sentinel deployment calls `master_name`:
+    /// found through any sentinel of `sentinel_urls` that answers, and followed through
+    /// failovers (see the crate's "Deployments"). The same options as [`Client::builder`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::sentinel(
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .build()?;
+    /// let lock = client.mutex("invoice:9")?;
+    /// let guard = lock.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::with_topology(Topology::Sentinel {
+            sentinels: sentinel_urls
+                .into_iter()
+                .map(|u| u.as_ref().to_owned())
+                .collect(),
+            master: master_name.to_owned(),
+        })
+    }
+
+    /// A builder for a quorum (RedLock) client over several independent masters (at least
+    /// one; an odd number, usually 3 or 5, is the sensible choice): a lock is held when a
+    /// majority of them granted it. See [`Redlock`](crate::Redlock) for the algorithm and
+    /// what it promises. The same options as [`Client::builder`], plus
+    /// [`master_timeout`](ClientBuilder::master_timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> locksmith::Result<()> {
+    /// let quorum = locksmith::Client::redlock([
+    ///         "redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/",
+    ///         "redis://10.0.0.4:6379/", "redis://10.0.0.5:6379/"])
+    ///     .lease(Duration::from_secs(30))
+    ///     .master_timeout(Duration::from_millis(50))
+    ///     .build()?;
+    /// let lock = quorum.mutex("invoice:9")?;
+    /// let guard = lock.lock()?;
+    /// println!("held for at least {:?} more", guard.validity());
+    /// # Ok(()) }
+    /// ```
+    pub fn redlock<I, S>(master_urls: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::with_topology(Topology::Quorum(
+            master_urls
+                .into_iter()
+                .map(|u| u.as_ref().to_owned())
+                .collect(),
+        ))
+    }
+
+    fn with_topology(topology: Topology) -> ClientBuilder {
         ClientBuilder {
-            urls: vec![url.to_owned()],
+            topology,
             master_timeout: None,
             drift_factor: 0.01,
+            wait_replicas: None,
             lease: Duration::from_secs(30),
             renew_every: None,
             prefix: "locksmith:".to_owned(),
@@ -762,6 +1019,98 @@ impl Client {
         keys::validate_name(name)?;
         let keys = Arc::new(LockKeys::new(&self.inner.shared.config.prefix, name));
         Ok(Mutex::new(self.clone(), keys))
+    }
+
+    /// A handle on the fair mutex called `name`: waiters get it in arrival order, across
+    /// processes, and a release hands it directly to the next waiter. Cheap: nothing is sent
+    /// to Redis. Its keys are its own: a [`Mutex`] of the same name is another lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let printer = client.fair_mutex("printer")?;
+    /// let guard = printer.lock()?; // waiters are served first come, first served
+    /// guard.unlock()?; // hands the lock to the next waiter in the queue
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        keys::validate_name(name)?;
+        Ok(FairMutex::new(
+            self.clone(),
+            &self.inner.shared.config.prefix,
+            name,
+        ))
+    }
+
+    /// A handle on the counting semaphore called `name`, with `permits` permits: at most
+    /// that many are held at once across processes, each acquisition a lease renewed while
+    /// held. Cheap: nothing is sent to Redis. See [`Semaphore`] for what changing `permits`
+    /// of a live semaphore does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex); [`Error::InvalidConfig`] when
+    /// `permits` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let pool = client.semaphore("db-connections", 20)?;
+    /// let _permit = pool.acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        keys::validate_name(name)?;
+        Semaphore::new(
+            self.clone(),
+            &self.inner.shared.config.prefix,
+            name,
+            permits,
+        )
+    }
+
+    /// A handle on the read-write lock called `name`: many readers at once or one writer,
+    /// across processes, with writer preference by default. Cheap: nothing is sent to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let catalog = client.rw_lock("catalog")?;
+    /// let _r = catalog.read()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        keys::validate_name(name)?;
+        Ok(RwLock::new(
+            self.clone(),
+            &self.inner.shared.config.prefix,
+            name,
+        ))
+    }
+
+    /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a
+    /// quorum client.
+    pub fn masters(&self) -> usize {
+        self.inner.shared.backend.masters()
+    }
+
+    /// How many masters must grant a lock: a majority (`masters() / 2 + 1`).
+    pub fn quorum(&self) -> usize {
+        self.masters() / 2 + 1
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

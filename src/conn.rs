@@ -172,9 +172,30 @@ impl Deadline {
     }
 }
 
+/// Where a topology's master is now: asked on every new connection of a pool that has one,
+/// and by the pub/sub connection on every (re)connect (see `sentinel.rs`).
+pub(crate) trait Resolve: Send + Sync + std::fmt::Debug {
+    /// The master's address (without credentials), within `by`. `fresh`: ask again even when
+    /// an answer is cached.
+    fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo>;
+    /// The cached address is doubtful (a connection failed, or the server is not a master).
+    fn forget(&self);
+    /// Asks where the master is now, within `by`, and notes a move (bumping the generation);
+    /// run in the background, at most every [`RESOLVE_EVERY`].
+    fn check(&self, by: Deadline);
+    /// Counts the master's moves: a pooled connection opened in an older generation goes to
+    /// a server that is no longer the master.
+    fn generation(&self) -> u64;
+}
+
+/// How often the background check asks where the master is.
+pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(1);
+
 /// A command connection, with the timeouts its socket is set to (so that they are changed
 /// only when a step needs other ones).
 pub(crate) struct Conn {
+    /// The resolver's generation when the connection was opened (0 without one).
+    generation: u64,
     con: redis::Connection,
     read: Duration,
     write: Duration,
@@ -244,6 +265,9 @@ pub(crate) struct Pool {
     handshake_replies: usize,
     timeouts: Timeouts,
     idle: Mutex<Vec<Conn>>,
+    /// Where the master is now, for a topology whose master moves (the `client` above is
+    /// then unused); each new connection also checks with `ROLE` that it reached a master.
+    resolver: Option<std::sync::Arc<dyn Resolve>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -289,18 +313,44 @@ impl Pool {
             handshake_replies,
             timeouts,
             idle: Mutex::new(Vec::new()),
+            resolver: None,
         })
+    }
+
+    /// Takes the master's address from `resolver` on every new connection.
+    pub(crate) fn with_resolver(mut self, resolver: std::sync::Arc<dyn Resolve>) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    /// The master may have moved: drops the idle connections and the cached address.
+    pub(crate) fn forget_master(&self) {
+        self.clear();
+        if let Some(r) = &self.resolver {
+            r.forget();
+        }
     }
 
     /// Opens a new connection: connect and handshake within the connect timeout, all within
     /// `by`.
     pub(crate) fn connect(&self, by: Deadline) -> Result<Conn> {
         let by = by.min(Deadline::after(self.timeouts.connect));
-        let con = self
-            .client
+        let generation = self.resolver.as_ref().map_or(0, |r| r.generation());
+        let moved = match &self.resolver {
+            Some(r) => Some(redis::Client::open(
+                r.resolve(by, false)?
+                    .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
+                    .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name()),
+            )?),
+            None => None,
+        };
+        let con = moved
+            .as_ref()
+            .unwrap_or(&self.client)
             .get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
         // `redis` leaves the socket without timeouts; `Conn` records that as zero.
         let mut con = Conn {
+            generation,
             con,
             read: Duration::ZERO,
             write: Duration::ZERO,
@@ -314,13 +364,28 @@ impl Pool {
                 }
             }
         }
+        if let Some(r) = &self.resolver {
+            let role = redis::cmd("ROLE").get_packed_command();
+            con.send(&role, self.timeouts.connect, by)?;
+            let reply = con.recv(self.timeouts.connect, by)?;
+            if let Err(e) = check_master(&reply) {
+                r.forget();
+                return Err(e);
+            }
+        }
         con.set_timeouts(self.timeouts.command.min(MAX_SOCKET_TIMEOUT))?;
         Ok(con)
     }
 
     /// An idle connection, if there is one.
     pub(crate) fn idle(&self) -> Option<Conn> {
-        self.idle.lock().pop()
+        let mut idle = self.idle.lock();
+        if let Some(r) = &self.resolver {
+            // Connections to a server that is no longer the master are dropped.
+            let now = r.generation();
+            idle.retain(|c| c.generation == now);
+        }
+        idle.pop()
     }
 
     /// Gives a healthy connection back.
@@ -348,6 +413,27 @@ fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> 
         }
         _ => Ok(redis::Client::open(info)?),
     }
+}
+
+/// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection
+/// (so that a call retries and the address is resolved again).
+fn check_master(reply: &Value) -> Result<()> {
+    let role = match reply {
+        Value::Array(items) => match items.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    if role == "master" {
+        return Ok(());
+    }
+    Err(Error::Redis(redis::RedisError::from(
+        std::io::Error::other(format!(
+            "the server named as master is not one (ROLE: {role:?})"
+        )),
+    )))
 }
 
 /// True when the error says the connection itself is no good any more.

@@ -67,11 +67,25 @@ pub enum Error {
         /// Which check failed, and what to do about it.
         reason: String,
     },
+    /// Fewer replicas than [`wait_replicas`](crate::ClientBuilder::wait_replicas) asks for
+    /// confirmed an acquisition within its timeout. The acquisition was undone: the lock is
+    /// not held by this call.
+    NotReplicated {
+        /// How many replicas confirmed the write in time.
+        acked: usize,
+        /// How many were asked for.
+        needed: usize,
+    },
     /// A background thread could not be started.
     Spawn(std::io::Error),
 }
 
 impl Error {
+    /// True for [`Error::NotReplicated`].
+    pub fn is_not_replicated(&self) -> bool {
+        matches!(self, Error::NotReplicated { .. })
+    }
+
     /// True for [`Error::InvalidName`].
     pub fn is_invalid_name(&self) -> bool {
         matches!(self, Error::InvalidName { .. })
@@ -109,8 +123,8 @@ impl Error {
         )
     }
 
-    /// True for connection-level failures (refused, reset, timed out, no quorum) that a retry
-    /// may cure.
+    /// True for connection-level failures (refused, reset, timed out, no quorum, a `READONLY`
+    /// reply from a master demoted by a failover) that a retry may cure.
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::NoQuorum { .. } => true,
@@ -119,6 +133,7 @@ impl Error {
                     || e.is_timeout()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
+                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
             }
             _ => false,
         }
@@ -156,6 +171,11 @@ impl fmt::Display for Error {
                 "no quorum: {reached} master(s) answered, {needed} needed"
             ),
             Error::Tls { reason } => write!(f, "TLS failure: {reason}"),
+            Error::NotReplicated { acked, needed } => write!(
+                f,
+                "not replicated: {acked} of {needed} replica(s) confirmed the acquisition in \
+                 time; it was undone"
+            ),
             Error::Spawn(e) => write!(f, "could not start a background thread: {e}"),
         }
     }

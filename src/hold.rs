@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::keys::LockKeys;
-use crate::scripts::Holder;
+use crate::scripts::{Holder, Kind};
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]
@@ -81,6 +81,8 @@ pub(crate) struct Hold {
     drift: Duration,
     /// How the renewal thread extends the lease; `None` for a fixed lease.
     pub(crate) renewal: Option<Renewal>,
+    /// Which lock type holds it: tells the renewal thread which renew script to send.
+    pub(crate) kind: Kind,
     state: Mutex<State>,
     renewal_done: Condvar,
 }
@@ -106,6 +108,7 @@ impl Hold {
             lease,
             drift,
             renewal,
+            kind: Kind::Mutex,
             state: Mutex::new(State {
                 last_ok: sent,
                 status: Status::Valid,
@@ -114,6 +117,12 @@ impl Hold {
             }),
             renewal_done: Condvar::new(),
         }
+    }
+
+    /// The same hold, kept by another lock type's renew script.
+    pub(crate) fn with_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
     }
 
     fn deadline_of(&self, st: &State) -> Option<Instant> {

@@ -19,17 +19,32 @@
 //!
 //! # A tour
 //!
-//! - A [`Client`] connects to one Redis. It owns a small pool of command connections, one
+//! - A [`Client`] locks on one deployment. It owns a small pool of command connections, one
 //!   pub/sub connection and exactly two threads, whatever the number of locks and waiters:
 //!   `locksmith-pubsub` wakes local waiters when a lock is released, `locksmith-renew`
 //!   extends every held lease in pipelined batches driven by a timer wheel. Clones share all
-//!   of it. Build one with [`Client::open`] or [`Client::builder`].
+//!   of it. One [`ClientBuilder`] with the same options serves every deployment:
+//!   [`Client::builder`] (one server; or [`Client::open`] with the defaults),
+//!   [`Client::sentinel`] (a master found and followed through Redis Sentinel) and
+//!   [`Client::redlock`] (a quorum of independent masters). Redis Cluster is not supported
+//!   yet.
 //! - [`Client::mutex`] gives a [`Mutex`], a cheap handle on a named lock, with
 //!   [`lock`](Mutex::lock), [`try_lock`](Mutex::try_lock),
 //!   [`try_lock_for`](Mutex::try_lock_for) and [`try_lock_until`](Mutex::try_lock_until).
-//! - A [`Redlock`] is the same client over several independent masters (typically 5): a lock
-//!   is held when a majority granted it, so it survives the loss of a minority of masters.
-//!   Its locks are the same [`Mutex`] with the same guards.
+//! - A quorum client ([`Redlock`] describes the algorithm) is the same client over several
+//!   independent masters (typically 5): a lock is held when a majority granted it, so it
+//!   survives the loss of a minority of masters. Its locks are the same [`Mutex`] with the
+//!   same guards.
+//! - [`Client::fair_mutex`] gives a [`FairMutex`]: waiters are served in arrival order across
+//!   processes, and a release grants the lock straight to the next waiter (not on a quorum
+//!   client).
+//! - [`Client::rw_lock`] gives an [`RwLock`]: many readers or one writer across processes,
+//!   reentrant per thread, writer preference by default (not on a quorum client).
+//! - [`Client::semaphore`] gives a [`Semaphore`]: at most N permits held at once across
+//!   processes, each acquisition a lease renewed while held (not on a quorum client).
+//! - With Sentinel, [`ClientBuilder::wait_replicas`] makes the master confirm that replicas
+//!   have each acquisition ([`Error::NotReplicated`] otherwise): it narrows, not closes, the
+//!   window in which a failover loses a lock.
 //! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
 //!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
@@ -107,7 +122,13 @@
 //! | [`Mutex::lock`] | while Redis cannot be reached: `max(retry_timeout, connect + command)` from the start of the first attempt that failed; while another owner holds the lock, it waits |
 //! | [`MutexGuard::unlock`], dropping a guard | `connect + command` (including the wait for a renewal on the wire) |
 //! | [`Mutex::is_locked`] | `connect + command` |
-//! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master) |
+//! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master); with Sentinel, `3 × connect + 2 × command` |
+//!
+//! With Sentinel, opening a connection includes asking a sentinel for the master's address
+//! and checking its `ROLE`: all of it within the connect timeout, so the bounds above hold.
+//! With [`ClientBuilder::wait_replicas`]`(n, wait)`, `command` above reads `command + wait`
+//! (the script and `WAIT` share a round trip), and a call refused with
+//! [`Error::NotReplicated`] takes up to one more `command` to undo its grant.
 //!
 //! A renewal batch takes at most half the renewal interval: a try on its pooled connection
 //! for at most a quarter of the interval (or the command timeout if shorter), then, if that
@@ -123,7 +144,7 @@
 //! - `warn`: a lease was lost (renewal found the key gone or taken, or could not reach Redis
 //!   in time); a release on drop failed; the pub/sub connection was lost or could not be
 //!   restored; at start, a master whose `maxmemory-policy` may evict lock keys.
-//! - `info`: the pub/sub connection was restored.
+//! - `info`: the pub/sub connection was restored; the Sentinel master moved.
 //! - `debug`: client start, retries, thread stops.
 //! - `trace`: renewal batches.
 //!
@@ -141,19 +162,27 @@ mod backend;
 mod client;
 mod conn;
 mod error;
+mod fair_mutex;
 mod guard;
 mod hold;
 mod keys;
 mod mutex;
 mod redlock;
 mod renewal;
+mod rwlock;
 mod scripts;
+mod semaphore;
+mod sentinel;
 mod subscriber;
 mod tls;
 
 pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
+pub use fair_mutex::{FairMutex, FairMutexGuard};
 pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;
+#[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{Semaphore, SemaphorePermit};

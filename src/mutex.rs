@@ -108,7 +108,7 @@ fn after(d: Duration) -> Option<Instant> {
 /// ends by `max(deadline, start + connect timeout) + command timeout`. So an attempt made at
 /// the deadline still gets one command timeout, and one that must connect first gets a
 /// connect timeout more. `None` (no deadline, as `lock()`): each attempt is bounded alone.
-fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts) -> Deadline {
+pub(crate) fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts) -> Deadline {
     let Some(d) = deadline else {
         return Deadline::NONE;
     };
@@ -116,6 +116,48 @@ fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts) -> Deadlin
         .checked_add(t.connect)
         .and_then(|c| d.max(c).checked_add(t.command))
         .map_or(Deadline::NONE, Deadline::at)
+}
+
+/// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
+/// answer, retrying connection-level failures with backoff until `deadline` or for the
+/// client's retry timeout, counted from the start of the first attempt that failed; no
+/// attempt's I/O runs past that, nor past `limit`. Every lock type's acquire loop uses it, so
+/// they all keep the same bounds.
+pub(crate) fn retrying<T>(
+    client: &Client,
+    name: &str,
+    deadline: Option<Instant>,
+    limit: Deadline,
+    mut attempt: impl FnMut(Deadline) -> Result<T>,
+) -> Result<T> {
+    let mut backoff = Duration::from_millis(10);
+    let mut retry_until: Option<Deadline> = None;
+    loop {
+        let started = Instant::now();
+        let by = retry_until.map_or(limit, |r| limit.min(r));
+        match attempt(by) {
+            Err(e) if e.is_retriable() => {
+                let retry_until = *retry_until.get_or_insert_with(|| {
+                    started
+                        .checked_add(client.shared().config.retry_timeout)
+                        .map_or(Deadline::NONE, Deadline::at)
+                });
+                let stop = deadline.map_or(retry_until, |d| retry_until.min(Deadline::at(d)));
+                // Sleep the backoff, or what is left of the bound, then try once more.
+                let left = stop.left().unwrap_or(backoff);
+                if left.is_zero() {
+                    return Err(e);
+                }
+                log::debug!("Redis unavailable for `{name}` ({e}); retrying");
+                std::thread::sleep(backoff.min(left));
+                if stop.passed() {
+                    return Err(e);
+                }
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
 }
 
 impl Mutex {
@@ -295,8 +337,7 @@ impl Mutex {
     }
 
     /// Attempts until one gets an answer, retrying connection-level failures with backoff
-    /// until `deadline` or for the retry timeout, counted from the start of the first attempt
-    /// that failed; no attempt's I/O runs past that, nor past `limit`.
+    /// (see [`retrying`]).
     fn attempt_retrying(
         &self,
         owner: &str,
@@ -304,34 +345,9 @@ impl Mutex {
         deadline: Option<Instant>,
         limit: Deadline,
     ) -> Result<Attempt> {
-        let mut backoff = Duration::from_millis(10);
-        let mut retry_until: Option<Deadline> = None;
-        loop {
-            let started = Instant::now();
-            let by = retry_until.map_or(limit, |r| limit.min(r));
-            match self.attempt(owner, request, by) {
-                Err(e) if e.is_retriable() => {
-                    let retry_until = *retry_until.get_or_insert_with(|| {
-                        started
-                            .checked_add(self.client.shared().config.retry_timeout)
-                            .map_or(Deadline::NONE, Deadline::at)
-                    });
-                    let stop = deadline.map_or(retry_until, |d| retry_until.min(Deadline::at(d)));
-                    // Sleep the backoff, or what is left of the bound, then try once more.
-                    let left = stop.left().unwrap_or(backoff);
-                    if left.is_zero() {
-                        return Err(e);
-                    }
-                    log::debug!("Redis unavailable for `{}` ({e}); retrying", self.keys.name);
-                    std::thread::sleep(backoff.min(left));
-                    if stop.passed() {
-                        return Err(e);
-                    }
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                }
-                other => return other,
-            }
-        }
+        retrying(&self.client, &self.keys.name, deadline, limit, |by| {
+            self.attempt(owner, request, by)
+        })
     }
 
     /// One acquire script round trip for `owner`, within `by`.

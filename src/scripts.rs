@@ -16,6 +16,119 @@ use crate::keys::LockKeys;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
+static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Fair.source()));
+static SEM: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Sem.source()));
+static RW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Rw.source()));
+
+/// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A [`Mutex`](crate::Mutex) (also on a quorum).
+    Mutex,
+    /// A [`FairMutex`](crate::FairMutex)'s lock.
+    Fair,
+    /// A waiter's place in a [`FairMutex`](crate::FairMutex)'s queue (its heartbeat): not a
+    /// lease the application holds, so its loss is not reported as one.
+    FairPlace,
+    /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
+    Sem,
+    /// A reader or the writer of an [`RwLock`](crate::RwLock).
+    Rw,
+}
+
+/// The renew call of a registered hold, by its lock type.
+pub(crate) fn renew_hold(hold: &crate::hold::Hold, fence: u64) -> Call {
+    match hold.kind {
+        Kind::Mutex => renew(&hold.keys, hold.holder(), hold.lease, fence),
+        Kind::Fair | Kind::FairPlace => fair(
+            &hold.keys,
+            "renew",
+            hold.holder(),
+            hold.lease,
+            &[&fence.to_string()],
+        ),
+        Kind::Sem => sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+        Kind::Rw => rw(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+    }
+}
+
+/// A call of the read-write lock script: operation `op` for `holder`, with the operation's
+/// own arguments `extra` (see `scripts/rw_lock.lua`). The keys derive from the lock's tag.
+pub(crate) fn rw(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+) -> Call {
+    let root = keys.fence.strip_suffix(":fence").unwrap_or(&keys.fence);
+    let main = format!("{root}:rw");
+    let readers = format!("{root}:rw:readers");
+    let wwait = format!("{root}:rw:wwait");
+    let rwait = format!("{root}:rw:rwait");
+    let eager = format!("{root}:rw:eager");
+    let mut cmd = evalsha(
+        Which::Rw,
+        &[&main, &keys.fence, &readers, &wwait, &rwait, &eager],
+    );
+    cmd.arg(op)
+        .arg(holder.owner)
+        .arg(holder.acquisition)
+        .arg(millis(lease))
+        .arg(format!("{root}:rw:open"))
+        .arg(format!("{root}:rw:free"))
+        .arg(extra);
+    Call {
+        which: Which::Rw,
+        cmd,
+    }
+}
+
+/// A call of the semaphore script: operation `op` for the acquisition of `holder`, with the
+/// operation's own arguments `extra` (see `scripts/sem_permits.lua`).
+pub(crate) fn sem(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+) -> Call {
+    let leases = format!("{}:leases", keys.lock);
+    let mut cmd = evalsha(Which::Sem, &[&keys.lock, &leases]);
+    cmd.arg(op)
+        .arg(format!("{}/{}", holder.owner, holder.acquisition))
+        .arg(millis(lease))
+        .arg(&keys.channel)
+        .arg(extra);
+    Call {
+        which: Which::Sem,
+        cmd,
+    }
+}
+
+/// A call of the fair mutex script: operation `op` for `holder`, with the operation's own
+/// arguments `extra` (see `scripts/fair_mutex.lua`).
+pub(crate) fn fair(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+) -> Call {
+    let queue = format!("{}:queue", keys.lock);
+    let waiters = format!("{}:waiters", keys.lock);
+    let mut cmd = evalsha(Which::Fair, &[&keys.lock, &keys.fence, &queue, &waiters]);
+    cmd.arg(op)
+        .arg(holder.owner)
+        .arg(holder.acquisition)
+        .arg(millis(lease))
+        .arg(&keys.channel)
+        .arg(extra);
+    Call {
+        which: Which::Fair,
+        cmd,
+    }
+}
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,14 +197,29 @@ pub(crate) enum Which {
     Acquire,
     Release,
     Renew,
+    Fair,
+    Sem,
+    Rw,
 }
 
 impl Which {
+    pub(crate) const ALL: [Which; 6] = [
+        Which::Acquire,
+        Which::Release,
+        Which::Renew,
+        Which::Fair,
+        Which::Sem,
+        Which::Rw,
+    ];
+
     fn script(self) -> &'static Script {
         match self {
             Which::Acquire => &ACQUIRE,
             Which::Release => &RELEASE,
             Which::Renew => &RENEW,
+            Which::Fair => &FAIR,
+            Which::Sem => &SEM,
+            Which::Rw => &RW,
         }
     }
 
@@ -101,12 +229,21 @@ impl Which {
             Which::Acquire => include_str!("scripts/acquire.lua"),
             Which::Release => include_str!("scripts/release.lua"),
             Which::Renew => include_str!("scripts/renew.lua"),
+            Which::Fair => include_str!("scripts/fair_mutex.lua"),
+            Which::Sem => include_str!("scripts/sem_permits.lua"),
+            Which::Rw => include_str!("scripts/rw_lock.lua"),
         }
     }
 
-    /// Loads the script into a server's cache (after `NOSCRIPT`).
+    /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
+    /// with it: a renewal batch mixes the renew scripts of several lock types.
     pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
         self.script().prepare_invoke().load(con)?;
+        for other in Which::ALL {
+            if other != self {
+                other.script().prepare_invoke().load(con)?;
+            }
+        }
         Ok(())
     }
 }
@@ -335,7 +472,13 @@ mod tests {
             "local FENCE_TTL_MS = {}",
             crate::keys::FENCE_TTL.as_millis()
         );
-        for which in [Which::Acquire, Which::Release, Which::Renew] {
+        for which in [
+            Which::Acquire,
+            Which::Release,
+            Which::Renew,
+            Which::Fair,
+            Which::Rw,
+        ] {
             assert!(which.source().contains(&line), "{which:?}");
         }
     }

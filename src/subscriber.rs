@@ -75,7 +75,7 @@ use parking_lot::Mutex;
 use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
-use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
+use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
 use crate::tls::{Tls, TlsStream};
 
@@ -388,11 +388,20 @@ struct ChannelState {
     /// What the departed leader left for the next: `Some(epoch)` to wait for a release after
     /// that epoch, `None` to try at once.
     handoff: Option<u64>,
+    /// The payload of the last message not yet taken (a grant names its fencing token).
+    message: Option<Vec<u8>>,
+    /// Every waiter is woken, not only the leader (waiters that can all proceed at once,
+    /// such as the readers of a read-write lock).
+    broadcast: bool,
 }
 
 impl ChannelState {
     fn wake_leader(&self) {
-        if let Some(w) = self.queue.front() {
+        if self.broadcast {
+            for w in &self.queue {
+                w.thread.unpark();
+            }
+        } else if let Some(w) = self.queue.front() {
             w.thread.unpark();
         }
     }
@@ -447,6 +456,9 @@ impl Table {
 pub(crate) struct Subscriber {
     /// The masters it may listen on; it listens on one at a time.
     infos: Vec<ConnectionInfo>,
+    /// Where the master is now, asked afresh on every reconnect (a topology whose master
+    /// moves); `infos` is then not used after the first connection.
+    resolver: Option<Arc<dyn Resolve>>,
     /// The index of the master listened on (or tried next).
     current: AtomicUsize,
     timeouts: Timeouts,
@@ -477,11 +489,13 @@ impl Subscriber {
         infos: Vec<ConnectionInfo>,
         timeouts: Timeouts,
         tls: Option<Arc<Tls>>,
+        resolver: Option<Arc<dyn Resolve>>,
     ) -> Result<(Arc<Self>, Reader)> {
         let (reader, writer, current) = open_any(&infos, 0, timeouts, tls.as_deref())?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let sub = Arc::new(Subscriber {
             infos,
+            resolver,
             current: AtomicUsize::new(current),
             timeouts,
             tls,
@@ -506,12 +520,35 @@ impl Subscriber {
         }
     }
 
+    /// Makes the thread reconnect (the master moved): closes the socket, so that its read
+    /// ends and the usual reconnect follows (resubscribe, wake every waiter to re-check).
+    pub(crate) fn reconnect_now(&self) {
+        if let Some(w) = self.table.lock().writer.as_ref() {
+            w.shutdown();
+        }
+    }
+
     /// The thread's body: read, dispatch, reconnect, until shut down.
     pub(crate) fn run(&self, reader: Reader) {
         let Reader { reader, stop_rx } = reader;
         let mut conn = Some(reader);
         let mut backoff = BACKOFF_MIN;
+        let mut checked = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
+            if let Some(r) = &self.resolver
+                && checked.elapsed() >= RESOLVE_EVERY
+            {
+                // Where is the master now? A move makes this thread reconnect to it (and the
+                // command connections drop their pooled ones). Bounded, so that dispatching
+                // releases waits for it at most this long.
+                checked = Instant::now();
+                r.check(Deadline::after(
+                    self.timeouts
+                        .connect
+                        .min(self.timeouts.command)
+                        .min(RESOLVE_EVERY / 4),
+                ));
+            }
             let Some(r) = conn.as_mut() else {
                 match self.reconnect() {
                     Ok(r) => {
@@ -609,8 +646,10 @@ impl Subscriber {
                     return;
                 };
                 drop(table);
+                let payload = items.get(2).and_then(bytes).map(<[u8]>::to_vec);
                 let mut st = ch.state.lock();
                 st.epoch += 1;
+                st.message = payload;
                 st.wake_leader();
             }
             b"subscribe" => {
@@ -651,8 +690,18 @@ impl Subscriber {
     /// is woken once (epoch bump) to re-check, since releases may have been missed meanwhile.
     fn reconnect(&self) -> Result<ReadHalf> {
         let start = self.current.load(Ordering::Relaxed);
-        let (reader, writer, current) =
-            open_any(&self.infos, start, self.timeouts, self.tls.as_deref())?;
+        let (reader, writer, current) = match &self.resolver {
+            Some(r) => {
+                let info = r.resolve(Deadline::after(self.timeouts.connect), true)?;
+                open_any(
+                    std::slice::from_ref(&info),
+                    0,
+                    self.timeouts,
+                    self.tls.as_deref(),
+                )?
+            }
+            None => open_any(&self.infos, start, self.timeouts, self.tls.as_deref())?,
+        };
         self.current.store(current, Ordering::Relaxed);
         let mut table = self.table.lock();
         if self.stop.load(Ordering::SeqCst) {
@@ -699,6 +748,14 @@ impl Subscriber {
             me,
             left: false,
         }
+    }
+
+    /// Joins `channel` as one of waiters that all wake on each message (no turn to wait
+    /// for: every such waiter may ask Redis). The channel must be used this way only.
+    pub(crate) fn join_all(self: &Arc<Self>, channel: &str) -> Registration {
+        let reg = self.join(channel);
+        reg.channel.state.lock().broadcast = true;
+        reg
     }
 
     /// Whether threads of this client queue for the lock released on `channel`.
@@ -798,6 +855,11 @@ impl Registration {
     /// The current release epoch.
     pub(crate) fn epoch(&self) -> u64 {
         self.channel.state.lock().epoch
+    }
+
+    /// Takes the payload of the last message, if one arrived since the last take.
+    pub(crate) fn take_message(&self) -> Option<Vec<u8>> {
+        self.channel.state.lock().message.take()
     }
 
     /// Sleeps until a release after epoch `seen` arrives, or `until` passes.

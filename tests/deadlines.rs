@@ -465,7 +465,7 @@ fn redlock_calls_keep_their_bounds_with_stalled_masters() {
     let urls: Vec<String> = servers.iter().map(|s| url_to(s.port())).collect();
 
     let results = with_deadline(Duration::from_secs(120), move || {
-        let quorum = locksmith::Redlock::builder(&urls)
+        let quorum = locksmith::Client::redlock(&urls)
             .command_timeout(COMMAND)
             .connect_timeout(CONNECT)
             .retry_timeout(RETRY)

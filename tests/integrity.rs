@@ -204,7 +204,7 @@ fn quorum_reentry_with_a_minority_replaced_leaves_no_stray_grant() {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let mut conns: Vec<_> = servers.iter().map(RedisServer::conn).collect();
     with_deadline(Duration::from_secs(30), move || {
-        let quorum = locksmith::Redlock::builder(&urls).build().unwrap();
+        let quorum = locksmith::Client::redlock(&urls).build().unwrap();
         let name = common::unique_name("quorum-reenter");
         let key = common::lock_key(&name);
         let m = quorum.mutex(&name).unwrap();
@@ -618,7 +618,7 @@ fn quorum_fence_counters_expire() {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let mut conns: Vec<_> = servers.iter().map(RedisServer::conn).collect();
     with_deadline(Duration::from_secs(30), move || {
-        let quorum = locksmith::Redlock::builder(&urls).build().unwrap();
+        let quorum = locksmith::Client::redlock(&urls).build().unwrap();
         let name = common::unique_name("fence-ttl-quorum");
         let fence = common::fence_key(&name);
         let m = quorum.mutex(&name).unwrap();

@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, TestChild, with_deadline};
-use locksmith::{Error, Redlock};
+use locksmith::{Client, Error};
 
 /// Masters per test.
 const N: usize = 5;
@@ -116,8 +116,8 @@ impl Drop for Reaper {
 
 /// A RedLock client over `masters` with the given lease and renewal interval, the default
 /// per-master timeout and drift factor, and a 1 s retry timeout.
-fn redlock(masters: &Masters, lease: Duration, renew: Duration) -> Redlock {
-    Redlock::builder(masters.urls())
+fn redlock(masters: &Masters, lease: Duration, renew: Duration) -> Client {
+    Client::redlock(masters.urls())
         .lease(lease)
         .renew_interval(renew)
         .clock_drift_factor(0.01)
@@ -193,7 +193,7 @@ fn child_redlock_counter() {
     let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
     let counter = format!("counter:{name}");
     let tokens = format!("tokens:{name}");
-    let quorum = Redlock::builder(&urls)
+    let quorum = Client::redlock(&urls)
         .lease(Duration::from_secs(5))
         .master_timeout(MASTER_TIMEOUT)
         .build()
@@ -755,7 +755,7 @@ fn fencing_tokens_increase_across_owners_and_restarts() {
     let (masters, _reaper) = Masters::start();
     let m = Arc::clone(&masters);
     with_deadline(Duration::from_secs(40), move || {
-        let clients: Vec<Redlock> = (0..3)
+        let clients: Vec<Client> = (0..3)
             .map(|_| redlock(&m, Duration::from_secs(2), Duration::from_millis(600)))
             .collect();
         let name = common::unique_name("redlock-fence");
@@ -827,7 +827,7 @@ fn a_late_grant_on_a_minority_master_is_undone() {
         let proxy = locksmith_testkit::proxy::Proxy::start(m.server(0).port());
         let mut urls = m.urls();
         urls[0] = proxy.url();
-        let b = Redlock::builder(urls)
+        let b = Client::redlock(urls)
             .lease(lease)
             .master_timeout(MASTER_TIMEOUT)
             .build()

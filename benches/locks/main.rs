@@ -3,7 +3,7 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `many`, `idle`,
-//! `renewal`, `redlock`, `tls`; the floors always run). `--no-pin` leaves CPU placement to the
+//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler.
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
@@ -28,7 +28,8 @@
 //!
 //! Layout: this file parses the arguments, starts the server, runs the workloads in order and
 //! writes the report. Each workload has a file of its own ([`floors`], [`uncontended`],
-//! [`handoff`], [`contended`], [`many`], [`idle`], [`renewal`], [`redlock`]) holding both its
+//! [`handoff`], [`contended`], [`many`], [`idle`], [`renewal`], [`redlock`], and [`family`]
+//! for `fair`, `rw` and `semaphore`) holding both its
 //! parent side and, where it uses child processes, the child's side. [`child`] is the
 //! parent/child line protocol and the child entry point, [`naive`] the baseline lock,
 //! [`report`] the table, JSON, Markdown and SVG output, and [`support`] sample statistics and
@@ -39,6 +40,7 @@
 
 mod child;
 mod contended;
+mod family;
 mod floors;
 mod handoff;
 mod idle;
@@ -238,7 +240,10 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 8] = [
+    let workloads: [(&str, Workload); 11] = [
+        ("fair", |c| family_rows(c, family::fair)),
+        ("rw", |c| family_rows(c, family::rw)),
+        ("semaphore", |c| family_rows(c, family::semaphore)),
         ("uncontended", uncontended),
         ("handoff", handoff),
         ("contended", contended),
@@ -333,6 +338,18 @@ fn main() {
     );
     write_outputs(&ctx, &meta, &notes, quick);
     drop(server);
+}
+
+/// Runs one workload of the other lock types ([`family`]) and records its rows.
+fn family_rows(
+    ctx: &mut Ctx,
+    f: fn(&str, f64, usize) -> Result<Vec<Row>, String>,
+) -> Result<(), String> {
+    let samples = ctx.plan.handoff_ls;
+    for r in f(&ctx.url.clone(), ctx.floors.ping_p50, samples)? {
+        ctx.row(r);
+    }
+    Ok(())
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use locksmith::{Client, Mutex as LockMutex, Redlock};
+use locksmith::{Client, Mutex as LockMutex};
 
 use crate::child::ChildProc;
 use crate::handoff::ls_handoffs;
@@ -18,8 +18,8 @@ use crate::{Ctx, STEP, s};
 const MASTERS: usize = 5;
 
 /// A RedLock client over `urls`, as the bench uses it in both processes.
-pub(crate) fn build_redlock<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, String> {
-    Redlock::builder(urls.iter().map(AsRef::as_ref))
+pub(crate) fn build_redlock<S: AsRef<str>>(urls: &[S]) -> Result<Client, String> {
+    Client::redlock(urls.iter().map(AsRef::as_ref))
         .lease(Duration::from_secs(30))
         .clock_drift_factor(0.01)
         .master_timeout(Duration::from_millis(50))

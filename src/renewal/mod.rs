@@ -301,6 +301,12 @@ impl Renewer {
 
     /// Reports a lost lease: a warning, and the application's callback.
     fn lost(&self, hold: &Hold, why: &str) {
+        if hold.kind == crate::scripts::Kind::FairPlace {
+            // A waiter's place in a queue, not a lease: the waiter finds out at its next
+            // attempt and queues again.
+            log::debug!("a waiter's place for `{}` lapsed: {why}", hold.keys.name);
+            return;
+        }
         log::warn!("lease of lock `{}` lost: {why}", hold.keys.name);
         if let Some(hook) = &self.on_lost {
             let lost = LostLease {
@@ -319,7 +325,7 @@ impl Renewer {
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
         let calls: Vec<_> = batch
             .iter()
-            .map(|h| scripts::renew(&h.keys, h.holder(), h.lease, self.backend.fence(h.token)))
+            .map(|h| scripts::renew_hold(h, self.backend.fence(h.token)))
             .collect();
         self.backend.renew(&calls, self.timeout)
     }

@@ -5,6 +5,8 @@
 //! - [`RedisServer`]: a private `redis-server` on a free port (never 6379): start, stop,
 //!   restart empty on the same port, pause and resume (`SIGSTOP`/`SIGCONT`), optionally pinned
 //!   to a CPU; killed on `Drop`, with the tail of its log printed when the test panics.
+//! - [`SentinelSet`]: a Redis Sentinel deployment (1 master, 2 replicas with `--replicaof`, 3
+//!   sentinels from config files it writes, short failure detection), killed on `Drop`.
 //! - [`free_port`], [`unique_name`] and the keys of a lock name ([`lock_key`], ...).
 //! - [`proxy::Proxy`]: a TCP proxy for faults on the wire (lost or delayed replies, a black
 //!   hole, killed connections).
@@ -31,6 +33,7 @@ mod clock;
 mod names;
 pub mod proxy;
 mod rng;
+pub mod sentinel;
 mod server;
 mod stats;
 mod threads;
@@ -43,6 +46,7 @@ pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };
 pub use rng::Rng;
+pub use sentinel::SentinelSet;
 pub use server::{RedisServer, connect, free_port, pin, signal, stop_for};
 pub use stats::{
     ChannelSpy, client_list, errorstats, keys_matching, lock_keys_left, pubsub_clients, token_of,

@@ -1,0 +1,754 @@
+//! [`FairMutex`] and [`FairMutexGuard`]: a mutex whose waiters are served in arrival order,
+//! across processes, with direct hand-off.
+//!
+//! # Protocol
+//!
+//! Besides the lock hash (the plain mutex's layout), the lock keeps a queue of waiter ids in
+//! Redis, and for each waiter a heartbeat deadline on the server's clock. One script
+//! (`scripts/fair_mutex.lua`) does everything atomically:
+//!
+//! - **acquire** takes the lock when it is free and no live waiter is queued; otherwise the
+//!   caller joins the queue (or refreshes its place). It never barges past a live waiter.
+//! - **release** at the last level deletes the lock and *grants* it to the first live waiter:
+//!   it writes that waiter as the owner, with a new fencing token, and publishes the token on
+//!   the waiter's own channel. The waiter wakes up holding the lock: no acquire round trip
+//!   follows the wake.
+//! - **renew** extends the caller's lock, or its place in the queue (its heartbeat). The
+//!   renewal thread sends it for held locks and for queued waiters alike, in its batches.
+//!
+//! # Why the grant is safe to use at once
+//!
+//! A granted lock lasts until the waiter's heartbeat deadline on the server. That deadline is
+//! at least the send time of the waiter's last successful heartbeat (or enqueue) plus the
+//! lease, and the grant happened after it; so a waiter that takes the grant from the message
+//! counts its lease from that send time, never later than the server does. A waiter that
+//! died before picking the grant up loses it at that deadline, and the next waiter is granted
+//! by the first script that runs after it (a waiter's sleep is bounded by the lock's TTL).
+//!
+//! # Why no grant is missed
+//!
+//! A waiter subscribes its own channel, and waits (bounded) for the confirmation, before it
+//! joins the queue; a grant can only be published after it joined. A grant whose message was
+//! lost anyway (a reconnect) is found by the next acquire call, which recognises a lock
+//! granted to this very call; the waiter makes that call when a reconnect wakes it, or at the
+//! latest when the lock's TTL runs out.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::client::{Adopted, Client, Grant, Terms, request_id};
+use crate::conn::Deadline;
+use crate::error::{Error, Result};
+use crate::hold::{Hold, Identity, Renewal};
+use crate::keys::LockKeys;
+use crate::mutex::{hard_limit, retrying};
+use crate::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
+use crate::subscriber::RECHECK;
+
+/// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
+/// across threads and processes, and a release hands it straight to the next waiter.
+///
+/// Use it instead of [`Mutex`](crate::Mutex) when starvation matters: under contention a plain
+/// mutex goes to whichever waiter asks first after a release, so an unlucky one can wait
+/// for many rounds; a fair mutex serves its queue first come, first served.
+///
+/// A `FairMutex` is a cheap handle (`Clone + Send + Sync`), made by
+/// [`Client::fair_mutex`](crate::Client::fair_mutex). Its keys are its own: a
+/// [`Mutex`](crate::Mutex) of the same name is another lock.
+///
+/// | method | waits | returns |
+/// |---|---|---|
+/// | [`lock`](FairMutex::lock) | until held | `Result<FairMutexGuard>` |
+/// | [`try_lock`](FairMutex::try_lock) | no: one attempt | `Result<Option<FairMutexGuard>>` |
+/// | [`try_lock_for`](FairMutex::try_lock_for) | at most the given time | `Result<Option<FairMutexGuard>>` |
+/// | [`try_lock_until`](FairMutex::try_lock_until) | until the given instant | `Result<Option<FairMutexGuard>>` |
+///
+/// # What it promises
+///
+/// - Everything a [`Mutex`](crate::Mutex) promises while the lease is valid: mutual
+///   exclusion, re-entry per thread, fencing tokens, renewal, honest loss.
+/// - **Strict FIFO among live waiters**: the lock goes to waiters in the order their
+///   requests reached Redis. [`try_lock`](FairMutex::try_lock) never barges past a queued
+///   waiter: it fails while anyone is queued.
+/// - **Direct hand-off**: a release grants the lock to the first waiter and tells it by
+///   pub/sub; the woken waiter already holds it.
+/// - **Dead waiters are skipped**: a queued waiter's place is a lease (the client's lease,
+///   renewed by the renewal thread, measured by the server's clock). A waiter that died is
+///   skipped at most one lease after its last heartbeat, and a grant it never picked up is
+///   lost at that same deadline; then the next waiter is granted.
+/// - A waiter that gives up (`try_lock_for` timing out) leaves the queue.
+///
+/// # Topologies
+///
+/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it: a queue cannot be
+/// kept by majority vote across independent masters.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let printer = client.fair_mutex("printer")?;
+/// {
+///     let guard = printer.lock()?; // first come, first served
+///     let _token = guard.fencing_token();
+///     // ... print ...
+/// } // released here, and granted to the next waiter in the queue
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairMutex {
+    client: Client,
+    keys: Arc<LockKeys>,
+}
+
+pub(crate) fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+pub(crate) fn after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
+    a.map_or(b, |a| a.min(b))
+}
+
+/// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, the
+/// shared fencing counter `P{T}:fence`, and the channel prefix `P{T}:<suffix>:<channel>`.
+pub(crate) fn family_keys(prefix: &str, name: &str, suffix: &str, channel: &str) -> LockKeys {
+    let base = LockKeys::new(prefix, name);
+    let root = base
+        .fence
+        .strip_suffix(":fence")
+        .unwrap_or(&base.fence)
+        .to_owned();
+    LockKeys {
+        name: base.name,
+        lock: format!("{root}:{suffix}"),
+        fence: base.fence,
+        channel: format!("{root}:{suffix}:{channel}"),
+    }
+}
+
+/// Runs a script call once, and once more at once (on a new connection: a failure clears the
+/// pool) when the connection failed; both within one connect plus one command timeout, and
+/// within `by`, as the plain mutex's attempt. The scripts recognise a retry by its ids.
+pub(crate) fn eval_twice(client: &Client, call: &scripts::Call, by: Deadline) -> Result<Value> {
+    let shared = client.shared();
+    let by = by.min(Deadline::after(shared.config.one_call()));
+    match shared.backend.eval_single(call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => shared.backend.eval_single(call, by),
+        other => other,
+    }
+}
+
+/// A waiter's place in the queue, kept alive by the renewal thread while it waits.
+struct Place<'a> {
+    client: &'a Client,
+    hold: Option<Arc<Hold>>,
+}
+
+impl Place<'_> {
+    /// The earliest time the lock can have been granted to this waiter: the send time of
+    /// its last successful heartbeat (the grant came after it, and lasts at least a lease
+    /// from it).
+    fn granted_since(&self) -> Option<Instant> {
+        let hold = self.hold.as_ref()?;
+        let keep = hold
+            .lease
+            .saturating_sub(self.client.shared().backend.drift(hold.lease));
+        hold.deadline()?.checked_sub(keep)
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.hold.take() {
+            // No wait for a heartbeat on the wire: once the place is left, a heartbeat finds
+            // it gone and extends nothing.
+            self.client.shared().unwatch(&h, Duration::ZERO);
+        }
+    }
+}
+
+impl FairMutex {
+    pub(crate) fn new(client: Client, prefix: &str, name: &str) -> Self {
+        FairMutex {
+            keys: Arc::new(family_keys(prefix, name, "fair", "grant:")),
+            client,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Whether anyone (any process, any thread) holds the lock right now, or it was granted
+    /// to a waiter that has not picked it up yet.
+    ///
+    /// Returns within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked.
+    pub fn is_locked(&self) -> Result<bool> {
+        let shared = self.client.shared();
+        let by = Deadline::after(shared.config.one_call());
+        shared.backend.exists(&self.keys, by)
+    }
+
+    /// Blocks until the lock is held by the calling thread, after every waiter that queued
+    /// before it.
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+    /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's key holds
+    /// something else; [`Error::InvalidConfig`] on a client over several masters.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let lock = client.fair_mutex("report:daily")?;
+    /// let _guard = lock.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> Result<FairMutexGuard<'_>> {
+        match self.acquire(None)? {
+            Some(g) => Ok(g),
+            None => Err(Error::Timeout {
+                what: "lock() ended without the lock",
+            }),
+        }
+    }
+
+    /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
+    /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
+    ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock).
+    pub fn try_lock(&self) -> Result<Option<FairMutexGuard<'_>>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for the lock, in the queue. `Ok(None)` when it was not granted
+    /// in time (the caller then leaves the queue). A zero timeout is
+    /// [`try_lock`](FairMutex::try_lock); a timeout too large to represent waits without a
+    /// deadline.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FairMutexGuard<'_>>> {
+        self.acquire(after(timeout))
+    }
+
+    /// Waits until `deadline` at most for the lock, as [`try_lock_for`](FairMutex::try_lock_for).
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairMutexGuard<'_>>> {
+        self.acquire(Some(deadline))
+    }
+
+    fn terms(&self) -> Terms {
+        let config = &self.client.shared().config;
+        Terms {
+            lease: config.lease,
+            watchdog: true,
+            max_hold: config.max_hold,
+        }
+    }
+
+    /// One script call (retried once on a new connection), within `by`.
+    fn call(
+        &self,
+        op: &str,
+        owner: &str,
+        request: &str,
+        extra: &[&str],
+        by: Deadline,
+    ) -> Result<Value> {
+        let holder = Holder {
+            owner,
+            acquisition: request,
+        };
+        let call = scripts::fair(&self.keys, op, holder, self.terms().lease, extra);
+        eval_twice(&self.client, &call, by)
+    }
+
+    /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
+    /// join the queue when not granted).
+    fn attempt(
+        &self,
+        owner: &str,
+        request: &str,
+        live: Option<Live<'_>>,
+        enqueue: bool,
+        by: Deadline,
+    ) -> Result<AcquireReply> {
+        let (acquisition, extend) = match live {
+            Some(l) if l.extend.is_zero() => (l.acquisition, 0),
+            Some(l) => (l.acquisition, scripts::millis(l.extend)),
+            None => ("", 0),
+        };
+        let v = self.call(
+            "acquire",
+            owner,
+            request,
+            &[
+                acquisition,
+                if enqueue { "1" } else { "0" },
+                &extend.to_string(),
+            ],
+            by,
+        )?;
+        self.parse(&v, "fair acquire")
+    }
+
+    fn parse(&self, v: &Value, what: &str) -> Result<AcquireReply> {
+        match scripts::parse_acquire(v) {
+            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
+                key: self.keys.lock.clone(),
+            }),
+            Some(r) => Ok(r),
+            None => Err(scripts::unexpected(what, v)),
+        }
+    }
+
+    /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
+    /// passed (a very late reply or message), or it is an acquisition no local hold may use
+    /// (see [`Adopted::Stale`]): then the lock is given back (to the next waiter) and `None`
+    /// returned.
+    fn take(
+        &self,
+        owner: &str,
+        acquisition: &str,
+        token: u64,
+        count: u64,
+        sent: Instant,
+        by: Deadline,
+    ) -> Option<FairMutexGuard<'_>> {
+        let grant = Grant {
+            token,
+            count,
+            sent,
+            acquisition,
+        };
+        let shared = self.client.shared();
+        let hold = match shared.adopt_as(
+            Kind::Fair,
+            &self.keys,
+            owner.to_owned(),
+            grant,
+            self.terms(),
+        ) {
+            Adopted::Held(hold) => hold,
+            Adopted::Stale => {
+                // Free the acquisition nobody may use (owner- and acquisition-checked), so
+                // that the next attempt makes a new one.
+                let holder = Holder { owner, acquisition };
+                let call = release_call(&self.keys, holder, Level::Outermost);
+                if let Err(e) = eval_twice(&self.client, &call, by) {
+                    log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
+                }
+                return None;
+            }
+        };
+        if hold.is_held() {
+            return Some(FairMutexGuard::new(self, hold));
+        }
+        if let Err(e) = release(self, &hold, by) {
+            log::debug!("releasing a late grant of `{}`: {e}", self.keys.name);
+        }
+        None
+    }
+
+    /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
+    /// one attempt.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard<'_>>> {
+        let shared = self.client.shared();
+        let owner = shared.owner();
+        let request = request_id();
+        let live = shared.live_hold(&self.keys);
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+
+        // First, one attempt without queueing: it succeeds when the lock is free with nobody
+        // queued, or for a re-entry. A re-entry keeps the terms of the acquisition it enters
+        // (it never shortens the lease on the server).
+        let sent = Instant::now();
+        let live_arg = live.as_ref().map(|h| Live {
+            acquisition: &h.acquisition,
+            extend: h.reentry_extension(sent),
+        });
+        let first = if past(deadline) {
+            self.attempt(&owner, &request, live_arg, false, limit)?
+        } else {
+            retrying(&self.client, &self.keys.name, deadline, limit, |by| {
+                self.attempt(&owner, &request, live_arg, false, by)
+            })?
+        };
+        match first {
+            AcquireReply::Held {
+                token,
+                count,
+                acquisition,
+            } => {
+                if let Some(g) = self.take(&owner, &acquisition, token, count, sent, limit) {
+                    return Ok(Some(g));
+                }
+            }
+            // Another owner holds the lock, or the server no longer has the live hold's
+            // acquisition: that hold is lost, and learns it now rather than at its next
+            // renewal (its guards then say so).
+            _ => {
+                if let Some(h) = &live {
+                    shared.report_lost(h);
+                }
+            }
+        }
+        if past(deadline) {
+            return Ok(None);
+        }
+
+        // Then the queue. The grant channel is subscribed, and confirmed (bounded), before
+        // this waiter joins the queue: no grant can be published before it listens.
+        let channel = format!("{}{owner}/{request}", self.keys.channel);
+        let reg = shared.subscriber.join(&channel);
+        let confirm_by = min_instant(
+            deadline,
+            Instant::now()
+                + shared
+                    .config
+                    .timeouts
+                    .command
+                    .min(Duration::from_secs(3600)),
+        );
+        reg.wait_confirmed(confirm_by);
+        let mut place = Place {
+            client: &self.client,
+            hold: None,
+        };
+        let terms = self.terms();
+        loop {
+            let seen = reg.epoch();
+            let sent = Instant::now();
+            let reply = retrying(&self.client, &self.keys.name, deadline, limit, |by| {
+                self.attempt(&owner, &request, None, true, by)
+            });
+            let ttl = match reply {
+                Ok(AcquireReply::Held {
+                    token,
+                    count,
+                    ref acquisition,
+                }) => {
+                    if let Some(g) = self.take(&owner, acquisition, token, count, sent, limit) {
+                        return Ok(Some(g));
+                    }
+                    Duration::ZERO
+                }
+                Ok(_) => {
+                    if !place.hold.as_ref().is_some_and(|h| h.is_held()) {
+                        // A new place (or one lost while paused): its heartbeat lease started
+                        // no earlier than this call's send time.
+                        if let Some(h) = place.hold.take() {
+                            shared.unwatch(&h, Duration::ZERO);
+                        }
+                        let hold = Arc::new(
+                            Hold::new(
+                                Arc::clone(&self.keys),
+                                Identity {
+                                    owner: owner.clone(),
+                                    acquisition: request.clone(),
+                                    token: 0,
+                                },
+                                terms.lease,
+                                shared.backend.drift(terms.lease),
+                                Some(Renewal {
+                                    every: shared.config.renew_every,
+                                    until: None,
+                                }),
+                                sent,
+                            )
+                            .with_kind(Kind::FairPlace),
+                        );
+                        shared.watch(&hold);
+                        place.hold = Some(hold);
+                    }
+                    match reply {
+                        Ok(AcquireReply::Busy { ttl }) => ttl,
+                        _ => Duration::ZERO,
+                    }
+                }
+                Err(e) => {
+                    // Leave the queue if Redis can be asked; otherwise the place runs out by
+                    // itself one lease after its last heartbeat, which stops now.
+                    drop(place);
+                    let _ = self.call("cancel", &owner, &request, &[], limit);
+                    return Err(e);
+                }
+            };
+            // Sleep until the grant message, or until the lock's TTL runs out (a crashed
+            // holder or a dead granted waiter publishes nothing); re-check sooner while the
+            // subscription is not confirmed. The epoch snapshot was taken before the call, so
+            // a grant published since then ends the sleep at once.
+            let wait = if reg.confirmed() {
+                ttl + Duration::from_millis(1)
+            } else {
+                ttl.min(RECHECK)
+            };
+            reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
+            if let Some(token) = reg.take_message().and_then(|m| parse_token(&m))
+                && let Some(since) = place.granted_since()
+            {
+                if let Some(g) = self.take(&owner, &request, token, 1, since, limit) {
+                    return Ok(Some(g));
+                }
+                continue;
+            }
+            if past(deadline) {
+                // Leave the queue; a grant that came in the meantime is kept.
+                let since = place.granted_since();
+                drop(place);
+                let v = self.call("cancel", &owner, &request, &[], limit)?;
+                return match (self.parse(&v, "fair cancel")?, since) {
+                    (
+                        AcquireReply::Held {
+                            token,
+                            count,
+                            acquisition,
+                        },
+                        Some(since),
+                    ) => Ok(self.take(&owner, &acquisition, token, count, since, limit)),
+                    _ => Ok(None),
+                };
+            }
+        }
+    }
+}
+
+/// The fencing token in a grant message.
+fn parse_token(m: &[u8]) -> Option<u64> {
+    std::str::from_utf8(m).ok()?.parse().ok()
+}
+
+/// A held [`FairMutex`]. Dropping it releases one level (at the last level the lock is
+/// granted to the next waiter); [`unlock`](FairMutexGuard::unlock) does the same and reports
+/// errors.
+///
+/// As with [`MutexGuard`](crate::MutexGuard), the guard is a lease renewed while it lives;
+/// check [`is_held`](FairMutexGuard::is_held) or pass the
+/// [`fencing_token`](FairMutexGuard::fencing_token) to the resource before a side effect.
+///
+/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked.
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct FairMutexGuard<'a> {
+    mutex: &'a FairMutex,
+    hold: Arc<Hold>,
+    released: bool,
+    /// Ownership is per thread: `*const ()` makes the guard neither `Send` nor `Sync`.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for FairMutexGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairMutexGuard")
+            .field("name", &self.mutex.name())
+            .field("fencing_token", &self.hold.token)
+            .field("is_held", &self.hold.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> FairMutexGuard<'a> {
+    fn new(mutex: &'a FairMutex, hold: Arc<Hold>) -> Self {
+        FairMutexGuard {
+            mutex,
+            hold,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The fencing token of this acquisition (see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
+    /// per lock name across owners, the same for nested guards.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// True while the lease is known to be valid.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// Checks that the lease is still valid, for use right before a side effect.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when [`is_held`](FairMutexGuard::is_held) is false.
+    pub fn check(&self) -> Result<()> {
+        if self.hold.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        }
+    }
+
+    /// How much longer the lease is known to be valid (zero once lost).
+    pub fn validity(&self) -> Duration {
+        self.hold.validity()
+    }
+
+    /// Releases this level; at the last level the lock is granted to the first live waiter.
+    ///
+    /// Returns within the connect timeout plus the command timeout (so does a drop).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease had run out and nobody holds the lock;
+    /// [`Error::NotOwner`] when another owner holds it now; [`Error::Redis`] when Redis could
+    /// not be asked (the lock then frees itself when its lease runs out).
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        release(self.mutex, &self.hold, release_bound(self.mutex))
+    }
+}
+
+impl Drop for FairMutexGuard<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = release(self.mutex, &self.hold, release_bound(self.mutex)) {
+            log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
+        }
+    }
+}
+
+/// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
+/// of the same call releases nothing twice).
+fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::Call {
+    let request = request_id();
+    let inner = match level {
+        Level::Inner => "1",
+        Level::Outermost => "0",
+    };
+    // The lease argument is unused by a release.
+    scripts::fair(
+        keys,
+        "release",
+        holder,
+        Duration::ZERO,
+        &[&request, "0", inner],
+    )
+}
+
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(mutex: &FairMutex) -> Deadline {
+    Deadline::after(mutex.client.shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by` (see `guard.rs` for the order: renewal stops
+/// first).
+fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+    let shared = mutex.client.shared();
+    let was_held = hold.is_held();
+    // The outermost level frees the lock on the server whatever count it has there (as for
+    // the plain mutex): levels the server counts beyond the local ones cannot keep it.
+    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
+        shared.forget(hold);
+        Level::Outermost
+    } else {
+        Level::Inner
+    };
+    let call = release_call(&mutex.keys, hold.holder(), level);
+    let backend = &shared.backend;
+    // The retry takes a new connection (a failure clears the pool), within the same bound.
+    let reply = match backend.eval_single(&call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by).map(|v| {
+            // The first attempt may have released the last level before its reply was lost.
+            match scripts::parse_release(&v) {
+                Some(ReleaseReply::Missing | ReleaseReply::OtherOwner) => Value::Int(0),
+                _ => v,
+            }
+        }),
+        other => other,
+    };
+    let reply = match reply {
+        Err(e) if !was_held => {
+            log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
+            return Err(Error::LeaseLost);
+        }
+        other => other?,
+    };
+    match scripts::parse_release(&reply) {
+        Some(ReleaseReply::Released { .. }) => Ok(()),
+        // An inner level finds the lease lost while outer guards still live: they are told,
+        // and the loss is reported once.
+        Some(ReleaseReply::Missing) => {
+            shared.report_lost(hold);
+            Err(Error::LeaseLost)
+        }
+        Some(ReleaseReply::OtherOwner) => {
+            shared.report_lost(hold);
+            Err(Error::NotOwner)
+        }
+        Some(ReleaseReply::Foreign) => Err(Error::ForeignKey {
+            key: mutex.keys.lock.clone(),
+        }),
+        None => Err(scripts::unexpected("fair release", &reply)),
+    }
+}
+
+// A handle is shared across threads by design; a guard is not (see above).
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<FairMutex>();
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn family_keys_share_the_hash_tag_and_the_fence() {
+        let k = family_keys("p:", "a{b}", "fair", "grant:");
+        assert_eq!(k.lock, "p:{a%7Bb%7D}:fair");
+        assert_eq!(k.fence, "p:{a%7Bb%7D}:fence");
+        assert_eq!(k.channel, "p:{a%7Bb%7D}:fair:grant:");
+    }
+
+    #[test]
+    fn grant_messages_parse() {
+        assert_eq!(
+            parse_token(b"1763781420000001"),
+            Some(1_763_781_420_000_001)
+        );
+        assert_eq!(parse_token(b"x"), None);
+    }
+}

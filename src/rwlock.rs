@@ -1,0 +1,653 @@
+//! [`RwLock`], [`RwLockReadGuard`] and [`RwLockWriteGuard`]: many readers or one writer.
+//!
+//! # Protocol
+//!
+//! Redis keeps the writer (a hash with its owner, acquisition and fencing token, expiring with
+//! its lease), the readers (a sorted set of acquisitions by lease deadline, on the server's
+//! clock), and the waiting writers and readers (sorted sets by the deadline of their
+//! registration, refreshed by each attempt; a waiter re-attempts at least every renewal
+//! interval). One script (`scripts/rw_lock.lua`) does each operation atomically and first
+//! drops whatever expired.
+//!
+//! Re-entry is counted here, per thread: the server holds one entry per acquisition, and a
+//! nested guard of the same thread costs no round trip.
+//!
+//! # Waking
+//!
+//! Readers and writers listen on two channels. A release that opens the lock to readers
+//! publishes on the readers' channel, and *every* local reader wakes at once (a broadcast
+//! registration with the subscriber); a release that frees it for a writer publishes on the
+//! writers' channel, where one writer per client, the leader of the local queue, asks Redis.
+//! Every sleep is also bounded by the lease of whoever is in the way (a dead holder publishes
+//! nothing) and by the renewal interval (to refresh the waiter's registration).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::client::{Adopted, Client, Grant, Terms, request_id};
+use crate::conn::Deadline;
+use crate::error::{Error, Result};
+use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
+use crate::hold::Hold;
+use crate::keys::LockKeys;
+use crate::mutex::{hard_limit, retrying};
+use crate::scripts::{self, AcquireReply, Holder, Kind};
+use crate::subscriber::RECHECK;
+
+/// A distributed read-write lock: many readers at once, or one writer, across processes.
+///
+/// Use it for a read-mostly resource, where readers may overlap one another but not a writer:
+/// a configuration blob, a cache rebuilt now and then, a file that is mostly read.
+///
+/// | readers | writers |
+/// |---|---|
+/// | [`read`](RwLock::read), [`try_read`](RwLock::try_read), [`try_read_for`](RwLock::try_read_for), [`try_read_until`](RwLock::try_read_until) | [`write`](RwLock::write), [`try_write`](RwLock::try_write), [`try_write_for`](RwLock::try_write_for), [`try_write_until`](RwLock::try_write_until) |
+///
+/// # What it promises
+///
+/// - While the leases are valid: never a writer together with another writer or with a reader
+///   of another thread. Each reader and the writer hold leases of their own, renewed by the
+///   client's renewal thread in its batches; a dead holder blocks others for at most a lease.
+/// - **Re-entry per thread**: a reader may read again, a writer may write again, and a writer
+///   may also take read levels (which it keeps after releasing the write lock: a downgrade).
+///   A thread that holds only a read lock cannot take the write lock: that would wait for
+///   itself, so it is refused with [`Error::InvalidConfig`].
+/// - **Writer preference** by default: once a writer waits, new readers wait behind it, so a
+///   stream of readers cannot starve a writer. [`with_reader_preference`](RwLock::with_reader_preference)
+///   lets readers in as long as no writer holds the lock. A waiting writer that died blocks
+///   deferring readers for at most a lease; one that gives up (a timed-out `try_write_for`)
+///   unblocks them at once.
+/// - **Waking**: a release that opens the lock to readers wakes all waiting readers at once;
+///   one that frees it for a writer wakes one writer per client.
+/// - Write guards carry a fencing token (strictly increasing per name, shared with the
+///   other lock types of the name); read guards do not.
+///
+/// # Topologies
+///
+/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let config = client.rw_lock("config")?;
+/// {
+///     let _r = config.read()?; // many readers at once, in every process
+///     // ... read the configuration ...
+/// }
+/// let w = config.write()?; // alone
+/// let _token = w.fencing_token();
+/// // ... rewrite the configuration ...
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    client: Client,
+    /// The readers' keys (their `lock` names the readers' set: it tells a thread's read hold
+    /// from its write hold).
+    read_keys: Arc<LockKeys>,
+    write_keys: Arc<LockKeys>,
+    prefer_writers: bool,
+}
+
+enum Attempt {
+    Held(Arc<Hold>),
+    Busy(Duration),
+}
+
+impl RwLock {
+    pub(crate) fn new(client: Client, prefix: &str, name: &str) -> Self {
+        let write_keys = family_keys(prefix, name, "rw", "free");
+        let read_keys = LockKeys {
+            lock: format!("{}:readers", write_keys.lock),
+            channel: format!("{}:open", write_keys.lock),
+            ..write_keys.clone()
+        };
+        RwLock {
+            client,
+            read_keys: Arc::new(read_keys),
+            write_keys: Arc::new(write_keys),
+            prefer_writers: true,
+        }
+    }
+
+    /// The same lock, letting readers in whenever no writer *holds* it, even while writers
+    /// wait (readers may then starve writers). The default is writer preference.
+    pub fn with_reader_preference(&self) -> RwLock {
+        RwLock {
+            prefer_writers: false,
+            ..self.clone()
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.write_keys.name
+    }
+
+    /// Blocks until the calling thread holds a read lock.
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+    /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
+    /// something else; [`Error::InvalidConfig`] on a client over several masters.
+    pub fn read(&self) -> Result<RwLockReadGuard<'_>> {
+        self.read_until(None)?.ok_or(Error::Timeout {
+            what: "read() ended without the lock",
+        })
+    }
+
+    /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
+    /// with writer preference, waits for it).
+    ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](RwLock::read).
+    pub fn try_read(&self) -> Result<Option<RwLockReadGuard<'_>>> {
+        self.read_until(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for a read lock.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](RwLock::read).
+    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard<'_>>> {
+        self.read_until(after(timeout))
+    }
+
+    /// Waits until `deadline` at most for a read lock.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](RwLock::read).
+    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard<'_>>> {
+        self.read_until(Some(deadline))
+    }
+
+    /// Blocks until the calling thread holds the write lock.
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
+    /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
+    pub fn write(&self) -> Result<RwLockWriteGuard<'_>> {
+        self.write_until(None)?.ok_or(Error::Timeout {
+            what: "write() ended without the lock",
+        })
+    }
+
+    /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
+    /// lock (a writer, or readers).
+    ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](RwLock::write).
+    pub fn try_write(&self) -> Result<Option<RwLockWriteGuard<'_>>> {
+        self.write_until(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for the write lock.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](RwLock::write).
+    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard<'_>>> {
+        self.write_until(after(timeout))
+    }
+
+    /// Waits until `deadline` at most for the write lock.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](RwLock::write).
+    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard<'_>>> {
+        self.write_until(Some(deadline))
+    }
+
+    fn terms(&self) -> Terms {
+        let config = &self.client.shared().config;
+        Terms {
+            lease: config.lease,
+            watchdog: true,
+            max_hold: config.max_hold,
+        }
+    }
+
+    /// One script call (retried once on a new connection), within `by`.
+    fn call(
+        &self,
+        op: &str,
+        owner: &str,
+        request: &str,
+        extra: &[&str],
+        by: Deadline,
+    ) -> Result<Value> {
+        let holder = Holder {
+            owner,
+            acquisition: request,
+        };
+        let call = scripts::rw(&self.write_keys, op, holder, self.terms().lease, extra);
+        eval_twice(&self.client, &call, by)
+    }
+
+    /// A nested level of the calling thread's live hold on `keys`, without a round trip.
+    fn reenter(&self, keys: &LockKeys) -> Option<Arc<Hold>> {
+        let shared = self.client.shared();
+        let hold = shared.live_hold(keys)?;
+        // The lease was not extended by this re-entry: keep the hold's own last renewal.
+        let keep = hold.lease.saturating_sub(shared.backend.drift(hold.lease));
+        let since = hold.deadline()?.checked_sub(keep)?;
+        hold.enter(since).then_some(hold)
+    }
+
+    fn attempt(
+        &self,
+        read: bool,
+        owner: &str,
+        request: &str,
+        register: bool,
+        by: Deadline,
+    ) -> Result<Attempt> {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let sent = Instant::now();
+        let v = if read {
+            self.call(
+                "read",
+                owner,
+                request,
+                &[flag(self.prefer_writers), flag(register)],
+                by,
+            )?
+        } else {
+            self.call("write", owner, request, &[flag(register)], by)?
+        };
+        let keys = if read {
+            &self.read_keys
+        } else {
+            &self.write_keys
+        };
+        match scripts::parse_acquire(&v) {
+            Some(AcquireReply::Held {
+                token, acquisition, ..
+            }) => {
+                // One server entry per acquisition (re-entry is counted here), named by the
+                // server after this call's request id.
+                if acquisition != request {
+                    return Err(scripts::unexpected("rw acquire", &v));
+                }
+                let grant = Grant {
+                    token,
+                    count: 1,
+                    sent,
+                    acquisition: &acquisition,
+                };
+                let shared = self.client.shared();
+                let hold =
+                    match shared.adopt_as(Kind::Rw, keys, owner.to_owned(), grant, self.terms()) {
+                        Adopted::Held(hold) => hold,
+                        // Cannot happen for a new acquisition (count 1, a request id no hold
+                        // has); answered as not held, and the entry runs out by its lease.
+                        Adopted::Stale => return Ok(Attempt::Busy(Duration::ZERO)),
+                    };
+                if hold.is_held() {
+                    return Ok(Attempt::Held(hold));
+                }
+                // A reply so late that the lease may have run out: give it back.
+                if let Err(e) = release(self, read, &hold, by) {
+                    log::debug!("releasing a late grant of `{}`: {e}", self.name());
+                }
+                Ok(Attempt::Busy(Duration::ZERO))
+            }
+            Some(AcquireReply::Busy { ttl }) => Ok(Attempt::Busy(ttl)),
+            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
+                key: self.write_keys.lock.clone(),
+            }),
+            None => Err(scripts::unexpected("rw acquire", &v)),
+        }
+    }
+
+    /// How long a waiter may sleep: the time its attempt named, at most a renewal interval
+    /// (its registration as a waiter must be refreshed), at most [`RECHECK`] while the
+    /// subscription is not confirmed.
+    fn sleep_bound(&self, wait: Duration, confirmed: bool) -> Duration {
+        let every = self.client.shared().config.renew_every;
+        let wait = wait.min(every) + Duration::from_millis(1);
+        if confirmed { wait } else { wait.min(RECHECK) }
+    }
+
+    fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard<'_>>> {
+        if let Some(h) = self.reenter(&self.read_keys) {
+            return Ok(Some(RwLockReadGuard::new(self, h)));
+        }
+        let shared = self.client.shared();
+        let owner = shared.owner();
+        let request = request_id();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        let first = if past(deadline) {
+            self.attempt(true, &owner, &request, false, limit)?
+        } else {
+            retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(true, &owner, &request, false, by)
+            })?
+        };
+        if let Attempt::Held(h) = first {
+            return Ok(Some(RwLockReadGuard::new(self, h)));
+        }
+        if past(deadline) {
+            return Ok(None);
+        }
+        // Every waiting reader of this client wakes on each message: they may all proceed.
+        let reg = shared.subscriber.join_all(&self.read_keys.channel);
+        loop {
+            let confirm_by = min_instant(
+                deadline,
+                Instant::now()
+                    + shared
+                        .config
+                        .timeouts
+                        .command
+                        .min(Duration::from_secs(3600)),
+            );
+            let confirmed = reg.wait_confirmed(confirm_by);
+            let seen = reg.epoch();
+            match retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(true, &owner, &request, true, by)
+            })? {
+                Attempt::Held(h) => return Ok(Some(RwLockReadGuard::new(self, h))),
+                Attempt::Busy(wait) => {
+                    let wait = self.sleep_bound(wait, confirmed && reg.confirmed());
+                    reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
+                }
+            }
+            if past(deadline) {
+                // A stale registration would only cost a spurious wake-up; it expires alone.
+                return Ok(None);
+            }
+        }
+    }
+
+    fn write_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard<'_>>> {
+        if let Some(h) = self.reenter(&self.write_keys) {
+            return Ok(Some(RwLockWriteGuard::new(self, h)));
+        }
+        let shared = self.client.shared();
+        if shared.holds_locally(&self.read_keys) {
+            return Err(Error::config(
+                "write",
+                "the calling thread holds a read lock of this RwLock; release it before writing",
+            ));
+        }
+        let owner = shared.owner();
+        let request = request_id();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        let queued = shared.subscriber.has_waiters(&self.write_keys.channel);
+        if !queued || past(deadline) {
+            let first = if past(deadline) {
+                self.attempt(false, &owner, &request, false, limit)?
+            } else {
+                retrying(&self.client, self.name(), deadline, limit, |by| {
+                    self.attempt(false, &owner, &request, false, by)
+                })?
+            };
+            if let Attempt::Held(h) = first {
+                return Ok(Some(RwLockWriteGuard::new(self, h)));
+            }
+            if past(deadline) {
+                return Ok(None);
+            }
+        }
+        // One writer per client asks Redis at a time; the others queue locally.
+        let reg = shared.subscriber.join(&self.write_keys.channel);
+        let cancel = || {
+            // A waiting writer that gives up must not keep deferring readers out.
+            if let Err(e) = self.call("cancel", &owner, &request, &[], limit) {
+                log::debug!("leaving the writers' queue of `{}`: {e}", self.name());
+            }
+        };
+        if reg.wait_turn(deadline).is_none() {
+            return Ok(None);
+        }
+        loop {
+            let confirm_by = min_instant(
+                deadline,
+                Instant::now()
+                    + shared
+                        .config
+                        .timeouts
+                        .command
+                        .min(Duration::from_secs(3600)),
+            );
+            let confirmed = reg.wait_confirmed(confirm_by);
+            let seen = reg.epoch();
+            let attempt = retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(false, &owner, &request, true, by)
+            });
+            match attempt {
+                Ok(Attempt::Held(h)) => {
+                    reg.leave_acquired(seen);
+                    return Ok(Some(RwLockWriteGuard::new(self, h)));
+                }
+                Ok(Attempt::Busy(wait)) => {
+                    let wait = self.sleep_bound(wait, confirmed && reg.confirmed());
+                    reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
+                }
+                Err(e) => {
+                    cancel();
+                    return Err(e);
+                }
+            }
+            if past(deadline) {
+                cancel();
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(lock: &RwLock) -> Deadline {
+    Deadline::after(lock.client.shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by`; at the outermost level, the server entry.
+fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+    let shared = lock.client.shared();
+    let was_held = hold.is_held();
+    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+    if !hold.leave(by.left().unwrap_or(Duration::MAX)) {
+        // An inner level: the thread still holds the lock.
+        return Ok(());
+    }
+    shared.forget(hold);
+    let op = if read {
+        "release_read"
+    } else {
+        "release_write"
+    };
+    let call = scripts::rw(&lock.write_keys, op, hold.holder(), hold.lease, &[]);
+    let backend = &shared.backend;
+    // The retry takes a new connection (a failure clears the pool), within the same bound.
+    let reply = match backend.eval_single(&call, by) {
+        // The first attempt may have released before its reply was lost.
+        Err(e) if e.is_retriable() && !by.passed() => {
+            backend.eval_single(&call, by).map(|v| match v {
+                Value::Int(-1 | -2) => Value::Int(0),
+                v => v,
+            })
+        }
+        other => other,
+    };
+    match reply {
+        Err(e) if !was_held => {
+            log::debug!("release of a lost lock `{}` failed: {e}", lock.name());
+            Err(Error::LeaseLost)
+        }
+        Err(e) => Err(e),
+        Ok(Value::Int(0)) => Ok(()),
+        Ok(Value::Int(-1)) => {
+            shared.report_lost(hold);
+            Err(Error::LeaseLost)
+        }
+        Ok(Value::Int(-2)) => {
+            shared.report_lost(hold);
+            Err(Error::NotOwner)
+        }
+        Ok(Value::Int(-3)) => Err(Error::ForeignKey {
+            key: lock.write_keys.lock.clone(),
+        }),
+        Ok(v) => Err(scripts::unexpected("rw release", &v)),
+    }
+}
+
+macro_rules! guard {
+    ($name:ident, $read:expr, $what:literal) => {
+        impl<'a> $name<'a> {
+            fn new(lock: &'a RwLock, hold: Arc<Hold>) -> Self {
+                $name {
+                    lock,
+                    hold,
+                    released: false,
+                    _not_send: PhantomData,
+                }
+            }
+
+            /// True while the lease is known to be valid.
+            pub fn is_held(&self) -> bool {
+                self.hold.is_held()
+            }
+
+            /// Checks that the lease is still valid, for use right before a side effect.
+            ///
+            /// # Errors
+            ///
+            /// [`Error::LeaseLost`] when the lease is not known valid any more.
+            pub fn check(&self) -> Result<()> {
+                if self.hold.is_held() {
+                    Ok(())
+                } else {
+                    Err(Error::LeaseLost)
+                }
+            }
+
+            /// How much longer the lease is known to be valid (zero once lost).
+            pub fn validity(&self) -> Duration {
+                self.hold.validity()
+            }
+
+            #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
+            ///
+            /// Returns within the connect timeout plus the command timeout (so does a drop).
+            ///
+            /// # Errors
+            ///
+            /// [`Error::LeaseLost`] when the lease had run out; [`Error::NotOwner`] when
+            /// another owner holds the lock now; [`Error::Redis`] when Redis could not be
+            /// asked (the lease then runs out by itself, since renewal stopped).
+            pub fn unlock(mut self) -> Result<()> {
+                self.released = true;
+                release(self.lock, $read, &self.hold, release_bound(self.lock))
+            }
+        }
+
+        impl Drop for $name<'_> {
+            fn drop(&mut self) {
+                if self.released {
+                    return;
+                }
+                if let Err(e) = release(self.lock, $read, &self.hold, release_bound(self.lock)) {
+                    log::warn!(
+                        concat!("releasing the ", $what, " of `{}` on drop failed: {}"),
+                        self.lock.name(),
+                        e
+                    );
+                }
+            }
+        }
+
+        impl std::fmt::Debug for $name<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("name", &self.lock.name())
+                    .field("is_held", &self.hold.is_held())
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+/// A held read lock of an [`RwLock`]. Dropping it releases one level;
+/// [`unlock`](RwLockReadGuard::unlock) does the same and reports errors. A lease, renewed
+/// while the guard lives: see [`MutexGuard`](crate::MutexGuard) for what that means.
+///
+/// A guard is `!Send`: ownership and re-entry belong to the thread that locked.
+#[must_use = "if unused the read lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct RwLockReadGuard<'a> {
+    lock: &'a RwLock,
+    hold: Arc<Hold>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// The held write lock of an [`RwLock`]. Dropping it releases one level;
+/// [`unlock`](RwLockWriteGuard::unlock) does the same and reports errors. A lease, renewed
+/// while the guard lives: see [`MutexGuard`](crate::MutexGuard) for what that means.
+///
+/// A guard is `!Send`: ownership and re-entry belong to the thread that locked.
+#[must_use = "if unused the write lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct RwLockWriteGuard<'a> {
+    lock: &'a RwLock,
+    hold: Arc<Hold>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+guard!(RwLockReadGuard, true, "read lock");
+guard!(RwLockWriteGuard, false, "write lock");
+
+impl RwLockWriteGuard<'_> {
+    /// The fencing token of this write acquisition: strictly increasing per lock name, the
+    /// same for nested write guards. Hand it to the resource with every write.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+}
+
+// A handle is shared across threads by design; guards are not.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<RwLock>();
+};

@@ -1,0 +1,216 @@
+-- The read-write lock: one writer, or many readers, each holder a lease of its own. Atomic,
+-- one round trip per operation. Re-entry is counted by the client (one server entry per
+-- acquisition), so every call here concerns one acquisition.
+--
+-- KEYS[1]  writer: a hash (owner, gen, token), expiring with the writer's lease
+-- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
+-- KEYS[3]  readers: a sorted set, acquisition id -> lease deadline (server ms)
+-- KEYS[4]  waiting writers: a sorted set, acquisition id -> deadline of the wait (server ms)
+-- KEYS[5]  waiting readers that defer to waiting writers: as KEYS[4]
+-- KEYS[6]  waiting readers that do not defer: as KEYS[4]
+-- ARGV[1]  operation: 'write', 'read', 'release_write', 'release_read', 'renew', 'cancel'
+-- ARGV[2]  owner id (client UUID and thread id)
+-- ARGV[3]  acquisition id (request id of the acquire call); id = owner .. '/' .. acquisition
+-- ARGV[4]  lease in milliseconds (also how long a waiter's registration lasts unrefreshed)
+-- ARGV[5]  readers' channel: published when the lock becomes open to readers (wakes them all)
+-- ARGV[6]  writers' channel: published when the lock becomes free and a writer waits
+--
+-- write    ARGV[7] '1' to register as a waiting writer when not granted
+--          Returns {1, token, 1, gen} held (gen = ARGV[3], the acquisition), {0, wait_ms}
+--          not held, {-1} foreign keys
+-- read     ARGV[7] '1': defer to waiting writers (writer preference); ARGV[8] '1' to register
+--          Returns {1, 0, 1, gen} held (gen = ARGV[3]), {0, wait_ms} not held, {-1} foreign
+-- release_write, release_read
+--          Returns 0 released, -1 not held (lease ran out), -2 another acquisition holds the
+--          writer hash, -3 foreign keys
+-- renew    Returns 1 extended, 0 not held.
+-- cancel   Removes the caller from the waiting sets (a waiter that gives up). Returns 0.
+--
+-- Time is the server's clock (TIME). Expired readers and waiters are dropped by every call.
+
+local now_t = redis.call('time')
+local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
+local op, owner, gen, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local me = owner .. '/' .. gen
+
+-- See acquire.lua: the counter's lifetime after its last write.
+local FENCE_TTL_MS = 86400000
+
+local function foreign()
+  if op == 'write' or op == 'read' then
+    return {-1}
+  end
+  if op == 'release_write' or op == 'release_read' then
+    return -3
+  end
+  return 0
+end
+local wt = redis.call('type', KEYS[1])['ok']
+if wt ~= 'none' and wt ~= 'hash' then
+  return foreign()
+end
+for i = 3, 6 do
+  local t = redis.call('type', KEYS[i])['ok']
+  if t ~= 'none' and t ~= 'zset' then
+    return foreign()
+  end
+end
+local w = {false, false, false}
+if wt == 'hash' then
+  w = redis.call('hmget', KEYS[1], 'owner', 'gen', 'token')
+  if w[1] == false then
+    return foreign()
+  end
+end
+
+-- Drop expired readers and waiters.
+for i = 3, 6 do
+  redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+end
+
+local function touch(key, id)
+  redis.call('zadd', key, now + lease, id)
+  redis.call('pexpire', key, lease)
+end
+
+local function first_deadline(key)
+  local f = redis.call('zrange', key, 0, 0, 'withscores')
+  if f[2] then
+    return math.max(tonumber(f[2]) - now, 1)
+  end
+  return nil
+end
+
+-- After a release: wake whoever can now proceed. Free with a writer waiting: the writers;
+-- open to readers (no writer): the readers, unless every waiting reader defers to a waiting
+-- writer.
+local function wake()
+  if redis.call('exists', KEYS[1]) == 1 then
+    return
+  end
+  local writers = redis.call('zcard', KEYS[4])
+  local readers = redis.call('zcard', KEYS[3])
+  if readers == 0 and writers > 0 then
+    redis.call('publish', ARGV[6], 'free')
+  end
+  local eager = redis.call('zcard', KEYS[6])
+  local deferring = redis.call('zcard', KEYS[5])
+  if eager > 0 or (deferring > 0 and writers == 0) then
+    redis.call('publish', ARGV[5], 'open')
+  end
+end
+
+if op == 'write' then
+  if w[1] == owner and w[2] == gen then
+    -- A retry of this very call.
+    redis.call('pexpire', KEYS[1], lease)
+    return {1, w[3], 1, gen}
+  end
+  local wait = nil
+  if wt == 'hash' and w[1] ~= owner then
+    wait = redis.call('pttl', KEYS[1])
+  elseif wt == 'none' then
+    -- Readers other than this thread's own read levels keep a writer out.
+    local others = 0
+    for _, r in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+      if string.sub(r, 1, #owner + 1) ~= owner .. '/' then
+        others = others + 1
+      end
+    end
+    if others > 0 then
+      wait = first_deadline(KEYS[3]) or 1
+    end
+  end
+  -- Free, or held by an earlier acquisition of this very thread that it no longer knows of
+  -- (a release whose reply was lost): a new acquisition replaces it, as the plain mutex does.
+  if wait == nil then
+    local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+    local micros = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])
+    local token = string.format('%.0f', math.max(last + 1, micros))
+    redis.call('set', KEYS[2], token, 'px', FENCE_TTL_MS)
+    redis.call('del', KEYS[1])
+    redis.call('hset', KEYS[1], 'owner', owner, 'gen', gen, 'token', token)
+    redis.call('pexpire', KEYS[1], lease)
+    redis.call('zrem', KEYS[4], me)
+    return {1, token, 1, gen}
+  end
+  if ARGV[7] == '1' then
+    touch(KEYS[4], me)
+  end
+  return {0, wait}
+end
+
+if op == 'read' then
+  if redis.call('zscore', KEYS[3], me) then
+    -- A retry of this very call.
+    touch(KEYS[3], me)
+    return {1, 0, 1, gen}
+  end
+  local wait = nil
+  if wt == 'hash' and w[1] ~= owner then
+    wait = redis.call('pttl', KEYS[1])
+  elseif wt == 'none' and ARGV[7] == '1' then
+    wait = first_deadline(KEYS[4])
+  end
+  if wait == nil then
+    touch(KEYS[3], me)
+    redis.call('zrem', KEYS[5], me)
+    redis.call('zrem', KEYS[6], me)
+    return {1, 0, 1, gen}
+  end
+  if ARGV[8] == '1' then
+    if ARGV[7] == '1' then
+      touch(KEYS[5], me)
+    else
+      touch(KEYS[6], me)
+    end
+  end
+  return {0, wait}
+end
+
+if op == 'release_write' then
+  if wt == 'none' then
+    wake()
+    return -1
+  end
+  if w[1] ~= owner or w[2] ~= gen then
+    return -2
+  end
+  redis.call('del', KEYS[1])
+  wake()
+  return 0
+end
+
+if op == 'release_read' then
+  if redis.call('zrem', KEYS[3], me) == 0 then
+    wake()
+    return -1
+  end
+  wake()
+  return 0
+end
+
+if op == 'renew' then
+  if w[1] == owner and w[2] == gen then
+    redis.call('pexpire', KEYS[1], lease)
+    return 1
+  end
+  if redis.call('zscore', KEYS[3], me) then
+    touch(KEYS[3], me)
+    return 1
+  end
+  return 0
+end
+
+if op == 'cancel' then
+  local was_writer = redis.call('zrem', KEYS[4], me)
+  redis.call('zrem', KEYS[5], me)
+  redis.call('zrem', KEYS[6], me)
+  if was_writer == 1 then
+    -- Readers deferring to this writer may go now.
+    wake()
+  end
+  return 0
+end
+
+return redis.error_reply('unknown read-write lock operation')

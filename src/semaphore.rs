@@ -1,0 +1,524 @@
+//! [`Semaphore`] and [`SemaphorePermit`]: a counting semaphore whose permits are leases.
+//!
+//! # Protocol
+//!
+//! Redis keeps, per semaphore, the acquisitions that hold permits (a hash: acquisition id ->
+//! permits) and their lease deadlines on the server's clock (a sorted set). One script
+//! (`scripts/sem_permits.lua`) acquires, releases, renews and counts atomically; each first
+//! drops the acquisitions whose lease ran out, so the permits of a dead holder come back one
+//! lease after its last renewal. An acquire succeeds when the permits held by live leases plus
+//! the permits wanted fit in the caller's permit count.
+//!
+//! Waiting is the plain mutex's: the semaphore's release channel, one local leader per client
+//! asking Redis, the others queued locally; a leader sleeps until a release is published or
+//! the first lease runs out (a dead holder publishes nothing). A leader that got its permits
+//! lets the next local waiter try at once, since more permits may be free.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::client::{Client, request_id};
+use crate::conn::Deadline;
+use crate::error::{Error, Result};
+use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
+use crate::hold::{Hold, Identity, Renewal};
+use crate::keys::LockKeys;
+use crate::mutex::{hard_limit, retrying};
+use crate::scripts::{self, Holder, Kind};
+use crate::subscriber::RECHECK;
+
+/// A distributed counting semaphore with leased permits: at most `permits` permits are held
+/// at a time, across every process that uses the same Redis, key prefix and name.
+///
+/// Use it to cap how many workers use a resource at once (connections to a fragile service,
+/// licences, concurrent exports). Each acquisition is a lease renewed by the client's renewal
+/// thread while its [`SemaphorePermit`] lives; its permits come back when the permit is
+/// released or dropped, and by themselves one lease after a holder died.
+///
+/// | method | waits | returns |
+/// |---|---|---|
+/// | [`acquire`](Semaphore::acquire) | until one permit is free | `Result<SemaphorePermit>` |
+/// | [`acquire_many`](Semaphore::acquire_many) | until `n` permits are free | `Result<SemaphorePermit>` |
+/// | [`try_acquire`](Semaphore::try_acquire) | no: one attempt | `Result<Option<SemaphorePermit>>` |
+/// | [`try_acquire_for`](Semaphore::try_acquire_for) | at most the given time | `Result<Option<SemaphorePermit>>` |
+/// | [`try_acquire_until`](Semaphore::try_acquire_until) | until the given instant | `Result<Option<SemaphorePermit>>` |
+///
+/// # What it promises
+///
+/// - **The count is never exceeded**, whatever holders crash or restart: an acquire succeeds
+///   only when the permits of live leases plus the permits wanted fit in the count, atomically
+///   on the server, and a lease ends by the server's clock only. As with every lock here, a
+///   holder paused for longer than its lease may still *believe* it holds a permit: check
+///   [`SemaphorePermit::is_held`] before the work a permit guards.
+/// - A permit comes back when released, and by itself one lease after its holder stopped
+///   renewing it (the holder died or was paused).
+/// - Waiting never polls: a release wakes the waiters of every client.
+/// - Permits are not reentrant and not fair: each acquisition is new, and under contention
+///   any waiter may get a freed permit first.
+///
+/// # Changing the permit count
+///
+/// The count is not stored in Redis: every acquire carries its caller's count, and succeeds
+/// when the permits held plus those wanted fit in *that* count. So to change the count of a
+/// live semaphore, give the new count to [`Client::semaphore`](crate::Client::semaphore) in
+/// every process (a rolling restart works):
+///
+/// - **Raising** it lets new acquires through at once.
+/// - **Lowering** it revokes nothing: permits already held stay held until released; new
+///   acquires with the lower count wait until the permits in use fit under it.
+/// - While both counts are in use, the permits held never exceed the larger one, and an
+///   acquirer with the lower count never takes a permit above its own count.
+///
+/// # Topologies
+///
+/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let exports = client.semaphore("exports", 4)?; // at most 4 exports at once, anywhere
+/// let permit = exports.acquire()?;
+/// // ... run one export ...
+/// permit.release()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    client: Client,
+    keys: Arc<LockKeys>,
+    permits: u32,
+}
+
+/// Why an attempt did not get its permits.
+enum Attempt {
+    Held(Arc<Hold>),
+    /// Not enough free permits; the first lease ends in this time at the latest.
+    Busy(Duration),
+}
+
+impl Semaphore {
+    /// Checks the arguments; nothing is sent to Redis.
+    pub(crate) fn new(client: Client, prefix: &str, name: &str, permits: u32) -> Result<Self> {
+        if permits == 0 {
+            return Err(Error::config("permits", "must be at least 1"));
+        }
+        Ok(Semaphore {
+            keys: Arc::new(family_keys(prefix, name, "sem", "released")),
+            client,
+            permits,
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// This handle's permit count.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// How many permits are free right now, for this handle's count (0 when more are held,
+    /// after the count was lowered).
+    ///
+    /// Returns within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked.
+    pub fn available(&self) -> Result<u32> {
+        let holder = Holder {
+            owner: "",
+            acquisition: "",
+        };
+        let call = scripts::sem(&self.keys, "used", holder, self.lease(), &[]);
+        let by = Deadline::after(self.client.shared().config.one_call());
+        let v = eval_twice(&self.client, &call, by)?;
+        let used = match v {
+            Value::Int(n) => u32::try_from(n).unwrap_or(u32::MAX),
+            other => return Err(scripts::unexpected("semaphore used", &other)),
+        };
+        Ok(self.permits.saturating_sub(used))
+    }
+
+    /// Blocks until one permit is held.
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+    /// timeout) or answers with an error; [`Error::ForeignKey`] when the semaphore's keys
+    /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
+    pub fn acquire(&self) -> Result<SemaphorePermit<'_>> {
+        self.acquire_many(1)
+    }
+
+    /// Blocks until `n` permits are held together, as one acquisition (one lease, released
+    /// together).
+    ///
+    /// While Redis cannot be reached, it retries with backoff and returns the error within
+    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `n` is 0 or more than the permit count (it could never
+    /// be granted); otherwise as [`acquire`](Semaphore::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let bandwidth = client.semaphore("uplink", 10)?;
+    /// let big_upload = bandwidth.acquire_many(4)?;
+    /// assert_eq!(big_upload.permits(), 4);
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>> {
+        match self.acquire_n(n, None)? {
+            Some(p) => Ok(p),
+            None => Err(Error::Timeout {
+                what: "acquire() ended without a permit",
+            }),
+        }
+    }
+
+    /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
+    ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
+    /// attempt and its retry on a new connection share that bound).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Semaphore::acquire).
+    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit<'_>>> {
+        self.acquire_n(1, Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
+    /// timeout makes exactly one attempt.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Semaphore::acquire).
+    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit<'_>>> {
+        self.acquire_n(1, after(timeout))
+    }
+
+    /// Waits until `deadline` at most for one permit.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Semaphore::acquire).
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit<'_>>> {
+        self.acquire_n(1, Some(deadline))
+    }
+
+    /// Waits at most `timeout` for `n` permits together.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
+    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many_for(
+        &self,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit<'_>>> {
+        self.acquire_n(n, after(timeout))
+    }
+
+    fn lease(&self) -> Duration {
+        self.client.shared().config.lease
+    }
+
+    /// One acquire call for `n` permits as acquisition `request` of `owner`.
+    fn attempt(&self, owner: &str, request: &str, n: u32, by: Deadline) -> Result<Attempt> {
+        let shared = self.client.shared();
+        let holder = Holder {
+            owner,
+            acquisition: request,
+        };
+        let lease = self.lease();
+        let sent = Instant::now();
+        let call = scripts::sem(
+            &self.keys,
+            "acquire",
+            holder,
+            lease,
+            &[&n.to_string(), &self.permits.to_string()],
+        );
+        let v = eval_twice(&self.client, &call, by)?;
+        match scripts::parse_acquire(&v) {
+            Some(scripts::AcquireReply::Held { .. }) => {
+                let config = &shared.config;
+                let hold = Arc::new(
+                    Hold::new(
+                        Arc::clone(&self.keys),
+                        Identity {
+                            owner: owner.to_owned(),
+                            acquisition: request.to_owned(),
+                            token: 0,
+                        },
+                        lease,
+                        shared.backend.drift(lease),
+                        Some(Renewal {
+                            every: config.renew_every,
+                            until: config.max_hold.and_then(|m| sent.checked_add(m)),
+                        }),
+                        sent,
+                    )
+                    .with_kind(Kind::Sem),
+                );
+                shared.watch(&hold);
+                if hold.is_held() {
+                    return Ok(Attempt::Held(hold));
+                }
+                // The reply came so late that the lease may have run out: give it back.
+                let late = SemaphorePermit {
+                    semaphore: self,
+                    hold,
+                    n,
+                    released: false,
+                };
+                let mut late = late;
+                late.released = true;
+                if let Err(e) = late.give_back(by) {
+                    log::debug!("releasing a late permit of `{}`: {e}", self.keys.name);
+                }
+                Ok(Attempt::Busy(Duration::ZERO))
+            }
+            Some(scripts::AcquireReply::Busy { ttl }) => Ok(Attempt::Busy(ttl)),
+            Some(scripts::AcquireReply::Foreign) => Err(Error::ForeignKey {
+                key: self.keys.lock.clone(),
+            }),
+            None => Err(scripts::unexpected("semaphore acquire", &v)),
+        }
+    }
+
+    fn acquire_n(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit<'_>>> {
+        if n == 0 || n > self.permits {
+            return Err(Error::config(
+                "n",
+                format!("must be from 1 to the permit count ({})", self.permits),
+            ));
+        }
+        let shared = self.client.shared();
+        let owner = shared.owner();
+        let request = request_id();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        let permit = |hold| SemaphorePermit {
+            semaphore: self,
+            hold,
+            n,
+            released: false,
+        };
+        // Fast path: one attempt, unless threads of this client already wait (they go first).
+        if !shared.subscriber.has_waiters(&self.keys.channel) || past(deadline) {
+            let attempt = if past(deadline) {
+                self.attempt(&owner, &request, n, limit)?
+            } else {
+                retrying(&self.client, self.name(), deadline, limit, |by| {
+                    self.attempt(&owner, &request, n, by)
+                })?
+            };
+            match attempt {
+                Attempt::Held(h) => return Ok(Some(permit(h))),
+                Attempt::Busy(_) if past(deadline) => return Ok(None),
+                Attempt::Busy(_) => {}
+            }
+        }
+        let reg = shared.subscriber.join(&self.keys.channel);
+        if reg.wait_turn(deadline).is_none() {
+            return Ok(None);
+        }
+        loop {
+            // Confirmed subscription before the attempt whose failure leads to sleeping, and
+            // the epoch snapshot before it too: no release after the attempt is missed.
+            let confirm_by = min_instant(
+                deadline,
+                Instant::now()
+                    + shared
+                        .config
+                        .timeouts
+                        .command
+                        .min(Duration::from_secs(3600)),
+            );
+            let confirmed = reg.wait_confirmed(confirm_by);
+            let seen = reg.epoch();
+            match retrying(&self.client, self.name(), deadline, limit, |by| {
+                self.attempt(&owner, &request, n, by)
+            })? {
+                // Dropping the registration lets the next local waiter try at once: more
+                // permits may be free.
+                Attempt::Held(h) => return Ok(Some(permit(h))),
+                Attempt::Busy(wait) => {
+                    let wait = if confirmed && reg.confirmed() {
+                        wait + Duration::from_millis(1)
+                    } else {
+                        wait.min(RECHECK)
+                    };
+                    reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
+                }
+            }
+            if past(deadline) {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Permits held from a [`Semaphore`]: one acquisition, one lease. Dropping it gives the
+/// permits back; [`release`](SemaphorePermit::release) does the same and reports errors.
+///
+/// The lease is renewed while the permit lives. If renewal fails for longer than the lease
+/// (Redis unreachable, or this process paused), the permits may go to another holder while
+/// this value still exists; [`is_held`](SemaphorePermit::is_held) turns false no later than
+/// that can happen.
+///
+/// Unlike a mutex guard, a permit belongs to no thread: it may be moved to another thread
+/// and released there.
+#[must_use = "if unused the permits are released at once"]
+#[clippy::has_significant_drop]
+pub struct SemaphorePermit<'a> {
+    semaphore: &'a Semaphore,
+    hold: Arc<Hold>,
+    n: u32,
+    released: bool,
+}
+
+impl std::fmt::Debug for SemaphorePermit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("name", &self.semaphore.name())
+            .field("permits", &self.n)
+            .field("is_held", &self.hold.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SemaphorePermit<'_> {
+    /// How many permits this acquisition holds.
+    pub fn permits(&self) -> u32 {
+        self.n
+    }
+
+    /// True while the lease is known to be valid.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// Checks that the lease is still valid, for use right before the guarded work.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when [`is_held`](SemaphorePermit::is_held) is false.
+    pub fn check(&self) -> Result<()> {
+        if self.hold.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        }
+    }
+
+    /// How much longer the lease is known to be valid (zero once lost).
+    pub fn validity(&self) -> Duration {
+        self.hold.validity()
+    }
+
+    /// Gives the permits back, waking waiters.
+    ///
+    /// Returns within the connect timeout plus the command timeout (so does a drop).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease had run out (the permits were already back);
+    /// [`Error::Redis`] when Redis could not be asked (the permits then come back when the
+    /// lease runs out, since renewal stopped).
+    pub fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.give_back(release_bound(self.semaphore))
+    }
+
+    /// Gives the permits back within `by`.
+    fn give_back(&self, by: Deadline) -> Result<()> {
+        let sem = self.semaphore;
+        let shared = sem.client.shared();
+        let was_held = self.hold.is_held();
+        // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
+        shared.unwatch(&self.hold, by.left().unwrap_or(Duration::MAX));
+        let call = scripts::sem(&sem.keys, "release", self.hold.holder(), sem.lease(), &[]);
+        let backend = &shared.backend;
+        // The retry takes a new connection (a failure clears the pool), within the same bound.
+        let reply = match backend.eval_single(&call, by) {
+            // The first attempt may have released before its reply was lost.
+            Err(e) if e.is_retriable() && !by.passed() => {
+                backend.eval_single(&call, by).map(|v| match v {
+                    Value::Int(-1) => Value::Int(0),
+                    v => v,
+                })
+            }
+            other => other,
+        };
+        match reply {
+            Err(e) if !was_held => {
+                log::debug!("release of a lost permit of `{}` failed: {e}", sem.name());
+                Err(Error::LeaseLost)
+            }
+            Err(e) => Err(e),
+            Ok(Value::Int(0)) => Ok(()),
+            Ok(Value::Int(-1)) => {
+                shared.report_lost(&self.hold);
+                Err(Error::LeaseLost)
+            }
+            Ok(Value::Int(-3)) => Err(Error::ForeignKey {
+                key: sem.keys.lock.clone(),
+            }),
+            Ok(v) => Err(scripts::unexpected("semaphore release", &v)),
+        }
+    }
+}
+
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(sem: &Semaphore) -> Deadline {
+    Deadline::after(sem.client.shared().config.one_call())
+}
+
+impl Drop for SemaphorePermit<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = self.give_back(release_bound(self.semaphore)) {
+            log::warn!(
+                "releasing a permit of `{}` on drop failed: {e}",
+                self.semaphore.name()
+            );
+        }
+    }
+}
+
+// Handles and permits are shared or moved across threads by design.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    const fn assert_send<T: Send>() {}
+    assert_send_sync::<Semaphore>();
+    assert_send::<SemaphorePermit<'static>>();
+};

@@ -1,0 +1,233 @@
+//! The Sentinel topology: the master that a Redis Sentinel deployment names, found through any
+//! sentinel that answers and followed through failovers.
+//!
+//! # How the master is found and followed
+//!
+//! - **Discovery.** `SENTINEL get-master-addr-by-name NAME` is asked of the sentinels in turn,
+//!   starting with the one that answered last, until one gives an address. The answer is
+//!   cached until a failure makes it doubtful.
+//! - **Verification.** Every new command connection to the master sends `ROLE` in its
+//!   handshake; a server that is not (or no longer) a master is refused as a connection
+//!   failure, and the cached address is forgotten.
+//! - **Following a failover.** A connection error or a `READONLY` reply (the old master was
+//!   demoted to a replica) drops the pooled connections and forgets the address; the call's
+//!   retry (or the renewal's retry on a new connection) asks the sentinels again. After a
+//!   graceful switch the old master stays up, a master, until Sentinel demotes it (seconds
+//!   later): so the pub/sub thread also asks the sentinels every second or so (when it wakes,
+//!   at least every heartbeat of 2 s), each time bounded by a quarter second; a move drops
+//!   every pooled connection to the old master (a generation count) and reconnects the
+//!   pub/sub connection. This is instead of subscribing to `+switch-master`, which would need
+//!   a second pub/sub connection (to a sentinel) read by the same thread. The pub/sub
+//!   connection asks the sentinels afresh on every reconnect, and is told to reconnect whenever
+//!   the command side finds the master at another address; it then resubscribes and wakes
+//!   every local waiter to re-check (see `subscriber.rs`). When Sentinel demotes the old
+//!   master it closes its clients (`CLIENT KILL`), so both kinds of connection notice then at
+//!   the latest.
+//! - **Bounds.** A resolution happens inside opening a connection: the sentinel's connect,
+//!   its answer and the master's connect and handshake together keep the connect timeout, and
+//!   the call's own deadline, so every call keeps the bound of the crate's "Time bounds".
+//!
+//! # Why not `redis::sentinel`
+//!
+//! The `redis` crate's `SentinelClient` opens its connections with its own timeouts and runs
+//! the `ROLE` check as a separate round trip without a caller's deadline; locksmith needs every
+//! step of a lock call inside that call's bound, a pooled command connection that it opens
+//! itself (its own bounded handshake), and the same address for the pub/sub connection, which
+//! is not a `redis` connection. What is used from the crate is the connection to a sentinel
+//! and the command encoding.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use redis::io::tcp::TcpSettings;
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
+
+use crate::conn::{self, Deadline, Resolve, Timeouts, keepalive};
+use crate::error::{Error, Result};
+
+/// Called when the master was found at another address than before.
+type OnSwitch = Box<dyn Fn() + Send + Sync>;
+
+/// The sentinels of one deployment, and what they last said about the master.
+pub(crate) struct Sentinel {
+    /// Each sentinel's URL without its password (for messages), and a client for it.
+    sentinels: Vec<(String, redis::Client)>,
+    /// The sentinel asked first: the one that answered last.
+    preferred: AtomicUsize,
+    master: String,
+    timeouts: Timeouts,
+    /// The master's address as last resolved; `None` once doubtful.
+    current: Mutex<Option<ConnectionAddr>>,
+    /// The last address the master was found at (kept when `current` is forgotten), to tell
+    /// a switch.
+    last: Mutex<Option<ConnectionAddr>>,
+    on_switch: Mutex<Option<OnSwitch>>,
+    /// Counts the master's moves.
+    generation: AtomicU64,
+}
+
+impl fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("master", &self.master)
+            .field("sentinels", &self.sentinels.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sentinel {
+    /// Checks the sentinel URLs and the master name; no I/O.
+    pub(crate) fn new(urls: &[String], master: &str, timeouts: Timeouts) -> Result<Self> {
+        if urls.is_empty() {
+            return Err(Error::config(
+                "sentinels",
+                "must name at least one sentinel URL",
+            ));
+        }
+        if master.is_empty() {
+            return Err(Error::config("master_name", "must not be empty"));
+        }
+        let sentinels = urls
+            .iter()
+            .map(|url| {
+                let info = conn::parse_url(url)?;
+                let settings = info.redis_settings().clone().set_skip_set_lib_name();
+                let info = info
+                    .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
+                    .set_redis_settings(settings);
+                Ok((conn::redact(url), redis::Client::open(info)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Sentinel {
+            sentinels,
+            preferred: AtomicUsize::new(0),
+            master: master.to_owned(),
+            timeouts,
+            current: Mutex::new(None),
+            last: Mutex::new(None),
+            on_switch: Mutex::new(None),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// Sets what to do when the master moves (tell the pub/sub connection to follow it).
+    pub(crate) fn on_switch(&self, f: impl Fn() + Send + Sync + 'static) {
+        *self.on_switch.lock() = Some(Box::new(f));
+    }
+
+    /// Asks sentinel `i` for the master's address, within `by` and the client's timeouts.
+    /// `Ok(None)`: the sentinel does not know a master of that name.
+    fn ask(&self, i: usize, by: Deadline) -> Result<Option<ConnectionAddr>> {
+        let (_, client) = &self.sentinels[i];
+        let mut con = client.get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
+        let t = by.cap(self.timeouts.command)?;
+        con.set_read_timeout(Some(t))?;
+        con.set_write_timeout(Some(t))?;
+        let reply: Value = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master)
+            .query(&mut con)?;
+        match reply {
+            Value::Nil => Ok(None),
+            v => {
+                let (host, port): (String, u16) =
+                    redis::from_redis_value(v).map_err(|e| Error::Redis(e.into()))?;
+                Ok(Some(ConnectionAddr::Tcp(host, port)))
+            }
+        }
+    }
+
+    /// Asks the sentinels in turn until one names the master.
+    fn ask_all(&self, by: Deadline) -> Result<ConnectionAddr> {
+        let n = self.sentinels.len();
+        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let (mut unknown, mut last_err) = (0, None);
+        for k in 0..n {
+            let i = (start + k) % n;
+            match self.ask(i, by) {
+                Ok(Some(addr)) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(addr);
+                }
+                Ok(None) => unknown += 1,
+                Err(e) => {
+                    log::debug!("sentinel {} did not answer: {e}", self.sentinels[i].0);
+                    last_err = Some(e);
+                }
+            }
+            if by.passed() {
+                break;
+            }
+        }
+        if unknown > 0 && last_err.is_none() {
+            return Err(Error::config(
+                "master_name",
+                format!(
+                    "no sentinel knows a master named `{}` ({unknown} asked)",
+                    self.master
+                ),
+            ));
+        }
+        Err(last_err.unwrap_or(Error::Timeout {
+            what: "no sentinel answered",
+        }))
+    }
+}
+
+impl Sentinel {
+    /// Records the master's address; a move bumps the generation (pooled connections to the
+    /// old master are dropped) and tells the pub/sub connection to follow.
+    fn found(&self, a: &ConnectionAddr) {
+        *self.current.lock() = Some(a.clone());
+        let moved = {
+            let mut last = self.last.lock();
+            let moved = last.as_ref().is_some_and(|l| l != a);
+            *last = Some(a.clone());
+            moved
+        };
+        if moved {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            log::info!("the master `{}` is now at {a}", self.master);
+            if let Some(f) = &*self.on_switch.lock() {
+                f();
+            }
+        }
+    }
+}
+
+impl Resolve for Sentinel {
+    fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo> {
+        let cached = if fresh {
+            None
+        } else {
+            self.current.lock().clone()
+        };
+        let addr = match cached {
+            Some(a) => a,
+            None => {
+                let a = self.ask_all(by)?;
+                self.found(&a);
+                a
+            }
+        };
+        Ok(addr
+            .into_connection_info()?
+            .set_redis_settings(RedisConnectionInfo::default()))
+    }
+
+    fn forget(&self) {
+        self.current.lock().take();
+    }
+
+    fn check(&self, by: Deadline) {
+        match self.ask_all(by) {
+            Ok(a) => self.found(&a),
+            Err(e) => log::debug!("sentinels not reached for `{}`: {e}", self.master),
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,1202 @@
+//! The fair mutex on real `redis-server` processes: exclusion across processes, FIFO order
+//! across processes, direct hand-off (no acquire round trip after the wake), no barging, dead
+//! and paused holders and waiters, time-outs leaving the queue, bad input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/bounds.rs"]
+mod bounds;
+#[path = "support/checker.rs"]
+mod checker;
+mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use checker::{Interval, Store, StoreClient, mono_ns};
+use common::{RedisServer, TestChild, with_deadline};
+use locksmith::{Client, Error, LostLease};
+use proxy::Proxy;
+
+/// Allowance for scheduling delays on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+fn tag(name: &str) -> String {
+    format!("locksmith:{{{}}}", common::encode_name(name))
+}
+
+fn queue_key(name: &str) -> String {
+    format!("{}:fair:queue", tag(name))
+}
+
+fn fair_key(name: &str) -> String {
+    format!("{}:fair", tag(name))
+}
+
+fn llen(conn: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("LLEN").arg(key).query(conn).unwrap()
+}
+
+fn client_with_lease(url: &str, lease: Duration) -> Client {
+    Client::builder(url).lease(lease).build().unwrap()
+}
+
+/// Waits until the queue holds `n` waiters (each waiter is in it after its enqueue script).
+fn wait_queued(conn: &mut redis::Connection, name: &str, n: usize) {
+    assert!(
+        common::wait_until(Duration::from_secs(20), || llen(conn, &queue_key(name))
+            == n),
+        "queue of {name} never reached {n} (now {})",
+        llen(conn, &queue_key(name))
+    );
+}
+
+#[test]
+fn lock_reenter_and_try_lock_of_another_owner() {
+    let server = RedisServer::start();
+    let name = common::unique_name("fair-basic");
+    let a = Client::open(&server.url()).unwrap();
+    let b = Client::open(&server.url()).unwrap();
+    let la = a.fair_mutex(&name).unwrap();
+    let lb = b.fair_mutex(&name).unwrap();
+    with_deadline(Duration::from_secs(30), move || {
+        let g1 = la.lock().unwrap();
+        let g2 = la.try_lock().unwrap().expect("re-entry");
+        assert_eq!(g1.fencing_token(), g2.fencing_token());
+        assert!(lb.try_lock().unwrap().is_none());
+        assert!(
+            lb.try_lock_for(Duration::from_millis(50))
+                .unwrap()
+                .is_none()
+        );
+        drop(g2);
+        assert!(la.is_locked().unwrap());
+        let t1 = g1.fencing_token();
+        g1.unlock().unwrap();
+        assert!(!la.is_locked().unwrap());
+        let g = lb.try_lock().unwrap().expect("free now");
+        assert!(g.fencing_token() > t1);
+        assert!(g.is_held());
+        g.check().unwrap();
+    });
+}
+
+/// The woken waiter already holds the lock: between the holder's release and the waiter's
+/// guard, exactly one script reaches Redis (the release itself).
+#[test]
+fn handoff_is_a_grant_without_an_acquire_round_trip() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-grant");
+    let holder = Client::open(&url).unwrap();
+    let lock = holder.fair_mutex(&name).unwrap();
+    let g = lock.lock().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let (name2, url2) = (name.clone(), url.clone());
+    let w = thread::spawn(move || {
+        let c = Client::open(&url2).unwrap();
+        let l = c.fair_mutex(&name2).unwrap();
+        let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
+        tx.send(g.fencing_token()).unwrap();
+        done_rx.recv().unwrap();
+        g.unlock().unwrap();
+    });
+    wait_queued(&mut conn, &name, 1);
+    let before = common::script_calls(&mut conn);
+    let t = g.fencing_token();
+    g.unlock().unwrap();
+    let token = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let after = common::script_calls(&mut conn);
+    done_tx.send(()).unwrap();
+    assert!(token > t);
+    assert_eq!(
+        after - before,
+        1,
+        "scripts between release and the waiter's guard"
+    );
+    w.join().unwrap();
+}
+
+/// A release grants the lock inside the release script, so a `try_lock` right after it
+/// cannot barge in before the queued waiter (a plain mutex could be taken here).
+#[test]
+fn try_lock_never_barges_past_a_queued_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-barge");
+    let a = Client::open(&url).unwrap();
+    let c = Client::open(&url).unwrap();
+    let la = a.fair_mutex(&name).unwrap();
+    let lc = c.fair_mutex(&name).unwrap();
+    for _ in 0..5 {
+        let g = la.lock().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let (name2, url2) = (name.clone(), url.clone());
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let w = thread::spawn(move || {
+            let b = Client::open(&url2).unwrap();
+            let lb = b.fair_mutex(&name2).unwrap();
+            let g = lb.lock().unwrap();
+            tx.send(g.fencing_token()).unwrap();
+            done_rx.recv().unwrap();
+            g.unlock().unwrap();
+        });
+        wait_queued(&mut conn, &name, 1);
+        g.unlock().unwrap();
+        assert!(
+            lc.try_lock().unwrap().is_none(),
+            "try_lock barged past a queued waiter"
+        );
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        done_tx.send(()).unwrap();
+        w.join().unwrap();
+    }
+}
+
+/// A waiter that times out leaves the queue, and the lock is free after the holder's release.
+#[test]
+fn timed_out_waiter_leaves_the_queue() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-timeout");
+    let a = Client::open(&url).unwrap();
+    let b = Client::open(&url).unwrap();
+    let la = a.fair_mutex(&name).unwrap();
+    let lb = b.fair_mutex(&name).unwrap();
+    let g = la.lock().unwrap();
+    let started = Instant::now();
+    assert!(
+        lb.try_lock_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none()
+    );
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300));
+    assert!(waited < Duration::from_millis(300) + SLACK, "{waited:?}");
+    assert_eq!(llen(&mut conn, &queue_key(&name)), 0);
+    g.unlock().unwrap();
+    assert!(!la.is_locked().unwrap(), "granted to a waiter that left");
+    // Nothing of the waiter is left but the fencing counter.
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", tag(&name)))
+        .query(&mut conn)
+        .unwrap();
+    keys.sort();
+    assert_eq!(keys, vec![common::fence_key(&name)]);
+}
+
+/// A queued waiter keeps its place for longer than a lease: the renewal thread renews its
+/// heartbeat, so it is not skipped as dead.
+#[test]
+fn a_long_queued_waiter_keeps_its_place() {
+    let lease = Duration::from_millis(600);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-heartbeat");
+    let a = client_with_lease(&url, lease);
+    let la = a.fair_mutex(&name).unwrap();
+    let g = la.lock().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let (name2, url2, tx) = (name.clone(), url.clone(), tx.clone());
+        waiters.push(thread::spawn(move || {
+            let c = client_with_lease(&url2, lease);
+            let l = c.fair_mutex(&name2).unwrap();
+            let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
+            tx.send(i).unwrap();
+            g.unlock().unwrap();
+        }));
+        wait_queued(&mut conn, &name, i + 1);
+    }
+    // Three leases in the queue (the holder renews too).
+    let until = Instant::now() + lease * 3;
+    while Instant::now() < until {
+        thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            llen(&mut conn, &queue_key(&name)),
+            2,
+            "a live waiter was dropped"
+        );
+    }
+    g.unlock().unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 0);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 1);
+    for w in waiters {
+        w.join().unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Across processes
+// ---------------------------------------------------------------------------------------------
+
+/// Child: waiters with global indexes `LS_FIRST, LS_FIRST + LS_STEP, ...` (`LS_THREADS` of
+/// them); waiter `i` joins the queue once `i` waiters are queued, then records `i` in the
+/// list `order:<name>` when it gets the lock.
+#[test]
+fn child_fifo_waiters() {
+    if !common::is_child("fifo") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let first: usize = common::child_env("LS_FIRST").parse().unwrap();
+    let step: usize = common::child_env("LS_STEP").parse().unwrap();
+    let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
+    let client = Client::open(&url).unwrap();
+    let lock = client.fair_mutex(&name).unwrap();
+    let handles: Vec<_> = (0..threads)
+        .map(|k| {
+            let (lock, url, name) = (lock.clone(), url.clone(), name.clone());
+            thread::spawn(move || {
+                let i = first + k * step;
+                let mut conn = redis::Client::open(url.as_str())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                wait_queued(&mut conn, &name, i);
+                let g = lock.try_lock_for(Duration::from_secs(60)).unwrap().unwrap();
+                redis::cmd("RPUSH")
+                    .arg(format!("order:{name}"))
+                    .arg(format!("{i}:{}", g.fencing_token()))
+                    .exec(&mut conn)
+                    .unwrap();
+                g.unlock().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    println!("done");
+}
+
+/// FIFO across processes: 3 processes x 3 threads queue in a known interleaved order behind
+/// a holder; the lock goes to them in exactly that order, with increasing tokens.
+#[test]
+fn fifo_order_across_processes() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-fifo");
+    let holder = Client::open(&url).unwrap();
+    let lock = holder.fair_mutex(&name).unwrap();
+    let g = lock.lock().unwrap();
+    let (procs, threads) = (3, 3);
+    let children: Vec<TestChild> = (0..procs)
+        .map(|p| {
+            TestChild::spawn(
+                "child_fifo_waiters",
+                "fifo",
+                &[
+                    ("LS_URL", url.clone()),
+                    ("LS_NAME", name.clone()),
+                    ("LS_FIRST", p.to_string()),
+                    ("LS_STEP", procs.to_string()),
+                    ("LS_THREADS", threads.to_string()),
+                ],
+            )
+        })
+        .collect();
+    wait_queued(&mut conn, &name, procs * threads);
+    g.unlock().unwrap();
+    for c in &children {
+        c.wait_line("done", Duration::from_secs(60));
+    }
+    let order: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("order:{name}"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    let idx: Vec<usize> = order
+        .iter()
+        .map(|s| s.split(':').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(idx, (0..procs * threads).collect::<Vec<_>>(), "not FIFO");
+    let tokens: Vec<u64> = order
+        .iter()
+        .map(|s| s.split(':').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+/// Child: `LS_THREADS` workers, each doing `LS_ROUNDS` critical sections on the fair mutex:
+/// read-modify-write of the store's resource under the fencing token, logged as intervals.
+#[test]
+fn child_fair_workers() {
+    if !common::is_child("fair-workers") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
+    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
+    let rounds: u32 = common::child_env("LS_ROUNDS").parse().unwrap();
+    fair_workers(&url, &name, port, threads, rounds);
+    println!("done");
+}
+
+fn fair_workers(url: &str, name: &str, port: u16, threads: u32, rounds: u32) {
+    let client = Client::open(url).unwrap();
+    let lock = client.fair_mutex(name).unwrap();
+    let handles: Vec<_> = (0..threads)
+        .map(|worker| {
+            let (lock, name) = (lock.clone(), name.to_string());
+            thread::spawn(move || {
+                let mut store = StoreClient::connect(port);
+                for _ in 0..rounds {
+                    let g = lock.lock().unwrap();
+                    let start = mono_ns();
+                    g.check().unwrap();
+                    let v = store.read(&name);
+                    assert!(store.write(&name, g.fencing_token(), v + 1));
+                    let end = mono_ns();
+                    let held = g.check().is_ok();
+                    store.interval(&Interval {
+                        lock: name.clone(),
+                        pid: std::process::id(),
+                        worker,
+                        token: g.fencing_token(),
+                        start,
+                        end,
+                        held,
+                    });
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// Exclusion across 3 processes x 3 threads: no overlapping critical sections, tokens in
+/// acquisition order, and the counter exact.
+#[test]
+fn exclusion_across_processes() {
+    let server = RedisServer::start();
+    let store = Store::start();
+    let name = common::unique_name("fair-excl");
+    let (procs, threads, rounds) = (3, 3, 15);
+    let children: Vec<TestChild> = (0..procs)
+        .map(|_| {
+            TestChild::spawn(
+                "child_fair_workers",
+                "fair-workers",
+                &[
+                    ("LS_URL", server.url()),
+                    ("LS_NAME", name.clone()),
+                    ("LS_STORE", store.port().to_string()),
+                    ("LS_THREADS", threads.to_string()),
+                    ("LS_ROUNDS", rounds.to_string()),
+                ],
+            )
+        })
+        .collect();
+    for c in &children {
+        c.wait_line("done", Duration::from_secs(120));
+    }
+    let intervals = store.intervals();
+    assert_eq!(intervals.len(), procs * threads * rounds);
+    let f = checker::assert_clean(&intervals);
+    assert_eq!(f.lost, 0);
+    assert_eq!(
+        store.resource(&name).value,
+        (procs * threads * rounds) as u64
+    );
+    let gaps = checker::handoff_gaps_ms(&intervals);
+    println!("fair handoff gaps: {}", checker::percentiles(&gaps));
+}
+
+/// Child: takes the fair mutex, prints `locked`, then every 20 ms prints `lost` (once) when
+/// its guard says the lease is gone; ends after `LS_HOLD_MS`.
+#[test]
+fn child_fair_holder() {
+    if !common::is_child("fair-holder") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let lock = client.fair_mutex(&name).unwrap();
+    let g = lock.lock().unwrap();
+    println!("locked");
+    loop {
+        thread::sleep(Duration::from_millis(20));
+        if !g.is_held() {
+            assert!(g.check().is_err());
+            println!("lost");
+            break;
+        }
+    }
+    let e = g.unlock().unwrap_err();
+    assert!(e.is_lease_lost(), "{e}");
+    println!("unlock refused");
+}
+
+/// Child: joins the queue of the fair mutex (behind a holder), prints `queued` once the queue
+/// holds it, and waits.
+#[test]
+fn child_fair_waiter() {
+    if !common::is_child("fair-waiter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let lock = client.fair_mutex(&name).unwrap();
+    let (url2, name2) = (url.clone(), name.clone());
+    thread::spawn(move || {
+        let mut conn = redis::Client::open(url2.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        wait_queued(&mut conn, &name2, 1);
+        println!("queued");
+    });
+    let g = lock.lock().unwrap();
+    println!("locked {}", g.fencing_token());
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// A holder killed with SIGKILL: the queued waiter gets the lock within a lease (+ slack).
+#[test]
+fn killed_holder_frees_the_lock_within_a_lease() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-kill");
+    let mut child = TestChild::spawn(
+        "child_fair_holder",
+        "fair-holder",
+        &[
+            ("LS_URL", url.clone()),
+            ("LS_NAME", name.clone()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    child.wait_line("locked", Duration::from_secs(30));
+    let (tx, rx) = mpsc::channel();
+    let (url2, name2) = (url.clone(), name.clone());
+    let w = thread::spawn(move || {
+        let c = client_with_lease(&url2, lease);
+        let l = c.fair_mutex(&name2).unwrap();
+        let g = l.try_lock_for(Duration::from_secs(20)).unwrap();
+        tx.send((Instant::now(), g.is_some())).unwrap();
+    });
+    wait_queued(&mut conn, &name, 1);
+    let killed = Instant::now();
+    child.kill9();
+    let (at, got) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert!(got);
+    let waited = at - killed;
+    println!("fair: holder killed, waiter acquired {waited:?} later");
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    w.join().unwrap();
+}
+
+/// A queued waiter killed with SIGKILL is skipped: the holder releases (granting the dead
+/// waiter), and the next live waiter gets the lock at most a lease after the kill (+ slack).
+#[test]
+fn dead_queued_waiter_is_skipped_within_its_bound() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-deadwaiter");
+    let holder = client_with_lease(&url, lease);
+    let lock = holder.fair_mutex(&name).unwrap();
+    let g = lock.lock().unwrap();
+    let mut dead = TestChild::spawn(
+        "child_fair_waiter",
+        "fair-waiter",
+        &[
+            ("LS_URL", url.clone()),
+            ("LS_NAME", name.clone()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    dead.wait_line("queued", Duration::from_secs(30));
+    let (tx, rx) = mpsc::channel();
+    let (url2, name2) = (url.clone(), name.clone());
+    let w = thread::spawn(move || {
+        let c = client_with_lease(&url2, lease);
+        let l = c.fair_mutex(&name2).unwrap();
+        let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
+        tx.send((Instant::now(), g.fencing_token())).unwrap();
+        g.unlock().unwrap();
+    });
+    wait_queued(&mut conn, &name, 2);
+    let killed = Instant::now();
+    dead.kill9();
+    // Released at once: granted to the dead waiter, whose heartbeat has not run out yet.
+    g.unlock().unwrap();
+    let (at, _token) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let waited = at - killed;
+    println!("fair: dead queued waiter skipped {waited:?} after the kill");
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    w.join().unwrap();
+}
+
+/// A holder paused (SIGSTOP) for two leases: a queued waiter gets the lock within a lease
+/// (+ slack); once resumed, the paused holder reports itself lost and its unlock is refused.
+#[test]
+fn paused_holder_loses_the_lock_and_says_so() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-pause");
+    let child = TestChild::spawn(
+        "child_fair_holder",
+        "fair-holder",
+        &[
+            ("LS_URL", url.clone()),
+            ("LS_NAME", name.clone()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    child.wait_line("locked", Duration::from_secs(30));
+    let (tx, rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (url2, name2) = (url.clone(), name.clone());
+    let w = thread::spawn(move || {
+        let c = client_with_lease(&url2, lease);
+        let l = c.fair_mutex(&name2).unwrap();
+        let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
+        tx.send(Instant::now()).unwrap();
+        release_rx.recv().unwrap();
+        g.unlock().unwrap();
+    });
+    wait_queued(&mut conn, &name, 1);
+    child.signal("STOP");
+    let stopped = Instant::now();
+    let at = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let waited = at - stopped;
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
+    child.signal("CONT");
+    child.wait_line("lost", Duration::from_secs(5));
+    child.wait_line("unlock refused", Duration::from_secs(5));
+    release_tx.send(()).unwrap();
+    w.join().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_names_and_foreign_keys() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(&server.url()).unwrap();
+    for bad in ["", "a\0b"] {
+        assert!(client.fair_mutex(bad).unwrap_err().is_invalid_name());
+    }
+    assert!(
+        client
+            .fair_mutex(&"x".repeat(locksmith::MAX_NAME_LEN + 1))
+            .unwrap_err()
+            .is_invalid_name()
+    );
+    let name = common::unique_name("fair-foreign");
+    redis::cmd("SET")
+        .arg(fair_key(&name))
+        .arg("not a lock")
+        .exec(&mut conn)
+        .unwrap();
+    let lock = client.fair_mutex(&name).unwrap();
+    assert!(matches!(lock.try_lock(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(
+        lock.try_lock_for(Duration::from_millis(100)),
+        Err(Error::ForeignKey { .. })
+    ));
+    let v: String = redis::cmd("GET")
+        .arg(fair_key(&name))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(v, "not a lock");
+    // Names with braces and patterns are separate locks.
+    let a = client.fair_mutex("{a}*").unwrap();
+    let b = client.fair_mutex("{a}?").unwrap();
+    let _ga = a.lock().unwrap();
+    assert!(b.try_lock().unwrap().is_some());
+}
+
+/// Redis restarts empty while a holder holds and three waiters queue: the holder reports
+/// itself lost, the waiters re-queue after the reconnect and all get the lock, one at a time,
+/// with tokens above the old holder's; no call blocks past its bound.
+#[test]
+fn waiters_recover_from_a_redis_restart() {
+    let lease = Duration::from_secs(1);
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-restart");
+    let holder = client_with_lease(&url, lease);
+    let lock = holder.fair_mutex(&name).unwrap();
+    let g = lock.lock().unwrap();
+    let old = g.fencing_token();
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
+            thread::spawn(move || {
+                let c = client_with_lease(&url, lease);
+                let l = c.fair_mutex(&name).unwrap();
+                let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
+                let (start, token) = (mono_ns(), g.fencing_token());
+                thread::sleep(Duration::from_millis(20));
+                let end = mono_ns();
+                tx.send((Instant::now(), token, start, end, g.is_held()))
+                    .unwrap();
+                g.unlock().unwrap();
+            })
+        })
+        .collect();
+    wait_queued(&mut conn, &name, 3);
+    server.restart();
+    let restarted = Instant::now();
+    let mut got: Vec<_> = (0..3)
+        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
+        .collect();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let last = got.iter().map(|x| x.0 - restarted).max().unwrap();
+    println!("fair: 3 waiters all served {last:?} after the restart");
+    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
+    got.sort_by_key(|x| x.2);
+    for w in got.windows(2) {
+        assert!(w[0].3 <= w[1].2, "sections overlapped");
+        assert!(w[0].1 < w[1].1, "tokens not increasing");
+    }
+    assert!(got.iter().all(|x| x.1 > old && x.4));
+    assert!(common::wait_until(lease + SLACK, || !g.is_held()));
+    assert!(g.unlock().unwrap_err().is_lease_lost());
+}
+
+/// The lock is free but a live waiter is queued (its grant ran out, say): `try_lock` does not
+/// take it, and the call grants it to that waiter instead. A waiter whose heartbeat ran out is
+/// skipped. (The waiter is written into Redis directly, so the state is exact.)
+#[test]
+fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-free-queue");
+    let c = Client::open(&server.url()).unwrap();
+    let l = c.fair_mutex(&name).unwrap();
+    let waiters = format!("{}:fair:waiters", tag(&name));
+    let now_ms = |conn: &mut redis::Connection| -> u64 {
+        let t: Vec<u64> = redis::cmd("TIME").query(conn).unwrap();
+        t[0] * 1000 + t[1] / 1000
+    };
+    for (id, live) in [("dead-owner/1", false), ("live-owner/2", true)] {
+        let now = now_ms(&mut conn);
+        let deadline = if live { now + 10_000 } else { now - 1 };
+        redis::cmd("RPUSH")
+            .arg(queue_key(&name))
+            .arg(id)
+            .exec(&mut conn)
+            .unwrap();
+        redis::cmd("HSET")
+            .arg(&waiters)
+            .arg(id)
+            .arg(deadline)
+            .exec(&mut conn)
+            .unwrap();
+    }
+    assert!(l.try_lock().unwrap().is_none(), "barged past a live waiter");
+    assert_eq!(
+        common::hget(&mut conn, &fair_key(&name), "owner").as_deref(),
+        Some("live-owner"),
+        "the free lock was not granted to the live waiter"
+    );
+    assert_eq!(
+        llen(&mut conn, &queue_key(&name)),
+        0,
+        "dead waiter not skipped"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity: the server names the acquisition, the outermost release frees, retries are
+// recognised, fence counters expire, losses are reported once
+// ---------------------------------------------------------------------------------------------
+
+const FAIR_LUA: &str = include_str!("../src/scripts/fair_mutex.lua");
+const SEM_LUA: &str = include_str!("../src/scripts/sem_permits.lua");
+const RW_LUA: &str = include_str!("../src/scripts/rw_lock.lua");
+
+fn sha(src: &str) -> String {
+    redis::Script::new(src).get_hash().to_string()
+}
+
+fn fair_count(conn: &mut redis::Connection, name: &str) -> Option<String> {
+    common::hget(conn, &fair_key(name), "count")
+}
+
+/// The fair mutex script's calls of operation `op` on lock `name` (the operation travels as a
+/// bulk string of its own).
+fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
+    [
+        sha(FAIR_LUA).into_bytes(),
+        fair_key(name).into_bytes(),
+        format!("${}\r\n{op}\r\n", op.len()).into_bytes(),
+    ]
+}
+
+fn lost_log(url: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<LostLease>>>) {
+    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = std::sync::Arc::clone(&lost);
+    let client = Client::builder(url)
+        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+        .build()
+        .unwrap();
+    (client, lost)
+}
+
+/// Building a client loads every lock type's script, so that none meets `NOSCRIPT` (and an
+/// extra round trip) on its first use.
+#[test]
+fn every_lock_type_script_is_loaded_at_build() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        let _client = Client::open(&url).unwrap();
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(sha(FAIR_LUA))
+            .arg(sha(SEM_LUA))
+            .arg(sha(RW_LUA))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            loaded,
+            [true, true, true],
+            "fair, semaphore, rw scripts loaded"
+        );
+    });
+}
+
+/// An inner release that never reached Redis leaves the server one level higher than the
+/// holder; the outermost `unlock()` still frees the lock (or fails), never `Ok` while the key
+/// stays.
+#[test]
+fn lost_inner_release_does_not_keep_the_fair_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::builder(&purl)
+            .connect_timeout(Duration::from_millis(300))
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let name = common::unique_name("fair-lost-inner");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let inner = m.lock().unwrap();
+        proxy.black_hole();
+        proxy.kill_all();
+        let e = inner.unlock().expect_err("a release through a black hole");
+        proxy.pass();
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+        let res = outer.unlock();
+        let key_left = common::exists(&mut conn, &fair_key(&name));
+        println!("inner release lost ({e}); outermost unlock: {res:?}; key left: {key_left}");
+        assert!(
+            res.is_err() || !key_left,
+            "unlock() returned Ok while the lock stayed held on the server"
+        );
+        let other = Client::open(&url).unwrap();
+        assert!(
+            other
+                .fair_mutex(&name)
+                .unwrap()
+                .try_lock()
+                .unwrap()
+                .is_some(),
+            "the lock is still held after the outermost unlock"
+        );
+    });
+}
+
+/// A re-entry whose reply was lost for good (the call and its retry both ran, both replies
+/// were cut) leaves the server one level higher; the outermost `unlock()` frees it.
+#[test]
+fn lost_reentry_reply_does_not_keep_the_fair_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::builder(&purl)
+            .connect_timeout(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let name = common::unique_name("fair-lost-reentry");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let op = fair_op(&name, "acquire");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.cut_reply_to(&pats, 2);
+        let e = m.try_lock().expect_err("a re-entry whose replies were cut");
+        assert_eq!(proxy.cuts(), 2, "the replies were not cut");
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+        assert!(outer.is_held());
+        let res = outer.unlock();
+        let key_left = common::exists(&mut conn, &fair_key(&name));
+        println!("re-entry reply lost ({e}); outermost unlock: {res:?}; key left: {key_left}");
+        assert!(
+            res.is_err() || !key_left,
+            "unlock() returned Ok while the lock stayed held on the server"
+        );
+        let other = Client::open(&url).unwrap();
+        assert!(
+            other
+                .fair_mutex(&name)
+                .unwrap()
+                .try_lock()
+                .unwrap()
+                .is_some()
+        );
+    });
+}
+
+/// A cut acquire reply is recognised on the retry: one level on the server, not two, and no
+/// orphan left behind; a cut re-entry reply counts one level, not two.
+#[test]
+fn cut_fair_acquire_replies_count_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let name = common::unique_name("fair-cut-acquire");
+        let m = client.fair_mutex(&name).unwrap();
+        let op = fair_op(&name, "acquire");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.cut_reply_to(&pats, 1);
+        let outer = m.try_lock().unwrap().expect("free");
+        assert_eq!(proxy.cuts(), 1, "the reply was not cut");
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        proxy.cut_reply_to(&pats, 1);
+        let inner = m.try_lock().unwrap().expect("a re-entry");
+        assert_eq!(proxy.cuts(), 2, "the reply was not cut");
+        assert_eq!(inner.fencing_token(), outer.fencing_token());
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+        inner.unlock().unwrap();
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        outer.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &fair_key(&name)));
+    });
+}
+
+/// The retry of an outermost release whose reply was cut is recognised while a waiter is
+/// queued: the first try granted the lock to the waiter, and the retry must neither fail nor
+/// touch the waiter's grant.
+#[test]
+fn cut_fair_release_reply_leaves_the_next_grant_alone() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-cut-release");
+        let m = client.fair_mutex(&name).unwrap();
+        let theirs = other.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let inner = m.lock().unwrap();
+        let op = fair_op(&name, "release");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.cut_reply_to(&pats, 1);
+        inner.unlock().unwrap();
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        let (tx, rx) = mpsc::channel();
+        let (seen_tx, seen_rx) = mpsc::channel::<()>();
+        let waiter = thread::spawn(move || {
+            let g = theirs
+                .try_lock_for(Duration::from_secs(20))
+                .unwrap()
+                .unwrap();
+            tx.send(g.fencing_token()).unwrap();
+            // Held until the main thread looked at the key.
+            seen_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            g.unlock().unwrap();
+        });
+        wait_queued(&mut conn, &name, 1);
+        proxy.cut_reply_to(&pats, 1);
+        let t1 = outer.fencing_token();
+        outer.unlock().unwrap();
+        assert_eq!(proxy.cuts(), 2);
+        let t2 = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(t2 > t1);
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        seen_tx.send(()).unwrap();
+        waiter.join().unwrap();
+        assert!(!common::exists(&mut conn, &fair_key(&name)));
+    });
+}
+
+/// The lock key is deleted behind a holder, and the holder re-enters: the server grants a new
+/// acquisition. The outer guard is marked lost at once (and reported once); the new guard's
+/// release frees the lock.
+#[test]
+fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let (client, lost) = lost_log(&url);
+        let name = common::unique_name("fair-reenter-replaced");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(fair_key(&name))
+            .query(&mut conn)
+            .unwrap();
+        let inner = m.try_lock().unwrap().expect("free on the server");
+        assert!(
+            !outer.is_held(),
+            "the outer guard says held, but its acquisition is gone from the server"
+        );
+        assert!(inner.is_held());
+        assert!(inner.fencing_token() > outer.fencing_token());
+        assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+        inner.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &fair_key(&name)));
+        assert!(outer.unlock().is_err());
+        drop(m);
+        drop(client);
+        assert_eq!(lost.lock().unwrap().len(), 1, "lost leases reported");
+    });
+}
+
+/// A re-entry that finds another owner: the outer hold is lost, says so at once, and is
+/// reported once.
+#[test]
+fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let (client, lost) = lost_log(&url);
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-reenter-taken");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        let token = outer.fencing_token();
+        let _: () = redis::cmd("DEL")
+            .arg(fair_key(&name))
+            .query(&mut conn)
+            .unwrap();
+        let theirs = other.fair_mutex(&name).unwrap();
+        let g = theirs.try_lock().unwrap().expect("free after the DEL");
+        assert!(m.try_lock().unwrap().is_none());
+        assert!(!outer.is_held(), "the outer guard still says held");
+        drop(g);
+        drop(outer);
+        drop(m);
+        drop(client);
+        let reports = lost
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.fencing_token == token)
+            .count();
+        assert_eq!(reports, 1);
+    });
+}
+
+/// A re-entry never moves the local deadline past the server's expiry, and never shortens
+/// the server's expiry.
+#[test]
+fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = client_with_lease(&url, Duration::from_secs(5));
+        let name = common::unique_name("fair-reenter-expiry");
+        let m = client.fair_mutex(&name).unwrap();
+        let outer = m.lock().unwrap();
+        // A longer expiry on the server (as a slower renewal path might leave): a re-entry
+        // must not cut it down to its own lease.
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(fair_key(&name))
+            .arg(60_000)
+            .query(&mut conn)
+            .unwrap();
+        let inner = m.try_lock().unwrap().expect("a re-entry");
+        let pttl = common::pttl(&mut conn, &fair_key(&name));
+        assert!(
+            pttl > 50_000,
+            "the re-entry shortened the expiry to {pttl} ms"
+        );
+        let pttl_ms = u128::try_from(pttl).unwrap();
+        assert!(pttl_ms + 1 >= inner.validity().as_millis());
+        drop(inner);
+        drop(outer);
+    });
+}
+
+/// The fencing counter expires a day after its last write (no key per name lives forever),
+/// and a grant after it expired still gets a larger token.
+#[test]
+fn fair_fence_counter_expires_and_tokens_keep_rising() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-fence-ttl");
+        let fence = common::fence_key(&name);
+        let m = client.fair_mutex(&name).unwrap();
+        let g = m.lock().unwrap();
+        let t1 = g.fencing_token();
+        g.unlock().unwrap();
+        let day = 24 * 3600 * 1000;
+        let pttl = common::pttl(&mut conn, &fence);
+        assert!(
+            pttl > day - 60_000 && pttl <= day,
+            "fence expires in {pttl} ms"
+        );
+        let _: () = redis::cmd("DEL").arg(&fence).query(&mut conn).unwrap();
+        let g = m.lock().unwrap();
+        assert!(g.fencing_token() > t1);
+        g.unlock().unwrap();
+        assert!(common::pttl(&mut conn, &fence) > day - 60_000);
+    });
+}
+
+/// Every blocking call of a fair mutex keeps its documented bound against a stalled server
+/// (`SIGSTOP`): `try_lock` and `is_locked` within connect + command timeout, the `_for` /
+/// `_until` forms by `max(wait, connect) + command`, `lock()` within `max(retry, connect +
+/// command)`, `unlock()` and a guard's drop within connect + command. Twice: first on pooled
+/// connections, then on new ones.
+#[test]
+fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
+    let server = RedisServer::start();
+    let pid = server.pid();
+    let _cont = bounds::ContinueOnDrop(pid);
+    let url = server.url();
+    let timings = with_deadline(Duration::from_secs(90), move || {
+        let client = bounds::client(&url);
+        let m = |n: &str| client.fair_mutex(&common::unique_name(n)).unwrap();
+        let (a, b, c, d) = (m("fb-a"), m("fb-b"), m("fb-c"), m("fb-d"));
+        let mut held = vec![
+            a.lock().unwrap(),
+            b.lock().unwrap(),
+            c.lock().unwrap(),
+            d.lock().unwrap(),
+        ];
+        let free = m("fb-free");
+        common::signal(pid, "STOP");
+        let mut t = bounds::Timings::default();
+        for round in 1..=2 {
+            t.time(format!("{round}: try_lock"), bounds::ONE, true, || {
+                bounds::show_opt(&free.try_lock())
+            });
+            t.time(
+                format!("{round}: try_lock_for"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_lock_for(bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: try_lock_until"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_lock_until(Instant::now() + bounds::WAIT)),
+            );
+            t.time(format!("{round}: lock"), bounds::retrying(), true, || {
+                bounds::show(&free.lock())
+            });
+            t.time(format!("{round}: is_locked"), bounds::ONE, true, || {
+                bounds::show(&free.is_locked())
+            });
+            let g = held.remove(0);
+            t.time(format!("{round}: unlock"), bounds::ONE, true, || {
+                bounds::show(&g.unlock())
+            });
+            let g = held.remove(0);
+            t.time(format!("{round}: drop"), bounds::ONE, false, || {
+                drop(g);
+                "dropped".into()
+            });
+        }
+        t
+    });
+    timings.assert_kept();
+}
+
+/// A waiter's place in the queue is not a lease the application holds: when its heartbeat
+/// finds it gone (here: the queue deleted behind it), nothing is reported lost, and the waiter
+/// still times out as asked.
+#[test]
+fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
+        let l = std::sync::Arc::clone(&lost);
+        let client = Client::builder(&url)
+            .lease(Duration::from_millis(600))
+            .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+            .build()
+            .unwrap();
+        let holder = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-place-lost");
+        let hm = holder.fair_mutex(&name).unwrap();
+        let g = hm.lock().unwrap();
+        let m = client.fair_mutex(&name).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let r = m.try_lock_for(Duration::from_secs(3)).unwrap();
+            tx.send(r.is_none()).unwrap();
+        });
+        wait_queued(&mut conn, &name, 1);
+        let waiters = format!("{}:fair:waiters", tag(&name));
+        let _: () = redis::cmd("DEL")
+            .arg(queue_key(&name))
+            .arg(&waiters)
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "not granted"
+        );
+        waiter.join().unwrap();
+        drop(g);
+        drop(client);
+        let reports = lost.lock().unwrap().len();
+        assert_eq!(reports, 0, "a queue place was reported as a lost lease");
+    });
+}

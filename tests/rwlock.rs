@@ -1,0 +1,766 @@
+//! The read-write lock on real `redis-server` processes: readers together and writers alone
+//! across processes, re-entry and downgrade, writer preference, all readers woken by one
+//! release, dead and paused holders, bad input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/bounds.rs"]
+mod bounds;
+#[path = "support/checker.rs"]
+mod checker;
+mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use checker::{Interval, Store, StoreClient, mono_ns};
+use common::{RedisServer, TestChild, with_deadline};
+use locksmith::{Client, Error};
+use proxy::Proxy;
+
+/// Allowance for scheduling delays on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+fn client_with_lease(url: &str, lease: Duration) -> Client {
+    Client::builder(url).lease(lease).build().unwrap()
+}
+
+fn key(name: &str, suffix: &str) -> String {
+    format!("locksmith:{{{}}}:rw{suffix}", common::encode_name(name))
+}
+
+fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("ZCARD").arg(key).query(conn).unwrap()
+}
+
+#[test]
+fn readers_share_writers_exclude() {
+    let server = RedisServer::start();
+    let name = common::unique_name("rw-basic");
+    let a = Client::open(&server.url()).unwrap();
+    let b = Client::open(&server.url()).unwrap();
+    let c = Client::open(&server.url()).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let lb = b.rw_lock(&name).unwrap();
+    let lc = c.rw_lock(&name).unwrap();
+    with_deadline(Duration::from_secs(30), move || {
+        let ra = la.read().unwrap();
+        let rb = lb.try_read().unwrap().expect("readers share");
+        assert!(lc.try_write().unwrap().is_none());
+        assert!(
+            la.try_write().is_err(),
+            "read -> write would wait for itself"
+        );
+        drop(ra);
+        assert!(lc.try_write().unwrap().is_none());
+        drop(rb);
+        let w = lb.try_write().unwrap().expect("free");
+        assert!(w.is_held());
+        assert!(la.try_read().unwrap().is_none());
+        assert!(
+            la.try_write_for(Duration::from_millis(50))
+                .unwrap()
+                .is_none()
+        );
+        let t = w.fencing_token();
+        w.unlock().unwrap();
+        let w2 = la.write().unwrap();
+        assert!(w2.fencing_token() > t);
+    });
+}
+
+/// Nested guards of one thread cost no round trip; a writer may take read levels and keeps
+/// them after its write lock (a downgrade).
+#[test]
+fn reentry_and_downgrade() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-reenter");
+    let a = Client::open(&server.url()).unwrap();
+    let b = Client::open(&server.url()).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let lb = b.rw_lock(&name).unwrap();
+    let r1 = la.read().unwrap();
+    let before = common::script_calls(&mut conn);
+    let r2 = la.read().unwrap();
+    let r3 = la.try_read().unwrap().unwrap();
+    drop(r3);
+    drop(r2);
+    assert_eq!(
+        common::script_calls(&mut conn),
+        before,
+        "re-entry went to Redis"
+    );
+    assert!(r1.is_held());
+    drop(r1);
+    let w = la.write().unwrap();
+    let w2 = la.try_write().unwrap().expect("write re-entry");
+    assert_eq!(w.fencing_token(), w2.fencing_token());
+    drop(w2);
+    let r = la.try_read().unwrap().expect("a writer may read");
+    assert!(lb.try_read().unwrap().is_none(), "still write-locked");
+    w.unlock().unwrap();
+    // Downgraded: another reader may join, a writer may not.
+    let rb = lb.try_read().unwrap().expect("downgraded to read");
+    drop(rb);
+    assert!(
+        lb.try_write_for(Duration::from_millis(50))
+            .unwrap()
+            .is_none()
+    );
+    r.unlock().unwrap();
+    assert!(lb.try_write().unwrap().is_some());
+}
+
+/// With writer preference, a waiting writer keeps new readers out; with reader preference it
+/// does not. A writer that gives up lets deferring readers in at once.
+#[test]
+fn writer_preference_and_giving_up() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-pref");
+    let a = Client::open(&url).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let r = la.read().unwrap();
+    let (name2, url2) = (name.clone(), url.clone());
+    let writer = thread::spawn(move || {
+        let c = Client::open(&url2).unwrap();
+        let l = c.rw_lock(&name2).unwrap();
+        l.try_write_for(Duration::from_millis(800))
+            .unwrap()
+            .is_some()
+    });
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        zcard(&mut conn, &key(&name, ":wwait")) == 1
+    }));
+    let b = Client::open(&url).unwrap();
+    let lb = b.rw_lock(&name).unwrap();
+    assert!(
+        lb.try_read().unwrap().is_none(),
+        "a reader passed a waiting writer"
+    );
+    let eager = lb.with_reader_preference();
+    drop(eager.try_read().unwrap().expect("reader preference"));
+    // A deferring reader waits until the writer gives up, then gets in at once.
+    let started = Instant::now();
+    let got = lb.try_read_for(Duration::from_secs(5)).unwrap();
+    assert!(got.is_some());
+    assert!(!writer.join().unwrap(), "the writer got in past a reader");
+    assert!(
+        started.elapsed() < Duration::from_millis(800) + SLACK,
+        "{:?}",
+        started.elapsed()
+    );
+    drop(got);
+    drop(r);
+}
+
+/// A release that opens the lock to readers wakes them all: 8 readers in two clients, blocked
+/// by a writer, all hold the read lock together right after its release.
+#[test]
+fn one_release_wakes_every_reader() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-wakeall");
+    let a = Client::open(&url).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let w = la.write().unwrap();
+    let clients: Vec<Client> = (0..2).map(|_| Client::open(&url).unwrap()).collect();
+    let holding = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = (0..8)
+        .map(|i| {
+            let l = clients[i % 2].rw_lock(&name).unwrap();
+            let (holding, tx) = (Arc::clone(&holding), tx.clone());
+            thread::spawn(move || {
+                let g = l.try_read_for(Duration::from_secs(20)).unwrap().unwrap();
+                tx.send(Instant::now()).unwrap();
+                holding.fetch_add(1, Ordering::SeqCst);
+                // Held until every reader holds: they overlap.
+                assert!(common::wait_until(Duration::from_secs(10), || {
+                    holding.load(Ordering::SeqCst) == 8
+                }));
+                drop(g);
+            })
+        })
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        zcard(&mut conn, &key(&name, ":rwait")) == 8
+    }));
+    let released = Instant::now();
+    w.unlock().unwrap();
+    let mut last = Duration::ZERO;
+    for _ in 0..8 {
+        let at = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        last = last.max(at - released);
+    }
+    println!("rw: 8 readers all held {last:?} after the writer's release");
+    assert!(last < Duration::from_secs(2), "{last:?} (lease 30 s)");
+    for r in readers {
+        r.join().unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Across processes
+// ---------------------------------------------------------------------------------------------
+
+/// Child: `LS_THREADS` workers doing `LS_ROUNDS` sections each; every fourth a write (which
+/// increments the store's value under its fencing token), the rest reads. Intervals are
+/// logged with the lock name `<name>:w` or `<name>:r`.
+#[test]
+fn child_rw_workers() {
+    if !common::is_child("rw-workers") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
+    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
+    let rounds: u32 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let client = Client::open(&url).unwrap();
+    let lock = client.rw_lock(&name).unwrap();
+    thread::scope(|s| {
+        for worker in 0..threads {
+            let (lock, name) = (&lock, &name);
+            s.spawn(move || {
+                let mut store = StoreClient::connect(port);
+                for round in 0..rounds {
+                    let write = (round + worker) % 4 == 0;
+                    let (start, end, held, token) = if write {
+                        let g = lock.write().unwrap();
+                        let start = mono_ns();
+                        g.check().unwrap();
+                        let v = store.read(name);
+                        assert!(store.write(name, g.fencing_token(), v + 1));
+                        let end = mono_ns();
+                        let t = g.fencing_token();
+                        (start, end, g.check().is_ok(), t)
+                    } else {
+                        let g = lock.read().unwrap();
+                        let start = mono_ns();
+                        g.check().unwrap();
+                        let _ = store.read(name);
+                        thread::sleep(Duration::from_millis(3));
+                        let end = mono_ns();
+                        (start, end, g.check().is_ok(), 0)
+                    };
+                    store.interval(&Interval {
+                        lock: format!("{name}:{}", if write { "w" } else { "r" }),
+                        pid: std::process::id(),
+                        worker,
+                        token,
+                        start,
+                        end,
+                        held,
+                    });
+                }
+            });
+        }
+    });
+    println!("done");
+}
+
+/// 3 processes x 3 threads, a quarter of the sections writes: no write overlaps any other
+/// section, writers' tokens increase, readers overlap one another, the count is exact.
+#[test]
+fn exclusion_across_processes() {
+    let server = RedisServer::start();
+    let store = Store::start();
+    let name = common::unique_name("rw-excl");
+    let (procs, threads, rounds) = (3, 3, 16);
+    let children: Vec<TestChild> = (0..procs)
+        .map(|_| {
+            TestChild::spawn(
+                "child_rw_workers",
+                "rw-workers",
+                &[
+                    ("LS_URL", server.url()),
+                    ("LS_NAME", name.clone()),
+                    ("LS_STORE", store.port().to_string()),
+                    ("LS_THREADS", threads.to_string()),
+                    ("LS_ROUNDS", rounds.to_string()),
+                ],
+            )
+        })
+        .collect();
+    for c in &children {
+        c.wait_line("done", Duration::from_secs(120));
+    }
+    let all = store.intervals();
+    assert_eq!(all.len(), procs * threads * rounds);
+    let writes: Vec<&Interval> = all.iter().filter(|i| i.lock.ends_with(":w")).collect();
+    assert!(all.iter().all(|i| i.held));
+    for w in &writes {
+        for o in &all {
+            if std::ptr::eq(*w, o) {
+                continue;
+            }
+            assert!(
+                o.end <= w.start || o.start >= w.end,
+                "a write overlapped another section: {w:?} {o:?}"
+            );
+        }
+    }
+    let mut by_start = writes.clone();
+    by_start.sort_by_key(|i| i.start);
+    assert!(by_start.windows(2).all(|p| p[0].token < p[1].token));
+    assert_eq!(store.resource(&name).value, writes.len() as u64);
+    // Readers did overlap.
+    let mut reads: Vec<&Interval> = all.iter().filter(|i| i.lock.ends_with(":r")).collect();
+    reads.sort_by_key(|i| i.start);
+    let overlapped = reads.windows(2).any(|p| p[1].start < p[0].end);
+    assert!(overlapped, "readers never overlapped");
+}
+
+/// Child: takes the read or write lock (`LS_MODE`), prints `locked`, then `lost` once its
+/// guard says the lease is gone, then `unlock refused`.
+#[test]
+fn child_rw_holder() {
+    if !common::is_child("rw-holder") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let lock = client.rw_lock(&name).unwrap();
+    if common::child_env("LS_MODE") == "write" {
+        let g = lock.write().unwrap();
+        println!("locked");
+        while g.is_held() {
+            thread::sleep(Duration::from_millis(20));
+        }
+        println!("lost");
+        assert!(g.unlock().unwrap_err().is_lease_lost());
+    } else {
+        let g = lock.read().unwrap();
+        println!("locked");
+        while g.is_held() {
+            thread::sleep(Duration::from_millis(20));
+        }
+        println!("lost");
+        assert!(g.unlock().unwrap_err().is_lease_lost());
+    }
+    println!("unlock refused");
+}
+
+fn spawn_holder(url: &str, name: &str, mode: &str, lease: Duration) -> TestChild {
+    let c = TestChild::spawn(
+        "child_rw_holder",
+        "rw-holder",
+        &[
+            ("LS_URL", url.to_string()),
+            ("LS_NAME", name.to_string()),
+            ("LS_MODE", mode.to_string()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    c.wait_line("locked", Duration::from_secs(30));
+    c
+}
+
+/// A killed writer blocks readers, and a killed reader blocks writers, for at most a lease.
+#[test]
+fn killed_holders_free_the_lock_within_a_lease() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    for (mode, other_writes) in [("write", false), ("read", true)] {
+        let name = common::unique_name("rw-kill");
+        let mut holder = spawn_holder(&url, &name, mode, lease);
+        let c = client_with_lease(&url, lease);
+        let l = c.rw_lock(&name).unwrap();
+        let killed = Instant::now();
+        holder.kill9();
+        let got = with_deadline(Duration::from_secs(20), move || {
+            if other_writes {
+                l.try_write_for(Duration::from_secs(10)).unwrap().is_some()
+            } else {
+                l.try_read_for(Duration::from_secs(10)).unwrap().is_some()
+            }
+        });
+        assert!(got);
+        let waited = killed.elapsed();
+        println!("rw: killed {mode} holder, lock taken {waited:?} later");
+        assert!(waited <= lease + SLACK, "{mode}: {waited:?}");
+    }
+}
+
+/// A writer paused past its lease: a reader gets in within a lease (+ slack), and the resumed
+/// writer reports itself lost.
+#[test]
+fn paused_writer_loses_the_lock_and_says_so() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("rw-pause");
+    let holder = spawn_holder(&url, &name, "write", lease);
+    holder.signal("STOP");
+    let stopped = Instant::now();
+    let c = client_with_lease(&url, lease);
+    let l = c.rw_lock(&name).unwrap();
+    let r = l.try_read_for(Duration::from_secs(10)).unwrap();
+    let waited = stopped.elapsed();
+    assert!(r.is_some());
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
+    holder.signal("CONT");
+    holder.wait_line("lost", Duration::from_secs(5));
+    holder.wait_line("unlock refused", Duration::from_secs(5));
+    let r = r.unwrap();
+    assert!(r.is_held());
+    r.unlock().unwrap();
+}
+
+#[test]
+fn bad_input() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = Client::open(&server.url()).unwrap();
+    assert!(c.rw_lock("").unwrap_err().is_invalid_name());
+    let name = common::unique_name("rw-foreign");
+    redis::cmd("SET")
+        .arg(key(&name, ""))
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    let l = c.rw_lock(&name).unwrap();
+    assert!(matches!(l.try_read(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(l.try_write(), Err(Error::ForeignKey { .. })));
+    let v: String = redis::cmd("GET")
+        .arg(key(&name, ""))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(v, "x");
+}
+
+/// Child: waits for the write lock (behind the test's reader) and prints `waiting` once it is
+/// registered as a waiting writer.
+#[test]
+fn child_rw_waiting_writer() {
+    if !common::is_child("rw-waiting-writer") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let lock = client.rw_lock(&name).unwrap();
+    let (url2, name2) = (url.clone(), name.clone());
+    thread::spawn(move || {
+        let mut conn = redis::Client::open(url2.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        assert!(common::wait_until(Duration::from_secs(20), || {
+            zcard(&mut conn, &key(&name2, ":wwait")) == 1
+        }));
+        println!("waiting");
+    });
+    let _g = lock.write().unwrap();
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// A waiting writer that died keeps deferring readers out for at most a lease (+ slack).
+#[test]
+fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("rw-deadwriter");
+    let a = client_with_lease(&url, lease);
+    let la = a.rw_lock(&name).unwrap();
+    let r = la.read().unwrap();
+    let mut writer = TestChild::spawn(
+        "child_rw_waiting_writer",
+        "rw-waiting-writer",
+        &[
+            ("LS_URL", url.clone()),
+            ("LS_NAME", name.clone()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    writer.wait_line("waiting", Duration::from_secs(30));
+    let b = client_with_lease(&url, lease);
+    let lb = b.rw_lock(&name).unwrap();
+    assert!(lb.try_read().unwrap().is_none(), "writer preference");
+    let killed = Instant::now();
+    writer.kill9();
+    let got = lb.try_read_for(Duration::from_secs(10)).unwrap();
+    let waited = killed.elapsed();
+    assert!(got.is_some());
+    println!("rw: dead waiting writer stopped deferring readers {waited:?} after the kill");
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    drop(got);
+    drop(r);
+}
+
+/// Redis restarts empty while a writer holds and three readers wait: the writer reports itself
+/// lost, and every reader gets in soon after the restart.
+#[test]
+fn readers_recover_from_a_redis_restart() {
+    let lease = Duration::from_secs(1);
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-restart");
+    let holder = client_with_lease(&url, lease);
+    let lock = holder.rw_lock(&name).unwrap();
+    let w = lock.write().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
+            thread::spawn(move || {
+                let c = client_with_lease(&url, lease);
+                let l = c.rw_lock(&name).unwrap();
+                let g = l.try_read_for(Duration::from_secs(20)).unwrap().unwrap();
+                tx.send(Instant::now()).unwrap();
+                g.unlock().unwrap();
+            })
+        })
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        zcard(&mut conn, &key(&name, ":rwait")) == 3
+    }));
+    server.restart();
+    let restarted = Instant::now();
+    let last = (0..3)
+        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap() - restarted)
+        .max()
+        .unwrap();
+    for r in readers {
+        r.join().unwrap();
+    }
+    println!("rw: 3 readers in {last:?} after the restart");
+    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
+    assert!(common::wait_until(lease + SLACK, || !w.is_held()));
+    assert!(w.unlock().unwrap_err().is_lease_lost());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waking all readers at once; faults on the wire; fence expiry
+// ---------------------------------------------------------------------------------------------
+
+const RW_LUA: &str = include_str!("../src/scripts/rw_lock.lua");
+
+/// The read-write lock script's calls of operation `op` on lock `name`.
+fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
+    [
+        redis::Script::new(RW_LUA).get_hash().as_bytes().to_vec(),
+        key(name, "").into_bytes(),
+        format!("${}\r\n{op}\r\n", op.len()).into_bytes(),
+    ]
+}
+
+/// One release wakes every waiting reader *at once*, not one after another: each reader's
+/// read call after the release is held back 300 ms by the proxy, so readers woken in a chain
+/// (each woken when the one before it got the lock) would hold it 300 ms apart, 1.8 s for the
+/// last of six; woken at once, they all hold it about 300 ms after the release. And each
+/// reader asks Redis exactly once after the release.
+#[test]
+fn one_release_wakes_every_reader_at_once() {
+    const READERS: usize = 6;
+    const DELAY: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    with_deadline(Duration::from_secs(60), move || {
+        let name = common::unique_name("rw-wake-at-once");
+        let writer = Client::open(&url).unwrap();
+        let lw = writer.rw_lock(&name).unwrap();
+        let w = lw.write().unwrap();
+        // A 30 s lease: a reader that was not woken sleeps up to its 10 s renewal interval.
+        let readers = client_with_lease(&purl, Duration::from_secs(30));
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let done_rx = Arc::new(std::sync::Mutex::new(done_rx));
+        let threads: Vec<_> = (0..READERS)
+            .map(|_| {
+                let l = readers.rw_lock(&name).unwrap();
+                let (tx, done_rx) = (tx.clone(), Arc::clone(&done_rx));
+                thread::spawn(move || {
+                    let g = l.try_read_for(Duration::from_secs(30)).unwrap().unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    // Held until every reader held it.
+                    done_rx
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(30))
+                        .unwrap();
+                    drop(g);
+                })
+            })
+            .collect();
+        assert!(common::wait_until(Duration::from_secs(20), || {
+            zcard(&mut conn, &key(&name, ":rwait")) == READERS
+        }));
+        let op = rw_op(&name, "read");
+        let pats: Vec<&[u8]> = op.iter().map(Vec::as_slice).collect();
+        proxy.delay_reply_to(&pats, DELAY, READERS + 1);
+        let released = Instant::now();
+        w.unlock().unwrap();
+        let mut at = Vec::new();
+        for _ in 0..READERS {
+            let t = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            at.push(t - released);
+        }
+        at.sort();
+        println!("rw: {READERS} readers held the lock {at:?} after the writer's one release");
+        let last = at[READERS - 1];
+        assert!(
+            last < DELAY * 3,
+            "the last reader held it {last:?} after the release: woken one after another"
+        );
+        assert_eq!(
+            proxy.delays(),
+            READERS,
+            "read calls after the release (one per reader)"
+        );
+        for _ in 0..READERS {
+            done_tx.send(()).unwrap();
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+}
+
+/// Cut replies of write and read acquires are recognised on the retry (one writer entry, one
+/// reader entry, no orphan), and a cut release reply is recognised too (`Ok`, nothing left).
+#[test]
+fn cut_rw_replies_count_once_and_leave_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("rw-cut");
+        let l = client.rw_lock(&name).unwrap();
+        let theirs = other.rw_lock(&name).unwrap();
+        for op in ["write", "release_write"] {
+            let o = rw_op(&name, op);
+            let pats: Vec<&[u8]> = o.iter().map(Vec::as_slice).collect();
+            proxy.cut_reply_to(&pats, 1);
+        }
+        let w = l.try_write().unwrap().expect("free");
+        assert!(common::exists(&mut conn, &key(&name, "")));
+        assert!(theirs.try_read().unwrap().is_none());
+        w.unlock().unwrap();
+        assert_eq!(proxy.cuts(), 2, "the replies were not cut");
+        assert!(!common::exists(&mut conn, &key(&name, "")));
+        for op in ["read", "release_read"] {
+            let o = rw_op(&name, op);
+            let pats: Vec<&[u8]> = o.iter().map(Vec::as_slice).collect();
+            proxy.cut_reply_to(&pats, 1);
+        }
+        let r = l.try_read().unwrap().expect("free");
+        assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 1);
+        assert!(theirs.try_write().unwrap().is_none());
+        r.unlock().unwrap();
+        assert_eq!(proxy.cuts(), 4, "the replies were not cut");
+        assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 0);
+        let w = theirs.try_write().unwrap().expect("nothing left behind");
+        w.unlock().unwrap();
+    });
+}
+
+/// The fencing counter written by a write acquire expires a day after its last write; a
+/// writer after it expired still gets a larger token.
+#[test]
+fn rw_fence_counter_expires_and_tokens_keep_rising() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(&url).unwrap();
+        let name = common::unique_name("rw-fence-ttl");
+        let fence = common::fence_key(&name);
+        let l = client.rw_lock(&name).unwrap();
+        let w = l.write().unwrap();
+        let t1 = w.fencing_token();
+        w.unlock().unwrap();
+        let day = 24 * 3600 * 1000;
+        let pttl = common::pttl(&mut conn, &fence);
+        assert!(
+            pttl > day - 60_000 && pttl <= day,
+            "fence expires in {pttl} ms"
+        );
+        let _: () = redis::cmd("DEL").arg(&fence).query(&mut conn).unwrap();
+        let w = l.write().unwrap();
+        assert!(w.fencing_token() > t1);
+        w.unlock().unwrap();
+    });
+}
+
+/// Every blocking call of a read-write lock keeps its documented bound against a stalled
+/// server (`SIGSTOP`), for readers and writers: the `try_` forms within connect + command
+/// timeout, the `_for` / `_until` forms by `max(wait, connect) + command`, `read()` and
+/// `write()` within `max(retry, connect + command)`, `unlock()` and a guard's drop within
+/// connect + command. Twice: first on pooled connections, then on new ones.
+#[test]
+fn every_rw_call_keeps_its_bound_against_a_stalled_server() {
+    let server = RedisServer::start();
+    let pid = server.pid();
+    let _cont = bounds::ContinueOnDrop(pid);
+    let url = server.url();
+    let timings = with_deadline(Duration::from_secs(120), move || {
+        let client = bounds::client(&url);
+        let l = |n: &str| client.rw_lock(&common::unique_name(n)).unwrap();
+        let (a, b, c, d) = (l("rb-a"), l("rb-b"), l("rb-c"), l("rb-d"));
+        let mut reads = vec![a.read().unwrap(), b.read().unwrap()];
+        let mut writes = vec![c.write().unwrap(), d.write().unwrap()];
+        let free = l("rb-free");
+        common::signal(pid, "STOP");
+        let mut t = bounds::Timings::default();
+        for round in 1..=2 {
+            t.time(format!("{round}: try_read"), bounds::ONE, true, || {
+                bounds::show_opt(&free.try_read())
+            });
+            t.time(format!("{round}: try_write"), bounds::ONE, true, || {
+                bounds::show_opt(&free.try_write())
+            });
+            t.time(
+                format!("{round}: try_read_for"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_read_for(bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: try_write_until"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&free.try_write_until(Instant::now() + bounds::WAIT)),
+            );
+            t.time(format!("{round}: read"), bounds::retrying(), true, || {
+                bounds::show(&free.read())
+            });
+            t.time(format!("{round}: write"), bounds::retrying(), true, || {
+                bounds::show(&free.write())
+            });
+            let r = reads.remove(0);
+            t.time(format!("{round}: unlock read"), bounds::ONE, true, || {
+                bounds::show(&r.unlock())
+            });
+            let w = writes.remove(0);
+            t.time(format!("{round}: drop write"), bounds::ONE, false, || {
+                drop(w);
+                "dropped".into()
+            });
+        }
+        t
+    });
+    timings.assert_kept();
+}

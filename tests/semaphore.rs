@@ -1,0 +1,575 @@
+//! The leased semaphore on real `redis-server` processes: permit accounting across processes
+//! (with holders killed and restarted), wake-up on release, dead and paused holders, changing
+//! the permit count, bad input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/bounds.rs"]
+mod bounds;
+#[path = "support/checker.rs"]
+mod checker;
+mod common;
+#[path = "support/proxy.rs"]
+mod proxy;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use checker::{Interval, Store, StoreClient, mono_ns};
+use common::{RedisServer, TestChild, with_deadline};
+use locksmith::{Client, Error};
+use proxy::Proxy;
+
+/// Allowance for scheduling delays on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+fn client_with_lease(url: &str, lease: Duration) -> Client {
+    Client::builder(url).lease(lease).build().unwrap()
+}
+
+fn holders_key(name: &str) -> String {
+    format!("locksmith:{{{}}}:sem", common::encode_name(name))
+}
+
+/// The largest number of `held` intervals of `lock` open at one time (an end and a start at
+/// the same instant do not overlap).
+fn max_concurrent(intervals: &[Interval]) -> usize {
+    let mut events: Vec<(u64, i32)> = intervals
+        .iter()
+        .filter(|i| i.held)
+        .flat_map(|i| [(i.start, 1), (i.end, -1)])
+        .collect();
+    events.sort();
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        max = max.max(now);
+    }
+    usize::try_from(max).unwrap()
+}
+
+#[test]
+fn sweep_counts_overlaps() {
+    let iv = |s, e, held| Interval {
+        lock: "l".into(),
+        pid: 1,
+        worker: 0,
+        token: 0,
+        start: s,
+        end: e,
+        held,
+    };
+    assert_eq!(max_concurrent(&[iv(0, 10, true), iv(10, 20, true)]), 1);
+    assert_eq!(
+        max_concurrent(&[iv(0, 10, true), iv(5, 20, true), iv(6, 7, true)]),
+        3
+    );
+    assert_eq!(max_concurrent(&[iv(0, 10, true), iv(5, 20, false)]), 1);
+}
+
+#[test]
+fn permits_are_counted() {
+    let server = RedisServer::start();
+    let name = common::unique_name("sem-basic");
+    let a = Client::open(&server.url()).unwrap();
+    let b = Client::open(&server.url()).unwrap();
+    let sa = a.semaphore(&name, 3).unwrap();
+    let sb = b.semaphore(&name, 3).unwrap();
+    with_deadline(Duration::from_secs(30), move || {
+        assert_eq!(sa.available().unwrap(), 3);
+        let p1 = sa.acquire().unwrap();
+        let p2 = sb.acquire_many(2).unwrap();
+        assert_eq!(p2.permits(), 2);
+        assert_eq!(sa.available().unwrap(), 0);
+        assert!(sa.try_acquire().unwrap().is_none());
+        assert!(
+            sb.try_acquire_for(Duration::from_millis(50))
+                .unwrap()
+                .is_none()
+        );
+        p1.release().unwrap();
+        assert!(
+            sa.try_acquire_many_for(2, Duration::ZERO)
+                .unwrap()
+                .is_none()
+        );
+        let p3 = sb.try_acquire().unwrap().expect("one free");
+        assert!(p3.is_held());
+        p3.check().unwrap();
+        drop(p2);
+        assert_eq!(sa.available().unwrap(), 2);
+        drop(p3);
+        // A permit may be released by another thread.
+        let p = sa.acquire_many(3).unwrap();
+        thread::scope(|s| {
+            s.spawn(move || p.release().unwrap());
+        });
+        assert_eq!(sa.available().unwrap(), 3);
+    });
+}
+
+#[test]
+fn a_release_wakes_a_waiter_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("sem-wake");
+    let a = Client::open(&url).unwrap();
+    let sa = a.semaphore(&name, 1).unwrap();
+    let p = sa.acquire().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (url2, name2) = (url.clone(), name.clone());
+    let w = thread::spawn(move || {
+        let b = Client::open(&url2).unwrap();
+        let sb = b.semaphore(&name2, 1).unwrap();
+        let p = sb.acquire().unwrap();
+        tx.send(Instant::now()).unwrap();
+        p.release().unwrap();
+    });
+    let mut conn = server.conn();
+    let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        common::numsub(&mut conn, &channel) == 1
+    }));
+    // The waiter may still be in its attempt; it re-checks after the release either way.
+    let released = Instant::now();
+    p.release().unwrap();
+    let at = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        at - released < Duration::from_secs(2),
+        "woken {:?} after the release (lease 30 s)",
+        at - released
+    );
+    w.join().unwrap();
+}
+
+/// Two handles with different counts share the permits: each acquire is checked against its
+/// caller's count; lowering revokes nothing.
+#[test]
+fn changing_the_permit_count() {
+    let server = RedisServer::start();
+    let name = common::unique_name("sem-count");
+    let c = Client::open(&server.url()).unwrap();
+    let one = c.semaphore(&name, 1).unwrap();
+    let three = c.semaphore(&name, 3).unwrap();
+    let p1 = one.acquire().unwrap();
+    assert!(one.try_acquire().unwrap().is_none());
+    let p2 = three
+        .try_acquire()
+        .unwrap()
+        .expect("raised count: free at once");
+    let p3 = three
+        .try_acquire()
+        .unwrap()
+        .expect("raised count: free at once");
+    assert!(three.try_acquire().unwrap().is_none());
+    assert_eq!(one.available().unwrap(), 0);
+    // Lowering back to one: three permits stay held until released.
+    assert!(p1.is_held() && p2.is_held() && p3.is_held());
+    drop(p3);
+    assert_eq!(three.available().unwrap(), 1);
+    assert!(one.try_acquire().unwrap().is_none(), "2 held, count 1");
+    drop(p2);
+    assert!(one.try_acquire().unwrap().is_none(), "1 held, count 1");
+    drop(p1);
+    assert!(one.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn bad_input() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = Client::open(&server.url()).unwrap();
+    assert!(c.semaphore("", 1).unwrap_err().is_invalid_name());
+    assert!(matches!(
+        c.semaphore("s", 0),
+        Err(Error::InvalidConfig {
+            field: "permits",
+            ..
+        })
+    ));
+    let s = c.semaphore("s", 2).unwrap();
+    for n in [0, 3] {
+        assert!(matches!(
+            s.acquire_many(n),
+            Err(Error::InvalidConfig { field: "n", .. })
+        ));
+    }
+    let name = common::unique_name("sem-foreign");
+    redis::cmd("SET")
+        .arg(holders_key(&name))
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    let s = c.semaphore(&name, 2).unwrap();
+    assert!(matches!(s.try_acquire(), Err(Error::ForeignKey { .. })));
+    let v: String = redis::cmd("GET")
+        .arg(holders_key(&name))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(v, "x");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Across processes
+// ---------------------------------------------------------------------------------------------
+
+/// Child: `LS_THREADS` workers, each taking one permit at a time for `LS_RUN_MS`, logging every
+/// critical section as an interval.
+#[test]
+fn child_sem_workers() {
+    if !common::is_child("sem-workers") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
+    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
+    let permits: u32 = common::child_env("LS_PERMITS").parse().unwrap();
+    let run = Duration::from_millis(common::child_env("LS_RUN_MS").parse().unwrap());
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let sem = client.semaphore(&name, permits).unwrap();
+    println!("started");
+    let end = Instant::now() + run;
+    thread::scope(|s| {
+        for worker in 0..threads {
+            let (sem, name) = (&sem, &name);
+            s.spawn(move || {
+                let mut store = StoreClient::connect(port);
+                while Instant::now() < end {
+                    let p = sem.acquire().unwrap();
+                    let start = mono_ns();
+                    p.check().unwrap();
+                    thread::sleep(Duration::from_millis(2));
+                    let stop = mono_ns();
+                    let held = p.check().is_ok();
+                    store.interval(&Interval {
+                        lock: name.clone(),
+                        pid: std::process::id(),
+                        worker,
+                        token: 0,
+                        start,
+                        end: stop,
+                        held,
+                    });
+                    p.release().unwrap();
+                }
+            });
+        }
+    });
+    println!("done");
+}
+
+fn spawn_workers(url: &str, name: &str, store: &Store, permits: u32, run_ms: u64) -> TestChild {
+    TestChild::spawn(
+        "child_sem_workers",
+        "sem-workers",
+        &[
+            ("LS_URL", url.to_string()),
+            ("LS_NAME", name.to_string()),
+            ("LS_STORE", store.port().to_string()),
+            ("LS_THREADS", "3".to_string()),
+            ("LS_PERMITS", permits.to_string()),
+            ("LS_RUN_MS", run_ms.to_string()),
+            ("LS_LEASE_MS", "1000".to_string()),
+        ],
+    )
+}
+
+/// 3 processes x 3 threads on 3 permits: never more than 3 critical sections at once, and
+/// more than one at a time (it is a semaphore, not a mutex).
+#[test]
+fn permit_accounting_across_processes() {
+    let server = RedisServer::start();
+    let store = Store::start();
+    let name = common::unique_name("sem-acct");
+    let permits = 3;
+    let children: Vec<TestChild> = (0..3)
+        .map(|_| spawn_workers(&server.url(), &name, &store, permits, 1500))
+        .collect();
+    for c in &children {
+        c.wait_line("done", Duration::from_secs(60));
+    }
+    let intervals = store.intervals();
+    let max = max_concurrent(&intervals);
+    println!(
+        "semaphore: {} sections, at most {max} at once",
+        intervals.len()
+    );
+    assert!(intervals.len() > 50, "{}", intervals.len());
+    assert!(max <= permits as usize, "{max} permits held at once");
+    assert!(max >= 2, "never more than one holder");
+}
+
+/// Worker processes killed with SIGKILL (mid-section, holding permits) and restarted, while
+/// others run: the count is never exceeded, and the dead processes' permits come back.
+#[test]
+fn count_holds_while_holders_crash_and_restart() {
+    let server = RedisServer::start();
+    let store = Store::start();
+    let name = common::unique_name("sem-crash");
+    let permits = 2;
+    let survivors: Vec<TestChild> = (0..2)
+        .map(|_| spawn_workers(&server.url(), &name, &store, permits, 5000))
+        .collect();
+    for _ in 0..3 {
+        let mut victim = spawn_workers(&server.url(), &name, &store, permits, 60_000);
+        victim.wait_line("started", Duration::from_secs(30));
+        let before = store.intervals().len();
+        assert!(common::wait_until(Duration::from_secs(10), || {
+            store.intervals().len() > before + 10
+        }));
+        victim.kill9();
+    }
+    for c in &survivors {
+        c.wait_line("done", Duration::from_secs(60));
+    }
+    let intervals = store.intervals();
+    let max = max_concurrent(&intervals);
+    println!(
+        "semaphore with crashes: {} sections, at most {max} at once",
+        intervals.len()
+    );
+    assert!(max <= permits as usize, "{max} permits held at once");
+    let c = Client::open(&server.url()).unwrap();
+    let sem = c.semaphore(&name, permits).unwrap();
+    // Every permit back within a lease of the last kill.
+    assert!(common::wait_until(Duration::from_secs(1) + SLACK, || {
+        sem.available().unwrap() == permits
+    }));
+}
+
+/// Child: takes `LS_N` permits, prints `held`, then prints `lost` once its permit says the
+/// lease is gone, and `release refused` when the release reports it.
+#[test]
+fn child_sem_holder() {
+    if !common::is_child("sem-holder") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let n: u32 = common::child_env("LS_N").parse().unwrap();
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let sem = client.semaphore(&name, n).unwrap();
+    let p = sem.acquire_many(n).unwrap();
+    println!("held");
+    while p.is_held() {
+        thread::sleep(Duration::from_millis(20));
+    }
+    println!("lost");
+    let e = p.release().unwrap_err();
+    assert!(e.is_lease_lost(), "{e}");
+    println!("release refused");
+}
+
+fn spawn_holder(url: &str, name: &str, n: u32, lease: Duration) -> TestChild {
+    let c = TestChild::spawn(
+        "child_sem_holder",
+        "sem-holder",
+        &[
+            ("LS_URL", url.to_string()),
+            ("LS_NAME", name.to_string()),
+            ("LS_N", n.to_string()),
+            ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    c.wait_line("held", Duration::from_secs(30));
+    c
+}
+
+#[test]
+fn killed_holder_gives_its_permits_back_within_a_lease() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("sem-kill");
+    let mut holder = spawn_holder(&url, &name, 2, lease);
+    let c = client_with_lease(&url, lease);
+    let sem = c.semaphore(&name, 2).unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    let killed = Instant::now();
+    holder.kill9();
+    let p = with_deadline(Duration::from_secs(20), move || {
+        let p = sem
+            .try_acquire_many_for(2, Duration::from_secs(10))
+            .unwrap();
+        (p.is_some(), Instant::now())
+    });
+    assert!(p.0);
+    let waited = p.1 - killed;
+    println!("semaphore: holder killed, permits back {waited:?} later");
+    assert!(waited <= lease + SLACK, "{waited:?}");
+}
+
+#[test]
+fn paused_holder_loses_its_permit_and_says_so() {
+    let lease = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("sem-pause");
+    let holder = spawn_holder(&url, &name, 1, lease);
+    holder.signal("STOP");
+    let stopped = Instant::now();
+    let c = client_with_lease(&url, lease);
+    let sem = c.semaphore(&name, 1).unwrap();
+    let p = sem.try_acquire_for(Duration::from_secs(10)).unwrap();
+    let waited = stopped.elapsed();
+    assert!(p.is_some());
+    assert!(waited <= lease + SLACK, "{waited:?}");
+    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
+    holder.signal("CONT");
+    holder.wait_line("lost", Duration::from_secs(5));
+    holder.wait_line("release refused", Duration::from_secs(5));
+    // The resumed holder took nothing from the new one.
+    let p = p.unwrap();
+    assert!(p.is_held());
+    assert_eq!(sem.available().unwrap(), 0);
+    p.release().unwrap();
+}
+
+/// Redis restarts empty while a holder holds the only permit and two threads wait: the holder
+/// reports itself lost, and the waiters get the permit one at a time soon after the restart.
+#[test]
+fn waiters_recover_from_a_redis_restart() {
+    let lease = Duration::from_secs(1);
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("sem-restart");
+    let holder = client_with_lease(&url, lease);
+    let sem = holder.semaphore(&name, 1).unwrap();
+    let p = sem.acquire().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
+            thread::spawn(move || {
+                let c = client_with_lease(&url, lease);
+                let s = c.semaphore(&name, 1).unwrap();
+                let p = s.try_acquire_for(Duration::from_secs(20)).unwrap().unwrap();
+                let start = mono_ns();
+                thread::sleep(Duration::from_millis(20));
+                let end = mono_ns();
+                tx.send((Instant::now(), start, end)).unwrap();
+                p.release().unwrap();
+            })
+        })
+        .collect();
+    let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        common::numsub(&mut conn, &channel) == 2
+    }));
+    server.restart();
+    let restarted = Instant::now();
+    let mut got: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
+        .collect();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let last = got.iter().map(|x| x.0 - restarted).max().unwrap();
+    println!("semaphore: 2 waiters served {last:?} after the restart");
+    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
+    got.sort_by_key(|x| x.1);
+    assert!(got[0].2 <= got[1].1, "two holders of one permit");
+    assert!(common::wait_until(lease + SLACK, || !p.is_held()));
+    assert!(p.release().unwrap_err().is_lease_lost());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults on the wire
+// ---------------------------------------------------------------------------------------------
+
+const SEM_LUA: &str = include_str!("../src/scripts/sem_permits.lua");
+
+/// A cut acquire reply is recognised on the retry: the permits are counted once, not twice;
+/// a cut release reply is recognised too: `Ok`, and every permit free again.
+#[test]
+fn cut_semaphore_replies_count_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let proxy = Proxy::start(server.port());
+    let purl = proxy.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::open(&purl).unwrap();
+        let name = common::unique_name("sem-cut");
+        let sem = client.semaphore(&name, 3).unwrap();
+        let sha = redis::Script::new(SEM_LUA).get_hash().to_string();
+        let hk = holders_key(&name);
+        for op in ["$7\r\nacquire\r\n", "$7\r\nrelease\r\n"] {
+            proxy.cut_reply_to(&[sha.as_bytes(), hk.as_bytes(), op.as_bytes()], 1);
+        }
+        let p = sem
+            .try_acquire_many_for(2, Duration::from_secs(5))
+            .unwrap()
+            .unwrap();
+        let held: usize = redis::cmd("HLEN").arg(&hk).query(&mut conn).unwrap();
+        assert_eq!(held, 1, "one acquisition on the server");
+        assert_eq!(sem.available().unwrap(), 1, "two permits counted once");
+        p.release().unwrap();
+        assert_eq!(proxy.cuts(), 2, "the replies were not cut");
+        assert_eq!(sem.available().unwrap(), 3);
+    });
+}
+
+/// Every blocking call of a semaphore keeps its documented bound against a stalled server
+/// (`SIGSTOP`): `try_acquire` and `available` within connect + command timeout, the `_for` /
+/// `_until` forms by `max(wait, connect) + command`, `acquire()` within `max(retry, connect +
+/// command)`, `release()` and a permit's drop within connect + command. Twice: first on
+/// pooled connections, then on new ones.
+#[test]
+fn every_semaphore_call_keeps_its_bound_against_a_stalled_server() {
+    let server = RedisServer::start();
+    let pid = server.pid();
+    let _cont = bounds::ContinueOnDrop(pid);
+    let url = server.url();
+    let timings = with_deadline(Duration::from_secs(90), move || {
+        let client = bounds::client(&url);
+        let sem = client.semaphore(&common::unique_name("sb"), 8).unwrap();
+        let mut held: Vec<_> = (0..4).map(|_| sem.acquire().unwrap()).collect();
+        let full = client
+            .semaphore(&common::unique_name("sb-full"), 1)
+            .unwrap();
+        common::signal(pid, "STOP");
+        let mut t = bounds::Timings::default();
+        for round in 1..=2 {
+            t.time(format!("{round}: try_acquire"), bounds::ONE, true, || {
+                bounds::show_opt(&full.try_acquire())
+            });
+            t.time(
+                format!("{round}: try_acquire_for"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&full.try_acquire_for(bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: try_acquire_until"),
+                bounds::waiting(),
+                true,
+                || bounds::show_opt(&full.try_acquire_until(Instant::now() + bounds::WAIT)),
+            );
+            t.time(
+                format!("{round}: acquire"),
+                bounds::retrying(),
+                true,
+                || bounds::show(&full.acquire()),
+            );
+            t.time(format!("{round}: available"), bounds::ONE, true, || {
+                bounds::show(&full.available())
+            });
+            let p = held.remove(0);
+            t.time(format!("{round}: release"), bounds::ONE, true, || {
+                bounds::show(&p.release())
+            });
+            let p = held.remove(0);
+            t.time(format!("{round}: drop"), bounds::ONE, false, || {
+                drop(p);
+                "dropped".into()
+            });
+        }
+        t
+    });
+    timings.assert_kept();
+}
