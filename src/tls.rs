@@ -490,8 +490,22 @@ pub(crate) fn explain(
         ConnectionAddr::Tcp(host, port) => Some(format!("{host}:{port}")),
         _ => None,
     });
+    // Closed by the server after the connection was made (not refused, not timed out).
+    let closed = |r: &redis::RedisError| {
+        r.is_connection_dropped()
+            && !r.is_connection_refusal()
+            && io_error(r).is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    io::ErrorKind::UnexpectedEof
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::BrokenPipe
+                )
+            })
+    };
     match (&e, plain) {
-        (Error::Redis(r), Some(h)) if r.is_connection_dropped() && !r.is_timeout() => bad(format!(
+        (Error::Redis(r), Some(h)) if closed(r) => bad(format!(
             "{h} closed the connection at the first plain-text command ({r}): if that port \
              expects TLS, use a rediss:// URL"
         )),
