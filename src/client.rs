@@ -8,6 +8,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as PlMutex;
+use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::backend::{Backend, Node};
 use crate::conn::Resolve;
@@ -23,6 +24,7 @@ use crate::scripts::Kind;
 use crate::semaphore::Semaphore;
 use crate::sentinel::Sentinel;
 use crate::subscriber::Subscriber;
+use crate::tls::{self, Tls, TlsCerts};
 
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_millis(30);
@@ -141,6 +143,7 @@ pub struct ClientBuilder {
     retry_timeout: Duration,
     max_hold: Option<Duration>,
     on_lost: Option<LostHook>,
+    tls: TlsCerts,
 }
 
 impl ClientBuilder {
@@ -371,6 +374,26 @@ impl ClientBuilder {
         })
     }
 
+    /// Trusts the CA whose certificate (PEM) is given, for `rediss://` connections, instead
+    /// of the system's root certificates (for a private CA, or a managed service's own). The
+    /// PEM may hold several certificates. Checked by [`build`](Self::build).
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and its private key (both PEM) on `rediss://`
+    /// connections, for servers that require mutual TLS (`tls-auth-clients yes`). Checked by
+    /// [`build`](Self::build).
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Checks the settings, connects to Redis and starts the client's two threads.
     ///
     /// Returns within twice the connect timeout plus the command timeout (one master): a
@@ -379,6 +402,8 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] or [`Error::InvalidUrl`] for bad settings (before any I/O);
+    /// [`Error::Tls`] when a certificate given to the builder is unusable (before any I/O) or
+    /// a TLS connection cannot be set up (naming the check that failed);
     /// [`Error::Redis`] when Redis cannot be reached within the connect timeout or refuses
     /// the connection; [`Error::Spawn`] when a thread cannot be started.
     pub fn build(self) -> Result<Client> {
@@ -405,6 +430,7 @@ impl ClientBuilder {
                 )
             }
         };
+        let tls = self.tls_setup(&infos)?;
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
         let quorum_timeout = match self.topology {
@@ -428,7 +454,7 @@ impl ClientBuilder {
             .iter()
             .zip(names)
             .map(|(info, name)| {
-                let pool = Pool::new(info.clone(), node_timeouts)?;
+                let pool = Pool::new(info.clone(), node_timeouts, tls.as_deref())?;
                 let pool = match &resolver {
                     Some(r) => pool.with_resolver(Arc::clone(r) as Arc<dyn Resolve>),
                     None => pool,
@@ -447,11 +473,14 @@ impl ClientBuilder {
             .with_wait_replicas(config.wait_replicas),
         );
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
-        backend.ping(Deadline::after(config.one_call()))?;
+        backend
+            .ping(Deadline::after(config.one_call()))
+            .map_err(|e| tls::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::connect(
             infos,
             node_timeouts,
+            tls,
             resolver.clone().map(|r| r as Arc<dyn Resolve>),
         )?;
         if let Some(r) = &resolver {
@@ -502,6 +531,37 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner { shared, threads }),
         })
+    }
+}
+
+impl ClientBuilder {
+    /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
+    /// a warning once for `#insecure` URLs.
+    fn tls_setup(&self, infos: &[ConnectionInfo]) -> Result<Option<Arc<Tls>>> {
+        let (mut verified, mut insecure) = (false, false);
+        for info in infos {
+            if let ConnectionAddr::TcpTls { insecure: i, .. } = info.addr() {
+                if *i {
+                    insecure = true;
+                } else {
+                    verified = true;
+                }
+            }
+        }
+        if !verified && !insecure {
+            return Ok(None);
+        }
+        if insecure {
+            log::warn!(
+                "a rediss:// URL ends in #insecure: the server's certificate is NOT verified, \
+                 so anyone on the path can pose as that server"
+            );
+        }
+        Ok(Some(Arc::new(Tls::new(
+            self.tls.clone(),
+            verified,
+            insecure,
+        )?)))
     }
 }
 
@@ -942,6 +1002,7 @@ impl Client {
             retry_timeout: Duration::from_secs(10),
             max_hold: None,
             on_lost: None,
+            tls: TlsCerts::default(),
         }
     }
 

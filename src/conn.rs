@@ -15,14 +15,16 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
+use crate::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
 const MAX_IDLE: usize = 32;
 
 /// Checks a Redis URL and names the part that is wrong.
 ///
-/// Accepted: `redis://[user:password@]host[:port][/db]`, `redis+unix:///path` and
-/// `unix:///path`. `rediss://` needs TLS support, which this build does not include.
+/// Accepted: `redis://[user:password@]host[:port][/db]`, the same with `rediss://` (TLS;
+/// a trailing `#insecure` skips certificate verification), `redis+unix:///path` and
+/// `unix:///path`.
 pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
     let bad = |reason: String| Error::InvalidUrl { reason };
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -32,8 +34,8 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
         )));
     };
     match scheme {
-        "redis" => {
-            let authority = rest.split('/').next().unwrap_or("");
+        "redis" | "rediss" => {
+            let authority = rest.split(['/', '#', '?']).next().unwrap_or("");
             let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
             let (host, port) = match host_port.rsplit_once(':') {
                 Some((h, p)) if !h.ends_with(']') || host_port.starts_with('[') => (h, Some(p)),
@@ -54,14 +56,10 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
             }
         }
         "redis+unix" | "unix" => {}
-        "rediss" => {
-            return Err(bad(
-                "the scheme `rediss` needs TLS support, which this build does not include".into(),
-            ));
-        }
         other => {
             return Err(bad(format!(
-                "the scheme `{other}` is not supported (expected redis:// or redis+unix://)"
+                "the scheme `{other}` is not supported (expected redis://, rediss:// or \
+                 redis+unix://)"
             )));
         }
     }
@@ -69,7 +67,9 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
         .into_connection_info()
         .map_err(|e| bad(e.detail().unwrap_or("could not be parsed").to_owned()))?;
     match info.addr() {
-        ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(..) => Ok(info),
+        ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. } | ConnectionAddr::Unix(..) => {
+            Ok(info)
+        }
         _ => Err(bad("this address type is not supported".into())),
     }
 }
@@ -279,7 +279,8 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(info: ConnectionInfo, timeouts: Timeouts) -> Result<Self> {
+    /// A pool for `info`; a `rediss://` address gets its certificates from `tls`.
+    pub(crate) fn new(info: ConnectionInfo, timeouts: Timeouts, tls: Option<&Tls>) -> Result<Self> {
         let settings = info.redis_settings();
         // The `redis` crate would run the handshake itself, reading each reply with the whole
         // remaining connect timeout (so a stalled server costs a connect timeout per command):
@@ -307,7 +308,7 @@ impl Pool {
             .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
             .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name());
         Ok(Pool {
-            client: redis::Client::open(bare)?,
+            client: client_for(bare, tls)?,
             handshake: (!handshake.is_empty()).then_some(handshake),
             handshake_replies,
             timeouts,
@@ -401,6 +402,19 @@ impl Pool {
     }
 }
 
+/// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
+/// the builder's certificates (the system's roots when none were given).
+fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
+    match (info.addr(), tls) {
+        (ConnectionAddr::TcpTls { .. }, Some(tls))
+            if tls.certs.root.is_some() || tls.certs.client.is_some() =>
+        {
+            Ok(redis::Client::build_with_tls(info, tls.certs.for_redis())?)
+        }
+        _ => Ok(redis::Client::open(info)?),
+    }
+}
+
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection
 /// (so that a call retries and the address is resolved again).
 fn check_master(reply: &Value) -> Result<()> {
@@ -443,7 +457,9 @@ mod tests {
         assert!(msg("redis://").contains("host"));
         assert!(msg("redis://127.0.0.1:notaport/").contains("port `notaport`"));
         assert!(msg("redis://127.0.0.1:0/").contains("port"));
-        assert!(msg("rediss://127.0.0.1/").contains("TLS"));
+        assert!(msg("rediss://127.0.0.1:0/").contains("port"));
+        assert!(parse_url("rediss://127.0.0.1:6380/").is_ok());
+        assert!(parse_url("rediss://u:p@127.0.0.1:6380#insecure").is_ok());
         assert!(msg("127.0.0.1:6379").contains("no scheme"));
         assert!(parse_url("redis://127.0.0.1:6379/").is_ok());
         assert!(parse_url("redis://user:pw@localhost/2").is_ok());

@@ -59,6 +59,14 @@ pub enum Error {
         /// How many are needed (a majority).
         needed: usize,
     },
+    /// A TLS connection could not be set up: the server's certificate is not signed by a
+    /// trusted CA, has expired or is for another host; the server does not speak TLS, or
+    /// refused the client certificate; or a certificate given to the builder is unusable.
+    /// Returned by `build()`, before anything is locked.
+    Tls {
+        /// Which check failed, and what to do about it.
+        reason: String,
+    },
     /// Fewer replicas than [`wait_replicas`](crate::ClientBuilder::wait_replicas) asks for
     /// confirmed an acquisition within its timeout. The acquisition was undone: the lock is
     /// not held by this call.
@@ -91,6 +99,11 @@ impl Error {
     /// True when the lease was lost: [`Error::LeaseLost`] or [`Error::NotOwner`].
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost | Error::NotOwner)
+    }
+
+    /// True for [`Error::Tls`].
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Error::Tls { .. })
     }
 
     /// True for [`Error::Timeout`] and for Redis I/O errors caused by a timeout.
@@ -157,6 +170,7 @@ impl fmt::Display for Error {
                 f,
                 "no quorum: {reached} master(s) answered, {needed} needed"
             ),
+            Error::Tls { reason } => write!(f, "TLS failure: {reason}"),
             Error::NotReplicated { acked, needed } => write!(
                 f,
                 "not replicated: {acked} of {needed} replica(s) confirmed the acquisition in \

@@ -150,8 +150,13 @@
 //!
 //! # Cargo features
 //!
-//! None yet: `default = []`. TLS (`rediss://`) is not supported in this version; such a URL
-//! gives [`Error::InvalidUrl`].
+//! None: `default = []`. TLS (`rediss://`) is always built in, through the `redis` crate's
+//! rustls support and rustls's `ring` crypto provider (pure Rust and C/assembly built by
+//! `cc`: no cmake, no system OpenSSL). It is not a feature because every build, and the tests
+//! run without `--features`, should be able to reach a managed Redis, which nearly always
+//! requires TLS. Certificates are verified against the system's root certificates
+//! ([`ClientBuilder::tls_root_cert`] trusts a private CA instead); when no crypto provider is
+//! installed for the process, locksmith installs `ring` as rustls's default.
 
 mod backend;
 mod client;
@@ -164,12 +169,12 @@ mod keys;
 mod mutex;
 mod redlock;
 mod renewal;
-mod resp;
 mod rwlock;
 mod scripts;
 mod semaphore;
 mod sentinel;
 mod subscriber;
+mod tls;
 
 pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};

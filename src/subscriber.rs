@@ -29,14 +29,40 @@
 //!
 //! # Writes and reads
 //!
-//! The thread owns the read half of the socket. `SUBSCRIBE` and `UNSUBSCRIBE` are written by
-//! the waiter's own thread on a clone of the socket, under the table lock, so the order of
-//! writes matches the order of table changes and a new waiter's subscription goes out at once.
+//! The thread owns the read side of the connection. `SUBSCRIBE` and `UNSUBSCRIBE` are written
+//! by the waiter's own thread on a clone of it, under the table lock, so the order of writes
+//! matches the order of table changes and a new waiter's subscription goes out at once.
 //! Confirmations come back in the order the commands were written; `pending` pairs each one
 //! with the entry it was written for.
+//!
+//! # The transport, and why it is this one
+//!
+//! One socket (TCP, TLS over TCP, or Unix), written by waiting threads and read by the
+//! subscriber thread at the same time:
+//!
+//! - Plain TCP and Unix: the socket is cloned; the thread blocks in `read` on its clone while
+//!   writers write on theirs. Nothing is shared but the kernel's socket.
+//! - TLS ([`TlsStream`]): rustls's connection state is shared under a lock by the reader and
+//!   the writers, over a cloned `TcpStream`. The reader blocks on the socket *without* the
+//!   lock and takes it only to decrypt what arrived; a writer takes it to encrypt and send.
+//!   So a `SUBSCRIBE` goes out at once over TLS too, and plain TCP pays nothing for TLS
+//!   (not even a lock).
+//!
+//! The other design, a thread that owns a `redis` connection and is woken through a private
+//! control channel, needs a way to wake a thread blocked in a read: a socket timeout (adding
+//! up to its length to every new subscription) or a second socket to poll, and the thread
+//! would make every waiter's `SUBSCRIBE` a message to it. The shared-state design keeps the
+//! write on the waiter's thread, where it is today. For a later Cluster client (one pub/sub
+//! connection per master, one thread), the same `Stream` can be made non-blocking and read
+//! when a poller (e.g. the `polling` crate, which starts no threads) says it is readable;
+//! rustls's `read_tls`/`process_new_packets` already work on whatever bytes arrived.
+//!
+//! Replies are parsed with the `redis` crate's [`redis::Parser`], which keeps a partly read
+//! reply across a read timeout and resumes it on the next read; so an idle timeout is
+//! harmless wherever it falls, and `PING` probes follow the heartbeat alone.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -47,11 +73,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use redis::io::tcp::socket2::SockRef;
-use redis::{ConnectionAddr, ConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 
 use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
-use crate::resp::{self, Resp};
+use crate::tls::{Tls, TlsStream};
 
 /// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
 pub(crate) const RECHECK: Duration = Duration::from_millis(100);
@@ -61,46 +87,68 @@ const HEARTBEAT: Duration = Duration::from_secs(2);
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A TCP or Unix socket.
+/// A TCP, TLS or Unix socket.
 #[derive(Debug)]
 enum Stream {
     Tcp(TcpStream),
+    Tls(TlsStream),
     Unix(UnixStream),
 }
 
-impl Stream {
-    /// Connects within `by` (and the connect timeout), with TCP keepalive on.
-    fn connect(info: &ConnectionInfo, timeouts: Timeouts, by: Deadline) -> Result<Stream> {
-        let stream = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let mut last = None;
-                let mut found = None;
-                for addr in (host.as_str(), *port)
-                    .to_socket_addrs()
-                    .map_err(Error::io)?
-                {
-                    match TcpStream::connect_timeout(&addr, by.cap(timeouts.connect)?) {
-                        Ok(s) => {
-                            found = Some(s);
-                            break;
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                let s = match (found, last) {
-                    (Some(s), _) => s,
-                    (None, Some(e)) => return Err(Error::io(e)),
-                    (None, None) => {
-                        return Err(Error::InvalidUrl {
-                            reason: format!("the host `{host}` resolves to no address"),
-                        });
-                    }
-                };
+/// Connects to `host:port` within `by` (and the connect timeout), trying each address, with
+/// TCP keepalive on.
+fn connect_tcp(host: &str, port: u16, timeouts: Timeouts, by: Deadline) -> Result<TcpStream> {
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs().map_err(Error::io)? {
+        match TcpStream::connect_timeout(&addr, by.cap(timeouts.connect)?) {
+            Ok(s) => {
                 s.set_nodelay(true).map_err(Error::io)?;
                 SockRef::from(&s)
                     .set_tcp_keepalive(&keepalive())
                     .map_err(Error::io)?;
-                Stream::Tcp(s)
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => Error::io(e),
+        None => Error::InvalidUrl {
+            reason: format!("the host `{host}` resolves to no address"),
+        },
+    })
+}
+
+impl Stream {
+    /// Connects (and runs the TLS handshake of a `rediss://` address) within `by` and the
+    /// connect timeout.
+    fn connect(
+        info: &ConnectionInfo,
+        timeouts: Timeouts,
+        tls: Option<&Tls>,
+        by: Deadline,
+    ) -> Result<Stream> {
+        let by = by.min(Deadline::after(timeouts.connect));
+        let stream = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => Stream::Tcp(connect_tcp(host, *port, timeouts, by)?),
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => {
+                let Some(config) = tls.and_then(|tls| tls.config(*insecure)) else {
+                    return Err(Error::Tls {
+                        reason: "no TLS configuration for a rediss:// address".into(),
+                    });
+                };
+                let tcp = connect_tcp(host, *port, timeouts, by)?;
+                Stream::Tls(TlsStream::handshake(
+                    tcp,
+                    host,
+                    config,
+                    by.cap(timeouts.connect)?,
+                )?)
             }
             ConnectionAddr::Unix(path) => {
                 Stream::Unix(UnixStream::connect(path).map_err(Error::io)?)
@@ -123,6 +171,10 @@ impl Stream {
                 s.set_read_timeout(t)?;
                 s.set_write_timeout(t)
             }
+            Stream::Tls(s) => {
+                s.tcp().set_read_timeout(t)?;
+                s.tcp().set_write_timeout(t)
+            }
             Stream::Unix(s) => {
                 s.set_read_timeout(t)?;
                 s.set_write_timeout(t)
@@ -133,6 +185,7 @@ impl Stream {
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Tls(s) => s.tcp().set_write_timeout(t),
             Stream::Unix(s) => s.set_write_timeout(t),
         }
     }
@@ -140,6 +193,7 @@ impl Stream {
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
         })
     }
@@ -147,6 +201,7 @@ impl Stream {
     fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
         };
     }
@@ -156,6 +211,7 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
         }
     }
@@ -165,29 +221,82 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
         }
     }
 }
 
+/// The read side of a pub/sub connection: the socket and the parser that keeps a partly read
+/// reply across read timeouts.
+struct ReadHalf {
+    stream: Stream,
+    parser: redis::Parser,
+}
+
+impl ReadHalf {
+    fn next(&mut self) -> redis::RedisResult<Value> {
+        self.parser.parse_value(&mut self.stream)
+    }
+}
+
+/// `args` as one RESP command.
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut cmd = redis::Cmd::new();
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.get_packed_command()
+}
+
+/// The error of a pub/sub handshake read: a plain-text connection that the server closed at
+/// once was most likely made to a TLS port.
+fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
+    let plain = matches!(info.addr(), ConnectionAddr::Tcp(..));
+    if plain && (e.is_connection_dropped() || e.is_unrecoverable_error()) && !e.is_timeout() {
+        return Error::Tls {
+            reason: format!(
+                "{} closed the connection at the first plain-text command ({e}): if that \
+                 port expects TLS, use a rediss:// URL",
+                info.addr()
+            ),
+        };
+    }
+    Error::from(e)
+}
+
+/// Opens a TLS connection to `info` and closes it again: the handshake's error, if any (to
+/// explain why a first command failed).
+pub(crate) fn probe(info: &ConnectionInfo, timeouts: Timeouts, tls: &Tls) -> Result<()> {
+    Stream::connect(info, timeouts, Some(tls), Deadline::NONE).map(|s| s.shutdown())
+}
+
 /// Opens a pub/sub connection, authenticates, and returns its read and write halves: all
 /// within one connect timeout.
-fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>, Stream)> {
+fn open(
+    info: &ConnectionInfo,
+    timeouts: Timeouts,
+    tls: Option<&Tls>,
+) -> Result<(ReadHalf, Stream)> {
     let by = Deadline::after(timeouts.connect);
-    let stream = Stream::connect(info, timeouts, by)?;
+    let stream = Stream::connect(info, timeouts, tls, by)?;
     // Each read of the handshake gets what is left of the connect timeout, not all of it.
     let shorten = |s: &Stream| -> Result<()> {
         s.set_timeouts(Some(by.cap(timeouts.connect)?))
             .map_err(Error::io)
     };
     let mut writer = stream.try_clone().map_err(Error::io)?;
-    let mut reader = BufReader::new(stream);
+    let mut reader = ReadHalf {
+        stream,
+        parser: redis::Parser::new(),
+    };
     let settings = info.redis_settings();
     if let Some(password) = settings.password() {
         let mut args: Vec<&[u8]> = vec![b"AUTH"];
@@ -195,26 +304,32 @@ fn open(info: &ConnectionInfo, timeouts: Timeouts) -> Result<(BufReader<Stream>,
             args.push(user.as_bytes());
         }
         args.push(password.as_bytes());
-        writer.write_all(&resp::encode(&args)).map_err(Error::io)?;
-        shorten(reader.get_ref())?;
-        if let Resp::Error(e) = resp::read(&mut reader).map_err(Error::io)? {
-            return Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::AuthenticationFailed,
-                "pub/sub authentication failed",
-                e,
-            ))));
+        writer.write_all(&encode(&args)).map_err(Error::io)?;
+        shorten(&reader.stream)?;
+        match reader.next() {
+            Ok(Value::ServerError(e)) => {
+                return Err(Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::AuthenticationFailed,
+                    "pub/sub authentication failed",
+                    e.to_string(),
+                ))));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(handshake_read_error(e, info)),
         }
     }
     // Name the connection for operators (`CLIENT LIST`); old servers may refuse, which is fine.
     writer
-        .write_all(&resp::encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
+        .write_all(&encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
         .map_err(Error::io)?;
-    shorten(reader.get_ref())?;
-    let _ = resp::read(&mut reader).map_err(Error::io)?;
+    shorten(&reader.stream)?;
+    if let Err(e) = reader.next() {
+        return Err(handshake_read_error(e, info));
+    }
     // From here on, reads wake up every HEARTBEAT when the connection is idle. The two halves
     // are one socket with one pair of timeouts: set each direction once, from its own side.
     reader
-        .get_ref()
+        .stream
         .set_timeouts(Some(HEARTBEAT))
         .map_err(Error::io)?;
     writer
@@ -230,16 +345,26 @@ fn open_any(
     infos: &[ConnectionInfo],
     start: usize,
     timeouts: Timeouts,
-) -> Result<(BufReader<Stream>, Stream, usize)> {
+    tls: Option<&Tls>,
+) -> Result<(ReadHalf, Stream, usize)> {
     let mut last = None;
     for k in 0..infos.len() {
         let i = (start + k) % infos.len();
-        match open(&infos[i], timeouts) {
+        match open(&infos[i], timeouts, tls) {
             Ok((r, w)) => return Ok((r, w, i)),
             Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or(Error::config("masters", "must name at least one Redis URL")))
+}
+
+/// The bytes of a simple or bulk string.
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
 }
 
 /// One thread waiting for a lock.
@@ -308,7 +433,7 @@ impl Table {
         let Some(w) = self.writer.as_mut() else {
             return false;
         };
-        match w.write_all(&resp::encode(args)) {
+        match w.write_all(&encode(args)) {
             Ok(()) => true,
             Err(e) => {
                 log::debug!("pub/sub write failed: {e}");
@@ -337,6 +462,8 @@ pub(crate) struct Subscriber {
     /// The index of the master listened on (or tried next).
     current: AtomicUsize,
     timeouts: Timeouts,
+    /// The TLS set-up of `rediss://` masters.
+    tls: Option<Arc<Tls>>,
     table: Mutex<Table>,
     stop: AtomicBool,
     /// Dropped (closed) to interrupt the thread's reconnect backoff.
@@ -345,7 +472,7 @@ pub(crate) struct Subscriber {
 
 /// The read side handed to the thread.
 pub(crate) struct Reader {
-    reader: BufReader<Stream>,
+    reader: ReadHalf,
     stop_rx: Receiver<()>,
 }
 
@@ -361,15 +488,17 @@ impl Subscriber {
     pub(crate) fn connect(
         infos: Vec<ConnectionInfo>,
         timeouts: Timeouts,
+        tls: Option<Arc<Tls>>,
         resolver: Option<Arc<dyn Resolve>>,
     ) -> Result<(Arc<Self>, Reader)> {
-        let (reader, writer, current) = open_any(&infos, 0, timeouts)?;
+        let (reader, writer, current) = open_any(&infos, 0, timeouts, tls.as_deref())?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let sub = Arc::new(Subscriber {
             infos,
             resolver,
             current: AtomicUsize::new(current),
             timeouts,
+            tls,
             table: Mutex::new(Table {
                 writer: Some(writer),
                 ..Table::default()
@@ -448,27 +577,18 @@ impl Subscriber {
         log::debug!("subscriber thread stopped");
     }
 
-    /// Reads and handles one reply, or notices an idle connection.
-    fn read_one(&self, r: &mut BufReader<Stream>) -> io::Result<()> {
-        if r.buffer().is_empty() {
-            // Between replies: a read timeout here only means the connection was idle.
-            match io::BufRead::fill_buf(r) {
-                Ok([]) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return self.idle();
-                }
-                Err(e) => return Err(e),
+    /// Reads and handles one reply, or notices an idle connection. A read timeout, between
+    /// replies or inside one (the parser resumes it), means the connection was silent for a
+    /// heartbeat.
+    fn read_one(&self, r: &mut ReadHalf) -> io::Result<()> {
+        match r.next() {
+            Ok(value) => {
+                self.dispatch(value);
+                Ok(())
             }
+            Err(e) if e.is_timeout() => self.idle(),
+            Err(e) => Err(io::Error::other(e.to_string())),
         }
-        let value = resp::read(r)?;
-        self.dispatch(value);
-        Ok(())
     }
 
     /// The connection was silent for a heartbeat: probe it, or give up on it if the previous
@@ -492,14 +612,14 @@ impl Subscriber {
         }
     }
 
-    fn dispatch(&self, value: Resp) {
+    fn dispatch(&self, value: Value) {
         let mut table = self.table.lock();
         table.ping_outstanding = false;
-        let Resp::Array(Some(items)) = value else {
+        let Value::Array(items) = value else {
             // `+PONG` when nothing is subscribed, or an error reply: most likely a refused
             // SUBSCRIBE (an ACL without the permission). Its waiters stay unconfirmed and
             // fall back to bounded re-checks.
-            if let Resp::Error(e) = value {
+            if let Value::ServerError(e) = value {
                 let refused = table.pending.pop_front();
                 drop(table);
                 match refused {
@@ -514,8 +634,8 @@ impl Subscriber {
             }
             return;
         };
-        let kind = items.first().and_then(Resp::bytes).unwrap_or_default();
-        let channel = items.get(1).and_then(Resp::bytes).unwrap_or_default();
+        let kind = items.first().and_then(bytes).unwrap_or_default();
+        let channel = items.get(1).and_then(bytes).unwrap_or_default();
         match kind {
             b"message" => {
                 let Some(ch) = std::str::from_utf8(channel)
@@ -526,7 +646,7 @@ impl Subscriber {
                     return;
                 };
                 drop(table);
-                let payload = items.get(2).and_then(Resp::bytes).map(<[u8]>::to_vec);
+                let payload = items.get(2).and_then(bytes).map(<[u8]>::to_vec);
                 let mut st = ch.state.lock();
                 st.epoch += 1;
                 st.message = payload;
@@ -568,14 +688,19 @@ impl Subscriber {
 
     /// Opens a new connection and subscribes every channel that still has waiters. Each leader
     /// is woken once (epoch bump) to re-check, since releases may have been missed meanwhile.
-    fn reconnect(&self) -> Result<BufReader<Stream>> {
+    fn reconnect(&self) -> Result<ReadHalf> {
         let start = self.current.load(Ordering::Relaxed);
         let (reader, writer, current) = match &self.resolver {
             Some(r) => {
                 let info = r.resolve(Deadline::after(self.timeouts.connect), true)?;
-                open_any(std::slice::from_ref(&info), 0, self.timeouts)?
+                open_any(
+                    std::slice::from_ref(&info),
+                    0,
+                    self.timeouts,
+                    self.tls.as_deref(),
+                )?
             }
-            None => open_any(&self.infos, start, self.timeouts)?,
+            None => open_any(&self.infos, start, self.timeouts, self.tls.as_deref())?,
         };
         self.current.store(current, Ordering::Relaxed);
         let mut table = self.table.lock();
@@ -786,5 +911,52 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         self.leave(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gives its chunks one per read, with a read timeout between them.
+    struct Chunks(VecDeque<Option<&'static [u8]>>);
+
+    impl Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.pop_front() {
+                Some(Some(c)) => {
+                    buf[..c.len()].copy_from_slice(c);
+                    Ok(c.len())
+                }
+                Some(None) => Err(io::ErrorKind::WouldBlock.into()),
+                None => Ok(0),
+            }
+        }
+    }
+
+    /// A read timeout inside a reply loses nothing: the parser resumes it on the next read,
+    /// and the reply after it is read whole.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_reply_split_by_a_read_timeout_is_resumed() {
+        let mut r = Chunks(VecDeque::from([
+            Some(&b"*3\r\n$7\r\nmessage\r\n$2"[..]),
+            None,
+            Some(&b"\r\nch\r\n$8\r\nreleased\r\n*3\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n:1\r\n"[..]),
+        ]));
+        let mut p = redis::Parser::new();
+        let e = p.parse_value(&mut r).unwrap_err();
+        assert!(e.is_timeout(), "{e:?}");
+        let v = p.parse_value(&mut r).unwrap();
+        let Value::Array(items) = v else {
+            panic!("{v:?}")
+        };
+        let words: Vec<_> = items.iter().filter_map(bytes).collect();
+        assert_eq!(words, [&b"message"[..], b"ch", b"released"]);
+        let Value::Array(items) = p.parse_value(&mut r).unwrap() else {
+            panic!()
+        };
+        assert_eq!(items.first().and_then(bytes), Some(&b"subscribe"[..]));
+        assert!(p.parse_value(&mut r).is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `many`, `idle`,
-//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`; the floors always run). `--no-pin` leaves CPU placement to the
+//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler.
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
@@ -50,6 +50,7 @@ mod redlock;
 mod renewal;
 mod report;
 mod support;
+mod tls;
 mod uncontended;
 
 use std::fmt::Display;
@@ -239,7 +240,7 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 10] = [
+    let workloads: [(&str, Workload); 11] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
@@ -250,6 +251,7 @@ fn main() {
         ("idle", idle),
         ("renewal", renewal),
         ("redlock", redlock),
+        ("tls", tls::tls),
     ];
     for (name, f) in workloads {
         if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {

@@ -12,6 +12,8 @@
 //!   hole, killed connections).
 //! - Command counting: [`commandstats`] / [`script_calls`] (`INFO commandstats`), the
 //!   [`Stats`] maps of the benchmark, and [`Monitor`] (`MONITOR`).
+//! - [`TlsFiles`]: a test CA and certificates made with `openssl`, for
+//!   [`RedisServer::start_tls`].
 //! - [`TestChild`]: a child process that re-runs the current test binary in a given role.
 //! - [`thread_count`] and friends: threads of this process, from `/proc`.
 //! - [`with_deadline`] / [`wait_until`]: every blocking step of a test is bounded.
@@ -35,6 +37,7 @@ pub mod sentinel;
 mod server;
 mod stats;
 mod threads;
+mod tls;
 mod wait;
 
 pub use child::{ROLE_VAR, TestChild, child_env, is_child};
@@ -54,4 +57,5 @@ pub use stats::{
     hget, numsub, pttl, script_calls, stat, stats_brief, stats_delta, stats_total, usec_by_command,
 };
 pub use threads::{new_thread_named, rss_kib, tasks, thread_count, thread_cpu_ns};
+pub use tls::{ServerCert, TlsFiles};
 pub use wait::{wait_until, with_deadline};

@@ -7,6 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::names::unique_suffix;
+use crate::tls::{ServerCert, TlsFiles};
 
 /// How long a starting server may take to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,6 +23,17 @@ pub struct RedisServer {
     dir: PathBuf,
     cpu: Option<usize>,
     child: Option<Child>,
+    tls: Option<TlsPort>,
+}
+
+/// The TLS port of a server started by [`RedisServer::start_tls`], and its files.
+#[derive(Debug, Clone)]
+struct TlsPort {
+    port: u16,
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    auth_clients: bool,
 }
 
 impl RedisServer {
@@ -44,6 +56,35 @@ impl RedisServer {
     /// When `redis-server` (or `taskset`) cannot be run, or no server came up after a few
     /// ports; the message holds the tail of the server log.
     pub fn try_start(cpu: Option<usize>) -> Result<RedisServer, String> {
+        RedisServer::try_start_with(cpu, None)
+    }
+
+    /// Starts a server that also listens for TLS on [`RedisServer::tls_port`], presenting
+    /// the server certificate `cert` of `files` (signed by its test CA). With `auth_clients`
+    /// it requires a client certificate signed by the test CA (mutual TLS).
+    ///
+    /// The plain port ([`RedisServer::url`]) stays open, for the tests' own inspection
+    /// connections; the client under test is given [`RedisServer::tls_url`].
+    ///
+    /// # Panics
+    /// If `redis-server` is missing, built without TLS, or does not come up.
+    pub fn start_tls(files: &TlsFiles, cert: ServerCert, auth_clients: bool) -> RedisServer {
+        ensure_redis_server_installed();
+        let (cert, key) = files.server_files(cert);
+        let tls = TlsPort {
+            port: 0,
+            cert,
+            key,
+            ca: files.path("ca.crt"),
+            auth_clients,
+        };
+        match RedisServer::try_start_with(None, Some(tls)) {
+            Ok(server) => server,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn try_start_with(cpu: Option<usize>, tls: Option<TlsPort>) -> Result<RedisServer, String> {
         let dir = std::env::temp_dir().join(format!("locksmith-test-{}", unique_suffix()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("temp dir {}: {e}", dir.display()))?;
         let mut server = RedisServer {
@@ -51,12 +92,21 @@ impl RedisServer {
             dir,
             cpu,
             child: None,
+            tls,
         };
         let mut last_err = String::new();
         // The port was free when probed; another process may take it before the server
         // binds, so try a few.
         for _ in 0..5 {
             server.port = try_free_port()?;
+            if let Some(tls) = server.tls.as_mut() {
+                tls.port = loop {
+                    let p = try_free_port()?;
+                    if p != server.port {
+                        break p;
+                    }
+                };
+            }
             match server.spawn_and_wait() {
                 Ok(()) => return Ok(server),
                 Err(e) => {
@@ -74,6 +124,19 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT/`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TLS port of a server started by [`RedisServer::start_tls`].
+    ///
+    /// # Panics
+    /// If the server has no TLS port.
+    pub fn tls_port(&self) -> u16 {
+        self.tls.as_ref().expect("not a TLS server").port
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT/` (see [`RedisServer::tls_port`]).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port())
     }
 
     /// The TCP port the server listens on.
@@ -175,6 +238,19 @@ impl RedisServer {
             }
             None => Command::new("redis-server"),
         };
+        if let Some(tls) = &self.tls {
+            cmd.args(["--tls-port", &tls.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args([
+                    "--tls-auth-clients",
+                    if tls.auth_clients { "yes" } else { "no" },
+                ]);
+        }
         let child = cmd
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])

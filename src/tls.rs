@@ -1,0 +1,524 @@
+//! TLS for every connection: the certificates a client trusts and presents, the rustls
+//! configuration of the pub/sub connection, a TLS stream that one thread reads while others
+//! write, and errors that say which check failed.
+//!
+//! Command connections get their TLS from the `redis` crate (its rustls support), given the
+//! same certificates. The pub/sub connection is read by the subscriber thread and written by
+//! waiting threads at the same time, which a `redis::Connection` cannot do; so it keeps its
+//! own socket and runs rustls's connection state under a lock (see [`TlsStream`]).
+//!
+//! The crypto provider is rustls's `ring` provider, chosen explicitly for the pub/sub
+//! connection and installed as the process default when no other is (the `redis` crate asks
+//! for the default one).
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
+
+use crate::error::{Error, Result};
+
+/// The certificates given to the builder: a private CA to trust instead of the system's
+/// roots, and a client certificate with its key for mutual TLS (all PEM).
+#[derive(Clone, Default)]
+pub(crate) struct TlsCerts {
+    pub(crate) root: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a key.
+        f.debug_struct("TlsCerts")
+            .field("root", &self.root.as_ref().map(|_| "<pem>"))
+            .field("client", &self.client.as_ref().map(|_| "<pem>"))
+            .finish()
+    }
+}
+
+impl TlsCerts {
+    /// The same certificates for the `redis` crate's command connections.
+    pub(crate) fn for_redis(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.root.clone(),
+        }
+    }
+}
+
+/// The TLS set-up of a client with `rediss://` masters: the certificates for command
+/// connections, and the rustls configurations of the pub/sub connection (verifying, and
+/// for `#insecure` URLs not verifying), made before any I/O so that a bad certificate
+/// fails `build()` at once.
+#[derive(Debug)]
+pub(crate) struct Tls {
+    pub(crate) certs: TlsCerts,
+    verified: Option<Arc<ClientConfig>>,
+    insecure: Option<Arc<ClientConfig>>,
+}
+
+impl Tls {
+    /// The set-up for masters of which some verify certificates (`verified`) and some do not
+    /// (`insecure`).
+    pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
+        install_default_provider();
+        Ok(Tls {
+            verified: if verified {
+                Some(client_config(&certs, false)?)
+            } else {
+                None
+            },
+            insecure: if insecure {
+                Some(client_config(&certs, true)?)
+            } else {
+                None
+            },
+            certs,
+        })
+    }
+
+    /// The pub/sub configuration for an address with this `insecure` flag (`None` only if
+    /// [`Tls::new`] was not asked for that kind).
+    pub(crate) fn config(&self, insecure: bool) -> Option<Arc<ClientConfig>> {
+        if insecure {
+            self.insecure.clone()
+        } else {
+            self.verified.clone()
+        }
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Makes `ring` the process's default provider unless one is installed already (the `redis`
+/// crate builds its configurations with the default provider).
+pub(crate) fn install_default_provider() {
+    if CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: a provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn bad(reason: impl Into<String>) -> Error {
+    Error::Tls {
+        reason: reason.into(),
+    }
+}
+
+/// The rustls configuration of a pub/sub connection: verified against `certs.root` or the
+/// system's roots, presenting `certs.client` if given; no verification when `insecure`.
+pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Arc<ClientConfig>> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("no usable TLS version: {e}")))?;
+    let builder = if insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+    } else {
+        builder.with_root_certificates(root_store(certs.root.as_deref())?)
+    };
+    let config = match &certs.client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| bad(format!("the client certificate is not valid PEM: {e}")))?;
+            if chain.is_empty() {
+                return Err(bad("the client certificate PEM holds no certificate"));
+            }
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| bad(format!("the client key is not a valid PEM key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| bad(format!("the client certificate cannot be used: {e}")))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
+    let mut store = RootCertStore::empty();
+    match pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert =
+                    cert.map_err(|e| bad(format!("the root certificate is not valid PEM: {e}")))?;
+                store
+                    .add(cert)
+                    .map_err(|e| bad(format!("the root certificate cannot be used: {e}")))?;
+            }
+            if store.is_empty() {
+                return Err(bad("the root certificate PEM holds no certificate"));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            store.add_parsable_certificates(found.certs);
+            if store.is_empty() {
+                return Err(bad(
+                    "no system root certificates were found; trust the server's CA with \
+                     `tls_root_cert`",
+                ));
+            }
+        }
+    }
+    Ok(store)
+}
+
+/// The verifier of `#insecure` URLs: accepts any certificate (signatures are still checked,
+/// so the handshake itself is sound).
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS connection over a TCP socket that one thread reads while others write.
+///
+/// rustls's connection state sits under a lock shared by every clone; the socket is cloned.
+/// A reader blocks on the socket WITHOUT the lock, then takes it only to decrypt what
+/// arrived; a writer takes it to encrypt and send. So a waiter's `SUBSCRIBE` never waits for
+/// the subscriber thread's blocked read, exactly as on a plain socket.
+#[derive(Debug)]
+pub(crate) struct TlsStream {
+    tcp: TcpStream,
+    session: Arc<Mutex<ClientConnection>>,
+    /// Ciphertext read from the socket (a reader's own buffer).
+    raw: Vec<u8>,
+}
+
+/// Bytes of ciphertext read at once: no more plaintext than rustls buffers by default.
+const RAW_READ: usize = 8 * 1024;
+
+impl TlsStream {
+    /// Runs the handshake on `tcp` for `host`, finishing within `within` (each socket step
+    /// is bounded by what is left, through the socket's timeouts).
+    pub(crate) fn handshake(
+        tcp: TcpStream,
+        host: &str,
+        config: Arc<ClientConfig>,
+        within: Duration,
+    ) -> Result<TlsStream> {
+        let until = Instant::now() + within;
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| bad(format!("`{host}` is not a valid TLS server name: {e}")))?;
+        let mut conn = ClientConnection::new(config, name)
+            .map_err(|e| bad(format!("cannot start a TLS session: {e}")))?;
+        let mut sock = &tcp;
+        while conn.is_handshaking() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout {
+                    what: "the TLS handshake did not finish within the connect timeout",
+                });
+            }
+            tcp.set_read_timeout(Some(left)).map_err(Error::io)?;
+            tcp.set_write_timeout(Some(left)).map_err(Error::io)?;
+            match conn.complete_io(&mut sock) {
+                Ok((0, 0)) if conn.is_handshaking() => {
+                    return Err(handshake_error(&io::ErrorKind::UnexpectedEof.into(), host));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(handshake_error(&e, host)),
+            }
+        }
+        Ok(TlsStream {
+            tcp,
+            session: Arc::new(Mutex::new(conn)),
+            raw: vec![0; RAW_READ],
+        })
+    }
+
+    /// The socket (timeouts, shutdown).
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// Another handle on the same connection (for the other direction).
+    pub(crate) fn try_clone(&self) -> io::Result<TlsStream> {
+        Ok(TlsStream {
+            tcp: self.tcp.try_clone()?,
+            session: Arc::clone(&self.session),
+            raw: vec![0; RAW_READ],
+        })
+    }
+}
+
+/// Sends whatever rustls has queued (records, alerts, key updates).
+fn flush_tls(conn: &mut ClientConnection, mut sock: &TcpStream) -> io::Result<()> {
+    while conn.wants_write() {
+        conn.write_tls(&mut sock)?;
+    }
+    Ok(())
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            {
+                let mut conn = self.session.lock();
+                match conn.reader().read(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            // Wait for ciphertext without the lock, so that writers are never held up.
+            let n = (&self.tcp).read(&mut self.raw)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let mut conn = self.session.lock();
+            let mut input = &self.raw[..n];
+            while !input.is_empty() {
+                conn.read_tls(&mut input)?;
+                conn.process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            }
+            flush_tls(&mut conn, &self.tcp)?;
+        }
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut conn = self.session.lock();
+        let n = conn.writer().write(buf)?;
+        flush_tls(&mut conn, &self.tcp)?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let mut conn = self.session.lock();
+        flush_tls(&mut conn, &self.tcp)
+    }
+}
+
+/// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
+pub(crate) fn rustls_error<'a>(
+    mut e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    loop {
+        // `RedisError` keeps its cause as an `Arc<dyn Error>`, whose own `source` skips it.
+        if let Some(inner) = e.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+            let inner: &(dyn std::error::Error + 'static) = inner.as_ref();
+            if let Some(t) = rustls_error(inner) {
+                return Some(t);
+            }
+        }
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(t);
+        }
+        e = e.source()?;
+    }
+}
+
+/// Names the check that failed, in words a user can act on.
+pub(crate) fn describe(e: &rustls::Error, host: &str) -> String {
+    use rustls::{AlertDescription as A, CertificateError as C};
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => format!(
+                "the certificate of `{host}` is not signed by a trusted CA (wrong CA? trust the \
+                 server's CA with `tls_root_cert`)"
+            ),
+            C::Expired | C::ExpiredContext { .. } => {
+                format!("the certificate of `{host}` has expired")
+            }
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                format!("the certificate of `{host}` is not valid yet")
+            }
+            C::NotValidForName | C::NotValidForNameContext { .. } => format!(
+                "the certificate presented by `{host}` is not valid for that host name \
+                 (mismatched certificate)"
+            ),
+            other => format!("the certificate of `{host}` was refused: {other:?}"),
+        },
+        rustls::Error::AlertReceived(
+            A::CertificateRequired
+            | A::BadCertificate
+            | A::UnknownCA
+            | A::CertificateUnknown
+            | A::HandshakeFailure,
+        ) => format!(
+            "`{host}` refused the TLS session ({e}): it may require a client certificate signed \
+             by a CA it trusts (`tls_client_cert`)"
+        ),
+        rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => format!(
+            "`{host}` did not answer in TLS ({e}): is this a plain-text port? (then use redis://)"
+        ),
+        other => format!("TLS with `{host}` failed: {other}"),
+    }
+}
+
+/// The error of a failed handshake with `host`.
+pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
+    if let Some(t) = rustls_error(e) {
+        return bad(describe(t, host));
+    }
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::Timeout {
+            what: "the TLS handshake did not finish within the connect timeout",
+        },
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => bad(format!(
+            "`{host}` closed the connection during the TLS handshake ({e}): is this a \
+             plain-text port, or does it require a client certificate?"
+        )),
+        _ => Error::io(io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+/// `e` as a TLS error naming the failed check when it is one (from a `redis` command
+/// connection to `host`); otherwise unchanged.
+pub(crate) fn classify(e: Error, host: &str) -> Error {
+    let found = match &e {
+        Error::Redis(r) => rustls_error(r).map(|t| describe(t, host)),
+        _ => None,
+    };
+    match found {
+        Some(reason) => bad(reason),
+        None => e,
+    }
+}
+
+/// The error of a client's first command (at `build()`), explained where TLS is the likely
+/// cause: a failed TLS check on a `rediss://` master names the check; a TLS master that does
+/// not answer in time is probed with a handshake of its own, to tell a plain-text port from a
+/// slow server; a plain-text connection that the server closed at once was most likely made
+/// to a TLS port.
+pub(crate) fn explain(
+    e: Error,
+    infos: &[redis::ConnectionInfo],
+    tls: Option<&Tls>,
+    timeouts: crate::conn::Timeouts,
+) -> Error {
+    use redis::ConnectionAddr;
+    let tls_master = infos.iter().find_map(|i| match i.addr() {
+        ConnectionAddr::TcpTls { host, .. } => Some((i, host.clone())),
+        _ => None,
+    });
+    if let (Some(tls), Some((info, host))) = (tls, tls_master) {
+        let e = classify(e, &host);
+        if e.is_tls() {
+            return e;
+        }
+        if let Error::Redis(r) = &e
+            && let Some(io) = io_error(r)
+            && !r.is_timeout()
+        {
+            return handshake_error(io, &host);
+        }
+        if e.is_timeout() {
+            return match crate::subscriber::probe(info, timeouts, tls) {
+                Err(p) if p.is_tls() => p,
+                Err(p) if p.is_timeout() => bad(format!(
+                    "`{host}` did not answer the TLS handshake within the connect timeout: is \
+                     this a plain-text port (then use redis://), or is the server stalled?"
+                )),
+                _ => e,
+            };
+        }
+        return e;
+    }
+    let plain = infos.iter().find_map(|i| match i.addr() {
+        ConnectionAddr::Tcp(host, port) => Some(format!("{host}:{port}")),
+        _ => None,
+    });
+    // Closed by the server after the connection was made (not refused, not timed out).
+    let closed = |r: &redis::RedisError| {
+        r.is_connection_dropped()
+            && !r.is_connection_refusal()
+            && io_error(r).is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    io::ErrorKind::UnexpectedEof
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::BrokenPipe
+                )
+            })
+    };
+    match (&e, plain) {
+        (Error::Redis(r), Some(h)) if closed(r) => bad(format!(
+            "{h} closed the connection at the first plain-text command ({r}): if that port \
+             expects TLS, use a rediss:// URL"
+        )),
+        _ => e,
+    }
+}
+
+/// The `io::Error` inside a `RedisError`, if it is one.
+fn io_error(r: &redis::RedisError) -> Option<&io::Error> {
+    let inner = std::error::Error::source(r)?;
+    if let Some(a) = inner.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+        let a: &(dyn std::error::Error + 'static) = a.as_ref();
+        return a.downcast_ref::<io::Error>();
+    }
+    inner.downcast_ref::<io::Error>()
+}
