@@ -670,6 +670,17 @@ pub(crate) struct Terms {
     pub(crate) max_hold: Option<Duration>,
 }
 
+impl Terms {
+    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
+    pub(crate) fn watchdog(config: &Config) -> Terms {
+        Terms {
+            lease: config.lease,
+            watchdog: true,
+            max_hold: config.max_hold,
+        }
+    }
+}
+
 /// What a successful acquire script returned, and when it was sent.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant<'a> {

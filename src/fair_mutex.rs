@@ -275,12 +275,7 @@ impl FairMutex {
     }
 
     fn terms(&self) -> Terms {
-        let config = &self.client.shared().config;
-        Terms {
-            lease: config.lease,
-            watchdog: true,
-            max_hold: config.max_hold,
-        }
+        Terms::watchdog(&self.client.shared().config)
     }
 
     /// One script call (retried once on a new connection), within `by`.
@@ -612,11 +607,7 @@ impl<'a> FairMutexGuard<'a> {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](FairMutexGuard::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        if self.hold.is_held() {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        }
+        self.hold.check()
     }
 
     /// How much longer the lease is known to be valid (zero once lost).

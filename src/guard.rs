@@ -82,11 +82,7 @@ impl<'a> MutexGuard<'a> {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](MutexGuard::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        if self.hold.is_held() {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        }
+        self.hold.check()
     }
 
     /// How much longer the lease is known to be valid (zero once lost): the time until the

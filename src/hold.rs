@@ -153,6 +153,16 @@ impl Hold {
         matches!(self.status(), Status::Valid | Status::Uncertain)
     }
 
+    /// `Ok` while the lease is known valid, [`Error::LeaseLost`] once it is not: what every
+    /// guard's `check()` answers.
+    pub(crate) fn check(&self) -> crate::error::Result<()> {
+        if self.is_held() {
+            Ok(())
+        } else {
+            Err(crate::error::Error::LeaseLost)
+        }
+    }
+
     /// Time left until the local deadline (zero once passed or lost).
     pub(crate) fn validity(&self) -> Duration {
         if !self.is_held() {

@@ -237,12 +237,7 @@ impl RwLock {
     }
 
     fn terms(&self) -> Terms {
-        let config = &self.client.shared().config;
-        Terms {
-            lease: config.lease,
-            watchdog: true,
-            max_hold: config.max_hold,
-        }
+        Terms::watchdog(&self.client.shared().config)
     }
 
     /// One script call (retried once on a new connection), within `by`.
@@ -554,11 +549,7 @@ macro_rules! guard {
             ///
             /// [`Error::LeaseLost`] when the lease is not known valid any more.
             pub fn check(&self) -> Result<()> {
-                if self.hold.is_held() {
-                    Ok(())
-                } else {
-                    Err(Error::LeaseLost)
-                }
+                self.hold.check()
             }
 
             /// How much longer the lease is known to be valid (zero once lost).

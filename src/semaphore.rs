@@ -431,11 +431,7 @@ impl SemaphorePermit<'_> {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](SemaphorePermit::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        if self.hold.is_held() {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        }
+        self.hold.check()
     }
 
     /// How much longer the lease is known to be valid (zero once lost).
