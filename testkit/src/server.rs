@@ -100,12 +100,7 @@ impl RedisServer {
         for _ in 0..5 {
             server.port = try_free_port()?;
             if let Some(tls) = server.tls.as_mut() {
-                tls.port = loop {
-                    let p = try_free_port()?;
-                    if p != server.port {
-                        break p;
-                    }
-                };
+                tls.port = try_free_port()?;
             }
             match server.spawn_and_wait() {
                 Ok(()) => return Ok(server),
@@ -354,10 +349,15 @@ pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<redis::Connec
     Ok(con)
 }
 
-/// A port that was free a moment ago (bind 127.0.0.1:0, read it, release it). Never 6379.
+/// A port for a test server: free a moment ago, never handed out before by this process, and
+/// outside the kernel's range of ephemeral ports, so that neither a second `free_port` call
+/// nor the local end of some outgoing connection takes it before the server binds it.
+///
+/// Ports are drawn from 10000..20000 and `port + 10000` (a cluster node's bus port) is checked
+/// free too; both stay reserved for the life of the process. Never 6379.
 ///
 /// # Panics
-/// If no port of 127.0.0.1 can be bound.
+/// If no such port can be bound.
 pub fn free_port() -> u16 {
     match try_free_port() {
         Ok(port) => port,
@@ -365,17 +365,32 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The ports `free_port` handed out in this process.
+static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
 fn try_free_port() -> Result<u16, String> {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-        let port = l
-            .local_addr()
-            .map_err(|e| format!("local_addr: {e}"))?
-            .port();
-        if port != 6379 {
+    const LOW: u16 = 10_000;
+    const SPAN: u16 = 10_000;
+    const BUS_OFFSET: u16 = 10_000;
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    // Start at a point that differs between processes, then walk the range once.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let seed = (std::process::id() ^ nanos.rotate_left(7)) as u16 % SPAN;
+    for i in 0..SPAN {
+        let port = LOW + (seed + i) % SPAN;
+        if handed.contains(&port) {
+            continue;
+        }
+        let bindable = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if bindable(port) && bindable(port + BUS_OFFSET) {
+            handed.push(port);
             return Ok(port);
         }
     }
+    Err(format!("no free port in {LOW}..{}", LOW + SPAN))
 }
 
 /// Pins every thread of process `pid` (and so the threads and children it starts later) to
