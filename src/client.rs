@@ -551,13 +551,18 @@ impl ClientBuilder {
                 let tls = self.tls_setup(&sentinel_infos)?;
                 let sentinel = Arc::new(Sentinel::new(
                     sentinels,
-                    sentinel_infos,
+                    sentinel_infos.clone(),
                     master,
                     config.timeouts,
                     master_settings,
                     tls.as_deref(),
                 )?);
-                let info = sentinel.resolve(Deadline::after(config.one_call()), true)?;
+                // A TLS failure with the sentinels is named like one with a master.
+                let info = sentinel
+                    .resolve(Deadline::after(config.one_call()), true)
+                    .map_err(|e| {
+                        tls::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
+                    })?;
                 (
                     vec![format!("the Sentinel master `{master}`")],
                     vec![info],

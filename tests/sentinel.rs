@@ -417,6 +417,14 @@ fn tls_sentinels_and_an_acl_user_on_the_master() {
         "{e}"
     );
 
+    // Sentinels whose certificate is not signed by the trusted CA: a TLS error, naming it.
+    let e = Client::sentinel(set.sentinel_urls(), set.master_name())
+        .tls_root_cert(files.other_ca_pem())
+        .connect_timeout(CONNECT)
+        .build()
+        .unwrap_err();
+    assert!(e.is_tls(), "{e}");
+
     let a = builder(MASTER_PASS).build().unwrap();
     let b = builder(MASTER_PASS).build().unwrap();
     let master = set.master_port();
