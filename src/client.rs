@@ -427,7 +427,7 @@ impl ClientBuilder {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = locksmith::Client::sentinel(
     ///     ["rediss://sentinel:s3cret@10.0.0.1:26379", "rediss://sentinel:s3cret@10.0.0.2:26379"],
     ///     "mymaster",
