@@ -144,6 +144,26 @@ pub struct ClientBuilder {
     max_hold: Option<Duration>,
     on_lost: Option<LostHook>,
     tls: TlsCerts,
+    /// The Sentinel master's credentials.
+    master_auth: Option<MasterAuth>,
+    /// The Sentinel master's database.
+    master_db: Option<i64>,
+}
+
+/// The credentials of a master found through Sentinel (the password never printed).
+#[derive(Clone)]
+struct MasterAuth {
+    username: Option<String>,
+    password: String,
+}
+
+impl std::fmt::Debug for MasterAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterAuth")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -394,6 +414,93 @@ impl ClientBuilder {
         self
     }
 
+    /// The credentials of the master found through Sentinel: `AUTH [username] password` on
+    /// every connection to it, command and pub/sub (default: none). A sentinel URL's own
+    /// `user:pass@` authenticates to that sentinel only; the master usually has other
+    /// credentials. `username` `None` is the `default` user (a `requirepass` password).
+    ///
+    /// Applies to [`Client::sentinel`] only (other topologies take the credentials from their
+    /// URLs): set on another topology, or with an empty password or user name, `build()`
+    /// refuses it with [`Error::InvalidConfig`]. A wrong password fails `build()` with the
+    /// server's refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = locksmith::Client::sentinel(
+    ///     ["rediss://sentinel:s3cret@10.0.0.1:26379", "rediss://sentinel:s3cret@10.0.0.2:26379"],
+    ///     "mymaster",
+    /// )
+    /// .tls_root_cert(std::fs::read("ca.crt")?)
+    /// .master_auth(Some("locksmith"), "m4ster-s3cret")
+    /// .master_db(2)
+    /// .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth = Some(MasterAuth {
+            username: username.map(str::to_owned),
+            password: password.to_owned(),
+        });
+        self
+    }
+
+    /// The database of the master found through Sentinel (`SELECT db` on every command
+    /// connection; default 0). Applies to [`Client::sentinel`] only (other topologies take it
+    /// from their URLs' `/db`): set on another topology, or negative, `build()` refuses it with
+    /// [`Error::InvalidConfig`]. A database the server does not have fails `build()` with the
+    /// server's refusal.
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master_db = Some(db);
+        self
+    }
+
+    /// The Sentinel master's credentials and database, checked.
+    fn master_settings(&self) -> Result<redis::RedisConnectionInfo> {
+        let sentinel = matches!(self.topology, Topology::Sentinel { .. });
+        let mut settings = redis::RedisConnectionInfo::default();
+        if let Some(auth) = &self.master_auth {
+            if !sentinel {
+                return Err(Error::config(
+                    "master_auth",
+                    "applies to a Sentinel client (Client::sentinel) only; put the \
+                     credentials in the URL (redis://user:password@host)",
+                ));
+            }
+            if auth.password.is_empty() {
+                return Err(Error::config(
+                    "master_auth",
+                    "the password must not be empty",
+                ));
+            }
+            if let Some(user) = &auth.username {
+                if user.is_empty() {
+                    return Err(Error::config(
+                        "master_auth",
+                        "the user name must not be empty (None is the default user)",
+                    ));
+                }
+                settings = settings.set_username(user);
+            }
+            settings = settings.set_password(&auth.password);
+        }
+        if let Some(db) = self.master_db {
+            if !sentinel {
+                return Err(Error::config(
+                    "master_db",
+                    "applies to a Sentinel client (Client::sentinel) only; put the database \
+                     in the URL (redis://host/db)",
+                ));
+            }
+            if db < 0 {
+                return Err(Error::config("master_db", "must not be negative"));
+            }
+            settings = settings.set_db(db);
+        }
+        Ok(settings)
+    }
+
     /// Checks the settings, connects to Redis and starts the client's two threads.
     ///
     /// Returns within twice the connect timeout plus the command timeout (one master): a
@@ -408,29 +515,62 @@ impl ClientBuilder {
     /// the connection; [`Error::Spawn`] when a thread cannot be started.
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
-        // What each master is called in messages, and how it is reached.
-        let (names, infos, resolver): (Vec<String>, Vec<_>, Option<Arc<Sentinel>>) = match &self
-            .topology
-        {
-            Topology::Single(url) => (vec![conn::redact(url)], vec![conn::parse_url(url)?], None),
-            Topology::Quorum(urls) => (
-                urls.iter().map(|u| conn::redact(u)).collect(),
-                urls.iter()
+        let master_settings = self.master_settings()?;
+        // What each master is called in messages, how it is reached, and the TLS set-up.
+        type Masters = (
+            Vec<String>,
+            Vec<ConnectionInfo>,
+            Option<Arc<Sentinel>>,
+            Option<Arc<Tls>>,
+        );
+        let (names, infos, resolver, tls): Masters = match &self.topology {
+            Topology::Single(url) => {
+                let infos = vec![conn::parse_url(url)?];
+                let tls = self.tls_setup(&infos)?;
+                (vec![conn::redact(url)], infos, None, tls)
+            }
+            Topology::Quorum(urls) => {
+                let infos = urls
+                    .iter()
                     .map(|u| conn::parse_url(u))
-                    .collect::<Result<Vec<_>>>()?,
-                None,
-            ),
+                    .collect::<Result<Vec<_>>>()?;
+                let tls = self.tls_setup(&infos)?;
+                (
+                    urls.iter().map(|u| conn::redact(u)).collect(),
+                    infos,
+                    None,
+                    tls,
+                )
+            }
             Topology::Sentinel { sentinels, master } => {
-                let sentinel = Arc::new(Sentinel::new(sentinels, master, config.timeouts)?);
-                let info = sentinel.resolve(Deadline::after(config.one_call()), true)?;
+                let sentinel_infos = sentinels
+                    .iter()
+                    .map(|u| conn::parse_url(u))
+                    .collect::<Result<Vec<_>>>()?;
+                // The master is reached over TLS exactly when the sentinels are.
+                let tls = self.tls_setup(&sentinel_infos)?;
+                let sentinel = Arc::new(Sentinel::new(
+                    sentinels,
+                    sentinel_infos.clone(),
+                    master,
+                    config.timeouts,
+                    master_settings,
+                    tls.as_deref(),
+                )?);
+                // A TLS failure with the sentinels is named like one with a master.
+                let info = sentinel
+                    .resolve(Deadline::after(config.one_call()), true)
+                    .map_err(|e| {
+                        tls::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
+                    })?;
                 (
                     vec![format!("the Sentinel master `{master}`")],
                     vec![info],
                     Some(sentinel),
+                    tls,
                 )
             }
         };
-        let tls = self.tls_setup(&infos)?;
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
         let quorum_timeout = match self.topology {
@@ -454,7 +594,7 @@ impl ClientBuilder {
             .iter()
             .zip(names)
             .map(|(info, name)| {
-                let pool = Pool::new(info.clone(), node_timeouts, tls.as_deref())?;
+                let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
                 let pool = match &resolver {
                     Some(r) => pool.with_resolver(Arc::clone(r) as Arc<dyn Resolve>),
                     None => pool,
@@ -475,6 +615,15 @@ impl ClientBuilder {
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend
             .ping(Deadline::after(config.one_call()))
+            .map_err(|e| match resolver {
+                Some(_) => conn::auth_hint(
+                    e,
+                    "the Sentinel master",
+                    "its credentials are set with master_auth (a sentinel URL's own \
+                     user:password are the sentinel's)",
+                ),
+                None => e,
+            })
             .map_err(|e| tls::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::connect(
@@ -1014,6 +1163,8 @@ impl Client {
             max_hold: None,
             on_lost: None,
             tls: TlsCerts::default(),
+            master_auth: None,
+            master_db: None,
         }
     }
 

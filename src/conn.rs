@@ -268,6 +268,8 @@ pub(crate) struct Pool {
     /// Where the master is now, for a topology whose master moves (the `client` above is
     /// then unused); each new connection also checks with `ROLE` that it reached a master.
     resolver: Option<std::sync::Arc<dyn Resolve>>,
+    /// The certificates for the resolved master's `rediss://` address.
+    tls: Option<std::sync::Arc<Tls>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -280,7 +282,11 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// A pool for `info`; a `rediss://` address gets its certificates from `tls`.
-    pub(crate) fn new(info: ConnectionInfo, timeouts: Timeouts, tls: Option<&Tls>) -> Result<Self> {
+    pub(crate) fn new(
+        info: ConnectionInfo,
+        timeouts: Timeouts,
+        tls: Option<&std::sync::Arc<Tls>>,
+    ) -> Result<Self> {
         let settings = info.redis_settings();
         // The `redis` crate would run the handshake itself, reading each reply with the whole
         // remaining connect timeout (so a stalled server costs a connect timeout per command):
@@ -308,12 +314,13 @@ impl Pool {
             .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
             .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name());
         Ok(Pool {
-            client: client_for(bare, tls)?,
+            client: client_for(bare, tls.map(|t| &**t))?,
             handshake: (!handshake.is_empty()).then_some(handshake),
             handshake_replies,
             timeouts,
             idle: Mutex::new(Vec::new()),
             resolver: None,
+            tls: tls.cloned(),
         })
     }
 
@@ -337,10 +344,12 @@ impl Pool {
         let by = by.min(Deadline::after(self.timeouts.connect));
         let generation = self.resolver.as_ref().map_or(0, |r| r.generation());
         let moved = match &self.resolver {
-            Some(r) => Some(redis::Client::open(
+            // The address only (with its TLS mode): the handshake is ours, as above.
+            Some(r) => Some(client_for(
                 r.resolve(by, false)?
                     .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
                     .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name()),
+                self.tls.as_deref(),
             )?),
             None => None,
         };
@@ -404,7 +413,7 @@ impl Pool {
 
 /// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
 /// the builder's certificates (the system's roots when none were given).
-fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
+pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
     match (info.addr(), tls) {
         (ConnectionAddr::TcpTls { .. }, Some(tls))
             if tls.certs.root.is_some() || tls.certs.client.is_some() =>
@@ -434,6 +443,25 @@ fn check_master(reply: &Value) -> Result<()> {
             "the server named as master is not one (ROLE: {role:?})"
         )),
     )))
+}
+
+/// `e` with `hint` added when it is a refusal of credentials (`WRONGPASS`, `NOAUTH`, a
+/// failed `AUTH`); other errors unchanged.
+pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
+    match e {
+        Error::Redis(r)
+            if r.kind() == redis::ErrorKind::AuthenticationFailed
+                || r.code().is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
+                || r.to_string().contains("WRONGPASS") =>
+        {
+            Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "credentials refused",
+                format!("{whom} refused the credentials ({r}); {hint}"),
+            )))
+        }
+        e => e,
+    }
 }
 
 /// True when the error says the connection itself is no good any more.

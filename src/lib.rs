@@ -125,7 +125,9 @@
 //! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master); with Sentinel, `3 × connect + 2 × command` |
 //!
 //! With Sentinel, opening a connection includes asking a sentinel for the master's address
-//! and checking its `ROLE`: all of it within the connect timeout, so the bounds above hold.
+//! (its TLS handshake and `AUTH` included) and the master's TLS handshake, `AUTH`
+//! ([`ClientBuilder::master_auth`]), `SELECT` ([`ClientBuilder::master_db`]) and `ROLE`: all of
+//! it within the connect timeout, so the bounds above hold.
 //! With [`ClientBuilder::wait_replicas`]`(n, wait)`, `command` above reads `command + wait`
 //! (the script and `WAIT` share a round trip), and a call refused with
 //! [`Error::NotReplicated`] takes up to one more `command` to undo its grant.

@@ -402,13 +402,26 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     if fence {
         keys.extend(leases.iter().map(|l| l.keys.fence.as_str()));
     }
-    let mut cmd = evalsha(Which::RenewBatch, &keys);
-    cmd.arg(if fence { "1" } else { "0" });
+    // Runs of consecutive leases with one owner and one lease: each run's owner and lease are
+    // sent once (the caller orders the leases so that runs are long).
+    let mut runs: Vec<(&str, u64, usize)> = Vec::new();
     for l in leases {
-        cmd.arg(l.holder.owner)
-            .arg(l.holder.acquisition)
-            .arg(millis(l.lease));
-        if fence {
+        let ms = millis(l.lease);
+        match runs.last_mut() {
+            Some((owner, lease, count)) if *owner == l.holder.owner && *lease == ms => *count += 1,
+            _ => runs.push((l.holder.owner, ms, 1)),
+        }
+    }
+    let mut cmd = evalsha(Which::RenewBatch, &keys);
+    cmd.arg(if fence { "1" } else { "0" }).arg(runs.len());
+    for (owner, lease, count) in runs {
+        cmd.arg(owner).arg(lease).arg(count);
+    }
+    for l in leases {
+        cmd.arg(l.holder.acquisition);
+    }
+    if fence {
+        for l in leases {
             cmd.arg(l.token);
         }
     }
@@ -458,14 +471,23 @@ pub(crate) fn parse_renew(v: &Value) -> Option<bool> {
     int(v).map(|n| n == 1)
 }
 
-/// The outcomes of a renew call that covers `n` leases: an array of `n` renew replies (the
-/// batch script) or, for one lease, one reply. `None` for each lease where the reply says
-/// nothing about it (an error, or a reply of the wrong shape).
+/// The outcomes of a renew call that covers `n` leases: for several, the batch script's array
+/// of the (1-based) positions NOT extended, every other lease extended; for one lease, the
+/// per-lock script's reply. `None` for each lease where the reply says nothing sure about it
+/// (an error, or a reply of the wrong shape).
 pub(crate) fn parse_renews(v: &Value, n: usize) -> Vec<Option<bool>> {
     match v {
-        Value::Array(items) if items.len() == n => items.iter().map(parse_renew).collect(),
-        Value::Array(_) => vec![None; n],
-        v if n == 1 => vec![parse_renew(v)],
+        _ if n == 1 => vec![parse_renew(v)],
+        Value::Array(failed) => {
+            let mut out = vec![Some(true); n];
+            for f in failed {
+                match int(f).and_then(|i| usize::try_from(i).ok()) {
+                    Some(i) if (1..=n).contains(&i) => out[i - 1] = Some(false),
+                    _ => return vec![None; n],
+                }
+            }
+            out
+        }
         _ => vec![None; n],
     }
 }
@@ -588,12 +610,12 @@ mod tests {
                 "p:{a}:lock",
                 "p:{b}:lock",
                 "0",
+                "1",
                 "o",
-                "ga",
                 "3000",
-                "o",
-                "gb",
-                "3000"
+                "2",
+                "ga",
+                "gb"
             ]
         );
         let quorum = renew_many(&[renewing(&a, "ga", 7), renewing(&b, "gb", 9)]);
@@ -606,29 +628,58 @@ mod tests {
                 "p:{a}:fence",
                 "p:{b}:fence",
                 "1",
+                "1",
                 "o",
+                "3000",
+                "2",
                 "ga",
-                "3000",
-                "7",
-                "o",
                 "gb",
-                "3000",
+                "7",
                 "9"
             ]
         );
     }
 
     #[test]
+    fn a_batch_sends_each_owner_and_lease_once_per_run() {
+        let keys: Vec<LockKeys> = (0..4)
+            .map(|i| LockKeys::new("p:", &i.to_string()))
+            .collect();
+        let mut leases: Vec<Renewing<'_>> = keys.iter().map(|k| renewing(k, "g", 0)).collect();
+        leases[2].holder.owner = "other";
+        leases[3].lease = Duration::from_secs(9);
+        let a = args(&renew_many(&leases));
+        assert_eq!(
+            &a[7..],
+            [
+                "0", "3", "o", "3000", "2", "other", "3000", "1", "o", "9000", "1", "g", "g", "g",
+                "g"
+            ]
+        );
+    }
+
+    #[test]
     fn renew_replies_give_one_outcome_per_lease() {
-        let batch = Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(1)]);
+        // The batch script lists the positions it did not extend.
+        let batch = Value::Array(vec![Value::Int(2)]);
         assert_eq!(
             parse_renews(&batch, 3),
             [Some(true), Some(false), Some(true)]
         );
-        assert_eq!(parse_renews(&batch, 2), [None, None]);
+        assert_eq!(parse_renews(&Value::Array(vec![]), 2), [Some(true); 2]);
+        // A position that no lease has: nothing is sure.
+        assert_eq!(
+            parse_renews(&Value::Array(vec![Value::Int(3)]), 2),
+            [None, None]
+        );
+        assert_eq!(
+            parse_renews(&Value::Array(vec![Value::Int(0)]), 2),
+            [None, None]
+        );
+        assert_eq!(parse_renews(&Value::Int(1), 2), [None, None]);
+        assert_eq!(parse_renews(&Value::Nil, 2), [None, None]);
         assert_eq!(parse_renews(&Value::Int(1), 1), [Some(true)]);
         assert_eq!(parse_renews(&Value::Int(0), 1), [Some(false)]);
-        assert_eq!(parse_renews(&Value::Int(1), 2), [None, None]);
         assert_eq!(parse_renews(&Value::Nil, 1), [None]);
     }
 

@@ -23,9 +23,24 @@
 //!   every local waiter to re-check (see `subscriber.rs`). When Sentinel demotes the old
 //!   master it closes its clients (`CLIENT KILL`), so both kinds of connection notice then at
 //!   the latest.
-//! - **Bounds.** A resolution happens inside opening a connection: the sentinel's connect,
-//!   its answer and the master's connect and handshake together keep the connect timeout, and
-//!   the call's own deadline, so every call keeps the bound of the crate's "Time bounds".
+//! - **Bounds.** A resolution happens inside opening a connection: the sentinel's connect
+//!   (with its TLS handshake and `AUTH`), its answer and the master's connect, TLS handshake
+//!   and `AUTH`/`SELECT` together keep the connect timeout, and the call's own deadline, so
+//!   every call keeps the bound of the crate's "Time bounds".
+//!
+//! # TLS and credentials
+//!
+//! As in the `redis` crate's sentinel support (`SentinelNodeConnectionInfo`: a TLS mode and a
+//! `RedisConnectionInfo` for the servers the sentinels name), the sentinels and the master are
+//! configured apart. A sentinel URL carries the sentinel's own credentials (`user:pass@`,
+//! `AUTH` in the `redis` crate's handshake) and scheme. The master's connections, command and
+//! pub/sub, use TLS exactly when the sentinel URLs are `rediss://` (not verifying the
+//! certificate when they end in `#insecure`), with the builder's certificates, and
+//! authenticate with the master's own credentials and database
+//! (`ClientBuilder::master_auth`, `ClientBuilder::master_db`), which a sentinel URL cannot
+//! carry. So all sentinel URLs must agree on the scheme. The master's certificate is checked
+//! against the address the sentinels announce (an IP address unless the deployment announces
+//! host names).
 //!
 //! # Why not `redis::sentinel`
 //!
@@ -45,6 +60,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 
 use crate::conn::{self, Deadline, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
+use crate::tls::Tls;
 
 /// Called when the master was found at another address than before.
 type OnSwitch = Box<dyn Fn() + Send + Sync>;
@@ -53,6 +69,11 @@ type OnSwitch = Box<dyn Fn() + Send + Sync>;
 pub(crate) struct Sentinel {
     /// Each sentinel's URL without its password (for messages), and a client for it.
     sentinels: Vec<(String, redis::Client)>,
+    /// How the master is reached: `None` over plain TCP, else TLS verifying its certificate
+    /// (`Some(false)`) or not (`Some(true)`, `#insecure`).
+    master_tls: Option<bool>,
+    /// The master's credentials and database.
+    master_settings: RedisConnectionInfo,
     /// The sentinel asked first: the one that answered last.
     preferred: AtomicUsize,
     master: String,
@@ -77,8 +98,17 @@ impl fmt::Debug for Sentinel {
 }
 
 impl Sentinel {
-    /// Checks the sentinel URLs and the master name; no I/O.
-    pub(crate) fn new(urls: &[String], master: &str, timeouts: Timeouts) -> Result<Self> {
+    /// Checks the sentinel URLs (parsed as `infos`) and the master name; no I/O. `settings`:
+    /// the master's credentials and database; `tls`: the certificates of `rediss://`
+    /// sentinels (and masters).
+    pub(crate) fn new(
+        urls: &[String],
+        infos: Vec<ConnectionInfo>,
+        master: &str,
+        timeouts: Timeouts,
+        settings: RedisConnectionInfo,
+        tls: Option<&Tls>,
+    ) -> Result<Self> {
         if urls.is_empty() {
             return Err(Error::config(
                 "sentinels",
@@ -88,19 +118,22 @@ impl Sentinel {
         if master.is_empty() {
             return Err(Error::config("master_name", "must not be empty"));
         }
+        let master_tls = tls_mode(urls, &infos)?;
         let sentinels = urls
             .iter()
-            .map(|url| {
-                let info = conn::parse_url(url)?;
+            .zip(infos)
+            .map(|(url, info)| {
                 let settings = info.redis_settings().clone().set_skip_set_lib_name();
                 let info = info
                     .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
                     .set_redis_settings(settings);
-                Ok((conn::redact(url), redis::Client::open(info)?))
+                Ok((conn::redact(url), conn::client_for(info, tls)?))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Sentinel {
             sentinels,
+            master_tls,
+            master_settings: settings,
             preferred: AtomicUsize::new(0),
             master: master.to_owned(),
             timeouts,
@@ -133,7 +166,15 @@ impl Sentinel {
             v => {
                 let (host, port): (String, u16) =
                     redis::from_redis_value(v).map_err(|e| Error::Redis(e.into()))?;
-                Ok(Some(ConnectionAddr::Tcp(host, port)))
+                Ok(Some(match self.master_tls {
+                    None => ConnectionAddr::Tcp(host, port),
+                    Some(insecure) => ConnectionAddr::TcpTls {
+                        host,
+                        port,
+                        insecure,
+                        tls_params: None,
+                    },
+                }))
             }
         }
     }
@@ -169,9 +210,16 @@ impl Sentinel {
                 ),
             ));
         }
-        Err(last_err.unwrap_or(Error::Timeout {
-            what: "no sentinel answered",
-        }))
+        Err(match last_err {
+            Some(e) => conn::auth_hint(
+                e,
+                "a sentinel",
+                "a sentinel's own user:password go in its URL",
+            ),
+            None => Error::Timeout {
+                what: "no sentinel answered",
+            },
+        })
     }
 }
 
@@ -213,7 +261,7 @@ impl Resolve for Sentinel {
         };
         Ok(addr
             .into_connection_info()?
-            .set_redis_settings(RedisConnectionInfo::default()))
+            .set_redis_settings(self.master_settings.clone()))
     }
 
     fn forget(&self) {
@@ -230,4 +278,35 @@ impl Resolve for Sentinel {
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
+}
+
+/// The TLS mode of the master, from the sentinel URLs (which must agree on it): `None` plain,
+/// `Some(insecure)` TLS. Also refuses a database in a sentinel URL (a sentinel has none).
+fn tls_mode(urls: &[String], infos: &[ConnectionInfo]) -> Result<Option<bool>> {
+    let mut mode = None;
+    for (k, (url, info)) in urls.iter().zip(infos).enumerate() {
+        if info.redis_settings().db() != 0 {
+            return Err(Error::config(
+                "sentinels",
+                format!(
+                    "`{}` names a database, but a sentinel has none; set the master's with \
+                     master_db",
+                    conn::redact(url)
+                ),
+            ));
+        }
+        let this = match info.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+            _ => None,
+        };
+        if k > 0 && this != mode {
+            return Err(Error::config(
+                "sentinels",
+                "mix redis://, rediss:// and rediss://...#insecure URLs; the master is reached \
+                 over TLS exactly when the sentinels are, so all sentinel URLs must use one",
+            ));
+        }
+        mode = this;
+    }
+    Ok(mode)
 }

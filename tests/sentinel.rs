@@ -81,6 +81,32 @@ fn bad_sentinel_input_gives_clear_errors() {
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("master_timeout"), "{e}");
+    // The master's credentials and database: for Sentinel only, and sensible.
+    let refused = |b: locksmith::ClientBuilder, field: &str| {
+        let e = b.build().unwrap_err();
+        assert!(e.is_invalid_config(), "{e}");
+        assert!(e.to_string().contains(field), "{e}");
+    };
+    let port = common::free_port();
+    let one = format!("redis://127.0.0.1:{port}/");
+    refused(Client::builder(&one).master_auth(None, "pw"), "master_auth");
+    refused(Client::redlock([&one]).master_db(1), "master_db");
+    let s = || Client::sentinel([&one], "m");
+    refused(s().master_auth(None, ""), "master_auth");
+    refused(s().master_auth(Some(""), "pw"), "master_auth");
+    refused(s().master_db(-1), "master_db");
+    // Sentinel URLs: one scheme for all (the master's TLS follows it), and no database.
+    refused(
+        Client::sentinel([one.clone(), format!("rediss://127.0.0.1:{port}/")], "m"),
+        "sentinels",
+    );
+    refused(
+        Client::sentinel([format!("redis://127.0.0.1:{port}/3")], "m"),
+        "master_db",
+    );
+    // The builder's Debug never shows the master's password.
+    let shown = format!("{:?}", s().master_auth(Some("u"), "hush-hush"));
+    assert!(!shown.contains("hush-hush"), "{shown}");
     // No sentinel reachable: a connection error within the build bound.
     let port = common::free_port();
     let t = Instant::now();
@@ -343,4 +369,148 @@ fn wait_replicas_confirms_or_undoes() {
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("wait_replicas"), "{e}");
+}
+
+/// A Sentinel deployment as production often runs it: TLS for the sentinels, the master, its
+/// replication and the sentinels' links; a password on the sentinels; an ACL user (other than
+/// the sentinels' credentials) on the master. Lock, hand-off between two clients, and a
+/// graceful failover while a lock is held; a wrong master password fails `build()` clearly.
+#[test]
+fn tls_sentinels_and_an_acl_user_on_the_master() {
+    use common::sentinel::{MASTER_PASS, MASTER_USER};
+    let files = common::TlsFiles::generate();
+    let set = SentinelSet::start_secure(&files);
+    let builder = |password: &str| {
+        Client::sentinel(set.sentinel_urls(), set.master_name())
+            .tls_root_cert(files.ca_pem())
+            .master_auth(Some(MASTER_USER), password)
+            // Long enough that the key replicated before the promotion outlives the time the
+            // client takes to learn of it (see the test above).
+            .lease(Duration::from_secs(12))
+            .connect_timeout(CONNECT)
+            .command_timeout(COMMAND)
+            .retry_timeout(Duration::from_secs(20))
+    };
+
+    // A wrong master password: refused at build(), within its bound, saying why.
+    let t = Instant::now();
+    let e = builder("not-the-password").build().unwrap_err();
+    assert!(
+        e.to_string().contains("WRONGPASS") && e.to_string().contains("master_auth"),
+        "{e}"
+    );
+    assert!(t.elapsed() < 3 * CONNECT + 2 * COMMAND + SLACK);
+    // A wrong sentinel password: refused too, naming the sentinels.
+    let wrong: Vec<String> = set
+        .sentinel_urls()
+        .iter()
+        .map(|u| u.replace(":sentinel-pw@", ":wrong@"))
+        .collect();
+    let e = Client::sentinel(wrong, set.master_name())
+        .tls_root_cert(files.ca_pem())
+        .master_auth(Some(MASTER_USER), MASTER_PASS)
+        .connect_timeout(CONNECT)
+        .build()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("a sentinel refused the credentials"),
+        "{e}"
+    );
+
+    // Sentinels whose certificate is not signed by the trusted CA: a TLS error, naming it.
+    let e = Client::sentinel(set.sentinel_urls(), set.master_name())
+        .tls_root_cert(files.other_ca_pem())
+        .connect_timeout(CONNECT)
+        .build()
+        .unwrap_err();
+    assert!(e.is_tls(), "{e}");
+
+    let a = builder(MASTER_PASS).build().unwrap();
+    let b = builder(MASTER_PASS).build().unwrap();
+    let master = set.master_port();
+    let name = unique_name("sentinel-tls");
+    let key = lock_key(&name);
+    let (la, lb) = (a.mutex(&name).unwrap(), b.mutex(&name).unwrap());
+
+    // Locked through TLS as the ACL user: the key is on the master, and every connection of
+    // the clients there is the ACL user's.
+    let guard = la.lock().unwrap();
+    assert!(exists(&set, master, &key));
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut set.conn(master))
+        .unwrap();
+    let ours = clients
+        .lines()
+        .filter(|l| l.contains("user=locksmith"))
+        .count();
+    assert!(
+        ours >= 4,
+        "command and pub/sub connections of both clients: {clients}"
+    );
+
+    // Hand-off between the clients: b waits, a releases, b gets it (woken by the release).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let g = lb.try_lock_for(Duration::from_secs(10)).unwrap().unwrap();
+        tx.send(Instant::now()).unwrap();
+        let token = g.fencing_token();
+        g.unlock().unwrap();
+        (lb, token)
+    });
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        clients_waiting(&set, master) > 0
+    }));
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        got - released < Duration::from_secs(1),
+        "{:?}",
+        got - released
+    );
+    let (lb, handed) = waiter.join().unwrap();
+    let g = lb.lock().unwrap();
+    let token = g.fencing_token();
+    assert!(token > handed);
+
+    // A graceful failover while b holds the lock: the guard is renewed on the new master
+    // (the key replicated before the promotion), reached over TLS as the ACL user.
+    let new = set.failover(Duration::from_secs(20));
+    assert_ne!(new, master);
+    assert!(exists(&set, new, &key), "{}", set.logs(10));
+    // Renewed there: the key's time to live on the new master goes up (it only goes down
+    // otherwise).
+    let before = pttl(&set, new, &key);
+    assert!(before > 0);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || pttl(&set, new, &key) > before),
+        "{}",
+        set.logs(10)
+    );
+    assert!(g.is_held());
+    g.unlock().unwrap();
+    assert!(!exists(&set, new, &key));
+    // The other client locks on the new master too, with a greater token.
+    let g = la.try_lock_for(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(g.fencing_token() > token);
+    assert!(exists(&set, new, &key));
+    drop(g);
+    drop(lb);
+}
+
+/// How many channels have subscribers on the master (a waiter subscribes to its lock's).
+fn clients_waiting(set: &SentinelSet, port: u16) -> i64 {
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut set.conn(port))
+        .unwrap();
+    channels.len() as i64
+}
+
+fn pttl(set: &SentinelSet, port: u16, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut set.conn(port))
+        .unwrap()
 }

@@ -329,8 +329,13 @@ impl Renewer {
     fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
         // Mutex leases share calls of the batch script; other lock types' holds keep their
         // own renew script, one call each.
-        let (mutexes, others): (Vec<usize>, Vec<usize>) =
+        let (mut mutexes, others): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|&i| batch[i].kind == Kind::Mutex);
+        // By owner and lease: a call sends each owner and lease once per run of them.
+        mutexes.sort_by(|&a, &b| {
+            (batch[a].owner.as_str(), batch[a].lease)
+                .cmp(&(batch[b].owner.as_str(), batch[b].lease))
+        });
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
         // No topology of this client spreads keys over Cluster slots: any leases share a call.
         let mut groups: Vec<Vec<usize>> = batch::group(&slots, false, batch::MAX_PER_CALL)
