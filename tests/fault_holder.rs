@@ -222,7 +222,9 @@ fn s03_panicking_holder() {
         "s03: waiter acquired {latency:?} after the panic (lease 30 s); {calls} script calls on \
          the key since (release + acquire + release)"
     );
-    assert!(latency < Duration::from_millis(500), "took {latency:?}");
+    // The point is "at the release, not at the 30 s lease"; the bound leaves room for a loaded
+    // machine (586 ms was once seen with the whole suite running).
+    assert!(latency < Duration::from_secs(3), "took {latency:?}");
     // The holder's release on unwind, the waiter's one acquire, the waiter's release.
     assert!(calls <= 3, "{calls} script calls: the waiter polled");
 }
