@@ -1200,3 +1200,45 @@ fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
         assert_eq!(reports, 0, "a queue place was reported as a lost lease");
     });
 }
+
+/// Waiters with leases of different lengths (clients with different settings): a waiter with
+/// a short lease never shortens the life of the queue below a longer waiter's place. Before,
+/// it set the queue's expiry to its own lease, so the queue could vanish with the longer
+/// waiter's place in it, and a later arrival go first.
+#[test]
+fn a_short_waiter_lease_never_shortens_the_queue() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("fair-mixed-leases");
+    let holder = Client::open(&url).unwrap();
+    let long = client_with_lease(&url, Duration::from_secs(20));
+    let short = client_with_lease(&url, Duration::from_secs(1));
+    with_deadline(Duration::from_secs(30), move || {
+        let lock = holder.fair_mutex(&name).unwrap();
+        let guard = lock.lock().unwrap();
+        let mut conn = server.conn();
+        thread::scope(|s| {
+            let waiter = |client: &Client, name: &str| {
+                let m = client.fair_mutex(name).unwrap();
+                let got = m.try_lock_for(Duration::from_secs(20)).unwrap();
+                assert!(got.is_some());
+            };
+            let (l, n) = (&long, name.as_str());
+            let first = s.spawn(move || waiter(l, n));
+            wait_queued(&mut conn, &name, 1);
+            let sh = &short;
+            let second = s.spawn(move || waiter(sh, n));
+            wait_queued(&mut conn, &name, 2);
+            for key in [queue_key(&name), format!("{}:fair:waiters", tag(&name))] {
+                let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+                assert!(
+                    pttl > 10_000,
+                    "{key} expires in {pttl} ms, before the 20 s lease of a queued waiter"
+                );
+            }
+            drop(guard);
+            first.join().unwrap();
+            second.join().unwrap();
+        });
+    });
+}
