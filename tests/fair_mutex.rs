@@ -1242,3 +1242,45 @@ fn a_short_waiter_lease_never_shortens_the_queue() {
         });
     });
 }
+
+/// A client over several masters (RedLock) is refused by every lock type of the family, with
+/// a clear error and nothing left on the masters: a queue, a set of readers or a set of
+/// permits cannot be kept by majority vote across independent masters.
+#[test]
+fn the_lock_family_refuses_a_client_over_several_masters() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let quorum = Client::redlock(&urls).build().unwrap();
+    let name = common::unique_name("fair-quorum");
+    with_deadline(Duration::from_secs(30), move || {
+        let refused = |r: locksmith::Result<bool>| {
+            let e = r.unwrap_err();
+            assert!(e.is_invalid_config(), "{e}");
+            assert!(e.to_string().contains("one Redis server"), "{e}");
+        };
+        let fair = quorum.fair_mutex(&name).unwrap();
+        refused(fair.try_lock().map(|g| g.is_some()));
+        refused(fair.lock().map(|_| true));
+        refused(
+            fair.try_lock_for(Duration::from_millis(100))
+                .map(|g| g.is_some()),
+        );
+        let rw = quorum.rw_lock(&name).unwrap();
+        refused(rw.read().map(|_| true));
+        refused(rw.try_write().map(|g| g.is_some()));
+        let sem = quorum.semaphore(&name, 2).unwrap();
+        refused(sem.acquire().map(|_| true));
+        refused(
+            sem.try_acquire_for(Duration::from_millis(100))
+                .map(|p| p.is_some()),
+        );
+        refused(sem.available().map(|_| true));
+        for s in &servers {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("locksmith:*")
+                .query(&mut s.conn())
+                .unwrap();
+            assert!(keys.is_empty(), "{keys:?}");
+        }
+    });
+}
