@@ -83,8 +83,13 @@ use crate::subscriber::RECHECK;
 ///
 /// # Topologies
 ///
-/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it: a queue cannot be
-/// kept by majority vote across independent masters.
+/// One Redis server, reached directly ([`Client::open`](crate::Client::open),
+/// [`Client::builder`](crate::Client::builder)) or through Sentinel
+/// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
+/// ([`Client::redlock`](crate::Client::redlock)) every acquiring call returns
+/// [`Error::InvalidConfig`] before anything is sent: the arrival order of a queue cannot be
+/// agreed by majority vote across independent masters (two waiters may each be first on a
+/// different majority), and a direct hand-off is one server's atomic decision.
 ///
 /// # Examples
 ///
