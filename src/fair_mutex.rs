@@ -201,8 +201,15 @@ impl FairMutex {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when Redis cannot be asked.
+    /// [`Error::Redis`] when Redis cannot be asked; [`Error::InvalidConfig`] on a client over
+    /// several masters, before anything is sent (as every call of a fair mutex).
     pub fn is_locked(&self) -> Result<bool> {
+        if self.client.masters() > 1 {
+            return Err(Error::config(
+                "masters",
+                "this lock type needs a client on one Redis server",
+            ));
+        }
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
         shared.backend.exists(&self.keys, by)

@@ -1261,6 +1261,7 @@ fn the_lock_family_refuses_a_client_over_several_masters() {
         let fair = quorum.fair_mutex(&name).unwrap();
         refused(fair.try_lock().map(|g| g.is_some()));
         refused(fair.lock().map(|_| true));
+        refused(fair.is_locked());
         refused(
             fair.try_lock_for(Duration::from_millis(100))
                 .map(|g| g.is_some()),
