@@ -83,8 +83,13 @@ use crate::subscriber::RECHECK;
 ///
 /// # Topologies
 ///
-/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it: a queue cannot be
-/// kept by majority vote across independent masters.
+/// One Redis server, reached directly ([`Client::open`](crate::Client::open),
+/// [`Client::builder`](crate::Client::builder)) or through Sentinel
+/// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
+/// ([`Client::redlock`](crate::Client::redlock)) every acquiring call returns
+/// [`Error::InvalidConfig`] before anything is sent: the arrival order of a queue cannot be
+/// agreed by majority vote across independent masters (two waiters may each be first on a
+/// different majority), and a direct hand-off is one server's atomic decision.
 ///
 /// # Examples
 ///
@@ -196,8 +201,15 @@ impl FairMutex {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when Redis cannot be asked.
+    /// [`Error::Redis`] when Redis cannot be asked; [`Error::InvalidConfig`] on a client over
+    /// several masters, before anything is sent (as every call of a fair mutex).
     pub fn is_locked(&self) -> Result<bool> {
+        if self.client.masters() > 1 {
+            return Err(Error::config(
+                "masters",
+                "this lock type needs a client on one Redis server",
+            ));
+        }
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
         shared.backend.exists(&self.keys, by)

@@ -36,12 +36,18 @@
 //!   survives the loss of a minority of masters. Its locks are the same [`Mutex`] with the
 //!   same guards.
 //! - [`Client::fair_mutex`] gives a [`FairMutex`]: waiters are served in arrival order across
-//!   processes, and a release grants the lock straight to the next waiter (not on a quorum
-//!   client).
+//!   processes, and a release grants the lock straight to the next waiter. Use it when
+//!   starvation matters.
 //! - [`Client::rw_lock`] gives an [`RwLock`]: many readers or one writer across processes,
-//!   reentrant per thread, writer preference by default (not on a quorum client).
+//!   reentrant per thread, writer preference by default. Use it for a read-mostly resource.
 //! - [`Client::semaphore`] gives a [`Semaphore`]: at most N permits held at once across
-//!   processes, each acquisition a lease renewed while held (not on a quorum client).
+//!   processes, each acquisition a lease renewed while held. Use it to cap how many workers
+//!   use a resource at once.
+//! - These three work on one server, directly or through Sentinel, with the same machinery
+//!   as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
+//!   A quorum client refuses them ([`Error::InvalidConfig`] from every call that would reach
+//!   Redis): a queue, a set of readers or a permit count cannot be kept by majority vote
+//!   across independent masters (each type's "Topologies" section says why).
 //! - With Sentinel, [`ClientBuilder::wait_replicas`] makes the master confirm that replicas
 //!   have each acquisition ([`Error::NotReplicated`] otherwise): it narrows, not closes, the
 //!   window in which a failover loses a lock.

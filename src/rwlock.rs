@@ -67,7 +67,13 @@ use crate::subscriber::RECHECK;
 ///
 /// # Topologies
 ///
-/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it.
+/// One Redis server, reached directly ([`Client::open`](crate::Client::open),
+/// [`Client::builder`](crate::Client::builder)) or through Sentinel
+/// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
+/// ([`Client::redlock`](crate::Client::redlock)) every acquiring call returns
+/// [`Error::InvalidConfig`] before anything is sent: the readers, the waiting writers that
+/// hold readers back, and the decision whom a release wakes live in one server's atomic
+/// scripts, and are not kept by majority vote across independent masters.
 ///
 /// # Examples
 ///

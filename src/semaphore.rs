@@ -73,7 +73,13 @@ use crate::subscriber::RECHECK;
 ///
 /// # Topologies
 ///
-/// One Redis server. A [`Redlock`](crate::Redlock) does not offer it.
+/// One Redis server, reached directly ([`Client::open`](crate::Client::open),
+/// [`Client::builder`](crate::Client::builder)) or through Sentinel
+/// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
+/// ([`Client::redlock`](crate::Client::redlock)) every call that reaches Redis returns
+/// [`Error::InvalidConfig`] before anything is sent: a count cannot be kept by majority
+/// vote. With 5 masters each allowing `n` permits and every acquisition on 3 of them, up to
+/// `5n/3` acquisitions could each hold a majority at once.
 ///
 /// # Examples
 ///

@@ -1200,3 +1200,88 @@ fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
         assert_eq!(reports, 0, "a queue place was reported as a lost lease");
     });
 }
+
+/// Waiters with leases of different lengths (clients with different settings): a waiter with
+/// a short lease never shortens the life of the queue below a longer waiter's place. Before,
+/// it set the queue's expiry to its own lease, so the queue could vanish with the longer
+/// waiter's place in it, and a later arrival go first.
+#[test]
+fn a_short_waiter_lease_never_shortens_the_queue() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("fair-mixed-leases");
+    let holder = Client::open(&url).unwrap();
+    let long = client_with_lease(&url, Duration::from_secs(20));
+    let short = client_with_lease(&url, Duration::from_secs(1));
+    with_deadline(Duration::from_secs(30), move || {
+        let lock = holder.fair_mutex(&name).unwrap();
+        let guard = lock.lock().unwrap();
+        let mut conn = server.conn();
+        thread::scope(|s| {
+            let waiter = |client: &Client, name: &str| {
+                let m = client.fair_mutex(name).unwrap();
+                let got = m.try_lock_for(Duration::from_secs(20)).unwrap();
+                assert!(got.is_some());
+            };
+            let (l, n) = (&long, name.as_str());
+            let first = s.spawn(move || waiter(l, n));
+            wait_queued(&mut conn, &name, 1);
+            let sh = &short;
+            let second = s.spawn(move || waiter(sh, n));
+            wait_queued(&mut conn, &name, 2);
+            for key in [queue_key(&name), format!("{}:fair:waiters", tag(&name))] {
+                let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+                assert!(
+                    pttl > 10_000,
+                    "{key} expires in {pttl} ms, before the 20 s lease of a queued waiter"
+                );
+            }
+            drop(guard);
+            first.join().unwrap();
+            second.join().unwrap();
+        });
+    });
+}
+
+/// A client over several masters (RedLock) is refused by every lock type of the family, with
+/// a clear error and nothing left on the masters: a queue, a set of readers or a set of
+/// permits cannot be kept by majority vote across independent masters.
+#[test]
+fn the_lock_family_refuses_a_client_over_several_masters() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let quorum = Client::redlock(&urls).build().unwrap();
+    let name = common::unique_name("fair-quorum");
+    with_deadline(Duration::from_secs(30), move || {
+        let refused = |r: locksmith::Result<bool>| {
+            let e = r.unwrap_err();
+            assert!(e.is_invalid_config(), "{e}");
+            assert!(e.to_string().contains("one Redis server"), "{e}");
+        };
+        let fair = quorum.fair_mutex(&name).unwrap();
+        refused(fair.try_lock().map(|g| g.is_some()));
+        refused(fair.lock().map(|_| true));
+        refused(fair.is_locked());
+        refused(
+            fair.try_lock_for(Duration::from_millis(100))
+                .map(|g| g.is_some()),
+        );
+        let rw = quorum.rw_lock(&name).unwrap();
+        refused(rw.read().map(|_| true));
+        refused(rw.try_write().map(|g| g.is_some()));
+        let sem = quorum.semaphore(&name, 2).unwrap();
+        refused(sem.acquire().map(|_| true));
+        refused(
+            sem.try_acquire_for(Duration::from_millis(100))
+                .map(|p| p.is_some()),
+        );
+        refused(sem.available().map(|_| true));
+        for s in &servers {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("locksmith:*")
+                .query(&mut s.conn())
+                .unwrap();
+            assert!(keys.is_empty(), "{keys:?}");
+        }
+    });
+}

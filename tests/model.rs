@@ -1,10 +1,14 @@
 //! The randomized model test: several processes x several threads run seeded random operation
-//! sequences on a few lock names (every acquire form, re-entry through different handles,
-//! `unlock()` and drop, panics while holding, holds that outlive their lease) while a seeded
+//! sequences on a few plain mutexes, a fair mutex, a read-write lock and a semaphore (every
+//! acquire form, re-entry through different handles, a writer taking read levels, one or two
+//! permits at a time, `unlock()` and drop, panics while holding, holds that outlive their
+//! lease) while a seeded
 //! fault plan stops processes and Redis, restarts Redis empty, kills connections, makes Redis
 //! sleep and cuts, delays or swallows replies. Every critical section, call and lost-lease
 //! callback is logged on one monotonic clock, and a checker asserts: no two owners hold one
-//! name at once unless the earlier was told first, tokens increase in grant order, every call
+//! name at once unless the earlier was told first (readers may share a read-write lock, never
+//! with a writer), the permits held never exceed the semaphore's count, tokens increase in
+//! grant order, every call
 //! keeps its documented time bound, no lost lease is reported twice, and no thread, connection,
 //! channel or key is left over (see `model/check.rs` for why a finding is never a matter of
 //! timing). Every seed that found a defect is kept below as a `seed_<n>_<what>` test.
@@ -16,6 +20,8 @@
 //!   same value to replay).
 //! - `LOCKSMITH_MODEL_SLACK_MS=<ms>`: what a call may take beyond its documented bound
 //!   (default 1000, for a busy machine).
+//! - `LOCKSMITH_MODEL_MUTEX_ONLY=1`: plain mutex operations only, the plans of the seeds
+//!   found before the model knew the other lock types (part of the plan, as the seconds).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -70,26 +76,36 @@ fn secs() -> u64 {
 
 /// Runs `seeds` one after another and fails with every failing seed and how to replay it.
 fn run_seeds(seeds: &[u64]) {
-    run_seeds_for(seeds, secs());
+    let settings = if env_u64("LOCKSMITH_MODEL_MUTEX_ONLY").is_some_and(|v| v != 0) {
+        Settings::mutex_only(secs())
+    } else {
+        Settings::new(secs())
+    };
+    run_seeds_with(seeds, &settings);
 }
 
 /// One seed at a time in this binary: the seeds' processes would otherwise share the two
 /// cores and stretch each other's calls.
 static ONE_SEED_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// [`run_seeds`] with a given run time (it is part of the plan).
-fn run_seeds_for(seeds: &[u64], secs: u64) {
+/// [`run_seeds`] with given settings (the run time and the lock types are part of the plan).
+fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     let _serial = ONE_SEED_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let settings = Settings::new(secs);
+    let secs = settings.secs;
+    let only = if settings.family {
+        ""
+    } else {
+        " LOCKSMITH_MODEL_MUTEX_ONLY=1"
+    };
     let mut failed = Vec::new();
     for &seed in seeds {
-        println!("model: seed {seed}, {secs} s");
+        println!("model: seed {seed}, {secs} s{only}");
         let replay = format!(
-            "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs} \
+            "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs}{only} \
              cargo test --test model -- model_seeds"
         );
         // A process that crashed or hung fails the seed too, and says which seed it was.
-        match std::panic::catch_unwind(|| run::run_seed(seed, &settings)) {
+        match std::panic::catch_unwind(|| run::run_seed(seed, settings)) {
             Ok(outcome) => {
                 println!("model: {}", outcome.report(20));
                 if !outcome.findings.is_empty() {
@@ -139,29 +155,35 @@ fn model_seeds() {
     run_seeds(&seeds);
 }
 
-// Regression seeds: each found a defect of the library. The run time is part of the plan, so
-// each runs with the seconds it was found with.
+// Regression seeds: each found a defect of the library. The run time and the lock types are
+// part of the plan, so each runs with the seconds it was found with, and the seeds found
+// before the model knew the other lock types run with plain mutexes only.
+
+/// The plain mutex plans of a regression seed found before the other lock types.
+fn run_mutex_seed(seed: u64, secs: u64) {
+    run_seeds_with(&[seed], &Settings::mutex_only(secs));
+}
 
 /// Re-entry through a handle with a shorter fixed lease (`with_lease`) under an outer
 /// watchdog or longer fixed lease: the outer guard stayed `is_held()` after the server's key
 /// had expired by the inner lease, and another process took the lock (an overlap).
 #[test]
 fn seed_6_reentry_with_a_shorter_lease_overlaps() {
-    run_seeds_for(&[6], 10);
+    run_mutex_seed(6, 10);
 }
 
 /// Redis stopped for 3.7 s: `unlock()` returned after about three timeouts (waiting for the
 /// renewal in flight, then the release and its retry) instead of one.
 #[test]
 fn seed_25_unlock_past_its_bound_under_a_stopped_redis() {
-    run_seeds_for(&[25], 10);
+    run_mutex_seed(25, 10);
 }
 
 /// The proxy black-holed for 3.8 s: a `lock()` returned its error about 1.4 s past its retry
 /// timeout (plus one command and connect timeout), after the network was back.
 #[test]
 fn seed_1795419263006_lock_past_its_retry_timeout() {
-    run_seeds_for(&[1_795_419_263_006], 15);
+    run_mutex_seed(1_795_419_263_006, 15);
 }
 
 /// A section recorded by hand around one `lock()`. `work` runs while the guard is held; it
@@ -199,6 +221,7 @@ fn hand_section(
         told: 0,
         depth: 0,
         handle: format!("{lease:?}"),
+        access: check::Access::Excl,
     };
     drop(guard);
     section

@@ -764,3 +764,34 @@ fn every_rw_call_keeps_its_bound_against_a_stalled_server() {
     });
     timings.assert_kept();
 }
+
+/// Readers with leases of different lengths (clients with different settings): a reader with
+/// a short lease never shortens the life of the readers' set below a longer reader's lease.
+/// Before, it set the set's expiry to its own lease, so the longer reader's entry vanished
+/// with it while it still held the read lock, and a writer could get in.
+#[test]
+fn a_short_reader_lease_never_shortens_a_longer_one() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("rw-mixed-leases");
+    let long = client_with_lease(&url, Duration::from_secs(20));
+    let short = client_with_lease(&url, Duration::from_secs(1));
+    with_deadline(Duration::from_secs(30), move || {
+        let ll = long.rw_lock(&name).unwrap();
+        let ls = short.rw_lock(&name).unwrap();
+        let reader = ll.read().unwrap();
+        ls.read().unwrap().unlock().unwrap();
+        let mut conn = server.conn();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(key(&name, ":readers"))
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            pttl > 10_000,
+            "the readers' set expires in {pttl} ms, before the 20 s lease still held"
+        );
+        assert!(reader.is_held());
+        assert!(ls.try_write().unwrap().is_none());
+        reader.unlock().unwrap();
+    });
+}

@@ -573,3 +573,33 @@ fn every_semaphore_call_keeps_its_bound_against_a_stalled_server() {
     });
     timings.assert_kept();
 }
+
+/// Holders with leases of different lengths (clients with different settings): an acquire
+/// with a short lease never shortens the life of the semaphore's keys below a longer lease
+/// still running. Before, it set the keys' expiry to its own lease, so the longer holder's
+/// permits vanished from Redis with them, and were counted free, while it still held them.
+#[test]
+fn a_short_lease_never_shortens_a_longer_holders_keys() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("sem-mixed-leases");
+    let long = client_with_lease(&url, Duration::from_secs(20));
+    let short = client_with_lease(&url, Duration::from_secs(1));
+    with_deadline(Duration::from_secs(30), move || {
+        let sl = long.semaphore(&name, 2).unwrap();
+        let ss = short.semaphore(&name, 2).unwrap();
+        let held = sl.acquire().unwrap();
+        ss.acquire().unwrap().release().unwrap();
+        let mut conn = server.conn();
+        for key in [holders_key(&name), format!("{}:leases", holders_key(&name))] {
+            let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+            assert!(
+                pttl > 10_000,
+                "{key} expires in {pttl} ms, before the 20 s lease still held"
+            );
+        }
+        assert!(held.is_held());
+        assert_eq!(ss.available().unwrap(), 1);
+        held.release().unwrap();
+    });
+}

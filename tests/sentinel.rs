@@ -514,3 +514,46 @@ fn pttl(set: &SentinelSet, port: u16, key: &str) -> i64 {
         .query(&mut set.conn(port))
         .unwrap()
 }
+
+/// The fair mutex, the read-write lock and the semaphore through a Sentinel client: the same
+/// lock objects as on one server, on the master the sentinels name.
+#[test]
+fn the_lock_family_works_through_sentinel() {
+    let set = SentinelSet::start();
+    let a = client(&set, Duration::from_secs(5));
+    let b = client(&set, Duration::from_secs(5));
+    let name = unique_name("sentinel-family");
+    common::with_deadline(Duration::from_secs(30), move || {
+        let fair = a.fair_mutex(&name).unwrap();
+        let guard = fair.lock().unwrap();
+        let other = b.fair_mutex(&name).unwrap();
+        assert!(other.try_lock().unwrap().is_none());
+        guard.unlock().unwrap();
+        assert!(other.try_lock().unwrap().is_some());
+
+        let (ra, rb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
+        let read = ra.read().unwrap();
+        let shared = rb.try_read().unwrap().expect("readers share the lock");
+        assert!(rb.try_write().is_err(), "a reader may not write");
+        drop(shared);
+        assert!(
+            rb.try_write().unwrap().is_none(),
+            "a writer waits for readers"
+        );
+        read.unlock().unwrap();
+        let write = rb.try_write().unwrap().expect("free for a writer");
+        assert!(write.fencing_token() > 0);
+        assert!(ra.try_read().unwrap().is_none());
+        drop(write);
+
+        let (sa, sb) = (
+            a.semaphore(&name, 2).unwrap(),
+            b.semaphore(&name, 2).unwrap(),
+        );
+        let two = sa.acquire_many(2).unwrap();
+        assert!(sb.try_acquire().unwrap().is_none());
+        assert_eq!(sb.available().unwrap(), 0);
+        two.release().unwrap();
+        assert!(sb.try_acquire().unwrap().is_some());
+    });
+}

@@ -118,13 +118,23 @@ local function grant_next()
   return head
 end
 
+-- Keeps the queue for at least a lease from now; never moves its expiry earlier: a waiter
+-- with a shorter lease (a client with other settings) must not make the places of waiters
+-- with longer ones expire.
+local function keep_queue()
+  for k = 3, 4 do
+    if redis.call('pttl', KEYS[k]) < lease then
+      redis.call('pexpire', KEYS[k], lease)
+    end
+  end
+end
+
 local function enqueue()
   if redis.call('hexists', KEYS[4], me) == 0 then
     redis.call('rpush', KEYS[3], me)
   end
   redis.call('hset', KEYS[4], me, now + lease)
-  redis.call('pexpire', KEYS[3], lease)
-  redis.call('pexpire', KEYS[4], lease)
+  keep_queue()
 end
 
 local kind = redis.call('type', KEYS[1])['ok']
@@ -201,8 +211,7 @@ if ARGV[1] == 'renew' then
   local dl = tonumber(redis.call('hget', KEYS[4], me) or '0') or 0
   if dl > now then
     redis.call('hset', KEYS[4], me, now + lease)
-    redis.call('pexpire', KEYS[3], lease)
-    redis.call('pexpire', KEYS[4], lease)
+    keep_queue()
     return 1
   end
   return 0

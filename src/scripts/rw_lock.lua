@@ -68,9 +68,15 @@ for i = 3, 6 do
   redis.call('zremrangebyscore', KEYS[i], '-inf', now)
 end
 
+-- Records `id` in the sorted set `key` until `lease` ms from now, and moves the key's expiry
+-- to at least that; never earlier. Holders and waiters may have leases of different lengths
+-- (clients with different settings): a short one must not make the set, and with it a longer
+-- reader's lease, expire early.
 local function touch(key, id)
   redis.call('zadd', key, now + lease, id)
-  redis.call('pexpire', key, lease)
+  if redis.call('pttl', key) < lease then
+    redis.call('pexpire', key, lease)
+  end
 end
 
 local function first_deadline(key)

@@ -53,10 +53,19 @@ local function used()
   return total
 end
 
+-- Moves the expiry of `key` to at least `lease` ms from now; never earlier. Holders may have
+-- leases of different lengths (clients with different settings): a short one must not make
+-- the keys, and with them a longer lease's permits, expire early.
+local function keep(key)
+  if redis.call('pttl', key) < lease then
+    redis.call('pexpire', key, lease)
+  end
+end
+
 local function touch()
   redis.call('zadd', KEYS[2], now + lease, id)
-  redis.call('pexpire', KEYS[1], lease)
-  redis.call('pexpire', KEYS[2], lease)
+  keep(KEYS[1])
+  keep(KEYS[2])
 end
 
 if ARGV[1] == 'acquire' then

@@ -22,6 +22,19 @@
 //!   too, unless Y's own acquiring call spanned a restart (Y may then have been granted by the
 //!   server that was lost, before X).
 //!
+//! The other lock types are judged the same way, each by what it promises:
+//!
+//! - **Fair mutex**: as a mutex (exclusion, tokens in grant order).
+//! - **Read-write lock**: a write section is judged as a mutex's against every other write
+//!   section (exclusion, tokens); a read section of one owner must not intersect a write
+//!   section of another, unless the one that began first had been told of its loss before the
+//!   other began (a write lease by `on_lease_lost`; a read lease has no token to be told
+//!   about, so only its own checks count) or Redis restarted empty in between. Readers may
+//!   overlap each other, and a writer its own read levels.
+//! - **Semaphore**: at the start of every section, the permits of the sections whose windows
+//!   contain that moment (that one included) must fit in the count, leaving out those lost
+//!   in a restart in between. Each section is one acquisition (permits are not reentrant).
+//!
 //! Calls are judged against their documented bound plus a slack, minus the time the calling
 //! process spent stopped (`SIGSTOP`) by the fault plan. An `on_lease_lost` callback comes at
 //! most once per acquisition. Errors other than timeouts, connection failures and lost leases
@@ -48,6 +61,52 @@ pub struct Section {
     /// Re-entry depth (0: outermost) and the handle used, for messages.
     pub depth: u32,
     pub handle: String,
+    /// What the section held.
+    pub access: Access,
+}
+
+/// What a section held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// A mutex's or fair mutex's lock.
+    Excl,
+    /// A read lock of a read-write lock.
+    Read,
+    /// The write lock of a read-write lock.
+    Write,
+    /// `n` permits of a semaphore of `of` permits.
+    Permits { n: u32, of: u32 },
+}
+
+impl Access {
+    pub fn as_string(self) -> String {
+        match self {
+            Access::Excl => "x".into(),
+            Access::Read => "r".into(),
+            Access::Write => "w".into(),
+            Access::Permits { n, of } => format!("p{n}/{of}"),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Access> {
+        Some(match s {
+            "x" => Access::Excl,
+            "r" => Access::Read,
+            "w" => Access::Write,
+            _ => {
+                let (n, of) = s.strip_prefix('p')?.split_once('/')?;
+                Access::Permits {
+                    n: n.parse().ok()?,
+                    of: of.parse().ok()?,
+                }
+            }
+        })
+    }
+
+    /// Held by one owner at a time (a token, re-entry grouped by it).
+    fn exclusive(self) -> bool {
+        matches!(self, Access::Excl | Access::Write)
+    }
 }
 
 /// What a call returned.
@@ -102,6 +161,8 @@ impl CallKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub kind: CallKind,
+    /// The method called (`try_read_for`, `acquire_many(2)`, `unlock`, ...), for messages.
+    pub method: String,
     pub name: String,
     pub owner: String,
     /// Index of the process, to subtract the time it was stopped.
@@ -180,6 +241,9 @@ pub enum Finding {
         earlier: Vec<Section>,
         later: Vec<Section>,
     },
+    /// More permits of a semaphore were held at one moment than its count: the sections
+    /// holding them at the start of the last one.
+    Overcount { count: u32, held: Vec<Section> },
     /// A later acquisition got a token not above an earlier one's.
     TokenOrder {
         earlier: Vec<Section>,
@@ -227,8 +291,9 @@ fn acq(list: &[Section], t0: u64) -> String {
 
 fn sec(s: &Section, t0: u64) -> String {
     format!(
-        "depth {} via {}: call {:+.1} start {:+.1} end {:+.1} told {} (ms)",
+        "depth {} {} via {}: call {:+.1} start {:+.1} end {:+.1} told {} (ms)",
         s.depth,
+        s.access.as_string(),
         s.handle,
         ms(s.call_start.saturating_sub(t0)),
         ms(s.start.saturating_sub(t0)),
@@ -257,6 +322,29 @@ impl Finding {
                 acq(earlier, t0),
                 acq(later, t0)
             ),
+            Finding::Overcount { count, held } => {
+                let n: u32 = held
+                    .iter()
+                    .map(|s| match s.access {
+                        Access::Permits { n, .. } => n,
+                        _ => 0,
+                    })
+                    .sum();
+                let mut out = format!(
+                    "OVERCOUNT on `{}`: {n} permits of {count} held at {:+.1} ms:",
+                    held[0].name,
+                    ms(held.last().map_or(0, |s| s.start).saturating_sub(t0))
+                );
+                for s in held {
+                    out.push_str(&format!(
+                        "\n    {} {}: {}",
+                        s.owner,
+                        s.access.as_string(),
+                        sec(s, t0)
+                    ));
+                }
+                out
+            }
             Finding::TokenOrder { earlier, later } => format!(
                 "TOKEN ORDER on `{}`:\n    {}\n  before\n    {}",
                 earlier[0].name,
@@ -269,7 +357,7 @@ impl Finding {
                 limit_ms,
             } => format!(
                 "BOUND: {} of `{}` by {} at {:+.1} ms took {took_ms} ms (limit {limit_ms} ms) -> {:?}",
-                call.kind.as_str(),
+                call.method,
                 call.name,
                 call.owner,
                 ms(call.start.saturating_sub(t0)),
@@ -277,7 +365,7 @@ impl Finding {
             ),
             Finding::UnexpectedError(call) => format!(
                 "ERROR: {} of `{}` by {} at {:+.1} ms -> {:?}",
-                call.kind.as_str(),
+                call.method,
                 call.name,
                 call.owner,
                 ms(call.start.saturating_sub(t0)),
@@ -319,6 +407,8 @@ impl Acq<'_> {
 pub fn check(h: &History, slack: u64) -> Vec<Finding> {
     let mut findings = Vec::new();
     check_sections(h, &mut findings);
+    check_readers(h, &mut findings);
+    check_permits(h, &mut findings);
     check_calls(h, slack, &mut findings);
     check_lost_reports(h, &mut findings);
     check_leftovers(&h.leftovers, &mut findings);
@@ -334,7 +424,11 @@ fn restart_between(faults: &[Fault], from: u64, to: u64) -> bool {
 fn check_sections(h: &History, out: &mut Vec<Finding>) {
     // Acquisitions per name: sections whose first check passed, grouped by (owner, token).
     let mut by_name: HashMap<&str, HashMap<(&str, u64), Acq<'_>>> = HashMap::new();
-    for s in h.sections.iter().filter(|s| s.end != 0) {
+    for s in h
+        .sections
+        .iter()
+        .filter(|s| s.end != 0 && s.access.exclusive())
+    {
         let acqs = by_name.entry(&s.name).or_default();
         acqs.entry((&s.owner, s.token))
             .and_modify(|a| {
@@ -354,11 +448,7 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
                 call_start: s.call_start,
             });
     }
-    let lost: HashMap<(&str, u64), u64> = h.lost.iter().fold(HashMap::new(), |mut m, l| {
-        let e = m.entry((l.name.as_str(), l.token)).or_insert(l.at);
-        *e = (*e).min(l.at);
-        m
-    });
+    let lost = first_lost(h);
     for (name, acqs) in by_name {
         let mut list: Vec<Acq<'_>> = acqs.into_values().collect();
         list.sort_by_key(|a| (a.start, a.end));
@@ -403,6 +493,102 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
     }
 }
 
+/// The first `on_lease_lost` report of each (name, token) with a token. Read leases and
+/// permits have none (token 0): their reports cannot be told apart, and excuse nothing.
+fn first_lost(h: &History) -> HashMap<(&str, u64), u64> {
+    h.lost
+        .iter()
+        .filter(|l| l.token != 0)
+        .fold(HashMap::new(), |mut m, l| {
+            let e = m.entry((l.name.as_str(), l.token)).or_insert(l.at);
+            *e = (*e).min(l.at);
+            m
+        })
+}
+
+/// No read section of one owner intersects a write section of another (see the module docs).
+fn check_readers(h: &History, out: &mut Vec<Finding>) {
+    let lost = first_lost(h);
+    let held = |a: Access| {
+        let list: Vec<&Section> = h
+            .sections
+            .iter()
+            .filter(|s| s.end != 0 && s.access == a)
+            .collect();
+        list
+    };
+    let (reads, writes) = (held(Access::Read), held(Access::Write));
+    for r in &reads {
+        for w in writes
+            .iter()
+            .filter(|w| w.name == r.name && w.owner != r.owner)
+        {
+            let (a, b) = if (w.start, w.end) <= (r.start, r.end) {
+                (*w, *r)
+            } else {
+                (*r, *w)
+            };
+            if b.start >= a.end {
+                continue;
+            }
+            let told = a.access == Access::Write
+                && lost
+                    .get(&(a.name.as_str(), a.token))
+                    .is_some_and(|&at| at <= b.start);
+            if told || restart_between(&h.faults, a.call_start.min(b.call_start), b.start) {
+                continue;
+            }
+            out.push(Finding::Overlap {
+                earlier: vec![a.clone()],
+                later: vec![b.clone()],
+            });
+        }
+    }
+}
+
+/// The permits held at the start of every semaphore section fit in the count.
+fn check_permits(h: &History, out: &mut Vec<Finding>) {
+    let permits = |s: &Section| match s.access {
+        Access::Permits { n, of } => Some((n, of)),
+        _ => None,
+    };
+    let mut by_name: HashMap<&str, Vec<&Section>> = HashMap::new();
+    for s in h
+        .sections
+        .iter()
+        .filter(|s| s.end != 0 && permits(s).is_some())
+    {
+        by_name.entry(&s.name).or_default().push(s);
+    }
+    let mut names: Vec<_> = by_name.into_iter().collect();
+    names.sort_by_key(|(n, _)| *n);
+    for (_, mut list) in names {
+        list.sort_by_key(|s| (s.start, s.end));
+        for (i, b) in list.iter().enumerate() {
+            // Sections that began no later than b and still held at b's start, b included.
+            let mut held: Vec<&Section> = list[..i]
+                .iter()
+                .filter(|a| {
+                    b.start < a.end
+                        && !restart_between(&h.faults, a.call_start.min(b.call_start), b.start)
+                })
+                .copied()
+                .collect();
+            held.push(b);
+            let n: u32 = held.iter().filter_map(|s| permits(s)).map(|p| p.0).sum();
+            let count = held.iter().filter_map(|s| permits(s)).map(|p| p.1).max();
+            if let Some(count) = count
+                && n > count
+            {
+                out.push(Finding::Overcount {
+                    count,
+                    held: held.into_iter().cloned().collect(),
+                });
+            }
+        }
+    }
+}
+
 /// Time process `proc` spent stopped within `[from, to]`.
 fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
     faults
@@ -410,6 +596,31 @@ fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
         .filter(|f| f.kind == FaultKind::ProcessStopped(proc))
         .map(|f| to.min(f.end).saturating_sub(from.max(f.start)))
         .sum()
+}
+
+/// Sections per kind of access, and how many of them were told of a loss.
+pub fn section_summary(h: &History) -> String {
+    fn kind(a: Access) -> &'static str {
+        match a {
+            Access::Excl => "mutex or fair mutex",
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::Permits { .. } => "permits",
+        }
+    }
+    ["mutex or fair mutex", "read", "write", "permits"]
+        .iter()
+        .map(|what| {
+            let of: Vec<&Section> = h
+                .sections
+                .iter()
+                .filter(|s| kind(s.access) == *what)
+                .collect();
+            let told = of.iter().filter(|s| s.told != 0).count();
+            format!("{what} {} ({told} told lost)", of.len())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Per call kind: calls, and the one that came closest to (or went furthest past) its bound
@@ -490,7 +701,8 @@ fn check_calls(h: &History, slack: u64, out: &mut Vec<Finding>) {
 /// Every lost lease is reported once: never twice for one acquisition.
 fn check_lost_reports(h: &History, out: &mut Vec<Finding>) {
     let mut seen: HashMap<(&str, u64), usize> = HashMap::new();
-    for l in &h.lost {
+    // A read lease's or a permit's loss is reported with token 0: those cannot be told apart.
+    for l in h.lost.iter().filter(|l| l.token != 0) {
         *seen.entry((&l.name, l.token)).or_default() += 1;
     }
     let mut twice: Vec<_> = seen.into_iter().filter(|(_, n)| *n > 1).collect();
@@ -540,7 +752,12 @@ mod tests {
             told: 0,
             depth: 0,
             handle: "plain".into(),
+            access: Access::Excl,
         }
+    }
+
+    fn with(access: Access, sec: Section) -> Section {
+        Section { access, ..sec }
     }
 
     fn sections(list: Vec<Section>) -> History {
@@ -683,9 +900,101 @@ mod tests {
         assert_eq!(check(&h, 0).len(), 1);
     }
 
+    #[test]
+    fn readers_overlap_each_other_but_no_writer() {
+        let r = |owner, start, end| with(Access::Read, s(owner, 0, start, end));
+        let w = |owner, token, start, end| with(Access::Write, s(owner, token, start, end));
+        // Readers together, then a writer, then a writer taking a read level of its own.
+        let mut h = sections(vec![
+            r("a", 10, 30),
+            r("b", 15, 25),
+            w("c", 1, 31, 40),
+            r("c", 33, 38),
+            r("a", 41, 50),
+        ]);
+        assert_eq!(check(&h, 0), vec![]);
+        // A reader of another owner inside the write section.
+        h.sections.push(r("b", 35, 36));
+        let f = check(&h, 0);
+        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+        // A writer that began inside a read section.
+        let h = sections(vec![r("a", 10, 30), w("b", 1, 29, 40)]);
+        assert_eq!(check(&h, 0).len(), 1);
+        // Two writers: as two mutex holders.
+        let h = sections(vec![w("a", 1, 10, 30), w("b", 2, 29, 40)]);
+        let f = check(&h, 0);
+        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+    }
+
+    #[test]
+    fn a_writer_told_of_its_loss_is_excused_a_reader_is_not_by_callback() {
+        let r = |owner, start, end| with(Access::Read, s(owner, 0, start, end));
+        let w = |owner, token, start, end| with(Access::Write, s(owner, token, start, end));
+        let mut h = sections(vec![w("a", 7, 10, 30), r("b", 20, 40)]);
+        h.lost.push(LostReport {
+            name: "n".into(),
+            token: 7,
+            at: 20 * MS,
+        });
+        assert_eq!(check(&h, 0), vec![]);
+        // A read lease's loss carries token 0: it excuses nothing, and is never "twice".
+        let mut h = sections(vec![r("a", 10, 30), w("b", 8, 20, 40)]);
+        for _ in 0..2 {
+            h.lost.push(LostReport {
+                name: "n".into(),
+                token: 0,
+                at: 15 * MS,
+            });
+        }
+        let f = check(&h, 0);
+        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+    }
+
+    #[test]
+    fn permits_in_use_never_exceed_the_count() {
+        let p = |owner, n, start, end| with(Access::Permits { n, of: 3 }, s(owner, 0, start, end));
+        // 1 + 2 at once, then 2 + 1 once the first is gone; one owner may hold two.
+        let mut h = sections(vec![
+            p("a", 1, 10, 30),
+            p("b", 2, 12, 20),
+            p("c", 2, 31, 40),
+            p("c", 1, 32, 35),
+        ]);
+        assert_eq!(check(&h, 0), vec![]);
+        // A fourth permit while three are held.
+        h.sections.push(p("d", 1, 33, 34));
+        let f = check(&h, 0);
+        assert!(
+            matches!(f.as_slice(), [Finding::Overcount { count: 3, held }] if held.len() == 3),
+            "{f:?}"
+        );
+        // An empty restart in between gives every permit back.
+        h.faults.push(Fault {
+            kind: FaultKind::RestartEmpty,
+            what: "restart".into(),
+            start: 32 * MS + 500_000,
+            end: 33 * MS,
+        });
+        assert_eq!(check(&h, 0), vec![]);
+    }
+
+    #[test]
+    fn access_round_trips() {
+        for a in [
+            Access::Excl,
+            Access::Read,
+            Access::Write,
+            Access::Permits { n: 2, of: 3 },
+        ] {
+            assert_eq!(Access::parse(&a.as_string()), Some(a));
+        }
+        assert_eq!(Access::parse("p2"), None);
+    }
+
     fn call(kind: CallKind, start: u64, end: u64, bound: u64, outcome: Outcome) -> Call {
         Call {
             kind,
+            method: kind.as_str().into(),
             name: "n".into(),
             owner: "p0t0".into(),
             proc: 0,

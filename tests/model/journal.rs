@@ -2,8 +2,8 @@
 //!
 //! | record | fields |
 //! |---|---|
-//! | `S` section | name, owner, token, call start, start, end, told, depth, handle |
-//! | `C` call | kind, name, owner, process, start, end, bound, outcome, message |
+//! | `S` section | name, owner, token, call start, start, end, told, depth, handle, access |
+//! | `C` call | kind, method, name, owner, process, start, end, bound, outcome, message |
 //! | `L` lost-lease callback | name, token, at |
 //! | `X` threads | process, before, after |
 //!
@@ -14,7 +14,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::check::{Call, CallKind, History, LostReport, Outcome, Section};
+use crate::check::{Access, Call, CallKind, History, LostReport, Outcome, Section};
 
 /// The writing side, shared by the threads of one process.
 #[derive(Debug)]
@@ -46,6 +46,7 @@ impl Journal {
             s.told.to_string(),
             s.depth.to_string(),
             s.handle.clone(),
+            s.access.as_string(),
         ]);
     }
 
@@ -59,6 +60,7 @@ impl Journal {
         self.line(&[
             "C".into(),
             c.kind.as_str().into(),
+            c.method.clone(),
             c.name.clone(),
             c.owner.clone(),
             c.proc.to_string(),
@@ -115,6 +117,7 @@ pub fn read_into(text: &str, h: &mut History) -> bool {
                 told,
                 depth,
                 handle,
+                access,
             ] => h.sections.push(Section {
                 name: (*name).into(),
                 owner: (*owner).into(),
@@ -125,9 +128,23 @@ pub fn read_into(text: &str, h: &mut History) -> bool {
                 told: num(told),
                 depth: num(depth),
                 handle: (*handle).into(),
+                access: Access::parse(access).expect("access"),
             }),
-            ["C", kind, name, owner, proc, start, end, bound, tag, msg] => h.calls.push(Call {
+            [
+                "C",
+                kind,
+                method,
+                name,
+                owner,
+                proc,
+                start,
+                end,
+                bound,
+                tag,
+                msg,
+            ] => h.calls.push(Call {
                 kind: CallKind::parse(kind).expect("call kind"),
+                method: (*method).into(),
                 name: (*name).into(),
                 owner: (*owner).into(),
                 proc: num(proc),
@@ -176,9 +193,11 @@ mod tests {
             told: 4,
             depth: 1,
             handle: "with_lease(300ms)".into(),
+            access: Access::Permits { n: 2, of: 3 },
         };
         let c = Call {
             kind: CallKind::TryLockFor,
+            method: "try_acquire_many_for(2)".into(),
             name: "model:a".into(),
             owner: "p0t0".into(),
             proc: 0,

@@ -2,6 +2,12 @@
 //! does, one operation after another, and which faults hit when. Thread timing cannot be
 //! replayed, but a seed always gives the same plans, so a failing seed is replayed by running
 //! it again.
+//!
+//! An operation takes one lock: one of the plain mutex names, or the fair mutex, the
+//! read-write lock or the semaphore (each under a name of its own). The run time is shared
+//! between the types rather than added per type. A run made with [`Settings::mutex_only`]
+//! plans plain mutex operations only, exactly as the model did before it knew the other types
+//! (the regression seeds found then replay with it).
 
 use std::fmt;
 use std::time::Duration;
@@ -14,6 +20,13 @@ pub struct Settings {
     pub procs: usize,
     pub threads: usize,
     pub names: Vec<String>,
+    /// Whether operations also take the fair mutex, the read-write lock and the semaphore.
+    pub family: bool,
+    pub fair_name: String,
+    pub rw_name: String,
+    pub sem_name: String,
+    /// The semaphore's permit count.
+    pub sem_permits: u32,
     pub secs: u64,
     pub lease: Duration,
     pub command_timeout: Duration,
@@ -29,6 +42,11 @@ impl Settings {
             procs: 3,
             threads: 3,
             names: vec!["model:a".into(), "model:b".into(), "model:{c}".into()],
+            family: true,
+            fair_name: "model:fair".into(),
+            rw_name: "model:rw".into(),
+            sem_name: "model:sem".into(),
+            sem_permits: 3,
             secs,
             lease: Duration::from_millis(3000),
             command_timeout: Duration::from_millis(250),
@@ -42,6 +60,45 @@ impl Settings {
             ),
         }
     }
+
+    /// Plain mutex operations only (the plans of the model before the other lock types).
+    pub fn mutex_only(secs: u64) -> Settings {
+        Settings {
+            family: false,
+            ..Settings::new(secs)
+        }
+    }
+
+    /// The name an operation on `target` takes.
+    pub fn name(&self, target: Target) -> &str {
+        match target {
+            Target::Mutex(i) => &self.names[i],
+            Target::Fair => &self.fair_name,
+            Target::Rw => &self.rw_name,
+            Target::Sem => &self.sem_name,
+        }
+    }
+}
+
+/// The lock an operation takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The plain mutex of `Settings::names[i]`.
+    Mutex(usize),
+    Fair,
+    Rw,
+    Sem,
+}
+
+/// What a level holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The lock of a mutex or fair mutex.
+    Excl,
+    Read,
+    Write,
+    /// This many permits of the semaphore.
+    Permits(u32),
 }
 
 /// Mixes a seed with a stream number, so each thread's plan is independent of the others'.
@@ -68,6 +125,8 @@ pub enum Handle {
     Lease(Duration),
     /// `with_max_hold(d)`: renewed for `d` at most.
     MaxHold(Duration),
+    /// A read-write lock's `with_reader_preference()`.
+    ReaderPreference,
 }
 
 impl fmt::Display for Handle {
@@ -76,6 +135,7 @@ impl fmt::Display for Handle {
             Handle::Plain => write!(f, "plain"),
             Handle::Lease(d) => write!(f, "with_lease({}ms)", d.as_millis()),
             Handle::MaxHold(d) => write!(f, "with_max_hold({}ms)", d.as_millis()),
+            Handle::ReaderPreference => write!(f, "with_reader_preference"),
         }
     }
 }
@@ -84,6 +144,7 @@ impl fmt::Display for Handle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Level {
     pub handle: Handle,
+    pub mode: Mode,
     pub acquire: Acquire,
     /// Held this long (checking now and then) before the next level is entered.
     pub before: Duration,
@@ -95,10 +156,10 @@ pub struct Level {
     pub panic: bool,
 }
 
-/// One operation: a name and the levels, outermost first.
+/// One operation: a lock and the levels, outermost first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Op {
-    pub name: usize,
+    pub target: Target,
     pub levels: Vec<Level>,
     /// Pause after the operation.
     pub pause: Duration,
@@ -113,7 +174,7 @@ fn ms(v: u64) -> Duration {
 pub struct OpPlan {
     rng: Rng,
     names: usize,
-    lease: Duration,
+    family: bool,
 }
 
 impl OpPlan {
@@ -121,7 +182,7 @@ impl OpPlan {
         OpPlan {
             rng: Rng::new(sub_seed(seed, 1 + (proc * 64 + thread) as u64)),
             names: settings.names.len(),
-            lease: settings.lease,
+            family: settings.family,
         }
     }
 
@@ -161,6 +222,7 @@ impl OpPlan {
         let handle = self.handle();
         Level {
             handle,
+            mode: Mode::Excl,
             acquire: self.acquire(nested),
             before: self.hold(handle),
             after: self.hold(handle) / 2,
@@ -170,21 +232,119 @@ impl OpPlan {
     }
 }
 
+impl OpPlan {
+    fn depth(&mut self) -> usize {
+        match self.rng.range(0, 10) {
+            0..=5 => 1,
+            6..=8 => 2,
+            _ => 3,
+        }
+    }
+
+    /// A plain mutex operation: every handle, nested levels through different handles.
+    fn mutex_op(&mut self) -> Op {
+        let depth = self.depth();
+        let levels = (0..depth).map(|i| self.level(i > 0)).collect();
+        // The draws in the order the model always made them (the name after the levels).
+        let name = self.rng.range(0, self.names as u64) as usize;
+        Op {
+            target: Target::Mutex(name),
+            levels,
+            pause: ms(self.rng.range(0, 30)),
+        }
+    }
+
+    /// A level of a family type, on its plain handle.
+    fn family_level(&mut self, mode: Mode, handle: Handle, acquire: Acquire) -> Level {
+        Level {
+            handle,
+            mode,
+            acquire,
+            before: self.hold(handle),
+            after: self.hold(handle) / 2,
+            unlock: self.pick(50),
+            panic: self.pick(2),
+        }
+    }
+
+    /// A fair mutex operation: re-entry up to three levels, every acquire form.
+    fn fair_op(&mut self) -> Op {
+        let depth = self.depth();
+        let levels = (0..depth)
+            .map(|i| {
+                let acquire = self.acquire(i > 0);
+                self.family_level(Mode::Excl, Handle::Plain, acquire)
+            })
+            .collect();
+        Op {
+            target: Target::Fair,
+            levels,
+            pause: ms(self.rng.range(0, 30)),
+        }
+    }
+
+    /// A read-write lock operation: read or write levels, a writer taking read levels too,
+    /// writer or reader preference. A level under a read level reads (a reader may not write).
+    fn rw_op(&mut self) -> Op {
+        let depth = self.depth();
+        let mut levels: Vec<Level> = Vec::with_capacity(depth);
+        for i in 0..depth {
+            let reading = levels.iter().any(|l: &Level| l.mode == Mode::Read);
+            let mode = if reading || self.pick(55) {
+                Mode::Read
+            } else {
+                Mode::Write
+            };
+            let handle = if mode == Mode::Read && self.pick(30) {
+                Handle::ReaderPreference
+            } else {
+                Handle::Plain
+            };
+            let acquire = self.acquire(i > 0);
+            levels.push(self.family_level(mode, handle, acquire));
+        }
+        Op {
+            target: Target::Rw,
+            levels,
+            pause: ms(self.rng.range(0, 30)),
+        }
+    }
+
+    /// A semaphore operation: one or two permits, every acquire form; now and then a second
+    /// acquisition while holding the first (never a blocking one: permits are not reentrant,
+    /// so two threads each waiting for a permit the other holds would wait for ever).
+    fn sem_op(&mut self) -> Op {
+        let depth = if self.pick(25) { 2 } else { 1 };
+        let levels = (0..depth)
+            .map(|i| {
+                let n = if self.pick(30) { 2 } else { 1 };
+                let acquire = match self.acquire(i > 0) {
+                    Acquire::Lock if i > 0 => Acquire::TryLockFor(ms(self.rng.range(0, 800))),
+                    a => a,
+                };
+                self.family_level(Mode::Permits(n), Handle::Plain, acquire)
+            })
+            .collect();
+        Op {
+            target: Target::Sem,
+            levels,
+            pause: ms(self.rng.range(0, 30)),
+        }
+    }
+}
+
 impl Iterator for OpPlan {
     type Item = Op;
 
     fn next(&mut self) -> Option<Op> {
-        let depth = match self.rng.range(0, 10) {
-            0..=5 => 1,
-            6..=8 => 2,
-            _ => 3,
-        };
-        let levels = (0..depth).map(|i| self.level(i > 0)).collect();
-        let _ = self.lease;
-        Some(Op {
-            name: self.rng.range(0, self.names as u64) as usize,
-            levels,
-            pause: ms(self.rng.range(0, 30)),
+        if !self.family {
+            return Some(self.mutex_op());
+        }
+        Some(match self.rng.range(0, 10) {
+            0..=3 => self.mutex_op(),
+            4..=5 => self.fair_op(),
+            6..=7 => self.rw_op(),
+            _ => self.sem_op(),
         })
     }
 }
@@ -288,8 +448,40 @@ mod tests {
         assert_eq!(a, b);
         let c: Vec<Op> = OpPlan::new(7, 2, 1, &s).take(50).collect();
         assert_ne!(a, c);
+        for t in [Target::Fair, Target::Rw, Target::Sem] {
+            assert!(a.iter().any(|op| op.target == t), "no {t:?} op in {a:?}");
+        }
+        let m = Settings::mutex_only(10);
+        let d: Vec<Op> = OpPlan::new(7, 1, 2, &m).take(50).collect();
+        assert!(d.iter().all(|op| matches!(op.target, Target::Mutex(_))));
         assert_eq!(fault_plan(7, &s), fault_plan(7, &s));
         assert_ne!(fault_plan(7, &s), fault_plan(8, &s));
+    }
+
+    /// The shapes the workers rely on: a reader never writes, a semaphore never waits without
+    /// bound while holding permits.
+    #[test]
+    fn family_plans_keep_their_rules() {
+        let s = Settings::new(10);
+        for seed in 0..20 {
+            for op in OpPlan::new(seed, 0, 0, &s).take(200) {
+                let modes: Vec<Mode> = op.levels.iter().map(|l| l.mode).collect();
+                match op.target {
+                    Target::Mutex(_) | Target::Fair => {
+                        assert!(modes.iter().all(|m| *m == Mode::Excl))
+                    }
+                    Target::Rw => {
+                        if let Some(r) = modes.iter().position(|m| *m == Mode::Read) {
+                            assert!(modes[r..].iter().all(|m| *m == Mode::Read), "{op:?}");
+                        }
+                    }
+                    Target::Sem => {
+                        assert!(op.levels[1..].iter().all(|l| l.acquire != Acquire::Lock));
+                        assert!(modes.iter().all(|m| matches!(m, Mode::Permits(1..=2))));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -43,6 +43,7 @@ impl Outcome {
             h.faults.len(),
             self.findings.len()
         );
+        s.push_str(&format!("\n  sections: {}", check::section_summary(h)));
         s.push_str(&format!("\n  calls: {}", check::call_summary(h)));
         for f in self.findings.iter().take(max) {
             s.push_str("\n  ");
@@ -136,11 +137,17 @@ fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
         .collect()
 }
 
+/// Every key of the library but the fencing counters (which outlive their locks by design):
+/// the mutexes' lock keys, the fair mutex's lock, queue and waiters, the read-write lock's
+/// writer, readers and waiters, the semaphore's holders and leases.
 fn lock_keys(conn: &mut redis::Connection) -> Vec<String> {
-    redis::cmd("KEYS")
-        .arg(format!("{}*:lock", common::PREFIX))
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", common::PREFIX))
         .query(conn)
-        .unwrap()
+        .unwrap();
+    keys.into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect()
 }
 
 /// Runs one seed and checks it. Panics only on a failure of the harness itself (a process
@@ -161,6 +168,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
                     ("LM_SEED", seed.to_string()),
                     ("LM_PROC", p.to_string()),
                     ("LM_SECS", settings.secs.to_string()),
+                    ("LM_FAMILY", settings.family.to_string()),
                     ("LM_URL", proxy.url()),
                     ("LM_T0", t0.to_string()),
                     ("LM_DIR", dir.display().to_string()),
@@ -236,7 +244,12 @@ pub fn child_main() {
     let var = |v: &str| common::child_env(v);
     let seed: u64 = var("LM_SEED").parse().unwrap();
     let proc: usize = var("LM_PROC").parse().unwrap();
-    let settings = Settings::new(var("LM_SECS").parse().unwrap());
+    let secs = var("LM_SECS").parse().unwrap();
+    let settings = if var("LM_FAMILY") == "true" {
+        Settings::new(secs)
+    } else {
+        Settings::mutex_only(secs)
+    };
     let t0: u64 = var("LM_T0").parse().unwrap();
     let dir = PathBuf::from(var("LM_DIR"));
     let now = mono_ns();

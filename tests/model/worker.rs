@@ -1,5 +1,6 @@
 //! One model process: a client (through the fault proxy) and a few threads, each running its
-//! seeded operation plan until the run time is over. Every critical section, every timed call
+//! seeded operation plan (plain mutexes, the fair mutex, the read-write lock, the semaphore)
+//! until the run time is over. Every critical section, every timed call
 //! and every `on_lease_lost` callback is written to this process's log file (see
 //! [`super::log`]); at the end the client is dropped and the process checks that its threads
 //! are back to where they were.
@@ -10,12 +11,15 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use locksmith::{Client, Mutex, MutexGuard};
+use locksmith::{
+    Client, FairMutex, FairMutexGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard,
+    RwLockWriteGuard, Semaphore, SemaphorePermit,
+};
 
-use crate::check::{Call, CallKind, Outcome, Section};
+use crate::check::{Access, Call, CallKind, Outcome, Section};
 use crate::checker::mono_ns;
 use crate::journal::Journal;
-use crate::plan::{Acquire, Handle, Level, Op, OpPlan, Settings};
+use crate::plan::{Acquire, Handle, Level, Mode, Op, OpPlan, Settings, Target};
 
 /// The payload of a planned panic, so the panic hook can stay quiet about it.
 #[derive(Debug)]
@@ -54,6 +58,192 @@ pub fn classify(e: &locksmith::Error) -> Outcome {
     }
 }
 
+/// A lock handle of any type.
+#[derive(Clone)]
+enum Lock {
+    Mutex(Mutex),
+    Fair(FairMutex),
+    Rw(RwLock),
+    Sem(Semaphore),
+}
+
+impl Lock {
+    fn name(&self) -> &str {
+        match self {
+            Lock::Mutex(m) => m.name(),
+            Lock::Fair(m) => m.name(),
+            Lock::Rw(l) => l.name(),
+            Lock::Sem(s) => s.name(),
+        }
+    }
+
+    /// The handle a level uses.
+    fn handle(&self, h: Handle) -> Lock {
+        match (self, h) {
+            (Lock::Mutex(m), Handle::Lease(d)) => Lock::Mutex(m.with_lease(d).expect("lease")),
+            (Lock::Mutex(m), Handle::MaxHold(d)) => {
+                Lock::Mutex(m.with_max_hold(d).expect("max hold"))
+            }
+            (Lock::Rw(l), Handle::ReaderPreference) => Lock::Rw(l.with_reader_preference()),
+            _ => self.clone(),
+        }
+    }
+}
+
+/// A guard or permit of any type.
+enum Guard<'a> {
+    Mutex(MutexGuard<'a>),
+    Fair(FairMutexGuard<'a>),
+    Read(RwLockReadGuard<'a>),
+    Write(RwLockWriteGuard<'a>),
+    Permit(SemaphorePermit<'a>),
+}
+
+macro_rules! each_guard {
+    ($g:expr, $v:ident => $e:expr) => {
+        match $g {
+            Guard::Mutex($v) => $e,
+            Guard::Fair($v) => $e,
+            Guard::Read($v) => $e,
+            Guard::Write($v) => $e,
+            Guard::Permit($v) => $e,
+        }
+    };
+}
+
+impl Guard<'_> {
+    fn is_held(&self) -> bool {
+        each_guard!(self, g => g.is_held())
+    }
+
+    fn check(&self) -> locksmith::Result<()> {
+        each_guard!(self, g => g.check())
+    }
+
+    /// The fencing token; 0 for a type without one (read locks, permits).
+    fn token(&self) -> u64 {
+        match self {
+            Guard::Mutex(g) => g.fencing_token(),
+            Guard::Fair(g) => g.fencing_token(),
+            Guard::Write(g) => g.fencing_token(),
+            Guard::Read(_) | Guard::Permit(_) => 0,
+        }
+    }
+
+    fn unlock(self) -> (&'static str, locksmith::Result<()>) {
+        match self {
+            Guard::Mutex(g) => ("unlock", g.unlock()),
+            Guard::Fair(g) => ("unlock", g.unlock()),
+            Guard::Read(g) => ("unlock", g.unlock()),
+            Guard::Write(g) => ("unlock", g.unlock()),
+            Guard::Permit(p) => ("release", p.release()),
+        }
+    }
+}
+
+/// The form of an acquiring call.
+#[derive(Clone, Copy)]
+enum Form {
+    Block,
+    Try,
+    For(Duration),
+    Until(Instant),
+}
+
+/// Calls `$l`'s method of the form, naming it.
+macro_rules! forms {
+    ($form:expr, $wrap:path, $l:expr, $block:ident, $try_:ident, $for_:ident, $until:ident) => {
+        match $form {
+            Form::Block => (
+                stringify!($block).to_string(),
+                $l.$block().map(|g| Some($wrap(g))),
+            ),
+            Form::Try => (
+                stringify!($try_).to_string(),
+                $l.$try_().map(|o| o.map($wrap)),
+            ),
+            Form::For(d) => (
+                stringify!($for_).to_string(),
+                $l.$for_(d).map(|o| o.map($wrap)),
+            ),
+            Form::Until(t) => (
+                stringify!($until).to_string(),
+                $l.$until(t).map(|o| o.map($wrap)),
+            ),
+        }
+    };
+}
+
+/// One acquiring call of `lock` in `mode` and `form`: the method's name and its result.
+fn take(lock: &Lock, mode: Mode, form: Form) -> (String, locksmith::Result<Option<Guard<'_>>>) {
+    match (lock, mode) {
+        (Lock::Mutex(m), _) => forms!(
+            form,
+            Guard::Mutex,
+            m,
+            lock,
+            try_lock,
+            try_lock_for,
+            try_lock_until
+        ),
+        (Lock::Fair(m), _) => forms!(
+            form,
+            Guard::Fair,
+            m,
+            lock,
+            try_lock,
+            try_lock_for,
+            try_lock_until
+        ),
+        (Lock::Rw(l), Mode::Write) => forms!(
+            form,
+            Guard::Write,
+            l,
+            write,
+            try_write,
+            try_write_for,
+            try_write_until
+        ),
+        (Lock::Rw(l), _) => forms!(
+            form,
+            Guard::Read,
+            l,
+            read,
+            try_read,
+            try_read_for,
+            try_read_until
+        ),
+        (Lock::Sem(s), Mode::Permits(n)) if n > 1 => {
+            // `acquire_many` and its timed form; a zero timeout makes exactly one attempt.
+            let timed = |d: Duration| s.try_acquire_many_for(n, d).map(|o| o.map(Guard::Permit));
+            match form {
+                Form::Block => (
+                    format!("acquire_many({n})"),
+                    s.acquire_many(n).map(|p| Some(Guard::Permit(p))),
+                ),
+                Form::Try => (
+                    format!("try_acquire_many_for({n}, 0)"),
+                    timed(Duration::ZERO),
+                ),
+                Form::For(d) => (format!("try_acquire_many_for({n})"), timed(d)),
+                Form::Until(t) => (
+                    format!("try_acquire_many_for({n}, until)"),
+                    timed(t.saturating_duration_since(Instant::now())),
+                ),
+            }
+        }
+        (Lock::Sem(s), _) => forms!(
+            form,
+            Guard::Permit,
+            s,
+            acquire,
+            try_acquire,
+            try_acquire_for,
+            try_acquire_until
+        ),
+    }
+}
+
 impl Ctx<'_> {
     /// One command plus one connect timeout: the bound of `try_lock`, `unlock` and drop, and
     /// what `try_lock_for`/`try_lock_until` may take beyond their deadline.
@@ -61,9 +251,18 @@ impl Ctx<'_> {
         ns(self.settings.command_timeout + self.settings.connect_timeout)
     }
 
-    fn call(&self, kind: CallKind, name: &str, start: u64, bound: u64, outcome: Outcome) {
+    fn call(
+        &self,
+        kind: CallKind,
+        method: &str,
+        name: &str,
+        start: u64,
+        bound: u64,
+        outcome: Outcome,
+    ) {
         self.log.call(&Call {
             kind,
+            method: method.to_string(),
             name: name.to_string(),
             owner: self.owner.clone(),
             proc: self.proc,
@@ -74,23 +273,23 @@ impl Ctx<'_> {
         });
     }
 
-    /// Takes `m` as the level says, logging the call.
-    fn acquire<'m>(&self, m: &'m Mutex, how: Acquire) -> Option<MutexGuard<'m>> {
+    /// Takes `lock` as the level says, logging the call.
+    fn acquire<'m>(&self, lock: &'m Lock, mode: Mode, how: Acquire) -> Option<Guard<'m>> {
         let start = mono_ns();
-        let (kind, bound, result) = match how {
+        let now = Instant::now();
+        let (kind, bound, form) = match how {
             Acquire::Lock => (
                 CallKind::Lock,
                 ns(self.settings.retry_timeout) + self.one_round_trip(),
-                m.lock().map(Some),
+                Form::Block,
             ),
-            Acquire::TryLock => (CallKind::TryLock, self.one_round_trip(), m.try_lock()),
+            Acquire::TryLock => (CallKind::TryLock, self.one_round_trip(), Form::Try),
             Acquire::TryLockFor(d) => (
                 CallKind::TryLockFor,
                 ns(d) + self.one_round_trip(),
-                m.try_lock_for(d),
+                Form::For(d),
             ),
             Acquire::TryLockUntil(offset) => {
-                let now = Instant::now();
                 let d = Duration::from_millis(offset.unsigned_abs());
                 let deadline = if offset >= 0 {
                     now + d
@@ -100,28 +299,31 @@ impl Ctx<'_> {
                 (
                     CallKind::TryLockUntil,
                     ns(deadline.saturating_duration_since(now)) + self.one_round_trip(),
-                    m.try_lock_until(deadline),
+                    Form::Until(deadline),
                 )
             }
         };
+        let (method, result) = take(lock, mode, form);
         let (outcome, guard) = match result {
             Ok(Some(g)) => (Outcome::Ok, Some(g)),
             Ok(None) => (Outcome::NotAcquired, None),
             Err(e) => (classify(&e), None),
         };
-        self.call(kind, m.name(), start, bound, outcome);
+        self.call(kind, &method, lock.name(), start, bound, outcome);
         guard
     }
 
-    fn release(&self, name: &str, guard: MutexGuard<'_>, unlock: bool) {
+    fn release(&self, name: &str, guard: Guard<'_>, unlock: bool) {
         let start = mono_ns();
         if unlock {
-            let outcome = match guard.unlock() {
+            let (method, result) = guard.unlock();
+            let outcome = match result {
                 Ok(()) => Outcome::Ok,
                 Err(e) => classify(&e),
             };
             self.call(
                 CallKind::Unlock,
+                method,
                 name,
                 start,
                 self.one_round_trip(),
@@ -131,6 +333,7 @@ impl Ctx<'_> {
             drop(guard);
             self.call(
                 CallKind::Drop,
+                "drop",
                 name,
                 start,
                 self.one_round_trip(),
@@ -152,7 +355,7 @@ struct Recorder<'a> {
 
 impl Recorder<'_> {
     /// Checks the guard, alternately by `is_held()` and `check()`.
-    fn observe(&mut self, guard: &MutexGuard<'_>, by_check: bool) {
+    fn observe(&mut self, guard: &Guard<'_>, by_check: bool) {
         let at = mono_ns();
         let held = if by_check {
             guard.check().is_ok()
@@ -171,7 +374,7 @@ impl Recorder<'_> {
     }
 
     /// Holds for `d`, checking every few milliseconds.
-    fn hold(&mut self, guard: &MutexGuard<'_>, d: Duration, step: &mut u64) {
+    fn hold(&mut self, guard: &Guard<'_>, d: Duration, step: &mut u64) {
         let until = Instant::now() + d;
         loop {
             *step += 1;
@@ -191,35 +394,37 @@ impl Drop for Recorder<'_> {
     }
 }
 
-fn handle(base: &Mutex, h: Handle) -> Mutex {
-    match h {
-        Handle::Plain => base.clone(),
-        Handle::Lease(d) => base.with_lease(d).expect("valid lease"),
-        Handle::MaxHold(d) => base.with_max_hold(d).expect("valid max hold"),
-    }
-}
-
 /// Runs `levels[i..]` on `base`: acquire through this level's handle, hold, the next level,
 /// hold again, maybe panic, release.
-fn run_level(ctx: &Ctx<'_>, base: &Mutex, levels: &[Level], i: usize, step: &mut u64) {
+fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut u64) {
     let level = &levels[i];
-    let m = handle(base, level.handle);
+    let lock = base.handle(level.handle);
     let call_start = mono_ns();
-    let Some(guard) = ctx.acquire(&m, level.acquire) else {
+    let Some(guard) = ctx.acquire(&lock, level.mode, level.acquire) else {
         return;
+    };
+    let access = match level.mode {
+        Mode::Excl => Access::Excl,
+        Mode::Read => Access::Read,
+        Mode::Write => Access::Write,
+        Mode::Permits(n) => Access::Permits {
+            n,
+            of: ctx.settings.sem_permits,
+        },
     };
     let mut rec = Recorder {
         log: ctx.log,
         section: Section {
-            name: m.name().to_string(),
+            name: lock.name().to_string(),
             owner: ctx.owner.clone(),
-            token: guard.fencing_token(),
+            token: guard.token(),
             call_start,
             start: mono_ns(),
             end: 0,
             told: 0,
             depth: i as u32,
             handle: level.handle.to_string(),
+            access,
         },
         failed: false,
     };
@@ -232,15 +437,22 @@ fn run_level(ctx: &Ctx<'_>, base: &Mutex, levels: &[Level], i: usize, step: &mut
         panic::panic_any(PlannedPanic);
     }
     drop(rec);
-    ctx.release(m.name(), guard, level.unlock);
+    ctx.release(lock.name(), guard, level.unlock);
 }
 
 /// Runs one operation; a planned panic is caught here (the guards were dropped on the way).
 pub fn run_op(ctx: &Ctx<'_>, op: &Op, step: &mut u64) {
-    let base = ctx
-        .client
-        .mutex(&ctx.settings.names[op.name])
-        .expect("valid name");
+    let (client, name) = (ctx.client, ctx.settings.name(op.target));
+    let base = match op.target {
+        Target::Mutex(_) => Lock::Mutex(client.mutex(name).expect("valid name")),
+        Target::Fair => Lock::Fair(client.fair_mutex(name).expect("valid name")),
+        Target::Rw => Lock::Rw(client.rw_lock(name).expect("valid name")),
+        Target::Sem => Lock::Sem(
+            client
+                .semaphore(name, ctx.settings.sem_permits)
+                .expect("valid semaphore"),
+        ),
+    };
     let r = panic::catch_unwind(AssertUnwindSafe(|| {
         run_level(ctx, &base, &op.levels, 0, step);
     }));
