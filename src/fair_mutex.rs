@@ -352,6 +352,7 @@ impl FairMutex {
             count,
             sent,
             acquisition,
+            last: 0,
         };
         let shared = self.client.shared();
         let hold = match shared.adopt_as(
@@ -411,6 +412,7 @@ impl FairMutex {
                 token,
                 count,
                 acquisition,
+                ..
             } => {
                 if let Some(g) = self.take(&owner, &acquisition, token, count, sent, limit) {
                     return Ok(Some(g));
@@ -459,6 +461,7 @@ impl FairMutex {
                     token,
                     count,
                     ref acquisition,
+                    ..
                 }) => {
                     if let Some(g) = self.take(&owner, acquisition, token, count, sent, limit) {
                         return Ok(Some(g));
@@ -535,6 +538,7 @@ impl FairMutex {
                             token,
                             count,
                             acquisition,
+                            ..
                         },
                         Some(since),
                     ) => Ok(self.take(&owner, &acquisition, token, count, since, limit)),

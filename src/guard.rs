@@ -140,6 +140,11 @@ fn release_bound(mutex: &Mutex) -> Deadline {
 /// connection failed; the script recognises a retry, so a level is never released twice).
 fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client().shared();
+    // The outermost level, with threads of this client waiting: hand the lock to the first
+    // of them, within the bound of a run of hand-offs, without a round trip.
+    if crate::handoff::pass(shared, hold) {
+        return Ok(());
+    }
     let was_held = hold.is_held();
     // The outermost level frees the lock on the server whatever count it has there: levels
     // the server counts beyond the local ones (an inner release that never arrived, a

@@ -164,6 +164,7 @@ mod conn;
 mod error;
 mod fair_mutex;
 mod guard;
+mod handoff;
 mod hold;
 mod keys;
 mod mutex;
@@ -176,7 +177,7 @@ mod sentinel;
 mod subscriber;
 mod tls;
 
-pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
+pub use client::{Client, ClientBuilder, LostLease, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use fair_mutex::{FairMutex, FairMutexGuard};
 pub use guard::MutexGuard;
