@@ -1125,7 +1125,9 @@ impl Client {
     /// one; an odd number, usually 3 or 5, is the sensible choice): a lock is held when a
     /// majority of them granted it. See [`Redlock`](crate::Redlock) for the algorithm and
     /// what it promises. The same options as [`Client::builder`], plus
-    /// [`master_timeout`](ClientBuilder::master_timeout).
+    /// [`master_timeout`](ClientBuilder::master_timeout); a quorum client never hands a lock
+    /// off locally ([`local_handoff`](ClientBuilder::local_handoff) has no effect): every
+    /// acquisition is granted by a majority.
     ///
     /// # Examples
     ///

@@ -73,6 +73,16 @@ const SPLIT_RETRIES: u32 = 4;
 /// nothing). Within one client, only one thread per lock name asks Redis at a time; the others
 /// queue locally in arrival order.
 ///
+/// # Local hand-off
+///
+/// With [`local_handoff`](crate::ClientBuilder::local_handoff) on (the default), a release
+/// while threads of the same client queue for the lock hands it to the first of them without
+/// a round trip, up to a bounded run of hand-offs; then the release goes through Redis so that
+/// other processes' waiters can win it. The receiving thread's guard is as from Redis: the
+/// next fencing token, its own lease deadline, renewal, re-entry and maximum hold time. Locks
+/// with a fixed lease ([`with_lease`](Mutex::with_lease)) always release through Redis, and a
+/// hand-off goes only to a thread asking for the same terms (the client's lease, renewed).
+///
 /// # Examples
 ///
 /// ```no_run
