@@ -105,7 +105,10 @@ impl<'a> MutexGuard<'a> {
     /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted) and nobody
     /// holds the lock; [`Error::NotOwner`] when another owner holds it now (it is left
     /// untouched); [`Error::Redis`] when Redis could not be asked: the lock then frees itself
-    /// when its lease runs out, since renewal stopped.
+    /// when its lease runs out, since renewal stopped. A lock handed to another thread of this
+    /// client (see [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is
+    /// released without asking Redis, so this returns `Ok` then; a lease lost on the server
+    /// meanwhile is found by the receiving thread's next renewal and reported as its loss.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
         release(self.mutex, &self.hold, release_bound(self.mutex))

@@ -49,14 +49,16 @@ pub(crate) struct Baton {
     done: bool,
 }
 
-impl Drop for Baton {
-    fn drop(&mut self) {
-        if self.done {
+impl Baton {
+    /// Releases the passed lock through Redis within `by` (and one connect plus one command
+    /// timeout), owner- and acquisition-checked, as a guard's release would.
+    fn release_by(&mut self, by: Deadline) {
+        if std::mem::replace(&mut self.done, true) {
             return;
         }
         let shared = &self.shared;
         let hold = &self.hold;
-        let by = Deadline::after(shared.config.one_call());
+        let by = by.min(Deadline::after(shared.config.one_call()));
         // Marks it released (it has no level left) and waits for a renewal on the wire.
         hold.leave(by.left().unwrap_or(Duration::MAX));
         shared.note_released(hold);
@@ -73,6 +75,12 @@ impl Drop for Baton {
                 hold.keys.name
             );
         }
+    }
+}
+
+impl Drop for Baton {
+    fn drop(&mut self) {
+        self.release_by(Deadline::NONE);
     }
 }
 
@@ -125,16 +133,25 @@ pub(crate) fn pass(shared: &Arc<Shared>, hold: &Arc<Hold>) -> bool {
 /// Takes a hold handed to the calling thread, which asks for a new acquisition with
 /// `terms`: its successor, held by this thread, with the next fencing token. `None` when it
 /// cannot be taken (its lease is no longer known valid, or the terms differ: another lease
-/// length, or a fixed lease); the lock is then released through Redis, and the caller goes
-/// on as a waiter.
-pub(crate) fn receive(shared: &Shared, gift: Gift, terms: Terms) -> Option<Arc<Hold>> {
+/// length, or a fixed lease); the lock is then released through Redis within `by` (the
+/// caller's bound), and the caller goes on as a waiter.
+pub(crate) fn receive(
+    shared: &Shared,
+    gift: Gift,
+    terms: Terms,
+    by: Deadline,
+) -> Option<Arc<Hold>> {
     let mut baton = gift.downcast::<Baton>().ok()?;
     let old = Arc::clone(&baton.hold);
     if !terms.watchdog || terms.lease != old.lease {
+        baton.release_by(by);
         return None;
     }
     let now = Instant::now();
-    let last_ok = old.retire()?;
+    let Some(last_ok) = old.retire() else {
+        baton.release_by(by);
+        return None;
+    };
     baton.done = true;
     drop(baton);
     shared.note_released(&old);

@@ -486,7 +486,7 @@ impl Mutex {
 
         let reg = shared.subscriber.join(&self.keys.channel);
         let Some(mut turn) = reg.wait_turn(deadline) else {
-            return Ok(self.give_up(reg));
+            return Ok(self.give_up(reg, limit));
         };
         let lease = self.terms().lease;
         // Until when a leader sleeps without news: the TTL its last attempt returned.
@@ -495,7 +495,7 @@ impl Mutex {
         loop {
             // A thread of this client may have handed the lock to this leader (its turn began
             // with it, or it came while the leader waited or asked Redis).
-            if let Some(hold) = self.received(&reg) {
+            if let Some(hold) = self.received(&reg, limit) {
                 return Ok(Some(self.took(reg, hold)));
             }
             if let Turn::WaitFrom(seen) = turn {
@@ -507,11 +507,11 @@ impl Mutex {
                     },
                 };
                 reg.wait_release(seen, until);
-                if let Some(hold) = self.received(&reg) {
+                if let Some(hold) = self.received(&reg, limit) {
                     return Ok(Some(self.took(reg, hold)));
                 }
                 if past(deadline) {
-                    return Ok(self.give_up(reg));
+                    return Ok(self.give_up(reg, limit));
                 }
                 if reg.epoch() != seen {
                     split_retries = SPLIT_RETRIES;
@@ -529,14 +529,14 @@ impl Mutex {
                         .min(Duration::from_secs(3600)),
             );
             let confirmed = reg.wait_confirmed(confirm_by);
-            if let Some(hold) = self.received(&reg) {
+            if let Some(hold) = self.received(&reg, limit) {
                 return Ok(Some(self.took(reg, hold)));
             }
             let seen = reg.epoch();
             let attempt = match self.attempt_retrying(&owner, &request, deadline, limit) {
                 Ok(a) => a,
                 // A lock handed to this leader meanwhile is held all the same.
-                Err(e) => return self.give_up(reg).map(Some).ok_or(e),
+                Err(e) => return self.give_up(reg, limit).map(Some).ok_or(e),
             };
             match attempt {
                 Attempt::Held(hold) => {
@@ -565,15 +565,17 @@ impl Mutex {
                 }
             }
             if past(deadline) {
-                return Ok(self.give_up(reg));
+                return Ok(self.give_up(reg, limit));
             }
         }
     }
 
     /// The lock's hold, if a thread of this client handed it to this leader.
-    fn received(&self, reg: &Registration) -> Option<Arc<Hold>> {
+    /// Taking it does no I/O, unless it cannot be taken (then it is released through Redis
+    /// within `limit`, the call's bound).
+    fn received(&self, reg: &Registration, limit: Deadline) -> Option<Arc<Hold>> {
         let gift = reg.take_gift()?;
-        crate::handoff::receive(self.client.shared(), gift, self.terms())
+        crate::handoff::receive(self.client.shared(), gift, self.terms(), limit)
     }
 
     /// Leaves the queue holding `hold` (handed to this leader): the next leader waits for
@@ -587,9 +589,9 @@ impl Mutex {
     /// Leaves the queue without having acquired (a deadline or an error), unless a hand-off
     /// reached this thread in the meantime and nobody else can take it: then the lock is
     /// held all the same.
-    fn give_up(&self, reg: Registration) -> Option<MutexGuard<'_>> {
+    fn give_up(&self, reg: Registration, limit: Deadline) -> Option<MutexGuard<'_>> {
         let gift = reg.leave_giving_up()?;
-        let hold = crate::handoff::receive(self.client.shared(), gift, self.terms())?;
+        let hold = crate::handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
         Some(MutexGuard::new(self, hold))
     }
 
