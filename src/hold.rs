@@ -485,6 +485,32 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_passes_at_its_outermost_level_only_and_retires_once() {
+        let h = hold(10_000, Instant::now());
+        assert!(h.enter(Instant::now()));
+        assert!(!h.pass(), "an inner level passed");
+        assert!(!h.leave(Duration::ZERO));
+        assert!(h.pass());
+        assert!(h.is_held(), "a passed hold stays valid until retired");
+        assert!(!h.enter(Instant::now()), "a passed hold was re-entered");
+        h.unpass();
+        assert!(h.pass());
+        let sent = h.state.lock().last_ok;
+        assert_eq!(h.retire(), Some(sent));
+        assert_eq!(h.status(), Status::Released);
+        assert_eq!(h.retire(), None);
+        assert_eq!(h.begin_renewal(), Begin::Skip);
+        // A lease that ran out in transit is not taken over.
+        let late = hold(30, Instant::now() - Duration::from_millis(100));
+        assert!(!late.pass());
+        let lost = hold(10_000, Instant::now());
+        assert!(lost.pass());
+        assert!(lost.mark_lost());
+        assert_eq!(lost.retire(), None);
+        assert_eq!(lost.status(), Status::Lost);
+    }
+
+    #[test]
     fn levels_and_release() {
         let h = hold(10_000, Instant::now());
         assert!(h.enter(Instant::now()));
