@@ -164,6 +164,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
                     ("LM_URL", proxy.url()),
                     ("LM_T0", t0.to_string()),
                     ("LM_DIR", dir.display().to_string()),
+                    ("LM_HOT", u8::from(settings.hot).to_string()),
                 ],
             )
         })
@@ -236,7 +237,12 @@ pub fn child_main() {
     let var = |v: &str| common::child_env(v);
     let seed: u64 = var("LM_SEED").parse().unwrap();
     let proc: usize = var("LM_PROC").parse().unwrap();
-    let settings = Settings::new(var("LM_SECS").parse().unwrap());
+    let secs = var("LM_SECS").parse().unwrap();
+    let settings = if var("LM_HOT") == "1" {
+        Settings::hot(secs)
+    } else {
+        Settings::new(secs)
+    };
     let t0: u64 = var("LM_T0").parse().unwrap();
     let dir = PathBuf::from(var("LM_DIR"));
     let now = mono_ns();
