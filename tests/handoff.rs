@@ -231,6 +231,16 @@ fn the_time_bound_forces_a_release_through_redis() {
     });
 }
 
+/// A client whose run of hand-offs may last the whole lease: the tests below hold the lock
+/// while a second thread gets in line, which may take longer than the default 10 ms on a busy
+/// machine (the lock would then be released through Redis, as it should).
+fn patient(url: &str) -> Client {
+    Client::builder(url)
+        .local_handoff_max_time(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 /// Holds `lock` in a thread of its own until told, after the main thread has made sure a
 /// second thread queues for it. Returns (token of the first holder, a sender that releases
 /// it).
@@ -256,7 +266,7 @@ fn reentry_after_a_handoff() {
     let url = server.url();
     let mut conn = server.conn();
     with_deadline(Duration::from_secs(30), move || {
-        let client = Client::open(&url).unwrap();
+        let client = patient(&url);
         let name = common::unique_name("handoff-reentry");
         let key = common::lock_key(&name);
         let lock = client.mutex(&name).unwrap();
@@ -319,7 +329,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
     let url = server.url();
     let mut conn = server.conn();
     with_deadline(Duration::from_secs(30), move || {
-        let client = Client::open(&url).unwrap();
+        let client = patient(&url);
         let name = common::unique_name("handoff-again");
         let lock = client.mutex(&name).unwrap();
         let g = lock.lock().unwrap();
@@ -361,6 +371,7 @@ fn a_lease_lost_after_a_handoff_is_the_receivers() {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(3))
             .renew_interval(Duration::from_millis(100))
+            .local_handoff_max_time(Duration::from_secs(3))
             .on_lease_lost(move |l| {
                 let _ = tx_lost.lock().unwrap().send(l.fencing_token);
             })
