@@ -52,11 +52,13 @@ impl Node {
 /// What an acquire across the masters came to.
 #[derive(Debug, Clone)]
 pub(crate) enum Acquired {
-    /// Held by the caller, in the acquisition the masters call `gen`.
+    /// Held by the caller, in the acquisition the masters call `gen`; the tokens after
+    /// `token` up to `last` are reserved for its local hand-offs (`last == token`: none).
     Held {
         token: u64,
         count: u64,
         acquisition: String,
+        last: u64,
     },
     /// Not held; worth another attempt after `wait` at the latest. `split`: some masters
     /// granted it (a quorum lock in transition, for example a release that reached some
@@ -78,6 +80,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) sent: Instant,
     /// The bound of the call.
     pub(crate) by: Deadline,
+    /// Tokens a new acquisition reserves after its own for local hand-offs (0: none).
+    pub(crate) block: u32,
 }
 
 /// The masters, the quorum, and the bounds of one call.
@@ -363,8 +367,11 @@ impl Backend {
             live,
             sent,
             by,
+            block,
         } = *a;
-        let call = scripts::acquire(keys, owner, lease, request, live);
+        // A quorum never hands off locally (see `Client::redlock`): it reserves no tokens.
+        let block = if self.single() { block } else { 0 };
+        let call = scripts::acquire(keys, owner, lease, request, live, block);
         if self.single() && self.wait.is_some() {
             return self.acquire_replicated(&call, a);
         }
@@ -390,10 +397,12 @@ impl Backend {
                     token,
                     count,
                     acquisition,
+                    last,
                 })) => Ok(Acquired::Held {
                     token,
                     count,
                     acquisition,
+                    last,
                 }),
                 Some(Ok(AcquireReply::Busy { ttl })) => Ok(Acquired::Busy {
                     wait: ttl,
@@ -418,6 +427,7 @@ impl Backend {
                     token,
                     count,
                     acquisition,
+                    ..
                 }) => held.push((i, token, count, acquisition)),
                 Ok(AcquireReply::Busy { ttl }) => busy.push(ttl),
                 Ok(AcquireReply::Foreign) => foreign = true,
@@ -459,6 +469,7 @@ impl Backend {
                     token,
                     count,
                     acquisition,
+                    last: token,
                 });
             }
         }
@@ -528,6 +539,7 @@ impl Backend {
                 token,
                 count,
                 acquisition,
+                last,
             } => {
                 let acked = match acked {
                     Some(Value::Int(k)) => usize::try_from(k).unwrap_or(0),
@@ -538,6 +550,7 @@ impl Backend {
                         token,
                         count,
                         acquisition,
+                        last,
                     });
                 }
                 // The undo gets its own command timeout: the wait may have used up the

@@ -15,7 +15,7 @@ use crate::conn::Resolve;
 use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
-use crate::hold::{Hold, Identity, Renewal};
+use crate::hold::{Chain, Hold, Identity, Renewal};
 use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
 use crate::renewal::{self, Inbox};
@@ -77,7 +77,23 @@ pub(crate) struct Config {
     pub(crate) max_hold: Option<Duration>,
     /// Replicas that must confirm each acquire (and renewal), and how long to wait for them.
     pub(crate) wait_replicas: Option<(usize, Duration)>,
+    /// The bound of local hand-offs; `None`: every release goes through Redis (the option is
+    /// off, or a quorum client).
+    pub(crate) handoff: Option<HandoffBound>,
 }
+
+/// How far a run of local hand-offs may go before a release goes through Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandoffBound {
+    /// Local hand-offs in a row after an acquisition through Redis.
+    pub(crate) max_count: u32,
+    /// Time since the send of the acquisition through Redis after which no hand-off starts.
+    pub(crate) max_time: Duration,
+}
+
+/// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
+/// each acquisition through Redis reserves that many fencing tokens.
+pub const MAX_HANDOFF_COUNT: u32 = 1024;
 
 impl Config {
     /// The bound of one call that may have to open a connection first: the connect timeout
@@ -148,6 +164,9 @@ pub struct ClientBuilder {
     master_auth: Option<MasterAuth>,
     /// The Sentinel master's database.
     master_db: Option<i64>,
+    local_handoff: bool,
+    local_handoff_max_count: u32,
+    local_handoff_max_time: Duration,
 }
 
 /// The credentials of a master found through Sentinel (the password never printed).
@@ -167,6 +186,54 @@ impl std::fmt::Debug for MasterAuth {
 }
 
 impl ClientBuilder {
+    /// Whether a [`Mutex`] released while other threads of this client wait for it is handed
+    /// to the next of them directly, without a round trip to Redis (default: on).
+    ///
+    /// The lock then stays held on the server by this client, and this client's queue of
+    /// waiting threads (first come, first served) decides who holds it next. Each hand-off is
+    /// an acquisition of its own: a new fencing token (strictly higher, as from Redis), a
+    /// guard whose lease, renewal, [`is_held`](crate::MutexGuard::is_held),
+    /// [`check`](crate::MutexGuard::check), re-entry and maximum hold time behave as after
+    /// an acquisition through Redis.
+    ///
+    /// **Trade-off**: hand-offs make a hot lock much faster for the threads of one process,
+    /// and less fair to other processes, whose waiters cannot win the lock while it passes
+    /// from thread to thread here. The run is bounded: after
+    /// [`local_handoff_max_count`](Self::local_handoff_max_count) hand-offs in a row, or once
+    /// [`local_handoff_max_time`](Self::local_handoff_max_time) has passed since the lock
+    /// was taken through Redis, the next release goes through Redis and wakes every waiter,
+    /// remote ones included. So a remote waiter is kept out by one run at most
+    /// `max_time` plus one critical section at a time (the run's last holder's), and it
+    /// competes for the lock on equal terms after each run. Turn it off where strict
+    /// fairness between processes matters more than throughput (or use a
+    /// [`FairMutex`](crate::FairMutex), which never hands off locally).
+    ///
+    /// Not for quorum clients ([`Client::redlock`]): each of their acquisitions is granted
+    /// by a majority of masters, so the option is accepted there and has no effect. Locks
+    /// with a fixed lease ([`Mutex::with_lease`]) are never handed off either: a fixed lease
+    /// ends a fixed time after an acquisition through Redis.
+    pub fn local_handoff(mut self, on: bool) -> Self {
+        self.local_handoff = on;
+        self
+    }
+
+    /// How many local hand-offs in a row may follow an acquisition through Redis before a
+    /// release goes through Redis again (default 16; from 1 to [`MAX_HANDOFF_COUNT`]). Each
+    /// acquisition through Redis reserves that many fencing tokens for its hand-offs. See
+    /// [`local_handoff`](Self::local_handoff).
+    pub fn local_handoff_max_count(mut self, count: u32) -> Self {
+        self.local_handoff_max_count = count;
+        self
+    }
+
+    /// How long after an acquisition through Redis (counted from the send of its acquire)
+    /// local hand-offs may still start (default 10 ms; more than zero, at most the lease).
+    /// The release after that goes through Redis. See [`local_handoff`](Self::local_handoff).
+    pub fn local_handoff_max_time(mut self, time: Duration) -> Self {
+        self.local_handoff_max_time = time;
+        self
+    }
+
     /// The watchdog lease (default 30 s): how long a lock stays held after its holder stops
     /// renewing it, for example because its process died. Held locks are renewed every
     /// third of it. At least [`MIN_LEASE`], at most [`MAX_LEASE`].
@@ -380,7 +447,32 @@ impl ClientBuilder {
                 ));
             }
         }
+        if self.local_handoff_max_count == 0 || self.local_handoff_max_count > MAX_HANDOFF_COUNT {
+            return Err(Error::config(
+                "local_handoff_max_count",
+                format!(
+                    "must be from 1 to {MAX_HANDOFF_COUNT} (turn hand-offs off with \
+                     local_handoff(false))"
+                ),
+            ));
+        }
+        if self.local_handoff_max_time.is_zero() || self.local_handoff_max_time > self.lease {
+            return Err(Error::config(
+                "local_handoff_max_time",
+                format!(
+                    "must be more than zero and at most the lease ({:?}) (turn hand-offs off \
+                     with local_handoff(false))",
+                    self.lease
+                ),
+            ));
+        }
+        let handoff = (self.local_handoff && !matches!(self.topology, Topology::Quorum(_)))
+            .then_some(HandoffBound {
+                max_count: self.local_handoff_max_count,
+                max_time: self.local_handoff_max_time,
+            });
         Ok(Config {
+            handoff,
             wait_replicas: self.wait_replicas,
             lease: self.lease,
             renew_every,
@@ -793,6 +885,11 @@ pub(crate) struct Shared {
     holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
 }
 
+thread_local! {
+    /// Local hand-offs made by this thread (see [`Shared::mutex_owner`]).
+    static PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// A small number that tells the threads of this process apart (`ThreadId` has no stable
 /// integer form).
 pub(crate) fn thread_seq() -> u64 {
@@ -838,6 +935,9 @@ pub(crate) struct Grant<'a> {
     pub(crate) sent: Instant,
     /// The acquisition the server says this grant belongs to (the lock's `gen`).
     pub(crate) acquisition: &'a str,
+    /// The last fencing token reserved for local hand-offs of a new acquisition (`token`:
+    /// none).
+    pub(crate) last: u64,
 }
 
 /// What [`Shared::adopt`] made of a grant.
@@ -855,6 +955,57 @@ impl Shared {
     /// The owner id of the calling thread.
     pub(crate) fn owner(&self) -> String {
         format!("{}:{}", self.id, thread_seq())
+    }
+
+    /// The owner id of the calling thread for a new [`Mutex`] acquisition: [`owner`]
+    /// (Shared::owner), with the number of local hand-offs this thread made so far when there
+    /// were any. A thread that handed a lock on keeps its old id on the server while another
+    /// thread holds it there; its own later acquisitions must not pass for that owner (the
+    /// acquire script would take the other thread's levels for orphans of its own and
+    /// replace them). So each hand-off gives the handing thread a new id.
+    pub(crate) fn mutex_owner(&self) -> String {
+        match PASSES.with(std::cell::Cell::get) {
+            0 => self.owner(),
+            n => format!("{}:{}.{n}", self.id, thread_seq()),
+        }
+    }
+
+    /// Forgets the calling thread's slot for `hold` (handed to another thread), keeping it
+    /// renewed, and gives the thread a new owner id for its later Mutex acquisitions (see
+    /// [`mutex_owner`](Shared::mutex_owner)).
+    pub(crate) fn passed_on(&self, hold: &Arc<Hold>) {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if holds
+            .get(&slot)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
+        {
+            holds.remove(&slot);
+        }
+        drop(holds);
+        PASSES.with(|p| p.set(p.get().wrapping_add(1).max(1)));
+    }
+
+    /// Records a hold handed to the calling thread: its slot for re-entry, and its renewal.
+    /// A hold of the thread's own on the same lock that still claims to be valid is lost (the
+    /// server names one acquisition only) and is reported.
+    pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let old = self.holds.lock().insert(slot, Arc::downgrade(hold));
+        if let Some(old) = old.and_then(|w| w.upgrade()) {
+            self.report_lost(&old);
+        }
+        if hold.renewal.is_some() {
+            self.renewals.register(Arc::clone(hold));
+        }
+    }
+
+    /// Notes that a registered hold left the renewal wheel's care (released, or retired for
+    /// a successor): it sits in the wheel until its slot fires.
+    pub(crate) fn note_released(&self, hold: &Hold) {
+        if hold.renewal.is_some() {
+            self.renewals.released();
+        }
     }
 
     /// Whether the calling thread holds `keys` through this client (as far as it knows).
@@ -902,6 +1053,7 @@ impl Shared {
             count,
             sent,
             acquisition,
+            last,
         } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
@@ -942,7 +1094,12 @@ impl Shared {
                 renewal,
                 sent,
             )
-            .with_kind(kind),
+            .with_kind(kind)
+            .with_chain(Chain {
+                since: sent,
+                passes: 0,
+                last: last.max(token),
+            }),
         );
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
@@ -1117,7 +1274,9 @@ impl Client {
     /// one; an odd number, usually 3 or 5, is the sensible choice): a lock is held when a
     /// majority of them granted it. See [`Redlock`](crate::Redlock) for the algorithm and
     /// what it promises. The same options as [`Client::builder`], plus
-    /// [`master_timeout`](ClientBuilder::master_timeout).
+    /// [`master_timeout`](ClientBuilder::master_timeout); a quorum client never hands a lock
+    /// off locally ([`local_handoff`](ClientBuilder::local_handoff) has no effect): every
+    /// acquisition is granted by a majority.
     ///
     /// # Examples
     ///
@@ -1165,6 +1324,9 @@ impl Client {
             tls: TlsCerts::default(),
             master_auth: None,
             master_db: None,
+            local_handoff: true,
+            local_handoff_max_count: 16,
+            local_handoff_max_time: Duration::from_millis(10),
         }
     }
 

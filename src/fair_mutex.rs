@@ -364,6 +364,7 @@ impl FairMutex {
             count,
             sent,
             acquisition,
+            last: 0,
         };
         let shared = self.client.shared();
         let hold = match shared.adopt_as(
@@ -423,6 +424,7 @@ impl FairMutex {
                 token,
                 count,
                 acquisition,
+                ..
             } => {
                 if let Some(g) = self.take(&owner, &acquisition, token, count, sent, limit) {
                     return Ok(Some(g));
@@ -471,6 +473,7 @@ impl FairMutex {
                     token,
                     count,
                     ref acquisition,
+                    ..
                 }) => {
                     if let Some(g) = self.take(&owner, acquisition, token, count, sent, limit) {
                         return Ok(Some(g));
@@ -547,6 +550,7 @@ impl FairMutex {
                             token,
                             count,
                             acquisition,
+                            ..
                         },
                         Some(since),
                     ) => Ok(self.take(&owner, &acquisition, token, count, since, limit)),

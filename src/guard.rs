@@ -105,7 +105,10 @@ impl<'a> MutexGuard<'a> {
     /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted) and nobody
     /// holds the lock; [`Error::NotOwner`] when another owner holds it now (it is left
     /// untouched); [`Error::Redis`] when Redis could not be asked: the lock then frees itself
-    /// when its lease runs out, since renewal stopped.
+    /// when its lease runs out, since renewal stopped. A lock handed to another thread of this
+    /// client (see [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is
+    /// released without asking Redis, so this returns `Ok` then; a lease lost on the server
+    /// meanwhile is found by the receiving thread's next renewal and reported as its loss.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
         release(self.mutex, &self.hold, release_bound(self.mutex))
@@ -140,6 +143,11 @@ fn release_bound(mutex: &Mutex) -> Deadline {
 /// connection failed; the script recognises a retry, so a level is never released twice).
 fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client().shared();
+    // The outermost level, with threads of this client waiting: hand the lock to the first
+    // of them, within the bound of a run of hand-offs, without a round trip.
+    if crate::handoff::pass(shared, hold) {
+        return Ok(());
+    }
     let was_held = hold.is_held();
     // The outermost level frees the lock on the server whatever count it has there: levels
     // the server counts beyond the local ones (an inner release that never arrived, a

@@ -33,6 +33,18 @@ pub(crate) struct Renewal {
     pub(crate) until: Option<Instant>,
 }
 
+/// Where a hold stands in a run of local hand-offs: the acquisition through Redis that
+/// started the run, and what the run may still hand out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chain {
+    /// Send time of the acquire through Redis that started the run.
+    pub(crate) since: Instant,
+    /// Local hand-offs in the run up to this hold (0: this hold came from Redis).
+    pub(crate) passes: u32,
+    /// The last fencing token reserved for the run (the hold's own token: none left).
+    pub(crate) last: u64,
+}
+
 /// What the renewal thread should do with a hold that is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Begin {
@@ -83,6 +95,8 @@ pub(crate) struct Hold {
     pub(crate) renewal: Option<Renewal>,
     /// Which lock type holds it: tells the renewal thread which renew script to send.
     pub(crate) kind: Kind,
+    /// Its place in a run of local hand-offs (a [`Mutex`](crate::Mutex) hold only).
+    pub(crate) chain: Chain,
     state: Mutex<State>,
     renewal_done: Condvar,
 }
@@ -109,6 +123,11 @@ impl Hold {
             drift,
             renewal,
             kind: Kind::Mutex,
+            chain: Chain {
+                since: sent,
+                passes: 0,
+                last: token,
+            },
             state: Mutex::new(State {
                 last_ok: sent,
                 status: Status::Valid,
@@ -117,6 +136,48 @@ impl Hold {
             }),
             renewal_done: Condvar::new(),
         }
+    }
+
+    /// The same hold, in this place of a run of local hand-offs.
+    pub(crate) fn with_chain(mut self, chain: Chain) -> Self {
+        self.chain = chain;
+        self
+    }
+
+    /// Gives up the outermost level for a local hand-off: the hold stays valid (and renewed)
+    /// with no level held until the receiving thread [`retire`](Hold::retire)s it, or it is
+    /// released through Redis. Returns false (and changes nothing) unless the caller's level
+    /// is the only one and the lease is known valid. [`unpass`](Hold::unpass) undoes it.
+    pub(crate) fn pass(&self) -> bool {
+        let mut st = self.state.lock();
+        if st.depth != 1
+            || !matches!(st.status, Status::Valid | Status::Uncertain)
+            || self.deadline_of(&st).is_none_or(|d| Instant::now() >= d)
+        {
+            return false;
+        }
+        st.depth = 0;
+        true
+    }
+
+    /// Takes the level back after a hand-off that found nobody to take it.
+    pub(crate) fn unpass(&self) {
+        self.state.lock().depth = 1;
+    }
+
+    /// Retires a passed hold for its successor, which takes over its lease: marks it
+    /// released (no renewal is sent for it any more) and returns the send time of its last
+    /// successful acquire or renewal. `None` (and released) when the lease is not known valid
+    /// any more: the successor must not be made.
+    pub(crate) fn retire(&self) -> Option<Instant> {
+        let mut st = self.state.lock();
+        let valid = st.depth == 0
+            && matches!(st.status, Status::Valid | Status::Uncertain)
+            && self.deadline_of(&st).is_some_and(|d| Instant::now() < d);
+        if st.status != Status::Lost {
+            st.status = Status::Released;
+        }
+        valid.then_some(st.last_ok)
     }
 
     /// The same hold, kept by another lock type's renew script.
@@ -421,6 +482,32 @@ mod tests {
         let before = h.deadline();
         assert!(h.enter(later));
         assert_eq!(h.deadline(), before);
+    }
+
+    #[test]
+    fn a_hold_passes_at_its_outermost_level_only_and_retires_once() {
+        let h = hold(10_000, Instant::now());
+        assert!(h.enter(Instant::now()));
+        assert!(!h.pass(), "an inner level passed");
+        assert!(!h.leave(Duration::ZERO));
+        assert!(h.pass());
+        assert!(h.is_held(), "a passed hold stays valid until retired");
+        assert!(!h.enter(Instant::now()), "a passed hold was re-entered");
+        h.unpass();
+        assert!(h.pass());
+        let sent = h.state.lock().last_ok;
+        assert_eq!(h.retire(), Some(sent));
+        assert_eq!(h.status(), Status::Released);
+        assert_eq!(h.retire(), None);
+        assert_eq!(h.begin_renewal(), Begin::Skip);
+        // A lease that ran out in transit is not taken over.
+        let late = hold(30, Instant::now() - Duration::from_millis(100));
+        assert!(!late.pass());
+        let lost = hold(10_000, Instant::now());
+        assert!(lost.pass());
+        assert!(lost.mark_lost());
+        assert_eq!(lost.retire(), None);
+        assert_eq!(lost.status(), Status::Lost);
     }
 
     #[test]

@@ -70,6 +70,15 @@
 //!   client's one pub/sub connection) and sleeps until a release or until the holder's
 //!   remaining lease runs out (a crashed holder publishes nothing). Within one client, one
 //!   thread per lock name asks Redis at a time; the others queue locally.
+//! - **Local hand-off** (on by default, see [`ClientBuilder::local_handoff`]). A [`Mutex`]
+//!   released while threads of the same client queue for it passes to the first of them
+//!   without a round trip; the lock stays held on the server. Each hand-off is an acquisition
+//!   of its own (the next fencing token of a block the acquisition through Redis reserved, its
+//!   own guard, lease deadline, renewal, re-entry count and maximum hold time). After
+//!   [`local_handoff_max_count`](ClientBuilder::local_handoff_max_count) hand-offs, or once
+//!   [`local_handoff_max_time`](ClientBuilder::local_handoff_max_time) has passed since the
+//!   acquisition through Redis, the release goes through Redis, so that waiters in other
+//!   processes compete for the lock again.
 //! - **Renewal.** While a guard lives, its lease is extended every third of the lease. A
 //!   renewal that finds the lock gone marks the guard lost and logs a warning.
 //! - **Bounded calls.** Every call carries a deadline down to each socket operation, so it
@@ -90,10 +99,18 @@
 //!   drift), even when Redis cannot be reached; a guard is never handed out whose validity
 //!   has already passed.
 //! - **Fencing tokens** strictly increase per lock name, across owners and across a restart
-//!   of Redis with an empty dataset (the token is at least the server clock in µs).
+//!   of Redis with an empty dataset (the token is at least the server clock in µs), local
+//!   hand-offs included.
+//! - **Bounded local hand-off**: a waiter in another process is kept out by one run of local
+//!   hand-offs at most (the count and time bounds above, plus the critical section of the
+//!   run's last holder); then the lock is released through Redis.
 //!
 //! What does **not** hold:
 //!
+//! - **Fairness between processes**: a released lock goes to whichever waiter's acquire
+//!   reaches Redis first, and with local hand-off the releasing process's threads have it for
+//!   a whole run first. Turn [`local_handoff`](ClientBuilder::local_handoff) off, or use a
+//!   [`FairMutex`], where that matters more than throughput.
 //! - A lock is a **lease**. It excludes others only while the lease is valid, and only if
 //!   process pauses (GC, swapping, `SIGSTOP`), network delays and clock-rate drift stay small
 //!   compared with the lease. A holder paused for longer than its lease may wake up believing
@@ -172,6 +189,7 @@ mod conn;
 mod error;
 mod fair_mutex;
 mod guard;
+mod handoff;
 mod hold;
 mod keys;
 mod mutex;
@@ -184,7 +202,7 @@ mod sentinel;
 mod subscriber;
 mod tls;
 
-pub use client::{Client, ClientBuilder, LostLease, MAX_LEASE, MIN_LEASE};
+pub use client::{Client, ClientBuilder, LostLease, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use fair_mutex::{FairMutex, FairMutexGuard};
 pub use guard::MutexGuard;

@@ -13,7 +13,7 @@ use crate::guard::MutexGuard;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
 use crate::scripts::{Holder, Level, Live};
-use crate::subscriber::{RECHECK, Turn};
+use crate::subscriber::{RECHECK, Registration, Turn};
 
 /// How the lease of a lock is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +72,16 @@ const SPLIT_RETRIES: u32 = 4;
 /// released, bounded by the remaining lease of the holder (a crashed holder publishes
 /// nothing). Within one client, only one thread per lock name asks Redis at a time; the others
 /// queue locally in arrival order.
+///
+/// # Local hand-off
+///
+/// With [`local_handoff`](crate::ClientBuilder::local_handoff) on (the default), a release
+/// while threads of the same client queue for the lock hands it to the first of them without
+/// a round trip, up to a bounded run of hand-offs; then the release goes through Redis so that
+/// other processes' waiters can win it. The receiving thread's guard is as from Redis: the
+/// next fencing token, its own lease deadline, renewal, re-entry and maximum hold time. Locks
+/// with a fixed lease ([`with_lease`](Mutex::with_lease)) always release through Redis, and a
+/// hand-off goes only to a thread asking for the same terms (the client's lease, renewed).
 ///
 /// # Examples
 ///
@@ -365,6 +375,9 @@ impl Mutex {
         // Levels of this owner on the server without a live local guard are orphans (a release
         // whose reply was lost); the script replaces them instead of counting on top of them.
         let live = shared.live_hold(&self.keys);
+        // A re-entry speaks for the owner on the server: after a local hand-off that is the
+        // thread that took the lock through Redis, not this one.
+        let owner = live.as_ref().map_or(owner, |h| h.owner.as_str());
         let reply = shared.backend.acquire(&AcquireCall {
             keys: &self.keys,
             owner,
@@ -376,6 +389,7 @@ impl Mutex {
             }),
             sent,
             by,
+            block: shared.config.handoff.map_or(0, |h| h.max_count),
         })?;
         match reply {
             Acquired::Busy { wait, split } => {
@@ -393,12 +407,14 @@ impl Mutex {
                 token,
                 count,
                 acquisition,
+                last,
             } => {
                 let grant = Grant {
                     token,
                     count,
                     sent,
                     acquisition: &acquisition,
+                    last,
                 };
                 let hold = match shared.adopt(&self.keys, owner.to_owned(), grant, terms) {
                     Adopted::Held(hold) => hold,
@@ -447,7 +463,7 @@ impl Mutex {
     /// one attempt.
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard<'_>>> {
         let shared = self.client.shared();
-        let owner = shared.owner();
+        let owner = shared.mutex_owner();
         let request = request_id();
         let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
         let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
@@ -470,13 +486,18 @@ impl Mutex {
 
         let reg = shared.subscriber.join(&self.keys.channel);
         let Some(mut turn) = reg.wait_turn(deadline) else {
-            return Ok(None);
+            return Ok(self.give_up(reg, limit));
         };
         let lease = self.terms().lease;
         // Until when a leader sleeps without news: the TTL its last attempt returned.
         let mut bound = after(lease);
         let mut split_retries = 0;
         loop {
+            // A thread of this client may have handed the lock to this leader (its turn began
+            // with it, or it came while the leader waited or asked Redis).
+            if let Some(hold) = self.received(&reg, limit) {
+                return Ok(Some(self.took(reg, hold)));
+            }
             if let Turn::WaitFrom(seen) = turn {
                 let until = match bound {
                     Some(b) => min_instant(deadline, b),
@@ -486,8 +507,11 @@ impl Mutex {
                     },
                 };
                 reg.wait_release(seen, until);
+                if let Some(hold) = self.received(&reg, limit) {
+                    return Ok(Some(self.took(reg, hold)));
+                }
                 if past(deadline) {
-                    return Ok(None);
+                    return Ok(self.give_up(reg, limit));
                 }
                 if reg.epoch() != seen {
                     split_retries = SPLIT_RETRIES;
@@ -505,10 +529,21 @@ impl Mutex {
                         .min(Duration::from_secs(3600)),
             );
             let confirmed = reg.wait_confirmed(confirm_by);
+            if let Some(hold) = self.received(&reg, limit) {
+                return Ok(Some(self.took(reg, hold)));
+            }
             let seen = reg.epoch();
-            match self.attempt_retrying(&owner, &request, deadline, limit)? {
+            let attempt = match self.attempt_retrying(&owner, &request, deadline, limit) {
+                Ok(a) => a,
+                // A lock handed to this leader meanwhile is held all the same.
+                Err(e) => return self.give_up(reg, limit).map(Some).ok_or(e),
+            };
+            match attempt {
                 Attempt::Held(hold) => {
-                    reg.leave_acquired(seen);
+                    // A hand-off that reached this leader meanwhile passes a lock that is not
+                    // on the server any more (this attempt found it free): dropping it
+                    // changes nothing there.
+                    drop(reg.leave_acquired(seen));
                     return Ok(Some(MutexGuard::new(self, hold)));
                 }
                 Attempt::Busy { wait: ttl, split } => {
@@ -530,9 +565,34 @@ impl Mutex {
                 }
             }
             if past(deadline) {
-                return Ok(None);
+                return Ok(self.give_up(reg, limit));
             }
         }
+    }
+
+    /// The lock's hold, if a thread of this client handed it to this leader.
+    /// Taking it does no I/O, unless it cannot be taken (then it is released through Redis
+    /// within `limit`, the call's bound).
+    fn received(&self, reg: &Registration, limit: Deadline) -> Option<Arc<Hold>> {
+        let gift = reg.take_gift()?;
+        crate::handoff::receive(self.client.shared(), gift, self.terms(), limit)
+    }
+
+    /// Leaves the queue holding `hold` (handed to this leader): the next leader waits for
+    /// the next release or hand-off.
+    fn took(&self, reg: Registration, hold: Arc<Hold>) -> MutexGuard<'_> {
+        let seen = reg.epoch();
+        drop(reg.leave_acquired(seen));
+        MutexGuard::new(self, hold)
+    }
+
+    /// Leaves the queue without having acquired (a deadline or an error), unless a hand-off
+    /// reached this thread in the meantime and nobody else can take it: then the lock is
+    /// held all the same.
+    fn give_up(&self, reg: Registration, limit: Deadline) -> Option<MutexGuard<'_>> {
+        let gift = reg.leave_giving_up()?;
+        let hold = crate::handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
+        Some(MutexGuard::new(self, hold))
     }
 
     pub(crate) fn client(&self) -> &Client {

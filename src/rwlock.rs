@@ -313,6 +313,7 @@ impl RwLock {
                     count: 1,
                     sent,
                     acquisition: &acquisition,
+                    last: 0,
                 };
                 let shared = self.client.shared();
                 let hold =
@@ -457,7 +458,7 @@ impl RwLock {
             });
             match attempt {
                 Ok(Attempt::Held(h)) => {
-                    reg.leave_acquired(seen);
+                    drop(reg.leave_acquired(seen));
                     return Ok(Some(RwLockWriteGuard::new(self, h)));
                 }
                 Ok(Attempt::Busy(wait)) => {

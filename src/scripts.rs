@@ -135,11 +135,13 @@ pub(crate) fn fair(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// The caller holds the lock now, `count` levels deep, under fencing token `token`, in
-    /// the acquisition the server calls `gen`.
+    /// the acquisition the server calls `gen`; tokens after `token` up to `last` are reserved
+    /// for local hand-offs of this acquisition (`last == token`: none).
     Held {
         token: u64,
         count: u64,
         acquisition: String,
+        last: u64,
     },
     /// Another owner holds it, for `ttl` more.
     Busy { ttl: Duration },
@@ -277,14 +279,16 @@ pub(crate) struct Live<'a> {
     pub(crate) extend: Duration,
 }
 
-/// The acquire script for `owner`: a new acquisition gets a lease of `lease`; with `live`
-/// (the calling thread holds the lock through a live guard) this is a re-entry of it.
+/// The acquire script for `owner`: a new acquisition gets a lease of `lease` and reserves
+/// `block` tokens after its own for local hand-offs; with `live` (the calling thread holds
+/// the lock through a live guard) this is a re-entry of it.
 pub(crate) fn acquire(
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
     request: &str,
     live: Option<Live<'_>>,
+    block: u32,
 ) -> Call {
     let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
     let (acquisition, extend) = match live {
@@ -296,7 +300,8 @@ pub(crate) fn acquire(
         .arg(millis(lease))
         .arg(request)
         .arg(acquisition)
-        .arg(extend);
+        .arg(extend)
+        .arg(block);
     Call {
         which: Which::Acquire,
         cmd,
@@ -435,11 +440,20 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
 pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = v else { return None };
     match (items.first().and_then(int)?, items.get(1), items.get(2)) {
-        (1, Some(token), Some(count)) => Some(AcquireReply::Held {
-            token: u64::try_from(int(token)?).ok()?,
-            count: u64::try_from(int(count)?).ok()?,
-            acquisition: text(items.get(3)?)?,
-        }),
+        (1, Some(token), Some(count)) => {
+            let token = u64::try_from(int(token)?).ok()?;
+            // The last token reserved for local hand-offs; a reply without one reserved none.
+            let last = match items.get(4) {
+                Some(v) => u64::try_from(int(v)?).ok()?.max(token),
+                None => token,
+            };
+            Some(AcquireReply::Held {
+                token,
+                count: u64::try_from(int(count)?).ok()?,
+                acquisition: text(items.get(3)?)?,
+                last,
+            })
+        }
         (0, Some(ttl), _) => {
             // -1 (no expiry) and -2 (gone) cannot come from our own keys; a zero wait makes
             // the caller simply try again.
@@ -510,6 +524,23 @@ mod tests {
                 token: 1_763_781_420_000_001,
                 count: 2,
                 acquisition: "1f".into(),
+                last: 1_763_781_420_000_001,
+            })
+        );
+        let block = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"100".to_vec()),
+            Value::Int(1),
+            Value::BulkString(b"1f".to_vec()),
+            Value::BulkString(b"116".to_vec()),
+        ]);
+        assert_eq!(
+            parse_acquire(&block),
+            Some(AcquireReply::Held {
+                token: 100,
+                count: 1,
+                acquisition: "1f".into(),
+                last: 116,
             })
         );
         // A grant without the acquisition it belongs to is not a grant.

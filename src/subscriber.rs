@@ -61,6 +61,7 @@
 //! reply across a read timeout and resumes it on the next read; so an idle timeout is
 //! harmless wherever it falls, and `PING` probes follow the heartbeat alone.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -367,6 +368,11 @@ fn bytes(v: &Value) -> Option<&[u8]> {
     }
 }
 
+/// Something a thread hands to the leader of a lock's local queue (a held lock, passed on
+/// without a round trip). Opaque here: the lock layer gives and takes it. Dropping it must
+/// undo it (the lock layer's type releases the lock through Redis when dropped unused).
+pub(crate) type Gift = Box<dyn Any + Send>;
+
 /// One thread waiting for a lock.
 #[derive(Debug)]
 struct Waiter {
@@ -393,6 +399,9 @@ struct ChannelState {
     /// Every waiter is woken, not only the leader (waiters that can all proceed at once,
     /// such as the readers of a read-write lock).
     broadcast: bool,
+    /// What a thread handed to the leader (see [`Subscriber::offer`]): it belongs to
+    /// whoever leads the queue, and passes to the next leader when the leader leaves.
+    gift: Option<Gift>,
 }
 
 impl ChannelState {
@@ -758,6 +767,26 @@ impl Subscriber {
         reg
     }
 
+    /// Hands `gift` to the leader of `channel`'s local queue and wakes it. Refused (the gift
+    /// comes back) when nobody queues, when a gift is pending already, or on a channel whose
+    /// waiters all wake at once. The gift is never lost: it stays in the queue until a
+    /// leader takes it ([`Registration::take_gift`]), passes from a leader that leaves to
+    /// the next, and comes back to the last waiter that leaves (see [`Registration`]).
+    pub(crate) fn offer(&self, channel: &str, gift: Gift) -> std::result::Result<(), Gift> {
+        let Some(ch) = self.table.lock().channels.get(channel).cloned() else {
+            return Err(gift);
+        };
+        // The queue is checked under the channel's lock, which a leaving waiter takes too:
+        // the gift lands in a queue that has a waiter, who takes it or passes it on.
+        let mut st = ch.state.lock();
+        if st.queue.is_empty() || st.gift.is_some() || st.broadcast {
+            return Err(gift);
+        }
+        st.gift = Some(gift);
+        st.wake_leader();
+        Ok(())
+    }
+
     /// Whether threads of this client queue for the lock released on `channel`.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
         self.table.lock().channels.contains_key(channel)
@@ -837,7 +866,7 @@ impl Registration {
         loop {
             {
                 let st = self.channel.state.lock();
-                if st.confirmed || st.refused {
+                if st.confirmed || st.refused || st.gift.is_some() {
                     return st.confirmed;
                 }
             }
@@ -862,11 +891,25 @@ impl Registration {
         self.channel.state.lock().message.take()
     }
 
-    /// Sleeps until a release after epoch `seen` arrives, or `until` passes.
+    /// Takes the gift handed to the queue, if this thread leads it.
+    pub(crate) fn take_gift(&self) -> Option<Gift> {
+        let mut st = self.channel.state.lock();
+        if self.is_leader(&st) {
+            st.gift.take()
+        } else {
+            None
+        }
+    }
+
+    /// Sleeps until a release after epoch `seen` arrives, a gift is handed to this leader,
+    /// or `until` passes.
     pub(crate) fn wait_release(&self, seen: u64, until: Instant) {
         loop {
-            if self.channel.state.lock().epoch != seen {
-                return;
+            {
+                let st = self.channel.state.lock();
+                if st.epoch != seen || st.gift.is_some() {
+                    return;
+                }
             }
             if !park_until(Some(until)) {
                 return;
@@ -875,18 +918,35 @@ impl Registration {
     }
 
     /// Leaves the queue after acquiring: the next leader waits for a release after `seen`.
-    pub(crate) fn leave_acquired(mut self, seen: u64) {
-        self.leave(Some(seen));
+    /// Returns a gift handed to this leader meanwhile, if any: the caller acquired the lock
+    /// otherwise, so the gift is stale (the lock it passes is not on the server any more)
+    /// and must not reach the next leader.
+    pub(crate) fn leave_acquired(mut self, seen: u64) -> Option<Gift> {
+        self.leave(Some(seen), true)
     }
 
-    fn leave(&mut self, handoff: Option<u64>) {
+    /// Leaves the queue without the lock (a deadline or an error). Returns a gift that nobody
+    /// else can take (this was the last waiter): the caller takes it or drops it.
+    pub(crate) fn leave_giving_up(mut self) -> Option<Gift> {
+        self.leave(None, false)
+    }
+
+    /// Leaves the queue. A gift pending for this leader is returned when `take` is set or
+    /// no waiter is left; otherwise it stays for the next leader. The gift is returned, not
+    /// dropped here, so that no lock of the subscriber is held while it is dropped.
+    fn leave(&mut self, handoff: Option<u64>, take: bool) -> Option<Gift> {
         if std::mem::replace(&mut self.left, true) {
-            return;
+            return None;
         }
         let mut table = self.sub.table.lock();
         let mut st = self.channel.state.lock();
         let was_leader = self.is_leader(&st);
         st.queue.retain(|w| !Arc::ptr_eq(w, &self.me));
+        let gift = if (was_leader && take) || st.queue.is_empty() {
+            st.gift.take()
+        } else {
+            None
+        };
         if st.queue.is_empty() {
             // Last waiter: unsubscribe, unless the table already holds a newer entry.
             drop(st);
@@ -898,19 +958,22 @@ impl Registration {
                 table.channels.remove(&self.channel.name);
                 table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
             }
-            return;
+            return gift;
         }
         drop(table);
         if was_leader {
             st.handoff = handoff;
             st.wake_leader();
         }
+        gift
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.leave(None);
+        // A gift nobody else can take is dropped, which undoes it (after the locks are
+        // released: dropping it may talk to Redis).
+        drop(self.leave(None, false));
     }
 }
 

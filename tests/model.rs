@@ -88,7 +88,8 @@ fn run_seeds(seeds: &[u64]) {
 /// cores and stretch each other's calls.
 static ONE_SEED_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// [`run_seeds`] with given settings (the run time and the lock types are part of the plan).
+/// [`run_seeds`] with given settings (the run time, the lock types and the mix are part of the
+/// plan).
 fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     let _serial = ONE_SEED_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let secs = settings.secs;
@@ -100,14 +101,23 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     let mut failed = Vec::new();
     for &seed in seeds {
         println!("model: seed {seed}, {secs} s{only}");
-        let replay = format!(
-            "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs}{only} \
-             cargo test --test model -- model_seeds"
-        );
+        let replay = if settings.hot {
+            format!("  replay: LOCKSMITH_MODEL_HOT_SEED={seed} cargo test --test model -- hot_name")
+        } else {
+            format!(
+                "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs}{only} \
+                 cargo test --test model -- model_seeds"
+            )
+        };
         // A process that crashed or hung fails the seed too, and says which seed it was.
         match std::panic::catch_unwind(|| run::run_seed(seed, settings)) {
             Ok(outcome) => {
                 println!("model: {}", outcome.report(20));
+                println!(
+                    "model: {} local hand-offs (outermost sections whose token follows the \
+                     previous one's by one)",
+                    handoffs(&outcome.history.sections)
+                );
                 if !outcome.findings.is_empty() {
                     failed.push(format!("{}\n{replay}", outcome.report(10)));
                 }
@@ -132,6 +142,17 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     );
 }
 
+/// How many outermost sections took the token right after the previous one of their name:
+/// local hand-offs (a grant through Redis takes the server clock in microseconds).
+fn handoffs(sections: &[Section]) -> usize {
+    let mut outer: Vec<&Section> = sections.iter().filter(|s| s.depth == 0).collect();
+    outer.sort_by_key(|s| (s.name.clone(), s.token));
+    outer
+        .windows(2)
+        .filter(|w| w[0].name == w[1].name && w[1].token == w[0].token + 1)
+        .count()
+}
+
 /// The default seed set, or the seeds the environment names.
 #[test]
 fn model_seeds() {
@@ -153,6 +174,18 @@ fn model_seeds() {
         Err(_) => DEFAULT_SEEDS.to_vec(),
     };
     run_seeds(&seeds);
+}
+
+/// The hot mix: 3 processes x 4 threads on one name, so that locks pass between the threads
+/// of a process by local hand-off (the default) under the same faults and checks. Replay a
+/// seed with `LOCKSMITH_MODEL_HOT_SEED=<seed> cargo test --test model -- hot_name`.
+#[test]
+fn hot_name_with_local_handoff() {
+    let seeds = match env_u64("LOCKSMITH_MODEL_HOT_SEED") {
+        Some(seed) => vec![seed],
+        None => vec![1],
+    };
+    run_seeds_with(&seeds, &Settings::hot(8));
 }
 
 // Regression seeds: each found a defect of the library. The run time and the lock types are

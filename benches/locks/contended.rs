@@ -17,65 +17,118 @@ use crate::support::{
 };
 use crate::{Ctx, STEP, THREADS, s};
 
+/// What one contended run measured.
+pub(crate) struct Run {
+    /// Acquisitions, all processes together.
+    pub(crate) count: u64,
+    pub(crate) errors: u64,
+    /// The longest process's run time, seconds.
+    pub(crate) elapsed: f64,
+    /// Acquisitions per process.
+    pub(crate) per_proc: Vec<u64>,
+    /// Waits (µs) of the acquisitions, and of the waits unfinished at the end.
+    pub(crate) waits: Vec<f64>,
+    pub(crate) censored: Vec<f64>,
+    /// The counter at the end (each acquisition added one).
+    pub(crate) value: i64,
+    /// Redis commandstats before and after.
+    pub(crate) s0: std::collections::BTreeMap<String, u64>,
+    pub(crate) s1: std::collections::BTreeMap<String, u64>,
+}
+
+/// `procs` child processes of `threads` threads each take lock `name` (locksmith's, `kind`
+/// "ls", or the naive one, "naive") for `run` and increment a counter inside.
+pub(crate) fn run_contended(
+    url: &str,
+    kind: &str,
+    tag: &str,
+    procs: usize,
+    threads: usize,
+    run: Duration,
+) -> Result<Run, String> {
+    let mut con = connect(url, Duration::from_secs(5)).map_err(s)?;
+    let name = format!("bench:{tag}:{kind}");
+    let counter = format!("bench:counter:{tag}:{kind}");
+    let children = (0..procs)
+        .map(|i| {
+            ChildProc::spawn(
+                &format!("{tag}-{kind}-{i}"),
+                "contend",
+                &[
+                    url.to_owned(),
+                    name.clone(),
+                    kind.into(),
+                    threads.to_string(),
+                    counter.clone(),
+                ],
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for c in &children {
+        c.expect("ready", Duration::from_secs(60))?;
+    }
+    redis::cmd("SET")
+        .arg(&counter)
+        .arg(0)
+        .query::<()>(&mut con)
+        .map_err(s)?;
+    let s0 = calls_by_command(&mut con);
+    let run_ms = run.as_millis();
+    let mut children = children;
+    for c in &mut children {
+        c.send(&format!("go {run_ms}"))?;
+    }
+    let (mut count, mut errors, mut elapsed) = (0u64, 0u64, 0f64);
+    let (mut waits, mut censored, mut per_proc) = (Vec::new(), Vec::new(), Vec::new());
+    for c in &children {
+        let done = c.expect("done", run + Duration::from_secs(60))?;
+        let f: Vec<u64> = done
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        count += f.first().copied().unwrap_or(0);
+        errors += f.get(1).copied().unwrap_or(0);
+        elapsed = elapsed.max(f.get(2).copied().unwrap_or(0) as f64 / 1e6);
+        per_proc.push(f.first().copied().unwrap_or(0));
+        waits.extend(parse_list(&c.expect("waits", STEP)?));
+        censored.extend(parse_list(&c.expect("censored", STEP)?));
+    }
+    let s1 = calls_by_command(&mut con);
+    drop(children);
+    let value: i64 = redis::cmd("GET")
+        .arg(&counter)
+        .query::<Option<i64>>(&mut con)
+        .map_err(s)?
+        .unwrap_or(0);
+    Ok(Run {
+        count,
+        errors,
+        elapsed,
+        per_proc,
+        waits,
+        censored,
+        value,
+        s0,
+        s1,
+    })
+}
+
 pub(crate) fn contended(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "contended";
     let url = ctx.url.clone();
-    let mut con = connect(&url, Duration::from_secs(5)).map_err(s)?;
     for kind in ["ls", "naive"] {
         let label = if kind == "ls" { "locksmith" } else { "naive" };
-        let name = format!("bench:contended:{kind}");
-        let counter = format!("bench:counter:{kind}");
-        let children = (0..2)
-            .map(|i| {
-                ChildProc::spawn(
-                    &format!("contend-{kind}-{i}"),
-                    "contend",
-                    &[
-                        url.clone(),
-                        name.clone(),
-                        kind.into(),
-                        THREADS.to_string(),
-                        counter.clone(),
-                    ],
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for c in &children {
-            c.expect("ready", Duration::from_secs(60))?;
-        }
-        redis::cmd("SET")
-            .arg(&counter)
-            .arg(0)
-            .query::<()>(&mut con)
-            .map_err(s)?;
-        let s0 = calls_by_command(&mut con);
-        let run_ms = ctx.plan.contended.as_millis();
-        let mut children = children;
-        for c in &mut children {
-            c.send(&format!("go {run_ms}"))?;
-        }
-        let (mut count, mut errors, mut elapsed) = (0u64, 0u64, 0f64);
-        let (mut waits, mut censored, mut per_proc) = (Vec::new(), Vec::new(), Vec::new());
-        for c in &children {
-            let done = c.expect("done", ctx.plan.contended + Duration::from_secs(60))?;
-            let f: Vec<u64> = done
-                .split_whitespace()
-                .map(|x| x.parse().unwrap_or(0))
-                .collect();
-            count += f.first().copied().unwrap_or(0);
-            errors += f.get(1).copied().unwrap_or(0);
-            elapsed = elapsed.max(f.get(2).copied().unwrap_or(0) as f64 / 1e6);
-            per_proc.push(f.first().copied().unwrap_or(0));
-            waits.extend(parse_list(&c.expect("waits", STEP)?));
-            censored.extend(parse_list(&c.expect("censored", STEP)?));
-        }
-        let s1 = calls_by_command(&mut con);
-        drop(children);
-        let value: i64 = redis::cmd("GET")
-            .arg(&counter)
-            .query::<Option<i64>>(&mut con)
-            .map_err(s)?
-            .unwrap_or(0);
+        let Run {
+            count,
+            errors,
+            elapsed,
+            per_proc,
+            waits,
+            censored,
+            value,
+            s0,
+            s1,
+        } = run_contended(&url, kind, "contended", 2, THREADS, ctx.plan.contended)?;
         let d = stats_delta(&s0, &s1);
         let n = count.max(1) as f64;
         // Client-sent, without the critical section's own GET and SET (N each). The naive

@@ -2,7 +2,7 @@
 //!
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
-//! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `many`, `idle`,
+//! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `hot`, `many`, `idle`,
 //! `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler.
 //!
@@ -28,7 +28,7 @@
 //!
 //! Layout: this file parses the arguments, starts the server, runs the workloads in order and
 //! writes the report. Each workload has a file of its own ([`floors`], [`uncontended`],
-//! [`handoff`], [`contended`], [`many`], [`idle`], [`renewal`], [`redlock`], and [`family`]
+//! [`handoff`], [`contended`], [`hot`], [`many`], [`idle`], [`renewal`], [`redlock`], and [`family`]
 //! for `fair`, `rw` and `semaphore`) holding both its
 //! parent side and, where it uses child processes, the child's side. [`child`] is the
 //! parent/child line protocol and the child entry point, [`naive`] the baseline lock,
@@ -43,6 +43,7 @@ mod contended;
 mod family;
 mod floors;
 mod handoff;
+mod hot;
 mod idle;
 mod many;
 mod naive;
@@ -64,6 +65,7 @@ use child::child_main;
 use contended::contended;
 use floors::measure_floors;
 use handoff::handoff;
+use hot::hot;
 use idle::idle;
 use many::many_names;
 use redlock::redlock;
@@ -240,13 +242,14 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 11] = [
+    let workloads: [(&str, Workload); 12] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
         ("uncontended", uncontended),
         ("handoff", handoff),
         ("contended", contended),
+        ("hot", hot),
         ("many", many_names),
         ("idle", idle),
         ("renewal", renewal),

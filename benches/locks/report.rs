@@ -118,7 +118,7 @@ impl Row {
         match self.bar {
             None => "—".into(),
             Some(Bar::RatioAtMost(x)) => format!("ratio ≤ {x}"),
-            Some(Bar::RatioAtLeast(x)) => format!("ratio ≥ {x}"),
+            Some(Bar::RatioAtLeast(x)) => format!("ratio ≥ {}", (x * 1000.0).round() / 1000.0),
             Some(Bar::AtMost(x)) => format!("≤ {}", fmt_value(x, self.unit)),
             Some(Bar::Equals(x)) => format!("= {}", fmt_value(x, self.unit)),
         }

@@ -14,9 +14,16 @@
 -- ARGV[5]  for a re-entry: the lease in milliseconds the key must have left afterwards (the
 --          hold's own lease); the expiry is only ever moved later, never earlier. '0' leaves
 --          it as it is (a fixed lease, which ends a fixed time after its acquisition)
+-- ARGV[6]  how many tokens a new acquisition reserves after its own, for local hand-offs
+--          within the acquiring client ('0' or absent: none). The counter is set to the last
+--          token reserved, so every later acquisition, anywhere, gets a higher token than
+--          any token of the block
 --
--- Returns {1, token, count, gen}  held by ARGV[1] now under acquisition gen (count 1 and
---                                 gen = ARGV[3]: newly acquired; otherwise re-entered)
+-- Returns {1, token, count, gen, last}
+--                                 held by ARGV[1] now under acquisition gen (count 1 and
+--                                 gen = ARGV[3]: newly acquired; otherwise re-entered); last:
+--                                 the last token reserved for local hand-offs (= token when
+--                                 none was; only a new acquisition reserves)
 --         {0, pttl}               held by another owner for pttl more milliseconds
 --         {-1}                    the key exists but is not a locksmith lock; nothing changed
 
@@ -27,8 +34,13 @@
 -- raised to another master's token). Redis expires the counter by the same clock, so once it
 -- is gone that clock reads at least its last write plus FENCE_TTL_MS, and the next token
 -- (at least the clock) exceeds every token issued before, as long as that lead stays under a
--- day. src/keys.rs holds the same value (a unit test compares them).
+-- day. A block reserved for local hand-offs (ARGV[6]) puts the counter at most that many
+-- tokens further ahead, and only while the counter is less than MAX_LEAD_US ahead of the
+-- clock (else nothing is reserved): so the lead stays under MAX_LEAD_US plus one block, far
+-- under a day, however fast grants come. src/keys.rs holds the same FENCE_TTL_MS (a unit
+-- test compares them).
 local FENCE_TTL_MS = 86400000
+local MAX_LEAD_US = 1000000
 
 -- Moves the key's expiry to at least ms milliseconds from now; never earlier.
 local function extend(ms)
@@ -47,15 +59,21 @@ local function grant()
   local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
   local now = redis.call('time')
   local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local token = string.format('%.0f', math.max(last + 1, micros))
-  redis.call('set', KEYS[2], token, 'px', FENCE_TTL_MS)
+  local first = math.max(last + 1, micros)
+  local block = tonumber(ARGV[6] or '0') or 0
+  if block < 0 or first - micros >= MAX_LEAD_US then
+    block = 0
+  end
+  local token = string.format('%.0f', first)
+  local upto = string.format('%.0f', first + block)
+  redis.call('set', KEYS[2], upto, 'px', FENCE_TTL_MS)
   -- 'gen' names this acquisition (its request id): a release or renewal from a guard of an
   -- earlier acquisition by the same owner must not touch this one.
   redis.call('del', KEYS[1])
   redis.call('hset', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, 'gen', ARGV[3],
     'req', ARGV[3])
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token, 1, ARGV[3]}
+  return {1, token, 1, ARGV[3], upto}
 end
 
 local kind = redis.call('type', KEYS[1])['ok']

@@ -34,6 +34,9 @@ pub struct Settings {
     pub retry_timeout: Duration,
     /// Added to every call's bound, for a busy machine: 1 s, or `LOCKSMITH_MODEL_SLACK_MS`.
     pub slack: Duration,
+    /// The hot mix: every thread of every process on one name, so that locks pass between
+    /// the threads of a process by local hand-off.
+    pub hot: bool,
 }
 
 impl Settings {
@@ -58,6 +61,17 @@ impl Settings {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1000),
             ),
+            hot: false,
+        }
+    }
+
+    /// The hot mix: 3 processes x 4 threads, all on one plain mutex name.
+    pub fn hot(secs: u64) -> Settings {
+        Settings {
+            threads: 4,
+            names: vec!["model:hot".into()],
+            hot: true,
+            ..Settings::mutex_only(secs)
         }
     }
 

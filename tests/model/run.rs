@@ -172,6 +172,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
                     ("LM_URL", proxy.url()),
                     ("LM_T0", t0.to_string()),
                     ("LM_DIR", dir.display().to_string()),
+                    ("LM_HOT", u8::from(settings.hot).to_string()),
                 ],
             )
         })
@@ -245,7 +246,9 @@ pub fn child_main() {
     let seed: u64 = var("LM_SEED").parse().unwrap();
     let proc: usize = var("LM_PROC").parse().unwrap();
     let secs = var("LM_SECS").parse().unwrap();
-    let settings = if var("LM_FAMILY") == "true" {
+    let settings = if var("LM_HOT") == "1" {
+        Settings::hot(secs)
+    } else if var("LM_FAMILY") == "true" {
         Settings::new(secs)
     } else {
         Settings::mutex_only(secs)

@@ -480,7 +480,13 @@ pub fn run_process(
     let threads_before = crate::common::thread_count();
     {
         let lost_log = Arc::clone(&log);
-        let client = Client::builder(url)
+        let mut builder = Client::builder(url);
+        if settings.hot {
+            // Sections here last milliseconds: let a run of hand-offs last up to the lease, so
+            // that runs are ended by the count bound too, not only by the default 10 ms.
+            builder = builder.local_handoff_max_time(settings.lease);
+        }
+        let client = builder
             .lease(settings.lease)
             .command_timeout(settings.command_timeout)
             .connect_timeout(settings.connect_timeout)

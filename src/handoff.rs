@@ -1,0 +1,182 @@
+//! Local hand-off: a [`Mutex`](crate::Mutex) released while other threads of the same client
+//! wait for it passes to the leader of their queue without a round trip to Redis.
+//!
+//! # How a hold passes
+//!
+//! The releasing thread ([`pass`]) keeps the lock on the server as it is (its owner and
+//! acquisition stay there) and hands its [`Hold`] to the leader of the lock's local queue (the
+//! same FIFO as every local waiter's, see `subscriber.rs`) inside a [`Baton`]. The receiving
+//! thread ([`receive`]) retires that hold and makes its successor: the same owner and
+//! acquisition on the server, the next fencing token, the same lease deadline, its own
+//! level count, its own maximum hold time, registered for renewal and in the thread's slot
+//! for re-entry. So the successor behaves as a hold from Redis, and a loss found later by the
+//! renewal thread is the successor's, reported with its token.
+//!
+//! # Why it stays safe
+//!
+//! - Exclusion: the lock never becomes free on the server during a run of hand-offs, so no
+//!   other owner can take it; locally, a hold passes to exactly one thread (the gift slot of
+//!   the queue holds one baton, taken by one leader).
+//! - Fencing: the acquisition through Redis reserved a block of tokens after its own (the
+//!   acquire script set the counter to the block's last), and each hand-off takes the next
+//!   one; a run stops when the block is used up. Any later acquisition, anywhere, gets a
+//!   token above the block.
+//! - Other processes: a run ends after `local_handoff_max_count` hand-offs or once
+//!   `local_handoff_max_time` has passed since the acquisition through Redis; that release
+//!   goes through Redis and publishes, so remote waiters compete for the lock again.
+//! - The handing thread's owner id stays on the server while another thread holds the lock;
+//!   the handing thread takes a new id for its later acquisitions (see
+//!   [`Shared::mutex_owner`]), so the acquire script never takes the holder's levels for its
+//!   orphans.
+//! - A baton nobody takes (the last waiter left) is dropped, and dropping it releases the
+//!   lock through Redis, owner- and acquisition-checked, as a guard's drop would.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{Shared, Terms, request_id};
+use crate::conn::Deadline;
+use crate::hold::{Chain, Hold, Identity, Renewal};
+use crate::scripts::{Kind, Level};
+use crate::subscriber::Gift;
+
+/// A hold on its way from one thread to another. Dropped unused, it releases the lock
+/// through Redis.
+pub(crate) struct Baton {
+    shared: Arc<Shared>,
+    hold: Arc<Hold>,
+    /// Taken over by a successor, or given back to the handing thread: nothing to release.
+    done: bool,
+}
+
+impl Baton {
+    /// Releases the passed lock through Redis within `by` (and one connect plus one command
+    /// timeout), owner- and acquisition-checked, as a guard's release would.
+    fn release_by(&mut self, by: Deadline) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let shared = &self.shared;
+        let hold = &self.hold;
+        let by = by.min(Deadline::after(shared.config.one_call()));
+        // Marks it released (it has no level left) and waits for a renewal on the wire.
+        hold.leave(by.left().unwrap_or(Duration::MAX));
+        shared.note_released(hold);
+        if let Err(e) = shared.backend.release(
+            &hold.keys,
+            hold.holder(),
+            &request_id(),
+            shared.backend.fence(hold.token),
+            Level::Outermost,
+            by,
+        ) {
+            log::debug!(
+                "releasing `{}` after a hand-off nobody took: {e}",
+                hold.keys.name
+            );
+        }
+    }
+}
+
+impl Drop for Baton {
+    fn drop(&mut self) {
+        self.release_by(Deadline::NONE);
+    }
+}
+
+/// Hands `hold` (the calling thread's, at its outermost level) to the leader of its lock's
+/// local queue, if the client hands off and the run's bound allows it. Returns true when the
+/// leader has it: the level is released, without any I/O. False: nothing changed, release
+/// through Redis.
+pub(crate) fn pass(shared: &Arc<Shared>, hold: &Arc<Hold>) -> bool {
+    let Some(bound) = shared.config.handoff else {
+        return false;
+    };
+    let chain = hold.chain;
+    // Only a renewed Mutex hold passes: a fixed lease ends a fixed time after its acquisition
+    // through Redis, and a hold past its maximum hold time is no longer renewed.
+    if hold.kind != Kind::Mutex
+        || hold.renewal.is_none()
+        || hold.next_renewal().is_none()
+        || chain.passes >= bound.max_count
+        || hold.token >= chain.last
+        || chain.since.elapsed() >= bound.max_time
+        || !shared.subscriber.has_waiters(&hold.keys.channel)
+    {
+        return false;
+    }
+    if !hold.pass() {
+        return false;
+    }
+    let baton: Gift = Box::new(Baton {
+        shared: Arc::clone(shared),
+        hold: Arc::clone(hold),
+        done: false,
+    });
+    match shared.subscriber.offer(&hold.keys.channel, baton) {
+        Ok(()) => {
+            shared.passed_on(hold);
+            true
+        }
+        Err(back) => {
+            // Nobody to take it after all (the last waiter just left): the level is the
+            // caller's again, and it releases through Redis.
+            if let Ok(mut b) = back.downcast::<Baton>() {
+                b.done = true;
+            }
+            hold.unpass();
+            false
+        }
+    }
+}
+
+/// Takes a hold handed to the calling thread, which asks for a new acquisition with
+/// `terms`: its successor, held by this thread, with the next fencing token. `None` when it
+/// cannot be taken (its lease is no longer known valid, or the terms differ: another lease
+/// length, or a fixed lease); the lock is then released through Redis within `by` (the
+/// caller's bound), and the caller goes on as a waiter.
+pub(crate) fn receive(
+    shared: &Shared,
+    gift: Gift,
+    terms: Terms,
+    by: Deadline,
+) -> Option<Arc<Hold>> {
+    let mut baton = gift.downcast::<Baton>().ok()?;
+    let old = Arc::clone(&baton.hold);
+    if !terms.watchdog || terms.lease != old.lease {
+        baton.release_by(by);
+        return None;
+    }
+    let now = Instant::now();
+    let Some(last_ok) = old.retire() else {
+        baton.release_by(by);
+        return None;
+    };
+    baton.done = true;
+    drop(baton);
+    shared.note_released(&old);
+    let successor = Arc::new(
+        Hold::new(
+            Arc::clone(&old.keys),
+            Identity {
+                owner: old.owner.clone(),
+                acquisition: old.acquisition.clone(),
+                token: old.token + 1,
+            },
+            old.lease,
+            shared.backend.drift(old.lease),
+            Some(Renewal {
+                every: shared.config.renew_every,
+                until: terms.max_hold.and_then(|m| now.checked_add(m)),
+            }),
+            last_ok,
+        )
+        .with_chain(Chain {
+            since: old.chain.since,
+            passes: old.chain.passes + 1,
+            last: old.chain.last,
+        }),
+    );
+    shared.adopt_passed(&successor);
+    Some(successor)
+}

@@ -1,0 +1,485 @@
+//! Local hand-off: a `Mutex` released while threads of the same client wait passes to the
+//! first of them without a round trip. Exclusion and fencing across processes, the bound that
+//! forces a release through Redis, re-entry and lease loss after a hand-off, the option off,
+//! and its bad values.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, TestChild, with_deadline};
+use locksmith::{Client, Error};
+
+/// A child process: `LS_THREADS` threads of one client, each making `LS_ROUNDS` counted
+/// increments under the lock (see `common::locked_increments`).
+#[test]
+fn child_threads_counter() {
+    if !common::is_child("threads-counter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
+    let client = Client::open(url.as_str()).unwrap();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let lock = client.mutex(&name).unwrap();
+            let url = url.clone();
+            let name = name.clone();
+            thread::spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let (counter, tokens) = (format!("counter:{name}"), format!("tokens:{name}"));
+                common::locked_increments(&lock, &mut conn, &counter, &tokens, rounds);
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+/// Tokens that follow their predecessor by exactly one: local hand-offs (a grant through
+/// Redis takes the server clock in microseconds, far past the last token of a block).
+fn handoffs(tokens: &[u64]) -> usize {
+    tokens.windows(2).filter(|w| w[1] == w[0] + 1).count()
+}
+
+/// 3 processes x 8 threads on one lock, hand-off on (the default): no increment is lost, the
+/// fencing tokens recorded inside the critical sections strictly increase in acquisition
+/// order across the processes, and hand-offs did happen.
+#[test]
+fn three_processes_of_eight_threads_exclude_and_fence() {
+    const CHILDREN: usize = 3;
+    const THREADS: usize = 8;
+    const ROUNDS: u64 = 40;
+    let server = RedisServer::start();
+    let name = common::unique_name("handoff-procs");
+    let envs = [
+        ("LS_URL", server.url()),
+        ("LS_NAME", name.clone()),
+        ("LS_ROUNDS", ROUNDS.to_string()),
+        ("LS_THREADS", THREADS.to_string()),
+    ];
+    let mut children: Vec<TestChild> = (0..CHILDREN)
+        .map(|_| TestChild::spawn("child_threads_counter", "threads-counter", &envs))
+        .collect();
+    for child in &mut children {
+        let status = child.wait_timeout(Duration::from_secs(120));
+        assert!(status.success(), "child failed: {status}");
+    }
+    let mut conn = server.conn();
+    let total = (CHILDREN * THREADS) as u64 * ROUNDS;
+    common::assert_exact_and_fenced(&mut conn, &name, total);
+    assert!(!common::exists(&mut conn, &common::lock_key(&name)));
+    let tokens: Vec<u64> = redis::cmd("LRANGE")
+        .arg(format!("tokens:{name}"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    let n = handoffs(&tokens);
+    println!("{n} of {total} acquisitions were local hand-offs");
+    assert!(n > 0, "no local hand-off happened");
+}
+
+/// One critical section seen by a local thread: its token and when it started.
+type Entry = (u64, Instant);
+
+/// Runs 4 threads of `local` in a loop on `name` (each section works for `work`), lets a
+/// waiter of `remote` take the lock once meanwhile, and returns how long it waited and the
+/// local sections in acquisition order.
+fn contend_with_a_remote_waiter(
+    local: &Client,
+    remote: &Client,
+    name: &str,
+    work: Duration,
+) -> (Duration, Vec<Entry>) {
+    let log: Arc<StdMutex<Vec<Entry>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hs: Vec<_> = (0..4)
+        .map(|_| {
+            let (lock, log, stop) = (local.mutex(name).unwrap(), log.clone(), stop.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let g = lock.lock().unwrap();
+                    log.lock()
+                        .unwrap()
+                        .push((g.fencing_token(), Instant::now()));
+                    thread::sleep(work);
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(10), || log
+        .lock()
+        .unwrap()
+        .len()
+        >= 50));
+    let theirs = remote.mutex(name).unwrap();
+    let t = Instant::now();
+    let got = theirs.try_lock_for(Duration::from_secs(20)).unwrap();
+    let waited = t.elapsed();
+    assert!(got.is_some(), "the remote waiter never got the lock");
+    drop(got);
+    // Some more local sections after the remote one.
+    let seen = log.lock().unwrap().len();
+    assert!(common::wait_until(Duration::from_secs(10), || log
+        .lock()
+        .unwrap()
+        .len()
+        >= seen + 20));
+    stop.store(true, Ordering::SeqCst);
+    for h in hs {
+        h.join().unwrap();
+    }
+    let entries = std::mem::take(&mut *log.lock().unwrap());
+    (waited, entries)
+}
+
+/// The runs of consecutive tokens (one acquisition through Redis and its hand-offs).
+fn runs(entries: &[Entry]) -> Vec<&[Entry]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=entries.len() {
+        if i == entries.len() || entries[i].0 != entries[i - 1].0 + 1 {
+            out.push(&entries[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
+/// The count bound: at most `local_handoff_max_count` hand-offs follow an acquisition through
+/// Redis; then the release goes through Redis, and a waiter of another client gets the lock
+/// while the local threads keep contending.
+#[test]
+fn the_count_bound_forces_a_release_through_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(60), move || {
+        let local = Client::builder(&url)
+            .local_handoff_max_count(3)
+            .local_handoff_max_time(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let remote = Client::open(&url).unwrap();
+        let name = common::unique_name("handoff-count");
+        let (waited, entries) =
+            contend_with_a_remote_waiter(&local, &remote, &name, Duration::from_micros(200));
+        let runs = runs(&entries);
+        let longest = runs.iter().map(|r| r.len()).max().unwrap();
+        println!(
+            "remote waited {waited:?}; {} sections in {} runs, longest {longest}",
+            entries.len(),
+            runs.len()
+        );
+        assert!(
+            longest <= 4,
+            "a run of {longest} sections: more than 3 hand-offs"
+        );
+        assert!(longest >= 2, "no local hand-off happened");
+        assert!(waited < Duration::from_secs(5), "remote waited {waited:?}");
+    });
+}
+
+/// The time bound: no hand-off starts later than `local_handoff_max_time` after the
+/// acquisition through Redis, whatever the count allows.
+#[test]
+fn the_time_bound_forces_a_release_through_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(60), move || {
+        let max_time = Duration::from_millis(15);
+        let local = Client::builder(&url)
+            .local_handoff_max_count(1024)
+            .local_handoff_max_time(max_time)
+            .build()
+            .unwrap();
+        let remote = Client::open(&url).unwrap();
+        let name = common::unique_name("handoff-time");
+        let (waited, entries) =
+            contend_with_a_remote_waiter(&local, &remote, &name, Duration::from_millis(1));
+        let runs = runs(&entries);
+        let longest = runs
+            .iter()
+            .map(|r| r[r.len() - 1].1 - r[0].1)
+            .max()
+            .unwrap();
+        let most = runs.iter().map(|r| r.len()).max().unwrap();
+        println!(
+            "remote waited {waited:?}; {} sections in {} runs, longest {longest:?} ({most} sections)",
+            entries.len(),
+            runs.len()
+        );
+        // The last hand-off of a run starts before max_time after the acquisition through
+        // Redis, which came before the run's first section: with 1 ms sections and 1024
+        // hand-offs allowed, only the time bound keeps runs this short (250 ms: slack for a
+        // busy machine).
+        assert!(
+            longest < max_time + Duration::from_millis(250),
+            "a run lasted {longest:?}"
+        );
+        assert!(most >= 2, "no local hand-off happened");
+        assert!(waited < Duration::from_secs(5), "remote waited {waited:?}");
+    });
+}
+
+/// A client whose run of hand-offs may last the whole lease: the tests below hold the lock
+/// while a second thread gets in line, which may take longer than the default 10 ms on a busy
+/// machine (the lock would then be released through Redis, as it should).
+fn patient(url: &str) -> Client {
+    Client::builder(url)
+        .local_handoff_max_time(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Holds `lock` in a thread of its own until told, after the main thread has made sure a
+/// second thread queues for it. Returns (token of the first holder, a sender that releases
+/// it).
+fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::JoinHandle<()>) {
+    let (tx_token, rx_token) = mpsc::channel();
+    let (tx_go, rx_go) = mpsc::channel::<()>();
+    let h = thread::spawn(move || {
+        let g = lock.lock().unwrap();
+        tx_token.send(g.fencing_token()).unwrap();
+        rx_go.recv().unwrap();
+        g.unlock().unwrap();
+    });
+    (rx_token.recv().unwrap(), tx_go, h)
+}
+
+/// After a hand-off, the receiving thread holds the lock with the next token while the
+/// server still names the first owner; it re-enters (the server counts its levels) and its
+/// inner guard releases one level; no other thread, the handing one included, is granted
+/// the lock meanwhile; its outermost release frees it.
+#[test]
+fn reentry_after_a_handoff() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = patient(&url);
+        let name = common::unique_name("handoff-reentry");
+        let key = common::lock_key(&name);
+        let lock = client.mutex(&name).unwrap();
+        let (token_a, release_a, ha) = hold_in_thread(lock.clone());
+        let owner_a = common::hget(&mut conn, &key, "owner").unwrap();
+
+        let (tx, rx) = mpsc::channel();
+        let (tx_done, rx_done) = mpsc::channel::<()>();
+        let lock_b = lock.clone();
+        let hb = thread::spawn(move || {
+            let g = lock_b.lock().unwrap();
+            tx.send(("outer", g.fencing_token(), g.is_held())).unwrap();
+            let inner = lock_b.lock().unwrap();
+            tx.send(("inner", inner.fencing_token(), inner.is_held()))
+                .unwrap();
+            rx_done.recv().unwrap();
+            inner.unlock().unwrap();
+            tx.send(("inner released", 0, g.is_held())).unwrap();
+            rx_done.recv().unwrap();
+            g.unlock().unwrap();
+        });
+        common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
+        release_a.send(()).unwrap();
+        ha.join().unwrap();
+
+        let (_, token_b, held) = rx.recv().unwrap();
+        assert_eq!(token_b, token_a + 1, "not handed off locally");
+        assert!(held);
+        let (_, inner, held) = rx.recv().unwrap();
+        assert_eq!(inner, token_b, "a nested guard has the outer guard's token");
+        assert!(held);
+        assert_eq!(common::hget(&mut conn, &key, "owner"), Some(owner_a));
+        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("2"));
+
+        // The handing thread is not the owner any more, on the server's owner id or not;
+        // nor is any other thread of the client.
+        let again = lock.clone();
+        let handing = thread::spawn(move || again.try_lock().unwrap().is_none());
+        assert!(handing.join().unwrap(), "another thread re-entered");
+        assert!(
+            lock.try_lock().unwrap().is_none(),
+            "another thread re-entered"
+        );
+
+        tx_done.send(()).unwrap();
+        let (_, _, held) = rx.recv().unwrap();
+        assert!(held, "the outer guard is still held");
+        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        tx_done.send(()).unwrap();
+        hb.join().unwrap();
+        assert!(!common::exists(&mut conn, &key));
+    });
+}
+
+/// A thread that handed the lock on and locks again later waits for it like anyone else,
+/// and gets it with a higher token.
+#[test]
+fn the_handing_thread_locks_again_after_the_receiver() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = patient(&url);
+        let name = common::unique_name("handoff-again");
+        let lock = client.mutex(&name).unwrap();
+        let g = lock.lock().unwrap();
+        let token_a = g.fencing_token();
+        let (tx, rx) = mpsc::channel();
+        let (tx_go, rx_go) = mpsc::channel::<()>();
+        let lock_b = lock.clone();
+        let hb = thread::spawn(move || {
+            let g = lock_b.lock().unwrap();
+            tx.send(g.fencing_token()).unwrap();
+            rx_go.recv().unwrap();
+            g.unlock().unwrap();
+        });
+        common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
+        g.unlock().unwrap();
+        assert_eq!(rx.recv().unwrap(), token_a + 1);
+        // The server still names this thread's old owner id: it must not be granted.
+        assert!(lock.try_lock().unwrap().is_none());
+        tx_go.send(()).unwrap();
+        let again = lock.try_lock_for(Duration::from_secs(10)).unwrap().unwrap();
+        assert!(again.fencing_token() > token_a + 1);
+        hb.join().unwrap();
+        again.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &common::lock_key(&name)));
+    });
+}
+
+/// A lease lost while the lock is held through a hand-off is reported to the thread that
+/// holds it then: `on_lease_lost` names its token, its guard says so, and its `unlock()`
+/// errs.
+#[test]
+fn a_lease_lost_after_a_handoff_is_the_receivers() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let (tx_lost, rx_lost) = mpsc::channel();
+        let tx_lost = StdMutex::new(tx_lost);
+        let client = Client::builder(&url)
+            .lease(Duration::from_secs(3))
+            .renew_interval(Duration::from_millis(100))
+            .local_handoff_max_time(Duration::from_secs(3))
+            .on_lease_lost(move |l| {
+                let _ = tx_lost.lock().unwrap().send(l.fencing_token);
+            })
+            .build()
+            .unwrap();
+        let name = common::unique_name("handoff-lost");
+        let lock = client.mutex(&name).unwrap();
+        let (token_a, release_a, ha) = hold_in_thread(lock.clone());
+        let (tx, rx) = mpsc::channel();
+        let (tx_go, rx_go) = mpsc::channel::<()>();
+        let hb = thread::spawn(move || {
+            let g = lock.lock().unwrap();
+            tx.send(g.fencing_token()).unwrap();
+            rx_go.recv().unwrap();
+            let held = g.is_held();
+            let checked = g.check();
+            let unlocked = g.unlock();
+            (held, checked, unlocked)
+        });
+        common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
+        release_a.send(()).unwrap();
+        ha.join().unwrap();
+        let token_b = rx.recv().unwrap();
+        assert_eq!(token_b, token_a + 1, "not handed off locally");
+
+        redis::cmd("DEL")
+            .arg(common::lock_key(&name))
+            .exec(&mut conn)
+            .unwrap();
+        let lost = rx_lost.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(lost, token_b, "the loss was not reported as the receiver's");
+        tx_go.send(()).unwrap();
+        let (held, checked, unlocked) = hb.join().unwrap();
+        assert!(!held);
+        assert!(matches!(checked, Err(Error::LeaseLost)), "{checked:?}");
+        assert!(unlocked.is_err());
+        assert!(rx_lost.try_recv().is_err(), "a loss was reported twice");
+    });
+}
+
+/// With `local_handoff(false)` every release goes through Redis: the waiting thread gets the
+/// lock from Redis, under its own owner id and a token from the server.
+#[test]
+fn option_off_releases_through_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let client = Client::builder(&url).local_handoff(false).build().unwrap();
+        let name = common::unique_name("handoff-off");
+        let key = common::lock_key(&name);
+        let lock = client.mutex(&name).unwrap();
+        let (token_a, release_a, ha) = hold_in_thread(lock.clone());
+        let owner_a = common::hget(&mut conn, &key, "owner").unwrap();
+        let (tx, rx) = mpsc::channel();
+        let hb = thread::spawn(move || {
+            let g = lock.lock().unwrap();
+            tx.send(g.fencing_token()).unwrap();
+            g.unlock().unwrap();
+        });
+        common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
+        let before = common::script_calls(&mut conn);
+        release_a.send(()).unwrap();
+        ha.join().unwrap();
+        let token_b = rx.recv().unwrap();
+        hb.join().unwrap();
+        assert!(
+            token_b > token_a + 1,
+            "handed off locally: {token_a} then {token_b}"
+        );
+        assert_ne!(common::hget(&mut conn, &key, "owner"), Some(owner_a));
+        // The release, the waiter's acquire and its release, at least.
+        assert!(common::script_calls(&mut conn) >= before + 3);
+    });
+}
+
+/// Bad hand-off bounds are refused by `build()`, naming the option, before any I/O.
+#[test]
+fn bad_handoff_bounds_are_refused() {
+    // A closed port: a refusal must come before any connection is tried.
+    let url = format!("redis://127.0.0.1:{}/", common::free_port());
+    let refused = |b: locksmith::ClientBuilder, field: &str| match b.build() {
+        Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+        other => panic!("{field}: expected InvalidConfig, got {other:?}"),
+    };
+    refused(
+        Client::builder(&url).local_handoff_max_count(0),
+        "local_handoff_max_count",
+    );
+    refused(
+        Client::builder(&url).local_handoff_max_count(locksmith::MAX_HANDOFF_COUNT + 1),
+        "local_handoff_max_count",
+    );
+    refused(
+        Client::builder(&url).local_handoff_max_time(Duration::ZERO),
+        "local_handoff_max_time",
+    );
+    refused(
+        Client::builder(&url)
+            .lease(Duration::from_secs(1))
+            .local_handoff_max_time(Duration::from_secs(2)),
+        "local_handoff_max_time",
+    );
+    // In range, the same values are fine (the build then fails on the closed port).
+    let ok = Client::builder(&url)
+        .local_handoff_max_count(locksmith::MAX_HANDOFF_COUNT)
+        .local_handoff_max_time(Duration::from_secs(30))
+        .connect_timeout(Duration::from_millis(200))
+        .build();
+    assert!(!matches!(ok, Err(Error::InvalidConfig { .. })), "{ok:?}");
+}
