@@ -160,6 +160,7 @@
 
 mod backend;
 mod client;
+mod cluster;
 mod conn;
 mod error;
 mod fair_mutex;
