@@ -191,10 +191,12 @@ pub(crate) fn parse_shards(v: &Value, tls: bool) -> Option<Vec<Range>> {
         });
         let Some(master) = master else { continue };
         let f = |k: &str| master.iter().find(|(x, _)| x == k).map(|(_, v)| *v);
+        // An empty or unknown endpoint means the node that was asked (see `read_map`).
         let host = f("endpoint")
             .and_then(text)
             .filter(|h| !h.is_empty() && h != "?")
-            .or_else(|| f("ip").and_then(text))?;
+            .or_else(|| f("ip").and_then(text))
+            .unwrap_or_default();
         let port = if tls { f("tls-port") } else { f("port") }
             .or_else(|| f("port"))
             .and_then(int)?;
@@ -474,6 +476,19 @@ impl Cluster {
             v => parse_shards(v, self.uses_tls()),
         };
         node.pool.put(con);
+        // A node that never met another (a one-master cluster) does not know its own IP and
+        // says "" (or "?"): that means the address it was asked at.
+        let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
+        let ranges = ranges.map(|rs| {
+            rs.into_iter()
+                .map(|mut r| {
+                    if r.host.is_empty() || r.host == "?" {
+                        asked.clone_into(&mut r.host);
+                    }
+                    r
+                })
+                .collect::<Vec<_>>()
+        });
         ranges.filter(|r| !r.is_empty()).ok_or_else(|| {
             Error::Redis(redis::RedisError::from(std::io::Error::other(format!(
                 "{} gave no usable slot map (is it a cluster node?)",
@@ -742,20 +757,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// Runs `cmd` on every master, each bounded by the client's timeouts.
+    /// Runs `cmd` on every master, all within one connect and one command timeout.
     pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value>)> {
         let packed = cmd.get_packed_command();
+        let by = Deadline::after(self.timeouts.connect.saturating_add(self.timeouts.command));
         self.masters()
             .into_iter()
-            .map(|n| {
-                let r = self.try_on(
-                    &n,
-                    &packed,
-                    false,
-                    Deadline::after(self.timeouts.connect + self.timeouts.command),
-                );
-                (n.name.clone(), r)
-            })
+            .map(|n| (n.name.clone(), self.try_on(&n, &packed, false, by)))
             .collect()
     }
 

@@ -320,6 +320,8 @@ impl Subscriber {
         let todo = std::mem::take(&mut table.unrouted);
         drop(table);
         let mut stuck = false;
+        // Nodes that could not be reached in this pass are not tried again for each channel.
+        let mut failed: Vec<String> = Vec::new();
         for ch in todo {
             let mut table = self.table.lock();
             let current = table
@@ -338,7 +340,13 @@ impl Subscriber {
             if !table.shards.contains_key(&node.name) {
                 // Opening takes up to the connect timeout: not under the table lock.
                 drop(table);
-                let opened = super::open(&node.info, self.timeouts, self.tls.as_deref());
+                let opened = if failed.contains(&node.name) {
+                    Err(Error::Timeout {
+                        what: "the node was not reached a moment ago",
+                    })
+                } else {
+                    super::open(&node.info, self.timeouts, self.tls.as_deref())
+                };
                 table = self.table.lock();
                 match opened {
                     Ok((reader, writer)) => {
@@ -368,7 +376,10 @@ impl Subscriber {
                         );
                     }
                     Err(e) => {
-                        log::warn!("pub/sub connection to {} failed: {e}", node.name);
+                        if !failed.contains(&node.name) {
+                            log::warn!("pub/sub connection to {} failed: {e}", node.name);
+                            failed.push(node.name.clone());
+                        }
                         sh.refresh.store(true, Ordering::SeqCst);
                         let mut st = ch.state.lock();
                         st.down = true;

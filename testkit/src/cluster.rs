@@ -380,6 +380,14 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("node {port} is not running"))
     }
 
+    /// The process ids of the running nodes (to pin them to a CPU, for instance).
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.child.as_ref().map(Child::id))
+            .collect()
+    }
+
     /// SIGKILLs a node (it stays down).
     pub fn kill(&mut self, port: u16) {
         if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port) {
