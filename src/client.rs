@@ -1237,7 +1237,7 @@ impl Client {
     }
 
     /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a
-    /// quorum client.
+    /// quorum client; 1 for a cluster client (each lock lives on the one master of its slot).
     pub fn masters(&self) -> usize {
         self.inner.shared.backend.masters()
     }
