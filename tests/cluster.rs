@@ -134,6 +134,27 @@ fn locks_route_by_slot_and_wait_on_sharded_pubsub() {
         assert!(b.mutex(name).unwrap().try_lock().unwrap().is_some());
     }
 
+    // 1b. Many held locks over every master, renewed: each renewal call covers one slot
+    // (pipelined per master), so every guard stays held through several renewals of a short
+    // lease, and no master ever answered CROSSSLOT.
+    let short = Client::cluster(cluster.seed_urls())
+        .lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let many = names_over_masters(&cluster, "renew", 20);
+    let locks: Vec<_> = many.iter().map(|n| short.mutex(n).unwrap()).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
+    thread::sleep(Duration::from_millis(1500));
+    assert!(
+        guards.iter().all(|g| g.is_held()),
+        "a renewed guard was lost"
+    );
+    drop(guards);
+    for m in cluster.masters() {
+        let errors = common::errorstats(&mut cluster.conn(m));
+        assert!(!errors.contains_key("CROSSSLOT"), "{m}: {errors:?}");
+    }
+
     // 2. Handoff between clients through sharded pub/sub, on every master: the waiter is
     // subscribed (SSUBSCRIBE) on its slot's master only, and wakes at the release.
     for name in names.iter().step_by(2) {
