@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::Value;
 
+use std::sync::Arc;
+
+use crate::cluster::Cluster;
 use crate::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -97,6 +100,8 @@ pub(crate) struct Backend {
     drift_factor: f64,
     /// Replicas that must confirm each acquire and renewal (`WAIT`), and the wait's timeout.
     wait: Option<(usize, Duration)>,
+    /// A Redis Cluster: every call goes to the master of its lock's slot (`nodes` is empty).
+    cluster: Option<Arc<Cluster>>,
 }
 
 /// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
@@ -120,7 +125,25 @@ impl Backend {
             command_timeout,
             drift_factor,
             wait: None,
+            cluster: None,
         }
+    }
+
+    /// A backend on a Redis Cluster: each lock lives on its slot's master, as on one master.
+    pub(crate) fn for_cluster(
+        cluster: Arc<Cluster>,
+        command_timeout: Duration,
+        drift_factor: f64,
+    ) -> Self {
+        let mut b = Backend::new(Vec::new(), command_timeout, command_timeout, drift_factor);
+        b.quorum = 1;
+        b.cluster = Some(cluster);
+        b
+    }
+
+    /// Whether keys spread over Redis Cluster slots: then a script call covers one slot.
+    pub(crate) fn spreads_slots(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// Asks for `WAIT replicas timeout` after each acquire and renewal (one master only). A
@@ -153,13 +176,16 @@ impl Backend {
         }
     }
 
-    /// How many masters there are.
+    /// How many masters a lock is held on: 1 on a cluster (its slot's master).
     pub(crate) fn masters(&self) -> usize {
+        if self.cluster.is_some() {
+            return 1;
+        }
         self.nodes.len()
     }
 
     fn single(&self) -> bool {
-        self.nodes.len() == 1
+        self.nodes.len() == 1 || self.cluster.is_some()
     }
 
     /// The token to raise the masters' fencing counters to: with one master its counter is
@@ -326,6 +352,9 @@ impl Backend {
         by: Deadline,
         fresh: bool,
     ) -> Vec<(usize, Result<Value>)> {
+        if let Some(c) = &self.cluster {
+            return vec![(0, c.call(call, by).and_then(|v| one(Some(v))))];
+        }
         let packed = call.cmd.get_packed_command();
         self.round(
             targets,
@@ -721,6 +750,17 @@ impl Backend {
     /// already. One outcome per lease, in the order of the calls: `Some(true)` kept,
     /// `Some(false)` lost, `None` unknown.
     pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Vec<Option<bool>> {
+        if let Some(c) = &self.cluster {
+            let replies = c.renew(calls, budget);
+            let mut outcomes = Vec::new();
+            for ((_, count), v) in calls.iter().zip(replies) {
+                match v {
+                    Some(v) => outcomes.extend(scripts::parse_renews(&v, *count)),
+                    None => outcomes.extend(std::iter::repeat_n(None, *count)),
+                }
+            }
+            return outcomes;
+        }
         let mut packed = Vec::new();
         for (c, _) in calls {
             c.cmd.write_packed_command(&mut packed);
@@ -827,14 +867,21 @@ impl Backend {
 
     /// Runs `cmd` once on every master, in one round bounded like a script call; each master's
     /// name (its URL without password) with its reply.
-    pub(crate) fn each_master(&self, cmd: redis::Cmd) -> Vec<(&str, Result<Value>)> {
+    pub(crate) fn each_master(&self, cmd: redis::Cmd) -> Vec<(String, Result<Value>)> {
+        if let Some(c) = &self.cluster {
+            return c
+                .each_master(&cmd)
+                .into_iter()
+                .map(|(n, r)| (n, r.and_then(|v| one(Some(v)))))
+                .collect();
+        }
         let call = Call {
             which: Which::Renew,
             cmd,
         };
         self.call_all(&call, &self.all(), Deadline::NONE, false)
             .into_iter()
-            .map(|(i, r)| (self.nodes[i].name.as_str(), r))
+            .map(|(i, r)| (self.nodes[i].name.clone(), r))
             .collect()
     }
 
@@ -872,6 +919,9 @@ impl Backend {
     /// first calls (and the first renewal batch) do not meet `NOSCRIPT`. Used once, when the
     /// client is built; within `by`.
     pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
+        if let Some(c) = &self.cluster {
+            return c.start(by);
+        }
         let mut packed = redis::cmd("PING").get_packed_command();
         // Every lock type's script: a renewal batch may mix them, and none meets `NOSCRIPT`
         // on its first use.
@@ -912,6 +962,9 @@ impl Backend {
 
     /// Drops every idle connection.
     pub(crate) fn clear(&self) {
+        if let Some(c) = &self.cluster {
+            c.clear();
+        }
         for n in &self.nodes {
             n.pool.clear();
         }

@@ -11,6 +11,7 @@ use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::backend::{Backend, Node};
+use crate::cluster::Cluster;
 use crate::conn::Resolve;
 use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
@@ -46,6 +47,8 @@ enum Topology {
     },
     /// Independent masters, a majority of which must grant a lock (RedLock).
     Quorum(Vec<String>),
+    /// A Redis Cluster, found through any of these seed nodes.
+    Cluster(Vec<String>),
 }
 
 impl Topology {
@@ -54,6 +57,10 @@ impl Topology {
             Topology::Quorum(urls) if urls.is_empty() => {
                 Err(Error::config("masters", "must name at least one Redis URL"))
             }
+            Topology::Cluster(urls) if urls.is_empty() => Err(Error::config(
+                "seeds",
+                "must name at least one cluster node URL",
+            )),
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => Err(Error::config(
                 "sentinels",
                 "must name at least one sentinel URL",
@@ -424,6 +431,12 @@ impl ClientBuilder {
             ));
         }
         if let Some((n, t)) = self.wait_replicas {
+            if matches!(self.topology, Topology::Cluster(_)) {
+                return Err(Error::config(
+                    "wait_replicas",
+                    "is not supported on a cluster client",
+                ));
+            }
             if matches!(self.topology, Topology::Quorum(_)) {
                 return Err(Error::config(
                     "wait_replicas",
@@ -608,6 +621,9 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
         let master_settings = self.master_settings()?;
+        if let Topology::Cluster(seeds) = &self.topology {
+            return self.build_cluster(config, seeds);
+        }
         // What each master is called in messages, how it is reached, and the TLS set-up.
         type Masters = (
             Vec<String>,
@@ -633,6 +649,12 @@ impl ClientBuilder {
                     None,
                     tls,
                 )
+            }
+            Topology::Cluster(_) => {
+                return Err(Error::config(
+                    "seeds",
+                    "a cluster client is built on its own path",
+                ));
             }
             Topology::Sentinel { sentinels, master } => {
                 let sentinel_infos = sentinels
@@ -694,7 +716,6 @@ impl ClientBuilder {
                 Ok(Node::new(name, pool))
             })
             .collect::<Result<Vec<_>>>()?;
-        let backend_masters = nodes.len();
         let backend = Arc::new(
             Backend::new(
                 nodes,
@@ -733,8 +754,72 @@ impl ClientBuilder {
                 }
             });
         }
-        let (inbox, renewer) =
-            renewal::renewer(Arc::clone(&backend), config.renew_every, self.on_lost);
+        Self::start(config, backend, subscriber, reader, self.on_lost)
+    }
+
+    /// Connects to a Redis Cluster: the slot map from a seed, every master's `PING`, then the
+    /// client's threads (the pub/sub connections open when waiters need them).
+    fn build_cluster(&self, config: Config, seeds: &[String]) -> Result<Client> {
+        let infos = seeds
+            .iter()
+            .map(|u| conn::parse_url(u))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(bad) = infos.iter().find(|i| {
+            !matches!(
+                i.addr(),
+                ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. }
+            )
+        }) {
+            return Err(Error::InvalidUrl {
+                reason: format!("a cluster node needs a TCP address, not {}", bad.addr()),
+            });
+        }
+        if infos.iter().any(|i| i.redis_settings().db() != 0) {
+            return Err(Error::config("seeds", "a cluster has database 0 only"));
+        }
+        let tls = self.tls_setup(&infos)?;
+        if infos
+            .iter()
+            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+            != infos
+                .iter()
+                .all(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+        {
+            return Err(Error::config(
+                "seeds",
+                "must all be redis:// or all be rediss://",
+            ));
+        }
+        let cluster = Arc::new(Cluster::new(infos.clone(), config.timeouts, tls.clone())?);
+        let backend = Arc::new(Backend::for_cluster(
+            Arc::clone(&cluster),
+            config.timeouts.command,
+            self.drift_factor,
+        ));
+        backend
+            .ping(Deadline::after(config.one_call()))
+            .map_err(|e| tls::explain(e, &infos, tls.as_deref(), config.timeouts))?;
+        warn_if_locks_evictable(&backend);
+        let (subscriber, reader) = Subscriber::sharded(Arc::clone(&cluster), config.timeouts, tls)?;
+        let sub = Arc::downgrade(&subscriber);
+        cluster.on_change(move || {
+            if let Some(s) = sub.upgrade() {
+                s.map_changed();
+            }
+        });
+        Self::start(config, backend, subscriber, reader, self.on_lost.clone())
+    }
+
+    /// Starts the client's two threads.
+    fn start(
+        config: Config,
+        backend: Arc<Backend>,
+        subscriber: Arc<Subscriber>,
+        reader: crate::subscriber::Reader,
+        on_lost: Option<LostHook>,
+    ) -> Result<Client> {
+        let backend_masters = backend.masters();
+        let (inbox, renewer) = renewal::renewer(Arc::clone(&backend), config.renew_every, on_lost);
         let shared = Arc::new(Shared {
             id: uuid::Uuid::new_v4().to_string(),
             config: config.clone(),
@@ -1307,6 +1392,44 @@ impl Client {
         ))
     }
 
+    /// A builder for a client of a Redis Cluster, found through any node of `seed_urls` that
+    /// answers (one is enough; several survive the loss of some). The same options as
+    /// [`Client::builder`], TLS and ACL included: every node is reached with the seeds'
+    /// scheme, user and password. Not accepted here:
+    /// [`master_timeout`](ClientBuilder::master_timeout) (quorum clients only),
+    /// [`wait_replicas`](ClientBuilder::wait_replicas), and a database other than 0.
+    ///
+    /// Each lock lives on the master of its slot (all its keys and its release channel share
+    /// one hash tag), with the guarantees of one master per lock; see the crate's
+    /// "Deployments" for what a failover may cost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::cluster([
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    ///     "redis://10.0.0.3:7000/",
+    /// ])
+    /// .build()?;
+    /// let lock = client.mutex("invoice:9")?;
+    /// let guard = lock.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I, S>(seed_urls: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::with_topology(Topology::Cluster(
+            seed_urls
+                .into_iter()
+                .map(|u| u.as_ref().to_owned())
+                .collect(),
+        ))
+    }
+
     fn with_topology(topology: Topology) -> ClientBuilder {
         ClientBuilder {
             topology,
@@ -1427,7 +1550,7 @@ impl Client {
     }
 
     /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a
-    /// quorum client.
+    /// quorum client; 1 for a cluster client (each lock lives on the one master of its slot).
     pub fn masters(&self) -> usize {
         self.inner.shared.backend.masters()
     }

@@ -25,9 +25,11 @@
 //!   extends every held lease in pipelined batches driven by a timer wheel. Clones share all
 //!   of it. One [`ClientBuilder`] with the same options serves every deployment:
 //!   [`Client::builder`] (one server; or [`Client::open`] with the defaults),
-//!   [`Client::sentinel`] (a master found and followed through Redis Sentinel) and
-//!   [`Client::redlock`] (a quorum of independent masters). Redis Cluster is not supported
-//!   yet.
+//!   [`Client::sentinel`] (a master found and followed through Redis Sentinel),
+//!   [`Client::redlock`] (a quorum of independent masters) and [`Client::cluster`] (Redis
+//!   Cluster: each lock on the master of its slot, waiters on sharded pub/sub; a cluster
+//!   client keeps one pub/sub connection per master that owns a channel it waits on, still
+//!   read by the one `locksmith-pubsub` thread).
 //! - [`Client::mutex`] gives a [`Mutex`], a cheap handle on a named lock, with
 //!   [`lock`](Mutex::lock), [`try_lock`](Mutex::try_lock),
 //!   [`try_lock_for`](Mutex::try_lock_for) and [`try_lock_until`](Mutex::try_lock_until).
@@ -145,7 +147,11 @@
 //! | [`Mutex::lock`] | while Redis cannot be reached: `max(retry_timeout, connect + command)` from the start of the first attempt that failed; while another owner holds the lock, it waits |
 //! | [`MutexGuard::unlock`], dropping a guard | `connect + command` (including the wait for a renewal on the wire) |
 //! | [`Mutex::is_locked`] | `connect + command` |
-//! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master); with Sentinel, `3 × connect + 2 × command` |
+//! | [`Client::open`], [`ClientBuilder::build`] | `2 × connect + command` (one master); with Sentinel, `3 × connect + 2 × command`; with Cluster, `2 × (connect + command)` (the slot map, every master's `PING`, then a `CONFIG GET` on each; the pub/sub connections open later, on the pub/sub thread) |
+//!
+//! On a Redis Cluster, a call follows `MOVED` and `ASK` redirections and retries after
+//! `TRYAGAIN`, `CLUSTERDOWN` or a lost connection only within what is left of its bound (see
+//! the README's "Deployments").
 //!
 //! With Sentinel, opening a connection includes asking a sentinel for the master's address
 //! (its TLS handshake and `AUTH` included) and the master's TLS handshake, `AUTH`
@@ -185,6 +191,7 @@
 
 mod backend;
 mod client;
+mod cluster;
 mod conn;
 mod error;
 mod fair_mutex;

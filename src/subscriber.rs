@@ -76,9 +76,12 @@ use parking_lot::Mutex;
 use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
+use crate::cluster::Cluster;
 use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
 use crate::tls::{Tls, TlsStream};
+
+mod shards;
 
 /// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
 pub(crate) const RECHECK: Duration = Duration::from_millis(100);
@@ -402,6 +405,11 @@ struct ChannelState {
     /// What a thread handed to the leader (see [`Subscriber::offer`]): it belongs to
     /// whoever leads the queue, and passes to the next leader when the leader leaves.
     gift: Option<Gift>,
+    /// On a cluster: the node (`host:port`) the channel is `SSUBSCRIBE`d on (or being).
+    shard: Option<String>,
+    /// On a cluster: the connection to the channel's master could not be opened; leaders
+    /// re-check on a short period until it is.
+    down: bool,
 }
 
 impl ChannelState {
@@ -433,6 +441,12 @@ struct Table {
     writer: Option<Stream>,
     /// A `PING` was sent and nothing has been read since.
     ping_outstanding: bool,
+    /// On a cluster: one connection per master that owns a needed channel, the channels
+    /// still to subscribe, and the `SUNSUBSCRIBE`s to send (see `subscriber/shards.rs`).
+    sharded: bool,
+    shards: HashMap<String, shards::ShardConn>,
+    unrouted: Vec<Arc<Channel>>,
+    unsubs: Vec<(String, String)>,
 }
 
 impl Table {
@@ -454,6 +468,11 @@ impl Table {
     }
 
     fn subscribe(&mut self, ch: &Arc<Channel>) {
+        if self.sharded {
+            // The pub/sub thread opens the master's connection if needed, and subscribes.
+            self.unrouted.push(Arc::clone(ch));
+            return;
+        }
         if self.write(&[b"SUBSCRIBE", ch.name.as_bytes()]) {
             self.pending.push_back(Arc::clone(ch));
         }
@@ -477,11 +496,13 @@ pub(crate) struct Subscriber {
     stop: AtomicBool,
     /// Dropped (closed) to interrupt the thread's reconnect backoff.
     stop_tx: Mutex<Option<Sender<()>>>,
+    /// On a cluster: the slot map, and the poller the thread waits on.
+    sharded: Option<shards::Sharded>,
 }
 
 /// The read side handed to the thread.
 pub(crate) struct Reader {
-    reader: ReadHalf,
+    reader: Option<ReadHalf>,
     stop_rx: Receiver<()>,
 }
 
@@ -514,8 +535,68 @@ impl Subscriber {
             }),
             stop: AtomicBool::new(false),
             stop_tx: Mutex::new(Some(stop_tx)),
+            sharded: None,
         });
-        Ok((sub, Reader { reader, stop_rx }))
+        Ok((
+            sub,
+            Reader {
+                reader: Some(reader),
+                stop_rx,
+            },
+        ))
+    }
+
+    /// The subscriber of a cluster client: no connection yet; the thread opens one per
+    /// master that owns a channel with waiters.
+    pub(crate) fn sharded(
+        cluster: Arc<Cluster>,
+        timeouts: Timeouts,
+        tls: Option<Arc<Tls>>,
+    ) -> Result<(Arc<Self>, Reader)> {
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
+        let sub = Arc::new(Subscriber {
+            infos: Vec::new(),
+            resolver: None,
+            current: AtomicUsize::new(0),
+            timeouts,
+            tls,
+            table: Mutex::new(Table {
+                sharded: true,
+                ..Table::default()
+            }),
+            stop: AtomicBool::new(false),
+            stop_tx: Mutex::new(Some(stop_tx)),
+            sharded: Some(shards::Sharded::new(cluster)?),
+        });
+        Ok((
+            sub,
+            Reader {
+                reader: None,
+                stop_rx,
+            },
+        ))
+    }
+
+    /// Wakes the thread of a cluster client (a channel to subscribe or unsubscribe, a
+    /// changed slot map, a shutdown).
+    fn wake_thread(&self) {
+        if let Some(sh) = &self.sharded {
+            sh.notify();
+        }
+    }
+
+    /// The slot map changed: the thread moves subscriptions whose slot moved.
+    pub(crate) fn map_changed(&self) {
+        self.wake_thread();
+    }
+
+    /// Whether `ch`'s waiters should re-check on a short period instead of waiting for a
+    /// confirmation (its connection is down).
+    fn is_down(&self, ch: &Channel) -> bool {
+        if self.sharded.is_some() {
+            return ch.state.lock().down;
+        }
+        self.table.lock().writer.is_none()
     }
 
     /// Asks the thread to stop: closes the socket (ending a blocked read) and the stop channel
@@ -527,6 +608,11 @@ impl Subscriber {
         if let Some(w) = table.writer.take() {
             w.shutdown();
         }
+        for (_, shard) in table.shards.drain() {
+            shard.writer.shutdown();
+        }
+        drop(table);
+        self.wake_thread();
     }
 
     /// Makes the thread reconnect (the master moved): closes the socket, so that its read
@@ -540,7 +626,12 @@ impl Subscriber {
     /// The thread's body: read, dispatch, reconnect, until shut down.
     pub(crate) fn run(&self, reader: Reader) {
         let Reader { reader, stop_rx } = reader;
-        let mut conn = Some(reader);
+        if let Some(sh) = &self.sharded {
+            self.run_sharded(sh);
+            drop(stop_rx);
+            return;
+        }
+        let mut conn = reader;
         let mut backoff = BACKOFF_MIN;
         let mut checked = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
@@ -751,6 +842,7 @@ impl Subscriber {
         };
         ch.state.lock().queue.push_back(Arc::clone(&me));
         drop(table);
+        self.wake_thread();
         Registration {
             sub: Arc::clone(self),
             channel: ch,
@@ -870,7 +962,7 @@ impl Registration {
                     return st.confirmed;
                 }
             }
-            if self.sub.table.lock().writer.is_none() || !park_until(Some(until)) {
+            if self.sub.is_down(&self.channel) || !park_until(Some(until)) {
                 return false;
             }
         }
@@ -956,7 +1048,16 @@ impl Registration {
                 .is_some_and(|c| Arc::ptr_eq(c, &self.channel));
             if current {
                 table.channels.remove(&self.channel.name);
-                table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
+                if table.sharded {
+                    let shard = self.channel.state.lock().shard.clone();
+                    if let Some(node) = shard {
+                        table.unsubs.push((node, self.channel.name.clone()));
+                        drop(table);
+                        self.sub.wake_thread();
+                    }
+                } else {
+                    table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
+                }
             }
             return gift;
         }

@@ -3,7 +3,7 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `hot`, `many`, `idle`,
-//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`; the floors always run). `--no-pin` leaves CPU placement to the
+//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`, `cluster`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler.
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
@@ -26,6 +26,9 @@
 //! it: no one-way delay may come out negative, and the midpoint offset must be near zero. An
 //! instrumented pass adds Redis's own timestamps (MONITOR, same clock) to split a handoff.
 //!
+//! The `cluster` workload starts a Redis Cluster of three masters (then one of a single
+//! master), pinned to the same CPU 1.
+//!
 //! Layout: this file parses the arguments, starts the server, runs the workloads in order and
 //! writes the report. Each workload has a file of its own ([`floors`], [`uncontended`],
 //! [`handoff`], [`contended`], [`hot`], [`many`], [`idle`], [`renewal`], [`redlock`], and [`family`]
@@ -39,6 +42,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod child;
+mod cluster;
 mod contended;
 mod family;
 mod floors;
@@ -242,7 +246,7 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 12] = [
+    let workloads: [(&str, Workload); 13] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
@@ -255,6 +259,7 @@ fn main() {
         ("renewal", renewal),
         ("redlock", redlock),
         ("tls", tls::tls),
+        ("cluster", cluster::cluster),
     ];
     for (name, f) in workloads {
         if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {

@@ -337,11 +337,12 @@ impl Renewer {
                 .cmp(&(batch[b].owner.as_str(), batch[b].lease))
         });
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
-        // No topology of this client spreads keys over Cluster slots: any leases share a call.
-        let mut groups: Vec<Vec<usize>> = batch::group(&slots, false, batch::MAX_PER_CALL)
-            .into_iter()
-            .map(|g| g.into_iter().map(|k| mutexes[k]).collect())
-            .collect();
+        // On a cluster a call covers one slot; elsewhere leases of any slots share a call.
+        let mut groups: Vec<Vec<usize>> =
+            batch::group(&slots, self.backend.spreads_slots(), batch::MAX_PER_CALL)
+                .into_iter()
+                .map(|g| g.into_iter().map(|k| mutexes[k]).collect())
+                .collect();
         groups.extend(others.into_iter().map(|i| vec![i]));
         let calls: Vec<_> = groups
             .iter()

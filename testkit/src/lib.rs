@@ -5,6 +5,8 @@
 //! - [`RedisServer`]: a private `redis-server` on a free port (never 6379): start, stop,
 //!   restart empty on the same port, pause and resume (`SIGSTOP`/`SIGCONT`), optionally pinned
 //!   to a CPU; killed on `Drop`, with the tail of its log printed when the test panics.
+//! - [`RedisCluster`]: a Redis Cluster (3 masters + 3 replicas by default) joined with
+//!   `redis-cli --cluster create`; failover, kill, pause and slot migration helpers.
 //! - [`SentinelSet`]: a Redis Sentinel deployment (1 master, 2 replicas with `--replicaof`, 3
 //!   sentinels from config files it writes, short failure detection), killed on `Drop`.
 //! - [`free_port`], [`unique_name`] and the keys of a lock name ([`lock_key`], ...).
@@ -30,6 +32,7 @@
 pub mod checker;
 mod child;
 mod clock;
+pub mod cluster;
 mod names;
 pub mod proxy;
 mod rng;
@@ -42,6 +45,7 @@ mod wait;
 
 pub use child::{ROLE_VAR, TestChild, child_env, is_child};
 pub use clock::{mono_ns, ms_between, realtime_ns};
+pub use cluster::RedisCluster;
 pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };

@@ -1,0 +1,955 @@
+//! The Redis Cluster topology: the slot map, one pool of command connections per master,
+//! and the routing of every script call to the master of its lock's slot.
+//!
+//! # How calls are routed
+//!
+//! - **Slot map.** Read with `CLUSTER SHARDS` (Redis 7), or `CLUSTER SLOTS` where a server
+//!   does not know it, from any known node: the masters of the current map first, then the
+//!   seeds. It is read again when a call meets a redirection it cannot follow from the reply
+//!   alone (`CLUSTERDOWN`, `READONLY`, a lost connection), at most every
+//!   [`REFRESH_GAP`], and by the pub/sub thread every [`RESOLVE_EVERY`](crate::conn::RESOLVE_EVERY)
+//!   while it has shard connections.
+//! - **Routing.** Every key of one lock (and its release channel) share one hash tag, hence
+//!   one slot (see `keys.rs`): a script call goes to the slot's master, whole. A call never
+//!   spans two slots, so `CROSSSLOT` cannot happen.
+//! - **Redirections**, all within the call's bound: `MOVED` records the slot's new master and
+//!   retries there; `ASK` sends `ASKING` and the command once to the named node; `TRYAGAIN`,
+//!   `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` (a demoted master) and lost connections read the
+//!   map again and retry after a short backoff (20 ms doubling to 200 ms). The scripts are
+//!   idempotent per request id, so a retry after a lost reply does no harm.
+//! - **Sharded pub/sub.** On a cluster the scripts publish with `SPUBLISH` (the same scripts
+//!   with `publish` replaced by `spublish`, under their own SHA1), so a release reaches only
+//!   the shard that owns the lock's slot; the pub/sub thread `SSUBSCRIBE`s each channel on
+//!   its slot's master (see `subscriber.rs`).
+//! - **Renewal** calls (one slot each) are pipelined per master; a call that meets a
+//!   redirection or a failed connection is retried alone through the routing above, within
+//!   the batch's budget.
+//!
+//! # What is our own, and why
+//!
+//! The `redis` crate's synchronous `ClusterConnection` routes commands and follows `MOVED`
+//! and `ASK`, but it has no pub/sub (let alone sharded pub/sub), opens its connections with
+//! its own timeouts (not within a call's deadline), runs its handshake outside our bounded
+//! one, and keeps one connection per node where locksmith pools several (so threads working
+//! on different locks never queue behind one socket). So the routing is ours, over the same
+//! pooled, deadline-bound connections as the other topologies (`conn.rs`). The slot of a key
+//! is computed by `keys.rs` (CRC16/XMODEM, checked against `CLUSTER KEYSLOT`); what is used
+//! from the crate is the connection, the RESP parser, the error kinds (`MOVED`, `ASK`, ...)
+//! and the command encoding.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
+
+use crate::conn::{self, Conn, Deadline, Pool, Timeouts, is_connection_error};
+use crate::error::{Error, Result};
+use crate::keys::{self, SLOTS};
+use crate::scripts::{Call, Which};
+use crate::tls::Tls;
+
+/// The least time between two reads of the slot map prompted by failures.
+pub(crate) const REFRESH_GAP: Duration = Duration::from_millis(50);
+/// The most redirections one call follows.
+const MAX_REDIRECTS: usize = 16;
+/// Retry backoff bounds after `TRYAGAIN`, `CLUSTERDOWN` or a lost connection.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(200);
+
+/// The scripts as a cluster runs them: `publish` is `spublish` (sharded pub/sub).
+static SHARDED: LazyLock<Vec<(Which, redis::Script, String)>> = LazyLock::new(|| {
+    Which::ALL
+        .iter()
+        .map(|&w| {
+            let source = sharded_source(w.source());
+            (w, redis::Script::new(&source), source)
+        })
+        .collect()
+});
+
+/// A script's source with every `publish` made a sharded `spublish`.
+pub(crate) fn sharded_source(source: &str) -> String {
+    source.replace("redis.call('publish'", "redis.call('spublish'")
+}
+
+fn sharded(which: Which) -> &'static (Which, redis::Script, String) {
+    SHARDED
+        .iter()
+        .find(|(w, ..)| *w == which)
+        .unwrap_or(&SHARDED[0])
+}
+
+/// One node (a master, as far as the map knows) and its pool.
+#[derive(Debug)]
+pub(crate) struct ClusterNode {
+    /// `host:port`, for messages and as the node's identity.
+    pub(crate) name: String,
+    /// How to reach it (with the seeds' credentials and TLS).
+    pub(crate) info: ConnectionInfo,
+    pub(crate) pool: Pool,
+}
+
+/// The slot map: each slot's master, as last read or learnt from a `MOVED`.
+#[derive(Debug)]
+struct SlotMap {
+    owner: Vec<Option<Arc<ClusterNode>>>,
+}
+
+/// Called when a slot's master changed (the pub/sub thread resubscribes).
+type OnChange = Box<dyn Fn() + Send + Sync>;
+
+/// A Redis Cluster: seeds, the slot map and the nodes' pools.
+pub(crate) struct Cluster {
+    seeds: Vec<ConnectionInfo>,
+    timeouts: Timeouts,
+    tls: Option<Arc<Tls>>,
+    map: RwLock<SlotMap>,
+    nodes: Mutex<HashMap<String, Arc<ClusterNode>>>,
+    /// Counts changes of the map.
+    epoch: AtomicU64,
+    last_refresh: Mutex<Option<Instant>>,
+    on_change: Mutex<Option<OnChange>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("seeds", &self.seeds.len())
+            .field("epoch", &self.epoch.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The slot and `host:port` of a `MOVED` or `ASK` reply's details (`3999 127.0.0.1:6381`).
+fn redirect(details: Option<&str>) -> Option<(u16, String, u16)> {
+    let mut parts = details?.split_whitespace();
+    let slot = parts.next()?.parse().ok()?;
+    let addr = parts.next()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((slot, host.to_owned(), port.parse().ok()?))
+}
+
+/// The bytes of a string reply.
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        v => text(v)?.parse().ok(),
+    }
+}
+
+/// The pairs of a RESP2 flat array or a RESP3 map.
+fn pairs(v: &Value) -> Vec<(String, &Value)> {
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| Some((text(kv.first()?)?, kv.get(1)?)))
+            .collect(),
+        Value::Map(kv) => kv.iter().filter_map(|(k, v)| Some((text(k)?, v))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One master's slot ranges, from `CLUSTER SHARDS` or `CLUSTER SLOTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Range {
+    pub(crate) start: u16,
+    pub(crate) end: u16,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+}
+
+/// Parses `CLUSTER SHARDS`: each shard's slot ranges and its master (`tls` picks the
+/// `tls-port`).
+pub(crate) fn parse_shards(v: &Value, tls: bool) -> Option<Vec<Range>> {
+    let Value::Array(shards) = v else { return None };
+    let mut out = Vec::new();
+    for shard in shards {
+        let fields = pairs(shard);
+        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        let Some(Value::Array(slots)) = get("slots") else {
+            return None;
+        };
+        let Some(Value::Array(nodes)) = get("nodes") else {
+            return None;
+        };
+        let master = nodes.iter().map(pairs).find(|n| {
+            let f = |k: &str| n.iter().find(|(x, _)| x == k).and_then(|(_, v)| text(v));
+            f("role").as_deref() == Some("master") && f("health").as_deref() != Some("fail")
+        });
+        let Some(master) = master else { continue };
+        let f = |k: &str| master.iter().find(|(x, _)| x == k).map(|(_, v)| *v);
+        // An empty or unknown endpoint means the node that was asked (see `read_map`).
+        let host = f("endpoint")
+            .and_then(text)
+            .filter(|h| !h.is_empty() && h != "?")
+            .or_else(|| f("ip").and_then(text))
+            .unwrap_or_default();
+        let port = if tls { f("tls-port") } else { f("port") }
+            .or_else(|| f("port"))
+            .and_then(int)?;
+        for pair in slots.chunks(2) {
+            let (Some(s), Some(e)) = (pair.first().and_then(int), pair.get(1).and_then(int)) else {
+                return None;
+            };
+            out.push(Range {
+                start: u16::try_from(s).ok()?,
+                end: u16::try_from(e).ok()?,
+                host: host.clone(),
+                port: u16::try_from(port).ok()?,
+            });
+        }
+    }
+    Some(out)
+}
+
+/// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replicas...], ...]`.
+pub(crate) fn parse_slots(v: &Value) -> Option<Vec<Range>> {
+    let Value::Array(ranges) = v else { return None };
+    let mut out = Vec::new();
+    for r in ranges {
+        let Value::Array(items) = r else { return None };
+        let Some(Value::Array(master)) = items.get(2) else {
+            return None;
+        };
+        out.push(Range {
+            start: u16::try_from(int(items.first()?)?).ok()?,
+            end: u16::try_from(int(items.get(1)?)?).ok()?,
+            host: text(master.first()?)?,
+            port: u16::try_from(int(master.get(1)?)?).ok()?,
+        });
+    }
+    Some(out)
+}
+
+/// The slot of a script call (or of a one-key command): its first key.
+pub(crate) fn call_slot(cmd: &redis::Cmd) -> u16 {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let first = args.first().map(|a| a.to_ascii_uppercase());
+    let key = match first.as_deref() {
+        Some(b"EVALSHA" | b"EVAL" | b"FCALL") => args.get(3),
+        _ => args.get(1),
+    };
+    key.map_or(0, |k| keys::slot(&String::from_utf8_lossy(k)))
+}
+
+/// `call` as a cluster runs it: `EVALSHA` of the sharded script.
+fn packed(call: &Call) -> Vec<u8> {
+    let mut cmd = redis::Cmd::new();
+    for (i, a) in call.cmd.args_iter().enumerate() {
+        if let redis::Arg::Simple(b) = a {
+            if i == 1 && call.cmd.args_iter().next().is_some_and(is_evalsha) {
+                cmd.arg(sharded(call.which).1.get_hash());
+            } else {
+                cmd.arg(b);
+            }
+        }
+    }
+    cmd.get_packed_command()
+}
+
+fn is_evalsha(a: redis::Arg<&[u8]>) -> bool {
+    matches!(a, redis::Arg::Simple(b) if b.eq_ignore_ascii_case(b"EVALSHA"))
+}
+
+/// Loads every sharded script on `con`.
+fn load_scripts(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<()> {
+    let mut packed = Vec::new();
+    for (_, _, source) in SHARDED.iter() {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .write_packed_command(&mut packed);
+    }
+    con.send(&packed, timeout, by)?;
+    for _ in SHARDED.iter() {
+        if let Value::ServerError(e) = con.recv(timeout, by)? {
+            return Err(Error::Redis(e.into()));
+        }
+    }
+    Ok(())
+}
+
+/// What one try of a command on one node came to.
+enum Tried {
+    /// A reply (maybe a server error other than a redirection).
+    Done(Value),
+    /// `MOVED`/`ASK` to this node.
+    Moved(u16, String, u16),
+    Ask(String, u16),
+    /// Worth another try after reading the map again (and a short backoff).
+    Again(Error),
+}
+
+fn classify(v: Value) -> Tried {
+    let Value::ServerError(e) = &v else {
+        return Tried::Done(v);
+    };
+    match e.kind() {
+        Some(ServerErrorKind::Moved) => match redirect(e.details()) {
+            Some((slot, host, port)) => Tried::Moved(slot, host, port),
+            None => Tried::Done(v),
+        },
+        Some(ServerErrorKind::Ask) => match redirect(e.details()) {
+            Some((_, host, port)) => Tried::Ask(host, port),
+            None => Tried::Done(v),
+        },
+        Some(
+            ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly,
+        ) => Tried::Again(Error::Redis(e.clone().into())),
+        _ => Tried::Done(v),
+    }
+}
+
+impl Cluster {
+    /// Checks the seed URLs; no I/O.
+    pub(crate) fn new(
+        seeds: Vec<ConnectionInfo>,
+        timeouts: Timeouts,
+        tls: Option<Arc<Tls>>,
+    ) -> Result<Self> {
+        if seeds.is_empty() {
+            return Err(Error::config(
+                "seeds",
+                "must name at least one cluster node URL",
+            ));
+        }
+        Ok(Cluster {
+            seeds,
+            timeouts,
+            tls,
+            map: RwLock::new(SlotMap {
+                owner: vec![None; usize::from(SLOTS)],
+            }),
+            nodes: Mutex::new(HashMap::new()),
+            epoch: AtomicU64::new(0),
+            last_refresh: Mutex::new(None),
+            on_change: Mutex::new(None),
+        })
+    }
+
+    /// Sets what to do when a slot's master changes.
+    pub(crate) fn on_change(&self, f: impl Fn() + Send + Sync + 'static) {
+        *self.on_change.lock() = Some(Box::new(f));
+    }
+
+    /// Counts changes of the slot map.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    fn uses_tls(&self) -> bool {
+        matches!(self.seeds[0].addr(), ConnectionAddr::TcpTls { .. })
+    }
+
+    /// The node at `host:port` (its pool made on first use).
+    pub(crate) fn node(&self, host: &str, port: u16) -> Result<Arc<ClusterNode>> {
+        let name = format!("{host}:{port}");
+        if let Some(n) = self.nodes.lock().get(&name) {
+            return Ok(Arc::clone(n));
+        }
+        let mut addr = self.seeds[0].addr().clone();
+        match &mut addr {
+            ConnectionAddr::Tcp(h, p)
+            | ConnectionAddr::TcpTls {
+                host: h, port: p, ..
+            } => {
+                *h = host.to_owned();
+                *p = port;
+            }
+            _ => addr = ConnectionAddr::Tcp(host.to_owned(), port),
+        }
+        let info = self.seeds[0].clone().set_addr(addr);
+        let pool = Pool::new(info.clone(), self.timeouts, self.tls.as_ref())?;
+        let node = Arc::new(ClusterNode {
+            name: name.clone(),
+            info,
+            pool,
+        });
+        Ok(Arc::clone(self.nodes.lock().entry(name).or_insert(node)))
+    }
+
+    fn seed_node(&self, i: usize) -> Result<Arc<ClusterNode>> {
+        match self.seeds[i].addr() {
+            ConnectionAddr::Tcp(h, p)
+            | ConnectionAddr::TcpTls {
+                host: h, port: p, ..
+            } => self.node(h, *p),
+            _ => Err(Error::InvalidUrl {
+                reason: "a cluster node needs a TCP address".into(),
+            }),
+        }
+    }
+
+    /// The master of `slot`, as the map knows it.
+    pub(crate) fn owner(&self, slot: u16) -> Option<Arc<ClusterNode>> {
+        self.map.read().owner[usize::from(slot % SLOTS)].clone()
+    }
+
+    /// The distinct masters of the map.
+    pub(crate) fn masters(&self) -> Vec<Arc<ClusterNode>> {
+        let map = self.map.read();
+        let mut out: Vec<Arc<ClusterNode>> = Vec::new();
+        for n in map.owner.iter().flatten() {
+            if !out.iter().any(|m| Arc::ptr_eq(m, n)) {
+                out.push(Arc::clone(n));
+            }
+        }
+        out
+    }
+
+    /// Records `node` as the master of the slots `start..=end`; whether anything changed.
+    fn assign(&self, ranges: &[(u16, u16, Arc<ClusterNode>)]) -> bool {
+        let mut changed = false;
+        {
+            let mut map = self.map.write();
+            for (start, end, node) in ranges {
+                for s in *start..=(*end).min(SLOTS - 1) {
+                    let cur = &mut map.owner[usize::from(s)];
+                    if !cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, node)) {
+                        *cur = Some(Arc::clone(node));
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+            if let Some(f) = &*self.on_change.lock() {
+                f();
+            }
+        }
+        changed
+    }
+
+    /// Records what a `MOVED` reply's details say (`slot host:port`).
+    pub(crate) fn learn_moved(&self, details: Option<&str>) {
+        if let Some((slot, host, port)) = redirect(details)
+            && let Ok(n) = self.node(&host, port)
+        {
+            self.assign(&[(slot, slot, n)]);
+        }
+    }
+
+    /// Asks `node` for the slot map, within `by`.
+    fn read_map(&self, node: &ClusterNode, by: Deadline) -> Result<Vec<Range>> {
+        let mut con = match node.pool.idle() {
+            Some(c) => c,
+            None => node.pool.connect(by)?,
+        };
+        let t = self.timeouts.command;
+        let shards = redis::cmd("CLUSTER").arg("SHARDS").get_packed_command();
+        con.send(&shards, t, by)?;
+        let v = con.recv(t, by)?;
+        let ranges = match &v {
+            Value::ServerError(_) => {
+                // An older server: CLUSTER SLOTS.
+                let slots = redis::cmd("CLUSTER").arg("SLOTS").get_packed_command();
+                con.send(&slots, t, by)?;
+                let v = con.recv(t, by)?;
+                if let Value::ServerError(e) = v {
+                    return Err(Error::Redis(e.into()));
+                }
+                parse_slots(&v)
+            }
+            v => parse_shards(v, self.uses_tls()),
+        };
+        node.pool.put(con);
+        // A node that never met another (a one-master cluster) does not know its own IP and
+        // says "" (or "?"): that means the address it was asked at.
+        let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
+        let ranges = ranges.map(|rs| {
+            rs.into_iter()
+                .map(|mut r| {
+                    if r.host.is_empty() || r.host == "?" {
+                        asked.clone_into(&mut r.host);
+                    }
+                    r
+                })
+                .collect::<Vec<_>>()
+        });
+        ranges.filter(|r| !r.is_empty()).ok_or_else(|| {
+            Error::Redis(redis::RedisError::from(std::io::Error::other(format!(
+                "{} gave no usable slot map (is it a cluster node?)",
+                node.name
+            ))))
+        })
+    }
+
+    /// Reads the slot map from the first node that answers (the map's masters, then the
+    /// seeds), within `by`. `force`: even if it was read less than [`REFRESH_GAP`] ago.
+    pub(crate) fn refresh(&self, by: Deadline, force: bool) -> Result<()> {
+        {
+            let mut last = self.last_refresh.lock();
+            if !force && last.is_some_and(|t| t.elapsed() < REFRESH_GAP) {
+                return Ok(());
+            }
+            *last = Some(Instant::now());
+        }
+        let mut candidates = self.masters();
+        for i in 0..self.seeds.len() {
+            if let Ok(n) = self.seed_node(i)
+                && !candidates.iter().any(|c| Arc::ptr_eq(c, &n))
+            {
+                candidates.push(n);
+            }
+        }
+        // Nodes that are not masters any more, but known, are worth asking too.
+        for n in self.nodes.lock().values() {
+            if !candidates.iter().any(|c| Arc::ptr_eq(c, n)) {
+                candidates.push(Arc::clone(n));
+            }
+        }
+        let mut last_err = None;
+        for node in candidates {
+            if by.passed() {
+                break;
+            }
+            match self.read_map(&node, by) {
+                Ok(ranges) => {
+                    let mut assigned = Vec::with_capacity(ranges.len());
+                    for r in ranges {
+                        assigned.push((r.start, r.end, self.node(&r.host, r.port)?));
+                    }
+                    self.assign(&assigned);
+                    return Ok(());
+                }
+                Err(e) => {
+                    log::debug!("cluster node {} did not give the slot map: {e}", node.name);
+                    node.pool.clear();
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or(Error::Timeout {
+            what: "no cluster node answered",
+        }))
+    }
+
+    /// Sends `packed` (one command) to `node`, preceded by `ASKING` when `asking`, and reads
+    /// its reply; loads the scripts and resends after `NOSCRIPT`. Within `by`.
+    fn try_on(
+        &self,
+        node: &ClusterNode,
+        packed: &[u8],
+        asking: bool,
+        by: Deadline,
+    ) -> Result<Value> {
+        let t = self.timeouts.command;
+        let mut con = match node.pool.idle() {
+            Some(c) => c,
+            None => node.pool.connect(by)?,
+        };
+        let mut out = Vec::with_capacity(packed.len() + 20);
+        if asking {
+            redis::cmd("ASKING").write_packed_command(&mut out);
+        }
+        out.extend_from_slice(packed);
+        let result = (|| {
+            con.send(&out, t, by)?;
+            if asking {
+                con.recv(t, by)?;
+            }
+            let v = con.recv(t, by)?;
+            if matches!(&v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript)) {
+                load_scripts(&mut con, t, by)?;
+                con.send(&out, t, by)?;
+                if asking {
+                    con.recv(t, by)?;
+                }
+                return con.recv(t, by);
+            }
+            Ok(v)
+        })();
+        match &result {
+            Ok(_) if con.is_open() => node.pool.put(con),
+            Ok(_) => {}
+            Err(e) => {
+                if is_broken(e) {
+                    node.pool.clear();
+                }
+            }
+        }
+        result
+    }
+
+    /// Runs one command on the master of `slot`, following redirections and retrying after
+    /// transient cluster errors, within `by` (and at most [`MAX_REDIRECTS`] tries).
+    pub(crate) fn run(&self, slot: u16, packed: &[u8], by: Deadline) -> Result<Value> {
+        let mut ask: Option<Arc<ClusterNode>> = None;
+        let mut backoff = BACKOFF_MIN;
+        let mut last: Option<Error> = None;
+        for _ in 0..MAX_REDIRECTS {
+            if by.passed() {
+                break;
+            }
+            let (node, asking) = match ask.take() {
+                Some(n) => (n, true),
+                None => match self.owner(slot) {
+                    Some(n) => (n, false),
+                    None => {
+                        if let Err(e) = self.refresh(by, false) {
+                            last = Some(e);
+                        }
+                        match self.owner(slot) {
+                            Some(n) => (n, false),
+                            None => {
+                                self.pause(&mut backoff, by);
+                                continue;
+                            }
+                        }
+                    }
+                },
+            };
+            let tried = match self.try_on(&node, packed, asking, by) {
+                Ok(v) => classify(v),
+                Err(e) if is_broken(&e) => Tried::Again(e),
+                Err(e) => return Err(e),
+            };
+            match tried {
+                Tried::Done(v) => return Ok(v),
+                Tried::Moved(s, host, port) => {
+                    let n = self.node(&host, port)?;
+                    log::debug!("slot {s} moved to {}", n.name);
+                    self.assign(&[(s, s, n)]);
+                }
+                Tried::Ask(host, port) => ask = Some(self.node(&host, port)?),
+                Tried::Again(e) => {
+                    log::debug!("cluster call on {} failed: {e}; retrying", node.name);
+                    last = Some(e);
+                    self.pause(&mut backoff, by);
+                    if let Err(e) = self.refresh(by, false) {
+                        log::debug!("slot map not read: {e}");
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or(Error::Timeout {
+            what: "the cluster kept redirecting the call",
+        }))
+    }
+
+    /// Sleeps for the backoff (shortened to what is left of `by`) and doubles it.
+    fn pause(&self, backoff: &mut Duration, by: Deadline) {
+        let d = by.left().map_or(*backoff, |l| l.min(*backoff));
+        thread::sleep(d);
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    }
+
+    /// Runs a script call on its slot's master (the sharded script), within `by`.
+    pub(crate) fn call(&self, call: &Call, by: Deadline) -> Result<Value> {
+        self.run(call_slot(&call.cmd), &packed(call), by)
+    }
+
+    /// Renews: each call (one slot each) with the number of leases it covers. Calls are
+    /// pipelined per master (reading for at most half the budget), and a call that failed or
+    /// was redirected is retried alone within what is left. One reply per call.
+    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Vec<Option<Value>> {
+        let by = Deadline::after(budget);
+        let first = by.min(Deadline::after(budget / 2));
+        let t = self.timeouts.command;
+        let mut out: Vec<Option<Value>> = vec![None; calls.len()];
+        let slots: Vec<u16> = calls.iter().map(|(c, _)| call_slot(&c.cmd)).collect();
+        let mut groups: Vec<(Arc<ClusterNode>, Vec<usize>)> = Vec::new();
+        // A slot without a known master is left to the one-by-one pass below.
+        for (i, &s) in slots.iter().enumerate() {
+            if let Some(n) = self.owner(s) {
+                match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &n)) {
+                    Some((_, v)) => v.push(i),
+                    None => groups.push((n, vec![i])),
+                }
+            }
+        }
+        // Write every master's pipeline first, then read: about one round trip in all.
+        let mut sent = Vec::new();
+        for (node, idx) in groups {
+            let mut packed_all = Vec::new();
+            for &i in &idx {
+                packed_all.extend_from_slice(&packed(&calls[i].0));
+            }
+            let con = match node.pool.idle() {
+                Some(c) => Ok(c),
+                None => node.pool.connect(first),
+            };
+            match con.and_then(|mut c| c.send(&packed_all, t, first).map(|()| c)) {
+                Ok(c) => sent.push((node, idx, c)),
+                Err(e) => {
+                    log::debug!("renewal pipeline to {} not sent: {e}", node.name);
+                    node.pool.clear();
+                }
+            }
+        }
+        for (node, idx, mut con) in sent {
+            let mut ok = true;
+            for &i in &idx {
+                match con.recv(t, first) {
+                    Ok(v) => match classify(v) {
+                        Tried::Done(Value::ServerError(e))
+                            if e.kind() == Some(ServerErrorKind::NoScript) => {}
+                        Tried::Done(v) => out[i] = Some(v),
+                        _ => {}
+                    },
+                    Err(e) => {
+                        log::debug!("renewal pipeline on {} failed: {e}", node.name);
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if ok && con.is_open() {
+                node.pool.put(con);
+            } else {
+                node.pool.clear();
+            }
+        }
+        // What is left: one call at a time, through the routing (redirections, NOSCRIPT, a
+        // new connection), within the rest of the budget.
+        for i in 0..calls.len() {
+            if out[i].is_some() || by.passed() {
+                continue;
+            }
+            match self.run(slots[i], &packed(&calls[i].0), by) {
+                Ok(v) => out[i] = Some(v),
+                Err(e) => log::warn!("renewal of {} lease(s) failed: {e}", calls[i].1),
+            }
+        }
+        out
+    }
+
+    /// Reads the map and checks that every master answers `PING` and has the scripts
+    /// loaded, within `by`. Fails when no node gives a map, or a master does not answer.
+    pub(crate) fn start(&self, by: Deadline) -> Result<()> {
+        self.refresh(by, true)?;
+        for node in self.masters() {
+            let mut con = node.pool.connect(by)?;
+            let ping = redis::cmd("PING").get_packed_command();
+            con.send(&ping, self.timeouts.command, by)?;
+            if let Value::ServerError(e) = con.recv(self.timeouts.command, by)? {
+                return Err(Error::Redis(e.into()));
+            }
+            if let Err(e) = load_scripts(&mut con, self.timeouts.command, by) {
+                // An ACL may refuse SCRIPT LOAD: the calls report it by name.
+                log::debug!("scripts not loaded on {}: {e}", node.name);
+            }
+            node.pool.put(con);
+        }
+        Ok(())
+    }
+
+    /// Runs `cmd` on every master, all within one connect and one command timeout.
+    pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value>)> {
+        let packed = cmd.get_packed_command();
+        let by = Deadline::after(self.timeouts.connect.saturating_add(self.timeouts.command));
+        self.masters()
+            .into_iter()
+            .map(|n| (n.name.clone(), self.try_on(&n, &packed, false, by)))
+            .collect()
+    }
+
+    /// Drops every idle connection.
+    pub(crate) fn clear(&self) {
+        for n in self.nodes.lock().values() {
+            n.pool.clear();
+        }
+    }
+}
+
+/// Whether an error means the connection (or the node behind it) is no good.
+fn is_broken(e: &Error) -> bool {
+    match e {
+        Error::Redis(e) => is_connection_error(e),
+        Error::Timeout { what } => *what != conn::RAN_OUT,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::LockKeys;
+    use crate::scripts;
+
+    #[test]
+    fn redirect_details_parse() {
+        assert_eq!(
+            redirect(Some("3999 127.0.0.1:6381")),
+            Some((3999, "127.0.0.1".into(), 6381))
+        );
+        assert_eq!(redirect(Some("1 ::1:7000")), Some((1, "::1".into(), 7000)));
+        assert_eq!(redirect(Some("x 127.0.0.1:1")), None);
+        assert_eq!(redirect(None), None);
+    }
+
+    #[test]
+    fn sharded_scripts_publish_with_spublish_only() {
+        for w in Which::ALL {
+            let s = sharded_source(w.source());
+            assert!(!s.contains("redis.call('publish'"), "{w:?}");
+            if w.source().contains("redis.call('publish'") {
+                assert!(s.contains("redis.call('spublish'"), "{w:?}");
+                assert_ne!(
+                    sharded(w).1.get_hash(),
+                    redis::Script::new(w.source()).get_hash()
+                );
+            }
+        }
+    }
+
+    /// Every key and channel of every lock type's call hashes to the lock's one slot, for
+    /// many names: plain, with braces in any place, percent signs and non-ASCII.
+    #[test]
+    fn every_key_and_channel_of_a_lock_share_its_slot() {
+        let mut names: Vec<String> = [
+            "a",
+            "{",
+            "}",
+            "{}",
+            "}{",
+            "{a}",
+            "a{b}c",
+            "{{x}}",
+            "%7B",
+            "%",
+            "a}b{c",
+            "é ü 名前",
+            "{名前}",
+            "🔒{🔑}",
+            "x{}y",
+            "  ",
+            "*?[]",
+            "\n{\t}",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let alphabet: Vec<char> = "ab{}%:é名🔒 ".chars().collect();
+        for _ in 0..2000 {
+            let len = (x % 12 + 1) as usize;
+            let mut s = String::new();
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                s.push(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            names.push(s);
+        }
+        let holder = scripts::Holder {
+            owner: "o",
+            acquisition: "g",
+        };
+        let lease = Duration::from_secs(1);
+        for name in &names {
+            for prefix in ["locksmith:", "", "p%:"] {
+                let k = LockKeys::new(prefix, name);
+                let calls = [
+                    scripts::acquire(&k, "o", lease, "r", None, 0),
+                    scripts::release(&k, holder, "r", 0, scripts::Level::Outermost),
+                    scripts::renew(&k, holder, lease, 0),
+                    scripts::fair(&k, "renew", holder, lease, &[]),
+                    scripts::sem(&k, "renew", holder, lease, &[]),
+                    scripts::rw(&k, "renew", holder, lease, &[]),
+                ];
+                for call in &calls {
+                    let args: Vec<String> = call
+                        .cmd
+                        .args_iter()
+                        .filter_map(|a| match a {
+                            redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                            _ => None,
+                        })
+                        .collect();
+                    let nkeys: usize = args[2].parse().unwrap_or(0);
+                    for key in &args[3..3 + nkeys] {
+                        assert_eq!(keys::slot(key), k.slot, "{name:?}: key {key:?}");
+                    }
+                    // Every argument naming a channel or key of this lock (they start with
+                    // the prefix and the tag) is in the slot too.
+                    let base = k.lock.strip_suffix(":lock").unwrap_or(&k.lock);
+                    for a in &args[3 + nkeys..] {
+                        if a.starts_with(base) {
+                            assert_eq!(keys::slot(a), k.slot, "{name:?}: argument {a:?}");
+                        }
+                    }
+                    assert_eq!(call_slot(&call.cmd), k.slot);
+                }
+                assert_eq!(keys::slot(&k.channel), k.slot);
+                // A fair mutex's grant channels are the release channel plus a waiter id.
+                assert_eq!(keys::slot(&format!("{}abc-123", k.channel)), k.slot);
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_slots_and_shards_parse() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let slots = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(5460),
+            Value::Array(vec![bulk("127.0.0.1"), Value::Int(7000), bulk("id1")]),
+            Value::Array(vec![bulk("127.0.0.1"), Value::Int(7003), bulk("id4")]),
+        ])]);
+        assert_eq!(
+            parse_slots(&slots),
+            Some(vec![Range {
+                start: 0,
+                end: 5460,
+                host: "127.0.0.1".into(),
+                port: 7000
+            }])
+        );
+        let node = |port: i64, role: &str| {
+            Value::Array(vec![
+                bulk("id"),
+                bulk("x"),
+                bulk("port"),
+                Value::Int(port),
+                bulk("ip"),
+                bulk("127.0.0.1"),
+                bulk("endpoint"),
+                bulk("127.0.0.1"),
+                bulk("role"),
+                bulk(role),
+                bulk("health"),
+                bulk("online"),
+            ])
+        };
+        let shards = Value::Array(vec![Value::Array(vec![
+            bulk("slots"),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(10),
+                Value::Int(20),
+                Value::Int(30),
+            ]),
+            bulk("nodes"),
+            Value::Array(vec![node(7003, "replica"), node(7000, "master")]),
+        ])]);
+        let r = parse_shards(&shards, false).unwrap_or_default();
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].start, r[0].end, r[0].port), (0, 10, 7000));
+        assert_eq!((r[1].start, r[1].end, r[1].port), (20, 30, 7000));
+    }
+}
