@@ -550,3 +550,87 @@ pub(crate) fn child_pubsub(a: &[String]) -> Result<(), String> {
         say(&format!("msg {p} {t1}"));
     }
 }
+
+/// Cross-process handoffs with nothing pinned: a Redis of its own started unpinned, and this
+/// process (its threads and the waiter child it starts) let run on every CPU for the length
+/// of the workload, then pinned back. The rows compare against a PING floor measured on that
+/// server, unpinned too, in the same workload.
+pub(crate) fn handoff_unpinned(ctx: &mut Ctx) -> Result<(), String> {
+    const W: &str = "handoff-unpinned";
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "0".into());
+    let me = std::process::id().to_string();
+    let affinity = |cpus: &str| {
+        std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", cpus, &me])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ctx.pinned && !affinity(&online) {
+        return Err("cannot unpin this process (taskset)".into());
+    }
+    let result = unpinned_rows(ctx, W);
+    if ctx.pinned && !affinity("0") {
+        eprintln!("{W}: could not pin the bench back to CPU 0; later rows run unpinned");
+    }
+    let (ping, ls) = result?;
+    let fl = "PING p50, unpinned server";
+    ctx.row(
+        Row::new(
+            W,
+            "locksmith handoff p50, unpinned",
+            pct(&ls, 0.5),
+            Unit::Us,
+        )
+        .floor(fl, ping, Unit::Us)
+        .bar(Bar::RatioAtMost(6.0))
+        .note(format!(
+            "{} samples; redis-server, bench and waiter child all left to the scheduler \
+                 (CPUs {online})",
+            ls.len()
+        )),
+    );
+    ctx.row(
+        Row::new(
+            W,
+            "locksmith handoff p99, unpinned",
+            pct(&ls, 0.99),
+            Unit::Us,
+        )
+        .floor(fl, ping, Unit::Us)
+        .bar(Bar::RatioAtMost(20.0)),
+    );
+    Ok(())
+}
+
+/// The PING floor and the handoffs (µs, sorted) of [`handoff_unpinned`].
+fn unpinned_rows(ctx: &mut Ctx, w: &str) -> Result<(f64, Vec<f64>), String> {
+    let server = crate::support::RedisServer::try_start(None)?;
+    let url = server.url();
+    let name = "bench:handoff-unpinned";
+    let channel = format!("locksmith:{{{name}}}:released");
+    let mut con = connect(&url, Duration::from_secs(5)).map_err(s)?;
+    let (floors, _) = crate::floors::measure_floors(&url, ctx.plan.floor_samples)?;
+    let ping = floors.ping_p50;
+    let mut child = ChildProc::spawn(
+        &format!("{w}-waiter"),
+        "handoff-waiter",
+        &[url.clone(), name.into(), "ls".into()],
+    )?;
+    child.expect("ready", STEP)?;
+    let client = Client::open(&url).map_err(s)?;
+    let m = client.mutex(name).map_err(s)?;
+    let runs = ls_handoffs(
+        &mut ctx.rng,
+        &mut child,
+        &m,
+        &mut con,
+        &channel,
+        ctx.plan.handoff_ls,
+        None,
+    )?;
+    Ok((ping, sorted(runs.total)))
+}

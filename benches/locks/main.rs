@@ -2,9 +2,11 @@
 //!
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
-//! minute). `--only a,b` runs some (`uncontended`, `handoff`, `contended`, `hot`, `many`, `idle`,
-//! `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`, `cluster`; the floors always run). `--no-pin` leaves CPU placement to the
-//! scheduler.
+//! minute). `--only a,b` runs some (`uncontended`, `handoff`, `handoff-unpinned`, `contended`,
+//! `hot`, `many`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`, `cluster`; the
+//! floors always run). `--no-pin` leaves CPU placement to the scheduler; the `handoff-unpinned`
+//! workload leaves it to the scheduler in any case (a Redis of its own, the bench and its waiter
+//! child unpinned for its length).
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
 //! more, pins it to CPU 1 and itself (with its threads and child processes) to CPU 0, so that
@@ -68,7 +70,7 @@ use std::time::{Duration, Instant};
 use child::child_main;
 use contended::contended;
 use floors::measure_floors;
-use handoff::handoff;
+use handoff::{handoff, handoff_unpinned};
 use hot::hot;
 use idle::idle;
 use many::many_names;
@@ -246,12 +248,13 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 13] = [
+    let workloads: [(&str, Workload); 14] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
         ("uncontended", uncontended),
         ("handoff", handoff),
+        ("handoff-unpinned", handoff_unpinned),
         ("contended", contended),
         ("hot", hot),
         ("many", many_names),
