@@ -10,21 +10,21 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use crate::backend::{Backend, Node};
-use crate::conn::Resolve;
-use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
-use crate::hold::{Chain, Hold, Identity, Renewal};
-use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
+use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
+use crate::protocol::keys::{self, LockKeys};
+use crate::protocol::scripts::Kind;
 use crate::renewal::{self, Inbox};
 use crate::rwlock::RwLock;
-use crate::scripts::Kind;
 use crate::semaphore::Semaphore;
-use crate::sentinel::Sentinel;
 use crate::subscriber::Subscriber;
-use crate::tls::{self, Tls, TlsCerts};
+use crate::topology::backend::{Backend, Node};
+use crate::topology::sentinel::Sentinel;
+use crate::transport::conn::Resolve;
+use crate::transport::conn::{self, Deadline, Pool, Timeouts};
+use crate::transport::tls::{self, Tls, TlsCerts};
 
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_millis(30);

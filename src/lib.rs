@@ -183,31 +183,27 @@
 //! ([`ClientBuilder::tls_root_cert`] trusts a private CA instead); when no crypto provider is
 //! installed for the process, locksmith installs `ring` as rustls's default.
 
-mod backend;
 mod client;
-mod conn;
 mod error;
 mod fair_mutex;
 mod guard;
 mod handoff;
-mod hold;
-mod keys;
 mod mutex;
+mod protocol;
 mod redlock;
 mod renewal;
 mod rwlock;
-mod scripts;
 mod semaphore;
-mod sentinel;
 mod subscriber;
-mod tls;
+mod topology;
+mod transport;
 
 pub use client::{Client, ClientBuilder, LostLease, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use fair_mutex::{FairMutex, FairMutexGuard};
 pub use guard::MutexGuard;
-pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;
+pub use protocol::keys::MAX_NAME_LEN;
 #[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};

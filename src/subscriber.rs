@@ -76,9 +76,11 @@ use parking_lot::Mutex;
 use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
-use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
-use crate::tls::{Tls, TlsStream};
+use crate::transport::conn::{
+    Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive,
+};
+use crate::transport::tls::{Tls, TlsStream};
 
 /// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
 pub(crate) const RECHECK: Duration = Duration::from_millis(100);

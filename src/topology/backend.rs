@@ -24,10 +24,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::Value;
 
-use crate::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
-use crate::scripts::{self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{
+    self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which,
+};
+use crate::transport::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 
 /// One Redis master.
 #[derive(Debug)]

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::keys::LockKeys;
-use crate::scripts::{Holder, Kind};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{Holder, Kind};
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]

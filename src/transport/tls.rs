@@ -456,7 +456,7 @@ pub(crate) fn explain(
     e: Error,
     infos: &[redis::ConnectionInfo],
     tls: Option<&Tls>,
-    timeouts: crate::conn::Timeouts,
+    timeouts: crate::transport::conn::Timeouts,
 ) -> Error {
     use redis::ConnectionAddr;
     let tls_master = infos.iter().find_map(|i| match i.addr() {

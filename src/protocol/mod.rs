@@ -1,0 +1,14 @@
+//! The lock protocol: what a lock is on the server and in this process, independent of where
+//! the server is.
+//!
+//! - [`keys`]: lock names and the Redis keys derived from them.
+//! - [`scripts`]: the Lua scripts (`scripts/*.lua`) behind acquire, release and renew, the
+//!   calls that run them and their typed replies.
+//! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
+//!
+//! The topologies below run these calls on their masters; nothing here opens a connection,
+//! and this layer imports only [`crate::error`].
+
+pub(crate) mod hold;
+pub(crate) mod keys;
+pub(crate) mod scripts;

@@ -1,0 +1,12 @@
+//! The topologies: which masters a client locks on, and how a call reaches them.
+//!
+//! - [`backend`]: one master, or a quorum of independent masters (RedLock), behind one
+//!   [`Backend`](backend::Backend) that runs the protocol's script calls on every master at
+//!   once and counts the replies.
+//! - [`sentinel`]: the master a Redis Sentinel deployment names, found and followed through
+//!   failovers (a resolver that the transport's connections ask for the address).
+//!
+//! This layer builds on the transport and the protocol, and on nothing above them.
+
+pub(crate) mod backend;
+pub(crate) mod sentinel;
