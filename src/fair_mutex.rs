@@ -39,9 +39,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Adopted, Client, Grant, Terms, request_id};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::mutex::{hard_limit, retrying};
+use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
@@ -287,7 +288,7 @@ impl FairMutex {
     }
 
     fn terms(&self) -> Terms {
-        Terms::watchdog(&self.client.shared().config)
+        self.client.shared().config.terms()
     }
 
     /// One script call (retried once on a new connection), within `by`.

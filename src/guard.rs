@@ -159,7 +159,7 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     } else {
         Level::Inner
     };
-    let request = crate::client::request_id();
+    let request = crate::protocol::grant::request_id();
     let reply =
         match shared
             .backend

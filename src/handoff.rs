@@ -34,7 +34,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Shared, Terms, request_id};
+use crate::client::Shared;
+use crate::protocol::grant::{Terms, request_id};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::scripts::{Kind, Level};
 use crate::subscriber::Gift;

@@ -3,11 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{
-    Adopted, Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold,
-};
+use crate::client::{Client, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
+use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Holder, Level, Live};

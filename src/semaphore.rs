@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Client, request_id};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
 use crate::mutex::{hard_limit, retrying};
+use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, Holder, Kind};

@@ -37,22 +37,6 @@ pub(crate) enum Kind {
     Rw,
 }
 
-/// The renew call of a registered hold, by its lock type.
-pub(crate) fn renew_hold(hold: &crate::protocol::hold::Hold, fence: u64) -> Call {
-    match hold.kind {
-        Kind::Mutex => renew(&hold.keys, hold.holder(), hold.lease, fence),
-        Kind::Fair | Kind::FairPlace => fair(
-            &hold.keys,
-            "renew",
-            hold.holder(),
-            hold.lease,
-            &[&fence.to_string()],
-        ),
-        Kind::Sem => sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
-        Kind::Rw => rw(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
-    }
-}
-
 /// A call of the read-write lock script: operation `op` for `holder`, with the operation's
 /// own arguments `extra` (see `scripts/rw_lock.lua`). The keys derive from the lock's tag.
 pub(crate) fn rw(

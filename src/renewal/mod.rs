@@ -31,11 +31,31 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use crate::client::{LostHook, LostLease};
-use crate::protocol::hold::{Begin, Hold, Status};
+use crate::protocol::hold::{self, Begin, Hold, Status};
 use crate::protocol::scripts::{self, Kind};
 use crate::topology::backend::Backend;
 use wheel::Wheel;
+
+/// A lease that was lost while its guard still existed, as told to the
+/// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost) callback.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LostLease {
+    /// The lock's name.
+    pub name: String,
+    /// The fencing token of the lost acquisition.
+    pub fencing_token: u64,
+}
+
+/// The application's callback for lost leases.
+#[derive(Clone)]
+pub(crate) struct LostHook(pub(crate) Arc<dyn Fn(&LostLease) + Send + Sync>);
+
+impl std::fmt::Debug for LostHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostHook")
+    }
+}
 
 /// A message to the renewal thread.
 #[derive(Debug)]
@@ -349,7 +369,7 @@ impl Renewer {
                 // Another lock type's hold: its own renew script, one per hold.
                 [one] if batch[*one].kind != Kind::Mutex => {
                     let h = &batch[*one];
-                    (scripts::renew_hold(h, self.backend.fence(h.token)), 1)
+                    (hold::renew_hold(h, self.backend.fence(h.token)), 1)
                 }
                 _ => {
                     let leases: Vec<_> = g

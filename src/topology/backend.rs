@@ -626,7 +626,7 @@ impl Backend {
             let call = scripts::undo(
                 keys,
                 holder,
-                &crate::client::request_id(),
+                &crate::protocol::grant::request_id(),
                 self.fence(token),
                 level,
             );

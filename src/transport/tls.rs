@@ -475,7 +475,7 @@ pub(crate) fn explain(
             return handshake_error(io, &host);
         }
         if e.is_timeout() {
-            return match crate::subscriber::probe(info, timeouts, tls) {
+            return match crate::transport::pubsub::probe(info, timeouts, tls) {
                 Err(p) if p.is_tls() => p,
                 Err(p) if p.is_timeout() => bad(format!(
                     "`{host}` did not answer the TLS handshake within the connect timeout: is \
