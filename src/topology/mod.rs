@@ -6,7 +6,10 @@
 //! - [`sentinel`]: the master a Redis Sentinel deployment names, found and followed through
 //!   failovers (a resolver that the transport's connections ask for the address).
 //!
-//! This layer builds on the transport and the protocol, and on nothing above them.
+//! This layer builds on the transport and the protocol, and on nothing above them. The user's
+//! description of the quorum algorithm is the public [`Redlock`](crate::Redlock) type, which
+//! lives with the client (`redlock.rs`) because it hands out a `ClientBuilder`. A Redis
+//! Cluster topology belongs here, beside these two.
 
 pub(crate) mod backend;
 pub(crate) mod sentinel;
