@@ -5,27 +5,28 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use crate::backend::{Backend, Node};
-use crate::cluster::Cluster;
-use crate::conn::Resolve;
-use crate::conn::{self, Deadline, Pool, Timeouts};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
-use crate::hold::{Chain, Hold, Identity, Renewal};
-use crate::keys::{self, LockKeys};
 use crate::mutex::Mutex;
-use crate::renewal::{self, Inbox};
+use crate::protocol::grant::{Adopted, Grant, Terms};
+use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
+use crate::protocol::keys::{self, LockKeys};
+use crate::protocol::scripts::Kind;
+use crate::renewal::{self, Inbox, LostHook, LostLease};
 use crate::rwlock::RwLock;
-use crate::scripts::Kind;
 use crate::semaphore::Semaphore;
-use crate::sentinel::Sentinel;
 use crate::subscriber::Subscriber;
-use crate::tls::{self, Tls, TlsCerts};
+use crate::topology::backend::{Backend, Node};
+use crate::topology::cluster::Cluster;
+use crate::topology::sentinel::Sentinel;
+use crate::transport::conn::Resolve;
+use crate::transport::conn::{self, Deadline, Pool, Timeouts};
+use crate::transport::tls::{self, Tls, TlsCerts};
 
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_millis(30);
@@ -103,6 +104,15 @@ pub(crate) struct HandoffBound {
 pub const MAX_HANDOFF_COUNT: u32 = 1024;
 
 impl Config {
+    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
+    pub(crate) fn terms(&self) -> Terms {
+        Terms {
+            lease: self.lease,
+            watchdog: true,
+            max_hold: self.max_hold,
+        }
+    }
+
     /// The bound of one call that may have to open a connection first: the connect timeout
     /// plus the command timeout (plus the replicas' timeout with
     /// [`wait_replicas`](ClientBuilder::wait_replicas)).
@@ -111,27 +121,6 @@ impl Config {
             .connect
             .saturating_add(self.timeouts.command)
             .saturating_add(self.wait_replicas.map_or(Duration::ZERO, |(_, t)| t))
-    }
-}
-
-/// A lease that was lost while its guard still existed, as told to the
-/// [`on_lease_lost`](ClientBuilder::on_lease_lost) callback.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct LostLease {
-    /// The lock's name.
-    pub name: String,
-    /// The fencing token of the lost acquisition.
-    pub fencing_token: u64,
-}
-
-/// The application's callback for lost leases.
-#[derive(Clone)]
-pub(crate) struct LostHook(pub(crate) Arc<dyn Fn(&LostLease) + Send + Sync>);
-
-impl std::fmt::Debug for LostHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LostHook")
     }
 }
 
@@ -800,7 +789,7 @@ impl ClientBuilder {
             .ping(Deadline::after(config.one_call()))
             .map_err(|e| tls::explain(e, &infos, tls.as_deref(), config.timeouts))?;
         warn_if_locks_evictable(&backend);
-        let (subscriber, reader) = Subscriber::sharded(Arc::clone(&cluster), config.timeouts, tls)?;
+        let (subscriber, reader) = Subscriber::sharded(cluster.clone(), config.timeouts, tls)?;
         let sub = Arc::downgrade(&subscriber);
         cluster.on_change(move || {
             if let Some(s) = sub.upgrade() {
@@ -983,57 +972,6 @@ pub(crate) fn thread_seq() -> u64 {
         static SEQ: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
     }
     SEQ.with(|s| *s)
-}
-
-/// A request id, unique within this process: it tells a retry apart from a new call.
-pub(crate) fn request_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The lease terms of one acquisition.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Terms {
-    pub(crate) lease: Duration,
-    /// Renewed by the renewal thread (false: a fixed lease).
-    pub(crate) watchdog: bool,
-    /// Renewal stops this long after the acquisition.
-    pub(crate) max_hold: Option<Duration>,
-}
-
-impl Terms {
-    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
-    pub(crate) fn watchdog(config: &Config) -> Terms {
-        Terms {
-            lease: config.lease,
-            watchdog: true,
-            max_hold: config.max_hold,
-        }
-    }
-}
-
-/// What a successful acquire script returned, and when it was sent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Grant<'a> {
-    pub(crate) token: u64,
-    pub(crate) count: u64,
-    pub(crate) sent: Instant,
-    /// The acquisition the server says this grant belongs to (the lock's `gen`).
-    pub(crate) acquisition: &'a str,
-    /// The last fencing token reserved for local hand-offs of a new acquisition (`token`:
-    /// none).
-    pub(crate) last: u64,
-}
-
-/// What [`Shared::adopt`] made of a grant.
-#[derive(Debug)]
-pub(crate) enum Adopted {
-    /// The caller holds the lock through this hold (a new one, or its live hold re-entered).
-    Held(Arc<Hold>),
-    /// The server answered for an acquisition that this thread's guards already count as
-    /// lost (its local deadline passed while the call was on its way): no guard may be
-    /// handed out for it. The caller frees it and tries again.
-    Stale,
 }
 
 impl Shared {

@@ -39,14 +39,15 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Adopted, Client, Grant, Terms, request_id};
-use crate::conn::Deadline;
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::hold::{Hold, Identity, Renewal};
-use crate::keys::LockKeys;
 use crate::mutex::{hard_limit, retrying};
-use crate::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
+use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
 use crate::subscriber::RECHECK;
+use crate::transport::conn::Deadline;
 
 /// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
 /// across threads and processes, and a release hands it straight to the next waiter.
@@ -287,7 +288,7 @@ impl FairMutex {
     }
 
     fn terms(&self) -> Terms {
-        Terms::watchdog(&self.client.shared().config)
+        self.client.shared().config.terms()
     }
 
     /// One script call (retried once on a new connection), within `by`.

@@ -4,11 +4,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::conn::Deadline;
 use crate::error::{Error, Result};
-use crate::hold::Hold;
 use crate::mutex::Mutex;
-use crate::scripts::{Level, ReleaseReply};
+use crate::protocol::hold::Hold;
+use crate::protocol::scripts::{Level, ReleaseReply};
+use crate::transport::conn::Deadline;
 
 /// A held lock. Dropping it releases one level of the lock (the lock is free once the
 /// outermost guard of the owning thread is gone); [`unlock`](MutexGuard::unlock) does the same
@@ -159,7 +159,7 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     } else {
         Level::Inner
     };
-    let request = crate::client::request_id();
+    let request = crate::protocol::grant::request_id();
     let reply =
         match shared
             .backend

@@ -34,11 +34,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Shared, Terms, request_id};
-use crate::conn::Deadline;
-use crate::hold::{Chain, Hold, Identity, Renewal};
-use crate::scripts::{Kind, Level};
+use crate::client::Shared;
+use crate::protocol::grant::{Terms, request_id};
+use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
+use crate::protocol::scripts::{Kind, Level};
 use crate::subscriber::Gift;
+use crate::transport::conn::Deadline;
 
 /// A hold on its way from one thread to another. Dropped unused, it releases the lock
 /// through Redis.

@@ -188,34 +188,46 @@
 //! requires TLS. Certificates are verified against the system's root certificates
 //! ([`ClientBuilder::tls_root_cert`] trusts a private CA instead); when no crypto provider is
 //! installed for the process, locksmith installs `ring` as rustls's default.
+//!
+//! # Layout
+//!
+//! For readers of the source: the modules form one-way layers. A module uses its own layer and
+//! the rows above it in this table, never a row below (a test, `tests/layers.rs`, checks the
+//! imports).
+//!
+//! | layer | modules | what it is |
+//! |---|---|---|
+//! | errors | `error.rs` | [`Error`] and [`Result`], used by every layer |
+//! | transport | `transport/`: `conn.rs`, `tls.rs`, `pubsub.rs` | sockets to one server (TCP, TLS, Unix): URL checks, deadlines and timeouts, keepalive, the bounded handshake, the pool of command connections, the pub/sub socket |
+//! | pub/sub | `subscriber.rs`, `subscriber/shards.rs` | the `locksmith-pubsub` thread: one pub/sub connection (on a cluster, one per master, with sharded pub/sub) and the local waiter queues |
+//! | protocol | `protocol/`: `keys.rs`, `scripts.rs` with `scripts/*.lua`, `hold.rs`, `grant.rs` | the lock protocol: key names, the Lua scripts and their replies, the local record of a held lock, one acquisition's terms and grant; it opens no connection of its own |
+//! | topology | `topology/`: `backend.rs`, `sentinel.rs`, `cluster.rs` | where the masters are and how a call reaches them: one master or a quorum (RedLock), the master named by Sentinel, a Redis Cluster's slot map (which the pub/sub layer reads through its `ShardMap` trait) |
+//! | renewal | `renewal/` | the `locksmith-renew` thread and its timer wheel |
+//! | locks and client | `client.rs`, `mutex.rs`, `guard.rs`, `handoff.rs`, `fair_mutex.rs`, `rwlock.rs`, `semaphore.rs`, `redlock.rs` | the public types: [`Client`] and [`ClientBuilder`] (configuration checks, the two threads, the registry of this client's holds), and the locks built on all of the above |
 
-mod backend;
 mod client;
-mod cluster;
-mod conn;
 mod error;
 mod fair_mutex;
 mod guard;
 mod handoff;
-mod hold;
-mod keys;
 mod mutex;
+mod protocol;
 mod redlock;
 mod renewal;
 mod rwlock;
-mod scripts;
 mod semaphore;
-mod sentinel;
 mod subscriber;
-mod tls;
+mod topology;
+mod transport;
 
-pub use client::{Client, ClientBuilder, LostLease, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
+pub use client::{Client, ClientBuilder, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use fair_mutex::{FairMutex, FairMutexGuard};
 pub use guard::MutexGuard;
-pub use keys::MAX_NAME_LEN;
 pub use mutex::Mutex;
+pub use protocol::keys::MAX_NAME_LEN;
 #[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
+pub use renewal::LostLease;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

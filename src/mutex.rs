@@ -3,17 +3,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{AcquireCall, Acquired, jitter};
-use crate::client::{
-    Adopted, Client, Grant, MAX_LEASE, MIN_LEASE, Terms, request_id, validate_max_hold,
-};
-use crate::conn::{Deadline, Timeouts};
+use crate::client::{Client, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
-use crate::hold::Hold;
-use crate::keys::LockKeys;
-use crate::scripts::{Holder, Level, Live};
+use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::hold::Hold;
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{Holder, Level, Live};
 use crate::subscriber::{RECHECK, Registration, Turn};
+use crate::topology::backend::{AcquireCall, Acquired, jitter};
+use crate::transport::conn::{Deadline, Timeouts};
 
 /// How the lease of a lock is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -503,7 +502,7 @@ impl Mutex {
                     Some(b) => min_instant(deadline, b),
                     None => match deadline {
                         Some(d) => d,
-                        None => Instant::now() + crate::conn::MAX_SOCKET_TIMEOUT,
+                        None => Instant::now() + crate::transport::conn::MAX_SOCKET_TIMEOUT,
                     },
                 };
                 reg.wait_release(seen, until);

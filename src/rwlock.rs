@@ -27,15 +27,16 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Adopted, Client, Grant, Terms, request_id};
-use crate::conn::Deadline;
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
-use crate::hold::Hold;
-use crate::keys::LockKeys;
 use crate::mutex::{hard_limit, retrying};
-use crate::scripts::{self, AcquireReply, Holder, Kind};
+use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::hold::Hold;
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{self, AcquireReply, Holder, Kind};
 use crate::subscriber::RECHECK;
+use crate::transport::conn::Deadline;
 
 /// A distributed read-write lock: many readers at once, or one writer, across processes.
 ///
@@ -243,7 +244,7 @@ impl RwLock {
     }
 
     fn terms(&self) -> Terms {
-        Terms::watchdog(&self.client.shared().config)
+        self.client.shared().config.terms()
     }
 
     /// One script call (retried once on a new connection), within `by`.

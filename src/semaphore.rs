@@ -19,15 +19,16 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Client, request_id};
-use crate::conn::Deadline;
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
-use crate::hold::{Hold, Identity, Renewal};
-use crate::keys::LockKeys;
 use crate::mutex::{hard_limit, retrying};
-use crate::scripts::{self, Holder, Kind};
+use crate::protocol::grant::request_id;
+use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{self, Holder, Kind};
 use crate::subscriber::RECHECK;
+use crate::transport::conn::Deadline;
 
 /// A distributed counting semaphore with leased permits: at most `permits` permits are held
 /// at a time, across every process that uses the same Redis, key prefix and name.

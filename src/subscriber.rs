@@ -63,9 +63,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
+use std::io::{self, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
@@ -73,294 +71,34 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use redis::io::tcp::socket2::SockRef;
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionInfo, Value};
 
-use crate::cluster::Cluster;
-use crate::conn::{Deadline, MAX_SOCKET_TIMEOUT, RESOLVE_EVERY, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
-use crate::tls::{Tls, TlsStream};
+use crate::transport::conn::{Deadline, RESOLVE_EVERY, Resolve, Timeouts};
+use crate::transport::pubsub::{ReadHalf, Stream, encode, open_any};
+use crate::transport::tls::Tls;
 
 mod shards;
 
+/// Where a sharded channel lives, as the pub/sub thread of a Redis Cluster client needs to
+/// know: the slot map of the cluster topology, seen from this layer (which sits below the
+/// topologies, so it names what it needs instead of importing them).
+pub(crate) trait ShardMap: Send + Sync + std::fmt::Debug {
+    /// A number that changes whenever the map changes.
+    fn epoch(&self) -> u64;
+    /// Reads the map again (at most once in a short while unless `force`), within `by`.
+    fn refresh(&self, by: Deadline, force: bool) -> Result<()>;
+    /// The master that owns `channel`'s slot: its `host:port` and how to reach it.
+    fn owner_of(&self, channel: &str) -> Option<(String, ConnectionInfo)>;
+    /// Learns a slot's new master from the details of a `MOVED` error.
+    fn learn_moved(&self, details: Option<&str>);
+}
+
 /// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
 pub(crate) const RECHECK: Duration = Duration::from_millis(100);
-/// How long the connection may stay silent before the thread sends a `PING`.
-const HEARTBEAT: Duration = Duration::from_secs(2);
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// A TCP, TLS or Unix socket.
-#[derive(Debug)]
-enum Stream {
-    Tcp(TcpStream),
-    Tls(TlsStream),
-    Unix(UnixStream),
-}
-
-/// Connects to `host:port` within `by` (and the connect timeout), trying each address, with
-/// TCP keepalive on.
-fn connect_tcp(host: &str, port: u16, timeouts: Timeouts, by: Deadline) -> Result<TcpStream> {
-    let mut last = None;
-    for addr in (host, port).to_socket_addrs().map_err(Error::io)? {
-        match TcpStream::connect_timeout(&addr, by.cap(timeouts.connect)?) {
-            Ok(s) => {
-                s.set_nodelay(true).map_err(Error::io)?;
-                SockRef::from(&s)
-                    .set_tcp_keepalive(&keepalive())
-                    .map_err(Error::io)?;
-                return Ok(s);
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(match last {
-        Some(e) => Error::io(e),
-        None => Error::InvalidUrl {
-            reason: format!("the host `{host}` resolves to no address"),
-        },
-    })
-}
-
-impl Stream {
-    /// Connects (and runs the TLS handshake of a `rediss://` address) within `by` and the
-    /// connect timeout.
-    fn connect(
-        info: &ConnectionInfo,
-        timeouts: Timeouts,
-        tls: Option<&Tls>,
-        by: Deadline,
-    ) -> Result<Stream> {
-        let by = by.min(Deadline::after(timeouts.connect));
-        let stream = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => Stream::Tcp(connect_tcp(host, *port, timeouts, by)?),
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                ..
-            } => {
-                let Some(config) = tls.and_then(|tls| tls.config(*insecure)) else {
-                    return Err(Error::Tls {
-                        reason: "no TLS configuration for a rediss:// address".into(),
-                    });
-                };
-                let tcp = connect_tcp(host, *port, timeouts, by)?;
-                Stream::Tls(TlsStream::handshake(
-                    tcp,
-                    host,
-                    config,
-                    by.cap(timeouts.connect)?,
-                )?)
-            }
-            ConnectionAddr::Unix(path) => {
-                Stream::Unix(UnixStream::connect(path).map_err(Error::io)?)
-            }
-            _ => {
-                return Err(Error::InvalidUrl {
-                    reason: "this address type is not supported".into(),
-                });
-            }
-        };
-        stream
-            .set_timeouts(Some(by.cap(timeouts.connect)?))
-            .map_err(Error::io)?;
-        Ok(stream)
-    }
-
-    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
-            Stream::Tls(s) => {
-                s.tcp().set_read_timeout(t)?;
-                s.tcp().set_write_timeout(t)
-            }
-            Stream::Unix(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
-        }
-    }
-
-    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(t),
-            Stream::Tls(s) => s.tcp().set_write_timeout(t),
-            Stream::Unix(s) => s.set_write_timeout(t),
-        }
-    }
-
-    fn try_clone(&self) -> io::Result<Stream> {
-        Ok(match self {
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-        })
-    }
-
-    fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
-            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-        }
-    }
-}
-
-/// The read side of a pub/sub connection: the socket and the parser that keeps a partly read
-/// reply across read timeouts.
-struct ReadHalf {
-    stream: Stream,
-    parser: redis::Parser,
-}
-
-impl ReadHalf {
-    fn next(&mut self) -> redis::RedisResult<Value> {
-        self.parser.parse_value(&mut self.stream)
-    }
-}
-
-/// `args` as one RESP command.
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut cmd = redis::Cmd::new();
-    for a in args {
-        cmd.arg(*a);
-    }
-    cmd.get_packed_command()
-}
-
-/// The error of a pub/sub handshake read: a plain-text connection that the server closed at
-/// once was most likely made to a TLS port.
-fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
-    let plain = matches!(info.addr(), ConnectionAddr::Tcp(..));
-    if plain && (e.is_connection_dropped() || e.is_unrecoverable_error()) && !e.is_timeout() {
-        return Error::Tls {
-            reason: format!(
-                "{} closed the connection at the first plain-text command ({e}): if that \
-                 port expects TLS, use a rediss:// URL",
-                info.addr()
-            ),
-        };
-    }
-    Error::from(e)
-}
-
-/// Opens a TLS connection to `info` and closes it again: the handshake's error, if any (to
-/// explain why a first command failed).
-pub(crate) fn probe(info: &ConnectionInfo, timeouts: Timeouts, tls: &Tls) -> Result<()> {
-    Stream::connect(info, timeouts, Some(tls), Deadline::NONE).map(|s| s.shutdown())
-}
-
-/// Opens a pub/sub connection, authenticates, and returns its read and write halves: all
-/// within one connect timeout.
-fn open(
-    info: &ConnectionInfo,
-    timeouts: Timeouts,
-    tls: Option<&Tls>,
-) -> Result<(ReadHalf, Stream)> {
-    let by = Deadline::after(timeouts.connect);
-    let stream = Stream::connect(info, timeouts, tls, by)?;
-    // Each read of the handshake gets what is left of the connect timeout, not all of it.
-    let shorten = |s: &Stream| -> Result<()> {
-        s.set_timeouts(Some(by.cap(timeouts.connect)?))
-            .map_err(Error::io)
-    };
-    let mut writer = stream.try_clone().map_err(Error::io)?;
-    let mut reader = ReadHalf {
-        stream,
-        parser: redis::Parser::new(),
-    };
-    let settings = info.redis_settings();
-    if let Some(password) = settings.password() {
-        let mut args: Vec<&[u8]> = vec![b"AUTH"];
-        if let Some(user) = settings.username() {
-            args.push(user.as_bytes());
-        }
-        args.push(password.as_bytes());
-        writer.write_all(&encode(&args)).map_err(Error::io)?;
-        shorten(&reader.stream)?;
-        match reader.next() {
-            Ok(Value::ServerError(e)) => {
-                return Err(Error::Redis(redis::RedisError::from((
-                    redis::ErrorKind::AuthenticationFailed,
-                    "pub/sub authentication failed",
-                    e.to_string(),
-                ))));
-            }
-            Ok(_) => {}
-            Err(e) => return Err(handshake_read_error(e, info)),
-        }
-    }
-    // Name the connection for operators (`CLIENT LIST`); old servers may refuse, which is fine.
-    writer
-        .write_all(&encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]))
-        .map_err(Error::io)?;
-    shorten(&reader.stream)?;
-    if let Err(e) = reader.next() {
-        return Err(handshake_read_error(e, info));
-    }
-    // From here on, reads wake up every HEARTBEAT when the connection is idle. The two halves
-    // are one socket with one pair of timeouts: set each direction once, from its own side.
-    reader
-        .stream
-        .set_timeouts(Some(HEARTBEAT))
-        .map_err(Error::io)?;
-    writer
-        .set_write_timeout(Some(timeouts.command.min(MAX_SOCKET_TIMEOUT)))
-        .map_err(Error::io)?;
-    Ok((reader, writer))
-}
-
-/// Opens a pub/sub connection to the first master that answers, starting at `start` and
-/// going round. With a quorum, listening on any one master is enough: every release
-/// publishes on every master it reaches. Returns the halves and the master's index.
-fn open_any(
-    infos: &[ConnectionInfo],
-    start: usize,
-    timeouts: Timeouts,
-    tls: Option<&Tls>,
-) -> Result<(ReadHalf, Stream, usize)> {
-    let mut last = None;
-    for k in 0..infos.len() {
-        let i = (start + k) % infos.len();
-        match open(&infos[i], timeouts, tls) {
-            Ok((r, w)) => return Ok((r, w, i)),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or(Error::config("masters", "must name at least one Redis URL")))
-}
 
 /// The bytes of a simple or bulk string.
 fn bytes(v: &Value) -> Option<&[u8]> {
@@ -549,7 +287,7 @@ impl Subscriber {
     /// The subscriber of a cluster client: no connection yet; the thread opens one per
     /// master that owns a channel with waiters.
     pub(crate) fn sharded(
-        cluster: Arc<Cluster>,
+        cluster: Arc<dyn ShardMap>,
         timeouts: Timeouts,
         tls: Option<Arc<Tls>>,
     ) -> Result<(Arc<Self>, Reader)> {
@@ -1081,6 +819,7 @@ impl Drop for Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     /// Gives its chunks one per read, with a read timeout between them.
     struct Chunks(VecDeque<Option<&'static [u8]>>);

@@ -38,9 +38,9 @@ const RETRY: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_secs(1);
 const PASSWORD: &str = "deadlines-secret";
 
-const ACQUIRE_LUA: &str = include_str!("../src/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/scripts/release.lua");
-const RENEW_LUA: &str = include_str!("../src/scripts/renew.lua");
+const ACQUIRE_LUA: &str = include_str!("../src/protocol/scripts/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../src/protocol/scripts/release.lua");
+const RENEW_LUA: &str = include_str!("../src/protocol/scripts/renew.lua");
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()

@@ -739,9 +739,9 @@ fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
 // recognised, fence counters expire, losses are reported once
 // ---------------------------------------------------------------------------------------------
 
-const FAIR_LUA: &str = include_str!("../src/scripts/fair_mutex.lua");
-const SEM_LUA: &str = include_str!("../src/scripts/sem_permits.lua");
-const RW_LUA: &str = include_str!("../src/scripts/rw_lock.lua");
+const FAIR_LUA: &str = include_str!("../src/protocol/scripts/fair_mutex.lua");
+const SEM_LUA: &str = include_str!("../src/protocol/scripts/sem_permits.lua");
+const RW_LUA: &str = include_str!("../src/protocol/scripts/rw_lock.lua");
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()

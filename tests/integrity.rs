@@ -19,8 +19,8 @@ use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error, LostLease};
 use proxy::Proxy;
 
-const ACQUIRE_LUA: &str = include_str!("../src/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/scripts/release.lua");
+const ACQUIRE_LUA: &str = include_str!("../src/protocol/scripts/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../src/protocol/scripts/release.lua");
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
@@ -469,10 +469,10 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
     let proxy = Proxy::start(server.port());
     let purl = proxy.url();
     preload_scripts(&mut conn);
-    let renew = sha(include_str!("../src/scripts/renew.lua"));
+    let renew = sha(include_str!("../src/protocol/scripts/renew.lua"));
     let _: () = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(include_str!("../src/scripts/renew.lua"))
+        .arg(include_str!("../src/protocol/scripts/renew.lua"))
         .query(&mut conn)
         .unwrap();
     with_deadline(Duration::from_secs(20), move || {

@@ -549,7 +549,7 @@ fn readers_recover_from_a_redis_restart() {
 // Waking all readers at once; faults on the wire; fence expiry
 // ---------------------------------------------------------------------------------------------
 
-const RW_LUA: &str = include_str!("../src/scripts/rw_lock.lua");
+const RW_LUA: &str = include_str!("../src/protocol/scripts/rw_lock.lua");
 
 /// The read-write lock script's calls of operation `op` on lock `name`.
 fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {

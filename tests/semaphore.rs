@@ -482,7 +482,7 @@ fn waiters_recover_from_a_redis_restart() {
 // Faults on the wire
 // ---------------------------------------------------------------------------------------------
 
-const SEM_LUA: &str = include_str!("../src/scripts/sem_permits.lua");
+const SEM_LUA: &str = include_str!("../src/protocol/scripts/sem_permits.lua");
 
 /// A cut acquire reply is recognised on the retry: the permits are counted once, not twice;
 /// a cut release reply is recognised too: `Ok`, and every permit free again.

@@ -221,7 +221,7 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         .note(format!(
             "used_cpu_user+used_cpu_sys (INFO cpu) over {:.2} s / ({n} locks x {:.1} periods): \
              {n} lock hashes as the library writes them, each renewed by one EVALSHA of \
-             src/scripts/renew.lua per period, pipelined {} per 100 ms as the renewal thread \
+             src/protocol/scripts/renew.lua per period, pipelined {} per 100 ms as the renewal thread \
              sent them before batching; {} EVALSHA, Redis execution {:.2} µs per call \
              (commandstats)",
             one.window,
@@ -333,7 +333,7 @@ fn per_lock_script(
 ) -> Result<PerLock, String> {
     let every = lease / 3;
     let lease_ms = lease.as_millis() as u64;
-    let script = redis::Script::new(include_str!("../../src/scripts/renew.lua"));
+    let script = redis::Script::new(include_str!("../../src/protocol/scripts/renew.lua"));
     script.prepare_invoke().load(con).map_err(s)?;
     let sha = script.get_hash().to_owned();
     let owner = "0123456789abcdef0123456789abcdef:1";

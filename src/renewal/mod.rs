@@ -14,7 +14,7 @@
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
 //! hold that is on the wire, so no renewal reaches Redis after the release script.
 //!
-//! The batch goes to every master at once (see `backend.rs`) and takes at most half the
+//! The batch goes to every master at once (see `topology/backend.rs`) and takes at most half the
 //! renewal interval: a try on a pooled connection for at most a quarter of the interval (or
 //! the command timeout if shorter), then, where that connection failed or stayed silent, a
 //! try on a new connection in what is left. So one dead connection (a NAT that dropped it)
@@ -31,11 +31,31 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
-use crate::client::{LostHook, LostLease};
-use crate::hold::{Begin, Hold, Status};
-use crate::scripts::{self, Kind};
+use crate::protocol::hold::{self, Begin, Hold, Status};
+use crate::protocol::scripts::{self, Kind};
+use crate::topology::backend::Backend;
 use wheel::Wheel;
+
+/// A lease that was lost while its guard still existed, as told to the
+/// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost) callback.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LostLease {
+    /// The lock's name.
+    pub name: String,
+    /// The fencing token of the lost acquisition.
+    pub fencing_token: u64,
+}
+
+/// The application's callback for lost leases.
+#[derive(Clone)]
+pub(crate) struct LostHook(pub(crate) Arc<dyn Fn(&LostLease) + Send + Sync>);
+
+impl std::fmt::Debug for LostHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostHook")
+    }
+}
 
 /// A message to the renewal thread.
 #[derive(Debug)]
@@ -304,7 +324,7 @@ impl Renewer {
 
     /// Reports a lost lease: a warning, and the application's callback.
     fn lost(&self, hold: &Hold, why: &str) {
-        if hold.kind == crate::scripts::Kind::FairPlace {
+        if hold.kind == crate::protocol::scripts::Kind::FairPlace {
             // A waiter's place in a queue, not a lease: the waiter finds out at its next
             // attempt and queues again.
             log::debug!("a waiter's place for `{}` lapsed: {why}", hold.keys.name);
@@ -350,7 +370,7 @@ impl Renewer {
                 // Another lock type's hold: its own renew script, one per hold.
                 [one] if batch[*one].kind != Kind::Mutex => {
                     let h = &batch[*one];
-                    (scripts::renew_hold(h, self.backend.fence(h.token)), 1)
+                    (hold::renew_hold(h, self.backend.fence(h.token)), 1)
                 }
                 _ => {
                     let leases: Vec<_> = g

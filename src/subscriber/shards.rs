@@ -31,13 +31,11 @@ use std::time::{Duration, Instant};
 use polling::{Event, Poller};
 use redis::{ServerErrorKind, Value};
 
-use super::{
-    BACKOFF_MAX, BACKOFF_MIN, Channel, HEARTBEAT, ReadHalf, Stream, Subscriber, bytes, encode,
-};
-use crate::cluster::Cluster;
-use crate::conn::{Deadline, RESOLVE_EVERY};
+use super::ShardMap;
+use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, ReadHalf, Stream, Subscriber, bytes, encode};
 use crate::error::{Error, Result};
-use crate::keys;
+use crate::transport::conn::{Deadline, RESOLVE_EVERY};
+use crate::transport::pubsub::{self, HEARTBEAT};
 
 /// How long a shard connection without channels stays open (a waiter may come back soon).
 const IDLE_CLOSE: Duration = Duration::from_secs(20);
@@ -45,14 +43,14 @@ const IDLE_CLOSE: Duration = Duration::from_secs(20);
 /// The cluster side of a subscriber.
 #[derive(Debug)]
 pub(super) struct Sharded {
-    pub(super) cluster: Arc<Cluster>,
+    pub(super) cluster: Arc<dyn ShardMap>,
     poller: Poller,
     /// The slot map should be read again (a redirection or a pushed `sunsubscribe`).
     refresh: AtomicBool,
 }
 
 impl Sharded {
-    pub(super) fn new(cluster: Arc<Cluster>) -> Result<Self> {
+    pub(super) fn new(cluster: Arc<dyn ShardMap>) -> Result<Self> {
         Ok(Sharded {
             cluster,
             poller: Poller::new().map_err(Error::io)?,
@@ -275,10 +273,7 @@ impl Subscriber {
         let mut table = self.table.lock();
         let mut moved = Vec::new();
         for ch in table.channels.values() {
-            let owner = sh
-                .cluster
-                .owner(keys::slot(&ch.name))
-                .map(|n| n.name.clone());
+            let owner = sh.cluster.owner_of(&ch.name).map(|(name, _)| name);
             let mut st = ch.state.lock();
             if st.shard.is_some() && st.shard != owner {
                 if let Some(old) = st.shard.take() {
@@ -331,21 +326,21 @@ impl Subscriber {
             if !current {
                 continue;
             }
-            let Some(node) = sh.cluster.owner(keys::slot(&ch.name)) else {
+            let Some((node_name, node_info)) = sh.cluster.owner_of(&ch.name) else {
                 sh.refresh.store(true, Ordering::SeqCst);
                 table.unrouted.push(ch);
                 stuck = true;
                 continue;
             };
-            if !table.shards.contains_key(&node.name) {
+            if !table.shards.contains_key(&node_name) {
                 // Opening takes up to the connect timeout: not under the table lock.
                 drop(table);
-                let opened = if failed.contains(&node.name) {
+                let opened = if failed.contains(&node_name) {
                     Err(Error::Timeout {
                         what: "the node was not reached a moment ago",
                     })
                 } else {
-                    super::open(&node.info, self.timeouts, self.tls.as_deref())
+                    pubsub::open(&node_info, self.timeouts, self.tls.as_deref())
                 };
                 table = self.table.lock();
                 match opened {
@@ -354,15 +349,15 @@ impl Subscriber {
                         *next_key += 1;
                         let fd = fd_of(&reader.stream);
                         if let Err(e) = sh.poller.add(fd, Event::readable(key)) {
-                            log::warn!("pub/sub connection to {} not polled: {e}", node.name);
+                            log::warn!("pub/sub connection to {} not polled: {e}", node_name);
                             writer.shutdown();
                             table.unrouted.push(ch);
                             stuck = true;
                             continue;
                         }
-                        readers.insert(key, (node.name.clone(), reader));
+                        readers.insert(key, (node_name.clone(), reader));
                         table.shards.insert(
-                            node.name.clone(),
+                            node_name.clone(),
                             ShardConn {
                                 writer,
                                 pending: VecDeque::new(),
@@ -376,9 +371,9 @@ impl Subscriber {
                         );
                     }
                     Err(e) => {
-                        if !failed.contains(&node.name) {
-                            log::warn!("pub/sub connection to {} failed: {e}", node.name);
-                            failed.push(node.name.clone());
+                        if !failed.contains(&node_name) {
+                            log::warn!("pub/sub connection to {} failed: {e}", node_name);
+                            failed.push(node_name.clone());
                         }
                         sh.refresh.store(true, Ordering::SeqCst);
                         let mut st = ch.state.lock();
@@ -391,19 +386,19 @@ impl Subscriber {
                     }
                 }
             }
-            let Some(shard) = table.shards.get_mut(&node.name) else {
+            let Some(shard) = table.shards.get_mut(&node_name) else {
                 table.unrouted.push(ch);
                 continue;
             };
             if shard.write(&[b"SSUBSCRIBE", ch.name.as_bytes()]) {
                 shard.pending.push_back(Arc::clone(&ch));
                 let mut st = ch.state.lock();
-                st.shard = Some(node.name.clone());
+                st.shard = Some(node_name.clone());
                 st.down = false;
             } else {
                 table.unrouted.push(ch);
                 drop(table);
-                self.lost(sh, &node.name);
+                self.lost(sh, &node_name);
                 stuck = true;
             }
         }

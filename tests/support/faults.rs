@@ -14,11 +14,11 @@ use locksmith::Error;
 pub const SLACK: Duration = Duration::from_millis(400);
 
 /// The acquire script, as the library sends it.
-pub const ACQUIRE_LUA: &str = include_str!("../../src/scripts/acquire.lua");
+pub const ACQUIRE_LUA: &str = include_str!("../../src/protocol/scripts/acquire.lua");
 /// The release script.
-pub const RELEASE_LUA: &str = include_str!("../../src/scripts/release.lua");
+pub const RELEASE_LUA: &str = include_str!("../../src/protocol/scripts/release.lua");
 /// The renewal script.
-pub const RENEW_LUA: &str = include_str!("../../src/scripts/renew.lua");
+pub const RENEW_LUA: &str = include_str!("../../src/protocol/scripts/renew.lua");
 
 /// The SHA1 of a script.
 pub fn sha(src: &str) -> String {

@@ -15,7 +15,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
-use crate::tls::Tls;
+use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
 const MAX_IDLE: usize = 32;
@@ -173,7 +173,7 @@ impl Deadline {
 }
 
 /// Where a topology's master is now: asked on every new connection of a pool that has one,
-/// and by the pub/sub connection on every (re)connect (see `sentinel.rs`).
+/// and by the pub/sub connection on every (re)connect (see `topology/sentinel.rs`).
 pub(crate) trait Resolve: Send + Sync + std::fmt::Debug {
     /// The master's address (without credentials), within `by`. `fresh`: ask again even when
     /// an answer is cached.

@@ -1,9 +1,9 @@
 //! The Lua scripts behind acquire, release and renew, and their typed replies.
 //!
-//! Each script lives in `src/scripts/*.lua`, opening with its KEYS/ARGV contract. They are
+//! Each script lives in `src/protocol/scripts/*.lua`, opening with its KEYS/ARGV contract. They are
 //! hashed once per process ([`LazyLock`]) and sent with `EVALSHA`; a master that answers
 //! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`) gets the script loaded and the call resent
-//! (see `backend.rs`).
+//! (see `topology/backend.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::{Connection, Script, Value};
 
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::protocol::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
@@ -35,22 +35,6 @@ pub(crate) enum Kind {
     Sem,
     /// A reader or the writer of an [`RwLock`](crate::RwLock).
     Rw,
-}
-
-/// The renew call of a registered hold, by its lock type.
-pub(crate) fn renew_hold(hold: &crate::hold::Hold, fence: u64) -> Call {
-    match hold.kind {
-        Kind::Mutex => renew(&hold.keys, hold.holder(), hold.lease, fence),
-        Kind::Fair | Kind::FairPlace => fair(
-            &hold.keys,
-            "renew",
-            hold.holder(),
-            hold.lease,
-            &[&fence.to_string()],
-        ),
-        Kind::Sem => sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
-        Kind::Rw => rw(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
-    }
 }
 
 /// A call of the read-write lock script: operation `op` for `holder`, with the operation's
@@ -580,7 +564,7 @@ mod tests {
     fn scripts_keep_the_fence_ttl_of_keys_rs() {
         let line = format!(
             "local FENCE_TTL_MS = {}",
-            crate::keys::FENCE_TTL.as_millis()
+            crate::protocol::keys::FENCE_TTL.as_millis()
         );
         for which in [
             Which::Acquire,

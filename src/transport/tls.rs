@@ -456,7 +456,7 @@ pub(crate) fn explain(
     e: Error,
     infos: &[redis::ConnectionInfo],
     tls: Option<&Tls>,
-    timeouts: crate::conn::Timeouts,
+    timeouts: crate::transport::conn::Timeouts,
 ) -> Error {
     use redis::ConnectionAddr;
     let tls_master = infos.iter().find_map(|i| match i.addr() {
@@ -475,7 +475,7 @@ pub(crate) fn explain(
             return handshake_error(io, &host);
         }
         if e.is_timeout() {
-            return match crate::subscriber::probe(info, timeouts, tls) {
+            return match crate::transport::pubsub::probe(info, timeouts, tls) {
                 Err(p) if p.is_tls() => p,
                 Err(p) if p.is_timeout() => bad(format!(
                     "`{host}` did not answer the TLS handshake within the connect timeout: is \

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::keys::LockKeys;
-use crate::scripts::{Holder, Kind};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{self, Call, Holder, Kind};
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]
@@ -370,6 +370,22 @@ impl Hold {
             Some(u) if at > u => None,
             _ => Some(at),
         }
+    }
+}
+
+/// The renew call of a registered hold, by its lock type.
+pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
+    match hold.kind {
+        Kind::Mutex => scripts::renew(&hold.keys, hold.holder(), hold.lease, fence),
+        Kind::Fair | Kind::FairPlace => scripts::fair(
+            &hold.keys,
+            "renew",
+            hold.holder(),
+            hold.lease,
+            &[&fence.to_string()],
+        ),
+        Kind::Sem => scripts::sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+        Kind::Rw => scripts::rw(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
     }
 }
 

@@ -7,7 +7,7 @@
 //!   does not know it, from any known node: the masters of the current map first, then the
 //!   seeds. It is read again when a call meets a redirection it cannot follow from the reply
 //!   alone (`CLUSTERDOWN`, `READONLY`, a lost connection), at most every
-//!   [`REFRESH_GAP`], and by the pub/sub thread every [`RESOLVE_EVERY`](crate::conn::RESOLVE_EVERY)
+//!   [`REFRESH_GAP`], and by the pub/sub thread every [`RESOLVE_EVERY`](crate::transport::conn::RESOLVE_EVERY)
 //!   while it has shard connections.
 //! - **Routing.** Every key of one lock (and its release channel) share one hash tag, hence
 //!   one slot (see `keys.rs`): a script call goes to the slot's master, whole. A call never
@@ -46,11 +46,12 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 
-use crate::conn::{self, Conn, Deadline, Pool, Timeouts, is_connection_error};
 use crate::error::{Error, Result};
-use crate::keys::{self, SLOTS};
-use crate::scripts::{Call, Which};
-use crate::tls::Tls;
+use crate::protocol::keys::{self, SLOTS};
+use crate::protocol::scripts::{Call, Which};
+use crate::subscriber::ShardMap;
+use crate::transport::conn::{self, Conn, Deadline, Pool, Timeouts, is_connection_error};
+use crate::transport::tls::Tls;
 
 /// The least time between two reads of the slot map prompted by failures.
 pub(crate) const REFRESH_GAP: Duration = Duration::from_millis(50);
@@ -784,11 +785,30 @@ fn is_broken(e: &Error) -> bool {
     }
 }
 
+impl ShardMap for Cluster {
+    fn epoch(&self) -> u64 {
+        Cluster::epoch(self)
+    }
+
+    fn refresh(&self, by: Deadline, force: bool) -> Result<()> {
+        Cluster::refresh(self, by, force)
+    }
+
+    fn owner_of(&self, channel: &str) -> Option<(String, ConnectionInfo)> {
+        self.owner(keys::slot(channel))
+            .map(|n| (n.name.clone(), n.info.clone()))
+    }
+
+    fn learn_moved(&self, details: Option<&str>) {
+        Cluster::learn_moved(self, details)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::LockKeys;
-    use crate::scripts;
+    use crate::protocol::keys::LockKeys;
+    use crate::protocol::scripts;
 
     #[test]
     fn redirect_details_parse() {

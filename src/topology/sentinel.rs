@@ -58,9 +58,9 @@ use parking_lot::Mutex;
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
-use crate::conn::{self, Deadline, Resolve, Timeouts, keepalive};
 use crate::error::{Error, Result};
-use crate::tls::Tls;
+use crate::transport::conn::{self, Deadline, Resolve, Timeouts, keepalive};
+use crate::transport::tls::Tls;
 
 /// Called when the master was found at another address than before.
 type OnSwitch = Box<dyn Fn() + Send + Sync>;

@@ -26,11 +26,13 @@ use redis::Value;
 
 use std::sync::Arc;
 
-use crate::cluster::Cluster;
-use crate::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
+use super::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
-use crate::scripts::{self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{
+    self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which,
+};
+use crate::transport::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 
 /// One Redis master.
 #[derive(Debug)]
@@ -653,7 +655,7 @@ impl Backend {
             let call = scripts::undo(
                 keys,
                 holder,
-                &crate::client::request_id(),
+                &crate::protocol::grant::request_id(),
                 self.fence(token),
                 level,
             );

@@ -1,0 +1,17 @@
+//! The lock protocol: what a lock is on the server and in this process, independent of where
+//! the server is.
+//!
+//! - [`keys`]: lock names and the Redis keys derived from them.
+//! - [`scripts`]: the Lua scripts (`scripts/*.lua`) behind acquire, release and renew, the
+//!   calls that run them and their typed replies.
+//! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
+//!   client made of it.
+//! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
+//!
+//! The topologies below run these calls on their masters; nothing here opens a connection,
+//! and this layer imports only [`crate::error`].
+
+pub(crate) mod grant;
+pub(crate) mod hold;
+pub(crate) mod keys;
+pub(crate) mod scripts;
