@@ -169,6 +169,29 @@ struct Channel {
     state: Mutex<ChannelState>,
 }
 
+impl Channel {
+    /// A release message arrived (`message` or `smessage`): the epoch moves on and the leader
+    /// wakes to try.
+    fn deliver(&self, payload: Option<Vec<u8>>) {
+        let mut st = self.state.lock();
+        st.epoch += 1;
+        st.message = payload;
+        st.wake_leader();
+    }
+
+    /// The confirmation of the oldest subscription written on a connection (`subscribe` or
+    /// `ssubscribe`) arrived, naming `channel`.
+    fn confirm(&self, channel: &[u8]) {
+        if self.name.as_bytes() == channel {
+            let mut st = self.state.lock();
+            st.confirmed = true;
+            st.wake_leader();
+        } else {
+            log::debug!("pub/sub confirmation out of order");
+        }
+    }
+}
+
 /// The subscriber's table of channels, guarded by one lock (taken before any channel's).
 #[derive(Debug, Default)]
 struct Table {
@@ -484,24 +507,14 @@ impl Subscriber {
                     return;
                 };
                 drop(table);
-                let payload = items.get(2).and_then(bytes).map(<[u8]>::to_vec);
-                let mut st = ch.state.lock();
-                st.epoch += 1;
-                st.message = payload;
-                st.wake_leader();
+                ch.deliver(items.get(2).and_then(bytes).map(<[u8]>::to_vec));
             }
             b"subscribe" => {
                 let Some(ch) = table.pending.pop_front() else {
                     return;
                 };
                 drop(table);
-                if ch.name.as_bytes() == channel {
-                    let mut st = ch.state.lock();
-                    st.confirmed = true;
-                    st.wake_leader();
-                } else {
-                    log::debug!("pub/sub confirmation out of order");
-                }
+                ch.confirm(channel);
             }
             _ => {}
         }

@@ -480,24 +480,14 @@ impl Subscriber {
                     return;
                 };
                 drop(table);
-                let payload = items.get(2).and_then(bytes).map(<[u8]>::to_vec);
-                let mut st = ch.state.lock();
-                st.epoch += 1;
-                st.message = payload;
-                st.wake_leader();
+                ch.deliver(items.get(2).and_then(bytes).map(<[u8]>::to_vec));
             }
             b"ssubscribe" => {
                 let Some(ch) = shard.pending.pop_front() else {
                     return;
                 };
                 drop(table);
-                if ch.name.as_bytes() == channel {
-                    let mut st = ch.state.lock();
-                    st.confirmed = true;
-                    st.wake_leader();
-                } else {
-                    log::debug!("pub/sub confirmation out of order");
-                }
+                ch.confirm(channel);
             }
             b"sunsubscribe" => {
                 if let Some(n) = shard.unsubs.get_mut(&name)
