@@ -483,10 +483,11 @@ fn bad_urls_are_errors() {
 /// A closed port gives an error within the connect timeout.
 #[test]
 fn closed_port_is_an_error() {
-    let port = common::free_port();
+    let closed = common::ClosedPort::new();
+    let url = closed.url();
     let start = Instant::now();
     let err = with_deadline(Duration::from_secs(10), move || {
-        Client::builder(format!("redis://127.0.0.1:{port}/").as_str())
+        Client::builder(url.as_str())
             .connect_timeout(Duration::from_secs(1))
             .build()
             .err()

@@ -90,7 +90,8 @@ fn bad_cluster_input_gives_clear_errors() {
     assert!(e.to_string().contains("wait_replicas"), "{e}");
     // A seed that does not answer: a connection error within the bound, not a hang.
     let t = Instant::now();
-    let e = Client::cluster([format!("redis://127.0.0.1:{}/", common::free_port())])
+    let closed = common::ClosedPort::new();
+    let e = Client::cluster([closed.url()])
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .build()

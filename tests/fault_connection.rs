@@ -460,7 +460,8 @@ fn child_black_hole() {
     // Connect to a black hole (the kernel accepts, nobody answers) and to a closed port.
     let hole = TcpListener::bind("127.0.0.1:0").unwrap();
     let hole_url = format!("redis://127.0.0.1:{}/", hole.local_addr().unwrap().port());
-    let closed_url = format!("redis://127.0.0.1:{}/", common::free_port());
+    let closed = common::ClosedPort::new();
+    let closed_url = closed.url();
     for (what, url) in [
         ("build, black hole", hole_url),
         ("build, closed port", closed_url),

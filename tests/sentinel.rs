@@ -108,9 +108,9 @@ fn bad_sentinel_input_gives_clear_errors() {
     let shown = format!("{:?}", s().master_auth(Some("u"), "hush-hush"));
     assert!(!shown.contains("hush-hush"), "{shown}");
     // No sentinel reachable: a connection error within the build bound.
-    let port = common::free_port();
+    let closed = common::ClosedPort::new();
     let t = Instant::now();
-    let e = Client::sentinel([format!("redis://127.0.0.1:{port}/")], "m")
+    let e = Client::sentinel([closed.url()], "m")
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .build()

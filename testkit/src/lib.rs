@@ -51,7 +51,7 @@ pub use names::{
 };
 pub use rng::Rng;
 pub use sentinel::SentinelSet;
-pub use server::{RedisServer, connect, free_port, pin, signal, stop_for};
+pub use server::{ClosedPort, RedisServer, connect, free_port, pin, signal, stop_for};
 pub use stats::{
     ChannelSpy, client_list, errorstats, keys_matching, lock_keys_left, pubsub_clients, token_of,
     wait_numsub,

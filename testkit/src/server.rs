@@ -393,6 +393,57 @@ fn try_free_port() -> Result<u16, String> {
     Err(format!("no free port in {LOW}..{}", LOW + SPAN))
 }
 
+/// A port of 127.0.0.1 that refuses every connection for as long as this value lives.
+///
+/// A port from [`free_port`] is free only until some other process binds it; a test that
+/// needs a *closed* port (connection refused) holds this instead: a TCP socket bound to the
+/// port that never listens. The kernel refuses connections to it, and no other socket can
+/// bind the port while it is held (it is bound without `SO_REUSEADDR`).
+#[derive(Debug)]
+pub struct ClosedPort {
+    _socket: socket2::Socket,
+    port: u16,
+}
+
+impl ClosedPort {
+    /// Binds a fresh port of 127.0.0.1 without listening on it.
+    ///
+    /// # Panics
+    /// If no TCP socket can be made or bound.
+    pub fn new() -> ClosedPort {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+        socket.bind(&addr.into()).expect("bind 127.0.0.1:0");
+        let port = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.port())
+            .expect("the bound port");
+        ClosedPort {
+            _socket: socket,
+            port,
+        }
+    }
+
+    /// The refused port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> ClosedPort {
+        ClosedPort::new()
+    }
+}
+
 /// Pins every thread of process `pid` (and so the threads and children it starts later) to
 /// CPU `cpu`, with `taskset`. False when that is not possible.
 pub fn pin(pid: u32, cpu: usize) -> bool {
