@@ -123,8 +123,10 @@ impl Error {
         )
     }
 
-    /// True for connection-level failures (refused, reset, timed out, no quorum, a `READONLY`
-    /// reply from a master demoted by a failover) that a retry may cure.
+    /// True for connection-level failures (refused, reset, timed out, no quorum) and for the
+    /// passing states of a failover that a retry may cure: `READONLY` from a master demoted by
+    /// a failover, and on a Redis Cluster `CLUSTERDOWN`, `TRYAGAIN` and `MASTERDOWN` (what a
+    /// call that ran out of its bound while the cluster was failing over last saw).
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::NoQuorum { .. } => true,
@@ -133,7 +135,15 @@ impl Error {
                     || e.is_timeout()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
-                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::Server(
+                            redis::ServerErrorKind::ReadOnly
+                                | redis::ServerErrorKind::ClusterDown
+                                | redis::ServerErrorKind::TryAgain
+                                | redis::ServerErrorKind::MasterDown
+                        )
+                    )
             }
             _ => false,
         }
@@ -208,5 +218,40 @@ impl Error {
     /// `?` on an I/O error never turns into a "redis error".
     pub(crate) fn io(e: std::io::Error) -> Self {
         Error::from(redis::RedisError::from(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server error as the cluster code builds it from a reply.
+    fn server_error(reply: &[u8]) -> Error {
+        match redis::parse_redis_value(reply) {
+            Ok(redis::Value::ServerError(e)) => Error::Redis(e.into()),
+            other => panic!("not a server error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn passing_cluster_states_are_retriable() {
+        for reply in [
+            &b"-CLUSTERDOWN The cluster is down\r\n"[..],
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n",
+            b"-READONLY You can't write against a read only replica.\r\n",
+        ] {
+            let e = server_error(reply);
+            assert!(e.is_retriable(), "{e}");
+            assert!(e.is_redis() && !e.is_lease_lost(), "{e}");
+        }
+        // A script error or an unknown command is not cured by a retry.
+        for reply in [
+            &b"-ERR unknown command 'X'\r\n"[..],
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ] {
+            let e = server_error(reply);
+            assert!(!e.is_retriable(), "{e}");
+        }
     }
 }

@@ -524,11 +524,42 @@ fn locks_survive_a_failover_and_a_killed_master() {
     // 2. SIGKILL of a master that serves the workers' locks.
     let victim = cluster.master_of_key(&lock_key(&names[1]));
     let victim_slot = cluster.slot_of(&lock_key(&names[1]));
+    // Meanwhile short calls on a lock of another master run out of their bound while the
+    // cluster is down (`CLUSTERDOWN` until the promotion): each error must be one that a
+    // retry cures, never a hard one.
+    let probe_done = Arc::new(AtomicBool::new(false));
+    let probe = {
+        let (c, done) = (holders.clone(), Arc::clone(&probe_done));
+        let name = names
+            .iter()
+            .find(|n| cluster.master_of_key(&lock_key(n)) != victim)
+            .unwrap()
+            .clone();
+        thread::spawn(move || {
+            let lock = c.mutex(&name).unwrap();
+            let mut errors = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                if let Err(e) = lock.try_lock_for(Duration::from_millis(200)) {
+                    errors.push(e);
+                }
+            }
+            errors
+        })
+    };
     let killed_at = mono_ns();
     let t = Instant::now();
     cluster.kill(victim);
     let promoted = cluster.wait_new_master(victim_slot, victim, Duration::from_secs(30));
     eprintln!("killed master: {promoted} promoted after {:?}", t.elapsed());
+    probe_done.store(true, Ordering::SeqCst);
+    let errors = common::with_deadline(Duration::from_secs(5), move || probe.join().unwrap());
+    eprintln!("{} short calls ran out during the failover", errors.len());
+    let hard: Vec<String> = errors
+        .iter()
+        .filter(|e| !(e.is_retriable() || e.is_timeout()))
+        .map(ToString::to_string)
+        .collect();
+    assert!(hard.is_empty(), "errors a retry would not cure: {hard:?}");
     assert!(
         common::wait_until(Duration::from_secs(10), || {
             intervals

@@ -22,6 +22,14 @@
 //!   (default 1000, for a busy machine).
 //! - `LOCKSMITH_MODEL_MUTEX_ONLY=1`: plain mutex operations only, the plans of the seeds
 //!   found before the model knew the other lock types (part of the plan, as the seconds).
+//!
+//! `cluster_with_node_faults` runs the same model against a Redis Cluster of 3 masters and 3
+//! replicas whose nodes are failed over, killed and restarted, and paused (see
+//! `model/cluster.rs`), with the same checks:
+//!
+//! - `LOCKSMITH_MODEL_CLUSTER_SEED=<seed>`: run (replay) that one seed.
+//! - `LOCKSMITH_MODEL_CLUSTER_SEEDS=<n>` or `<a>,<b>,...`: as `LOCKSMITH_MODEL_SEEDS`.
+//! - `LOCKSMITH_MODEL_CLUSTER_SECS=<s>`: seconds per seed (default 20; part of the plan).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -29,6 +37,8 @@
 mod check;
 #[path = "support/checker.rs"]
 mod checker;
+#[path = "model/cluster.rs"]
+mod cluster;
 mod common;
 #[path = "model/journal.rs"]
 mod journal;
@@ -53,6 +63,11 @@ use plan::Settings;
 const DEFAULT_SEEDS: [u64; 3] = [1, 2, 3];
 /// Seconds per seed unless `LOCKSMITH_MODEL_SECS` says otherwise.
 const DEFAULT_SECS: u64 = 10;
+/// The cluster's seed in a plain `cargo test` (it kills a master twice; it found that a call
+/// that ran out of its bound while the cluster was failing over reported `CLUSTERDOWN` as a
+/// hard error), and its seconds unless `LOCKSMITH_MODEL_CLUSTER_SECS` says otherwise.
+const DEFAULT_CLUSTER_SEED: u64 = 2;
+const DEFAULT_CLUSTER_SECS: u64 = 20;
 
 /// A model process (see `model/run.rs`).
 #[test]
@@ -101,7 +116,12 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     let mut failed = Vec::new();
     for &seed in seeds {
         println!("model: seed {seed}, {secs} s{only}");
-        let replay = if settings.hot {
+        let replay = if settings.cluster {
+            format!(
+                "  replay: LOCKSMITH_MODEL_CLUSTER_SEED={seed} LOCKSMITH_MODEL_CLUSTER_SECS={secs} \
+                 cargo test --test model -- cluster_with_node_faults"
+            )
+        } else if settings.hot {
             format!("  replay: LOCKSMITH_MODEL_HOT_SEED={seed} cargo test --test model -- hot_name")
         } else {
             format!(
@@ -110,7 +130,12 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
             )
         };
         // A process that crashed or hung fails the seed too, and says which seed it was.
-        match std::panic::catch_unwind(|| run::run_seed(seed, settings)) {
+        let run = if settings.cluster {
+            cluster::run_seed
+        } else {
+            run::run_seed
+        };
+        match std::panic::catch_unwind(|| run(seed, settings)) {
             Ok(outcome) => {
                 println!("model: {}", outcome.report(20));
                 println!(
@@ -153,13 +178,13 @@ fn handoffs(sections: &[Section]) -> usize {
         .count()
 }
 
-/// The default seed set, or the seeds the environment names.
-#[test]
-fn model_seeds() {
-    if let Some(seed) = env_u64("LOCKSMITH_MODEL_SEED") {
-        return run_seeds(&[seed]);
+/// The seed `one` names, else the seeds `many` names (a count from a clock-derived start, or
+/// a list), else `default`.
+fn seeds_from_env(one: &str, many: &str, default: &[u64]) -> Vec<u64> {
+    if let Some(seed) = env_u64(one) {
+        return vec![seed];
     }
-    let seeds: Vec<u64> = match std::env::var("LOCKSMITH_MODEL_SEEDS") {
+    match std::env::var(many) {
         Ok(v) if v.contains(',') => v.split(',').map(|s| s.trim().parse().unwrap()).collect(),
         Ok(v) => {
             let n: u64 = v.trim().parse().unwrap();
@@ -171,9 +196,31 @@ fn model_seeds() {
             println!("model: {n} seeds from {base}");
             (base..base + n).collect()
         }
-        Err(_) => DEFAULT_SEEDS.to_vec(),
-    };
-    run_seeds(&seeds);
+        Err(_) => default.to_vec(),
+    }
+}
+
+/// The default seed set, or the seeds the environment names.
+#[test]
+fn model_seeds() {
+    run_seeds(&seeds_from_env(
+        "LOCKSMITH_MODEL_SEED",
+        "LOCKSMITH_MODEL_SEEDS",
+        &DEFAULT_SEEDS,
+    ));
+}
+
+/// The model against a Redis Cluster (3 masters, 3 replicas) whose nodes fail over, die
+/// and come back, and pause, with the same checks: one seed in a plain `cargo test`.
+#[test]
+fn cluster_with_node_faults() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_CLUSTER_SEED",
+        "LOCKSMITH_MODEL_CLUSTER_SEEDS",
+        &[DEFAULT_CLUSTER_SEED],
+    );
+    let secs = env_u64("LOCKSMITH_MODEL_CLUSTER_SECS").unwrap_or(DEFAULT_CLUSTER_SECS);
+    run_seeds_with(&seeds, &Settings::cluster(secs));
 }
 
 /// The hot mix: 3 processes x 4 threads on one name, so that locks pass between the threads

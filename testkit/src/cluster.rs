@@ -3,8 +3,9 @@
 //! `cluster-node-timeout` so that a killed master fails over within a few seconds. Every
 //! process is killed and reaped on `Drop`, and its directory removed.
 //!
-//! Helpers find a slot's master and replicas, kill, pause and resume nodes, run
-//! `CLUSTER FAILOVER` on a replica, and move a slot to another master step by step
+//! Helpers find a slot's master and replicas, kill, restart (it rejoins with its
+//! `nodes.conf`), pause and resume nodes, run `CLUSTER FAILOVER` on a replica, wait until
+//! the replicas have caught up, and move a slot to another master step by step
 //! (`CLUSTER SETSLOT ... IMPORTING/MIGRATING`, `MIGRATE`, `CLUSTER SETSLOT ... NODE`).
 
 use std::path::PathBuf;
@@ -95,6 +96,134 @@ pub struct Shard {
     pub replicas: Vec<u16>,
 }
 
+/// Starts the `redis-server` of a cluster node on `port`, in `dir` (where its `nodes.conf`
+/// lives), logging to `log`.
+fn spawn_node(port: u16, dir: &std::path::Path, log: &std::path::Path) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", "nodes.conf"])
+        .args([
+            "--cluster-node-timeout",
+            &NODE_TIMEOUT.as_millis().to_string(),
+        ])
+        // A replica whose master was away long ago may still be promoted (tests kill
+        // masters right after a start).
+        .args(["--cluster-replica-validity-factor", "0"])
+        .args(["--cluster-allow-replica-migration", "no"])
+        .args([
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ])
+        .args(["--enable-debug-command", "local"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run redis-server: {e}"))
+}
+
+/// A field of an `INFO` reply (`name:value` lines).
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The fields of a RESP3 map or of a RESP2 flat array of pairs.
+fn fields(v: &Value) -> Vec<(String, &Value)> {
+    match v {
+        Value::Map(m) => m.iter().filter_map(|(k, v)| Some((text(k)?, v))).collect(),
+        Value::Array(a) => a
+            .chunks(2)
+            .filter_map(|p| Some((text(p.first()?)?, p.get(1)?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A `CLUSTER SHARDS` reply: one [`Shard`] per slot range of each shard that has slots.
+fn parse_shards(v: &Value) -> Option<Vec<Shard>> {
+    let Value::Array(list) = v else { return None };
+    let mut shards = Vec::new();
+    for shard in list {
+        let f = fields(shard);
+        let get = |name: &str| f.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+        let Some(Value::Array(slots)) = get("slots") else {
+            return None;
+        };
+        let Some(Value::Array(nodes)) = get("nodes") else {
+            return None;
+        };
+        let (mut master, mut replicas) = (None, Vec::new());
+        for node in nodes {
+            let n = fields(node);
+            let get = |name: &str| n.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+            let port = get("port").and_then(int)? as u16;
+            match (
+                get("role").and_then(text).as_deref(),
+                get("health").and_then(text).as_deref(),
+            ) {
+                (Some("master"), _) => master = Some(port),
+                (_, Some("failed")) => {}
+                _ => replicas.push(port),
+            }
+        }
+        for range in slots.chunks(2) {
+            shards.push(Shard {
+                start: int(range.first()?)? as u16,
+                end: int(range.get(1)?)? as u16,
+                master: master?,
+                replicas: replicas.clone(),
+            });
+        }
+    }
+    Some(shards)
+}
+
+/// A `CLUSTER SLOTS` reply.
+fn parse_slots(v: &Value) -> Option<Vec<Shard>> {
+    let Value::Array(ranges) = v else { return None };
+    let port_of = |v: &Value| match v {
+        Value::Array(a) => a.get(1).and_then(int).map(|p| p as u16),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .map(|r| {
+            let Value::Array(items) = r else { return None };
+            Some(Shard {
+                start: int(items.first()?)? as u16,
+                end: int(items.get(1)?)? as u16,
+                master: port_of(items.get(2)?)?,
+                replicas: items[3..].iter().filter_map(port_of).collect(),
+            })
+        })
+        .collect()
+}
+
 impl RedisCluster {
     /// Starts 3 masters with 1 replica each and waits (at most 30 s) until every node says
     /// `cluster_state:ok` and knows the whole slot map.
@@ -125,35 +254,7 @@ impl RedisCluster {
             let node_dir = dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
             let log = node_dir.join("redis.log");
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args([
-                    "--cluster-node-timeout",
-                    &NODE_TIMEOUT.as_millis().to_string(),
-                ])
-                // A replica whose master was away long ago may still be promoted (tests kill
-                // masters right after a start).
-                .args(["--cluster-replica-validity-factor", "0"])
-                .args(["--cluster-allow-replica-migration", "no"])
-                .args([
-                    "--repl-diskless-sync",
-                    "yes",
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
-                .args(["--enable-debug-command", "local"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .arg("--logfile")
-                .arg(&log)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run redis-server: {e}"));
+            let child = spawn_node(port, &node_dir, &log);
             cluster.nodes.push(Node {
                 port,
                 child: Some(child),
@@ -276,29 +377,20 @@ impl RedisCluster {
             .unwrap_or_else(|e| panic!("cannot connect to node {port}: {e}"))
     }
 
+    /// The slot map as node `port` describes it, from `CLUSTER SHARDS` (Redis 7.0 answers
+    /// `CLUSTER SLOTS` from a cache that learns of new replicas seconds late), else from
+    /// `CLUSTER SLOTS`. Replicas the node believes failed are left out.
     fn try_shards(&self, port: u16) -> Option<Vec<Shard>> {
         let mut c = connect(&url(port), Duration::from_millis(500)).ok()?;
-        let v: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).ok()?;
-        let Value::Array(ranges) = v else {
-            return None;
+        let mut shards = match redis::cmd("CLUSTER").arg("SHARDS").query::<Value>(&mut c) {
+            Ok(v) => parse_shards(&v)?,
+            Err(_) => {
+                let v: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).ok()?;
+                parse_slots(&v)?
+            }
         };
-        let mut shards = Vec::new();
-        for r in ranges {
-            let Value::Array(items) = r else { return None };
-            let int = |v: &Value| match v {
-                Value::Int(i) => Some(*i),
-                _ => None,
-            };
-            let port_of = |v: &Value| match v {
-                Value::Array(a) => a.get(1).and_then(int).map(|p| p as u16),
-                _ => None,
-            };
-            shards.push(Shard {
-                start: int(items.first()?)? as u16,
-                end: int(items.get(1)?)? as u16,
-                master: port_of(items.get(2)?)?,
-                replicas: items[3..].iter().filter_map(port_of).collect(),
-            });
+        for s in &mut shards {
+            s.replicas.sort_unstable();
         }
         shards.sort_by_key(|s| s.start);
         Some(shards)
@@ -314,13 +406,18 @@ impl RedisCluster {
                 return s;
             }
         }
-        panic!("no cluster node answers CLUSTER SLOTS");
+        panic!("no cluster node describes its slot map");
     }
 
-    /// The masters' ports, ordered by their first slot.
+    /// The masters' ports as the live cluster has them now (after failovers and slot
+    /// migrations), each once, ordered by the first slot it serves.
     pub fn masters(&self) -> Vec<u16> {
-        let mut m: Vec<u16> = self.shards().iter().map(|s| s.master).collect();
-        m.dedup();
+        let mut m: Vec<u16> = Vec::new();
+        for s in self.shards() {
+            if !m.contains(&s.master) {
+                m.push(s.master);
+            }
+        }
         m
     }
 
@@ -393,6 +490,81 @@ impl RedisCluster {
         if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port) {
             n.kill();
         }
+    }
+
+    /// Starts a node killed with [`kill`](Self::kill) again, on its port and with its
+    /// `nodes.conf` (its data is gone: no persistence), and waits until it answers `PING`.
+    /// It rejoins the cluster by itself: a master that was failed over meanwhile learns of its
+    /// successor and turns into its replica (see [`wait_replicas_synced`](Self::wait_replicas_synced)).
+    ///
+    /// # Panics
+    /// When `port` is not a node of this cluster, is still running, or does not answer
+    /// within 30 s.
+    pub fn restart(&mut self, port: u16) {
+        let dir = self.dir.join(port.to_string());
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap_or_else(|| panic!("{port} is not a node of this cluster"));
+        assert!(node.child.is_none(), "node {port} is still running");
+        node.child = Some(spawn_node(port, &dir, &node.log));
+        wait_for(&format!("node {port} answers PING again"), START, || {
+            connect(&url(port), Duration::from_millis(200))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+        });
+    }
+
+    /// Waits until every live node is either a master of the slot map or a replica of one
+    /// whose link is up (`master_link_status:up`, no sync in progress), and each replica's
+    /// replication offset has reached the offset its master had when it was looked at: what
+    /// was written before this call is on the replicas.
+    ///
+    /// # Panics
+    /// After `timeout`.
+    pub fn wait_replicas_synced(&self, timeout: Duration) {
+        wait_for("every replica linked and caught up", timeout, || {
+            let Some(shards) = self
+                .live_ports()
+                .into_iter()
+                .find_map(|p| self.try_shards(p))
+            else {
+                return false;
+            };
+            let offset = |info: &str, field: &str| {
+                info_field(info, field).and_then(|v| v.parse::<u64>().ok())
+            };
+            let mut accounted = 0;
+            for shard in &shards {
+                if shards
+                    .iter()
+                    .take_while(|s| s.start < shard.start)
+                    .any(|s| s.master == shard.master)
+                {
+                    continue; // a master with several ranges, seen already
+                }
+                let Some(master_at) = offset(
+                    &self.info(shard.master, "replication"),
+                    "master_repl_offset",
+                ) else {
+                    return false;
+                };
+                accounted += 1;
+                for &r in &shard.replicas {
+                    let info = self.info(r, "replication");
+                    let caught_up = info_field(&info, "master_link_status") == Some("up")
+                        && info_field(&info, "master_sync_in_progress") == Some("0")
+                        && info_field(&info, "master_port") == Some(&shard.master.to_string())
+                        && offset(&info, "slave_repl_offset").is_some_and(|o| o >= master_at);
+                    if !caught_up {
+                        return false;
+                    }
+                    accounted += 1;
+                }
+            }
+            accounted == self.live_ports().len()
+        });
     }
 
     /// SIGSTOPs a node.

@@ -170,8 +170,10 @@ pub struct Call {
     pub start: u64,
     pub end: u64,
     /// The documented bound of this call in ns, without slack. For `lock()` it is the retry
-    /// timeout plus one command and connect timeout, counted from the later of the call's start
-    /// and the last fault before an error (`lock()` may wait without bound for a live holder).
+    /// timeout plus one command and connect timeout, counted from its first failed attempt:
+    /// the check counts it from the later of the call's start and the last fault before an
+    /// error, plus one lease when that fault began while the call waited (`lock()` waits
+    /// without bound for a live holder, and a waiter meets a fault only when it next asks).
     pub bound: u64,
     pub outcome: Outcome,
 }
@@ -225,6 +227,10 @@ pub struct History {
     pub lost: Vec<LostReport>,
     pub faults: Vec<Fault>,
     pub leftovers: Leftovers,
+    /// The run's lease (ns): the longest a waiting `lock()` sleeps without asking Redis (the
+    /// TTL its last attempt saw, or a waiter's re-check), so the longest a fault that begins
+    /// while it waits can go unnoticed before its first failed attempt.
+    pub lease: u64,
 }
 
 /// A violation the checker found.
@@ -657,25 +663,33 @@ pub fn call_summary(h: &History) -> String {
     out.join(", ")
 }
 
-/// How long a call took as its bound counts it: from its start (for `lock()`: from the later
-/// of its start and the last fault before it ended, since `lock()` waits for a live holder
-/// without bound and only its errors are bounded) to its end, less the time its process was
-/// stopped. `None` for a `lock()` that succeeded.
+/// How long a call took as its bound counts it: from its start to its end, less the time its
+/// process was stopped. `None` for a `lock()` that succeeded.
+///
+/// A `lock()` that failed is counted from the later of its start and the last fault that
+/// began before it ended, since it waits for a live holder without bound and only its errors
+/// are bounded (from its first failed attempt). When that fault began while it waited, its
+/// first attempt may come up to one lease later (a leader sleeps on the TTL it last saw, a
+/// waiter re-checks after a lease): that lease is not counted either.
 fn measured(h: &History, c: &Call) -> Option<u64> {
-    let from = match (c.kind, &c.outcome) {
+    let (from, asleep) = match (c.kind, &c.outcome) {
         (CallKind::Lock, Outcome::Ok) => return None,
-        (CallKind::Lock, _) => h
-            .faults
-            .iter()
-            .filter(|f| f.start <= c.end)
-            .map(|f| f.start)
-            .fold(c.start, u64::max),
-        _ => c.start,
+        (CallKind::Lock, _) => {
+            let fault = h
+                .faults
+                .iter()
+                .filter(|f| f.start <= c.end)
+                .map(|f| f.start)
+                .fold(c.start, u64::max);
+            (fault, if fault > c.start { h.lease } else { 0 })
+        }
+        _ => (c.start, 0),
     };
     Some(
         c.end
             .saturating_sub(from)
-            .saturating_sub(stopped(&h.faults, c.proc, from, c.end)),
+            .saturating_sub(stopped(&h.faults, c.proc, from, c.end))
+            .saturating_sub(asleep),
     )
 }
 
@@ -1050,6 +1064,18 @@ mod tests {
             end: 6000 * MS,
         });
         assert_eq!(check(&h, slack), vec![]);
+        // A fault that began while it waited: it may have slept up to a lease before its
+        // first attempt met the fault.
+        h.calls[1].end = 6000 * MS;
+        assert_eq!(check(&h, slack).len(), 1);
+        h.lease = 1000 * MS;
+        assert_eq!(check(&h, slack), vec![]);
+        h.calls[1].end = 6101 * MS;
+        assert_eq!(check(&h, slack).len(), 1);
+        // A call that began after the fault met it at once: no lease of grace.
+        h.calls[1].start = 3500 * MS;
+        h.calls[1].end = 6000 * MS;
+        assert_eq!(check(&h, slack).len(), 1);
     }
 
     #[test]

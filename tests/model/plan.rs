@@ -37,6 +37,9 @@ pub struct Settings {
     /// The hot mix: every thread of every process on one name, so that locks pass between
     /// the threads of a process by local hand-off.
     pub hot: bool,
+    /// The processes are clients of a Redis Cluster (`Client::cluster`), hit by node faults
+    /// instead of the single server's (see `model/cluster.rs`).
+    pub cluster: bool,
 }
 
 impl Settings {
@@ -62,6 +65,16 @@ impl Settings {
                     .unwrap_or(1000),
             ),
             hot: false,
+            cluster: false,
+        }
+    }
+
+    /// Every lock type against a Redis Cluster, on the model's names (they hash to slots of
+    /// different masters).
+    pub fn cluster(secs: u64) -> Settings {
+        Settings {
+            cluster: true,
+            ..Settings::new(secs)
         }
     }
 

@@ -19,7 +19,7 @@ pub const ROLE: &str = "model-process";
 pub const CHILD_TEST: &str = "child_model_process";
 
 /// How long the processes get to start before the run's clock begins.
-const STARTUP: Duration = Duration::from_millis(1500);
+pub const STARTUP: Duration = Duration::from_millis(1500);
 
 /// What one seed produced.
 #[derive(Debug)]
@@ -121,13 +121,21 @@ fn inflict(op: &FaultOp, server: &mut RedisServer, proxy: &Proxy, children: &[Te
     }
 }
 
-/// Redis clients other than `conn` itself, as short `CLIENT LIST` lines.
-fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
+/// Redis clients other than `conn` itself and the links between a master and its replicas,
+/// as short `CLIENT LIST` lines.
+pub fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
     let me: u64 = redis::cmd("CLIENT").arg("ID").query(conn).unwrap();
     let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
-    let keep = ["id=", "name=", "age=", "flags=", "sub=", "cmd="];
+    let keep = ["id=", "name=", "age=", "flags=", "sub=", "ssub=", "cmd="];
     list.lines()
         .filter(|l| !l.starts_with(&format!("id={me} ")))
+        .filter(|l| {
+            // `S`: a replica's link on its master; `M`: the master's link on a replica.
+            !l.split(' ').any(|f| {
+                f.strip_prefix("flags=")
+                    .is_some_and(|v| v.contains(['S', 'M']))
+            })
+        })
         .map(|l| {
             l.split(' ')
                 .filter(|f| keep.iter().any(|k| f.starts_with(k)))
@@ -140,7 +148,7 @@ fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
 /// Every key of the library but the fencing counters (which outlive their locks by design):
 /// the mutexes' lock keys, the fair mutex's lock, queue and waiters, the read-write lock's
 /// writer, readers and waiters, the semaphore's holders and leases.
-fn lock_keys(conn: &mut redis::Connection) -> Vec<String> {
+pub fn lock_keys(conn: &mut redis::Connection) -> Vec<String> {
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", common::PREFIX))
         .query(conn)
@@ -150,48 +158,115 @@ fn lock_keys(conn: &mut redis::Connection) -> Vec<String> {
         .collect()
 }
 
+/// The model processes of one seed, from the parent's side: started, waited for, their logs
+/// read and checked.
+pub struct Procs {
+    children: Vec<TestChild>,
+    dir: PathBuf,
+    /// The run's clock: when the processes begin their plans.
+    pub t0: u64,
+    pub start: Instant,
+}
+
+impl Procs {
+    /// Starts the processes of `seed`, clients of `url` (for a cluster: every node's URL,
+    /// comma-separated); their plans begin [`STARTUP`] from now.
+    pub fn spawn(seed: u64, settings: &Settings, url: &str) -> Procs {
+        let dir = temp_dir(seed);
+        let t0 = mono_ns() + u64::try_from(STARTUP.as_nanos()).unwrap();
+        let start = Instant::now() + STARTUP;
+        let children = (0..settings.procs)
+            .map(|p| {
+                TestChild::spawn(
+                    CHILD_TEST,
+                    ROLE,
+                    &[
+                        ("LM_SEED", seed.to_string()),
+                        ("LM_PROC", p.to_string()),
+                        ("LM_SECS", settings.secs.to_string()),
+                        ("LM_FAMILY", settings.family.to_string()),
+                        ("LM_URL", url.to_string()),
+                        ("LM_T0", t0.to_string()),
+                        ("LM_DIR", dir.display().to_string()),
+                        ("LM_HOT", u8::from(settings.hot).to_string()),
+                        ("LM_CLUSTER", u8::from(settings.cluster).to_string()),
+                    ],
+                )
+            })
+            .collect();
+        Procs {
+            children,
+            dir,
+            t0,
+            start,
+        }
+    }
+
+    /// The processes (to stop one).
+    pub fn children(&self) -> &[TestChild] {
+        &self.children
+    }
+
+    /// Waits until every process has dropped its client and reported its threads (DRAINED):
+    /// from then on nothing of theirs may be left on the servers.
+    pub fn wait_drained(&self, settings: &Settings) {
+        let run_bound = Duration::from_secs(settings.secs) + STARTUP + Duration::from_secs(90);
+        for c in &self.children {
+            c.wait_line("DRAINED", run_bound.saturating_sub(self.start.elapsed()));
+        }
+    }
+
+    /// Lets the processes exit, and checks that each did so successfully.
+    pub fn exit(&mut self) {
+        std::fs::write(self.dir.join("exit"), b"").unwrap();
+        for (p, c) in self.children.iter_mut().enumerate() {
+            let status = c.wait_timeout(Duration::from_secs(30));
+            assert!(status.success(), "model process {p} failed: {status}");
+        }
+    }
+
+    /// Reads every process's log into `history` and checks it.
+    pub fn outcome(self, seed: u64, settings: &Settings, mut history: History) -> Outcome {
+        for p in 0..settings.procs {
+            let path = self.dir.join(format!("p{p}.log"));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+            assert!(
+                crate::journal::read_into(&text, &mut history),
+                "model process {p} did not finish its log"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let findings = check::check(&history, u64::try_from(settings.slack.as_nanos()).unwrap());
+        Outcome {
+            seed,
+            t0: self.t0,
+            history,
+            findings,
+        }
+    }
+}
+
 /// Runs one seed and checks it. Panics only on a failure of the harness itself (a process
 /// that crashed or hung); violations of the library's promises are returned as findings.
 pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let faults = fault_plan(seed, settings);
     let mut server = RedisServer::start();
     let mut proxy = Proxy::start(server.port());
-    let dir = temp_dir(seed);
-    let t0 = mono_ns() + u64::try_from(STARTUP.as_nanos()).unwrap();
-    let start = Instant::now() + STARTUP;
-    let mut children: Vec<TestChild> = (0..settings.procs)
-        .map(|p| {
-            TestChild::spawn(
-                CHILD_TEST,
-                ROLE,
-                &[
-                    ("LM_SEED", seed.to_string()),
-                    ("LM_PROC", p.to_string()),
-                    ("LM_SECS", settings.secs.to_string()),
-                    ("LM_FAMILY", settings.family.to_string()),
-                    ("LM_URL", proxy.url()),
-                    ("LM_T0", t0.to_string()),
-                    ("LM_DIR", dir.display().to_string()),
-                    ("LM_HOT", u8::from(settings.hot).to_string()),
-                ],
-            )
-        })
-        .collect();
+    let mut procs = Procs::spawn(seed, settings, &proxy.url());
 
-    let mut history = History::default();
+    let mut history = History {
+        lease: u64::try_from(settings.lease.as_nanos()).unwrap(),
+        ..History::default()
+    };
     for (at, op) in &faults {
-        thread::sleep((start + *at).saturating_duration_since(Instant::now()));
+        thread::sleep((procs.start + *at).saturating_duration_since(Instant::now()));
         history
             .faults
-            .push(inflict(op, &mut server, &proxy, &children));
+            .push(inflict(op, &mut server, &proxy, procs.children()));
     }
 
-    // The processes drop their clients, report their threads and print DRAINED; then nothing
-    // of theirs may be left on the server.
-    let run_bound = Duration::from_secs(settings.secs) + STARTUP + Duration::from_secs(90);
-    for c in &children {
-        c.wait_line("DRAINED", run_bound.saturating_sub(start.elapsed()));
-    }
+    procs.wait_drained(settings);
     // Through the proxy, a connection a client left open stays open upstream: look before the
     // proxy is stopped (which closes everything).
     let mut conn = server.conn();
@@ -208,11 +283,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         .unwrap();
     history.leftovers.channels = channels;
     proxy.stop();
-    std::fs::write(dir.join("exit"), b"").unwrap();
-    for (p, c) in children.iter_mut().enumerate() {
-        let status = c.wait_timeout(Duration::from_secs(30));
-        assert!(status.success(), "model process {p} failed: {status}");
-    }
+    procs.exit();
     // A release that never reached Redis leaves a key for one lease at most.
     let mut keys = Vec::new();
     common::wait_until(settings.lease + Duration::from_secs(1), || {
@@ -220,24 +291,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         keys.is_empty()
     });
     history.leftovers.keys = keys;
-
-    for p in 0..settings.procs {
-        let path = dir.join(format!("p{p}.log"));
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-        assert!(
-            crate::journal::read_into(&text, &mut history),
-            "model process {p} did not finish its log"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let findings = check::check(&history, u64::try_from(settings.slack.as_nanos()).unwrap());
-    Outcome {
-        seed,
-        t0,
-        history,
-        findings,
-    }
+    procs.outcome(seed, settings, history)
 }
 
 /// The body of a model process (the child side of [`run_seed`]).
@@ -246,7 +300,9 @@ pub fn child_main() {
     let seed: u64 = var("LM_SEED").parse().unwrap();
     let proc: usize = var("LM_PROC").parse().unwrap();
     let secs = var("LM_SECS").parse().unwrap();
-    let settings = if var("LM_HOT") == "1" {
+    let settings = if var("LM_CLUSTER") == "1" {
+        Settings::cluster(secs)
+    } else if var("LM_HOT") == "1" {
         Settings::hot(secs)
     } else if var("LM_FAMILY") == "true" {
         Settings::new(secs)

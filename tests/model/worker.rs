@@ -480,7 +480,12 @@ pub fn run_process(
     let threads_before = crate::common::thread_count();
     {
         let lost_log = Arc::clone(&log);
-        let mut builder = Client::builder(url);
+        // A cluster client is given every node as a seed, comma-separated.
+        let mut builder = if settings.cluster {
+            Client::cluster(url.split(','))
+        } else {
+            Client::builder(url)
+        };
         if settings.hot {
             // Sections here last milliseconds: let a run of hand-offs last up to the lease, so
             // that runs are ended by the count bound too, not only by the default 10 ms.
