@@ -27,6 +27,18 @@ fn recorder() -> (Reports, impl Fn(&LostLease) + Send + Sync + 'static) {
     })
 }
 
+/// A client with the tests' lease and renewal interval, recording the leases it reports lost.
+fn reporting_client(server: &RedisServer) -> (Client, Reports) {
+    let (reports, hook) = recorder();
+    let client = Client::builder(server.url().as_str())
+        .lease(LEASE)
+        .renew_interval(EVERY)
+        .on_lease_lost(hook)
+        .build()
+        .unwrap();
+    (client, reports)
+}
+
 fn evalsha(conn: &mut redis::Connection) -> u64 {
     common::script_calls(conn)
 }
@@ -54,7 +66,7 @@ fn many_locks_are_renewed_in_few_calls() {
     thread::sleep(EVERY * 4);
     let renewals = evalsha(&mut conn) - before;
     assert!(guards.iter().all(MutexGuard::is_held));
-    // 300 leases x 4 intervals = 1,200 renewals; calls of up to 64 leases, and a batch may
+    // 300 leases x 4 intervals = 1,200 renewals; calls of up to 128 leases, and a batch may
     // be split where the acquisitions spread over the coalescing window.
     assert!(
         (4..=60).contains(&renewals),
@@ -80,13 +92,7 @@ fn many_locks_are_renewed_in_few_calls() {
 fn mixed_outcomes_in_one_call_report_exactly_the_lost() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let (reports, hook) = recorder();
-    let client = Client::builder(server.url().as_str())
-        .lease(LEASE)
-        .renew_interval(EVERY)
-        .on_lease_lost(hook)
-        .build()
-        .unwrap();
+    let (client, reports) = reporting_client(&server);
     let names = names("mixed", 100);
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
     let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
@@ -137,19 +143,80 @@ fn mixed_outcomes_in_one_call_report_exactly_the_lost() {
     }
 }
 
+/// A renewal extends only the acquisition it belongs to. Among 10 leases renewed in one call,
+/// one lock's hash is made to name another acquisition of the same owner (its `gen` changed,
+/// its owner kept, its TTL set long): that lease is reported lost, once, and its key is left
+/// as it was (neither extended nor shortened), while the other 9 stay held. Acquisition ids
+/// of different calls, clients and processes never repeat, so a changed owner always comes
+/// with a changed `gen`.
+#[test]
+fn a_renewal_extends_only_its_own_acquisition() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let (client, reports) = reporting_client(&server);
+    let names = names("own", 10);
+    let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
+    let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+    let key = common::lock_key(&names[4]);
+    let owner = common::hget(&mut conn, &key, "owner").unwrap();
+    let ours = common::hget(&mut conn, &key, "gen").unwrap();
+    // Other clients' acquisitions have other ids, even from the same process.
+    let other = Client::open(server.url().as_str()).unwrap();
+    let other_name = common::unique_name("other");
+    let other_mutex = other.mutex(&other_name).unwrap();
+    let g = other_mutex.lock().unwrap();
+    let gens: Vec<String> = names
+        .iter()
+        .map(|n| common::hget(&mut conn, &common::lock_key(n), "gen").unwrap())
+        .collect();
+    let theirs = common::hget(&mut conn, &common::lock_key(&other_name), "gen").unwrap();
+    assert!(!gens.contains(&theirs), "{theirs} in {gens:?}");
+    assert_eq!(
+        gens.iter().collect::<std::collections::HashSet<_>>().len(),
+        gens.len()
+    );
+    g.unlock().unwrap();
+    let later = format!("{ours}0");
+    redis::pipe()
+        .atomic()
+        .cmd("HSET")
+        .arg(&key)
+        .arg("gen")
+        .arg(&later)
+        .cmd("PEXPIRE")
+        .arg(&key)
+        .arg(60_000)
+        .exec(&mut conn)
+        .unwrap();
+    assert!(
+        common::wait_until(EVERY * 3, || !reports.lock().unwrap().is_empty()),
+        "the lease of another acquisition was not reported lost"
+    );
+    thread::sleep(EVERY * 2);
+    let got = reports.lock().unwrap().clone();
+    assert_eq!(got, HashMap::from([(names[4].clone(), 1)]));
+    let ttl = common::pttl(&mut conn, &key);
+    assert!(
+        (50_000..=60_000).contains(&ttl),
+        "PTTL {ttl} ms: the other acquisition's lease was changed"
+    );
+    assert_eq!(common::hget(&mut conn, &key, "gen"), Some(later));
+    assert_eq!(common::hget(&mut conn, &key, "owner"), Some(owner));
+    for (i, g) in guards.into_iter().enumerate() {
+        assert_eq!(g.is_held(), i != 4, "{}", names[i]);
+        assert_eq!(g.unlock().is_ok(), i != 4, "{}", names[i]);
+    }
+    // The other acquisition's key was not released by the stale guard either.
+    assert!(common::exists(&mut conn, &key));
+}
+
 /// After `SCRIPT FLUSH` the next batch meets `NOSCRIPT`, loads the scripts and is resent: no
 /// lease is lost.
 #[test]
 fn renewal_survives_script_flush() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let (reports, hook) = recorder();
-    let client = Client::builder(server.url().as_str())
-        .lease(LEASE)
-        .renew_interval(EVERY)
-        .on_lease_lost(hook)
-        .build()
-        .unwrap();
+    let (client, reports) = reporting_client(&server);
     let names = names("flush", 150);
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
     let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();

@@ -182,7 +182,7 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         .note(format!(
             "{batches} batches, {renewed} renewals in {w:.2} s (from the renewal thread's trace log); the locks were acquired over {:.2} s, and renewals due within {:.0} ms share a batch",
             acq.as_secs_f64(),
-            (every / 10).min(Duration::from_millis(100)).as_secs_f64() * 1000.0
+            (every / 5).min(Duration::from_millis(400)).as_secs_f64() * 1000.0
         )),
     );
     ctx.row(

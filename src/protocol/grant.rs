@@ -1,16 +1,37 @@
 //! What one acquisition is made of: the request id that tells a retry from a new call, the
 //! lease terms asked for, the grant the server answered, and what the client made of it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use crate::protocol::hold::Hold;
 
-/// A request id, unique within this process: it tells a retry apart from a new call.
+/// A request id, unique across every client and process: it tells a retry apart from a new
+/// call, and a new acquisition is named after it (the lock's `gen`), so that an acquisition id
+/// names one acquisition of one owner anywhere. That lets a renewal check owner and
+/// acquisition with one field (see `renew_batch.lua`).
+///
+/// It is a random prefix drawn once per process (22 characters, 128 bits of a v4 UUID), then
+/// a counter in hex: unique within the process by the counter, and between processes as
+/// owner ids are (a client's id is a v4 UUID too). Short, because the renewal of every held
+/// lock sends it: Redis's Lua hashes every byte of an argument.
 pub(crate) fn request_id() -> String {
+    static PREFIX: LazyLock<String> = LazyLock::new(|| compact(uuid::Uuid::new_v4().as_u128()));
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+    format!("{}{:x}", *PREFIX, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `v` in 22 characters of the URL-safe base64 alphabet (no `/`, `{` or `}`).
+fn compact(mut v: u128) -> String {
+    const DIGITS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    (0..22)
+        .map(|_| {
+            let d = DIGITS[(v & 63) as usize];
+            v >>= 6;
+            char::from(d)
+        })
+        .collect()
 }
 
 /// The lease terms of one acquisition.
@@ -45,4 +66,28 @@ pub(crate) enum Adopted {
     /// lost (its local deadline passed while the call was on its way): no guard may be
     /// handed out for it. The caller frees it and tries again.
     Stale,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_short_and_distinct() {
+        let ids: Vec<String> = (0..1000).map(|_| request_id()).collect();
+        let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        for id in &ids {
+            assert_eq!(id[..22], ids[0][..22], "one prefix per process");
+            assert!(id.len() <= 22 + 16, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+                "{id}"
+            );
+        }
+        assert_eq!(compact(0), "A".repeat(22));
+        assert_eq!(compact(u128::MAX).len(), 22);
+        assert_ne!(compact(1 << 127), compact(1 << 126));
+    }
 }

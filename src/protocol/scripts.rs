@@ -391,20 +391,20 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     if fence {
         keys.extend(leases.iter().map(|l| l.keys.fence.as_str()));
     }
-    // Runs of consecutive leases with one owner and one lease: each run's owner and lease are
-    // sent once (the caller orders the leases so that runs are long).
-    let mut runs: Vec<(&str, u64, usize)> = Vec::new();
+    // Runs of consecutive leases with one lease: each run's lease is sent once (the caller
+    // orders the leases so that runs are long). No owner: the acquisition alone names it.
+    let mut runs: Vec<(u64, usize)> = Vec::new();
     for l in leases {
         let ms = millis(l.lease);
         match runs.last_mut() {
-            Some((owner, lease, count)) if *owner == l.holder.owner && *lease == ms => *count += 1,
-            _ => runs.push((l.holder.owner, ms, 1)),
+            Some((lease, count)) if *lease == ms => *count += 1,
+            _ => runs.push((ms, 1)),
         }
     }
     let mut cmd = evalsha(Which::RenewBatch, &keys);
     cmd.arg(if fence { "1" } else { "0" }).arg(runs.len());
-    for (owner, lease, count) in runs {
-        cmd.arg(owner).arg(lease).arg(count);
+    for (lease, count) in runs {
+        cmd.arg(lease).arg(count);
     }
     for l in leases {
         cmd.arg(l.holder.acquisition);
@@ -626,7 +626,6 @@ mod tests {
                 "p:{b}:lock",
                 "0",
                 "1",
-                "o",
                 "3000",
                 "2",
                 "ga",
@@ -644,7 +643,6 @@ mod tests {
                 "p:{b}:fence",
                 "1",
                 "1",
-                "o",
                 "3000",
                 "2",
                 "ga",
@@ -656,7 +654,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_sends_each_owner_and_lease_once_per_run() {
+    fn a_batch_sends_each_lease_once_per_run_and_no_owner() {
         let keys: Vec<LockKeys> = (0..4)
             .map(|i| LockKeys::new("p:", &i.to_string()))
             .collect();
@@ -666,10 +664,7 @@ mod tests {
         let a = args(&renew_many(&leases));
         assert_eq!(
             &a[7..],
-            [
-                "0", "3", "o", "3000", "2", "other", "3000", "1", "o", "9000", "1", "g", "g", "g",
-                "g"
-            ]
+            ["0", "2", "3000", "3", "9000", "1", "g", "g", "g", "g"]
         );
     }
 

@@ -3,9 +3,14 @@
 //! Guards taken without a fixed lease are registered here before `lock()` returns. The thread
 //! keeps them in a [`Wheel`] keyed by their next renewal time (the send time of their last
 //! successful renewal plus the renewal interval), sleeps until the earliest one is due or a
-//! new registration arrives, and then sends every renewal due (within a small coalescing
-//! window, so that renewals due a few milliseconds apart share a round trip) as one pipeline
-//! on its own connection. The pipeline holds few script calls, each renewing up to
+//! new registration arrives, and then sends every renewal due within a coalescing window (a
+//! fifth of the renewal interval, at most 400 ms) as one pipeline on its own connection.
+//! Renewals sent together are due together from then on, so holds taken at different times
+//! settle into a few batches per interval (each hold renewed early, by less than the window,
+//! once: when it joins a batch). Few large batches cost Redis less per lease than many small
+//! ones: with 10,000 leases renewed once a second, Redis spent about 2.6 µs per lease in
+//! bursts of 5,000 or 10,000 leases and 3.1 µs in bursts of 1,250 (and 4.8 µs in bursts of
+//! 250), on a busy 2-vCPU VM. The pipeline holds few script calls, each renewing up to
 //! [`batch::MAX_PER_CALL`] leases (grouped by [`batch::group`]), so Redis runs one script per
 //! call, not one per lease; each lease still gets its own outcome (extended, lost, unknown),
 //! and a loss is reported once, by this thread.
@@ -144,7 +149,8 @@ pub(crate) fn renewer(
         backend,
         rx,
         inbox: Arc::clone(&inbox),
-        coalesce: (renew_every / 10).min(Duration::from_millis(100)),
+        // Under the retry delay, so a retry is never pulled forward to just after its failure.
+        coalesce: (renew_every / 5).min(Duration::from_millis(400)),
         retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
         timeout: renew_every / 2,
         epoch,
@@ -351,11 +357,8 @@ impl Renewer {
         // own renew script, one call each.
         let (mut mutexes, others): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|&i| batch[i].kind == Kind::Mutex);
-        // By owner and lease: a call sends each owner and lease once per run of them.
-        mutexes.sort_by(|&a, &b| {
-            (batch[a].owner.as_str(), batch[a].lease)
-                .cmp(&(batch[b].owner.as_str(), batch[b].lease))
-        });
+        // By lease: a call sends each lease once per run of leases that share it.
+        mutexes.sort_by_key(|&i| batch[i].lease);
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
         // On a cluster a call covers one slot; elsewhere leases of any slots share a call.
         let mut groups: Vec<Vec<usize>> =

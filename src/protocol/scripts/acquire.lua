@@ -4,9 +4,10 @@
 -- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
 -- ARGV[1]  owner id (client UUID and thread id)
 -- ARGV[2]  lease in milliseconds of a new acquisition
--- ARGV[3]  request id: unique per acquire call, the same on a retry of that call, so a retry
---          after a lost reply does not count a re-entry twice; a new acquisition is named
---          ('gen') after it
+-- ARGV[3]  request id: unique per acquire call across every client and process, the same on
+--          a retry of that call, so a retry after a lost reply does not count a re-entry
+--          twice; a new acquisition is named ('gen') after it, so 'gen' names one acquisition
+--          of one owner anywhere (renew_batch.lua checks it alone)
 -- ARGV[4]  the acquisition ('gen') of the caller's live hold on this lock (a re-entry), or ''
 --          when it holds none. Levels of this owner under any other acquisition are orphans
 --          (a release whose reply was lost, or an acquisition its holder gave up as lost): a

@@ -1,21 +1,32 @@
--- Extend the leases of several locks in one call, each owner- and acquisition-checked on its
--- own. Sent by the renewal thread, several calls to a pipeline; see renew.lua for one lock.
+-- Extend the leases of several locks in one call, each checked on its own against the very
+-- acquisition being renewed. Sent by the renewal thread, several calls to a pipeline; see
+-- renew.lua for one lock.
 --
 -- KEYS[1..n]     the lock hashes
 -- KEYS[n+1..2n]  their fencing counters, in the same order; only when ARGV[1] is '1'
 -- ARGV[1]        '1': raise each counter to its holder's token (a quorum of masters, see
 --                release.lua); '0': leave the counters alone (a single master), and pass
 --                no counter keys
--- ARGV[2]        g, the number of runs: consecutive locks of one owner and one lease
--- ARGV[3..2+3g]  per run: owner id, lease in milliseconds, how many locks (of KEYS, in order)
+-- ARGV[2]        g, the number of runs: consecutive locks of one lease
+-- ARGV[3..2+2g]  per run: lease in milliseconds, how many locks (of KEYS, in order)
 -- then           per lock, in the order of KEYS: the acquisition being renewed (the lock's
 --                'gen'); then, when ARGV[1] is '1', per lock the holder's fencing token
 --
--- The owner and the lease are sent once per run, not once per lock: most of a client's locks
--- share them, and every argument costs Redis a parse and a Lua string.
+-- The check is one field: 'gen' names one acquisition of one owner anywhere (it is the
+-- acquiring call's request id, unique across every client and process; see acquire.lua), so
+-- a lock whose 'gen' is the one sent is held by that very acquisition, of that owner: a
+-- guard of an earlier acquisition by the same owner, or any other owner, never matches.
+--
+-- Every argument costs Redis a parse and a Lua string (hashed byte by byte), and every
+-- redis.call a command lookup and a reply: so per lock one key, one acquisition, one HGET
+-- and one PEXPIREAT, nothing else. The lease is set as an absolute time (PEXPIREAT, what
+-- PEXPIRE turns into anyway) from the server clock read once per call: a lease then starts
+-- at the start of the call, earlier than a PEXPIRE would by at most the call's run time so
+-- far (well under a millisecond), and still after the client sent it, which is when the
+-- client starts counting it.
 --
 -- Returns the positions (1-based, in the order of KEYS) of the locks NOT extended: not held by
--- that owner and acquisition any more (expired, deleted, another owner, or a key of another
+-- that acquisition any more (expired, deleted, another acquisition, or a key of another
 -- type); nothing changed for those. Every other lock was extended. Usually empty.
 --
 -- One call covers at most a few hundred locks (the caller's bound), so that Redis is never
@@ -27,27 +38,30 @@ local FENCE_TTL_MS = 86400000
 local fence = ARGV[1] == '1'
 local runs = tonumber(ARGV[2]) or -1
 local n = fence and #KEYS / 2 or #KEYS
-local gens = 2 + 3 * runs
+local gens = 2 + 2 * runs
 if runs < 0 or n ~= math.floor(n) or #ARGV ~= gens + n * (fence and 2 or 1) then
   return redis.error_reply('ERR renew_batch: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments do not match')
 end
 local tokens = gens + n
 local call, pcall = redis.call, redis.pcall
+local now = call('time')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
 local failed = {}
 local i = 0
 for r = 1, runs do
-  local a = 3 * r
-  local owner, lease, count = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]) or 0
-  if i + count > n then
-    return redis.error_reply('ERR renew_batch: the runs cover more than ' .. n .. ' keys')
+  local a = 1 + 2 * r
+  local lease, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) or 0
+  if not lease or lease < 1 or i + count > n then
+    return redis.error_reply('ERR renew_batch: a bad lease, or runs covering more than ' .. n .. ' keys')
   end
+  -- Formatted once per run: a number passed to redis.call would be formatted per lock.
+  local at = string.format('%.0f', now_ms + lease)
   for _ = 1, count do
     i = i + 1
     -- pcall: a key of another type answers WRONGTYPE, which must not fail the other locks.
-    local f = pcall('hmget', KEYS[i], 'owner', 'gen')
-    if f[1] == owner and f[2] == ARGV[gens + i] then
-      call('pexpire', KEYS[i], lease)
+    if pcall('hget', KEYS[i], 'gen') == ARGV[gens + i] then
+      call('pexpireat', KEYS[i], at)
       if fence then
         -- A counter of another type is left alone, and does not fail the other locks.
         local v = pcall('get', KEYS[n + i])
