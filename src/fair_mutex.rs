@@ -41,7 +41,7 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::mutex::{hard_limit, retrying};
+use crate::mutex::{after, hard_limit, min_instant, past, retrying};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -109,18 +109,6 @@ use crate::transport::conn::Deadline;
 pub struct FairMutex {
     client: Client,
     keys: Arc<LockKeys>,
-}
-
-pub(crate) fn past(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-pub(crate) fn after(d: Duration) -> Option<Instant> {
-    Instant::now().checked_add(d)
-}
-
-pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
-    a.map_or(b, |a| a.min(b))
 }
 
 /// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, the

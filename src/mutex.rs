@@ -105,12 +105,30 @@ pub struct Mutex {
     max_hold: Option<Duration>,
 }
 
-fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
+/// Whether `deadline` has passed (`None`: never).
+pub(crate) fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// `d` from now; `None` when that is beyond what an `Instant` holds.
+pub(crate) fn after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+/// The earlier of a deadline (`None`: none) and `b`.
+pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
     a.map_or(b, |a| a.min(b))
 }
 
-fn after(d: Duration) -> Option<Instant> {
-    Instant::now().checked_add(d)
+/// How long a leader that found the lock held with `ttl` left sleeps without news: the
+/// holder's TTL bounds the sleep (a crashed holder publishes nothing); without a confirmed
+/// subscription, which could miss the release, it re-checks sooner.
+fn sleep_on(ttl: Duration, confirmed: bool) -> Duration {
+    if confirmed {
+        ttl + Duration::from_millis(1)
+    } else {
+        ttl.min(RECHECK)
+    }
 }
 
 /// The hard bound of a lock call started at `start` that waits until `deadline`: its I/O
@@ -464,7 +482,6 @@ impl Mutex {
         let shared = self.client.shared();
         let owner = shared.mutex_owner();
         let request = request_id();
-        let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
         let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
 
         // Fast path: one attempt, unless threads of this client already queue for the lock

@@ -29,7 +29,8 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fair_mutex::{after, eval_twice, family_keys, min_instant, past};
+use crate::fair_mutex::{eval_twice, family_keys};
+use crate::mutex::{after, min_instant, past};
 use crate::mutex::{hard_limit, retrying};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;

@@ -214,7 +214,7 @@ impl Hold {
         matches!(self.status(), Status::Valid | Status::Uncertain)
     }
 
-    /// `Ok` while the lease is known valid, [`Error::LeaseLost`] once it is not: what every
+    /// `Ok` while the lease is known valid, [`Error::LeaseLost`](crate::Error::LeaseLost) once it is not: what every
     /// guard's `check()` answers.
     pub(crate) fn check(&self) -> crate::error::Result<()> {
         if self.is_held() {
