@@ -97,6 +97,9 @@ pub(crate) struct HandoffBound {
     pub(crate) max_count: u32,
     /// Time since the send of the acquisition through Redis after which no hand-off starts.
     pub(crate) max_time: Duration,
+    /// How long the local leader lets others go first after a release through Redis that
+    /// others heard (zero: it competes at once).
+    pub(crate) give_way: Duration,
 }
 
 /// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
@@ -163,6 +166,7 @@ pub struct ClientBuilder {
     local_handoff: bool,
     local_handoff_max_count: u32,
     local_handoff_max_time: Duration,
+    local_handoff_give_way: Duration,
 }
 
 /// The credentials of a master found through Sentinel (the password never printed).
@@ -199,10 +203,12 @@ impl ClientBuilder {
     /// [`local_handoff_max_time`](Self::local_handoff_max_time) has passed since the lock
     /// was taken through Redis, the next release goes through Redis and wakes every waiter,
     /// remote ones included. So a remote waiter is kept out by one run at most
-    /// `max_time` plus one critical section at a time (the run's last holder's), and it
-    /// competes for the lock on equal terms after each run. Turn it off where strict
+    /// `max_time` plus one critical section at a time (the run's last holder's), and after
+    /// each run it gets a head start of up to
+    /// [`local_handoff_give_way`](Self::local_handoff_give_way) over this client's threads,
+    /// so that it does not lose run after run to them. Turn it off where strict
     /// fairness between processes matters more than throughput (or use a
-    /// [`FairMutex`](crate::FairMutex), which never hands off locally).
+    /// [`FairMutex`], which never hands off locally).
     ///
     /// Not for quorum clients ([`Client::redlock`]): each of their acquisitions is granted
     /// by a majority of masters, so the option is accepted there and has no effect. Locks
@@ -227,6 +233,31 @@ impl ClientBuilder {
     /// The release after that goes through Redis. See [`local_handoff`](Self::local_handoff).
     pub fn local_handoff_max_time(mut self, time: Duration) -> Self {
         self.local_handoff_max_time = time;
+        self
+    }
+
+    /// How long this client's waiting threads let others go first after a release through
+    /// Redis (default 5 ms; from zero to the lease; zero turns it off). See
+    /// [`local_handoff`](Self::local_handoff).
+    ///
+    /// When a [`Mutex`] is released through Redis while threads of this client queue for it
+    /// (a run of hand-offs reached its bound, or the lock could not be handed off), the first
+    /// of them would usually win the race against other processes' waiters, which are woken
+    /// by the same release message, and a remote waiter could lose many rounds in a row. So
+    /// when the release script reports that `n` others than this client received its
+    /// message, the local thread waits for `n` later releases (each of the others may take
+    /// the lock once and free it) or for this long, whichever comes first, and only then
+    /// asks Redis. With several processes on one hot lock, the lock thus goes round them.
+    ///
+    /// **Trade-off**: a remote waiter that asks within the give-way gets the lock ahead of
+    /// this client's threads, so it waits about one run per other process, not many; the
+    /// price is throughput between processes: the lock stays free while a process whose
+    /// turn it is takes its time to ask (up to this long). A subscriber that listens on the
+    /// lock's channel and never takes the lock costs at most this long per release through
+    /// Redis. A longer give-way lets slower remote waiters win too; a shorter one costs less
+    /// when a listener does not take the lock.
+    pub fn local_handoff_give_way(mut self, time: Duration) -> Self {
+        self.local_handoff_give_way = time;
         self
     }
 
@@ -468,10 +499,20 @@ impl ClientBuilder {
                 ),
             ));
         }
+        if self.local_handoff_give_way > self.lease {
+            return Err(Error::config(
+                "local_handoff_give_way",
+                format!(
+                    "must be at most the lease ({:?}) (zero turns it off)",
+                    self.lease
+                ),
+            ));
+        }
         let handoff = (self.local_handoff && !matches!(self.topology, Topology::Quorum(_)))
             .then_some(HandoffBound {
                 max_count: self.local_handoff_max_count,
                 max_time: self.local_handoff_max_time,
+                give_way: self.local_handoff_give_way,
             });
         Ok(Config {
             handoff,
@@ -1388,6 +1429,7 @@ impl Client {
             local_handoff: true,
             local_handoff_max_count: 16,
             local_handoff_max_time: Duration::from_millis(10),
+            local_handoff_give_way: Duration::from_millis(5),
         }
     }
 

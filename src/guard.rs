@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::handoff::GivingWay;
 use crate::mutex::Mutex;
 use crate::protocol::hold::Hold;
 use crate::protocol::scripts::{Level, ReleaseReply};
@@ -159,6 +160,12 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     } else {
         Level::Inner
     };
+    // Threads of this client queue for the lock, and it goes through Redis: other
+    // processes' waiters get a head start (the message may arrive before the reply).
+    let giving_way = match level {
+        Level::Outermost => GivingWay::begin(shared, hold),
+        Level::Inner => None,
+    };
     let request = crate::protocol::grant::request_id();
     let reply =
         match shared
@@ -173,6 +180,15 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
             other => other?,
         };
     match reply {
+        ReleaseReply::Released {
+            remaining: 0,
+            listeners,
+        } => {
+            if let Some(g) = giving_way {
+                g.settle(listeners);
+            }
+            Ok(())
+        }
         ReleaseReply::Released { .. } => Ok(()),
         // An inner level finds the lease lost while outer guards still live: they are told,
         // and the loss is reported once.

@@ -30,6 +30,22 @@
 //!   orphans.
 //! - A baton nobody takes (the last waiter left) is dropped, and dropping it releases the
 //!   lock through Redis, owner- and acquisition-checked, as a guard's drop would.
+//!
+//! # Giving way after a run
+//!
+//! A release through Redis wakes this client's leader and other processes' waiters with the
+//! same message, and the leader, awake already or woken first, usually wins the race: a
+//! remote waiter could lose run after run. So a release through Redis while threads of this
+//! client queue ([`GivingWay`]) tells the leader not to take that release's message as its
+//! cue. If the release script reports `n` receivers of its message beyond this client's own
+//! subscription, the leader waits for `n` later releases (each of the others may take the
+//! lock once and free it: the lock goes round the processes, instead of the others racing
+//! each other while this client stays out) or for `local_handoff_give_way`, whichever comes
+//! first, then competes as before; otherwise it competes at once. A listener that never
+//! takes the lock thus costs at most the give-way per release through Redis. The leader is
+//! held back from the start of the release (its message may arrive before its reply) when
+//! others heard the previous one; a client alone on a lock so pays nothing. This is
+//! fairness only: exclusion and fencing do not depend on it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +54,7 @@ use crate::client::Shared;
 use crate::protocol::grant::{Terms, request_id};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::scripts::{Kind, Level};
-use crate::subscriber::Gift;
+use crate::subscriber::{Gift, GiveWay};
 use crate::transport::conn::Deadline;
 
 /// A hold on its way from one thread to another. Dropped unused, it releases the lock
@@ -180,4 +196,43 @@ pub(crate) fn receive(
     );
     shared.adopt_passed(&successor);
     Some(successor)
+}
+
+/// The outermost release through Redis of a [`Mutex`](crate::Mutex) for which threads of
+/// this client queue: its message does not wake the leader of their queue to compete at
+/// once (see "Giving way after a run" above). Begun before the release is sent (its message
+/// may come back before its reply), settled by the reply.
+pub(crate) struct GivingWay {
+    way: GiveWay,
+    give_way: Duration,
+}
+
+impl GivingWay {
+    /// Begins giving way for the release of `hold` about to be sent, if the client hands off
+    /// and gives way, and threads of this client queue for the lock.
+    pub(crate) fn begin(shared: &Shared, hold: &Hold) -> Option<GivingWay> {
+        let bound = shared.config.handoff?;
+        if hold.kind != Kind::Mutex || bound.give_way.is_zero() {
+            return None;
+        }
+        let until = Instant::now().checked_add(bound.give_way)?;
+        let way = shared.subscriber.give_way(&hold.keys.channel, until)?;
+        Some(GivingWay {
+            way,
+            give_way: bound.give_way,
+        })
+    }
+
+    /// The release freed the lock and `listeners` subscribers received its message: when
+    /// some were others than this client, the leader gives way for the option's time from
+    /// now, or until as many later releases as there were others (each of them may take the
+    /// lock once first, so that they do not race each other with this client out of it);
+    /// otherwise it competes at once.
+    pub(crate) fn settle(self, listeners: u64) {
+        let others = listeners.saturating_sub(u64::from(self.way.counted()));
+        match Instant::now().checked_add(self.give_way) {
+            Some(until) if others > 0 => self.way.hold(others, until),
+            _ => self.way.alone(),
+        }
+    }
 }

@@ -80,7 +80,9 @@
 //!   [`local_handoff_max_count`](ClientBuilder::local_handoff_max_count) hand-offs, or once
 //!   [`local_handoff_max_time`](ClientBuilder::local_handoff_max_time) has passed since the
 //!   acquisition through Redis, the release goes through Redis, so that waiters in other
-//!   processes compete for the lock again.
+//!   processes compete for the lock again; when others heard that release, this client's
+//!   threads give way to them for up to
+//!   [`local_handoff_give_way`](ClientBuilder::local_handoff_give_way) first.
 //! - **Renewal.** While a guard lives, its lease is extended every third of the lease. A
 //!   renewal that finds the lock gone marks the guard lost and logs a warning.
 //! - **Bounded calls.** Every call carries a deadline down to each socket operation, so it
@@ -105,14 +107,18 @@
 //!   hand-offs included.
 //! - **Bounded local hand-off**: a waiter in another process is kept out by one run of local
 //!   hand-offs at most (the count and time bounds above, plus the critical section of the
-//!   run's last holder); then the lock is released through Redis.
+//!   run's last holder); then the lock is released through Redis, and waiters in other
+//!   processes that ask within the give-way get it, one run each, ahead of this client's
+//!   threads.
 //!
 //! What does **not** hold:
 //!
 //! - **Fairness between processes**: a released lock goes to whichever waiter's acquire
 //!   reaches Redis first, and with local hand-off the releasing process's threads have it for
-//!   a whole run first. Turn [`local_handoff`](ClientBuilder::local_handoff) off, or use a
-//!   [`FairMutex`], where that matters more than throughput.
+//!   a whole run first (the give-way after a run lets other processes go first only within
+//!   its bound, and only among processes that wait). Turn
+//!   [`local_handoff`](ClientBuilder::local_handoff) off, or use a [`FairMutex`], where that
+//!   matters more than throughput.
 //! - A lock is a **lease**. It excludes others only while the lease is valid, and only if
 //!   process pauses (GC, swapping, `SIGSTOP`), network delays and clock-rate drift stay small
 //!   compared with the lease. A holder paused for longer than its lease may wake up believing

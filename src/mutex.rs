@@ -10,8 +10,8 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Holder, Level, Live};
-use crate::subscriber::{RECHECK, Registration, Turn};
-use crate::topology::backend::{AcquireCall, Acquired, jitter};
+use crate::subscriber::{RECHECK, Registration, Shot, Turn};
+use crate::topology::backend::{AcquireCall, Acquired, Primed, jitter};
 use crate::transport::conn::{Deadline, Timeouts};
 
 /// How the lease of a lock is kept.
@@ -21,6 +21,19 @@ enum Lease {
     Watchdog,
     /// A fixed lease, never renewed: the lock frees itself when it runs out.
     Fixed(Duration),
+}
+
+/// A leader's primed acquire (see [`Mutex::wait_release_primed`]), shared with the shot the
+/// subscriber thread fires.
+enum Primer {
+    Primed(Primed),
+    /// Written at `sent`.
+    Fired {
+        p: Primed,
+        sent: Instant,
+        wrote: Result<()>,
+    },
+    Spent,
 }
 
 /// The outcome of one acquire attempt.
@@ -408,12 +421,27 @@ impl Mutex {
             by,
             block: shared.config.handoff.map_or(0, |h| h.max_count),
         })?;
+        self.settle(reply, owner, sent, live.as_ref(), by)
+    }
+
+    /// What an acquire's reply means: `sent` is when the call was written, `live` the
+    /// caller's live hold when it was a re-entry.
+    fn settle(
+        &self,
+        reply: Acquired,
+        owner: &str,
+        sent: Instant,
+        live: Option<&Arc<Hold>>,
+        by: Deadline,
+    ) -> Result<Attempt> {
+        let shared = self.client.shared();
+        let terms = self.terms();
         match reply {
             Acquired::Busy { wait, split } => {
                 // Another owner holds the lock on the server (on a quorum of masters, unless
                 // split): the live hold is lost, and learns it now rather than at its next
                 // renewal.
-                if let Some(h) = &live
+                if let Some(h) = live
                     && !split
                 {
                     shared.report_lost(h);
@@ -501,10 +529,10 @@ impl Mutex {
         }
 
         let reg = shared.subscriber.join(&self.keys.channel);
-        let Some(mut turn) = reg.wait_turn(deadline) else {
+        let lease = self.terms().lease;
+        let Some(mut turn) = reg.wait_turn(deadline, lease) else {
             return Ok(self.give_up(reg, limit));
         };
-        let lease = self.terms().lease;
         // Until when a leader sleeps without news: the TTL its last attempt returned.
         let mut bound = after(lease);
         let mut split_retries = 0;
@@ -522,12 +550,24 @@ impl Mutex {
                         None => Instant::now() + crate::transport::conn::MAX_SOCKET_TIMEOUT,
                     },
                 };
-                reg.wait_release(seen, until);
+                // The release that ends this wait fires this leader's acquire at once.
+                let fired = self.wait_release_primed(&reg, &owner, &request, seen, until, limit);
+                if let Some(Attempt::Held(hold)) = fired {
+                    // Any gift that came meanwhile is stale, as on the plain path below.
+                    drop(reg.leave_acquired_quietly(seen + 1));
+                    return Ok(Some(MutexGuard::new(self, hold)));
+                }
                 if let Some(hold) = self.received(&reg, limit) {
                     return Ok(Some(self.took(reg, hold)));
                 }
                 if past(deadline) {
                     return Ok(self.give_up(reg, limit));
+                }
+                if let Some(Attempt::Busy { wait: ttl, .. }) = fired {
+                    // Another owner took it first: wait for the next release.
+                    bound = after(sleep_on(ttl, reg.confirmed()));
+                    turn = Turn::WaitFrom(seen + 1);
+                    continue;
                 }
                 if reg.epoch() != seen {
                     split_retries = SPLIT_RETRIES;
@@ -545,6 +585,9 @@ impl Mutex {
                         .min(Duration::from_secs(3600)),
             );
             let confirmed = reg.wait_confirmed(confirm_by);
+            // A release of this client that gives way to other processes' waiters: they go
+            // first (bounded by the give-way; see `handoff.rs`).
+            reg.wait_give_way(min_instant(deadline, Instant::now() + lease));
             if let Some(hold) = self.received(&reg, limit) {
                 return Ok(Some(self.took(reg, hold)));
             }
@@ -559,22 +602,19 @@ impl Mutex {
                     // A hand-off that reached this leader meanwhile passes a lock that is not
                     // on the server any more (this attempt found it free): dropping it
                     // changes nothing there.
-                    drop(reg.leave_acquired(seen));
+                    drop(reg.leave_acquired_quietly(seen));
                     return Ok(Some(MutexGuard::new(self, hold)));
                 }
                 Attempt::Busy { wait: ttl, split } => {
-                    // The holder's TTL bounds the sleep (a crashed holder publishes nothing);
-                    // without a confirmed subscription, re-check sooner. A quorum lock seen in
+                    // The holder's TTL bounds the sleep (see `sleep_on`). A quorum lock seen in
                     // transition right after a release message is retried after a short random
                     // delay, a few times: the release may still be on its way to the other
                     // masters, whose messages this client does not listen to.
                     let wait = if split && split_retries > 0 {
                         split_retries -= 1;
                         jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - split_retries)))
-                    } else if confirmed && reg.confirmed() {
-                        ttl + Duration::from_millis(1)
                     } else {
-                        ttl.min(RECHECK)
+                        sleep_on(ttl, confirmed && reg.confirmed())
                     };
                     bound = after(wait);
                     turn = Turn::WaitFrom(seen);
@@ -583,6 +623,84 @@ impl Mutex {
             if past(deadline) {
                 return Ok(self.give_up(reg, limit));
             }
+        }
+    }
+
+    /// Waits for a release after epoch `seen`, a gift or `until`, like
+    /// [`Registration::wait_release`], with this leader's next acquire primed: the subscriber
+    /// thread writes it the moment the release message arrives, before it wakes this thread,
+    /// so the acquire does not wait for that thread hop (the wake and the round trip overlap).
+    /// Returns the fired acquire's outcome; `None` when nothing was fired, or the fired call
+    /// failed (the plain path then retries the same request, which answers as the first did).
+    ///
+    /// Only on a single master, for a thread without a live hold of this lock, and when an idle
+    /// pooled connection is at hand; the fired acquire belongs to the epoch after `seen`.
+    fn wait_release_primed(
+        &self,
+        reg: &Registration,
+        owner: &str,
+        request: &str,
+        seen: u64,
+        until: Instant,
+        limit: Deadline,
+    ) -> Option<Attempt> {
+        let shared = self.client.shared();
+        let primed = if shared.live_hold(&self.keys).is_some() {
+            None
+        } else {
+            shared.backend.prime_acquire(&AcquireCall {
+                keys: &self.keys,
+                owner,
+                lease: self.terms().lease,
+                request,
+                live: None,
+                sent: Instant::now(),
+                by: limit,
+                block: shared.config.handoff.map_or(0, |h| h.max_count),
+            })
+        };
+        let Some(primed) = primed else {
+            reg.wait_release(seen, until);
+            return None;
+        };
+        let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
+        let shot = {
+            let slot = Arc::clone(&slot);
+            Shot(Box::new(move || {
+                let mut s = slot.lock();
+                if let Primer::Primed(mut p) = std::mem::replace(&mut *s, Primer::Spent) {
+                    let sent = Instant::now();
+                    let wrote = p.fire();
+                    *s = Primer::Fired { p, sent, wrote };
+                }
+            }))
+        };
+        // Not armed (a release or a gift came first): the wait returns at once.
+        let armed = reg.arm(seen, shot).is_ok();
+        reg.wait_release(seen, until);
+        if armed {
+            drop(reg.disarm());
+        }
+        let primer = std::mem::replace(&mut *slot.lock(), Primer::Spent);
+        match primer {
+            Primer::Primed(p) => {
+                shared.backend.unprime(p);
+                None
+            }
+            Primer::Fired { p, sent, wrote } => {
+                let outcome = shared
+                    .backend
+                    .finish_acquire(p, wrote, &self.keys, limit)
+                    .and_then(|reply| self.settle(reply, owner, sent, None, limit));
+                match outcome {
+                    Ok(attempt) => Some(attempt),
+                    Err(e) => {
+                        log::debug!("a primed acquire of `{}` failed: {e}", self.keys.name);
+                        None
+                    }
+                }
+            }
+            Primer::Spent => None,
         }
     }
 
@@ -598,7 +716,7 @@ impl Mutex {
     /// the next release or hand-off.
     fn took(&self, reg: Registration, hold: Arc<Hold>) -> MutexGuard<'_> {
         let seen = reg.epoch();
-        drop(reg.leave_acquired(seen));
+        drop(reg.leave_acquired_quietly(seen));
         MutexGuard::new(self, hold)
     }
 

@@ -440,7 +440,7 @@ impl RwLock {
                 log::debug!("leaving the writers' queue of `{}`: {e}", self.name());
             }
         };
-        if reg.wait_turn(deadline).is_none() {
+        if reg.wait_turn(deadline, self.terms().lease).is_none() {
             return Ok(None);
         }
         loop {

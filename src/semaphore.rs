@@ -354,7 +354,7 @@ impl Semaphore {
             }
         }
         let reg = shared.subscriber.join(&self.keys.channel);
-        if reg.wait_turn(deadline).is_none() {
+        if reg.wait_turn(deadline, self.lease()).is_none() {
             return Ok(None);
         }
         loop {

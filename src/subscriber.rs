@@ -13,6 +13,13 @@
 //! crashed holder publishes nothing). Because the snapshot is taken *before* the attempt, a
 //! release that lands between the attempt and the sleep is never missed.
 //!
+//! A sleeping leader may leave a [`Shot`]: its next acquire, primed on a connection by the
+//! lock layer. The release message fires it on this thread, before the leader is woken, so
+//! the acquire is on the wire while the leader wakes (the two overlap instead of following
+//! each other), and the leader reads the reply. A shot is not fired while a release of this
+//! client gives way to others, and is taken back (or its firing waited for) before the leader
+//! does anything else.
+//!
 //! A leader that leaves hands over: after acquiring, it passes its snapshot, so the next leader
 //! waits for a release that happened after that acquire; after giving up (timeout or error),
 //! it passes nothing, so the next leader tries at once. Thus no local waiter is left sleeping
@@ -94,6 +101,10 @@ pub(crate) trait ShardMap: Send + Sync + std::fmt::Debug {
     fn learn_moved(&self, details: Option<&str>);
 }
 
+/// How long a leader parks at a time while its shot is being fired (the subscriber thread
+/// wakes it when the write is done; this only bounds a lost wakeup).
+const FIRING_WAIT: Duration = Duration::from_millis(1);
+
 /// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
 pub(crate) const RECHECK: Duration = Duration::from_millis(100);
 /// Reconnect backoff bounds.
@@ -113,6 +124,18 @@ fn bytes(v: &Value) -> Option<&[u8]> {
 /// without a round trip). Opaque here: the lock layer gives and takes it. Dropping it must
 /// undo it (the lock layer's type releases the lock through Redis when dropped unused).
 pub(crate) type Gift = Box<dyn Any + Send>;
+
+/// A write the subscriber thread makes for a leader the moment a release message arrives,
+/// before it wakes the leader (see [`Registration::arm`]): the leader's next acquire, so that
+/// it does not wait for the thread hop. Opaque here: the lock layer primes it, and reads the
+/// reply once woken. It must not block beyond a write on an idle socket.
+pub(crate) struct Shot(pub(crate) Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Shot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shot")
+    }
+}
 
 /// One thread waiting for a lock.
 #[derive(Debug)]
@@ -148,16 +171,77 @@ struct ChannelState {
     /// On a cluster: the connection to the channel's master could not be opened; leaders
     /// re-check on a short period until it is.
     down: bool,
+    /// A thread of this client releases (or just released) the lock through Redis and lets
+    /// others go first (see [`Subscriber::give_way`]).
+    yielding: Option<Yielding>,
+    /// The leader's shot, to fire on the next release message (see [`Registration::arm`]).
+    shot: Option<Shot>,
+    /// The subscriber thread is firing the shot (outside this lock): the leader waits for
+    /// it to end before it reads what the shot left.
+    firing: bool,
+    /// Others than this client heard the last release of this client that could give way
+    /// (true on a new entry): the next one holds the leader back from its start, before its
+    /// reply tells.
+    others_heard: bool,
+}
+
+/// A release of this client giving way to others, as the channel keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Yielding {
+    /// The epoch when it began: the release's own message moves the epoch past it once.
+    from: u64,
+    /// How many later releases (other owners' turns) it waits for.
+    releases: u64,
+    /// When it ends at the latest.
+    until: Instant,
 }
 
 impl ChannelState {
+    /// Whether the leader holds back now: a release of this client gives way, its bound has
+    /// not passed, and fewer releases than it waits for arrived after its own (the epoch
+    /// after `from`). `Some(until)` while it does.
+    fn holding_back(&self, now: Instant) -> Option<Instant> {
+        let y = self.yielding?;
+        let end = y.from.saturating_add(1).saturating_add(y.releases);
+        (now < y.until && self.epoch < end).then_some(y.until)
+    }
+
+    /// Wakes the leader (every waiter of a broadcast channel), under the channel's lock:
+    /// for paths that are not hot. See [`leader_wake`](Self::leader_wake).
     fn wake_leader(&self) {
+        self.leader_wake().now();
+    }
+
+    /// Who [`wake_leader`](Self::wake_leader) would wake, to be woken once the channel's
+    /// lock is released: a thread woken under it may run on this core at once, only to block
+    /// on that lock and yield back (a hand-off between two threads of one core then costs
+    /// several context switches instead of one).
+    fn leader_wake(&self) -> Wake {
         if self.broadcast {
-            for w in &self.queue {
-                w.thread.unpark();
+            Wake::All(self.queue.iter().map(|w| w.thread.clone()).collect())
+        } else {
+            match self.queue.front() {
+                Some(w) => Wake::One(w.thread.clone()),
+                None => Wake::Nobody,
             }
-        } else if let Some(w) = self.queue.front() {
-            w.thread.unpark();
+        }
+    }
+}
+
+/// Threads to unpark, taken under a channel's lock and woken after it is released.
+#[must_use]
+enum Wake {
+    Nobody,
+    One(Thread),
+    All(Vec<Thread>),
+}
+
+impl Wake {
+    fn now(self) {
+        match self {
+            Wake::Nobody => {}
+            Wake::One(t) => t.unpark(),
+            Wake::All(ts) => ts.iter().for_each(Thread::unpark),
         }
     }
 }
@@ -172,11 +256,28 @@ struct Channel {
 impl Channel {
     /// A release message arrived (`message` or `smessage`): the epoch moves on and the leader
     /// wakes to try.
+    ///
+    /// A leader's shot is fired first, then the leader woken: its acquire is on the wire
+    /// before the thread hop. Not while a release of this client gives way to others: their
+    /// turn comes first.
     fn deliver(&self, payload: Option<Vec<u8>>) {
         let mut st = self.state.lock();
         st.epoch += 1;
         st.message = payload;
-        st.wake_leader();
+        let shot = match st.holding_back(Instant::now()) {
+            None => st.shot.take(),
+            Some(_) => None,
+        };
+        if let Some(shot) = shot {
+            st.firing = true;
+            drop(st);
+            (shot.0)();
+            st = self.state.lock();
+            st.firing = false;
+        }
+        let wake = st.leader_wake();
+        drop(st);
+        wake.now();
     }
 
     /// The confirmation of the oldest subscription written on a connection (`subscribe` or
@@ -584,7 +685,10 @@ impl Subscriber {
             None => {
                 let ch = Arc::new(Channel {
                     name: channel.to_owned(),
-                    state: Mutex::new(ChannelState::default()),
+                    state: Mutex::new(ChannelState {
+                        others_heard: true,
+                        ..ChannelState::default()
+                    }),
                 });
                 table.channels.insert(channel.to_owned(), Arc::clone(&ch));
                 table.subscribe(&ch);
@@ -626,8 +730,46 @@ impl Subscriber {
             return Err(gift);
         }
         st.gift = Some(gift);
-        st.wake_leader();
+        let wake = st.leader_wake();
+        drop(st);
+        wake.now();
         Ok(())
+    }
+
+    /// Marks a release through Redis of the lock of `channel`, about to be sent by a thread
+    /// of this client, as giving way: the leader of the channel's queue does not ask Redis
+    /// (see [`Registration::wait_give_way`]) until a later release than that one arrives
+    /// (someone else took the lock and freed it; [`GiveWay::hold`] may ask for more) or
+    /// `until` passes. `None` when no thread of this client queues for the lock.
+    pub(crate) fn give_way(&self, channel: &str, until: Instant) -> Option<GiveWay> {
+        let table = self.table.lock();
+        let ch = table.channels.get(channel).cloned()?;
+        let mut st = ch.state.lock();
+        let from = st.epoch;
+        // Held back from now on only if others heard the last one: a client alone on the
+        // lock does not wait for the reply of each release to learn it.
+        if st.others_heard {
+            st.yielding = Some(Yielding {
+                from,
+                releases: 1,
+                until,
+            });
+        }
+        // Its SUBSCRIBE was sent on the current connection (every channel of the table is,
+        // when it has one) and not refused: the release's message will count this client.
+        let counted = !st.refused
+            && if table.sharded {
+                st.shard.is_some() && !st.down
+            } else {
+                table.writer.is_some()
+            };
+        drop(st);
+        drop(table);
+        Some(GiveWay {
+            channel: ch,
+            from,
+            counted,
+        })
     }
 
     /// Whether threads of this client queue for the lock released on `channel`.
@@ -638,6 +780,65 @@ impl Subscriber {
     /// How many channels are subscribed (for tests and `Debug`).
     pub(crate) fn channel_count(&self) -> usize {
         self.table.lock().channels.len()
+    }
+}
+
+/// A release of this client giving way on one channel (see [`Subscriber::give_way`]).
+/// Dropped, it ends at once, and the leader competes.
+#[derive(Debug)]
+pub(crate) struct GiveWay {
+    channel: Arc<Channel>,
+    /// The epoch when it began: its own release's message moves the epoch past it once.
+    from: u64,
+    /// This client's subscription was confirmed, or sent, when it began: the release's
+    /// message counts it among its receivers.
+    counted: bool,
+}
+
+impl GiveWay {
+    /// Whether this client's own subscription is among the receivers of the release's
+    /// message (its subscription was confirmed, or sent, before the release was sent).
+    /// A subscription sent on the pub/sub connection just before the release went out on
+    /// another may still reach Redis after it: the count is then one short, and the leader
+    /// competes at once, as without giving way.
+    pub(crate) fn counted(&self) -> bool {
+        self.counted
+    }
+
+    /// Others heard the release: keeps giving way until `until` (from now), unless
+    /// `releases` later releases end it first.
+    pub(crate) fn hold(mut self, releases: u64, until: Instant) {
+        let mut st = self.channel.state.lock();
+        st.others_heard = true;
+        // A later release of this client, begun meanwhile, has the say.
+        if st.yielding.is_none_or(|y| y.from == self.from) {
+            st.yielding = Some(Yielding {
+                from: self.from,
+                releases,
+                until,
+            });
+            // Fewer releases than before may end it now.
+            st.wake_leader();
+        }
+        drop(st);
+        // Nothing left to end on drop (no epoch reaches u64::MAX).
+        self.from = u64::MAX;
+    }
+
+    /// Nobody but this client heard the release: the leader competes now, and the next
+    /// release does not hold it back before its reply.
+    pub(crate) fn alone(self) {
+        self.channel.state.lock().others_heard = false;
+    }
+}
+
+impl Drop for GiveWay {
+    fn drop(&mut self) {
+        let mut st = self.channel.state.lock();
+        if st.yielding.is_some_and(|y| y.from == self.from) {
+            st.yielding = None;
+            st.wake_leader();
+        }
     }
 }
 
@@ -683,22 +884,35 @@ impl Registration {
     }
 
     /// Waits until this thread leads the queue. `None` when `deadline` passed first.
-    pub(crate) fn wait_turn(&self, deadline: Option<Instant>) -> Option<Turn> {
+    ///
+    /// A waiter that becomes the leader after a quiet leave
+    /// ([`leave_acquired_quietly`](Self::leave_acquired_quietly)) is not woken for it: it
+    /// finds out at the next release or hand-off, which wakes it, or at the latest `recheck`
+    /// after it last parked here, when it tries at once (a holder whose lease ran out
+    /// publishes nothing).
+    pub(crate) fn wait_turn(&self, deadline: Option<Instant>, recheck: Duration) -> Option<Turn> {
+        let mut recheck_at = Instant::now().checked_add(recheck);
         loop {
+            let now = Instant::now();
+            let due = recheck_at.is_some_and(|r| now >= r);
             {
                 let mut st = self.channel.state.lock();
                 if self.is_leader(&st) {
                     return Some(match st.handoff.take() {
-                        Some(e) => Turn::WaitFrom(e),
-                        None => Turn::TryNow,
+                        Some(e) if !due => Turn::WaitFrom(e),
+                        _ => Turn::TryNow,
                     });
                 }
             }
-            // An unpark between the check and the park leaves the token set, so the park
-            // returns at once: no lost wakeup.
-            if !park_until(deadline) {
+            if deadline.is_some_and(|d| now >= d) {
                 return None;
             }
+            if due {
+                recheck_at = now.checked_add(recheck);
+            }
+            // An unpark between the check and the park leaves the token set, so the park
+            // returns at once: no lost wakeup.
+            park_until(Deadline::from(deadline).min(recheck_at.into()).instant());
         }
     }
 
@@ -744,6 +958,39 @@ impl Registration {
         }
     }
 
+    /// Leaves `shot` for the subscriber thread to fire the moment a release message after
+    /// epoch `seen` arrives, before it wakes this leader. Gives it back when such a message
+    /// or a gift already came, a release of this client gives way, or this thread does not
+    /// lead. The leader takes it back with [`disarm`](Self::disarm) before anything else.
+    pub(crate) fn arm(&self, seen: u64, shot: Shot) -> std::result::Result<(), Shot> {
+        let mut st = self.channel.state.lock();
+        let ready = self.is_leader(&st)
+            && st.epoch == seen
+            && st.gift.is_none()
+            && st.shot.is_none()
+            && st.holding_back(Instant::now()).is_none();
+        if !ready {
+            return Err(shot);
+        }
+        st.shot = Some(shot);
+        Ok(())
+    }
+
+    /// Takes back the shot [`arm`](Self::arm) left, if it was not fired; waits for a firing in
+    /// progress to end (one write) otherwise, and returns `None`.
+    pub(crate) fn disarm(&self) -> Option<Shot> {
+        loop {
+            {
+                let mut st = self.channel.state.lock();
+                if !st.firing {
+                    return st.shot.take();
+                }
+            }
+            // The subscriber thread wakes the leader once the write is done.
+            park_until(Some(Instant::now() + FIRING_WAIT));
+        }
+    }
+
     /// Sleeps until a release after epoch `seen` arrives, a gift is handed to this leader,
     /// or `until` passes.
     pub(crate) fn wait_release(&self, seen: u64, until: Instant) {
@@ -760,24 +1007,54 @@ impl Registration {
         }
     }
 
+    /// Sleeps while a release of this client gives way to others (see
+    /// [`Subscriber::give_way`]), until a gift is handed to this leader, or until `until`.
+    pub(crate) fn wait_give_way(&self, until: Instant) {
+        loop {
+            let wake = {
+                let st = self.channel.state.lock();
+                if st.gift.is_some() {
+                    return;
+                }
+                match st.holding_back(Instant::now()) {
+                    Some(back) => back.min(until),
+                    None => return,
+                }
+            };
+            if !park_until(Some(wake)) && wake == until {
+                return;
+            }
+        }
+    }
+
     /// Leaves the queue after acquiring: the next leader waits for a release after `seen`.
     /// Returns a gift handed to this leader meanwhile, if any: the caller acquired the lock
     /// otherwise, so the gift is stale (the lock it passes is not on the server any more)
     /// and must not reach the next leader.
     pub(crate) fn leave_acquired(mut self, seen: u64) -> Option<Gift> {
-        self.leave(Some(seen), true)
+        self.leave(Some(seen), true, false)
+    }
+
+    /// [`leave_acquired`](Self::leave_acquired), without waking the next leader when it has
+    /// nothing to do but wait for a release after `seen` (no release or gift came meanwhile,
+    /// and the subscription is confirmed and up): the release or hand-off will wake it (see
+    /// [`wait_turn`](Self::wait_turn)). For a lock that one holder at a time can take: a
+    /// semaphore's next leader must try at once, as more permits may be free.
+    pub(crate) fn leave_acquired_quietly(mut self, seen: u64) -> Option<Gift> {
+        self.leave(Some(seen), true, true)
     }
 
     /// Leaves the queue without the lock (a deadline or an error). Returns a gift that nobody
     /// else can take (this was the last waiter): the caller takes it or drops it.
     pub(crate) fn leave_giving_up(mut self) -> Option<Gift> {
-        self.leave(None, false)
+        self.leave(None, false, false)
     }
 
     /// Leaves the queue. A gift pending for this leader is returned when `take` is set or
     /// no waiter is left; otherwise it stays for the next leader. The gift is returned, not
     /// dropped here, so that no lock of the subscriber is held while it is dropped.
-    fn leave(&mut self, handoff: Option<u64>, take: bool) -> Option<Gift> {
+    /// `quiet`: see [`leave_acquired_quietly`](Self::leave_acquired_quietly).
+    fn leave(&mut self, handoff: Option<u64>, take: bool, quiet: bool) -> Option<Gift> {
         if std::mem::replace(&mut self.left, true) {
             return None;
         }
@@ -785,6 +1062,11 @@ impl Registration {
         let mut st = self.channel.state.lock();
         let was_leader = self.is_leader(&st);
         st.queue.retain(|w| !Arc::ptr_eq(w, &self.me));
+        if was_leader {
+            // A shot is the leader's own: never fired for the next one (the lock layer takes
+            // it back before leaving; this only guards against a path that did not).
+            st.shot = None;
+        }
         let gift = if (was_leader && take) || st.queue.is_empty() {
             st.gift.take()
         } else {
@@ -815,7 +1097,20 @@ impl Registration {
         drop(table);
         if was_leader {
             st.handoff = handoff;
-            st.wake_leader();
+            let nothing_to_do = quiet
+                && handoff == Some(st.epoch)
+                && st.gift.is_none()
+                && st.confirmed
+                && !st.refused
+                && !st.down
+                && st.yielding.is_none();
+            let wake = if nothing_to_do {
+                Wake::Nobody
+            } else {
+                st.leader_wake()
+            };
+            drop(st);
+            wake.now();
         }
         gift
     }
@@ -825,7 +1120,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         // A gift nobody else can take is dropped, which undoes it (after the locks are
         // released: dropping it may talk to Redis).
-        drop(self.leave(None, false));
+        drop(self.leave(None, false, false));
     }
 }
 

@@ -1,7 +1,7 @@
 //! Local hand-off: a `Mutex` released while threads of the same client wait passes to the
 //! first of them without a round trip. Exclusion and fencing across processes, the bound that
-//! forces a release through Redis, re-entry and lease loss after a hand-off, the option off,
-//! and its bad values.
+//! forces a release through Redis, the give-way to other clients after it, re-entry and lease
+//! loss after a hand-off, the option off, and its bad values.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -231,6 +231,199 @@ fn the_time_bound_forces_a_release_through_redis() {
     });
 }
 
+/// How a run of one hand-off ended (see [`end_a_run`]).
+struct RunEnd {
+    /// The token of the acquisition through Redis, and that of the hand-off.
+    first: u64,
+    handed: u64,
+    /// When the release that ended the run began.
+    released_at: Instant,
+    /// The token of the local thread that queued meanwhile, and when it got the lock.
+    next: u64,
+    next_at: Instant,
+}
+
+/// Makes a run of one hand-off on `lock` (whose client allows one: `local_handoff_max_count(1)`
+/// and a long `local_handoff_max_time`) and ends it with a release through Redis while another
+/// thread of the client queues: the main thread acquires through Redis and hands the lock to
+/// thread b; thread c then queues; `meanwhile` makes others listen (it returns how many
+/// subscribers the channel has then, and what must live until the end); b releases.
+fn end_a_run<T: Send>(
+    lock: &locksmith::Mutex,
+    conn: &mut redis::Connection,
+    meanwhile: impl FnOnce(&mut redis::Connection) -> (u64, T),
+) -> (RunEnd, T) {
+    let channel = common::release_channel(lock.name());
+    let g = lock.lock().unwrap();
+    let first = g.fencing_token();
+    let (rx_b, tx_go, hb) = locker(lock.clone());
+    common::wait_numsub(conn, &channel, 1);
+    g.unlock().unwrap();
+    let handed = rx_b.recv().unwrap();
+    // b took the hand-off and left the queue, which was then empty: the client unsubscribed.
+    assert!(
+        common::wait_until(Duration::from_secs(10), || common::numsub(conn, &channel)
+            == 0),
+        "the client stayed subscribed"
+    );
+    let lock_c = lock.clone();
+    let hc = thread::spawn(move || {
+        let g = lock_c
+            .try_lock_for(Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let got = (g.fencing_token(), Instant::now());
+        g.unlock().unwrap();
+        got
+    });
+    common::wait_numsub(conn, &channel, 1);
+    let (listeners, keep) = meanwhile(conn);
+    common::wait_numsub(conn, &channel, listeners);
+    tx_go.send(()).unwrap();
+    let released_at = hb.join().unwrap();
+    let (next, next_at) = hc.join().unwrap();
+    let end = RunEnd {
+        first,
+        handed,
+        released_at,
+        next,
+        next_at,
+    };
+    (end, keep)
+}
+
+/// A client that hands off once in a row and gives way for `give_way`.
+fn one_handoff_then_give_way(url: &str, give_way: Duration) -> Client {
+    Client::builder(url)
+        .local_handoff_max_count(1)
+        .local_handoff_max_time(Duration::from_secs(30))
+        .local_handoff_give_way(give_way)
+        .build()
+        .unwrap()
+}
+
+/// Ends a run of one hand-off (see [`end_a_run`]) while `remotes` waiters of other clients
+/// wait too (each holds the lock 50 ms once it has it), and checks that every one of them got
+/// the lock before the client's own queued thread, and that the last remote release ended
+/// the give-way (long here) at once.
+fn remote_waiters_go_first(remotes: usize) {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        let give_way = Duration::from_secs(10);
+        let local = one_handoff_then_give_way(&url, give_way);
+        let name = common::unique_name("handoff-give-way");
+        let lock = local.mutex(&name).unwrap();
+        let theirs: Vec<_> = (0..remotes)
+            .map(|_| Client::open(&url).unwrap().mutex(&name).unwrap())
+            .collect();
+        let (end, remote_threads) = end_a_run(&lock, &mut conn, |_| {
+            let hs: Vec<_> = theirs
+                .into_iter()
+                .map(|m| {
+                    thread::spawn(move || {
+                        let g = m.try_lock_for(Duration::from_secs(30)).unwrap().unwrap();
+                        let token = g.fencing_token();
+                        thread::sleep(Duration::from_millis(50));
+                        let released = Instant::now();
+                        g.unlock().unwrap();
+                        (token, released)
+                    })
+                })
+                .collect();
+            (1 + remotes as u64, hs)
+        });
+        let remote: Vec<(u64, Instant)> = remote_threads
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        let last_token = remote.iter().map(|r| r.0).max().unwrap();
+        let last_release = remote.iter().map(|r| r.1).max().unwrap();
+        println!(
+            "{remotes} remote waiter(s) went first; the local thread got the lock {:?} after \
+             the last remote release",
+            end.next_at.saturating_duration_since(last_release)
+        );
+        assert_eq!(end.handed, end.first + 1, "not handed off locally");
+        assert!(
+            remote.iter().all(|r| r.0 > end.handed) && end.next > last_token,
+            "the local thread went before a remote waiter: run {}..={}, remote {remote:?}, \
+             local {}",
+            end.first,
+            end.handed,
+            end.next
+        );
+        // The remote releases ended the give-way: not its bound.
+        assert!(
+            end.next_at.saturating_duration_since(last_release) < Duration::from_secs(5),
+            "the local thread waited for the give-way bound after the remote releases"
+        );
+    });
+}
+
+/// When a run of hand-offs reaches its bound, its release goes through Redis, and a waiter of
+/// another client gets the lock next, ahead of the client's own queued thread, which gives
+/// way until the other owner's release.
+#[test]
+fn after_a_bounded_run_a_remote_waiter_goes_first() {
+    remote_waiters_go_first(1);
+}
+
+/// With waiters of two other clients, both get the lock after a bounded run before the
+/// client's own queued thread: it gives way for as many releases as others heard its own.
+#[test]
+fn after_a_bounded_run_every_remote_waiter_goes_first() {
+    remote_waiters_go_first(2);
+}
+
+/// A subscriber of the release channel that never takes the lock makes the client's queued
+/// thread give way after a release through Redis, for the give-way bound and not much longer;
+/// without it (only the client's own subscription heard the release), the thread goes at once.
+#[test]
+fn a_listener_that_does_not_take_the_lock_costs_the_give_way_bound() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        let give_way = Duration::from_secs(1);
+        let client = one_handoff_then_give_way(&url, give_way);
+
+        let alone = client
+            .mutex(&common::unique_name("give-way-alone"))
+            .unwrap();
+        let (end, ()) = end_a_run(&alone, &mut conn, |_| (1, ()));
+        let without = end.next_at - end.released_at;
+
+        let name = common::unique_name("give-way-listener");
+        let heard = client.mutex(&name).unwrap();
+        let u = url.clone();
+        let (end, spy) = end_a_run(&heard, &mut conn, move |_| {
+            (
+                2,
+                common::ChannelSpy::start(&u, &common::release_channel(&name)),
+            )
+        });
+        let with = end.next_at - end.released_at;
+        println!("next local holder after the run: {without:?} alone, {with:?} with a listener");
+        assert!(
+            spy.sync(&mut conn) >= 1,
+            "the listener did not hear the release"
+        );
+        assert_eq!(end.handed, end.first + 1, "not handed off locally");
+        assert!(end.next > end.handed);
+        assert!(
+            without < give_way,
+            "gave way with nobody else listening: {without:?}"
+        );
+        assert!(with >= give_way, "did not give way: {with:?}");
+        assert!(
+            with < give_way + Duration::from_secs(2),
+            "gave way for longer than its bound: {with:?}"
+        );
+    });
+}
+
 /// A client whose run of hand-offs may last the whole lease: the tests below hold the lock
 /// while a second thread gets in line, which may take longer than the default 10 ms on a busy
 /// machine (the lock would then be released through Redis, as it should).
@@ -241,18 +434,34 @@ fn patient(url: &str) -> Client {
         .unwrap()
 }
 
-/// Holds `lock` in a thread of its own until told, after the main thread has made sure a
-/// second thread queues for it. Returns (token of the first holder, a sender that releases
-/// it).
-fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::JoinHandle<()>) {
+/// A thread that locks `lock`, sends its token, holds it until told, and unlocks. Returns
+/// (the token's receiver, a sender that releases it, the thread, which returns when its
+/// release began).
+fn locker(
+    lock: locksmith::Mutex,
+) -> (
+    mpsc::Receiver<u64>,
+    mpsc::Sender<()>,
+    thread::JoinHandle<Instant>,
+) {
     let (tx_token, rx_token) = mpsc::channel();
     let (tx_go, rx_go) = mpsc::channel::<()>();
     let h = thread::spawn(move || {
         let g = lock.lock().unwrap();
         tx_token.send(g.fencing_token()).unwrap();
         rx_go.recv().unwrap();
+        let at = Instant::now();
         g.unlock().unwrap();
+        at
     });
+    (rx_token, tx_go, h)
+}
+
+/// Holds `lock` in a thread of its own until told, after the main thread has made sure a
+/// second thread queues for it. Returns (token of the first holder, a sender that releases
+/// it).
+fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::JoinHandle<Instant>) {
+    let (rx_token, tx_go, h) = locker(lock);
     (rx_token.recv().unwrap(), tx_go, h)
 }
 
@@ -334,15 +543,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
         let lock = client.mutex(&name).unwrap();
         let g = lock.lock().unwrap();
         let token_a = g.fencing_token();
-        let (tx, rx) = mpsc::channel();
-        let (tx_go, rx_go) = mpsc::channel::<()>();
-        let lock_b = lock.clone();
-        let hb = thread::spawn(move || {
-            let g = lock_b.lock().unwrap();
-            tx.send(g.fencing_token()).unwrap();
-            rx_go.recv().unwrap();
-            g.unlock().unwrap();
-        });
+        let (rx, tx_go, hb) = locker(lock.clone());
         common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
         g.unlock().unwrap();
         assert_eq!(rx.recv().unwrap(), token_a + 1);
@@ -475,11 +676,24 @@ fn bad_handoff_bounds_are_refused() {
             .local_handoff_max_time(Duration::from_secs(2)),
         "local_handoff_max_time",
     );
+    refused(
+        Client::builder(&url)
+            .lease(Duration::from_secs(1))
+            .local_handoff_max_time(Duration::from_millis(10))
+            .local_handoff_give_way(Duration::from_millis(1001)),
+        "local_handoff_give_way",
+    );
     // In range, the same values are fine (the build then fails on the closed port).
     let ok = Client::builder(&url)
         .local_handoff_max_count(locksmith::MAX_HANDOFF_COUNT)
         .local_handoff_max_time(Duration::from_secs(30))
+        .local_handoff_give_way(Duration::from_secs(30))
         .connect_timeout(Duration::from_millis(200))
         .build();
     assert!(!matches!(ok, Err(Error::InvalidConfig { .. })), "{ok:?}");
+    let off = Client::builder(&url)
+        .local_handoff_give_way(Duration::ZERO)
+        .connect_timeout(Duration::from_millis(200))
+        .build();
+    assert!(!matches!(off, Err(Error::InvalidConfig { .. })), "{off:?}");
 }

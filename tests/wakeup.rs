@@ -194,3 +194,218 @@ fn many_waiters_all_acquire_in_turn() {
         }
     });
 }
+
+/// Whether a waiter for `name` subscribed to its release channel and tried again after that
+/// (seen by MONITOR within 5 s): from then on it sleeps until a release.
+fn blocked(monitor: &common::Monitor, name: &str) -> bool {
+    monitor.wait_blocked(
+        &common::release_channel(name),
+        &common::lock_key(name),
+        Duration::from_secs(5),
+    )
+}
+
+/// Whether the thread of this process called `name` sleeps (state `S`: parked, since it does
+/// no I/O where the test looks for it).
+fn thread_sleeps(name: &str) -> bool {
+    common::tasks().iter().any(|(tid, comm)| {
+        comm == name
+            && std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('S')))
+                .unwrap_or(false)
+    })
+}
+
+/// A waiter that becomes the leader of its client's queue when the thread ahead of it takes
+/// the lock is not woken for that: the next release will wake it. When the lock then vanishes
+/// without a release (its key deleted: the holder's lease is lost and nothing is published),
+/// the waiter still tries again within about a lease, instead of waiting for a message that
+/// never comes.
+#[test]
+fn a_quiet_leader_tries_again_within_a_lease_when_no_release_comes() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let port = server.port();
+    with_deadline(Duration::from_secs(40), move || {
+        let monitor = common::Monitor::start(port);
+        let lease = Duration::from_secs(1);
+        // Releases go through Redis: the first waiter acquires there, not by a hand-off.
+        let client = Client::builder(url.as_str())
+            .lease(lease)
+            .local_handoff(false)
+            .build()
+            .unwrap();
+        let name = common::unique_name("quiet");
+        let holder = client.mutex(&name).unwrap();
+        let guard = holder.lock().unwrap();
+
+        let (tx, rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let stop_rx = Arc::new(StdMutex::new(stop_rx));
+        let waiter = |label: &'static str| {
+            let (lock, tx, stop) = (
+                client.mutex(&name).unwrap(),
+                tx.clone(),
+                Arc::clone(&stop_rx),
+            );
+            thread::Builder::new()
+                .name(label.into())
+                .spawn(move || {
+                    let g = lock.try_lock_for(Duration::from_secs(20)).unwrap();
+                    tx.send((label, Instant::now(), g.is_some())).unwrap();
+                    // The first to get it keeps its guard until the test ends.
+                    let _ = stop.lock().unwrap().recv();
+                })
+                .unwrap()
+        };
+        let first = waiter("quiet-first");
+        assert!(blocked(&monitor, &name), "the first waiter never blocked");
+        let second = waiter("quiet-second");
+        // It joins the queue behind the first without a call to Redis, and parks.
+        assert!(
+            common::wait_until(Duration::from_secs(5), || thread_sleeps("quiet-second")),
+            "the second waiter never parked"
+        );
+
+        guard.unlock().unwrap();
+        let (label, _, got) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!((label, got), ("quiet-first", true));
+        // The lock vanishes with no release message: the first waiter's lease is lost.
+        redis::cmd("DEL")
+            .arg(common::lock_key(&name))
+            .query::<()>(&mut conn)
+            .unwrap();
+        let deleted = Instant::now();
+        let (label, at, got) = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the second waiter never tried again");
+        assert_eq!((label, got), ("quiet-second", true));
+        let waited = at.duration_since(deleted);
+        println!("the second waiter got the lock {waited:?} after the key was deleted");
+        assert!(
+            waited < lease + Duration::from_secs(2),
+            "the second waiter took {waited:?} (lease {lease:?})"
+        );
+        drop(stop_tx);
+        first.join().unwrap();
+        second.join().unwrap();
+    });
+}
+
+/// A waiting leader's next acquire is primed on a pooled connection, for the subscriber thread
+/// to write the moment the release message arrives. When that connection died while it
+/// waited (here every command connection is killed), the write or its reply fails, and the
+/// waiter takes the lock at the release all the same, on a new connection, at once rather
+/// than at its next re-check.
+#[test]
+fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let port = server.port();
+    with_deadline(Duration::from_secs(40), move || {
+        let monitor = common::Monitor::start(port);
+        let holder = Client::open(url.as_str()).unwrap();
+        let waiter = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("primed");
+        let held = holder.mutex(&name).unwrap();
+        let guard = held.lock().unwrap();
+
+        let (tx, rx) = mpsc::channel();
+        let wl = waiter.mutex(&name).unwrap();
+        let w = thread::spawn(move || {
+            let g = wl.try_lock_for(Duration::from_secs(20)).unwrap();
+            tx.send((Instant::now(), g.is_some())).unwrap();
+        });
+        assert!(blocked(&monitor, &name), "the waiter never blocked");
+        // Every command connection but this one (pub/sub ones stay: the release must reach
+        // the waiter).
+        let killed: u64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+            .query(&mut conn)
+            .unwrap();
+        assert!(killed >= 2, "killed {killed} connections");
+
+        let released = Instant::now();
+        guard.unlock().unwrap();
+        let (at, got) = rx.recv_timeout(Duration::from_secs(15)).unwrap();
+        assert!(got, "the waiter timed out");
+        let waited = at.duration_since(released);
+        println!("the waiter got the lock {waited:?} after the release");
+        // Its re-check would come only when the holder's 30 s lease ran out.
+        assert!(waited < Duration::from_secs(5), "took {waited:?}");
+        w.join().unwrap();
+    });
+}
+
+/// A sleeping leader's primed acquire holds a connection, but a client keeps only a few primed
+/// at once: 100 threads waiting on 100 names leave the waiting client with far fewer than 100
+/// command connections (the pool keeps up to 32 idle, and 8 are primed at most).
+#[test]
+fn many_sleeping_leaders_keep_few_connections() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        const NAMES: usize = 100;
+        let holder = Client::open(url.as_str()).unwrap();
+        let waiter = Client::open(url.as_str()).unwrap();
+        let names: Vec<String> = (0..NAMES)
+            .map(|i| common::unique_name(&format!("few-conns-{i}")))
+            .collect();
+        let held: Vec<_> = names.iter().map(|n| holder.mutex(n).unwrap()).collect();
+        let guards: Vec<_> = held.iter().map(|m| m.lock().unwrap()).collect();
+        let normal = |conn: &mut redis::Connection| -> usize {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .arg("TYPE")
+                .arg("normal")
+                .query(conn)
+                .unwrap();
+            list.lines().count()
+        };
+        let before = normal(&mut conn);
+        let calls = common::script_calls(&mut conn);
+
+        let (tx, rx) = mpsc::channel();
+        let threads: Vec<_> = names
+            .iter()
+            .map(|n| {
+                let (lock, tx) = (waiter.mutex(n).unwrap(), tx.clone());
+                thread::spawn(move || {
+                    let g = lock.try_lock_for(Duration::from_secs(30)).unwrap();
+                    tx.send(g.is_some()).unwrap();
+                })
+            })
+            .collect();
+        // Each waiter leads its own name's queue: one attempt before it subscribes, one once
+        // the subscription is confirmed, then it primes its next acquire and sleeps (the
+        // holder's lease is 30 s).
+        assert!(
+            common::wait_until(Duration::from_secs(20), || {
+                common::script_calls(&mut conn) - calls >= 2 * NAMES as u64
+            }),
+            "the waiters did not make their two attempts each"
+        );
+        // Connections that served the attempts and were not kept are closed by then, or soon.
+        let bound = 32 + 8 + 4;
+        let mut waiting = usize::MAX;
+        let settled = common::wait_until(Duration::from_secs(10), || {
+            waiting = normal(&mut conn) - before;
+            waiting <= bound
+        });
+        println!("{NAMES} sleeping leaders: {waiting} command connections of the waiting client");
+        assert!(
+            settled,
+            "{waiting} command connections for {NAMES} sleeping leaders"
+        );
+
+        drop(guards);
+        for _ in 0..NAMES {
+            assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+        }
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    });
+}

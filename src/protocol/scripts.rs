@@ -137,7 +137,9 @@ pub(crate) enum AcquireReply {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
     /// Released one level; `remaining` levels are still held (0: the lock is free).
-    Released { remaining: u64 },
+    /// `listeners`: how many subscribers received the release message (the caller's own
+    /// client among them when it listens on the channel; 0 when nothing was published).
+    Released { remaining: u64, listeners: u64 },
     /// The key is gone: the lease had ended (or a retried release already freed it).
     Missing,
     /// Another owner holds the lock.
@@ -453,9 +455,20 @@ pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
 
 /// Parses a release reply.
 pub(crate) fn parse_release(v: &Value) -> Option<ReleaseReply> {
+    // The lock freed and the release published: `{0, receivers}`.
+    if let Value::Array(items) = v {
+        return match items.as_slice() {
+            [freed, receivers] if int(freed)? == 0 => Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: u64::try_from(int(receivers)?).ok()?,
+            }),
+            _ => None,
+        };
+    }
     match int(v)? {
         n if n >= 0 => Some(ReleaseReply::Released {
             remaining: n.unsigned_abs(),
+            listeners: 0,
         }),
         -1 => Some(ReleaseReply::Missing),
         -2 => Some(ReleaseReply::OtherOwner),
@@ -550,7 +563,25 @@ mod tests {
         );
         assert_eq!(
             parse_release(&Value::Int(2)),
-            Some(ReleaseReply::Released { remaining: 2 })
+            Some(ReleaseReply::Released {
+                remaining: 2,
+                listeners: 0
+            })
+        );
+        assert_eq!(
+            parse_release(&Value::Array(vec![Value::Int(0), Value::Int(3)])),
+            Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 3
+            })
+        );
+        assert_eq!(
+            parse_release(&Value::Array(vec![Value::Int(1), Value::Int(3)])),
+            None
+        );
+        assert_eq!(
+            parse_release(&Value::Array(vec![Value::Int(0), Value::Int(-1)])),
+            None
         );
         assert_eq!(
             parse_release(&Value::Int(-2)),

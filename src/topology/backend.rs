@@ -19,6 +19,7 @@
 //! the per-master timeout), so that one stalled master cannot make every call wait for a new
 //! connection to it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -89,6 +90,80 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) block: u32,
 }
 
+/// An acquire script call packed on a connection, for a thread that does not wait for its
+/// reply to write it: the pub/sub thread writes a leader's acquire the moment the release
+/// message arrives, before it wakes the leader, so that the acquire does not wait for that
+/// thread hop (see `Mutex`'s acquire loop). The leader reads the reply.
+pub(crate) struct Primed {
+    con: Conn,
+    packed: Vec<u8>,
+    which: Which,
+    _slot: PrimedSlot,
+}
+
+/// One of a client's [`MAX_PRIMED`] places for a primed acquire, given back when dropped.
+struct PrimedSlot(Arc<AtomicUsize>);
+
+impl PrimedSlot {
+    fn take(count: &Arc<AtomicUsize>) -> Option<PrimedSlot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_PRIMED).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| PrimedSlot(Arc::clone(count)))
+    }
+}
+
+impl Drop for PrimedSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for Primed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primed").finish_non_exhaustive()
+    }
+}
+
+impl Primed {
+    /// Writes the call. Bounded by the command timeout (set when primed); a write on an idle
+    /// connection only fills the socket's buffer.
+    pub(crate) fn fire(&mut self) -> Result<()> {
+        self.con.send_now(&self.packed)
+    }
+}
+
+/// An acquire script's reply, parsed.
+fn acquire_reply(v: Value) -> Result<AcquireReply> {
+    scripts::parse_acquire(&v).ok_or_else(|| scripts::unexpected("acquire", &v))
+}
+
+/// What one master's acquire reply means for the caller.
+fn single_acquired(keys: &LockKeys, reply: Result<AcquireReply>) -> Result<Acquired> {
+    match reply? {
+        AcquireReply::Held {
+            token,
+            count,
+            acquisition,
+            last,
+        } => Ok(Acquired::Held {
+            token,
+            count,
+            acquisition,
+            last,
+        }),
+        AcquireReply::Busy { ttl } => Ok(Acquired::Busy {
+            wait: ttl,
+            split: false,
+        }),
+        AcquireReply::Foreign => Err(Error::ForeignKey {
+            key: keys.lock.clone(),
+        }),
+    }
+}
+
 /// The masters, the quorum, and the bounds of one call.
 #[derive(Debug)]
 pub(crate) struct Backend {
@@ -104,7 +179,14 @@ pub(crate) struct Backend {
     wait: Option<(usize, Duration)>,
     /// A Redis Cluster: every call goes to the master of its lock's slot (`nodes` is empty).
     cluster: Option<Arc<Cluster>>,
+    /// How many primed acquires hold a connection now (at most [`MAX_PRIMED`]).
+    primed: Arc<AtomicUsize>,
 }
+
+/// The most acquires one client keeps primed at once (see [`Backend::prime_acquire`]): each
+/// holds a pooled connection while its leader sleeps, so a client with many waiting leaders
+/// (many names) keeps this many connections for them, and its other leaders wait unprimed.
+pub(crate) const MAX_PRIMED: usize = 8;
 
 /// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
 pub(crate) fn jitter(lo: Duration) -> Duration {
@@ -121,6 +203,7 @@ impl Backend {
     ) -> Self {
         let quorum = nodes.len() / 2 + 1;
         Backend {
+            primed: Arc::new(AtomicUsize::new(0)),
             nodes,
             quorum,
             call_timeout,
@@ -245,34 +328,8 @@ impl Backend {
                 }
             }
         }
-        for (i, mut con) in sent {
-            let result = self.receive(&mut con, replies, read_by);
-            let result = match result {
-                Ok(values) if values.iter().any(is_noscript) => {
-                    // After a restart or SCRIPT FLUSH: load, and resend on this master alone,
-                    // still within the call's bound.
-                    let again = by.min(Deadline::after(step));
-                    by.cap(self.command_timeout)
-                        .and_then(|t| con.set_timeouts(t))
-                        .and_then(|()| which.load(con.raw()))
-                        .and_then(|()| con.send(packed, self.command_timeout, again))
-                        .and_then(|()| self.receive(&mut con, replies, again))
-                }
-                other => other,
-            };
-            // A master demoted to a replica (a failover) answers writes with `READONLY`: the
-            // whole reply is a failure of the connection, retried where the master is now.
-            let result = result.and_then(|values| match values.iter().position(is_readonly) {
-                Some(k) => Err(one(values.into_iter().nth(k))
-                    .err()
-                    .unwrap_or(Error::Timeout { what: "no reply" })),
-                None => Ok(values),
-            });
-            match &result {
-                Err(e) => self.failed(i, e),
-                Ok(_) if con.is_open() => self.nodes[i].pool.put(con),
-                Ok(_) => {}
-            }
+        for (i, con) in sent {
+            let result = self.collect(i, con, packed, replies, which, step, read_by, by);
             out.push((i, result));
         }
         out
@@ -300,6 +357,52 @@ impl Backend {
                 out.push((i, Err(e)));
             }
         }
+    }
+
+    /// Reads the `replies` replies to `packed`, written on master `i`'s `con`: reloads the
+    /// script and resends on `NOSCRIPT` (within `step` and `by`), turns a `READONLY` reply
+    /// into a failure of the connection, and gives the connection back to the pool or notes
+    /// the failure. Reads end by `read_by`.
+    #[allow(clippy::too_many_arguments)]
+    fn collect(
+        &self,
+        i: usize,
+        mut con: Conn,
+        packed: &[u8],
+        replies: usize,
+        which: Which,
+        step: Duration,
+        read_by: Deadline,
+        by: Deadline,
+    ) -> Result<Vec<Value>> {
+        let result = self.receive(&mut con, replies, read_by);
+        let result = match result {
+            Ok(values) if values.iter().any(is_noscript) => {
+                // After a restart or SCRIPT FLUSH: load, and resend on this master alone,
+                // still within the call's bound.
+                let again = by.min(Deadline::after(step));
+                by.cap(self.command_timeout)
+                    .and_then(|t| con.set_timeouts(t))
+                    .and_then(|()| which.load(con.raw()))
+                    .and_then(|()| con.send(packed, self.command_timeout, again))
+                    .and_then(|()| self.receive(&mut con, replies, again))
+            }
+            other => other,
+        };
+        // A master demoted to a replica (a failover) answers writes with `READONLY`: the
+        // whole reply is a failure of the connection, retried where the master is now.
+        let result = result.and_then(|values| match values.iter().position(is_readonly) {
+            Some(k) => Err(one(values.into_iter().nth(k))
+                .err()
+                .unwrap_or(Error::Timeout { what: "no reply" })),
+            None => Ok(values),
+        });
+        match &result {
+            Err(e) => self.failed(i, e),
+            Ok(_) if con.is_open() => self.nodes[i].pool.put(con),
+            Ok(_) => {}
+        }
+        result
     }
 
     /// Reads `n` replies, each read bounded by the command timeout and by `by` (checked again
@@ -387,6 +490,64 @@ impl Backend {
             .map_or(Err(Error::Timeout { what: "no reply" }), |(_, r)| r)
     }
 
+    /// A single plain master's acquire, ready for another thread to write the moment the lock
+    /// is released (see [`Primed`]): the script call packed, on an idle pooled connection
+    /// whose timeouts are set to the command timeout. `None` where that does not apply (a
+    /// quorum, a cluster, a client that waits for replicas, a re-entry) or when no idle
+    /// connection is at hand (opening one is left to the plain path), or [`MAX_PRIMED`] are
+    /// primed already.
+    pub(crate) fn prime_acquire(&self, a: &AcquireCall<'_>) -> Option<Primed> {
+        if self.nodes.len() != 1 || self.cluster.is_some() || self.wait.is_some() {
+            return None;
+        }
+        if a.live.is_some() {
+            return None;
+        }
+        let slot = PrimedSlot::take(&self.primed)?;
+        let mut con = self.nodes[0].pool.idle()?;
+        if let Err(e) = con.set_timeouts(self.command_timeout) {
+            log::debug!("priming an acquire of `{}`: {e}", a.keys.name);
+            return None;
+        }
+        let call = scripts::acquire(a.keys, a.owner, a.lease, a.request, None, a.block);
+        Some(Primed {
+            con,
+            packed: call.cmd.get_packed_command(),
+            which: call.which,
+            _slot: slot,
+        })
+    }
+
+    /// Gives back the connection of an acquire that was primed and never written.
+    pub(crate) fn unprime(&self, p: Primed) {
+        self.nodes[0].pool.put(p.con);
+    }
+
+    /// The outcome of a primed acquire that was written (`wrote`), within `by`. A failed write
+    /// is a failure of the connection: the caller retries the same request on the plain path
+    /// (a request id makes the retry of a call that ran answer as that call did).
+    pub(crate) fn finish_acquire(
+        &self,
+        p: Primed,
+        wrote: Result<()>,
+        keys: &LockKeys,
+        by: Deadline,
+    ) -> Result<Acquired> {
+        if let Err(e) = wrote {
+            self.failed(0, &e);
+            return Err(e);
+        }
+        let Primed {
+            con, packed, which, ..
+        } = p;
+        let read_by = by.min(Deadline::after(self.call_timeout));
+        let reply = self
+            .collect(0, con, &packed, 1, which, self.call_timeout, read_by, by)
+            .and_then(|mut v| one(v.pop()))
+            .and_then(acquire_reply);
+        single_acquired(keys, reply)
+    }
+
     /// Acquires on the masters. `sent` must be taken before this call; the validity of a
     /// quorum grant is judged against it.
     pub(crate) fn acquire(&self, a: &AcquireCall<'_>) -> Result<Acquired> {
@@ -415,34 +576,11 @@ impl Backend {
         let replies = self.call_all(&call, &self.all(), round_by, false);
         let parsed: Vec<(usize, Result<AcquireReply>)> = replies
             .into_iter()
-            .map(|(i, r)| {
-                let p = r.and_then(|v| {
-                    scripts::parse_acquire(&v).ok_or_else(|| scripts::unexpected("acquire", &v))
-                });
-                (i, p)
-            })
+            .map(|(i, r)| (i, r.and_then(acquire_reply)))
             .collect();
         if self.single() {
             return match parsed.into_iter().next().map(|(_, r)| r) {
-                Some(Ok(AcquireReply::Held {
-                    token,
-                    count,
-                    acquisition,
-                    last,
-                })) => Ok(Acquired::Held {
-                    token,
-                    count,
-                    acquisition,
-                    last,
-                }),
-                Some(Ok(AcquireReply::Busy { ttl })) => Ok(Acquired::Busy {
-                    wait: ttl,
-                    split: false,
-                }),
-                Some(Ok(AcquireReply::Foreign)) => Err(Error::ForeignKey {
-                    key: keys.lock.clone(),
-                }),
-                Some(Err(e)) => Err(e),
+                Some(r) => single_acquired(keys, r),
                 None => Err(Error::NoQuorum {
                     reached: 0,
                     needed: 1,
@@ -562,9 +700,7 @@ impl Backend {
             }
             Err(e) => (Err(e), None),
         };
-        let reply = reply.and_then(|v| {
-            scripts::parse_acquire(&v).ok_or_else(|| scripts::unexpected("acquire", &v))
-        })?;
+        let reply = reply.and_then(acquire_reply)?;
         match reply {
             AcquireReply::Held {
                 token,
@@ -713,13 +849,18 @@ impl Backend {
                 needed: 1,
             }));
         }
-        let (mut released, mut remaining, mut other, mut foreign, mut errors) =
-            (0, 0, false, false, Vec::new());
+        let (mut released, mut remaining, mut listeners, mut other, mut foreign, mut errors) =
+            (0, 0, 0u64, false, false, Vec::new());
         for r in parsed {
             match r {
-                Ok(ReleaseReply::Released { remaining: n }) => {
+                // Each client listens on one master at a time: the sum counts each once.
+                Ok(ReleaseReply::Released {
+                    remaining: n,
+                    listeners: l,
+                }) => {
                     released += 1;
                     remaining = remaining.max(n);
+                    listeners = listeners.saturating_add(l);
                 }
                 Ok(ReleaseReply::Missing) => {}
                 Ok(ReleaseReply::OtherOwner) => other = true,
@@ -728,7 +869,10 @@ impl Backend {
             }
         }
         if released >= self.quorum {
-            Ok(ReleaseReply::Released { remaining })
+            Ok(ReleaseReply::Released {
+                remaining,
+                listeners,
+            })
         } else if other {
             Ok(ReleaseReply::OtherOwner)
         } else if foreign {

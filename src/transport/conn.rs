@@ -148,6 +148,11 @@ impl Deadline {
         }
     }
 
+    /// The instant itself (`None`: unbounded).
+    pub(crate) fn instant(self) -> Option<Instant> {
+        self.0
+    }
+
     /// Whether the deadline has passed.
     pub(crate) fn passed(self) -> bool {
         self.0.is_some_and(|t| Instant::now() >= t)
@@ -169,6 +174,13 @@ impl Deadline {
             return Err(Error::Timeout { what: RAN_OUT });
         }
         Ok(t.min(MAX_SOCKET_TIMEOUT))
+    }
+}
+
+impl From<Option<Instant>> for Deadline {
+    /// `None`: unbounded.
+    fn from(t: Option<Instant>) -> Deadline {
+        Deadline(t)
     }
 }
 
@@ -227,6 +239,11 @@ impl Conn {
     /// Writes `packed`, waiting at most `timeout` for the socket (shortened by `by`).
     pub(crate) fn send(&mut self, packed: &[u8], timeout: Duration, by: Deadline) -> Result<()> {
         self.set_timeouts(by.cap(timeout)?)?;
+        self.send_now(packed)
+    }
+
+    /// Writes a packed command with the timeouts as they are.
+    pub(crate) fn send_now(&mut self, packed: &[u8]) -> Result<()> {
         self.con.send_packed_command(packed)?;
         Ok(())
     }

@@ -19,7 +19,10 @@
 --          server counts beyond the holder's own (an inner release that never arrived, a
 --          re-entry whose reply was lost) must not keep it
 --
--- Returns n >= 0  re-entry levels still held (0: the key was deleted and the release published)
+-- Returns {0, r}   the key was deleted and the release published; r: how many subscribers
+--                  received the message (PUBLISH's count), so that a client whose own
+--                  threads wait can tell whether others listen too
+--         n >= 0  re-entry levels still held (0: the key was deleted, nothing published)
 --         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
 --                 already released it); the lock is free, so waiters are told
 --         -2      another owner (or another acquisition of this owner) holds it; nothing
@@ -71,9 +74,13 @@ if ARGV[6] == '1' then
 end
 -- Publish before deleting: a server that refuses PUBLISH (an ACL) then fails the script
 -- before anything changed, so the error the caller sees matches the state.
+local receivers = nil
 if ARGV[2] ~= '' then
-  redis.call('publish', ARGV[2], 'released')
+  receivers = redis.call('publish', ARGV[2], 'released')
 end
 redis.call('del', KEYS[1])
 raise_fence()
-return 0
+if receivers == nil then
+  return 0
+end
+return {0, receivers}
