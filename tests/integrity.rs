@@ -172,8 +172,10 @@ fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
         let name = common::unique_name("reenter-max-hold");
         let m = client.mutex(&name).unwrap();
         let capped = m.with_max_hold(Duration::from_millis(100)).unwrap();
-        let start = Instant::now();
         let outer = capped.lock().unwrap();
+        // The lease began before `lock()` returned: it has at most 3000 ms less the time
+        // since then left.
+        let locked = Instant::now();
         // Past the maximum hold time (no renewal is due before it), within the lease.
         std::thread::sleep(Duration::from_millis(300));
         let inner = m.lock().unwrap();
@@ -182,7 +184,7 @@ fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
             outer.fencing_token(),
             "not a re-entry"
         );
-        let elapsed = start.elapsed();
+        let elapsed = locked.elapsed();
         let pttl = common::pttl(&mut conn, &common::lock_key(&name));
         println!("re-entry {elapsed:?} after the acquisition: the key expires in {pttl} ms");
         assert!(
