@@ -911,8 +911,9 @@ impl Registration {
                 recheck_at = now.checked_add(recheck);
             }
             // An unpark between the check and the park leaves the token set, so the park
-            // returns at once: no lost wakeup.
-            park_until(Deadline::from(deadline).min(recheck_at.into()).instant());
+            // returns at once: no lost wakeup. It ends at the earlier of the two (`None`: no
+            // bound).
+            park_until(deadline.into_iter().chain(recheck_at).min());
         }
     }
 

@@ -148,11 +148,6 @@ impl Deadline {
         }
     }
 
-    /// The instant itself (`None`: unbounded).
-    pub(crate) fn instant(self) -> Option<Instant> {
-        self.0
-    }
-
     /// Whether the deadline has passed.
     pub(crate) fn passed(self) -> bool {
         self.0.is_some_and(|t| Instant::now() >= t)
@@ -174,13 +169,6 @@ impl Deadline {
             return Err(Error::Timeout { what: RAN_OUT });
         }
         Ok(t.min(MAX_SOCKET_TIMEOUT))
-    }
-}
-
-impl From<Option<Instant>> for Deadline {
-    /// `None`: unbounded.
-    fn from(t: Option<Instant>) -> Deadline {
-        Deadline(t)
     }
 }
 
