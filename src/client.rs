@@ -1023,10 +1023,10 @@ impl Shared {
 
     /// The owner id of the calling thread for a new [`Mutex`] acquisition:
     /// [`owner`](Self::owner), with the number of local hand-offs this thread made so far
-    /// when there were any. A thread that handed a lock on keeps its old id on the server while another
-    /// thread holds it there; its own later acquisitions must not pass for that owner (the
-    /// acquire script would take the other thread's levels for orphans of its own and
-    /// replace them). So each hand-off gives the handing thread a new id.
+    /// when there were any. A thread that handed a lock on keeps its old id on the server
+    /// while another thread holds it there; its own later acquisitions must not pass for that
+    /// owner (the acquire script would take the other thread's levels for orphans of its own
+    /// and replace them). So each hand-off gives the handing thread a new id.
     pub(crate) fn mutex_owner(&self) -> String {
         match PASSES.with(std::cell::Cell::get) {
             0 => self.owner(),

@@ -50,10 +50,10 @@
 //! - Plain TCP and Unix: the socket is cloned; the thread blocks in `read` on its clone while
 //!   writers write on theirs. Nothing is shared but the kernel's socket.
 //! - TLS ([`TlsStream`](crate::transport::tls::TlsStream)): rustls's connection state is
-//!   shared under a lock by the reader and the writers, over a cloned `TcpStream`. The reader blocks on the socket *without* the
-//!   lock and takes it only to decrypt what arrived; a writer takes it to encrypt and send.
-//!   So a `SUBSCRIBE` goes out at once over TLS too, and plain TCP pays nothing for TLS
-//!   (not even a lock).
+//!   shared under a lock by the reader and the writers, over a cloned `TcpStream`. The
+//!   reader blocks on the socket *without* the lock and takes it only to decrypt what
+//!   arrived; a writer takes it to encrypt and send. So a `SUBSCRIBE` goes out at once over
+//!   TLS too, and plain TCP pays nothing for TLS (not even a lock).
 //!
 //! The other design, a thread that owns a `redis` connection and is woken through a private
 //! control channel, needs a way to wake a thread blocked in a read: a socket timeout (adding

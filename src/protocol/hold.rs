@@ -214,8 +214,8 @@ impl Hold {
         matches!(self.status(), Status::Valid | Status::Uncertain)
     }
 
-    /// `Ok` while the lease is known valid, [`Error::LeaseLost`](crate::Error::LeaseLost) once it is not: what every
-    /// guard's `check()` answers.
+    /// `Ok` while the lease is known valid, [`Error::LeaseLost`](crate::Error::LeaseLost)
+    /// once it is not: what every guard's `check()` answers.
     pub(crate) fn check(&self) -> crate::error::Result<()> {
         if self.is_held() {
             Ok(())
