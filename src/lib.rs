@@ -234,6 +234,6 @@ pub use mutex::Mutex;
 pub use protocol::keys::MAX_NAME_LEN;
 #[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
-pub use renewal::LostLease;
+pub use renewal::{LeaseKind, LostLease};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -318,13 +318,14 @@ impl RwLock {
                     last: 0,
                 };
                 let shared = self.client.shared();
-                let hold =
-                    match shared.adopt_as(Kind::Rw, keys, owner.to_owned(), grant, self.terms()) {
-                        Adopted::Held(hold) => hold,
-                        // Cannot happen for a new acquisition (count 1, a request id no hold
-                        // has); answered as not held, and the entry runs out by its lease.
-                        Adopted::Stale => return Ok(Attempt::Busy(Duration::ZERO)),
-                    };
+                let kind = if read { Kind::Read } else { Kind::Write };
+                let hold = match shared.adopt_as(kind, keys, owner.to_owned(), grant, self.terms())
+                {
+                    Adopted::Held(hold) => hold,
+                    // Cannot happen for a new acquisition (count 1, a request id no hold
+                    // has); answered as not held, and the entry runs out by its lease.
+                    Adopted::Stale => return Ok(Attempt::Busy(Duration::ZERO)),
+                };
                 if hold.is_held() {
                     return Ok(Attempt::Held(hold));
                 }

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::RedisServer;
-use locksmith::{Client, LostLease, MutexGuard};
+use locksmith::{Client, LeaseKind, LostLease, MutexGuard};
 
 const LEASE: Duration = Duration::from_millis(1500);
 const EVERY: Duration = Duration::from_millis(500);
@@ -310,4 +310,64 @@ fn quorum_renewal_keeps_outcomes_and_fences() {
     for (i, g) in guards.into_iter().enumerate() {
         assert_eq!(g.unlock().is_ok(), !majority.contains(&i), "{}", names[i]);
     }
+}
+
+/// A lost lease says what kind it was: the server state of a mutex, a fair mutex, a reader
+/// and a writer of two read-write locks, and a semaphore's permits is deleted behind their
+/// guards, and each loss is reported with its lock's name and its kind.
+#[test]
+fn a_lost_lease_says_what_kind_it_was() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let (tx, rx) = std::sync::mpsc::channel::<LostLease>();
+    let client = Client::builder(server.url().as_str())
+        .lease(LEASE)
+        .renew_interval(EVERY)
+        .on_lease_lost(move |lost| {
+            let _ = tx.send(lost.clone());
+        })
+        .build()
+        .unwrap();
+    let base = common::unique_name("kinds");
+    let name = |kind: &str| format!("{base}:{kind}");
+    let mutex = client.mutex(&name("mutex")).unwrap();
+    let fair = client.fair_mutex(&name("fair")).unwrap();
+    let read = client.rw_lock(&name("read")).unwrap();
+    let write = client.rw_lock(&name("write")).unwrap();
+    let sem = client.semaphore(&name("permits"), 3).unwrap();
+    let guards = (
+        mutex.lock().unwrap(),
+        fair.lock().unwrap(),
+        read.read().unwrap(),
+        write.write().unwrap(),
+        sem.acquire_many(2).unwrap(),
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{base}*"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(keys.len() >= 5, "keys of the five locks: {keys:?}");
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+
+    // Each lease is found lost by its next renewal, within an interval.
+    let mut reported = HashMap::new();
+    while reported.len() < 5 {
+        let lost = rx
+            .recv_timeout(EVERY * 4)
+            .unwrap_or_else(|_| panic!("reported so far: {reported:?}"));
+        assert!(
+            reported.insert(lost.name.clone(), lost.kind).is_none(),
+            "{} reported twice",
+            lost.name
+        );
+    }
+    let expected = HashMap::from([
+        (name("mutex"), LeaseKind::Mutex),
+        (name("fair"), LeaseKind::FairMutex),
+        (name("read"), LeaseKind::Read),
+        (name("write"), LeaseKind::Write),
+        (name("permits"), LeaseKind::Permits),
+    ]);
+    assert_eq!(reported, expected);
+    assert!(!guards.0.is_held() && !guards.2.is_held() && !guards.4.is_held());
 }

@@ -385,7 +385,9 @@ pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
             &[&fence.to_string()],
         ),
         Kind::Sem => scripts::sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
-        Kind::Rw => scripts::rw(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
+        Kind::Read | Kind::Write => {
+            scripts::rw(&hold.keys, "renew", hold.holder(), hold.lease, &[])
+        }
     }
 }
 

@@ -33,8 +33,10 @@ pub(crate) enum Kind {
     FairPlace,
     /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
     Sem,
-    /// A reader or the writer of an [`RwLock`](crate::RwLock).
-    Rw,
+    /// A reader of an [`RwLock`](crate::RwLock).
+    Read,
+    /// The writer of an [`RwLock`](crate::RwLock).
+    Write,
 }
 
 /// A call of the read-write lock script: operation `op` for `holder`, with the operation's

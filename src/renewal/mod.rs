@@ -48,8 +48,29 @@ use wheel::Wheel;
 pub struct LostLease {
     /// The lock's name.
     pub name: String,
-    /// The fencing token of the lost acquisition.
+    /// The fencing token of the lost acquisition (`0` for a read lease or permits, which
+    /// have none).
     pub fencing_token: u64,
+    /// What kind of lease it was: with [`name`](LostLease::name), it tells a reader's lease
+    /// from the writer's of one [`RwLock`](crate::RwLock), or a
+    /// [`Semaphore`](crate::Semaphore)'s permits from a mutex of the same name.
+    pub kind: LeaseKind,
+}
+
+/// The kind of a lost lease: which lock type held it, and as what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseKind {
+    /// A [`Mutex`](crate::Mutex)'s lock (on one master or a quorum).
+    Mutex,
+    /// A [`FairMutex`](crate::FairMutex)'s lock.
+    FairMutex,
+    /// A reader's lease of an [`RwLock`](crate::RwLock).
+    Read,
+    /// The writer's lease of an [`RwLock`](crate::RwLock).
+    Write,
+    /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
+    Permits,
 }
 
 /// The application's callback for lost leases.
@@ -330,7 +351,7 @@ impl Renewer {
 
     /// Reports a lost lease: a warning, and the application's callback.
     fn lost(&self, hold: &Hold, why: &str) {
-        if hold.kind == crate::protocol::scripts::Kind::FairPlace {
+        if hold.kind == Kind::FairPlace {
             // A waiter's place in a queue, not a lease: the waiter finds out at its next
             // attempt and queues again.
             log::debug!("a waiter's place for `{}` lapsed: {why}", hold.keys.name);
@@ -338,9 +359,17 @@ impl Renewer {
         }
         log::warn!("lease of lock `{}` lost: {why}", hold.keys.name);
         if let Some(hook) = &self.on_lost {
+            let kind = match hold.kind {
+                Kind::Mutex => LeaseKind::Mutex,
+                Kind::Fair | Kind::FairPlace => LeaseKind::FairMutex,
+                Kind::Read => LeaseKind::Read,
+                Kind::Write => LeaseKind::Write,
+                Kind::Sem => LeaseKind::Permits,
+            };
             let lost = LostLease {
                 name: hold.keys.name.clone(),
                 fencing_token: hold.token,
+                kind,
             };
             // A panicking callback must not take the renewal thread down with it.
             let call = std::panic::AssertUnwindSafe(|| (hook.0)(&lost));
