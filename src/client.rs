@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
@@ -124,6 +124,14 @@ impl Config {
             .connect
             .saturating_add(self.timeouts.command)
             .saturating_add(self.wait_replicas.map_or(Duration::ZERO, |(_, t)| t))
+    }
+
+    /// How long a waiter waits for its subscription's confirmation before an attempt whose
+    /// failure leads to sleeping: one command timeout (at most an hour) from now, never past
+    /// `deadline`.
+    pub(crate) fn confirm_by(&self, deadline: Option<Instant>) -> Instant {
+        let by = Instant::now() + self.timeouts.command.min(Duration::from_secs(3600));
+        crate::mutex::min_instant(deadline, by)
     }
 }
 

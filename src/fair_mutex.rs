@@ -46,7 +46,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
-use crate::subscriber::RECHECK;
+use crate::subscriber::sleep_on;
 use crate::transport::conn::Deadline;
 
 /// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
@@ -436,16 +436,7 @@ impl FairMutex {
         // this waiter joins the queue: no grant can be published before it listens.
         let channel = format!("{}{owner}/{request}", self.keys.channel);
         let reg = shared.subscriber.join(&channel);
-        let confirm_by = min_instant(
-            deadline,
-            Instant::now()
-                + shared
-                    .config
-                    .timeouts
-                    .command
-                    .min(Duration::from_secs(3600)),
-        );
-        reg.wait_confirmed(confirm_by);
+        reg.wait_confirmed(shared.config.confirm_by(deadline));
         let mut place = Place {
             client: &self.client,
             hold: None,
@@ -514,11 +505,7 @@ impl FairMutex {
             // holder or a dead granted waiter publishes nothing); re-check sooner while the
             // subscription is not confirmed. The epoch snapshot was taken before the call, so
             // a grant published since then ends the sleep at once.
-            let wait = if reg.confirmed() {
-                ttl + Duration::from_millis(1)
-            } else {
-                ttl.min(RECHECK)
-            };
+            let wait = sleep_on(ttl, reg.confirmed());
             reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
             if let Some(token) = reg.take_message().and_then(|m| parse_token(&m))
                 && let Some(since) = place.granted_since()

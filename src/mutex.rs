@@ -10,7 +10,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Holder, Level, Live};
-use crate::subscriber::{RECHECK, Registration, Shot, Turn};
+use crate::subscriber::{Registration, Shot, Turn, sleep_on};
 use crate::topology::backend::{AcquireCall, Acquired, Primed, jitter};
 use crate::transport::conn::{Deadline, Timeouts};
 
@@ -131,17 +131,6 @@ pub(crate) fn after(d: Duration) -> Option<Instant> {
 /// The earlier of a deadline (`None`: none) and `b`.
 pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
     a.map_or(b, |a| a.min(b))
-}
-
-/// How long a leader that found the lock held with `ttl` left sleeps without news: the
-/// holder's TTL bounds the sleep (a crashed holder publishes nothing); without a confirmed
-/// subscription, which could miss the release, it re-checks sooner.
-fn sleep_on(ttl: Duration, confirmed: bool) -> Duration {
-    if confirmed {
-        ttl + Duration::from_millis(1)
-    } else {
-        ttl.min(RECHECK)
-    }
 }
 
 /// The hard bound of a lock call started at `start` that waits until `deadline`: its I/O
@@ -575,16 +564,7 @@ impl Mutex {
             }
             // A release before our SUBSCRIBE took effect would be missed: wait (bounded) for
             // the confirmation before an attempt whose failure leads to sleeping.
-            let confirm_by = min_instant(
-                deadline,
-                Instant::now()
-                    + shared
-                        .config
-                        .timeouts
-                        .command
-                        .min(Duration::from_secs(3600)),
-            );
-            let confirmed = reg.wait_confirmed(confirm_by);
+            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
             // A release of this client that gives way to other processes' waiters: they go
             // first (bounded by the give-way; see `handoff.rs`).
             reg.wait_give_way(min_instant(deadline, Instant::now() + lease));

@@ -36,7 +36,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder, Kind};
-use crate::subscriber::RECHECK;
+use crate::subscriber::sleep_on;
 use crate::transport::conn::Deadline;
 
 /// A distributed read-write lock: many readers at once, or one writer, across processes.
@@ -344,12 +344,9 @@ impl RwLock {
     }
 
     /// How long a waiter may sleep: the time its attempt named, at most a renewal interval
-    /// (its registration as a waiter must be refreshed), at most [`RECHECK`] while the
-    /// subscription is not confirmed.
+    /// (its registration as a waiter must be refreshed); see [`sleep_on`].
     fn sleep_bound(&self, wait: Duration, confirmed: bool) -> Duration {
-        let every = self.client.shared().config.renew_every;
-        let wait = wait.min(every) + Duration::from_millis(1);
-        if confirmed { wait } else { wait.min(RECHECK) }
+        sleep_on(wait.min(self.client.shared().config.renew_every), confirmed)
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard<'_>>> {
@@ -376,16 +373,7 @@ impl RwLock {
         // Every waiting reader of this client wakes on each message: they may all proceed.
         let reg = shared.subscriber.join_all(&self.read_keys.channel);
         loop {
-            let confirm_by = min_instant(
-                deadline,
-                Instant::now()
-                    + shared
-                        .config
-                        .timeouts
-                        .command
-                        .min(Duration::from_secs(3600)),
-            );
-            let confirmed = reg.wait_confirmed(confirm_by);
+            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
             let seen = reg.epoch();
             match retrying(&self.client, self.name(), deadline, limit, |by| {
                 self.attempt(true, &owner, &request, true, by)
@@ -445,16 +433,7 @@ impl RwLock {
             return Ok(None);
         }
         loop {
-            let confirm_by = min_instant(
-                deadline,
-                Instant::now()
-                    + shared
-                        .config
-                        .timeouts
-                        .command
-                        .min(Duration::from_secs(3600)),
-            );
-            let confirmed = reg.wait_confirmed(confirm_by);
+            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
             let seen = reg.epoch();
             let attempt = retrying(&self.client, self.name(), deadline, limit, |by| {
                 self.attempt(false, &owner, &request, true, by)

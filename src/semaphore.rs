@@ -28,7 +28,7 @@ use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, Holder, Kind};
-use crate::subscriber::RECHECK;
+use crate::subscriber::sleep_on;
 use crate::transport::conn::Deadline;
 
 /// A distributed counting semaphore with leased permits: at most `permits` permits are held
@@ -360,16 +360,7 @@ impl Semaphore {
         loop {
             // Confirmed subscription before the attempt whose failure leads to sleeping, and
             // the epoch snapshot before it too: no release after the attempt is missed.
-            let confirm_by = min_instant(
-                deadline,
-                Instant::now()
-                    + shared
-                        .config
-                        .timeouts
-                        .command
-                        .min(Duration::from_secs(3600)),
-            );
-            let confirmed = reg.wait_confirmed(confirm_by);
+            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
             let seen = reg.epoch();
             match retrying(&self.client, self.name(), deadline, limit, |by| {
                 self.attempt(&owner, &request, n, by)
@@ -378,11 +369,7 @@ impl Semaphore {
                 // permits may be free.
                 Attempt::Held(h) => return Ok(Some(permit(h))),
                 Attempt::Busy(wait) => {
-                    let wait = if confirmed && reg.confirmed() {
-                        wait + Duration::from_millis(1)
-                    } else {
-                        wait.min(RECHECK)
-                    };
+                    let wait = sleep_on(wait, confirmed && reg.confirmed());
                     reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
                 }
             }
