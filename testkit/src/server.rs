@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::names::unique_suffix;
 use crate::tls::{ServerCert, TlsFiles};
 
-/// How long a starting server may take to answer `PING`.
+/// How long a starting server may take to answer (`INFO server`, with its own process id).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `redis-server` child process on a free port of 127.0.0.1, without persistence, with
@@ -37,7 +37,8 @@ struct TlsPort {
 }
 
 impl RedisServer {
-    /// Starts a server on a free port and waits (at most 10 s) until it answers `PING`.
+    /// Starts a server on a free port and waits (at most 10 s) until it answers, as the
+    /// process it started (not another one that took the port first).
     ///
     /// # Panics
     /// If `redis-server` is not installed, or no server came up after a few ports.
@@ -50,7 +51,7 @@ impl RedisServer {
     }
 
     /// Starts a server, pinned to CPU `cpu` with `taskset` when given, and waits (at most
-    /// 10 s) until it answers `PING`.
+    /// 10 s) until it answers, as the process it started.
     ///
     /// # Errors
     /// When `redis-server` (or `taskset`) cannot be run, or no server came up after a few
@@ -268,12 +269,15 @@ impl RedisServer {
                 self.child = None;
                 return Err(format!("redis-server on port {port} exited: {status}"));
             }
-            if ping(&self.url()) {
+            // Our child, not another process that took the port before it could bind it
+            // (the child then exits with "Address already in use", and another port is tried).
+            let pid = self.child.as_ref().map(Child::id);
+            if pid.is_some() && answering_pid(&self.url()) == pid {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"
+                    "redis-server on port {port} did not answer as its own process within {START_TIMEOUT:?}"
                 ));
             }
             thread::sleep(Duration::from_millis(20));
@@ -324,15 +328,18 @@ fn ensure_redis_server_installed() {
     }
 }
 
-fn ping(url: &str) -> bool {
-    let Ok(client) = redis::Client::open(url) else {
-        return false;
-    };
-    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
-    matches!(redis::cmd("PING").query::<String>(&mut conn), Ok(s) if s == "PONG")
+/// The process id of the Redis answering at `url` (`process_id` of `INFO server`), if one
+/// answers.
+fn answering_pid(url: &str) -> Option<u32> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(200))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:")?.trim().parse().ok())
 }
 
 /// A plain connection to `url` within `timeout`, with read/write timeouts of `timeout` (at
