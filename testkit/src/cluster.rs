@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::names::unique_suffix;
-use crate::server::{connect, signal};
+use crate::server::{answering_pid, connect, signal};
 
 /// The nodes' `cluster-node-timeout`: a master unreachable for this long is failed over.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -42,6 +42,15 @@ impl Node {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Waits (at most [`START`]) until the node answers as the process it runs, not as
+    /// another process that took its port first; `what` names the wait in the panic.
+    fn wait_up(&self, what: &str) {
+        let pid = self.child.as_ref().map(Child::id);
+        wait_for(&format!("node {} {what}", self.port), START, || {
+            pid.is_some() && answering_pid(&url(self.port)) == pid
+        });
     }
 }
 
@@ -262,11 +271,7 @@ impl RedisCluster {
             });
         }
         for n in &cluster.nodes {
-            wait_for(&format!("node {} answers PING", n.port), START, || {
-                connect(&url(n.port), Duration::from_millis(200))
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                    .is_ok()
-            });
+            n.wait_up("answers");
         }
         if total == 1 {
             // One master alone: `redis-cli --cluster create` wants three; assign by hand.
@@ -509,11 +514,7 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("{port} is not a node of this cluster"));
         assert!(node.child.is_none(), "node {port} is still running");
         node.child = Some(spawn_node(port, &dir, &node.log));
-        wait_for(&format!("node {port} answers PING again"), START, || {
-            connect(&url(port), Duration::from_millis(200))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                .is_ok()
-        });
+        node.wait_up("answers again");
     }
 
     /// Waits until every live node is either a master of the slot map or a replica of one

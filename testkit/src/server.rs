@@ -330,7 +330,7 @@ fn ensure_redis_server_installed() {
 
 /// The process id of the Redis answering at `url` (`process_id` of `INFO server`), if one
 /// answers.
-fn answering_pid(url: &str) -> Option<u32> {
+pub(crate) fn answering_pid(url: &str) -> Option<u32> {
     let client = redis::Client::open(url).ok()?;
     let mut conn = client
         .get_connection_with_timeout(Duration::from_millis(200))
