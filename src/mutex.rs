@@ -389,7 +389,6 @@ impl Mutex {
     /// handle's terms, or `Busy` when another owner holds the lock.
     fn attempt_once(&self, owner: &str, request: &str, by: Deadline) -> Result<Attempt> {
         let shared = self.client.shared();
-        let terms = self.terms();
         let sent = Instant::now();
         // Levels of this owner on the server without a live local guard are orphans (a release
         // whose reply was lost); the script replaces them instead of counting on top of them.
@@ -397,20 +396,41 @@ impl Mutex {
         // A re-entry speaks for the owner on the server: after a local hand-off that is the
         // thread that took the lock through Redis, not this one.
         let owner = live.as_ref().map_or(owner, |h| h.owner.as_str());
-        let reply = shared.backend.acquire(&AcquireCall {
+        let reentry = live.as_ref().map(|h| Live {
+            acquisition: &h.acquisition,
+            extend: h.reentry_extension(sent),
+        });
+        let reply = shared
+            .backend
+            .acquire(&self.acquire_call(owner, request, reentry, sent, by))?;
+        self.settle(reply, owner, sent, live.as_ref(), by)
+    }
+
+    /// This handle's acquire call for `owner`: its lease, and the tokens a new acquisition
+    /// reserves for local hand-offs; `live` makes it a re-entry.
+    fn acquire_call<'a>(
+        &'a self,
+        owner: &'a str,
+        request: &'a str,
+        live: Option<Live<'a>>,
+        sent: Instant,
+        by: Deadline,
+    ) -> AcquireCall<'a> {
+        AcquireCall {
             keys: &self.keys,
             owner,
-            lease: terms.lease,
+            lease: self.terms().lease,
             request,
-            live: live.as_ref().map(|h| Live {
-                acquisition: &h.acquisition,
-                extend: h.reentry_extension(sent),
-            }),
+            live,
             sent,
             by,
-            block: shared.config.handoff.map_or(0, |h| h.max_count),
-        })?;
-        self.settle(reply, owner, sent, live.as_ref(), by)
+            block: self
+                .client
+                .shared()
+                .config
+                .handoff
+                .map_or(0, |h| h.max_count),
+        }
     }
 
     /// What an acquire's reply means: `sent` is when the call was written, `live` the
@@ -628,16 +648,13 @@ impl Mutex {
         let primed = if shared.live_hold(&self.keys).is_some() {
             None
         } else {
-            shared.backend.prime_acquire(&AcquireCall {
-                keys: &self.keys,
+            shared.backend.prime_acquire(&self.acquire_call(
                 owner,
-                lease: self.terms().lease,
                 request,
-                live: None,
-                sent: Instant::now(),
-                by: limit,
-                block: shared.config.handoff.map_or(0, |h| h.max_count),
-            })
+                None,
+                Instant::now(),
+                limit,
+            ))
         };
         let Some(primed) = primed else {
             reg.wait_release(seen, until);

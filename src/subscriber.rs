@@ -118,6 +118,7 @@ pub(crate) fn sleep_on(ttl: Duration, confirmed: bool) -> Duration {
         ttl.min(RECHECK)
     }
 }
+
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
