@@ -228,6 +228,9 @@ fn every_command_of_the_rule_is_needed() {
 /// An ACL user over TLS: both apply together.
 #[test]
 fn acl_user_over_tls() {
+    if common::skip_without_tls("acl_user_over_tls") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
     set_user(&server, "locksmith", &[]);

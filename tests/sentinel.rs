@@ -377,6 +377,9 @@ fn wait_replicas_confirms_or_undoes() {
 /// graceful failover while a lock is held; a wrong master password fails `build()` clearly.
 #[test]
 fn tls_sentinels_and_an_acl_user_on_the_master() {
+    if common::skip_without_tls("tls_sentinels_and_an_acl_user_on_the_master") {
+        return;
+    }
     use common::sentinel::{MASTER_PASS, MASTER_USER};
     let files = common::TlsFiles::generate();
     let set = SentinelSet::start_secure(&files);

@@ -64,6 +64,9 @@ fn tls_client(server: &RedisServer, files: &TlsFiles) -> Client {
 /// (commands and pub/sub).
 #[test]
 fn lock_reentry_and_renewal_over_tls() {
+    if common::skip_without_tls("lock_reentry_and_renewal_over_tls") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
     let url = server.tls_url();
@@ -100,6 +103,9 @@ fn lock_reentry_and_renewal_over_tls() {
 /// acquires right after the release, long before the holder's lease would run out.
 #[test]
 fn handoff_between_two_clients_over_tls() {
+    if common::skip_without_tls("handoff_between_two_clients_over_tls") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
     let a = tls_client(&server, &files);
@@ -154,6 +160,9 @@ fn handoff_between_two_clients_over_tls() {
 /// and `build()` of a client without one fails with a TLS error.
 #[test]
 fn mutual_tls() {
+    if common::skip_without_tls("mutual_tls") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, true);
     let (cert, key) = files.client_pem();
@@ -182,6 +191,9 @@ fn build_err(b: locksmith::ClientBuilder) -> Error {
 
 #[test]
 fn wrong_ca_is_named() {
+    if common::skip_without_tls("wrong_ca_is_named") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
     let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.other_ca_pem()));
@@ -191,6 +203,9 @@ fn wrong_ca_is_named() {
 
 #[test]
 fn system_roots_do_not_trust_a_private_ca() {
+    if common::skip_without_tls("system_roots_do_not_trust_a_private_ca") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
     let e = build_err(Client::builder(&server.tls_url()));
@@ -199,6 +214,9 @@ fn system_roots_do_not_trust_a_private_ca() {
 
 #[test]
 fn expired_certificate_is_named() {
+    if common::skip_without_tls("expired_certificate_is_named") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Expired, false);
     let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.ca_pem()));
@@ -208,6 +226,9 @@ fn expired_certificate_is_named() {
 
 #[test]
 fn mismatched_certificate_is_named() {
+    if common::skip_without_tls("mismatched_certificate_is_named") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::WrongHost, false);
     let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.ca_pem()));
@@ -218,6 +239,9 @@ fn mismatched_certificate_is_named() {
 /// Plain text to the TLS port, and TLS to the plain port: both named.
 #[test]
 fn plain_text_and_tls_on_the_wrong_port_are_named() {
+    if common::skip_without_tls("plain_text_and_tls_on_the_wrong_port_are_named") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
     let plain_to_tls = format!("redis://127.0.0.1:{}/", server.tls_port());
@@ -234,6 +258,9 @@ fn plain_text_and_tls_on_the_wrong_port_are_named() {
 /// and pub/sub.
 #[test]
 fn insecure_url_skips_verification() {
+    if common::skip_without_tls("insecure_url_skips_verification") {
+        return;
+    }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::WrongHost, false);
     let url = format!("{}#insecure", server.tls_url());

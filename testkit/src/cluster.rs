@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::names::unique_suffix;
+use crate::program::{cli_program, server_program};
 use crate::server::{answering_pid, connect, signal};
 
 /// The nodes' `cluster-node-timeout`: a master unreachable for this long is failed over.
@@ -108,7 +109,7 @@ pub struct Shard {
 /// Starts the `redis-server` of a cluster node on `port`, in `dir` (where its `nodes.conf`
 /// lives), logging to `log`.
 fn spawn_node(port: u16, dir: &std::path::Path, log: &std::path::Path) -> Child {
-    Command::new("redis-server")
+    Command::new(server_program())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .args(["--cluster-enabled", "yes"])
@@ -136,7 +137,7 @@ fn spawn_node(port: u16, dir: &std::path::Path, log: &std::path::Path) -> Child 
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run redis-server: {e}"))
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", server_program()))
 }
 
 /// A field of an `INFO` reply (`name:value` lines).
@@ -284,7 +285,7 @@ impl RedisCluster {
                 .query(&mut c)
                 .unwrap();
         } else {
-            let mut cmd = Command::new("redis-cli");
+            let mut cmd = Command::new(cli_program());
             cmd.arg("--cluster").arg("create");
             for n in &cluster.nodes {
                 cmd.arg(format!("127.0.0.1:{}", n.port));
@@ -293,7 +294,7 @@ impl RedisCluster {
                 .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
                 .stdin(Stdio::null())
                 .output()
-                .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli_program()));
             assert!(
                 out.status.success(),
                 "redis-cli --cluster create failed: {}\n{}",

@@ -1,6 +1,7 @@
 //! The test and benchmark harness of locksmith (development only, never published).
 //!
-//! Everything here runs against real `redis-server` processes over real sockets:
+//! Everything here runs against real `redis-server` processes over real sockets (or the
+//! server named by `LOCKSMITH_TEST_SERVER`, such as a `valkey-server`: see [`server_program`]):
 //!
 //! - [`RedisServer`]: a private `redis-server` on a free port (never 6379): start, stop,
 //!   restart empty on the same port, pause and resume (`SIGSTOP`/`SIGCONT`), optionally pinned
@@ -15,7 +16,7 @@
 //! - Command counting: [`commandstats`] / [`script_calls`] (`INFO commandstats`), the
 //!   [`Stats`] maps of the benchmark, and [`Monitor`] (`MONITOR`).
 //! - [`TlsFiles`]: a test CA and certificates made with `openssl`, for
-//!   [`RedisServer::start_tls`].
+//!   [`RedisServer::start_tls`]; [`skip_without_tls`] for a server built without TLS.
 //! - [`TestChild`]: a child process that re-runs the current test binary in a given role.
 //! - [`thread_count`] and friends: threads of this process, from `/proc`.
 //! - [`with_deadline`] / [`wait_until`]: every blocking step of a test is bounded.
@@ -34,6 +35,7 @@ mod child;
 mod clock;
 pub mod cluster;
 mod names;
+mod program;
 pub mod proxy;
 mod rng;
 pub mod sentinel;
@@ -48,6 +50,10 @@ pub use clock::{mono_ns, ms_between, realtime_ns};
 pub use cluster::RedisCluster;
 pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
+};
+pub use program::{
+    CLI_VAR, REQUIRE_TLS_VAR, SERVER_VAR, cli_program, server_program, skip_without_tls,
+    tls_unavailable,
 };
 pub use rng::Rng;
 pub use sentinel::SentinelSet;

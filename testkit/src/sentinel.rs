@@ -17,6 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::names::unique_suffix;
+use crate::program::server_program;
 use crate::server::{connect, free_port, signal};
 use crate::tls::{ServerCert, TlsFiles};
 
@@ -82,13 +83,19 @@ pub struct SentinelSet {
 }
 
 fn spawn(args: &[String], log: &Path) -> Child {
-    Command::new("redis-server")
+    Command::new(server_program())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run redis-server ({e}); log {}", log.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}); log {}",
+                server_program(),
+                log.display()
+            )
+        })
 }
 
 /// Runs `cmd` on the plain port `port`, as `password`'s `default` user if given.

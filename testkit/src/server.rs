@@ -7,6 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::names::unique_suffix;
+use crate::program::{SERVER_VAR, server_program};
 use crate::tls::{ServerCert, TlsFiles};
 
 /// How long a starting server may take to answer (`INFO server`, with its own process id).
@@ -85,6 +86,27 @@ impl RedisServer {
         }
     }
 
+    /// [`RedisServer::start_tls`] that returns the failure instead of panicking (a server
+    /// built without TLS exits at once; the message ends with its log).
+    ///
+    /// # Errors
+    /// When the server cannot be run or does not come up; the message holds its log's tail.
+    pub fn try_start_tls(
+        files: &TlsFiles,
+        cert: ServerCert,
+        auth_clients: bool,
+    ) -> Result<RedisServer, String> {
+        let (cert, key) = files.server_files(cert);
+        let tls = TlsPort {
+            port: 0,
+            cert,
+            key,
+            ca: files.path("ca.crt"),
+            auth_clients,
+        };
+        RedisServer::try_start_with(None, Some(tls))
+    }
+
     fn try_start_with(cpu: Option<usize>, tls: Option<TlsPort>) -> Result<RedisServer, String> {
         let dir = std::env::temp_dir().join(format!("locksmith-test-{}", unique_suffix()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("temp dir {}: {e}", dir.display()))?;
@@ -112,7 +134,8 @@ impl RedisServer {
             }
         }
         Err(format!(
-            "could not start redis-server: {last_err}\n--- redis.log ---\n{}",
+            "could not start {}: {last_err}\n--- redis.log ---\n{}",
+            server_program(),
             server.log_tail(30)
         ))
     }
@@ -229,10 +252,10 @@ impl RedisServer {
         let mut cmd = match self.cpu {
             Some(c) => {
                 let mut cmd = Command::new("taskset");
-                cmd.arg("-c").arg(c.to_string()).arg("redis-server");
+                cmd.arg("-c").arg(c.to_string()).arg(server_program());
                 cmd
             }
-            None => Command::new("redis-server"),
+            None => Command::new(server_program()),
         };
         if let Some(tls) = &self.tls {
             cmd.args(["--tls-port", &tls.port.to_string()])
@@ -259,7 +282,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("spawn redis-server (is it installed?): {e}"))?;
+            .map_err(|e| format!("spawn {} (is it installed?): {e}", server_program()))?;
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -312,7 +335,8 @@ impl Drop for RedisServer {
 }
 
 fn ensure_redis_server_installed() {
-    match Command::new("redis-server")
+    let program = server_program();
+    match Command::new(&program)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -320,11 +344,11 @@ fn ensure_redis_server_installed() {
     {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "`redis-server` is not on PATH; the integration tests need it. \
+            "`{program}` is not found; the integration tests need it. \
              Install it, e.g. `apt-get install redis-server` (Debian/Ubuntu) \
-             or `brew install redis` (macOS)"
+             or `brew install redis` (macOS), or name another server in {SERVER_VAR}"
         ),
-        Err(e) => panic!("cannot run `redis-server --version`: {e}"),
+        Err(e) => panic!("cannot run `{program} --version`: {e}"),
     }
 }
 
