@@ -24,7 +24,8 @@ const MAX_IDLE: usize = 32;
 ///
 /// Accepted: `redis://[user:password@]host[:port][/db]`, the same with `rediss://` (TLS;
 /// a trailing `#insecure` skips certificate verification), `redis+unix:///path` and
-/// `unix:///path`.
+/// `unix:///path`. `valkey://`, `valkeys://` and `valkey+unix://` are the same three (the
+/// `redis` crate reads them alike).
 pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
     let bad = |reason: String| Error::InvalidUrl { reason };
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -34,7 +35,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
         )));
     };
     match scheme {
-        "redis" | "rediss" => {
+        "redis" | "rediss" | "valkey" | "valkeys" => {
             let authority = rest.split(['/', '#', '?']).next().unwrap_or("");
             let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
             let (host, port) = match host_port.rsplit_once(':') {
@@ -55,7 +56,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
                 }
             }
         }
-        "redis+unix" | "unix" => {}
+        "redis+unix" | "valkey+unix" | "unix" => {}
         other => {
             return Err(bad(format!(
                 "the scheme `{other}` is not supported (expected redis://, rediss:// or \
@@ -524,6 +525,40 @@ mod tests {
             MAX_SOCKET_TIMEOUT
         );
         assert_eq!(Deadline::after(Duration::MAX), Deadline::NONE);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn valkey_schemes_mean_the_redis_ones() {
+        for (valkey, redis) in [
+            (
+                "valkey://u:pw@127.0.0.1:6379/2",
+                "redis://u:pw@127.0.0.1:6379/2",
+            ),
+            ("valkeys://h.example:6380/", "rediss://h.example:6380/"),
+            (
+                "valkeys://h.example:6380/#insecure",
+                "rediss://h.example:6380/#insecure",
+            ),
+            ("valkey+unix:///tmp/v.sock", "redis+unix:///tmp/v.sock"),
+        ] {
+            let (v, r) = (parse_url(valkey).unwrap(), parse_url(redis).unwrap());
+            assert_eq!(v.addr(), r.addr(), "{valkey}");
+            let (vs, rs) = (v.redis_settings(), r.redis_settings());
+            assert_eq!(
+                (vs.db(), vs.username(), vs.password()),
+                (rs.db(), rs.username(), rs.password()),
+                "{valkey}"
+            );
+        }
+        let msg = |u: &str| {
+            parse_url(u)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(msg("valkey://").contains("host"));
+        assert!(msg("valkeys://127.0.0.1:0/").contains("port"));
     }
 
     #[test]
