@@ -47,6 +47,7 @@ fn main() -> support::Result<()> {
     println!("with the lock:  expected {expected}, actual {actual} in {took:.0?}");
 
     let _: usize = redis.connection()?.del(BALANCE)?;
+    redis.tell_what_is_left(&[LOCK])?;
     if actual != expected {
         return Err("the locked run lost deposits".into());
     }

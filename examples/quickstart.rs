@@ -53,5 +53,6 @@ fn main() -> support::Result<()> {
         guard.fencing_token()
     );
     guard.unlock()?;
+    redis.tell_what_is_left(&["example:quickstart"])?;
     Ok(())
 }

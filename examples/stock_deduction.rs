@@ -53,6 +53,7 @@ fn main() -> support::Result<()> {
     }
 
     let _: usize = redis.connection()?.del(&[STOCK, SOLD])?;
+    redis.tell_what_is_left(&[LOCK])?;
     Ok(())
 }
 

@@ -85,6 +85,11 @@ fn main() -> support::Result<()> {
         }
     }
     cleanup(&redis)?;
+    let locks: Vec<String> = RECORDS
+        .iter()
+        .map(|r| format!("example:save:{r}"))
+        .collect();
+    redis.tell_what_is_left(&locks.iter().map(String::as_str).collect::<Vec<_>>())?;
     if wrong > 0 {
         return Err(format!("{wrong} record(s) were not saved exactly once").into());
     }
