@@ -78,7 +78,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use redis::{ConnectionInfo, Value};
+use redis::{ConnectionInfo, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, RESOLVE_EVERY, Resolve, Timeouts};
@@ -594,6 +594,15 @@ impl Subscriber {
             // SUBSCRIBE (an ACL without the permission). Its waiters stay unconfirmed and
             // fall back to bounded re-checks.
             if let Value::ServerError(e) = value {
+                // Valkey 8.0.0 answered `UNSUBSCRIBE` on a connection without subscriptions
+                // (its only channel's `SUBSCRIBE` was refused) with a `NOSUB` error; Redis and
+                // later Valkey releases send the usual `unsubscribe` reply, ignored below.
+                // Either way it answers our `UNSUBSCRIBE`, not a `SUBSCRIBE`: the pending
+                // ones stay pending.
+                if e.kind() == Some(ServerErrorKind::NoSub) {
+                    log::debug!("pub/sub: {e}");
+                    return;
+                }
                 let refused = table.pending.pop_front();
                 drop(table);
                 match refused {
@@ -1156,6 +1165,59 @@ mod tests {
                 None => Ok(0),
             }
         }
+    }
+
+    /// A subscriber with no connection, for feeding replies to [`Subscriber::dispatch`].
+    fn unconnected() -> Subscriber {
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(1),
+            command: Duration::from_secs(1),
+        };
+        Subscriber {
+            infos: Vec::new(),
+            resolver: None,
+            current: AtomicUsize::new(0),
+            timeouts,
+            tls: None,
+            table: Mutex::new(Table::default()),
+            stop: AtomicBool::new(false),
+            stop_tx: Mutex::new(None),
+            sharded: None,
+        }
+    }
+
+    /// The error replies as the server sends them.
+    #[allow(clippy::unwrap_used)]
+    fn reply(wire: &[u8]) -> Value {
+        redis::Parser::new().parse_value(&mut &wire[..]).unwrap()
+    }
+
+    /// Valkey 8.0.0's `NOSUB` error, its answer to an `UNSUBSCRIBE` on a connection without
+    /// subscriptions, leaves the `SUBSCRIBE` written after it pending; a refusal (`NOPERM`)
+    /// still marks the channel refused; Redis's reply to the same `UNSUBSCRIBE` changes nothing.
+    #[test]
+    fn a_nosub_error_is_not_taken_for_a_refused_subscribe() {
+        let sub = unconnected();
+        let ch = Arc::new(Channel {
+            name: "locksmith:{a}:released".into(),
+            state: Mutex::new(ChannelState::default()),
+        });
+        sub.table.lock().pending.push_back(Arc::clone(&ch));
+
+        sub.dispatch(reply(
+            b"-NOSUB 'unsubscribe' command executed not in subscribed mode\r\n",
+        ));
+        sub.dispatch(reply(
+            b"*3\r\n$11\r\nunsubscribe\r\n$17\r\nlocksmith:{b}:rel\r\n:0\r\n",
+        ));
+        assert!(!ch.state.lock().refused);
+        assert_eq!(sub.table.lock().pending.len(), 1);
+
+        sub.dispatch(reply(
+            b"-NOPERM this user has no permissions to access one of the channels\r\n",
+        ));
+        assert!(ch.state.lock().refused);
+        assert!(sub.table.lock().pending.is_empty());
     }
 
     /// A read timeout inside a reply loses nothing: the parser resumes it on the next read,

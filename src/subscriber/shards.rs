@@ -439,6 +439,12 @@ impl Subscriber {
         shard.last_read = Instant::now();
         let items = match value {
             Value::Array(items) | Value::Push { data: items, .. } => items,
+            Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoSub) => {
+                // Valkey 8.0.0's answer to a SUNSUBSCRIBE on a connection without
+                // subscriptions (see `Subscriber::dispatch`): not an SSUBSCRIBE's.
+                log::debug!("pub/sub on {node}: {e}");
+                return;
+            }
             Value::ServerError(e) => {
                 // The answer to an SSUBSCRIBE: MOVED (the slot is elsewhere now) or refused.
                 let Some(ch) = shard.pending.pop_front() else {
