@@ -192,12 +192,14 @@ fn parse_shards(v: &Value) -> Option<Vec<Shard>> {
             let n = fields(node);
             let get = |name: &str| n.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
             let port = get("port").and_then(int)? as u16;
+            // A failed node is neither: Valkey keeps a master that failed over in its shard,
+            // still as `role master` (with `health fail`), next to the promoted one.
             match (
                 get("role").and_then(text).as_deref(),
                 get("health").and_then(text).as_deref(),
             ) {
+                (_, Some("fail" | "failed")) => {}
                 (Some("master"), _) => master = Some(port),
-                (_, Some("failed")) => {}
                 _ => replicas.push(port),
             }
         }
@@ -743,5 +745,45 @@ impl Drop for RedisCluster {
             n.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn node(port: i64, role: &str, health: &str) -> Value {
+        Value::Array(vec![
+            bulk("port"),
+            Value::Int(port),
+            bulk("role"),
+            bulk(role),
+            bulk("health"),
+            bulk(health),
+        ])
+    }
+
+    /// After a failover, Valkey lists the failed old master as `role master`, `health fail`,
+    /// beside the promoted one, in either order: the promoted one is the master.
+    #[test]
+    fn a_failed_master_is_not_the_shards_master() {
+        for nodes in [
+            vec![node(7001, "master", "fail"), node(7004, "master", "online")],
+            vec![node(7004, "master", "online"), node(7001, "master", "fail")],
+        ] {
+            let reply = Value::Array(vec![Value::Array(vec![
+                bulk("slots"),
+                Value::Array(vec![Value::Int(0), Value::Int(5460)]),
+                bulk("nodes"),
+                Value::Array(nodes),
+            ])]);
+            let shards = parse_shards(&reply).unwrap();
+            assert_eq!(shards[0].master, 7004);
+            assert!(shards[0].replicas.is_empty());
+        }
     }
 }
