@@ -185,6 +185,13 @@
 //! - `debug`: client start, retries, thread stops.
 //! - `trace`: renewal batches.
 //!
+//! # URLs
+//!
+//! A server is named by `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS; a
+//! trailing `#insecure` skips certificate verification) or `unix:///path/to/socket`. For
+//! Valkey, `valkey://`, `valkeys://` and `valkey+unix://` are accepted wherever these are (one
+//! server, Sentinel, Cluster, RedLock) and mean the same.
+//!
 //! # Cargo features
 //!
 //! None: `default = []`. TLS (`rediss://`) is always built in, through the `redis` crate's
@@ -237,3 +244,29 @@ pub use redlock::{Redlock, RedlockBuilder};
 pub use renewal::{LeaseKind, LostLease};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
+
+/// The Rust snippets of the README and of `docs/*.md`, compiled (and run where they need no
+/// server) as doctests, so that a snippet that no longer compiles fails the build.
+#[cfg(doctest)]
+mod markdown_snippets {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/deployments.md")]
+    struct Deployments;
+    #[doc = include_str!("../docs/faults.md")]
+    struct Faults;
+    #[doc = include_str!("../docs/guarantees.md")]
+    struct Guarantees;
+    #[doc = include_str!("../docs/how-it-works.md")]
+    struct HowItWorks;
+    #[doc = include_str!("../docs/key-layout.md")]
+    struct KeyLayout;
+    #[doc = include_str!("../docs/lock-types.md")]
+    struct LockTypes;
+    #[doc = include_str!("../docs/performance.md")]
+    struct Performance;
+    #[doc = include_str!("../docs/testing.md")]
+    struct Testing;
+}
