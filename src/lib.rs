@@ -157,7 +157,7 @@
 //!
 //! On a Redis Cluster, a call follows `MOVED` and `ASK` redirections and retries after
 //! `TRYAGAIN`, `CLUSTERDOWN` or a lost connection only within what is left of its bound (see
-//! the README's "Deployments").
+//! `docs/deployments.md`).
 //!
 //! With Sentinel, opening a connection includes asking a sentinel for the master's address
 //! (its TLS handshake and `AUTH` included) and the master's TLS handshake, `AUTH`

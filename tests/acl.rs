@@ -1,5 +1,5 @@
 //! ACL users: the whole core (lock, re-entry, renewal, a waiter woken by a release, the
-//! release) runs under exactly the minimal rule that the README gives, as that user, on
+//! release) runs under exactly the minimal rule that `docs/deployments.md` gives, as that user, on
 //! command AND pub/sub connections; and each permission of the rule is needed.
 //! (A user without `SUBSCRIBE` is in `tests/fault_refusals.rs`.)
 
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{RedisServer, ServerCert, TlsFiles, with_deadline};
 use locksmith::Client;
 
-/// The commands of the minimal rule, as in the README: `PING` and `SCRIPT LOAD` (at
+/// The commands of the minimal rule, as in `docs/deployments.md`: `PING` and `SCRIPT LOAD` (at
 /// `build()`, and after a `NOSCRIPT`), `EVALSHA`, `EXISTS` (`is_locked()`),
 /// `SUBSCRIBE`/`UNSUBSCRIBE`, and the commands the scripts call.
 const RULE_COMMANDS: &[&str] = &[
