@@ -1,6 +1,6 @@
 //! ACL users: the whole core (lock, re-entry, renewal, a waiter woken by a release, the
-//! release) runs under exactly the minimal rule that `docs/deployments.md` gives, as that user, on
-//! command AND pub/sub connections; and each permission of the rule is needed.
+//! release) runs under exactly the minimal rule that `docs/deployments.md` gives, as that
+//! user, on command AND pub/sub connections; and each permission of the rule is needed.
 //! (A user without `SUBSCRIBE` is in `tests/fault_refusals.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
