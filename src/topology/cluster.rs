@@ -972,4 +972,39 @@ mod tests {
         assert_eq!((r[0].start, r[0].end, r[0].port), (0, 10, 7000));
         assert_eq!((r[1].start, r[1].end, r[1].port), (20, 30, 7000));
     }
+
+    /// Valkey keeps a master that failed over in its shard, as `role master` with
+    /// `health fail`, before or after the promoted one: the promoted one is the master.
+    #[test]
+    fn a_failed_master_is_not_taken_for_the_shards_master() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let node = |port: i64, health: &str| {
+            Value::Array(vec![
+                bulk("port"),
+                Value::Int(port),
+                bulk("ip"),
+                bulk("127.0.0.1"),
+                bulk("endpoint"),
+                bulk("127.0.0.1"),
+                bulk("role"),
+                bulk("master"),
+                bulk("health"),
+                bulk(health),
+            ])
+        };
+        for nodes in [
+            vec![node(7000, "fail"), node(7003, "online")],
+            vec![node(7003, "online"), node(7000, "fail")],
+        ] {
+            let shards = Value::Array(vec![Value::Array(vec![
+                bulk("slots"),
+                Value::Array(vec![Value::Int(0), Value::Int(16383)]),
+                bulk("nodes"),
+                Value::Array(nodes),
+            ])]);
+            let r = parse_shards(&shards, false).unwrap_or_default();
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].port, 7003);
+        }
+    }
 }
