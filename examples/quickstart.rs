@@ -4,6 +4,9 @@
 //! ```text
 //! cargo run --example quickstart
 //! ```
+//!
+//! In a program of your own: `redis-locksmith = "0.1"` under `[dependencies]`, and the
+//! library is `locksmith` (`use locksmith::Client;`).
 
 #[path = "support/mod.rs"]
 mod support;

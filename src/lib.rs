@@ -5,6 +5,13 @@
 //! across processes; a locksmith [`Mutex`] can. It is built for programs that are not async:
 //! plain threads and worker pools, `let _g = lock.lock()?`.
 //!
+//! The package is `redis-locksmith`; the library in it is `locksmith`:
+//!
+//! ```toml
+//! [dependencies]
+//! redis-locksmith = "0.1"
+//! ```
+//!
 //! ```no_run
 //! # fn main() -> locksmith::Result<()> {
 //! let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
