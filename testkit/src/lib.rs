@@ -43,6 +43,7 @@ mod server;
 mod stats;
 mod threads;
 mod tls;
+mod tls_probe;
 mod wait;
 
 pub use child::{ROLE_VAR, TestChild, child_env, is_child};
@@ -51,10 +52,7 @@ pub use cluster::RedisCluster;
 pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };
-pub use program::{
-    CLI_VAR, REQUIRE_TLS_VAR, SERVER_VAR, cli_program, server_program, skip_without_tls,
-    tls_unavailable,
-};
+pub use program::{CLI_VAR, SERVER_VAR, cli_program, server_program};
 pub use rng::Rng;
 pub use sentinel::SentinelSet;
 pub use server::{ClosedPort, RedisServer, connect, free_port, pin, signal, stop_for};
@@ -68,4 +66,5 @@ pub use stats::{
 };
 pub use threads::{new_thread_named, rss_kib, tasks, thread_count, thread_cpu_ns};
 pub use tls::{ServerCert, TlsFiles};
+pub use tls_probe::{REQUIRE_TLS_VAR, skip_without_tls, tls_unavailable};
 pub use wait::{wait_until, with_deadline};

@@ -290,7 +290,7 @@ impl RedisServer {
                 && let Ok(Some(status)) = c.try_wait()
             {
                 self.child = None;
-                return Err(format!("redis-server on port {port} exited: {status}"));
+                return Err(format!("the server on port {port} exited: {status}"));
             }
             // Our child, not another process that took the port before it could bind it
             // (the child then exits with "Address already in use", and another port is tried).
@@ -300,7 +300,7 @@ impl RedisServer {
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "redis-server on port {port} did not answer as its own process within {START_TIMEOUT:?}"
+                    "the server on port {port} did not answer as its own process within {START_TIMEOUT:?}"
                 ));
             }
             thread::sleep(Duration::from_millis(20));
