@@ -225,16 +225,23 @@
 //! | renewal | `renewal/` | the `locksmith-renew` thread and its timer wheel |
 //! | locks and client | `client.rs`, `mutex.rs`, `guard.rs`, `handoff.rs`, `fair_mutex.rs`, `rwlock.rs`, `semaphore.rs`, `redlock.rs` | the public types: [`Client`] and [`ClientBuilder`] (configuration checks, the two threads, the registry of this client's holds), and the locks built on all of the above |
 
+#[path = "client/builder.rs"]
 mod client;
 mod error;
+#[path = "locks/fair_mutex.rs"]
 mod fair_mutex;
+#[path = "locks/mutex/guard.rs"]
 mod guard;
+#[path = "locks/mutex/handoff.rs"]
 mod handoff;
+#[path = "locks/mutex/mod.rs"]
 mod mutex;
 mod protocol;
 mod redlock;
 mod renewal;
+#[path = "locks/rwlock.rs"]
 mod rwlock;
+#[path = "locks/semaphore.rs"]
 mod semaphore;
 mod subscriber;
 mod topology;
