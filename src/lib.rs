@@ -225,39 +225,27 @@
 //! | renewal | `renewal/` | the `locksmith-renew` thread and its timer wheel |
 //! | locks and client | `client.rs`, `mutex.rs`, `guard.rs`, `handoff.rs`, `fair_mutex.rs`, `rwlock.rs`, `semaphore.rs`, `redlock.rs` | the public types: [`Client`] and [`ClientBuilder`] (configuration checks, the two threads, the registry of this client's holds), and the locks built on all of the above |
 
-#[path = "client/builder.rs"]
 mod client;
 mod error;
-#[path = "locks/fair_mutex.rs"]
-mod fair_mutex;
-#[path = "locks/mutex/guard.rs"]
-mod guard;
-#[path = "locks/mutex/handoff.rs"]
-mod handoff;
-#[path = "locks/mutex/mod.rs"]
-mod mutex;
+mod locks;
 mod protocol;
 mod redlock;
 mod renewal;
-#[path = "locks/rwlock.rs"]
-mod rwlock;
-#[path = "locks/semaphore.rs"]
-mod semaphore;
 mod subscriber;
 mod topology;
 mod transport;
 
-pub use client::{Client, ClientBuilder, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
+pub use client::shared::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
+pub use client::{Client, builder::ClientBuilder};
 pub use error::{Error, Result};
-pub use fair_mutex::{FairMutex, FairMutexGuard};
-pub use guard::MutexGuard;
-pub use mutex::Mutex;
+pub use locks::fair_mutex::{FairMutex, FairMutexGuard};
+pub use locks::mutex::{Mutex, guard::MutexGuard};
+pub use locks::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use locks::semaphore::{Semaphore, SemaphorePermit};
 pub use protocol::keys::MAX_NAME_LEN;
 #[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
 pub use renewal::{LeaseKind, LostLease};
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{Semaphore, SemaphorePermit};
 
 /// The Rust snippets of the README and of `docs/*.md`, compiled (and run where they need no
 /// server) as doctests, so that a snippet that no longer compiles fails the build.

@@ -1,6 +1,7 @@
 //! [`Redlock`]: one lock over several independent Redis masters.
 
-use crate::client::{Client, ClientBuilder};
+use crate::client::Client;
+use crate::client::builder::ClientBuilder;
 
 /// The quorum lock (RedLock), built with [`Client::redlock`]: one lock over several
 /// independent Redis masters (typically 5). A lock is held when a majority of them granted

@@ -1,25 +1,19 @@
-//! [`Client`] and [`ClientBuilder`]: the connections, the two background threads, and the
-//! settings every lock of the client shares.
+//! [`ClientBuilder`], and the entry points that give one ([`Client::open`],
+//! [`Client::builder`], [`Client::sentinel`], [`Client::redlock`], [`Client::cluster`]):
+//! the settings and their checks, the topology, the connections, and the start of the
+//! client's two threads.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use parking_lot::Mutex as PlMutex;
 use redis::{ConnectionAddr, ConnectionInfo};
 
+use super::Client;
+use super::shared::validate_max_hold;
+use super::shared::{Config, Core, HandoffBound, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 use crate::error::{Error, Result};
-use crate::fair_mutex::FairMutex;
-use crate::mutex::Mutex;
-use crate::protocol::grant::{Adopted, Grant, Terms};
-use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
-use crate::protocol::keys::{self, LockKeys};
-use crate::protocol::scripts::Kind;
-use crate::renewal::{self, Inbox, LostHook, LostLease};
-use crate::rwlock::RwLock;
-use crate::semaphore::Semaphore;
+use crate::protocol::keys;
+use crate::renewal::{LostHook, LostLease};
 use crate::subscriber::Subscriber;
 use crate::topology::backend::{Backend, Node};
 use crate::topology::cluster::Cluster;
@@ -27,11 +21,6 @@ use crate::topology::sentinel::Sentinel;
 use crate::transport::conn::Resolve;
 use crate::transport::conn::{self, Deadline, Pool, Timeouts};
 use crate::transport::tls::{self, Tls, TlsCerts};
-
-/// The shortest lease accepted.
-pub const MIN_LEASE: Duration = Duration::from_millis(30);
-/// The longest lease accepted.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The default per-master timeout of a quorum client.
 const DEFAULT_MASTER_TIMEOUT: Duration = Duration::from_millis(50);
@@ -71,67 +60,6 @@ impl Topology {
             }
             _ => Ok(()),
         }
-    }
-}
-
-/// Settings shared by every lock of a client.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) lease: Duration,
-    pub(crate) renew_every: Duration,
-    pub(crate) prefix: String,
-    pub(crate) timeouts: Timeouts,
-    pub(crate) retry_timeout: Duration,
-    pub(crate) max_hold: Option<Duration>,
-    /// Replicas that must confirm each acquire (and renewal), and how long to wait for them.
-    pub(crate) wait_replicas: Option<(usize, Duration)>,
-    /// The bound of local hand-offs; `None`: every release goes through Redis (the option is
-    /// off, or a quorum client).
-    pub(crate) handoff: Option<HandoffBound>,
-}
-
-/// How far a run of local hand-offs may go before a release goes through Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HandoffBound {
-    /// Local hand-offs in a row after an acquisition through Redis.
-    pub(crate) max_count: u32,
-    /// Time since the send of the acquisition through Redis after which no hand-off starts.
-    pub(crate) max_time: Duration,
-    /// How long the local leader lets others go first after a release through Redis that
-    /// others heard (zero: it competes at once).
-    pub(crate) give_way: Duration,
-}
-
-/// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
-/// each acquisition through Redis reserves that many fencing tokens.
-pub const MAX_HANDOFF_COUNT: u32 = 1024;
-
-impl Config {
-    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
-    pub(crate) fn terms(&self) -> Terms {
-        Terms {
-            lease: self.lease,
-            watchdog: true,
-            max_hold: self.max_hold,
-        }
-    }
-
-    /// The bound of one call that may have to open a connection first: the connect timeout
-    /// plus the command timeout (plus the replicas' timeout with
-    /// [`wait_replicas`](ClientBuilder::wait_replicas)).
-    pub(crate) fn one_call(&self) -> Duration {
-        self.timeouts
-            .connect
-            .saturating_add(self.timeouts.command)
-            .saturating_add(self.wait_replicas.map_or(Duration::ZERO, |(_, t)| t))
-    }
-
-    /// How long a waiter waits for its subscription's confirmation before an attempt whose
-    /// failure leads to sleeping: one command timeout (at most an hour) from now, never past
-    /// `deadline`.
-    pub(crate) fn confirm_by(&self, deadline: Option<Instant>) -> Instant {
-        let by = Instant::now() + self.timeouts.command.min(Duration::from_secs(3600));
-        crate::mutex::min_instant(deadline, by)
     }
 }
 
@@ -792,7 +720,8 @@ impl ClientBuilder {
                 }
             });
         }
-        Self::start(config, backend, subscriber, reader, self.on_lost)
+        let core = Core::start(config, backend, subscriber, reader, self.on_lost)?;
+        Ok(Client { core })
     }
 
     /// Connects to a Redis Cluster: the slot map from a seed, every master's `PING`, then the
@@ -845,56 +774,8 @@ impl ClientBuilder {
                 s.map_changed();
             }
         });
-        Self::start(config, backend, subscriber, reader, self.on_lost.clone())
-    }
-
-    /// Starts the client's two threads.
-    fn start(
-        config: Config,
-        backend: Arc<Backend>,
-        subscriber: Arc<Subscriber>,
-        reader: crate::subscriber::Reader,
-        on_lost: Option<LostHook>,
-    ) -> Result<Client> {
-        let backend_masters = backend.masters();
-        let (inbox, renewer) = renewal::renewer(Arc::clone(&backend), config.renew_every, on_lost);
-        let shared = Arc::new(Shared {
-            id: uuid::Uuid::new_v4().to_string(),
-            config: config.clone(),
-            backend: Arc::clone(&backend),
-            subscriber: Arc::clone(&subscriber),
-            renewals: inbox,
-            holds: PlMutex::new(HashMap::new()),
-        });
-        let mut threads = Vec::with_capacity(2);
-        let sub = Arc::clone(&subscriber);
-        let spawned = thread::Builder::new()
-            .name("locksmith-pubsub".into())
-            .spawn(move || sub.run(reader));
-        match spawned {
-            Ok(h) => threads.push(h),
-            Err(e) => {
-                subscriber.shutdown();
-                return Err(Error::Spawn(e));
-            }
-        }
-        match thread::Builder::new()
-            .name("locksmith-renew".into())
-            .spawn(move || renewer.run())
-        {
-            Ok(h) => threads.push(h),
-            Err(e) => {
-                subscriber.shutdown();
-                for t in threads {
-                    let _ = t.join();
-                }
-                return Err(Error::Spawn(e));
-            }
-        }
-        log::debug!("client connected to {} master(s)", backend_masters);
-        Ok(Client {
-            inner: Arc::new(Inner { shared, threads }),
-        })
+        let core = Core::start(config, backend, subscriber, reader, self.on_lost.clone())?;
+        Ok(Client { core })
     }
 }
 
@@ -981,317 +862,6 @@ fn config_pairs(v: redis::Value) -> Vec<(String, String)> {
             .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
             .collect(),
         _ => Vec::new(),
-    }
-}
-
-/// Checks a maximum hold time.
-pub(crate) fn validate_max_hold(max: Duration) -> Result<()> {
-    if max < MIN_LEASE {
-        return Err(Error::config(
-            "max_hold",
-            format!("must be at least {MIN_LEASE:?}"),
-        ));
-    }
-    Ok(())
-}
-
-/// State shared by a client's clones, locks, guards and threads.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// This client's random id: the first half of every owner id.
-    pub(crate) id: String,
-    pub(crate) config: Config,
-    pub(crate) backend: Arc<Backend>,
-    pub(crate) subscriber: Arc<Subscriber>,
-    renewals: Arc<Inbox>,
-    /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
-    holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
-}
-
-thread_local! {
-    /// Local hand-offs made by this thread (see [`Shared::mutex_owner`]).
-    static PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// A small number that tells the threads of this process apart (`ThreadId` has no stable
-/// integer form).
-pub(crate) fn thread_seq() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static SEQ: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    SEQ.with(|s| *s)
-}
-
-impl Shared {
-    /// The owner id of the calling thread.
-    pub(crate) fn owner(&self) -> String {
-        format!("{}:{}", self.id, thread_seq())
-    }
-
-    /// The owner id of the calling thread for a new [`Mutex`] acquisition:
-    /// [`owner`](Self::owner), with the number of local hand-offs this thread made so far
-    /// when there were any. A thread that handed a lock on keeps its old id on the server
-    /// while another thread holds it there; its own later acquisitions must not pass for that
-    /// owner (the acquire script would take the other thread's levels for orphans of its own
-    /// and replace them). So each hand-off gives the handing thread a new id.
-    pub(crate) fn mutex_owner(&self) -> String {
-        match PASSES.with(std::cell::Cell::get) {
-            0 => self.owner(),
-            n => format!("{}:{}.{n}", self.id, thread_seq()),
-        }
-    }
-
-    /// Forgets the calling thread's slot for `hold` (handed to another thread), keeping it
-    /// renewed, and gives the thread a new owner id for its later Mutex acquisitions (see
-    /// [`mutex_owner`](Shared::mutex_owner)).
-    pub(crate) fn passed_on(&self, hold: &Arc<Hold>) {
-        let slot = (hold.keys.lock.clone(), thread_seq());
-        let mut holds = self.holds.lock();
-        if holds
-            .get(&slot)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
-        {
-            holds.remove(&slot);
-        }
-        drop(holds);
-        PASSES.with(|p| p.set(p.get().wrapping_add(1).max(1)));
-    }
-
-    /// Records a hold handed to the calling thread: its slot for re-entry, and its renewal.
-    /// A hold of the thread's own on the same lock that still claims to be valid is lost (the
-    /// server names one acquisition only) and is reported.
-    pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) {
-        let slot = (hold.keys.lock.clone(), thread_seq());
-        let old = self.holds.lock().insert(slot, Arc::downgrade(hold));
-        if let Some(old) = old.and_then(|w| w.upgrade()) {
-            self.report_lost(&old);
-        }
-        if hold.renewal.is_some() {
-            self.renewals.register(Arc::clone(hold));
-        }
-    }
-
-    /// Notes that a registered hold left the renewal wheel's care (released, or retired for
-    /// a successor): it sits in the wheel until its slot fires.
-    pub(crate) fn note_released(&self, hold: &Hold) {
-        if hold.renewal.is_some() {
-            self.renewals.released();
-        }
-    }
-
-    /// Whether the calling thread holds `keys` through this client (as far as it knows).
-    pub(crate) fn holds_locally(&self, keys: &LockKeys) -> bool {
-        self.live_hold(keys).is_some()
-    }
-
-    /// The calling thread's hold on `keys`, if its lease is known valid.
-    pub(crate) fn live_hold(&self, keys: &LockKeys) -> Option<Arc<Hold>> {
-        self.holds
-            .lock()
-            .get(&(keys.lock.clone(), thread_seq()))
-            .and_then(Weak::upgrade)
-            .filter(|h| h.is_held())
-    }
-
-    /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
-    /// gets a new one, registered for renewal before the caller sees it.
-    ///
-    /// The server names the acquisition (`grant.gen`). When the thread's hold belongs to
-    /// another one, the server no longer has that hold's acquisition (the key expired, was
-    /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
-    /// so that its guards never say "held" beside the new acquisition.
-    pub(crate) fn adopt(
-        &self,
-        keys: &Arc<LockKeys>,
-        owner: String,
-        grant: Grant<'_>,
-        terms: Terms,
-    ) -> Adopted {
-        self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
-    }
-
-    /// As [`adopt`](Shared::adopt), for a hold renewed by lock type `kind`'s script.
-    pub(crate) fn adopt_as(
-        &self,
-        kind: Kind,
-        keys: &Arc<LockKeys>,
-        owner: String,
-        grant: Grant<'_>,
-        terms: Terms,
-    ) -> Adopted {
-        let Grant {
-            token,
-            count,
-            sent,
-            acquisition,
-            last,
-        } = grant;
-        let slot = (keys.lock.clone(), thread_seq());
-        let mut holds = self.holds.lock();
-        let existing = holds.get(&slot).and_then(Weak::upgrade);
-        if let Some(h) = &existing {
-            if h.acquisition == acquisition {
-                // A re-entry joins the thread's hold (with a quorum, a master that restarted
-                // may have answered with a newer token; the acquisition is still the same).
-                // A hold that can no longer be entered must not get a second hold of the same
-                // acquisition beside it: its guards would release the new one's levels.
-                return if h.enter(sent) {
-                    Adopted::Held(Arc::clone(h))
-                } else {
-                    Adopted::Stale
-                };
-            }
-            self.report_lost(h);
-        }
-        if count > 1 {
-            // Levels of an acquisition no local hold knows (its hold is gone): never handed
-            // out as a new one.
-            return Adopted::Stale;
-        }
-        let renewal = terms.watchdog.then(|| Renewal {
-            every: self.config.renew_every,
-            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
-        });
-        let hold = Arc::new(
-            Hold::new(
-                Arc::clone(keys),
-                Identity {
-                    owner,
-                    acquisition: acquisition.to_owned(),
-                    token,
-                },
-                terms.lease,
-                self.backend.drift(terms.lease),
-                renewal,
-                sent,
-            )
-            .with_kind(kind)
-            .with_chain(Chain {
-                since: sent,
-                passes: 0,
-                last: last.max(token),
-            }),
-        );
-        holds.insert(slot, Arc::downgrade(&hold));
-        drop(holds);
-        if renewal.is_some() {
-            self.renewals.register(Arc::clone(&hold));
-        }
-        Adopted::Held(hold)
-    }
-
-    /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
-    /// callback, on the renewal thread), if it was held until now: each loss is reported
-    /// once. A hold whose local deadline has passed is left as it is: a renewed one is
-    /// reported by the renewal thread when its slot comes, and a lease that ended by design
-    /// (a fixed lease, the maximum hold time) is not a loss to report.
-    pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
-        if hold.is_held() && hold.mark_lost() {
-            self.renewals.lost(Arc::clone(hold));
-        }
-    }
-
-    /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,
-    /// such as a waiter's place in a queue) until [`unwatch`](Shared::unwatch).
-    pub(crate) fn watch(&self, hold: &Arc<Hold>) {
-        if hold.renewal.is_some() {
-            self.renewals.register(Arc::clone(hold));
-        }
-    }
-
-    /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
-    /// renewal of it on the wire.
-    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) {
-        hold.leave(bound);
-        if hold.renewal.is_some() {
-            self.renewals.released();
-        }
-    }
-
-    /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was
-    /// released), and tells the renewal thread one more released hold sits in its wheel.
-    pub(crate) fn forget(&self, hold: &Arc<Hold>) {
-        let slot = (hold.keys.lock.clone(), thread_seq());
-        let mut holds = self.holds.lock();
-        if holds
-            .get(&slot)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
-        {
-            holds.remove(&slot);
-        }
-        drop(holds);
-        if hold.renewal.is_some() {
-            self.renewals.released();
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Inner {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.shared.subscriber.shutdown();
-        self.shared.renewals.stop();
-        let me = thread::current().id();
-        for t in self.threads.drain(..) {
-            // Never join a thread from itself (it cannot happen today: neither thread holds a
-            // client), so a drop can never deadlock.
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
-        self.shared.backend.clear();
-    }
-}
-
-/// A connection to one Redis server, shared by all locks made from it.
-///
-/// A client owns a small pool of command connections, one pub/sub connection, and exactly
-/// two background threads, whatever the number of locks and waiters:
-/// `locksmith-pubsub` listens for releases and wakes local waiters, `locksmith-renew` extends
-/// held leases in pipelined batches. Cloning is cheap and shares all of it; the threads stop
-/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped.
-///
-/// Each client has a random id; together with a per-thread number it forms the *owner* of a
-/// lock. So two clients are two owners, as two processes would be, and two threads of one
-/// client are two owners too.
-///
-/// # Examples
-///
-/// ```no_run
-/// # fn main() -> locksmith::Result<()> {
-/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-/// let lock = client.mutex("account:42")?;
-/// let guard = lock.lock()?;
-/// // ... read, change and write the account ...
-/// guard.unlock()?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Client {
-    inner: Arc<Inner>,
-}
-
-// A client is shared across threads by design; pin that down.
-const _: () = {
-    const fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<Client>();
-    assert_send_sync::<Mutex>();
-};
-
-impl std::fmt::Debug for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = &self.inner.shared;
-        f.debug_struct("Client")
-            .field("lease", &s.config.lease)
-            .field("key_prefix", &s.config.prefix)
-            .field("subscribed_channels", &s.subscriber.channel_count())
-            .finish_non_exhaustive()
     }
 }
 
@@ -1439,116 +1009,5 @@ impl Client {
             local_handoff_max_time: Duration::from_millis(10),
             local_handoff_give_way: Duration::from_millis(5),
         }
-    }
-
-    /// A handle on the lock called `name`. Cheap: nothing is sent to Redis.
-    ///
-    /// Any UTF-8 name works (spaces, `*`, `?`, braces, unicode), and names never interfere:
-    /// a release of `ab` never wakes waiters of `a*`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] when the name is empty, longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or contains a NUL byte.
-    pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        keys::validate_name(name)?;
-        let keys = Arc::new(LockKeys::new(&self.inner.shared.config.prefix, name));
-        Ok(Mutex::new(self.clone(), keys))
-    }
-
-    /// A handle on the fair mutex called `name`: waiters get it in arrival order, across
-    /// processes, and a release hands it directly to the next waiter. Cheap: nothing is sent
-    /// to Redis. Its keys are its own: a [`Mutex`] of the same name is another lock.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let printer = client.fair_mutex("printer")?;
-    /// let guard = printer.lock()?; // waiters are served first come, first served
-    /// guard.unlock()?; // hands the lock to the next waiter in the queue
-    /// # Ok(()) }
-    /// ```
-    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
-        keys::validate_name(name)?;
-        Ok(FairMutex::new(
-            self.clone(),
-            &self.inner.shared.config.prefix,
-            name,
-        ))
-    }
-
-    /// A handle on the counting semaphore called `name`, with `permits` permits: at most
-    /// that many are held at once across processes, each acquisition a lease renewed while
-    /// held. Cheap: nothing is sent to Redis. See [`Semaphore`] for what changing `permits`
-    /// of a live semaphore does.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex); [`Error::InvalidConfig`] when
-    /// `permits` is 0.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let pool = client.semaphore("db-connections", 20)?;
-    /// let _permit = pool.acquire()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        keys::validate_name(name)?;
-        Semaphore::new(
-            self.clone(),
-            &self.inner.shared.config.prefix,
-            name,
-            permits,
-        )
-    }
-
-    /// A handle on the read-write lock called `name`: many readers at once or one writer,
-    /// across processes, with writer preference by default. Cheap: nothing is sent to Redis.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let catalog = client.rw_lock("catalog")?;
-    /// let _r = catalog.read()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
-        keys::validate_name(name)?;
-        Ok(RwLock::new(
-            self.clone(),
-            &self.inner.shared.config.prefix,
-            name,
-        ))
-    }
-
-    /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a
-    /// quorum client; 1 for a cluster client (each lock lives on the one master of its slot).
-    pub fn masters(&self) -> usize {
-        self.inner.shared.backend.masters()
-    }
-
-    /// How many masters must grant a lock: a majority (`masters() / 2 + 1`).
-    pub fn quorum(&self) -> usize {
-        self.masters() / 2 + 1
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.inner.shared
     }
 }

@@ -39,9 +39,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::Client;
+use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::mutex::{after, hard_limit, min_instant, past, retrying};
+use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::time::{after, hard_limit, min_instant, past};
+use crate::locks::wait::retrying;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -107,43 +109,13 @@ use crate::transport::conn::Deadline;
 /// ```
 #[derive(Debug, Clone)]
 pub struct FairMutex {
-    client: Client,
+    client: Core,
     keys: Arc<LockKeys>,
-}
-
-/// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, the
-/// shared fencing counter `P{T}:fence`, and the channel prefix `P{T}:<suffix>:<channel>`.
-pub(crate) fn family_keys(prefix: &str, name: &str, suffix: &str, channel: &str) -> LockKeys {
-    let base = LockKeys::new(prefix, name);
-    let root = base
-        .fence
-        .strip_suffix(":fence")
-        .unwrap_or(&base.fence)
-        .to_owned();
-    LockKeys {
-        name: base.name,
-        lock: format!("{root}:{suffix}"),
-        fence: base.fence,
-        channel: format!("{root}:{suffix}:{channel}"),
-        slot: base.slot,
-    }
-}
-
-/// Runs a script call once, and once more at once (on a new connection: a failure clears the
-/// pool) when the connection failed; both within one connect plus one command timeout, and
-/// within `by`, as the plain mutex's attempt. The scripts recognise a retry by its ids.
-pub(crate) fn eval_twice(client: &Client, call: &scripts::Call, by: Deadline) -> Result<Value> {
-    let shared = client.shared();
-    let by = by.min(Deadline::after(shared.config.one_call()));
-    match shared.backend.eval_single(call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => shared.backend.eval_single(call, by),
-        other => other,
-    }
 }
 
 /// A waiter's place in the queue, kept alive by the renewal thread while it waits.
 struct Place<'a> {
-    client: &'a Client,
+    client: &'a Core,
     hold: Option<Arc<Hold>>,
 }
 
@@ -171,7 +143,7 @@ impl Drop for Place<'_> {
 }
 
 impl FairMutex {
-    pub(crate) fn new(client: Client, prefix: &str, name: &str) -> Self {
+    pub(crate) fn new(client: Core, prefix: &str, name: &str) -> Self {
         FairMutex {
             keys: Arc::new(family_keys(prefix, name, "fair", "grant:")),
             client,
@@ -718,14 +690,6 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn family_keys_share_the_hash_tag_and_the_fence() {
-        let k = family_keys("p:", "a{b}", "fair", "grant:");
-        assert_eq!(k.lock, "p:{a%7Bb%7D}:fair");
-        assert_eq!(k.fence, "p:{a%7Bb%7D}:fence");
-        assert_eq!(k.channel, "p:{a%7Bb%7D}:fair:grant:");
-    }
 
     #[test]
     fn grant_messages_parse() {

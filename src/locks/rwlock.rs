@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::Client;
+use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::fair_mutex::{eval_twice, family_keys};
-use crate::mutex::{after, min_instant, past};
-use crate::mutex::{hard_limit, retrying};
+use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::time::{after, hard_limit, min_instant, past};
+use crate::locks::wait::retrying;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
@@ -94,7 +94,7 @@ use crate::transport::conn::Deadline;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    client: Client,
+    client: Core,
     /// The readers' keys (their `lock` names the readers' set: it tells a thread's read hold
     /// from its write hold).
     read_keys: Arc<LockKeys>,
@@ -108,7 +108,7 @@ enum Attempt {
 }
 
 impl RwLock {
-    pub(crate) fn new(client: Client, prefix: &str, name: &str) -> Self {
+    pub(crate) fn new(client: Core, prefix: &str, name: &str) -> Self {
         let write_keys = family_keys(prefix, name, "rw", "free");
         let read_keys = LockKeys {
             lock: format!("{}:readers", write_keys.lock),

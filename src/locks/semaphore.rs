@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::Client;
+use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::fair_mutex::{eval_twice, family_keys};
-use crate::mutex::{after, min_instant, past};
-use crate::mutex::{hard_limit, retrying};
+use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::time::{after, hard_limit, min_instant, past};
+use crate::locks::wait::retrying;
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -96,7 +96,7 @@ use crate::transport::conn::Deadline;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    client: Client,
+    client: Core,
     keys: Arc<LockKeys>,
     permits: u32,
 }
@@ -110,7 +110,7 @@ enum Attempt {
 
 impl Semaphore {
     /// Checks the arguments; nothing is sent to Redis.
-    pub(crate) fn new(client: Client, prefix: &str, name: &str, permits: u32) -> Result<Self> {
+    pub(crate) fn new(client: Core, prefix: &str, name: &str, permits: u32) -> Result<Self> {
         if permits == 0 {
             return Err(Error::config("permits", "must be at least 1"));
         }

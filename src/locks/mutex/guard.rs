@@ -4,9 +4,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Mutex;
+use super::handoff::{self, GivingWay};
 use crate::error::{Error, Result};
-use crate::handoff::GivingWay;
-use crate::mutex::Mutex;
 use crate::protocol::hold::Hold;
 use crate::protocol::scripts::{Level, ReleaseReply};
 use crate::transport::conn::Deadline;
@@ -146,7 +146,7 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client().shared();
     // The outermost level, with threads of this client waiting: hand the lock to the first
     // of them, within the bound of a run of hand-offs, without a round trip.
-    if crate::handoff::pass(shared, hold) {
+    if handoff::pass(shared, hold) {
         return Ok(());
     }
     let was_held = hold.is_held();

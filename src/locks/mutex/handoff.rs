@@ -50,7 +50,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Shared;
+use crate::client::shared::Shared;
 use crate::protocol::grant::{Terms, request_id};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::scripts::{Kind, Level};

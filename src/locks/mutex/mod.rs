@@ -3,16 +3,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, MAX_LEASE, MIN_LEASE, validate_max_hold};
+use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
-use crate::guard::MutexGuard;
+use crate::locks::time::{after, hard_limit, min_instant, past};
+use crate::locks::wait::retrying;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Holder, Level, Live};
 use crate::subscriber::{Registration, Shot, Turn, sleep_on};
 use crate::topology::backend::{AcquireCall, Acquired, Primed, jitter};
-use crate::transport::conn::{Deadline, Timeouts};
+use crate::transport::conn::Deadline;
+use guard::MutexGuard;
+
+pub(crate) mod guard;
+pub(crate) mod handoff;
 
 /// How the lease of a lock is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,86 +116,15 @@ const SPLIT_RETRIES: u32 = 4;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Mutex {
-    client: Client,
+    client: Core,
     keys: Arc<LockKeys>,
     lease: Lease,
     /// Overrides the client's maximum hold time.
     max_hold: Option<Duration>,
 }
 
-/// Whether `deadline` has passed (`None`: never).
-pub(crate) fn past(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-/// `d` from now; `None` when that is beyond what an `Instant` holds.
-pub(crate) fn after(d: Duration) -> Option<Instant> {
-    Instant::now().checked_add(d)
-}
-
-/// The earlier of a deadline (`None`: none) and `b`.
-pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
-    a.map_or(b, |a| a.min(b))
-}
-
-/// The hard bound of a lock call started at `start` that waits until `deadline`: its I/O
-/// ends by `max(deadline, start + connect timeout) + command timeout`. So an attempt made at
-/// the deadline still gets one command timeout, and one that must connect first gets a
-/// connect timeout more. `None` (no deadline, as `lock()`): each attempt is bounded alone.
-pub(crate) fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts) -> Deadline {
-    let Some(d) = deadline else {
-        return Deadline::NONE;
-    };
-    start
-        .checked_add(t.connect)
-        .and_then(|c| d.max(c).checked_add(t.command))
-        .map_or(Deadline::NONE, Deadline::at)
-}
-
-/// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
-/// answer, retrying connection-level failures with backoff until `deadline` or for the
-/// client's retry timeout, counted from the start of the first attempt that failed; no
-/// attempt's I/O runs past that, nor past `limit`. Every lock type's acquire loop uses it, so
-/// they all keep the same bounds.
-pub(crate) fn retrying<T>(
-    client: &Client,
-    name: &str,
-    deadline: Option<Instant>,
-    limit: Deadline,
-    mut attempt: impl FnMut(Deadline) -> Result<T>,
-) -> Result<T> {
-    let mut backoff = Duration::from_millis(10);
-    let mut retry_until: Option<Deadline> = None;
-    loop {
-        let started = Instant::now();
-        let by = retry_until.map_or(limit, |r| limit.min(r));
-        match attempt(by) {
-            Err(e) if e.is_retriable() => {
-                let retry_until = *retry_until.get_or_insert_with(|| {
-                    started
-                        .checked_add(client.shared().config.retry_timeout)
-                        .map_or(Deadline::NONE, Deadline::at)
-                });
-                let stop = deadline.map_or(retry_until, |d| retry_until.min(Deadline::at(d)));
-                // Sleep the backoff, or what is left of the bound, then try once more.
-                let left = stop.left().unwrap_or(backoff);
-                if left.is_zero() {
-                    return Err(e);
-                }
-                log::debug!("Redis unavailable for `{name}` ({e}); retrying");
-                std::thread::sleep(backoff.min(left));
-                if stop.passed() {
-                    return Err(e);
-                }
-                backoff = (backoff * 2).min(Duration::from_millis(500));
-            }
-            other => return other,
-        }
-    }
-}
-
 impl Mutex {
-    pub(crate) fn new(client: Client, keys: Arc<LockKeys>) -> Self {
+    pub(crate) fn new(client: Core, keys: Arc<LockKeys>) -> Self {
         Mutex {
             client,
             keys,
@@ -706,7 +640,7 @@ impl Mutex {
     /// within `limit`, the call's bound).
     fn received(&self, reg: &Registration, limit: Deadline) -> Option<Arc<Hold>> {
         let gift = reg.take_gift()?;
-        crate::handoff::receive(self.client.shared(), gift, self.terms(), limit)
+        handoff::receive(self.client.shared(), gift, self.terms(), limit)
     }
 
     /// Leaves the queue holding `hold` (handed to this leader): the next leader waits for
@@ -722,51 +656,15 @@ impl Mutex {
     /// held all the same.
     fn give_up(&self, reg: Registration, limit: Deadline) -> Option<MutexGuard<'_>> {
         let gift = reg.leave_giving_up()?;
-        let hold = crate::handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
+        let hold = handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
         Some(MutexGuard::new(self, hold))
     }
 
-    pub(crate) fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Core {
         &self.client
     }
 
     pub(crate) fn keys(&self) -> &LockKeys {
         &self.keys
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lock_call_ends_by_its_deadline_plus_one_command_or_connect_plus_command() {
-        let t = Timeouts {
-            connect: Duration::from_secs(1),
-            command: Duration::from_millis(300),
-        };
-        let start = Instant::now();
-        let ms = Duration::from_millis;
-        // try_lock: the deadline is the start.
-        assert_eq!(
-            hard_limit(Some(start), start, t),
-            Deadline::at(start + ms(1300))
-        );
-        // A short wait still gets the connect timeout; a long one its deadline + one command.
-        assert_eq!(
-            hard_limit(Some(start + ms(500)), start, t),
-            Deadline::at(start + ms(1300))
-        );
-        assert_eq!(
-            hard_limit(Some(start + ms(5000)), start, t),
-            Deadline::at(start + ms(5300))
-        );
-        // lock(): each attempt is bounded alone.
-        assert_eq!(hard_limit(None, start, t), Deadline::NONE);
-        let huge = Timeouts {
-            connect: Duration::MAX,
-            command: Duration::MAX,
-        };
-        assert_eq!(hard_limit(Some(start), start, huge), Deadline::NONE);
     }
 }

@@ -1,0 +1,165 @@
+//! [`Client`]: a handle on one deployment, which makes the lock handles. How a client is made
+//! is in `builder.rs`; what its clones, locks and threads share is in `shared.rs`.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::locks::fair_mutex::FairMutex;
+use crate::locks::mutex::Mutex;
+use crate::locks::rwlock::RwLock;
+use crate::locks::semaphore::Semaphore;
+use crate::protocol::keys::{self, LockKeys};
+use shared::Core;
+
+pub(crate) mod builder;
+pub(crate) mod shared;
+
+/// A connection to one Redis server, shared by all locks made from it.
+///
+/// A client owns a small pool of command connections, one pub/sub connection, and exactly
+/// two background threads, whatever the number of locks and waiters:
+/// `locksmith-pubsub` listens for releases and wakes local waiters, `locksmith-renew` extends
+/// held leases in pipelined batches. Cloning is cheap and shares all of it; the threads stop
+/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped.
+///
+/// Each client has a random id; together with a per-thread number it forms the *owner* of a
+/// lock. So two clients are two owners, as two processes would be, and two threads of one
+/// client are two owners too.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let lock = client.mutex("account:42")?;
+/// let guard = lock.lock()?;
+/// // ... read, change and write the account ...
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    core: Core,
+}
+
+// A client is shared across threads by design; pin that down.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Client>();
+    assert_send_sync::<Mutex>();
+};
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl Client {
+    /// A handle on the lock called `name`. Cheap: nothing is sent to Redis.
+    ///
+    /// Any UTF-8 name works (spaces, `*`, `?`, braces, unicode), and names never interfere:
+    /// a release of `ab` never wakes waiters of `a*`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] when the name is empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or contains a NUL byte.
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        keys::validate_name(name)?;
+        let keys = Arc::new(LockKeys::new(&self.core.shared().config.prefix, name));
+        Ok(Mutex::new(self.core.clone(), keys))
+    }
+
+    /// A handle on the fair mutex called `name`: waiters get it in arrival order, across
+    /// processes, and a release hands it directly to the next waiter. Cheap: nothing is sent
+    /// to Redis. Its keys are its own: a [`Mutex`] of the same name is another lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let printer = client.fair_mutex("printer")?;
+    /// let guard = printer.lock()?; // waiters are served first come, first served
+    /// guard.unlock()?; // hands the lock to the next waiter in the queue
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        keys::validate_name(name)?;
+        Ok(FairMutex::new(
+            self.core.clone(),
+            &self.core.shared().config.prefix,
+            name,
+        ))
+    }
+
+    /// A handle on the counting semaphore called `name`, with `permits` permits: at most
+    /// that many are held at once across processes, each acquisition a lease renewed while
+    /// held. Cheap: nothing is sent to Redis. See [`Semaphore`] for what changing `permits`
+    /// of a live semaphore does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex); [`Error::InvalidConfig`] when
+    /// `permits` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let pool = client.semaphore("db-connections", 20)?;
+    /// let _permit = pool.acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        keys::validate_name(name)?;
+        Semaphore::new(
+            self.core.clone(),
+            &self.core.shared().config.prefix,
+            name,
+            permits,
+        )
+    }
+
+    /// A handle on the read-write lock called `name`: many readers at once or one writer,
+    /// across processes, with writer preference by default. Cheap: nothing is sent to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let catalog = client.rw_lock("catalog")?;
+    /// let _r = catalog.read()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        keys::validate_name(name)?;
+        Ok(RwLock::new(
+            self.core.clone(),
+            &self.core.shared().config.prefix,
+            name,
+        ))
+    }
+
+    /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a
+    /// quorum client; 1 for a cluster client (each lock lives on the one master of its slot).
+    pub fn masters(&self) -> usize {
+        self.core.masters()
+    }
+
+    /// How many masters must grant a lock: a majority (`masters() / 2 + 1`).
+    pub fn quorum(&self) -> usize {
+        self.masters() / 2 + 1
+    }
+}

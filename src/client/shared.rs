@@ -1,0 +1,433 @@
+//! The shared core of a client: its settings ([`Config`]), the state every lock, guard and
+//! thread of the client shares ([`Shared`]: the id, the backend, the subscriber, the renewal
+//! inbox, the registry of this client's holds), and [`Core`], which owns the two threads and
+//! is what a [`Client`](crate::Client) and every lock handle keep alive.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex as PlMutex;
+
+use crate::error::{Error, Result};
+use crate::protocol::grant::{Adopted, Grant, Terms};
+use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::Kind;
+use crate::renewal::{self, Inbox, LostHook};
+use crate::subscriber::{Reader, Subscriber};
+use crate::topology::backend::Backend;
+use crate::transport::conn::Timeouts;
+
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+/// The longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Settings shared by every lock of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) lease: Duration,
+    pub(crate) renew_every: Duration,
+    pub(crate) prefix: String,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) retry_timeout: Duration,
+    pub(crate) max_hold: Option<Duration>,
+    /// Replicas that must confirm each acquire (and renewal), and how long to wait for them.
+    pub(crate) wait_replicas: Option<(usize, Duration)>,
+    /// The bound of local hand-offs; `None`: every release goes through Redis (the option is
+    /// off, or a quorum client).
+    pub(crate) handoff: Option<HandoffBound>,
+}
+
+/// How far a run of local hand-offs may go before a release goes through Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandoffBound {
+    /// Local hand-offs in a row after an acquisition through Redis.
+    pub(crate) max_count: u32,
+    /// Time since the send of the acquisition through Redis after which no hand-off starts.
+    pub(crate) max_time: Duration,
+    /// How long the local leader lets others go first after a release through Redis that
+    /// others heard (zero: it competes at once).
+    pub(crate) give_way: Duration,
+}
+
+/// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
+/// each acquisition through Redis reserves that many fencing tokens.
+pub const MAX_HANDOFF_COUNT: u32 = 1024;
+
+impl Config {
+    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
+    pub(crate) fn terms(&self) -> Terms {
+        Terms {
+            lease: self.lease,
+            watchdog: true,
+            max_hold: self.max_hold,
+        }
+    }
+
+    /// The bound of one call that may have to open a connection first: the connect timeout
+    /// plus the command timeout (plus the replicas' timeout with
+    /// [`wait_replicas`](ClientBuilder::wait_replicas)).
+    pub(crate) fn one_call(&self) -> Duration {
+        self.timeouts
+            .connect
+            .saturating_add(self.timeouts.command)
+            .saturating_add(self.wait_replicas.map_or(Duration::ZERO, |(_, t)| t))
+    }
+
+    /// How long a waiter waits for its subscription's confirmation before an attempt whose
+    /// failure leads to sleeping: one command timeout (at most an hour) from now, never past
+    /// `deadline`.
+    pub(crate) fn confirm_by(&self, deadline: Option<Instant>) -> Instant {
+        let by = Instant::now() + self.timeouts.command.min(Duration::from_secs(3600));
+        deadline.map_or(by, |d| d.min(by))
+    }
+}
+
+/// Checks a maximum hold time.
+pub(crate) fn validate_max_hold(max: Duration) -> Result<()> {
+    if max < MIN_LEASE {
+        return Err(Error::config(
+            "max_hold",
+            format!("must be at least {MIN_LEASE:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// State shared by a client's clones, locks, guards and threads.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// This client's random id: the first half of every owner id.
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) subscriber: Arc<Subscriber>,
+    renewals: Arc<Inbox>,
+    /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
+    holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
+}
+
+thread_local! {
+    /// Local hand-offs made by this thread (see [`Shared::mutex_owner`]).
+    static PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A small number that tells the threads of this process apart (`ThreadId` has no stable
+/// integer form).
+pub(crate) fn thread_seq() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static SEQ: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SEQ.with(|s| *s)
+}
+
+impl Shared {
+    /// The owner id of the calling thread.
+    pub(crate) fn owner(&self) -> String {
+        format!("{}:{}", self.id, thread_seq())
+    }
+
+    /// The owner id of the calling thread for a new [`Mutex`] acquisition:
+    /// [`owner`](Self::owner), with the number of local hand-offs this thread made so far
+    /// when there were any. A thread that handed a lock on keeps its old id on the server
+    /// while another thread holds it there; its own later acquisitions must not pass for that
+    /// owner (the acquire script would take the other thread's levels for orphans of its own
+    /// and replace them). So each hand-off gives the handing thread a new id.
+    pub(crate) fn mutex_owner(&self) -> String {
+        match PASSES.with(std::cell::Cell::get) {
+            0 => self.owner(),
+            n => format!("{}:{}.{n}", self.id, thread_seq()),
+        }
+    }
+
+    /// Forgets the calling thread's slot for `hold` (handed to another thread), keeping it
+    /// renewed, and gives the thread a new owner id for its later Mutex acquisitions (see
+    /// [`mutex_owner`](Shared::mutex_owner)).
+    pub(crate) fn passed_on(&self, hold: &Arc<Hold>) {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if holds
+            .get(&slot)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
+        {
+            holds.remove(&slot);
+        }
+        drop(holds);
+        PASSES.with(|p| p.set(p.get().wrapping_add(1).max(1)));
+    }
+
+    /// Records a hold handed to the calling thread: its slot for re-entry, and its renewal.
+    /// A hold of the thread's own on the same lock that still claims to be valid is lost (the
+    /// server names one acquisition only) and is reported.
+    pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let old = self.holds.lock().insert(slot, Arc::downgrade(hold));
+        if let Some(old) = old.and_then(|w| w.upgrade()) {
+            self.report_lost(&old);
+        }
+        if hold.renewal.is_some() {
+            self.renewals.register(Arc::clone(hold));
+        }
+    }
+
+    /// Notes that a registered hold left the renewal wheel's care (released, or retired for
+    /// a successor): it sits in the wheel until its slot fires.
+    pub(crate) fn note_released(&self, hold: &Hold) {
+        if hold.renewal.is_some() {
+            self.renewals.released();
+        }
+    }
+
+    /// Whether the calling thread holds `keys` through this client (as far as it knows).
+    pub(crate) fn holds_locally(&self, keys: &LockKeys) -> bool {
+        self.live_hold(keys).is_some()
+    }
+
+    /// The calling thread's hold on `keys`, if its lease is known valid.
+    pub(crate) fn live_hold(&self, keys: &LockKeys) -> Option<Arc<Hold>> {
+        self.holds
+            .lock()
+            .get(&(keys.lock.clone(), thread_seq()))
+            .and_then(Weak::upgrade)
+            .filter(|h| h.is_held())
+    }
+
+    /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
+    /// gets a new one, registered for renewal before the caller sees it.
+    ///
+    /// The server names the acquisition (`grant.gen`). When the thread's hold belongs to
+    /// another one, the server no longer has that hold's acquisition (the key expired, was
+    /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
+    /// so that its guards never say "held" beside the new acquisition.
+    pub(crate) fn adopt(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: String,
+        grant: Grant<'_>,
+        terms: Terms,
+    ) -> Adopted {
+        self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
+    }
+
+    /// As [`adopt`](Shared::adopt), for a hold renewed by lock type `kind`'s script.
+    pub(crate) fn adopt_as(
+        &self,
+        kind: Kind,
+        keys: &Arc<LockKeys>,
+        owner: String,
+        grant: Grant<'_>,
+        terms: Terms,
+    ) -> Adopted {
+        let Grant {
+            token,
+            count,
+            sent,
+            acquisition,
+            last,
+        } = grant;
+        let slot = (keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        let existing = holds.get(&slot).and_then(Weak::upgrade);
+        if let Some(h) = &existing {
+            if h.acquisition == acquisition {
+                // A re-entry joins the thread's hold (with a quorum, a master that restarted
+                // may have answered with a newer token; the acquisition is still the same).
+                // A hold that can no longer be entered must not get a second hold of the same
+                // acquisition beside it: its guards would release the new one's levels.
+                return if h.enter(sent) {
+                    Adopted::Held(Arc::clone(h))
+                } else {
+                    Adopted::Stale
+                };
+            }
+            self.report_lost(h);
+        }
+        if count > 1 {
+            // Levels of an acquisition no local hold knows (its hold is gone): never handed
+            // out as a new one.
+            return Adopted::Stale;
+        }
+        let renewal = terms.watchdog.then(|| Renewal {
+            every: self.config.renew_every,
+            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
+        });
+        let hold = Arc::new(
+            Hold::new(
+                Arc::clone(keys),
+                Identity {
+                    owner,
+                    acquisition: acquisition.to_owned(),
+                    token,
+                },
+                terms.lease,
+                self.backend.drift(terms.lease),
+                renewal,
+                sent,
+            )
+            .with_kind(kind)
+            .with_chain(Chain {
+                since: sent,
+                passes: 0,
+                last: last.max(token),
+            }),
+        );
+        holds.insert(slot, Arc::downgrade(&hold));
+        drop(holds);
+        if renewal.is_some() {
+            self.renewals.register(Arc::clone(&hold));
+        }
+        Adopted::Held(hold)
+    }
+
+    /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
+    /// callback, on the renewal thread), if it was held until now: each loss is reported
+    /// once. A hold whose local deadline has passed is left as it is: a renewed one is
+    /// reported by the renewal thread when its slot comes, and a lease that ended by design
+    /// (a fixed lease, the maximum hold time) is not a loss to report.
+    pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
+        if hold.is_held() && hold.mark_lost() {
+            self.renewals.lost(Arc::clone(hold));
+        }
+    }
+
+    /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,
+    /// such as a waiter's place in a queue) until [`unwatch`](Shared::unwatch).
+    pub(crate) fn watch(&self, hold: &Arc<Hold>) {
+        if hold.renewal.is_some() {
+            self.renewals.register(Arc::clone(hold));
+        }
+    }
+
+    /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
+    /// renewal of it on the wire.
+    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) {
+        hold.leave(bound);
+        if hold.renewal.is_some() {
+            self.renewals.released();
+        }
+    }
+
+    /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was
+    /// released), and tells the renewal thread one more released hold sits in its wheel.
+    pub(crate) fn forget(&self, hold: &Arc<Hold>) {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if holds
+            .get(&slot)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
+        {
+            holds.remove(&slot);
+        }
+        drop(holds);
+        if hold.renewal.is_some() {
+            self.renewals.released();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.subscriber.shutdown();
+        self.shared.renewals.stop();
+        let me = thread::current().id();
+        for t in self.threads.drain(..) {
+            // Never join a thread from itself (it cannot happen today: neither thread holds a
+            // client), so a drop can never deadlock.
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        self.shared.backend.clear();
+    }
+}
+
+/// What a [`Client`](crate::Client) is inside, and what every lock handle made from it keeps:
+/// the shared state and the client's two threads. Cloning is cheap; the threads stop and are
+/// joined when the last clone goes.
+#[derive(Clone)]
+pub(crate) struct Core {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.inner.shared;
+        f.debug_struct("Client")
+            .field("lease", &s.config.lease)
+            .field("key_prefix", &s.config.prefix)
+            .field("subscribed_channels", &s.subscriber.channel_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Core {
+    /// Starts the client's two threads.
+    pub(crate) fn start(
+        config: Config,
+        backend: Arc<Backend>,
+        subscriber: Arc<Subscriber>,
+        reader: Reader,
+        on_lost: Option<LostHook>,
+    ) -> Result<Core> {
+        let backend_masters = backend.masters();
+        let (inbox, renewer) = renewal::renewer(Arc::clone(&backend), config.renew_every, on_lost);
+        let shared = Arc::new(Shared {
+            id: uuid::Uuid::new_v4().to_string(),
+            config: config.clone(),
+            backend: Arc::clone(&backend),
+            subscriber: Arc::clone(&subscriber),
+            renewals: inbox,
+            holds: PlMutex::new(HashMap::new()),
+        });
+        let mut threads = Vec::with_capacity(2);
+        let sub = Arc::clone(&subscriber);
+        let spawned = thread::Builder::new()
+            .name("locksmith-pubsub".into())
+            .spawn(move || sub.run(reader));
+        match spawned {
+            Ok(h) => threads.push(h),
+            Err(e) => {
+                subscriber.shutdown();
+                return Err(Error::Spawn(e));
+            }
+        }
+        match thread::Builder::new()
+            .name("locksmith-renew".into())
+            .spawn(move || renewer.run())
+        {
+            Ok(h) => threads.push(h),
+            Err(e) => {
+                subscriber.shutdown();
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(Error::Spawn(e));
+            }
+        }
+        log::debug!("client connected to {} master(s)", backend_masters);
+        Ok(Core {
+            inner: Arc::new(Inner { shared, threads }),
+        })
+    }
+
+    /// The state the client's locks, guards and threads share.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    /// How many masters the client locks on (see [`Client::masters`](crate::Client::masters)).
+    pub(crate) fn masters(&self) -> usize {
+        self.inner.shared.backend.masters()
+    }
+}

@@ -1,0 +1,51 @@
+//! The retry loop every lock type's acquire runs: one bounded attempt after another, with
+//! backoff while Redis cannot be reached, within the call's deadline and the client's retry
+//! timeout.
+
+use std::time::{Duration, Instant};
+
+use crate::client::shared::Core;
+use crate::error::Result;
+use crate::transport::conn::Deadline;
+
+/// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
+/// answer, retrying connection-level failures with backoff until `deadline` or for the
+/// client's retry timeout, counted from the start of the first attempt that failed; no
+/// attempt's I/O runs past that, nor past `limit`. Every lock type's acquire loop uses it, so
+/// they all keep the same bounds.
+pub(crate) fn retrying<T>(
+    client: &Core,
+    name: &str,
+    deadline: Option<Instant>,
+    limit: Deadline,
+    mut attempt: impl FnMut(Deadline) -> Result<T>,
+) -> Result<T> {
+    let mut backoff = Duration::from_millis(10);
+    let mut retry_until: Option<Deadline> = None;
+    loop {
+        let started = Instant::now();
+        let by = retry_until.map_or(limit, |r| limit.min(r));
+        match attempt(by) {
+            Err(e) if e.is_retriable() => {
+                let retry_until = *retry_until.get_or_insert_with(|| {
+                    started
+                        .checked_add(client.shared().config.retry_timeout)
+                        .map_or(Deadline::NONE, Deadline::at)
+                });
+                let stop = deadline.map_or(retry_until, |d| retry_until.min(Deadline::at(d)));
+                // Sleep the backoff, or what is left of the bound, then try once more.
+                let left = stop.left().unwrap_or(backoff);
+                if left.is_zero() {
+                    return Err(e);
+                }
+                log::debug!("Redis unavailable for `{name}` ({e}); retrying");
+                std::thread::sleep(backoff.min(left));
+                if stop.passed() {
+                    return Err(e);
+                }
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
