@@ -4,10 +4,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Mutex;
 use super::handoff::{self, GivingWay};
+use crate::client::shared::Shared;
 use crate::error::{Error, Result};
+use crate::locks::lease::{Lease, Release};
 use crate::protocol::hold::Hold;
+use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
 use crate::transport::conn::Deadline;
 
@@ -28,10 +30,7 @@ use crate::transport::conn::Deadline;
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct MutexGuard<'a> {
-    mutex: &'a Mutex,
-    hold: Arc<Hold>,
-    /// Set once the level was released (by `unlock`), so `Drop` does nothing.
-    released: bool,
+    lease: Lease<'a>,
     /// The owner id is per thread; a guard moved to another thread would release or re-enter
     /// as the wrong owner. `*const ()` makes the guard neither `Send` nor `Sync`.
     _not_send: PhantomData<*const ()>,
@@ -40,19 +39,17 @@ pub struct MutexGuard<'a> {
 impl std::fmt::Debug for MutexGuard<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MutexGuard")
-            .field("name", &self.mutex.name())
-            .field("fencing_token", &self.hold.token)
-            .field("is_held", &self.hold.is_held())
+            .field("name", &self.lease.name())
+            .field("fencing_token", &self.lease.hold().token)
+            .field("is_held", &self.lease.is_held())
             .finish_non_exhaustive()
     }
 }
 
 impl<'a> MutexGuard<'a> {
-    pub(crate) fn new(mutex: &'a Mutex, hold: Arc<Hold>) -> Self {
+    pub(crate) fn new(mutex: &'a dyn Release, hold: Arc<Hold>) -> Self {
         MutexGuard {
-            mutex,
-            hold,
-            released: false,
+            lease: Lease::new(mutex, hold, "lock"),
             _not_send: PhantomData,
         }
     }
@@ -67,14 +64,14 @@ impl<'a> MutexGuard<'a> {
     /// microseconds, so it keeps increasing even after Redis restarts empty (as long as the
     /// server's clock does not go back).
     pub fn fencing_token(&self) -> u64 {
-        self.hold.token
+        self.lease.hold().token
     }
 
     /// True while the lease is known to be valid: false once a renewal found the lock gone or
     /// taken, once it was released, or once the local lease deadline passed without a
     /// successful renewal (even when Redis cannot be reached at all).
     pub fn is_held(&self) -> bool {
-        self.hold.is_held()
+        self.lease.is_held()
     }
 
     /// Checks that the lease is still valid, for use right before a side effect.
@@ -83,13 +80,13 @@ impl<'a> MutexGuard<'a> {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](MutexGuard::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        self.hold.check()
+        self.lease.check()
     }
 
     /// How much longer the lease is known to be valid (zero once lost): the time until the
     /// local deadline, which a successful renewal moves forward.
     pub fn validity(&self) -> Duration {
-        self.hold.validity()
+        self.lease.validity()
     }
 
     /// Releases this level of the lock and reports the outcome. The outermost guard of the
@@ -110,40 +107,26 @@ impl<'a> MutexGuard<'a> {
     /// client (see [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is
     /// released without asking Redis, so this returns `Ok` then; a lease lost on the server
     /// meanwhile is found by the receiving thread's next renewal and reported as its loss.
-    pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        release(self.mutex, &self.hold, release_bound(self.mutex))
+    pub fn unlock(self) -> Result<()> {
+        self.lease.unlock()
     }
 
     /// [`unlock`](MutexGuard::unlock) within `by`.
-    pub(crate) fn unlock_by(mut self, by: Deadline) -> Result<()> {
-        self.released = true;
-        release(self.mutex, &self.hold, by)
+    pub(crate) fn unlock_by(self, by: Deadline) -> Result<()> {
+        self.lease.unlock_by(by)
     }
-}
-
-impl Drop for MutexGuard<'_> {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Err(e) = release(self.mutex, &self.hold, release_bound(self.mutex)) {
-            log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
-        }
-    }
-}
-
-/// The bound of a release: one connect and one command timeout.
-fn release_bound(mutex: &Mutex) -> Deadline {
-    Deadline::after(mutex.client().shared().config.one_call())
 }
 
 /// Releases one level of `hold` within `by`: stops renewal first (for the outermost level),
 /// then runs the owner- and acquisition-checked release script (the backend retries once, with
 /// the same request id, where the
 /// connection failed; the script recognises a retry, so a level is never released twice).
-fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let shared = mutex.client().shared();
+pub(crate) fn release(
+    shared: &Arc<Shared>,
+    keys: &LockKeys,
+    hold: &Arc<Hold>,
+    by: Deadline,
+) -> Result<()> {
     // The outermost level, with threads of this client waiting: hand the lock to the first
     // of them, within the bound of a run of hand-offs, without a round trip.
     if handoff::pass(shared, hold) {
@@ -167,18 +150,17 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
         Level::Inner => None,
     };
     let request = crate::protocol::grant::request_id();
-    let reply =
-        match shared
-            .backend
-            .release(mutex.keys(), hold.holder(), &request, hold.token, level, by)
-        {
-            // Redis could not be asked, but the lease was known lost already: that is the news.
-            Err(e) if !was_held => {
-                log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
-                return Err(Error::LeaseLost);
-            }
-            other => other?,
-        };
+    let reply = match shared
+        .backend
+        .release(keys, hold.holder(), &request, hold.token, level, by)
+    {
+        // Redis could not be asked, but the lease was known lost already: that is the news.
+        Err(e) if !was_held => {
+            log::debug!("release of a lost lock `{}` failed: {e}", keys.name);
+            return Err(Error::LeaseLost);
+        }
+        other => other?,
+    };
     match reply {
         ReleaseReply::Released {
             remaining: 0,
@@ -201,7 +183,7 @@ fn release(mutex: &Mutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
             Err(Error::NotOwner)
         }
         ReleaseReply::Foreign => Err(Error::ForeignKey {
-            key: mutex.keys().lock.clone(),
+            key: keys.lock.clone(),
         }),
     }
 }

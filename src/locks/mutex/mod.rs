@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
+use crate::locks::lease::Release;
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::retrying;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -659,12 +660,18 @@ impl Mutex {
         let hold = handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
         Some(MutexGuard::new(self, hold))
     }
+}
 
-    pub(crate) fn client(&self) -> &Core {
+impl Release for Mutex {
+    fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    fn core(&self) -> &Core {
         &self.client
     }
 
-    pub(crate) fn keys(&self) -> &LockKeys {
-        &self.keys
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        guard::release(self.client.shared(), &self.keys, hold, by)
     }
 }

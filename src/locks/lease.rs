@@ -1,0 +1,108 @@
+//! What every guard of every lock type holds: one level of a lease, seen through its
+//! [`Hold`] (`is_held`, `check`, `validity`), and released exactly once, by `unlock` or, best
+//! effort, on drop (a failure then logged at `warn`). The lock type says how a level is
+//! released ([`Release`]); the guard types add what is their own (a fencing token, a permit
+//! count) and their docs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::shared::Core;
+use crate::error::Result;
+use crate::protocol::hold::Hold;
+use crate::transport::conn::Deadline;
+
+/// How a lock type releases one level of a hold of its own.
+pub(crate) trait Release: Sync {
+    /// The lock's name, for messages.
+    fn name(&self) -> &str;
+
+    /// The client the lock was made from.
+    fn core(&self) -> &Core;
+
+    /// Releases one level of `hold` within `by`.
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()>;
+}
+
+/// One level of a lease held through a guard, released once: by [`unlock`](Lease::unlock),
+/// or when dropped.
+pub(crate) struct Lease<'a> {
+    lock: &'a dyn Release,
+    hold: Arc<Hold>,
+    /// Set once the level was released (by `unlock`), so `Drop` does nothing.
+    released: bool,
+    /// What a failed release on drop is called in its warning, before the lock's name:
+    /// `lock`, `the read lock of`, `a permit of`.
+    what: &'static str,
+}
+
+impl<'a> Lease<'a> {
+    /// A level of `hold`, which `lock` releases.
+    pub(crate) fn new(lock: &'a dyn Release, hold: Arc<Hold>, what: &'static str) -> Self {
+        Lease {
+            lock,
+            hold,
+            released: false,
+            what,
+        }
+    }
+
+    /// The hold this level belongs to.
+    pub(crate) fn hold(&self) -> &Hold {
+        &self.hold
+    }
+
+    /// The lock's name.
+    pub(crate) fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// True while the lease is known to be valid.
+    pub(crate) fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// `Ok` while the lease is known to be valid; [`Error::LeaseLost`](crate::Error::LeaseLost)
+    /// otherwise.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.hold.check()
+    }
+
+    /// How much longer the lease is known to be valid (zero once lost).
+    pub(crate) fn validity(&self) -> Duration {
+        self.hold.validity()
+    }
+
+    /// Releases the level within the bound of a release (one connect and one command
+    /// timeout), and reports the outcome.
+    pub(crate) fn unlock(self) -> Result<()> {
+        let by = release_bound(self.lock);
+        self.unlock_by(by)
+    }
+
+    /// Releases the level within `by`, and reports the outcome.
+    pub(crate) fn unlock_by(mut self, by: Deadline) -> Result<()> {
+        self.released = true;
+        self.lock.release(&self.hold, by)
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = self.lock.release(&self.hold, release_bound(self.lock)) {
+            log::warn!(
+                "releasing {} `{}` on drop failed: {e}",
+                self.what,
+                self.lock.name()
+            );
+        }
+    }
+}
+
+/// The bound of a release: one connect and one command timeout.
+fn release_bound(lock: &dyn Release) -> Deadline {
+    Deadline::after(lock.core().shared().config.one_call())
+}
