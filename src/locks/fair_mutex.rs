@@ -42,6 +42,7 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::retrying;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -526,9 +527,7 @@ fn parse_token(m: &[u8]) -> Option<u64> {
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct FairMutexGuard<'a> {
-    mutex: &'a FairMutex,
-    hold: Arc<Hold>,
-    released: bool,
+    lease: Lease<'a>,
     /// Ownership is per thread: `*const ()` makes the guard neither `Send` nor `Sync`.
     _not_send: PhantomData<*const ()>,
 }
@@ -536,9 +535,9 @@ pub struct FairMutexGuard<'a> {
 impl std::fmt::Debug for FairMutexGuard<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FairMutexGuard")
-            .field("name", &self.mutex.name())
-            .field("fencing_token", &self.hold.token)
-            .field("is_held", &self.hold.is_held())
+            .field("name", &self.lease.name())
+            .field("fencing_token", &self.lease.hold().token)
+            .field("is_held", &self.lease.is_held())
             .finish_non_exhaustive()
     }
 }
@@ -546,9 +545,7 @@ impl std::fmt::Debug for FairMutexGuard<'_> {
 impl<'a> FairMutexGuard<'a> {
     fn new(mutex: &'a FairMutex, hold: Arc<Hold>) -> Self {
         FairMutexGuard {
-            mutex,
-            hold,
-            released: false,
+            lease: Lease::new(mutex, hold, "lock"),
             _not_send: PhantomData,
         }
     }
@@ -557,12 +554,12 @@ impl<'a> FairMutexGuard<'a> {
     /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
     /// per lock name across owners, the same for nested guards.
     pub fn fencing_token(&self) -> u64 {
-        self.hold.token
+        self.lease.hold().token
     }
 
     /// True while the lease is known to be valid.
     pub fn is_held(&self) -> bool {
-        self.hold.is_held()
+        self.lease.is_held()
     }
 
     /// Checks that the lease is still valid, for use right before a side effect.
@@ -571,12 +568,12 @@ impl<'a> FairMutexGuard<'a> {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](FairMutexGuard::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        self.hold.check()
+        self.lease.check()
     }
 
     /// How much longer the lease is known to be valid (zero once lost).
     pub fn validity(&self) -> Duration {
-        self.hold.validity()
+        self.lease.validity()
     }
 
     /// Releases this level; at the last level the lock is granted to the first live waiter.
@@ -588,20 +585,22 @@ impl<'a> FairMutexGuard<'a> {
     /// [`Error::LeaseLost`] when the lease had run out and nobody holds the lock;
     /// [`Error::NotOwner`] when another owner holds it now; [`Error::Redis`] when Redis could
     /// not be asked (the lock then frees itself when its lease runs out).
-    pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        release(self.mutex, &self.hold, release_bound(self.mutex))
+    pub fn unlock(self) -> Result<()> {
+        self.lease.unlock()
     }
 }
 
-impl Drop for FairMutexGuard<'_> {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Err(e) = release(self.mutex, &self.hold, release_bound(self.mutex)) {
-            log::warn!("releasing lock `{}` on drop failed: {e}", self.mutex.name());
-        }
+impl Release for FairMutex {
+    fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    fn core(&self) -> &Core {
+        &self.client
+    }
+
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        release(self, hold, by)
     }
 }
 
@@ -621,11 +620,6 @@ fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::C
         Duration::ZERO,
         &[&request, "0", inner],
     )
-}
-
-/// The bound of a release: one connect and one command timeout.
-fn release_bound(mutex: &FairMutex) -> Deadline {
-    Deadline::after(mutex.client.shared().config.one_call())
 }
 
 /// Releases one level of `hold` within `by` (see `guard.rs` for the order: renewal stops

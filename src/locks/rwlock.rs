@@ -30,6 +30,7 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::retrying;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -460,9 +461,19 @@ impl RwLock {
     }
 }
 
-/// The bound of a release: one connect and one command timeout.
-fn release_bound(lock: &RwLock) -> Deadline {
-    Deadline::after(lock.client.shared().config.one_call())
+impl Release for RwLock {
+    fn name(&self) -> &str {
+        &self.write_keys.name
+    }
+
+    fn core(&self) -> &Core {
+        &self.client
+    }
+
+    /// A read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        release(self, hold.kind == Kind::Read, hold, by)
+    }
 }
 
 /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
@@ -516,20 +527,18 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
 }
 
 macro_rules! guard {
-    ($name:ident, $read:expr, $what:literal) => {
+    ($name:ident, $what:literal) => {
         impl<'a> $name<'a> {
             fn new(lock: &'a RwLock, hold: Arc<Hold>) -> Self {
                 $name {
-                    lock,
-                    hold,
-                    released: false,
+                    lease: Lease::new(lock, hold, concat!("the ", $what, " of")),
                     _not_send: PhantomData,
                 }
             }
 
             /// True while the lease is known to be valid.
             pub fn is_held(&self) -> bool {
-                self.hold.is_held()
+                self.lease.is_held()
             }
 
             /// Checks that the lease is still valid, for use right before a side effect.
@@ -538,12 +547,12 @@ macro_rules! guard {
             ///
             /// [`Error::LeaseLost`] when the lease is not known valid any more.
             pub fn check(&self) -> Result<()> {
-                self.hold.check()
+                self.lease.check()
             }
 
             /// How much longer the lease is known to be valid (zero once lost).
             pub fn validity(&self) -> Duration {
-                self.hold.validity()
+                self.lease.validity()
             }
 
             #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
@@ -555,32 +564,16 @@ macro_rules! guard {
             /// [`Error::LeaseLost`] when the lease had run out; [`Error::NotOwner`] when
             /// another owner holds the lock now; [`Error::Redis`] when Redis could not be
             /// asked (the lease then runs out by itself, since renewal stopped).
-            pub fn unlock(mut self) -> Result<()> {
-                self.released = true;
-                release(self.lock, $read, &self.hold, release_bound(self.lock))
-            }
-        }
-
-        impl Drop for $name<'_> {
-            fn drop(&mut self) {
-                if self.released {
-                    return;
-                }
-                if let Err(e) = release(self.lock, $read, &self.hold, release_bound(self.lock)) {
-                    log::warn!(
-                        concat!("releasing the ", $what, " of `{}` on drop failed: {}"),
-                        self.lock.name(),
-                        e
-                    );
-                }
+            pub fn unlock(self) -> Result<()> {
+                self.lease.unlock()
             }
         }
 
         impl std::fmt::Debug for $name<'_> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct(stringify!($name))
-                    .field("name", &self.lock.name())
-                    .field("is_held", &self.hold.is_held())
+                    .field("name", &self.lease.name())
+                    .field("is_held", &self.lease.is_held())
                     .finish_non_exhaustive()
             }
         }
@@ -595,9 +588,7 @@ macro_rules! guard {
 #[must_use = "if unused the read lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct RwLockReadGuard<'a> {
-    lock: &'a RwLock,
-    hold: Arc<Hold>,
-    released: bool,
+    lease: Lease<'a>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -609,20 +600,18 @@ pub struct RwLockReadGuard<'a> {
 #[must_use = "if unused the write lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct RwLockWriteGuard<'a> {
-    lock: &'a RwLock,
-    hold: Arc<Hold>,
-    released: bool,
+    lease: Lease<'a>,
     _not_send: PhantomData<*const ()>,
 }
 
-guard!(RwLockReadGuard, true, "read lock");
-guard!(RwLockWriteGuard, false, "write lock");
+guard!(RwLockReadGuard, "read lock");
+guard!(RwLockWriteGuard, "write lock");
 
 impl RwLockWriteGuard<'_> {
     /// The fencing token of this write acquisition: strictly increasing per lock name, the
     /// same for nested write guards. Hand it to the resource with every write.
     pub fn fencing_token(&self) -> u64 {
-        self.hold.token
+        self.lease.hold().token
     }
 }
 

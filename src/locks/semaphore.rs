@@ -22,6 +22,7 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::retrying;
 use crate::protocol::grant::request_id;
@@ -300,15 +301,7 @@ impl Semaphore {
                     return Ok(Attempt::Held(hold));
                 }
                 // The reply came so late that the lease may have run out: give it back.
-                let late = SemaphorePermit {
-                    semaphore: self,
-                    hold,
-                    n,
-                    released: false,
-                };
-                let mut late = late;
-                late.released = true;
-                if let Err(e) = late.give_back(by) {
+                if let Err(e) = self.give_back(&hold, by) {
                     log::debug!("releasing a late permit of `{}`: {e}", self.keys.name);
                 }
                 Ok(Attempt::Busy(Duration::ZERO))
@@ -333,10 +326,8 @@ impl Semaphore {
         let request = request_id();
         let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         let permit = |hold| SemaphorePermit {
-            semaphore: self,
-            hold,
+            lease: Lease::new(self, hold, "a permit of"),
             n,
-            released: false,
         };
         // Fast path: one attempt, unless threads of this client already wait (they go first).
         if !shared.subscriber.has_waiters(&self.keys.channel) || past(deadline) {
@@ -393,18 +384,16 @@ impl Semaphore {
 #[must_use = "if unused the permits are released at once"]
 #[clippy::has_significant_drop]
 pub struct SemaphorePermit<'a> {
-    semaphore: &'a Semaphore,
-    hold: Arc<Hold>,
+    lease: Lease<'a>,
     n: u32,
-    released: bool,
 }
 
 impl std::fmt::Debug for SemaphorePermit<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SemaphorePermit")
-            .field("name", &self.semaphore.name())
+            .field("name", &self.lease.name())
             .field("permits", &self.n)
-            .field("is_held", &self.hold.is_held())
+            .field("is_held", &self.lease.is_held())
             .finish_non_exhaustive()
     }
 }
@@ -417,7 +406,7 @@ impl SemaphorePermit<'_> {
 
     /// True while the lease is known to be valid.
     pub fn is_held(&self) -> bool {
-        self.hold.is_held()
+        self.lease.is_held()
     }
 
     /// Checks that the lease is still valid, for use right before the guarded work.
@@ -426,12 +415,12 @@ impl SemaphorePermit<'_> {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](SemaphorePermit::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        self.hold.check()
+        self.lease.check()
     }
 
     /// How much longer the lease is known to be valid (zero once lost).
     pub fn validity(&self) -> Duration {
-        self.hold.validity()
+        self.lease.validity()
     }
 
     /// Gives the permits back, waking waiters.
@@ -443,19 +432,34 @@ impl SemaphorePermit<'_> {
     /// [`Error::LeaseLost`] when the lease had run out (the permits were already back);
     /// [`Error::Redis`] when Redis could not be asked (the permits then come back when the
     /// lease runs out, since renewal stopped).
-    pub fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.give_back(release_bound(self.semaphore))
+    pub fn release(self) -> Result<()> {
+        self.lease.unlock()
+    }
+}
+
+impl Release for Semaphore {
+    fn name(&self) -> &str {
+        &self.keys.name
     }
 
-    /// Gives the permits back within `by`.
-    fn give_back(&self, by: Deadline) -> Result<()> {
-        let sem = self.semaphore;
+    fn core(&self) -> &Core {
+        &self.client
+    }
+
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        self.give_back(hold, by)
+    }
+}
+
+impl Semaphore {
+    /// Gives the permits of `hold` back within `by`.
+    fn give_back(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        let sem = self;
         let shared = sem.client.shared();
-        let was_held = self.hold.is_held();
+        let was_held = hold.is_held();
         // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-        shared.unwatch(&self.hold, by.left().unwrap_or(Duration::MAX));
-        let call = scripts::sem(&sem.keys, "release", self.hold.holder(), sem.lease(), &[]);
+        shared.unwatch(hold, by.left().unwrap_or(Duration::MAX));
+        let call = scripts::sem(&sem.keys, "release", hold.holder(), sem.lease(), &[]);
         let backend = &shared.backend;
         // The retry takes a new connection (a failure clears the pool), within the same bound.
         let reply = match backend.eval_single(&call, by) {
@@ -476,32 +480,13 @@ impl SemaphorePermit<'_> {
             Err(e) => Err(e),
             Ok(Value::Int(0)) => Ok(()),
             Ok(Value::Int(-1)) => {
-                shared.report_lost(&self.hold);
+                shared.report_lost(hold);
                 Err(Error::LeaseLost)
             }
             Ok(Value::Int(-3)) => Err(Error::ForeignKey {
                 key: sem.keys.lock.clone(),
             }),
             Ok(v) => Err(scripts::unexpected("semaphore release", &v)),
-        }
-    }
-}
-
-/// The bound of a release: one connect and one command timeout.
-fn release_bound(sem: &Semaphore) -> Deadline {
-    Deadline::after(sem.client.shared().config.one_call())
-}
-
-impl Drop for SemaphorePermit<'_> {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Err(e) = self.give_back(release_bound(self.semaphore)) {
-            log::warn!(
-                "releasing a permit of `{}` on drop failed: {e}",
-                self.semaphore.name()
-            );
         }
     }
 }
