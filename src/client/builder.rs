@@ -20,7 +20,8 @@ use crate::topology::cluster::Cluster;
 use crate::topology::sentinel::Sentinel;
 use crate::transport::conn::Resolve;
 use crate::transport::conn::{self, Deadline, Pool, Timeouts};
-use crate::transport::tls::{self, Tls, TlsCerts};
+use crate::transport::diagnose;
+use crate::transport::tls::{Tls, TlsCerts};
 
 /// The default per-master timeout of a quorum client.
 const DEFAULT_MASTER_TIMEOUT: Duration = Duration::from_millis(50);
@@ -641,7 +642,7 @@ impl ClientBuilder {
                 let info = sentinel
                     .resolve(Deadline::after(config.one_call()), true)
                     .map_err(|e| {
-                        tls::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
+                        diagnose::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
                     })?;
                 (
                     vec![format!("the Sentinel master `{master}`")],
@@ -703,7 +704,7 @@ impl ClientBuilder {
                 ),
                 None => e,
             })
-            .map_err(|e| tls::explain(e, &infos, tls.as_deref(), node_timeouts))?;
+            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::connect(
             infos,
@@ -765,7 +766,7 @@ impl ClientBuilder {
         ));
         backend
             .ping(Deadline::after(config.one_call()))
-            .map_err(|e| tls::explain(e, &infos, tls.as_deref(), config.timeouts))?;
+            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), config.timeouts))?;
         warn_if_locks_evictable(&backend);
         let (subscriber, reader) = Subscriber::sharded(cluster.clone(), config.timeouts, tls)?;
         let sub = Arc::downgrade(&subscriber);

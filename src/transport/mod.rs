@@ -3,13 +3,18 @@
 //! - [`conn`]: URL checks, the [`Deadline`](conn::Deadline) every blocking step keeps, the
 //!   connect and command [`Timeouts`](conn::Timeouts), TCP keepalive, the bounded handshake
 //!   (`AUTH`, `SELECT`, `ROLE`) and the pool of command connections.
-//! - [`pubsub`]: the socket of a pub/sub connection (read by one thread, written by others),
-//!   its bounded handshake, and the TLS probe that explains a failed first command.
 //! - [`tls`]: the certificates a client trusts and presents, the TLS stream of the pub/sub
 //!   connection, and errors that say which TLS check failed.
+//! - [`pubsub`]: the socket of a pub/sub connection (read by one thread, written by others),
+//!   its bounded handshake, and a TLS probe.
+//! - [`diagnose`]: what a failed first command means, where TLS is the likely cause (the
+//!   probe tells a plain-text port from a stalled server).
+//!
+//! They import one way: `tls.rs`, then `conn.rs`, then `pubsub.rs`, then `diagnose.rs`.
 //!
 //! Nothing here knows about locks: this layer imports only [`crate::error`].
 
 pub(crate) mod conn;
+pub(crate) mod diagnose;
 pub(crate) mod pubsub;
 pub(crate) mod tls;

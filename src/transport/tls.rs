@@ -114,7 +114,7 @@ pub(crate) fn install_default_provider() {
     }
 }
 
-fn bad(reason: impl Into<String>) -> Error {
+pub(crate) fn bad(reason: impl Into<String>) -> Error {
     Error::Tls {
         reason: reason.into(),
     }
@@ -445,80 +445,4 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
         Some(reason) => bad(reason),
         None => e,
     }
-}
-
-/// The error of a client's first command (at `build()`), explained where TLS is the likely
-/// cause: a failed TLS check on a `rediss://` master names the check; a TLS master that does
-/// not answer in time is probed with a handshake of its own, to tell a plain-text port from a
-/// slow server; a plain-text connection that the server closed at once was most likely made
-/// to a TLS port.
-pub(crate) fn explain(
-    e: Error,
-    infos: &[redis::ConnectionInfo],
-    tls: Option<&Tls>,
-    timeouts: crate::transport::conn::Timeouts,
-) -> Error {
-    use redis::ConnectionAddr;
-    let tls_master = infos.iter().find_map(|i| match i.addr() {
-        ConnectionAddr::TcpTls { host, .. } => Some((i, host.clone())),
-        _ => None,
-    });
-    if let (Some(tls), Some((info, host))) = (tls, tls_master) {
-        let e = classify(e, &host);
-        if e.is_tls() {
-            return e;
-        }
-        if let Error::Redis(r) = &e
-            && let Some(io) = io_error(r)
-            && !r.is_timeout()
-        {
-            return handshake_error(io, &host);
-        }
-        if e.is_timeout() {
-            return match crate::transport::pubsub::probe(info, timeouts, tls) {
-                Err(p) if p.is_tls() => p,
-                Err(p) if p.is_timeout() => bad(format!(
-                    "`{host}` did not answer the TLS handshake within the connect timeout: is \
-                     this a plain-text port (then use redis://), or is the server stalled?"
-                )),
-                _ => e,
-            };
-        }
-        return e;
-    }
-    let plain = infos.iter().find_map(|i| match i.addr() {
-        ConnectionAddr::Tcp(host, port) => Some(format!("{host}:{port}")),
-        _ => None,
-    });
-    // Closed by the server after the connection was made (not refused, not timed out).
-    let closed = |r: &redis::RedisError| {
-        r.is_connection_dropped()
-            && !r.is_connection_refusal()
-            && io_error(r).is_some_and(|io| {
-                matches!(
-                    io.kind(),
-                    io::ErrorKind::UnexpectedEof
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::ConnectionAborted
-                        | io::ErrorKind::BrokenPipe
-                )
-            })
-    };
-    match (&e, plain) {
-        (Error::Redis(r), Some(h)) if closed(r) => bad(format!(
-            "{h} closed the connection at the first plain-text command ({r}): if that port \
-             expects TLS, use a rediss:// URL"
-        )),
-        _ => e,
-    }
-}
-
-/// The `io::Error` inside a `RedisError`, if it is one.
-fn io_error(r: &redis::RedisError) -> Option<&io::Error> {
-    let inner = std::error::Error::source(r)?;
-    if let Some(a) = inner.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
-        let a: &(dyn std::error::Error + 'static) = a.as_ref();
-        return a.downcast_ref::<io::Error>();
-    }
-    inner.downcast_ref::<io::Error>()
 }
