@@ -2,10 +2,9 @@
 //! and child talk in lines over the child's stdin and stdout. Every read is bounded, and a
 //! child is killed when its handle is dropped (also while unwinding from a failed workload).
 //!
-//! The child's side: [`child_main`] dispatches a role to its workload's file
-//! (`handoff-waiter` and `pubsub-listener` in `handoff.rs`, `contend` in `contended.rs`,
-//! `idle-wait` in `idle.rs`), and [`Waiter`] is the lock a waiting child takes, locksmith's
-//! or the naive one.
+//! The child's side: `child_main` in `main.rs` dispatches a role to the file of its
+//! workload, [`child_input`] and [`say`] are its lines, and [`Waiter`] is the lock a waiting
+//! child takes, locksmith's or the naive one.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -15,9 +14,6 @@ use std::time::{Duration, Instant};
 
 use locksmith::{Client, Mutex as LockMutex};
 
-use crate::contended::child_contend;
-use crate::handoff::{child_handoff, child_pubsub};
-use crate::idle::child_idle;
 use crate::naive::NaiveLock;
 use crate::{NAIVE_LEASE, s};
 
@@ -150,36 +146,6 @@ pub fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
-}
-
-// ---------------------------------------------------------------------------------------------
-// The child's side
-// ---------------------------------------------------------------------------------------------
-
-/// The entry point of a child process (`--child ROLE ARGS...`): runs the role's workload
-/// side and returns the exit code.
-pub fn child_main(args: &[String]) -> i32 {
-    let Some(role) = args.first() else {
-        eprintln!("bench child: no role");
-        return 2;
-    };
-    let input = child_input(Duration::from_secs(900));
-    let rest = &args[1..];
-    let r = match role.as_str() {
-        "handoff-waiter" => child_handoff(rest, &input),
-        "pubsub-listener" => child_pubsub(rest),
-        "contend" => child_contend(rest, &input),
-        "idle-wait" => child_idle(rest, &input),
-        other => Err(format!("unknown role {other}")),
-    };
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("bench child {role}: {e}");
-            say(&format!("error {e}"));
-            2
-        }
-    }
 }
 
 /// Argument `i` of a child role.

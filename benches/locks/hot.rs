@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::contended::{Run, run_contended};
+use crate::contention::{Run, run_contended};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{connect, pct, sorted};
 use crate::{Ctx, THREADS, s};

@@ -31,24 +31,30 @@
 //! The `cluster` workload starts a Redis Cluster of three masters (then one of a single
 //! master), pinned to the same CPU 1.
 //!
-//! Layout: this file parses the arguments, starts the server, runs the workloads in order and
-//! writes the report. Each workload has a file of its own ([`floors`], [`uncontended`],
-//! [`handoff`], [`contended`], [`hot`], [`many`], [`idle`], [`renewal`], [`redlock`], and [`family`]
-//! for `fair`, `rw` and `semaphore`) holding both its
-//! parent side and, where it uses child processes, the child's side. [`child`] is the
-//! parent/child line protocol and the child entry point, [`naive`] the baseline lock,
-//! [`report`] the table, JSON, Markdown and SVG output, and [`support`] sample statistics and
-//! the log tap; the server, Redis statistics, clocks and thread figures come from
-//! `locksmith-testkit`.
+//! Layout: this file parses the arguments, starts the server, runs the workloads in order,
+//! dispatches a child process's role to its workload (`child_main`, the one place that names
+//! every role) and writes the report. Each workload has a file of its own ([`uncontended`],
+//! [`handoff`], [`contended`], [`hot`], [`many`], [`idle`], [`renewal`], [`redlock`], [`tls`],
+//! [`cluster`], and [`family`] for `fair`, `rw` and `semaphore`) holding both its parent side
+//! and, where it uses child processes, the child's side; no workload imports another. What
+//! two workloads share lives in the support modules below them: [`floors`] (the floors every
+//! figure is compared with), [`handoff_runs`] (a run of handoffs to a waiter child, for
+//! `handoff` and `redlock`), [`contention`] (a contended run of child processes, for
+//! `contended` and `hot`), [`child`] (the parent/child line protocol), [`naive`] (the baseline
+//! lock), [`report`] (the table, JSON, Markdown and SVG output) and [`support`] (sample
+//! statistics and the log tap); the server, Redis statistics, clocks and thread figures come
+//! from `locksmith-testkit`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod child;
 mod cluster;
 mod contended;
+mod contention;
 mod family;
 mod floors;
 mod handoff;
+mod handoff_runs;
 mod hot;
 mod idle;
 mod many;
@@ -67,12 +73,14 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use child::child_main;
+use child::{child_input, say};
 use contended::contended;
+use contention::child_contend;
 use floors::measure_floors;
-use handoff::{handoff, handoff_unpinned};
+use handoff::{child_pubsub, handoff, handoff_unpinned};
+use handoff_runs::child_handoff;
 use hot::hot;
-use idle::idle;
+use idle::{child_idle, idle};
 use many::many_names;
 use redlock::redlock;
 use renewal::renewal;
@@ -86,6 +94,33 @@ const NAIVE_LEASE: Duration = Duration::from_secs(30);
 const THREADS: usize = 8;
 /// A bound on any single step that talks to a child.
 const STEP: Duration = Duration::from_secs(20);
+
+/// The entry point of a child process (`--child ROLE ARGS...`): runs the child's side of the
+/// workload that names the role, and returns the exit code. The one place that names every
+/// role.
+fn child_main(args: &[String]) -> i32 {
+    let Some(role) = args.first() else {
+        eprintln!("bench child: no role");
+        return 2;
+    };
+    let input = child_input(Duration::from_secs(900));
+    let rest = &args[1..];
+    let r = match role.as_str() {
+        "handoff-waiter" => child_handoff(rest, &input),
+        "pubsub-listener" => child_pubsub(rest),
+        "contend" => child_contend(rest, &input),
+        "idle-wait" => child_idle(rest, &input),
+        other => Err(format!("unknown role {other}")),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench child {role}: {e}");
+            say(&format!("error {e}"));
+            2
+        }
+    }
+}
 
 fn s<E: Display>(e: E) -> String {
     e.to_string()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use locksmith::{Client, Mutex as LockMutex};
 
 use crate::child::ChildProc;
-use crate::handoff::ls_handoffs;
+use crate::handoff_runs::{build_redlock, ls_handoffs};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
     RedisServer, calls_by_command, connect, micros, pct, sorted, stat, stats_delta, usec_by_command,
@@ -16,16 +16,6 @@ use crate::{Ctx, STEP, s};
 
 /// RedLock masters, each its own `redis-server`.
 const MASTERS: usize = 5;
-
-/// A RedLock client over `urls`, as the bench uses it in both processes.
-pub(crate) fn build_redlock<S: AsRef<str>>(urls: &[S]) -> Result<Client, String> {
-    Client::redlock(urls.iter().map(AsRef::as_ref))
-        .lease(Duration::from_secs(30))
-        .clock_drift_factor(0.01)
-        .master_timeout(Duration::from_millis(50))
-        .build()
-        .map_err(s)
-}
 
 fn evalsha_one(con: &mut redis::Connection, sha: &str) -> Result<i64, String> {
     redis::cmd("EVALSHA")
