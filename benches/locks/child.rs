@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use locksmith::{Client, Mutex as LockMutex};
 
+use crate::context::NAIVE_LEASE;
 use crate::naive::NaiveLock;
-use crate::{NAIVE_LEASE, s};
+use crate::support::s;
 
 /// The parent's handle on one child.
 #[derive(Debug)]

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use locksmith::Client;
 use locksmith_testkit::{RedisCluster, lock_key, pin, release_channel};
 
+use crate::context::{Ctx, STEP};
 use crate::report::{Row, Unit};
-use crate::support::{micros, pct, sorted};
-use crate::{Ctx, STEP, s};
+use crate::support::{micros, pct, s, sorted};
 
 const W: &str = "cluster";
 /// Threads cycling locks in the aggregate rate.

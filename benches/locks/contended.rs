@@ -3,9 +3,9 @@
 //! updates and the longest wait, for locksmith and the naive lock.
 
 use crate::contention::{Run, run_contended};
+use crate::context::{Ctx, THREADS};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{client_level, pct, sorted, stat, stats_brief, stats_delta, stats_total};
-use crate::{Ctx, THREADS};
 
 pub(crate) fn contended(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "contended";

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use locksmith::Client;
 
 use crate::child::{ChildProc, Waiter, arg, say};
-use crate::support::{calls_by_command, connect};
-use crate::{STEP, s};
+use crate::context::STEP;
+use crate::support::{calls_by_command, connect, s};
 
 /// What one contended run measured.
 pub(crate) struct Run {

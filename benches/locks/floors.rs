@@ -5,12 +5,12 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::context::Floors;
 use crate::naive;
 use crate::report::{Row, Unit};
 use crate::support::{
-    calls_by_command, connect, micros, pct, sorted, stat, stats_delta, usec_by_command,
+    calls_by_command, connect, micros, pct, s, sorted, stat, stats_delta, usec_by_command,
 };
-use crate::{Floors, s};
 
 pub(crate) fn measure_floors(url: &str, n: usize) -> Result<(Floors, Vec<Row>), String> {
     let mut con = connect(url, Duration::from_secs(5)).map_err(s)?;

@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use locksmith::Client;
 
 use crate::child::{ChildProc, arg, say};
+use crate::context::{Ctx, NAIVE_LEASE, STEP};
 use crate::handoff_runs::{Monitor, ls_handoffs};
 use crate::naive::{self, NaiveLock};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    calls_by_command, connect, micros, pct, realtime_ns, sorted, stat, stats_delta, usec_by_command,
+    calls_by_command, connect, micros, pct, realtime_ns, s, sorted, stat, stats_delta,
+    usec_by_command,
 };
-use crate::{Ctx, NAIVE_LEASE, STEP, s};
 
 pub(crate) fn handoff(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "handoff";

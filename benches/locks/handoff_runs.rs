@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use locksmith::{Client, Mutex as LockMutex};
 
 use crate::child::{ChildProc, Waiter, arg, say};
-use crate::support::{Rng, calls_by_command, micros, numsub, realtime_ns, stat};
-use crate::{STEP, s};
+use crate::context::STEP;
+use crate::support::{Rng, calls_by_command, micros, numsub, realtime_ns, s, stat};
 
 /// A RedLock client over `urls`, as the bench uses it in both processes.
 pub(crate) fn build_redlock<S: AsRef<str>>(urls: &[S]) -> Result<Client, String> {

@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use crate::contention::{Run, run_contended};
+use crate::context::{Ctx, THREADS};
 use crate::report::{Bar, Row, Unit};
-use crate::support::{connect, pct, sorted};
-use crate::{Ctx, THREADS, s};
+use crate::support::{connect, pct, s, sorted};
 
 /// One thread, GET then SET of the read value + 1, back to back for `run`, no lock: the
 /// critical section's own limit, in sections per second.

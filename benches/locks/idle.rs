@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use locksmith::Client;
 
 use crate::child::{ChildProc, Waiter, arg, say};
+use crate::context::{Ctx, NAIVE_LEASE, STEP, THREADS};
 use crate::naive::NaiveLock;
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    LOG, calls_by_command, client_level, connect, failed_by_command, numsub, stat, stats_brief,
+    LOG, calls_by_command, client_level, connect, failed_by_command, numsub, s, stat, stats_brief,
     stats_delta,
 };
-use crate::{Ctx, NAIVE_LEASE, STEP, THREADS, s};
 
 pub(crate) fn idle(ctx: &mut Ctx) -> Result<(), String> {
     let mut variants = vec![("ls", Some(Duration::from_secs(30))), ("naive", None)];

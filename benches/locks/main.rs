@@ -40,9 +40,10 @@
 //! two workloads share lives in the support modules below them: [`floors`] (the floors every
 //! figure is compared with), [`handoff_runs`] (a run of handoffs to a waiter child, for
 //! `handoff` and `redlock`), [`contention`] (a contended run of child processes, for
-//! `contended` and `hot`), [`child`] (the parent/child line protocol), [`naive`] (the baseline
+//! `contended` and `hot`), [`context`] (what every workload is given: the plan, the floors,
+//! the rows, the bounds), [`child`] (the parent/child line protocol), [`naive`] (the baseline
 //! lock), [`report`] (the table, JSON, Markdown and SVG output) and [`support`] (sample
-//! statistics and the log tap); the server, Redis statistics, clocks and thread figures come
+//! statistics, the log tap, error text); the server, Redis statistics, clocks and thread figures come
 //! from `locksmith-testkit`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -51,6 +52,7 @@ mod child;
 mod cluster;
 mod contended;
 mod contention;
+mod context;
 mod family;
 mod floors;
 mod handoff;
@@ -66,7 +68,6 @@ mod support;
 mod tls;
 mod uncontended;
 
-use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -76,6 +77,7 @@ use std::time::{Duration, Instant};
 use child::{child_input, say};
 use contended::contended;
 use contention::child_contend;
+use context::{Ctx, Plan};
 use floors::measure_floors;
 use handoff::{child_pubsub, handoff, handoff_unpinned};
 use handoff_runs::child_handoff;
@@ -87,13 +89,6 @@ use renewal::renewal;
 use report::{Bar, Row, Series, Unit};
 use support::{LOG, LogTap, RedisServer, Rng, pct, realtime_ns};
 use uncontended::uncontended;
-
-/// The naive lock's lease (locksmith's default lease, for a like-for-like comparison).
-const NAIVE_LEASE: Duration = Duration::from_secs(30);
-/// Threads per process in the multi-process workloads.
-const THREADS: usize = 8;
-/// A bound on any single step that talks to a child.
-const STEP: Duration = Duration::from_secs(20);
 
 /// The entry point of a child process (`--child ROLE ARGS...`): runs the child's side of the
 /// workload that names the role, and returns the exit code. The one place that names every
@@ -119,107 +114,6 @@ fn child_main(args: &[String]) -> i32 {
             say(&format!("error {e}"));
             2
         }
-    }
-}
-
-fn s<E: Display>(e: E) -> String {
-    e.to_string()
-}
-
-/// How much of everything to run.
-#[derive(Debug, Clone)]
-struct Plan {
-    floor_samples: usize,
-    uncontended: Duration,
-    clock_samples: usize,
-    handoff_ls: usize,
-    handoff_naive: usize,
-    pubsub_samples: usize,
-    unpark_samples: usize,
-    contended: Duration,
-    many: Duration,
-    idle_hold: Duration,
-    idle_short_lease: bool,
-    renew_locks: usize,
-    renew_window: Duration,
-    redlock_handoff: usize,
-}
-
-impl Plan {
-    fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                floor_samples: 2000,
-                uncontended: Duration::from_millis(1500),
-                clock_samples: 200,
-                handoff_ls: 100,
-                handoff_naive: 30,
-                pubsub_samples: 100,
-                unpark_samples: 200,
-                contended: Duration::from_millis(2500),
-                many: Duration::from_secs(1),
-                idle_hold: Duration::from_secs(5),
-                idle_short_lease: false,
-                renew_locks: 2000,
-                renew_window: Duration::from_secs(4),
-                redlock_handoff: 80,
-            }
-        } else {
-            Plan {
-                floor_samples: 5000,
-                uncontended: Duration::from_secs(5),
-                clock_samples: 1000,
-                handoff_ls: 500,
-                handoff_naive: 500,
-                pubsub_samples: 500,
-                unpark_samples: 500,
-                contended: Duration::from_secs(10),
-                many: Duration::from_secs(3),
-                idle_hold: Duration::from_secs(5),
-                idle_short_lease: true,
-                renew_locks: 10_000,
-                renew_window: Duration::from_secs(10),
-                redlock_handoff: 300,
-            }
-        }
-    }
-}
-
-/// The floors, measured first.
-#[derive(Debug, Clone, Copy)]
-struct Floors {
-    ping_p50: f64,
-    evalsha_p50: f64,
-    /// PING after 3 ms of idleness.
-    idle_ping_p50: f64,
-    /// Redis's execution time of EVALSHA `return 1` (mean, commandstats).
-    evalsha_exec_us: f64,
-}
-
-struct Ctx {
-    url: String,
-    plan: Plan,
-    floors: Floors,
-    rows: Vec<Row>,
-    notes: Vec<String>,
-    /// Sorted handoff samples (µs): locksmith, naive.
-    handoff: Option<(Vec<f64>, Vec<f64>)>,
-    /// Sorted RedLock handoff samples (µs).
-    redlock_handoff: Option<Vec<f64>>,
-    /// redis-servers on CPU 1, the bench on CPU 0.
-    pinned: bool,
-    rng: Rng,
-}
-
-impl Ctx {
-    fn row(&mut self, r: Row) {
-        println!(
-            "  {:<12} {:<52} {}",
-            r.workload,
-            r.figure,
-            report::fmt_value(r.value, r.unit)
-        );
-        self.rows.push(r);
     }
 }
 

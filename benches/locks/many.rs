@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use locksmith::Client;
 
+use crate::context::{Ctx, NAIVE_LEASE, THREADS};
 use crate::naive::NaiveLock;
 use crate::report::{Bar, Row, Unit};
-use crate::{Ctx, NAIVE_LEASE, THREADS, s};
+use crate::support::s;
 
 pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "many names";

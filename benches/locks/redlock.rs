@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 use locksmith::{Client, Mutex as LockMutex};
 
 use crate::child::ChildProc;
+use crate::context::{Ctx, STEP};
 use crate::handoff_runs::{build_redlock, ls_handoffs};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    RedisServer, calls_by_command, connect, micros, pct, sorted, stat, stats_delta, usec_by_command,
+    RedisServer, calls_by_command, connect, micros, pct, s, sorted, stat, stats_delta,
+    usec_by_command,
 };
-use crate::{Ctx, STEP, s};
 
 /// RedLock masters, each its own `redis-server`.
 const MASTERS: usize = 5;

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use locksmith::{Client, Mutex as LockMutex};
 
+use crate::context::Ctx;
 use crate::naive::{self, NaiveLock};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    LOG, calls_by_command, connect, failed_by_command, new_thread_named, stat, stats_brief,
+    LOG, calls_by_command, connect, failed_by_command, new_thread_named, s, stat, stats_brief,
     stats_delta, tasks, thread_count, thread_cpu_ns, usec_by_command,
 };
-use crate::{Ctx, s};
 
 /// What the hand-written renewal thread did: round trips, leases it found lost, the locks.
 type NaiveRenewed = (u64, u64, Vec<(String, String)>);

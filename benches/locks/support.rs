@@ -120,3 +120,8 @@ impl log::Log for LogTap {
 
     fn flush(&self) {}
 }
+
+/// An error as the bench reports it: its text.
+pub fn s<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use locksmith::Client;
 use locksmith_testkit::{RedisServer, ServerCert, TlsFiles, numsub, pin};
 
+use crate::context::{Ctx, STEP};
 use crate::report::{Row, Unit};
-use crate::support::{micros, pct, sorted};
-use crate::{Ctx, STEP, s};
+use crate::support::{micros, pct, s, sorted};
 
 pub(crate) fn tls(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "tls";

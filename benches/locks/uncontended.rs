@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use locksmith::Client;
 
+use crate::context::{Ctx, NAIVE_LEASE};
 use crate::naive::NaiveLock;
 use crate::report::{Bar, Row, Unit};
-use crate::support::{connect, micros, pct, rss_kib, sorted};
-use crate::{Ctx, NAIVE_LEASE, s};
+use crate::support::{connect, micros, pct, rss_kib, s, sorted};
 
 pub(crate) fn uncontended(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "uncontended";
