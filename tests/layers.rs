@@ -4,6 +4,7 @@
 //!   layer that keeps them side by side (the lock types) name no other room of that layer.
 //! - `src/`, `benches/locks/` and `testkit/src/`: no file imports a file that imports it back,
 //!   directly or through others.
+//! - `benches/locks/`: no workload imports another; what two share is in a support module.
 //!
 //! What a file imports is read from its code (comments, strings and `#[cfg(test)]` modules
 //! left out): its `use` paths and every `crate::`, `super::` and `self::` path, and paths that
@@ -659,6 +660,50 @@ fn src_imports_one_way_by_layers_and_without_cycles() {
     }
 }
 
+/// The support modules of the benchmark: what more than one workload uses. Every other file
+/// but `main.rs` is a workload.
+const BENCH_SUPPORT: &[&str] = &[
+    "child.rs",
+    "context.rs",
+    "contention.rs",
+    "floors.rs",
+    "handoff_runs.rs",
+    "naive.rs",
+    "report.rs",
+    "support.rs",
+];
+
+/// Every import of the benchmark from a workload to another, or from a support module to a
+/// workload.
+fn bench_violations(krate: &Crate, graph: &Graph) -> Vec<String> {
+    let workload = |rel: &str| rel != krate.root && !BENCH_SUPPORT.contains(&rel);
+    let mut bad = Vec::new();
+    for (from, tos) in &graph.edges {
+        for (to, path) in tos {
+            if from != &krate.root && workload(to) {
+                bad.push(format!(
+                    "{from} names `{path}` of the workload {to}: what two workloads share \
+                     belongs in a support module"
+                ));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn bench_workloads_import_no_other_workload() {
+    let krate = read_crate(&repo().join("benches/locks"), "main.rs");
+    for support in BENCH_SUPPORT {
+        assert!(
+            krate.files.iter().any(|(rel, _)| rel == support),
+            "no benches/locks/{support}"
+        );
+    }
+    let bad = bench_violations(&krate, &graph(&krate, false));
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn benches_and_testkit_have_no_import_cycle() {
     for (dir, root) in [("benches/locks", "main.rs"), ("testkit/src", "lib.rs")] {
@@ -795,4 +840,26 @@ fn comments_strings_tests_and_ancestors_do_not_count() {
     assert_eq!(cycles(&krate, &g), Vec::<String>::new());
     let hold = &g.edges["protocol/hold.rs"];
     assert_eq!(hold.keys().collect::<Vec<_>>(), ["error.rs"]);
+}
+
+#[test]
+fn the_check_finds_a_workload_that_imports_another() {
+    let krate = Crate {
+        root: "main.rs".to_owned(),
+        ..fake(&[
+            (
+                "main.rs",
+                "mod hot;\nmod contended;\nmod support;\nuse hot::hot;",
+            ),
+            (
+                "hot.rs",
+                "use crate::contended::run_contended;\nuse crate::support::pct;",
+            ),
+            ("contended.rs", "use crate::support::pct;"),
+            ("support.rs", ""),
+        ])
+    };
+    let bad = bench_violations(&krate, &graph(&krate, false));
+    assert_eq!(bad.len(), 1, "{bad:#?}");
+    assert!(bad[0].starts_with("hot.rs names `crate::contended::run_contended`"));
 }
