@@ -211,19 +211,31 @@
 //!
 //! # Layout
 //!
-//! For readers of the source: the modules form one-way layers. A module uses its own layer and
-//! the rows above it in this table, never a row below (a test, `tests/layers.rs`, checks the
-//! imports).
+//! For readers of the source, the rooms, lowest first. A file uses its own room and those
+//! above it in this list, never one below, and no file imports a file that imports it back
+//! (`tests/layers.rs` checks both).
 //!
-//! | layer | modules | what it is |
-//! |---|---|---|
-//! | errors | `error.rs` | [`Error`] and [`Result`], used by every layer |
-//! | transport | `transport/`: `conn.rs`, `tls.rs`, `pubsub.rs` | sockets to one server (TCP, TLS, Unix): URL checks, deadlines and timeouts, keepalive, the bounded handshake, the pool of command connections, the pub/sub socket |
-//! | pub/sub | `subscriber.rs`, `subscriber/shards.rs` | the `locksmith-pubsub` thread: one pub/sub connection (on a cluster, one per master, with sharded pub/sub) and the local waiter queues |
-//! | protocol | `protocol/`: `keys.rs`, `scripts.rs` with `scripts/*.lua`, `hold.rs`, `grant.rs` | the lock protocol: key names, the Lua scripts and their replies, the local record of a held lock, one acquisition's terms and grant; it opens no connection of its own |
-//! | topology | `topology/`: `backend.rs`, `sentinel.rs`, `cluster.rs` | where the masters are and how a call reaches them: one master or a quorum (RedLock), the master named by Sentinel, a Redis Cluster's slot map (which the pub/sub layer reads through its `ShardMap` trait) |
-//! | renewal | `renewal/` | the `locksmith-renew` thread and its timer wheel |
-//! | locks and client | `client.rs`, `mutex.rs`, `guard.rs`, `handoff.rs`, `fair_mutex.rs`, `rwlock.rs`, `semaphore.rs`, `redlock.rs` | the public types: [`Client`] and [`ClientBuilder`] (configuration checks, the two threads, the registry of this client's holds), and the locks built on all of the above |
+//! - `error.rs`: [`Error`] and [`Result`].
+//! - `transport/`: sockets to one server: `tls.rs`, `conn.rs` (deadlines, timeouts, the
+//!   handshake, the pool), `pubsub.rs` (the pub/sub socket), `diagnose.rs` (a failed first
+//!   command explained).
+//! - `subscriber.rs`: the `locksmith-pubsub` thread and the local waiter queues, how a waiter
+//!   waits (`subscriber/shards.rs`: a cluster's connection per master).
+//! - `protocol/`: key names, the Lua scripts (`scripts/*.lua`) and their replies, the record
+//!   of a held lock (`hold.rs`), an acquisition's terms and grant (`grant.rs`); no I/O.
+//! - `topology/`: where the masters are and how a call reaches them: one master or a quorum
+//!   (`backend.rs`), Sentinel (`sentinel.rs`), Cluster (`cluster.rs`).
+//! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
+//! - `client/shared.rs`: the client's core: its settings, the state its locks, guards and
+//!   threads share, the two threads.
+//! - `locks/time.rs`, `wait.rs`, `family.rs`, `lease.rs`: what the lock types share: a call's
+//!   deadline, the retry loop of an acquire, the keys and script call of the lock types other
+//!   than the plain mutex, a guard's lease view and its release once.
+//! - `locks/mutex/` (the mutex, its guard, its local hand-off), `locks/fair_mutex.rs`,
+//!   `locks/rwlock.rs`, `locks/semaphore.rs`: the lock types, side by side, none importing
+//!   another.
+//! - `client/builder.rs`, `client/mod.rs`, `redlock.rs`: [`ClientBuilder`] and the ways to get
+//!   one, [`Client`] and the lock handles it makes, the [`Redlock`] alias.
 
 mod client;
 mod error;

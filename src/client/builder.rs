@@ -151,6 +151,10 @@ impl ClientBuilder {
     /// by a majority of masters, so the option is accepted there and has no effect. Locks
     /// with a fixed lease ([`Mutex::with_lease`]) are never handed off either: a fixed lease
     /// ends a fixed time after an acquisition through Redis.
+    ///
+    /// [`Mutex`]: crate::Mutex
+    /// [`FairMutex`]: crate::FairMutex
+    /// [`Mutex::with_lease`]: crate::Mutex::with_lease
     pub fn local_handoff(mut self, on: bool) -> Self {
         self.local_handoff = on;
         self
@@ -193,6 +197,8 @@ impl ClientBuilder {
     /// lock's channel and never takes the lock costs at most this long per release through
     /// Redis. A longer give-way lets slower remote waiters win too; a shorter one costs less
     /// when a listener does not take the lock.
+    ///
+    /// [`Mutex`]: crate::Mutex
     pub fn local_handoff_give_way(mut self, time: Duration) -> Self {
         self.local_handoff_give_way = time;
         self
@@ -298,6 +304,8 @@ impl ClientBuilder {
     /// After it, renewal stops and the lease runs out, so a holder that is alive but stuck
     /// cannot keep a lock forever; its guard then reports [`is_held`](crate::MutexGuard::is_held)
     /// false. Per lock: [`Mutex::with_max_hold`].
+    ///
+    /// [`Mutex::with_max_hold`]: crate::Mutex::with_max_hold
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self

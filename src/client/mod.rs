@@ -65,6 +65,8 @@ impl Client {
     ///
     /// [`Error::InvalidName`] when the name is empty, longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or contains a NUL byte.
+    ///
+    /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
         keys::validate_name(name)?;
         let keys = Arc::new(LockKeys::new(&self.core.shared().config.prefix, name));
@@ -89,6 +91,8 @@ impl Client {
     /// guard.unlock()?; // hands the lock to the next waiter in the queue
     /// # Ok(()) }
     /// ```
+    ///
+    /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
         keys::validate_name(name)?;
         Ok(FairMutex::new(
@@ -117,6 +121,9 @@ impl Client {
     /// let _permit = pool.acquire()?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// [`Error::InvalidName`]: crate::Error::InvalidName
+    /// [`Error::InvalidConfig`]: crate::Error::InvalidConfig
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         keys::validate_name(name)?;
         Semaphore::new(
@@ -143,6 +150,8 @@ impl Client {
     /// let _r = catalog.read()?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
         keys::validate_name(name)?;
         Ok(RwLock::new(

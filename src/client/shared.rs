@@ -56,6 +56,8 @@ pub(crate) struct HandoffBound {
 
 /// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
 /// each acquisition through Redis reserves that many fencing tokens.
+///
+/// [`ClientBuilder::local_handoff_max_count`]: crate::ClientBuilder::local_handoff_max_count
 pub const MAX_HANDOFF_COUNT: u32 = 1024;
 
 impl Config {

@@ -27,6 +27,8 @@ use crate::transport::conn::Deadline;
 ///
 /// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked, as
 /// with [`std::sync::MutexGuard`].
+///
+/// [`Mutex::with_lease`]: crate::Mutex::with_lease
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct MutexGuard<'a> {

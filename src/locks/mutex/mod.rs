@@ -115,6 +115,8 @@ const SPLIT_RETRIES: u32 = 4;
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// [`Client`]: crate::Client
 #[derive(Debug, Clone)]
 pub struct Mutex {
     client: Core,
