@@ -714,127 +714,162 @@ fn benches_and_testkit_have_no_import_cycle() {
     }
 }
 
-/// A crate made of `files` (path, text), rooted at `lib.rs`.
-fn fake(files: &[(&str, &str)]) -> Crate {
+/// A crate rooted at `root`, written as its files: each begins with a line `--- path`.
+fn fake(root: &str, spec: &str) -> Crate {
+    let mut files: Vec<(String, String)> = Vec::new();
+    for line in spec.lines() {
+        if let Some(path) = line.strip_prefix("--- ") {
+            files.push((path.to_owned(), String::new()));
+        } else if let Some((_, text)) = files.last_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
     Crate {
-        files: files
-            .iter()
-            .map(|(p, t)| ((*p).to_owned(), (*t).to_owned()))
-            .collect(),
-        root: "lib.rs".to_owned(),
+        files,
+        root: root.to_owned(),
     }
 }
 
-const LIB: &str = "mod error;\nmod protocol;\npub use error::{Error, Result};";
+/// Whether a line of `lines` starts with `prefix`.
+fn any_starts(lines: &[String], prefix: &str) -> bool {
+    lines.iter().any(|l| l.starts_with(prefix))
+}
+
+/// The root of a fake `src/`: modules, and the names it re-exports.
+const LIB: &str = "--- lib.rs
+mod error;
+mod protocol;
+pub use error::{Error, Result};
+--- error.rs
+pub enum Error {}
+";
+
+/// A fake `src/`: [`LIB`] and `files`.
+fn fake_src(files: &str) -> Crate {
+    fake("lib.rs", &format!("{LIB}{files}"))
+}
 
 #[test]
 fn the_check_finds_an_upward_import_and_a_file_in_no_layer() {
-    let krate = fake(&[
-        ("lib.rs", LIB),
-        ("error.rs", "pub enum Error {}"),
-        (
-            "protocol/hold.rs",
-            "use crate::Result;\nuse crate::client::shared::Shared;\n",
-        ),
-        (
-            "client/shared.rs",
-            "fn f() { crate::locks::mutex::guard::x(); }",
-        ),
-        ("locks/mutex/guard.rs", ""),
-        ("transport/conn.rs", "use crate::{error, error::Error};"),
-        ("newlayer.rs", "use crate::error::Error;"),
-    ]);
+    let krate = fake_src(
+        "
+--- protocol/hold.rs
+use crate::Result;
+use crate::client::shared::Shared;
+--- client/shared.rs
+fn f() { crate::locks::mutex::guard::x(); }
+--- locks/mutex/guard.rs
+--- transport/conn.rs
+use crate::{error, error::Error};
+--- newlayer.rs
+use crate::error::Error;
+",
+    );
     let bad = layer_violations(&krate, &graph(&krate, true));
     assert_eq!(bad.len(), 4, "{bad:#?}");
     assert!(bad.iter().any(|b| b.contains("grouped")));
-    assert!(
-        bad.iter()
-            .any(|b| b.contains("src/newlayer.rs is in no layer"))
-    );
-    assert!(
-        bad.iter()
-            .any(|b| b.starts_with("src/protocol/hold.rs (protocol)")
-                && b.contains("src/client/shared.rs"))
-    );
-    assert!(
-        bad.iter()
-            .any(|b| b.starts_with("src/client/shared.rs (client core)")
-                && b.contains("src/locks/mutex/guard.rs"))
-    );
+    assert!(any_starts(&bad, "src/newlayer.rs is in no layer"));
+    assert!(any_starts(
+        &bad,
+        "src/protocol/hold.rs (protocol) names `crate::client::shared::Shared` in \
+         src/client/shared.rs"
+    ));
+    assert!(any_starts(
+        &bad,
+        "src/client/shared.rs (client core) names `crate::locks::mutex::guard::x` in \
+         src/locks/mutex/guard.rs"
+    ));
 }
 
 #[test]
 fn the_check_finds_lock_types_that_import_each_other() {
-    let krate = fake(&[
-        ("lib.rs", LIB),
-        (
-            "locks/rwlock.rs",
-            "use crate::locks::fair_mutex::eval_twice;",
-        ),
-        (
-            "locks/fair_mutex.rs",
-            "use crate::locks::family::family_keys;",
-        ),
-        ("locks/family.rs", ""),
-        ("locks/mutex/mod.rs", "mod guard;\nuse guard::MutexGuard;"),
-        ("locks/mutex/guard.rs", "use super::handoff::pass;"),
-        ("locks/mutex/handoff.rs", ""),
-    ]);
+    let krate = fake_src(
+        "
+--- locks/rwlock.rs
+use crate::locks::fair_mutex::eval_twice;
+--- locks/fair_mutex.rs
+use crate::locks::family::family_keys;
+--- locks/family.rs
+--- locks/mutex/mod.rs
+mod guard;
+use guard::MutexGuard;
+--- locks/mutex/guard.rs
+use super::handoff::pass;
+--- locks/mutex/handoff.rs
+",
+    );
     let bad = layer_violations(&krate, &graph(&krate, true));
     assert_eq!(bad.len(), 1, "{bad:#?}");
-    assert!(bad[0].starts_with("src/locks/rwlock.rs names `crate::locks::fair_mutex::eval_twice`"));
+    assert!(any_starts(
+        &bad,
+        "src/locks/rwlock.rs names `crate::locks::fair_mutex::eval_twice`"
+    ));
     assert!(bad[0].contains("side by side"));
 }
 
 #[test]
 fn the_check_finds_cycles_through_any_path() {
-    let krate = fake(&[
-        ("lib.rs", "mod a;\nmod b;\nmod c;\nmod m;"),
-        // a -> b -> c -> a, through a `use` group, a path in code and a `super` path.
-        ("a.rs", "use crate::b::{self, x::Y};"),
-        ("b.rs", "fn f() { crate::c::g(); }"),
-        ("c/mod.rs", "mod d;\npub(crate) use d::g;"),
-        ("c/d.rs", "use super::super::a::A;"),
-        // m/mod.rs -> m/guard.rs by a path through a module it declares, and back.
-        (
-            "m/mod.rs",
-            "pub(crate) mod guard;\nmod handoff;\nfn f() { guard::release(); }",
-        ),
-        ("m/guard.rs", "use crate::m::handoff::pass;"),
-        ("m/handoff.rs", "use super::guard::Guard;"),
-    ]);
+    // a -> b -> c -> c/d -> a, through a `use` group, a path in code, a path through a module
+    // the file declares and a `super` path; m/guard.rs <-> m/handoff.rs.
+    let krate = fake(
+        "lib.rs",
+        "--- lib.rs
+mod a;
+mod b;
+mod c;
+mod m;
+--- a.rs
+use crate::b::{self, x::Y};
+--- b.rs
+fn f() { crate::c::g(); }
+--- c/mod.rs
+mod d;
+pub(crate) use d::g;
+--- c/d.rs
+use super::super::a::A;
+--- m/mod.rs
+pub(crate) mod guard;
+mod handoff;
+fn f() { guard::release(); }
+--- m/guard.rs
+use crate::m::handoff::pass;
+--- m/handoff.rs
+use super::guard::Guard;
+",
+    );
     let found = cycles(&krate, &graph(&krate, false));
     assert_eq!(found.len(), 2, "{found:#?}");
-    assert!(
-        found
-            .iter()
-            .any(|c| c.starts_with("a cycle of 4: a.rs, b.rs, c/d.rs, c/mod.rs"))
-    );
-    assert!(
-        found
-            .iter()
-            .any(|c| c.starts_with("a cycle of 2: m/guard.rs, m/handoff.rs"))
-    );
+    assert!(any_starts(
+        &found,
+        "a cycle of 4: a.rs, b.rs, c/d.rs, c/mod.rs"
+    ));
+    assert!(any_starts(&found, "a cycle of 2: m/guard.rs, m/handoff.rs"));
 }
 
 #[test]
 fn comments_strings_tests_and_ancestors_do_not_count() {
-    let krate = fake(&[
-        ("lib.rs", LIB),
-        ("error.rs", "pub enum Error {}"),
-        (
-            "protocol/hold.rs",
-            "/// Used by [`Mutex`](crate::Mutex).\n\
-             use crate::error::Error; // crate::client\n\
-             /* crate::locks::mutex */\n\
-             const URL: &str = \"redis://crate::client\";\n\
-             const RAW: &str = r#\"crate::client \"#;\n\
-             fn f<'a>(c: char) -> crate::Result<()> { let _ = '\"'; Ok(()) }\n\
-             #[cfg(test)]\nmod tests {\n    use crate::client::Client;\n}\n",
-        ),
-        ("protocol/mod.rs", "mod hold;\nfn f() { hold::x(); }"),
-        ("protocol/keys.rs", "use super::hold::Hold;\nuse super::X;"),
-    ]);
+    let krate = fake_src(
+        r##"
+--- protocol/hold.rs
+/// Used by [`Mutex`](crate::Mutex).
+use crate::error::Error; // crate::client
+/* crate::locks::mutex */
+const URL: &str = "redis://crate::client";
+const RAW: &str = r#"crate::client "#;
+fn f<'a>(c: char) -> crate::Result<()> { let _ = '"'; Ok(()) }
+#[cfg(test)]
+mod tests {
+    use crate::client::Client;
+}
+--- protocol/mod.rs
+mod hold;
+fn f() { hold::x(); }
+--- protocol/keys.rs
+use super::hold::Hold;
+use super::X;
+"##,
+    );
     let g = graph(&krate, true);
     assert_eq!(layer_violations(&krate, &g), Vec::<String>::new());
     assert_eq!(cycles(&krate, &g), Vec::<String>::new());
@@ -844,22 +879,25 @@ fn comments_strings_tests_and_ancestors_do_not_count() {
 
 #[test]
 fn the_check_finds_a_workload_that_imports_another() {
-    let krate = Crate {
-        root: "main.rs".to_owned(),
-        ..fake(&[
-            (
-                "main.rs",
-                "mod hot;\nmod contended;\nmod support;\nuse hot::hot;",
-            ),
-            (
-                "hot.rs",
-                "use crate::contended::run_contended;\nuse crate::support::pct;",
-            ),
-            ("contended.rs", "use crate::support::pct;"),
-            ("support.rs", ""),
-        ])
-    };
+    let krate = fake(
+        "main.rs",
+        "--- main.rs
+mod hot;
+mod contended;
+mod support;
+use hot::hot;
+--- hot.rs
+use crate::contended::run_contended;
+use crate::support::pct;
+--- contended.rs
+use crate::support::pct;
+--- support.rs
+",
+    );
     let bad = bench_violations(&krate, &graph(&krate, false));
     assert_eq!(bad.len(), 1, "{bad:#?}");
-    assert!(bad[0].starts_with("hot.rs names `crate::contended::run_contended`"));
+    assert!(any_starts(
+        &bad,
+        "hot.rs names `crate::contended::run_contended`"
+    ));
 }

@@ -7,33 +7,33 @@ use crate::report::{self, Row};
 use crate::support::Rng;
 
 /// The naive lock's lease (locksmith's default lease, for a like-for-like comparison).
-pub(crate) const NAIVE_LEASE: Duration = Duration::from_secs(30);
+pub const NAIVE_LEASE: Duration = Duration::from_secs(30);
 /// Threads per process in the multi-process workloads.
-pub(crate) const THREADS: usize = 8;
+pub const THREADS: usize = 8;
 /// A bound on any single step that talks to a child.
-pub(crate) const STEP: Duration = Duration::from_secs(20);
+pub const STEP: Duration = Duration::from_secs(20);
 
 /// How much of everything to run.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    pub(crate) floor_samples: usize,
-    pub(crate) uncontended: Duration,
-    pub(crate) clock_samples: usize,
-    pub(crate) handoff_ls: usize,
-    pub(crate) handoff_naive: usize,
-    pub(crate) pubsub_samples: usize,
-    pub(crate) unpark_samples: usize,
-    pub(crate) contended: Duration,
-    pub(crate) many: Duration,
-    pub(crate) idle_hold: Duration,
-    pub(crate) idle_short_lease: bool,
-    pub(crate) renew_locks: usize,
-    pub(crate) renew_window: Duration,
-    pub(crate) redlock_handoff: usize,
+pub struct Plan {
+    pub floor_samples: usize,
+    pub uncontended: Duration,
+    pub clock_samples: usize,
+    pub handoff_ls: usize,
+    pub handoff_naive: usize,
+    pub pubsub_samples: usize,
+    pub unpark_samples: usize,
+    pub contended: Duration,
+    pub many: Duration,
+    pub idle_hold: Duration,
+    pub idle_short_lease: bool,
+    pub renew_locks: usize,
+    pub renew_window: Duration,
+    pub redlock_handoff: usize,
 }
 
 impl Plan {
-    pub(crate) fn new(quick: bool) -> Plan {
+    pub fn new(quick: bool) -> Plan {
         if quick {
             Plan {
                 floor_samples: 2000,
@@ -74,32 +74,32 @@ impl Plan {
 
 /// The floors, measured first.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Floors {
-    pub(crate) ping_p50: f64,
-    pub(crate) evalsha_p50: f64,
+pub struct Floors {
+    pub ping_p50: f64,
+    pub evalsha_p50: f64,
     /// PING after 3 ms of idleness.
-    pub(crate) idle_ping_p50: f64,
+    pub idle_ping_p50: f64,
     /// Redis's execution time of EVALSHA `return 1` (mean, commandstats).
-    pub(crate) evalsha_exec_us: f64,
+    pub evalsha_exec_us: f64,
 }
 
-pub(crate) struct Ctx {
-    pub(crate) url: String,
-    pub(crate) plan: Plan,
-    pub(crate) floors: Floors,
-    pub(crate) rows: Vec<Row>,
-    pub(crate) notes: Vec<String>,
+pub struct Ctx {
+    pub url: String,
+    pub plan: Plan,
+    pub floors: Floors,
+    pub rows: Vec<Row>,
+    pub notes: Vec<String>,
     /// Sorted handoff samples (µs): locksmith, naive.
-    pub(crate) handoff: Option<(Vec<f64>, Vec<f64>)>,
+    pub handoff: Option<(Vec<f64>, Vec<f64>)>,
     /// Sorted RedLock handoff samples (µs).
-    pub(crate) redlock_handoff: Option<Vec<f64>>,
+    pub redlock_handoff: Option<Vec<f64>>,
     /// redis-servers on CPU 1, the bench on CPU 0.
-    pub(crate) pinned: bool,
-    pub(crate) rng: Rng,
+    pub pinned: bool,
+    pub rng: Rng,
 }
 
 impl Ctx {
-    pub(crate) fn row(&mut self, r: Row) {
+    pub fn row(&mut self, r: Row) {
         println!(
             "  {:<12} {:<52} {}",
             r.workload,

@@ -151,15 +151,7 @@ impl Shared {
     /// renewed, and gives the thread a new owner id for its later Mutex acquisitions (see
     /// [`mutex_owner`](Shared::mutex_owner)).
     pub(crate) fn passed_on(&self, hold: &Arc<Hold>) {
-        let slot = (hold.keys.lock.clone(), thread_seq());
-        let mut holds = self.holds.lock();
-        if holds
-            .get(&slot)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
-        {
-            holds.remove(&slot);
-        }
-        drop(holds);
+        self.leave_slot(hold);
         PASSES.with(|p| p.set(p.get().wrapping_add(1).max(1)));
     }
 
@@ -317,6 +309,14 @@ impl Shared {
     /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was
     /// released), and tells the renewal thread one more released hold sits in its wheel.
     pub(crate) fn forget(&self, hold: &Arc<Hold>) {
+        self.leave_slot(hold);
+        if hold.renewal.is_some() {
+            self.renewals.released();
+        }
+    }
+
+    /// Empties the calling thread's slot for the lock of `hold` if `hold` is in it.
+    fn leave_slot(&self, hold: &Arc<Hold>) {
         let slot = (hold.keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
         if holds
@@ -324,10 +324,6 @@ impl Shared {
             .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
         {
             holds.remove(&slot);
-        }
-        drop(holds);
-        if hold.renewal.is_some() {
-            self.renewals.released();
         }
     }
 }

@@ -591,16 +591,12 @@ impl<'a> FairMutexGuard<'a> {
 }
 
 impl Release for FairMutex {
-    fn name(&self) -> &str {
-        &self.keys.name
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        release(self, hold, by)
     }
 
     fn core(&self) -> &Core {
         &self.client
-    }
-
-    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        release(self, hold, by)
     }
 }
 

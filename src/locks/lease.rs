@@ -14,14 +14,11 @@ use crate::transport::conn::Deadline;
 
 /// How a lock type releases one level of a hold of its own.
 pub(crate) trait Release: Sync {
-    /// The lock's name, for messages.
-    fn name(&self) -> &str;
+    /// Releases one level of `hold` within `by`.
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()>;
 
     /// The client the lock was made from.
     fn core(&self) -> &Core;
-
-    /// Releases one level of `hold` within `by`.
-    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()>;
 }
 
 /// One level of a lease held through a guard, released once: by [`unlock`](Lease::unlock),
@@ -54,7 +51,7 @@ impl<'a> Lease<'a> {
 
     /// The lock's name.
     pub(crate) fn name(&self) -> &str {
-        self.lock.name()
+        &self.hold.keys.name
     }
 
     /// True while the lease is known to be valid.
@@ -96,7 +93,7 @@ impl Drop for Lease<'_> {
             log::warn!(
                 "releasing {} `{}` on drop failed: {e}",
                 self.what,
-                self.lock.name()
+                self.hold.keys.name
             );
         }
     }

@@ -462,17 +462,13 @@ impl RwLock {
 }
 
 impl Release for RwLock {
-    fn name(&self) -> &str {
-        &self.write_keys.name
+    /// A read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        release(self, hold.kind == Kind::Read, hold, by)
     }
 
     fn core(&self) -> &Core {
         &self.client
-    }
-
-    /// A read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
-    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        release(self, hold.kind == Kind::Read, hold, by)
     }
 }
 

@@ -438,16 +438,12 @@ impl SemaphorePermit<'_> {
 }
 
 impl Release for Semaphore {
-    fn name(&self) -> &str {
-        &self.keys.name
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        self.give_back(hold, by)
     }
 
     fn core(&self) -> &Core {
         &self.client
-    }
-
-    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        self.give_back(hold, by)
     }
 }
 

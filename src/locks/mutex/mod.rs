@@ -665,15 +665,11 @@ impl Mutex {
 }
 
 impl Release for Mutex {
-    fn name(&self) -> &str {
-        &self.keys.name
+    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
+        guard::release(self.client.shared(), &self.keys, hold, by)
     }
 
     fn core(&self) -> &Core {
         &self.client
-    }
-
-    fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        guard::release(self.client.shared(), &self.keys, hold, by)
     }
 }
