@@ -224,7 +224,8 @@
 //! - `protocol/`: key names, the Lua scripts (`scripts/*.lua`) and their replies, the record
 //!   of a held lock (`hold.rs`), an acquisition's terms and grant (`grant.rs`); no I/O.
 //! - `topology/`: where the masters are and how a call reaches them: one master or a quorum
-//!   (`backend.rs`), Sentinel (`sentinel.rs`), Cluster (`cluster.rs`).
+//!   (`backend/`, its acquire in `backend/acquire.rs`), Sentinel (`sentinel.rs`), Cluster
+//!   (`cluster.rs`).
 //! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
 //! - `client/shared.rs`: the client's core: its settings, the state its locks, guards and
 //!   threads share, the two threads.
