@@ -618,7 +618,7 @@ fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::C
     )
 }
 
-/// Releases one level of `hold` within `by` (see `guard.rs` for the order: renewal stops
+/// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
 /// first).
 fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let shared = mutex.client.shared();

@@ -57,7 +57,7 @@ pub(crate) struct Grant<'a> {
     pub(crate) last: u64,
 }
 
-/// What the client made of a grant (see `Shared::adopt` in `client.rs`).
+/// What the client made of a grant (see `Shared::adopt` in `client/shared.rs`).
 #[derive(Debug)]
 pub(crate) enum Adopted {
     /// The caller holds the lock through this hold (a new one, or its live hold re-entered).

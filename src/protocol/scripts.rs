@@ -3,7 +3,7 @@
 //! Each script lives in `src/protocol/scripts/*.lua`, opening with its KEYS/ARGV contract. They are
 //! hashed once per process ([`LazyLock`]) and sent with `EVALSHA`; a master that answers
 //! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`) gets the script loaded and the call resent
-//! (see `topology/backend.rs`).
+//! (see `topology/backend/`).
 
 use std::sync::LazyLock;
 use std::time::Duration;

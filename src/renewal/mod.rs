@@ -19,7 +19,7 @@
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
 //! hold that is on the wire, so no renewal reaches Redis after the release script.
 //!
-//! The batch goes to every master at once (see `topology/backend.rs`) and takes at most half the
+//! The batch goes to every master at once (see `topology/backend/`) and takes at most half the
 //! renewal interval: a try on a pooled connection for at most a quarter of the interval (or
 //! the command timeout if shorter), then, where that connection failed or stayed silent, a
 //! try on a new connection in what is left. So one dead connection (a NAT that dropped it)
