@@ -216,27 +216,15 @@
 //! (`tests/layers.rs` checks both).
 //!
 //! - `error.rs`: [`Error`] and [`Result`].
-//! - `transport/`: sockets to one server: `tls.rs`, `conn.rs` (deadlines, timeouts, the
-//!   handshake, the pool), `pubsub.rs` (the pub/sub socket), `diagnose.rs` (a failed first
-//!   command explained).
-//! - `subscriber.rs`: the `locksmith-pubsub` thread and the local waiter queues, how a waiter
-//!   waits (`subscriber/shards.rs`: a cluster's connection per master).
-//! - `protocol/`: key names, the Lua scripts (`scripts/*.lua`) and their replies, the record
-//!   of a held lock (`hold.rs`), an acquisition's terms and grant (`grant.rs`); no I/O.
-//! - `topology/`: where the masters are and how a call reaches them: one master or a quorum
-//!   (`backend/`, its acquire in `backend/acquire.rs`), Sentinel (`sentinel.rs`), Cluster
-//!   (`cluster.rs`).
+//! - `transport/`: sockets to one server (`tls.rs`, `conn.rs`, `pubsub.rs`, `diagnose.rs`).
+//! - `subscriber.rs`, `subscriber/`: the `locksmith-pubsub` thread; how a waiter waits.
+//! - `protocol/`: key names, the Lua scripts and their replies, a hold's record, a grant.
+//! - `topology/`: how a call reaches the masters: one or a quorum, Sentinel, Cluster.
 //! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
-//! - `client/shared.rs`: the client's core: its settings, the state its locks, guards and
-//!   threads share, the two threads.
-//! - `locks/time.rs`, `wait.rs`, `family.rs`, `lease.rs`: what the lock types share: a call's
-//!   deadline, the retry loop of an acquire, the keys and script call of the lock types other
-//!   than the plain mutex, a guard's lease view and its release once.
-//! - `locks/mutex/` (the mutex, its guard, its local hand-off), `locks/fair_mutex.rs`,
-//!   `locks/rwlock.rs`, `locks/semaphore.rs`: the lock types, side by side, none importing
-//!   another.
-//! - `client/builder.rs`, `client/mod.rs`, `redlock.rs`: [`ClientBuilder`] and the ways to get
-//!   one, [`Client`] and the lock handles it makes, the [`Redlock`] alias.
+//! - `client/shared.rs`: the client's core: its settings, shared state and two threads.
+//! - `locks/{time,wait,family,lease}.rs`: deadlines, the retry loop, family keys, a guard's lease.
+//! - `locks/mutex/`, `locks/{fair_mutex,rwlock,semaphore}.rs`: the lock types, side by side.
+//! - `client/{builder,mod}.rs`, `redlock.rs`: [`ClientBuilder`], [`Client`], [`Redlock`].
 
 mod client;
 mod error;
