@@ -32,7 +32,7 @@
 //! waits until the subscriber thread has read the confirmation of the channel's `SUBSCRIBE`
 //! (bounded by the command timeout) before its first attempt; any release after that attempt
 //! is then delivered. While the connection is down, leaders re-check every
-//! [`RECHECK`] instead of sleeping until their TTL bound.
+//! [`RECHECK`](crate::locks::wait::RECHECK) instead of sleeping until their TTL bound.
 //!
 //! # Writes and reads
 //!
@@ -104,20 +104,6 @@ pub(crate) trait ShardMap: Send + Sync + std::fmt::Debug {
 /// How long a leader parks at a time while its shot is being fired (the subscriber thread
 /// wakes it when the write is done; this only bounds a lost wakeup).
 const FIRING_WAIT: Duration = Duration::from_millis(1);
-
-/// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
-pub(crate) const RECHECK: Duration = Duration::from_millis(100);
-
-/// How long a waiter that found the lock held with `ttl` left sleeps without news: the
-/// holder's TTL bounds the sleep (a crashed holder publishes nothing); without a confirmed
-/// subscription, which could miss the release, it re-checks sooner ([`RECHECK`]).
-pub(crate) fn sleep_on(ttl: Duration, confirmed: bool) -> Duration {
-    if confirmed {
-        ttl + Duration::from_millis(1)
-    } else {
-        ttl.min(RECHECK)
-    }
-}
 
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);

@@ -44,12 +44,11 @@ use crate::error::{Error, Result};
 use crate::locks::family::{eval_twice, family_keys};
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::retrying;
+use crate::locks::wait::{retrying, sleep_on};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
-use crate::subscriber::sleep_on;
 use crate::transport::conn::Deadline;
 
 /// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,

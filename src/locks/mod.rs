@@ -1,9 +1,11 @@
-//! The lock types, side by side: each in a room of its own (`mutex/` with its guard and its
-//! local hand-off, `fair_mutex.rs`, `rwlock.rs`, `semaphore.rs`), none importing another.
-//! What more than one of them uses lives in the rooms below them: `time.rs` (a call's
-//! deadline and the bound of its I/O), `wait.rs` (the retry loop of an acquire), `family.rs`
-//! (the keys and the script call of the lock types other than the plain mutex), `lease.rs`
-//! (what every guard shows of its lease, and its release once).
+//! The lock types, side by side, each in a room of its own and none importing another:
+//! `mutex/` (with its guard and its local hand-off), `fair_mutex.rs`, `rwlock.rs`,
+//! `semaphore.rs`. What more than one of them uses lives in the rooms below them:
+//!
+//! - `time.rs`: a call's deadline and the bound of its I/O;
+//! - `wait.rs`: the retry loop of an acquire, and how long a waiter sleeps;
+//! - `family.rs`: the keys and the script call of the lock types other than the plain mutex;
+//! - `lease.rs`: what every guard shows of its lease, and its release once.
 
 pub(crate) mod fair_mutex;
 pub(crate) mod family;

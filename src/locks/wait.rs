@@ -1,6 +1,6 @@
-//! The retry loop every lock type's acquire runs: one bounded attempt after another, with
-//! backoff while Redis cannot be reached, within the call's deadline and the client's retry
-//! timeout.
+//! How every lock type's acquire waits: the retry loop (one bounded attempt after another,
+//! with backoff while Redis cannot be reached, within the call's deadline and the client's
+//! retry timeout), and how long a waiter sleeps without news.
 
 use std::time::{Duration, Instant};
 
@@ -47,5 +47,19 @@ pub(crate) fn retrying<T>(
             }
             other => return other,
         }
+    }
+}
+
+/// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
+pub(crate) const RECHECK: Duration = Duration::from_millis(100);
+
+/// How long a waiter that found the lock held with `ttl` left sleeps without news: the
+/// holder's TTL bounds the sleep (a crashed holder publishes nothing); without a confirmed
+/// subscription, which could miss the release, it re-checks sooner ([`RECHECK`]).
+pub(crate) fn sleep_on(ttl: Duration, confirmed: bool) -> Duration {
+    if confirmed {
+        ttl + Duration::from_millis(1)
+    } else {
+        ttl.min(RECHECK)
     }
 }
