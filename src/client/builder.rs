@@ -27,7 +27,7 @@ use crate::transport::tls::{Tls, TlsCerts};
 const DEFAULT_MASTER_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Which servers a client locks on.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum Topology {
     /// One server.
     Single(String),
@@ -40,6 +40,23 @@ enum Topology {
     Quorum(Vec<String>),
     /// A Redis Cluster, found through any of these seed nodes.
     Cluster(Vec<String>),
+}
+
+/// The URLs redacted ([`conn::redact`]): a builder's `Debug` never shows a password.
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |urls: &[String]| urls.iter().map(|u| conn::redact(u)).collect::<Vec<_>>();
+        match self {
+            Topology::Single(url) => f.debug_tuple("Single").field(&conn::redact(url)).finish(),
+            Topology::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &urls(sentinels))
+                .field("master", master)
+                .finish(),
+            Topology::Quorum(masters) => f.debug_tuple("Quorum").field(&urls(masters)).finish(),
+            Topology::Cluster(seeds) => f.debug_tuple("Cluster").field(&urls(seeds)).finish(),
+        }
+    }
 }
 
 impl Topology {
@@ -610,7 +627,7 @@ impl ClientBuilder {
             Topology::Single(url) => {
                 let infos = vec![conn::parse_url(url)?];
                 let tls = self.tls_setup(&infos)?;
-                (vec![conn::redact(url)], infos, None, tls)
+                (vec![conn::server_name(&infos[0])], infos, None, tls)
             }
             Topology::Quorum(urls) => {
                 let infos = urls
@@ -619,7 +636,7 @@ impl ClientBuilder {
                     .collect::<Result<Vec<_>>>()?;
                 let tls = self.tls_setup(&infos)?;
                 (
-                    urls.iter().map(|u| conn::redact(u)).collect(),
+                    infos.iter().map(conn::server_name).collect(),
                     infos,
                     None,
                     tls,

@@ -119,15 +119,14 @@ impl Sentinel {
             return Err(Error::config("master_name", "must not be empty"));
         }
         let master_tls = tls_mode(urls, &infos)?;
-        let sentinels = urls
-            .iter()
-            .zip(infos)
-            .map(|(url, info)| {
+        let sentinels = infos
+            .into_iter()
+            .map(|info| {
                 let settings = info.redis_settings().clone().set_skip_set_lib_name();
                 let info = info
                     .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
                     .set_redis_settings(settings);
-                Ok((conn::redact(url), conn::client_for(info, tls)?))
+                Ok((conn::server_name(&info), conn::client_for(info, tls)?))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Sentinel {

@@ -75,12 +75,35 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
     }
 }
 
-/// The URL with any password replaced, for messages and logs.
+/// The URL as it may be shown (in a message, a log line or a `Debug`): the user and password
+/// before an `@` replaced by `***`, and the value of a `pass=` or `password=` query parameter
+/// too. The one redaction of the crate: every URL shown goes through it, well-formed or not
+/// (a URL without a scheme, or with a password that holds a `/`, is redacted as well).
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_owned(),
+    let start = url.find("://").map_or(0, |s| s + 3);
+    let mut out = match url[start..].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
+    };
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        out = format!("{head}{query}");
     }
+    out
+}
+
+/// What a server is called in messages and logs: `host:port` (or a socket's path), never
+/// its credentials.
+pub(crate) fn server_name(info: &ConnectionInfo) -> String {
+    info.addr().to_string()
 }
 
 /// Connect and command timeouts, clamped so that no system call sees an absurd value.
@@ -565,5 +588,16 @@ mod tests {
     fn passwords_are_redacted() {
         assert_eq!(redact("redis://u:secret@h:1/"), "redis://***@h:1/");
         assert_eq!(redact("redis://h:1/"), "redis://h:1/");
+        assert_eq!(redact("u:secret@h:1"), "***@h:1");
+        assert_eq!(redact("redis://:se/cr@et@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis:/u:secret@h"), "***@h");
+        assert_eq!(
+            redact("unix:///s.sock?user=u&pass=secret&db=1"),
+            "unix:///s.sock?user=u&pass=***&db=1"
+        );
+        assert_eq!(
+            redact("redis+unix:///s?password=x"),
+            "redis+unix:///s?password=***"
+        );
     }
 }
