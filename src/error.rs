@@ -130,6 +130,7 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::NoQuorum { .. } => true,
+            Error::Redis(e) if is_not_redis(e) => false,
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()
@@ -210,6 +211,108 @@ impl From<redis::RedisError> for Error {
         } else {
             Error::Redis(e)
         }
+    }
+}
+
+/// An I/O error's text with words added (the server it happened with, how long a call
+/// retried), keeping the original error as its source: its kind, and a TLS error inside it,
+/// stay visible to the checks that look for them.
+#[derive(Debug)]
+struct Context {
+    text: String,
+    source: redis::RedisError,
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Context {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The text of an answer that was not RESP (see [`Error::not_redis`]).
+#[derive(Debug)]
+struct NotRedis(String);
+
+impl fmt::Display for NotRedis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotRedis {}
+
+/// Whether `r` says the server did not speak RESP (see [`Error::not_redis`]).
+fn is_not_redis(r: &redis::RedisError) -> bool {
+    io_error(r)
+        .and_then(|io| io.get_ref())
+        .is_some_and(|inner| inner.is::<NotRedis>())
+}
+
+/// The `io::Error` inside a Redis error, if it is one (`RedisError` keeps it behind an
+/// `Arc`).
+pub(crate) fn io_error(r: &redis::RedisError) -> Option<&std::io::Error> {
+    let inner = std::error::Error::source(r)?;
+    if let Some(a) = inner.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>() {
+        let a: &(dyn std::error::Error + 'static) = a.as_ref();
+        return a.downcast_ref::<std::io::Error>();
+    }
+    inner.downcast_ref::<std::io::Error>()
+}
+
+impl Error {
+    /// A connection-level error (an I/O error inside [`Error::Redis`]) with its text rewritten
+    /// by `text` (given the old text), its kind kept and the old error as its source; other
+    /// errors unchanged.
+    pub(crate) fn with_context(self, text: impl FnOnce(&str) -> String) -> Error {
+        match self {
+            Error::Redis(r) => match io_error(&r).map(|io| io.kind()) {
+                Some(kind) => {
+                    let text = text(&r.to_string());
+                    Error::Redis(redis::RedisError::from(std::io::Error::new(
+                        kind,
+                        Context { text, source: r },
+                    )))
+                }
+                None => Error::Redis(r),
+            },
+            e => e,
+        }
+    }
+
+    /// Names the server a connection-level error happened with (`host:port`, never a
+    /// password), unless its text names it already.
+    pub(crate) fn at(self, server: &str) -> Error {
+        self.with_context(|t| {
+            if t.contains(server) {
+                t.to_owned()
+            } else {
+                format!("{server}: {t}")
+            }
+        })
+    }
+
+    /// A server that answered with something other than RESP: a connection-level error (the
+    /// connection is dropped) that a retry does not cure.
+    pub(crate) fn not_redis(text: String) -> Error {
+        Error::Redis(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            NotRedis(text),
+        )))
+    }
+
+    /// Says how often and for how long a call tried before it gave up with this
+    /// (connection-level) error.
+    pub(crate) fn after_tries(self, tries: u32, took: std::time::Duration) -> Error {
+        if tries < 2 {
+            return self;
+        }
+        self.with_context(|t| format!("{t} (tried {tries} times over {took:.1?})"))
     }
 }
 

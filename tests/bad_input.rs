@@ -480,6 +480,34 @@ fn bad_urls_are_errors() {
     }
 }
 
+/// Each bad part of a URL is named in the message (not "could not be parsed").
+#[test]
+fn bad_url_messages_name_the_part() {
+    for (url, part) in [
+        ("redis://127.0.0.1/abc", "database `abc`"),
+        ("redis://127.0.0.1:6379/-2", "database `-2`"),
+        (
+            "redis://127.0.0.1:6379/?protocol=resp9",
+            "protocol version: resp9",
+        ),
+        ("rediss://127.0.0.1:6379/#secure", "#insecure"),
+        ("redis://0.0.0.0:6379/", "wildcard address"),
+        ("redis://127.0.0.1:notaport/", "port `notaport`"),
+        ("127.0.0.1:6379", "no scheme"),
+        ("http://127.0.0.1/", "scheme `http`"),
+    ] {
+        let e = Client::open(url).unwrap_err();
+        let msg = e.to_string();
+        println!("{url:?} -> {msg}");
+        assert!(e.is_invalid_config(), "{url:?}: {e:?}");
+        assert!(
+            msg.contains(part),
+            "{url:?}: `{msg}` does not name {part:?}"
+        );
+        assert!(!msg.contains("could not be parsed"), "{url:?}: {msg}");
+    }
+}
+
 /// A closed port gives an error within the connect timeout.
 #[test]
 fn closed_port_is_an_error() {
@@ -567,5 +595,13 @@ fn non_redis_endpoint_is_an_error() {
     let msg = msg.expect("client built against an HTTP endpoint");
     println!("HTTP endpoint -> {msg} ({elapsed:?})");
     assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
+    // One line that names the server and says what is wrong with it.
+    assert!(
+        msg.contains(&format!(
+            "127.0.0.1:{port} did not answer as a Redis server"
+        )),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
     server.join().unwrap();
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::client::shared::Core;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transport::conn::Deadline;
 
 /// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
@@ -22,11 +22,17 @@ pub(crate) fn retrying<T>(
 ) -> Result<T> {
     let mut backoff = Duration::from_millis(10);
     let mut retry_until: Option<Deadline> = None;
+    // The failed tries in a row, and when the first of them started: a call that gives up
+    // says how long and how often it tried.
+    let mut failed: Option<(u32, Instant)> = None;
     loop {
         let started = Instant::now();
         let by = retry_until.map_or(limit, |r| limit.min(r));
         match attempt(by) {
             Err(e) if e.is_retriable() => {
+                let (tries, first) = failed.get_or_insert((0, started));
+                *tries += 1;
+                let give_up = |e: Error| e.after_tries(*tries, first.elapsed());
                 let retry_until = *retry_until.get_or_insert_with(|| {
                     started
                         .checked_add(client.shared().config.retry_timeout)
@@ -36,12 +42,12 @@ pub(crate) fn retrying<T>(
                 // Sleep the backoff, or what is left of the bound, then try once more.
                 let left = stop.left().unwrap_or(backoff);
                 if left.is_zero() {
-                    return Err(e);
+                    return Err(give_up(e));
                 }
                 log::debug!("Redis unavailable for `{name}` ({e}); retrying");
                 std::thread::sleep(backoff.min(left));
                 if stop.passed() {
-                    return Err(e);
+                    return Err(give_up(e));
                 }
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }

@@ -55,6 +55,12 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
                     }
                 }
             }
+            check_db(
+                rest[authority.len()..]
+                    .split(['?', '#'])
+                    .next()
+                    .unwrap_or(""),
+            )?;
         }
         "redis+unix" | "valkey+unix" | "unix" => {}
         other => {
@@ -64,14 +70,37 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
             )));
         }
     }
-    let info = url
-        .into_connection_info()
-        .map_err(|e| bad(e.detail().unwrap_or("could not be parsed").to_owned()))?;
+    let info = url.into_connection_info().map_err(|e| bad(url_error(&e)))?;
     match info.addr() {
         ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. } | ConnectionAddr::Unix(..) => {
             Ok(info)
         }
         _ => Err(bad("this address type is not supported".into())),
+    }
+}
+
+/// The path of a `redis://` URL: empty, `/`, or `/` and a database number.
+fn check_db(path: &str) -> Result<()> {
+    let db = path.trim_matches('/');
+    if db.is_empty() || db.parse::<i64>().is_ok_and(|n| n >= 0) {
+        return Ok(());
+    }
+    Err(Error::InvalidUrl {
+        reason: format!(
+            "the database `{db}` is not a number (the path of redis://host:port/db is the \
+             database)"
+        ),
+    })
+}
+
+/// Why the `redis` crate refused a URL, in its words without its error kind (its messages
+/// never hold the URL: `Invalid protocol version: resp9`, `Redis URL did not parse`, ...).
+fn url_error(e: &redis::RedisError) -> String {
+    let text = e.to_string().replace(" - InvalidClientConfig", "");
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => "the URL could not be parsed".into(),
     }
 }
 
@@ -104,6 +133,20 @@ pub(crate) fn redact(url: &str) -> String {
 /// its credentials.
 pub(crate) fn server_name(info: &ConnectionInfo) -> String {
     info.addr().to_string()
+}
+
+/// The error of a reply read from `server`: one that is not RESP at all (an HTTP server, an
+/// SSH banner on that port) says so in one line, and is not retried; a connection-level
+/// failure names the server.
+pub(crate) fn reply_error(e: redis::RedisError, server: &str) -> Error {
+    if e.kind() == redis::ErrorKind::Parse {
+        let first = e.to_string();
+        let first = first.lines().next().unwrap_or("").trim();
+        return Error::not_redis(format!(
+            "{server} did not answer as a Redis server ({first})"
+        ));
+    }
+    Error::from(e).at(server)
 }
 
 /// Connect and command timeouts, clamped so that no system call sees an absurd value.
@@ -220,6 +263,8 @@ pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Conn {
     /// The resolver's generation when the connection was opened (0 without one).
     generation: u64,
+    /// The server's `host:port`, named in this connection's errors.
+    server: String,
     con: redis::Connection,
     read: Duration,
     write: Duration,
@@ -256,8 +301,9 @@ impl Conn {
 
     /// Writes a packed command with the timeouts as they are.
     pub(crate) fn send_now(&mut self, packed: &[u8]) -> Result<()> {
-        self.con.send_packed_command(packed)?;
-        Ok(())
+        self.con
+            .send_packed_command(packed)
+            .map_err(|e| Error::from(e).at(&self.server))
     }
 
     /// Reads one reply, waiting at most `timeout` (shortened by `by`).
@@ -268,7 +314,9 @@ impl Conn {
 
     /// Reads one reply with the timeouts as they are.
     pub(crate) fn recv_now(&mut self) -> Result<Value> {
-        Ok(self.con.recv_response()?)
+        self.con
+            .recv_response()
+            .map_err(|e| reply_error(e, &self.server))
     }
 
     /// The connection, for a command whose timeouts were set by [`Conn::set_timeouts`].
@@ -382,13 +430,15 @@ impl Pool {
             )?),
             None => None,
         };
-        let con = moved
-            .as_ref()
-            .unwrap_or(&self.client)
-            .get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
+        let client = moved.as_ref().unwrap_or(&self.client);
+        let server = server_name(client.get_connection_info());
+        let con = client
+            .get_connection_with_timeout(by.cap(self.timeouts.connect)?)
+            .map_err(|e| Error::from(e).at(&server))?;
         // `redis` leaves the socket without timeouts; `Conn` records that as zero.
         let mut con = Conn {
             generation,
+            server,
             con,
             read: Duration::ZERO,
             write: Duration::ZERO,
@@ -521,6 +571,12 @@ mod tests {
         assert!(parse_url("redis://127.0.0.1:6379/").is_ok());
         assert!(parse_url("redis://user:pw@localhost/2").is_ok());
         assert!(parse_url("redis+unix:///tmp/redis.sock").is_ok());
+        assert!(msg("redis://127.0.0.1/abc").contains("database `abc`"));
+        assert!(msg("redis://127.0.0.1:6379/-1").contains("database `-1`"));
+        assert!(parse_url("redis://127.0.0.1:6379/3?protocol=resp2").is_ok());
+        assert!(msg("redis://127.0.0.1/?protocol=resp9").contains("protocol version: resp9"));
+        assert!(msg("rediss://127.0.0.1/#bogus").contains("#insecure"));
+        assert!(msg("redis://0.0.0.0/").contains("wildcard"));
     }
 
     #[test]

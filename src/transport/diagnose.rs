@@ -2,18 +2,16 @@
 //! failed, a TLS port that does not answer (probed with a handshake of its own), a plain-text
 //! connection made to a TLS port.
 
-use std::io;
-use std::sync::Arc;
-
-use crate::error::Error;
+use crate::error::{Error, io_error};
 use crate::transport::pubsub;
-use crate::transport::tls::{Tls, bad, classify, handshake_error};
+use crate::transport::tls::{Tls, bad, classify, handshake_error, speaks_tls};
+use std::io;
 
 /// The error of a client's first command (at `build()`), explained where TLS is the likely
 /// cause: a failed TLS check on a `rediss://` master names the check; a TLS master that does
 /// not answer in time is probed with a handshake of its own, to tell a plain-text port from a
-/// slow server; a plain-text connection that the server closed at once was most likely made
-/// to a TLS port.
+/// slow server; a plain-text connection that the server closed at once was made to a TLS
+/// port when that port answers a TLS handshake.
 pub(crate) fn explain(
     e: Error,
     infos: &[redis::ConnectionInfo],
@@ -49,7 +47,7 @@ pub(crate) fn explain(
         return e;
     }
     let plain = infos.iter().find_map(|i| match i.addr() {
-        ConnectionAddr::Tcp(host, port) => Some(format!("{host}:{port}")),
+        ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
         _ => None,
     });
     // Closed by the server after the connection was made (not refused, not timed out).
@@ -67,20 +65,14 @@ pub(crate) fn explain(
             })
     };
     match (&e, plain) {
-        (Error::Redis(r), Some(h)) if closed(r) => bad(format!(
-            "{h} closed the connection at the first plain-text command ({r}): if that port \
-             expects TLS, use a rediss:// URL"
-        )),
+        // A closed connection is no evidence of TLS by itself (a server that stops, a proxy,
+        // `maxclients`): TLS is named only when the port answers a TLS handshake.
+        (Error::Redis(r), Some((host, port))) if closed(r) && speaks_tls(&host, port, timeouts) => {
+            bad(format!(
+                "{host}:{port} closed the connection at the first plain-text command ({r}) \
+                 and answers a TLS handshake: use a rediss:// URL"
+            ))
+        }
         _ => e,
     }
-}
-
-/// The `io::Error` inside a `RedisError`, if it is one.
-fn io_error(r: &redis::RedisError) -> Option<&io::Error> {
-    let inner = std::error::Error::source(r)?;
-    if let Some(a) = inner.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
-        let a: &(dyn std::error::Error + 'static) = a.as_ref();
-        return a.downcast_ref::<io::Error>();
-    }
-    inner.downcast_ref::<io::Error>()
 }

@@ -188,20 +188,36 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
     cmd.get_packed_command()
 }
 
-/// The error of a pub/sub handshake read: a plain-text connection that the server closed at
-/// once was most likely made to a TLS port.
+/// The error of a pub/sub handshake read, naming the server. (No guess at TLS here: a closed
+/// connection is what a server that stops looks like too; `build()` names a TLS port from
+/// the command connection, with evidence.)
 fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
-    let plain = matches!(info.addr(), ConnectionAddr::Tcp(..));
-    if plain && (e.is_connection_dropped() || e.is_unrecoverable_error()) && !e.is_timeout() {
-        return Error::Tls {
-            reason: format!(
-                "{} closed the connection at the first plain-text command ({e}): if that \
-                 port expects TLS, use a rediss:// URL",
-                info.addr()
-            ),
-        };
+    if e.is_timeout() {
+        return Error::from(e);
     }
-    Error::from(e)
+    let addr = info.addr();
+    if e.kind() == redis::ErrorKind::Parse {
+        return Error::io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{addr} did not answer as a Redis server ({})",
+                first_line(&e)
+            ),
+        ));
+    }
+    match crate::error::io_error(&e) {
+        Some(io) => Error::io(io::Error::new(
+            io.kind(),
+            format!("{addr} closed the pub/sub connection during its handshake ({io})"),
+        )),
+        None => Error::from(e),
+    }
+}
+
+/// The first line of an error's text (a parse error quotes what it read, over lines).
+pub(crate) fn first_line(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    text.lines().next().unwrap_or("").trim().to_owned()
 }
 
 /// Opens a TLS connection to `info` and closes it again: the handshake's error, if any (to
@@ -284,7 +300,7 @@ pub(crate) fn open_any(
         let i = (start + k) % infos.len();
         match open(&infos[i], timeouts, tls) {
             Ok((r, w)) => return Ok((r, w, i)),
-            Err(e) => last = Some(e),
+            Err(e) => last = Some(e.at(&infos[i].addr().to_string())),
         }
     }
     Err(last.unwrap_or(Error::config("masters", "must name at least one Redis URL")))

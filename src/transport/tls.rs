@@ -12,7 +12,7 @@
 //! for the default one).
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -445,4 +445,51 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
         Some(reason) => bad(reason),
         None => e,
     }
+}
+
+/// Whether `host:port` answers a TLS handshake (within the connect timeout): it completes
+/// one without verifying the certificate, or sends a TLS alert (it wants a client
+/// certificate, say). Silence, a closed connection or bytes that are not TLS: false.
+pub(crate) fn speaks_tls(
+    host: &str,
+    port: u16,
+    timeouts: crate::transport::conn::Timeouts,
+) -> bool {
+    let Ok(config) = client_config(&TlsCerts::default(), true) else {
+        return false;
+    };
+    let Ok(name) = ServerName::try_from(host.to_owned()) else {
+        return false;
+    };
+    let Ok(mut conn) = ClientConnection::new(config, name) else {
+        return false;
+    };
+    let until = Instant::now() + timeouts.connect;
+    let Some(tcp) = (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .and_then(|a| TcpStream::connect_timeout(&a, timeouts.connect).ok())
+    else {
+        return false;
+    };
+    let mut sock = &tcp;
+    while conn.is_handshaking() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero()
+            || tcp.set_read_timeout(Some(left)).is_err()
+            || tcp.set_write_timeout(Some(left)).is_err()
+        {
+            return false;
+        }
+        match conn.complete_io(&mut sock) {
+            Ok((0, 0)) if conn.is_handshaking() => return false,
+            Ok(_) => {}
+            Err(e) => {
+                return matches!(rustls_error(&e), Some(rustls::Error::AlertReceived(_)));
+            }
+        }
+    }
+    let _ = tcp.shutdown(std::net::Shutdown::Both);
+    true
 }
