@@ -183,14 +183,47 @@
 //!
 //! # Log levels
 //!
-//! Through the [`log`] crate; never a token, an owner id or a password.
+//! Through the [`log`] crate; never a token, an owner id or a password (a URL is shown as
+//! `host:port`, or with its credentials replaced by `***`). Each line's target is the module
+//! that logs it, under `locksmith` (`locksmith::renewal`, `locksmith::subscriber`, ...), so
+//! `locksmith=debug` selects them all. With [`env_logger`](https://docs.rs/env_logger), say:
 //!
-//! - `warn`: a lease was lost (renewal found the key gone or taken, or could not reach Redis
-//!   in time); a release on drop failed; the pub/sub connection was lost or could not be
-//!   restored; at start, a master whose `maxmemory-policy` may evict lock keys.
-//! - `info`: the pub/sub connection was restored; the Sentinel master moved.
-//! - `debug`: client start, retries, thread stops.
+//! ```text
+//! // main.rs
+//! env_logger::init();
+//! // shell
+//! RUST_LOG=locksmith=debug ./my-service
+//! RUST_LOG=locksmith=info,locksmith::subscriber=debug ./my-service   # every reconnect try
+//! ```
+//!
+//! What an operator may see at `warn` and `info`, and what to do:
+//!
+//! | level | target | line | what to do |
+//! |---|---|---|---|
+//! | `warn` | `locksmith::renewal` | ``lease of lock `NAME` lost: Redis could not be reached before the lease ran out`` (or `...: the key expired, was deleted, or has another owner`, `...: its lease ran out before it could be renewed`) | One line per lost lease. The holder's critical section may have overlapped another owner's: the guard's `check()`/`unlock()` return the loss, `on_lease_lost` is called. Look for an outage of Redis at that time, or a lease too short for this network. |
+//! | `warn` | `locksmith::subscriber` | `pub/sub connection to HOST:PORT lost: ERROR; reconnecting` | Once per outage. Waiters re-check their locks on a short period until it is back; check that Redis is up. |
+//! | `warn` | `locksmith::subscriber` | `pub/sub connection to HOST:PORT still down after 1m ... (N tries; waiters re-check their locks meanwhile): ERROR` | At most once a minute while it stays down. |
+//! | `info` | `locksmith::subscriber` | `pub/sub connection to HOST:PORT restored after 5.3s (N failed tries); waiters re-check their locks` | Nothing: the outage is over. |
+//! | `warn` | `locksmith::subscriber` | ``SUBSCRIBE CHANNEL refused: ERROR; its waiters re-check`` (`SSUBSCRIBE` on a cluster) | The ACL user lacks the pub/sub permission (`+subscribe`, `&*` channels): waiters fall back to polling. Grant it. |
+//! | `warn` | `locksmith::subscriber::shards` | `pub/sub connection to HOST:PORT lost: ERROR; reconnecting`, `... still down ...`, and `info` `... restored ...` | As above, per cluster master. |
+//! | `info` | `locksmith::subscriber::shards` | `the slot of CHANNEL moved; resubscribing its waiters`, ``HOST:PORT dropped the subscription to CHANNEL (its slot moved); resubscribing`` | Nothing: a resharding or failover is being followed. |
+//! | `warn` | `locksmith::guard`, `locksmith::fair_mutex`, `locksmith::rwlock`, `locksmith::semaphore` | ``releasing lock `NAME` on drop failed: ERROR`` (`the read lock`, `the write lock`, `a permit`) | Redis could not be reached to release: the lock stays taken until its lease runs out (others wait up to one lease). A guard dropped after its lease was lost logs at `debug` only (the loss was reported). |
+//! | `info` | `locksmith::renewal` | ``lock `NAME` reached its maximum hold time; renewal stopped`` | The holder is slower than `max_hold`: the lock frees itself within a lease. |
+//! | `info` | `locksmith::topology::sentinel` | ``the master `NAME` is now at HOST:PORT`` | Nothing: a failover is being followed. |
+//! | `warn` | `locksmith::client` | `Redis at HOST:PORT may evict lock keys: maxmemory-policy is P with maxmemory N; ...` | At start. Set `maxmemory-policy noeviction`: an evicted lock key is a lock granted twice. |
+//! | `warn` | `locksmith::client` | `a rediss:// URL ends in #insecure: the server's certificate is NOT verified, ...` | At start. Remove `#insecure` and trust the server's CA with `tls_root_cert`. |
+//! | `warn` | `locksmith::topology::backend` | `master HOST:PORT did not answer: ERROR` (quorum client, at start) | A minority of masters down is survived; bring it back. |
+//! | `warn` | `locksmith::topology::backend` | `renewal of N leases on HOST:PORT confirmed by A of R replicas in time; the leases are kept` | With `wait_replicas`: replicas lag or are down. |
+//! | `error` | `locksmith::renewal` | `the on_lease_lost callback panicked` | Fix the callback. |
+//!
+//! - `debug`: every reconnect try, every failed renewal before a loss, retries of a call,
+//!   client start, thread stops.
 //! - `trace`: renewal batches.
+//!
+//! Errors say where: a failed connection names the server (`HOST:PORT: Connection refused`),
+//! a call that retried says how long and how often (`(tried 7 times over 10.0s)`), and a
+//! port where something else than Redis answers gives ``HOST:PORT did not answer as a Redis
+//! server (...)``.
 //!
 //! # URLs
 //!

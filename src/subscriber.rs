@@ -81,7 +81,7 @@ use parking_lot::Mutex;
 use redis::{ConnectionInfo, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
-use crate::transport::conn::{Deadline, RESOLVE_EVERY, Resolve, Timeouts};
+use crate::transport::conn::{Deadline, RESOLVE_EVERY, Resolve, Timeouts, server_name};
 use crate::transport::pubsub::{ReadHalf, Stream, encode, open_any};
 use crate::transport::tls::Tls;
 
@@ -108,6 +108,83 @@ const FIRING_WAIT: Duration = Duration::from_millis(1);
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How often a pub/sub connection that stays down is reported at `warn` (every try is logged
+/// at `debug`).
+pub(crate) const DOWN_REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// The log lines of one connection's outage: one `warn` when it is lost, then at most one
+/// every [`DOWN_REPORT_EVERY`] while it stays down (for how long, how many tries, the last
+/// error), one `info` when it is back; every try at `debug`. So a client whose Redis is down
+/// for an hour logs about 60 lines, not 3600.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    /// When the connection was lost (`None`: it is up).
+    since: Option<Instant>,
+    /// Failed tries since.
+    tries: u32,
+    /// The last `warn` line of this outage.
+    reported: Option<Instant>,
+}
+
+impl Outage {
+    /// The connection to `server` was lost (or could not be opened, if it was up).
+    pub(crate) fn lost(&mut self, server: &str, e: &dyn std::fmt::Display) {
+        if self.since.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        self.since = Some(now);
+        self.tries = 0;
+        self.reported = Some(now);
+        log::warn!("pub/sub connection to {server} lost: {e}; reconnecting");
+    }
+
+    /// A try to reconnect to `server` failed; the next one is in `retry_in` (if known).
+    pub(crate) fn failed(
+        &mut self,
+        server: &str,
+        e: &dyn std::fmt::Display,
+        retry_in: Option<Duration>,
+    ) {
+        if self.since.is_none() {
+            self.lost(server, e);
+        }
+        self.tries += 1;
+        match retry_in {
+            Some(d) => log::debug!("pub/sub reconnect to {server} failed (retrying in {d:?}): {e}"),
+            None => log::debug!("pub/sub reconnect to {server} failed: {e}"),
+        }
+        let now = Instant::now();
+        if self
+            .reported
+            .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_REPORT_EVERY)
+        {
+            self.reported = Some(now);
+            let down = self.since.map_or(Duration::ZERO, |t| now - t);
+            log::warn!(
+                "pub/sub connection to {server} still down after {:.0?} ({} tries; waiters \
+                 re-check their locks meanwhile): {e}",
+                Duration::from_secs(down.as_secs()),
+                self.tries
+            );
+        }
+    }
+
+    /// The connection to `server` is up again (an `info` line if it had been down).
+    pub(crate) fn restored(&mut self, server: &str) {
+        if let Some(t) = self.since.take() {
+            log::info!(
+                "pub/sub connection to {server} restored after {:.1?} ({} failed tries); \
+                 waiters re-check their locks",
+                t.elapsed(),
+                self.tries
+            );
+        }
+        self.tries = 0;
+        self.reported = None;
+    }
+}
 
 /// The bytes of a simple or bulk string.
 fn bytes(v: &Value) -> Option<&[u8]> {
@@ -358,6 +435,8 @@ pub(crate) struct Subscriber {
     stop_tx: Mutex<Option<Sender<()>>>,
     /// On a cluster: the slot map, and the poller the thread waits on.
     sharded: Option<shards::Sharded>,
+    /// The server listened on last, for log lines (a cluster's name theirs per node).
+    server: Mutex<String>,
 }
 
 /// The read side handed to the thread.
@@ -383,7 +462,9 @@ impl Subscriber {
     ) -> Result<(Arc<Self>, Reader)> {
         let (reader, writer, current) = open_any(&infos, 0, timeouts, tls.as_deref())?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
+        let server = infos.get(current).map_or_else(String::new, server_name);
         let sub = Arc::new(Subscriber {
+            server: Mutex::new(server),
             infos,
             resolver,
             current: AtomicUsize::new(current),
@@ -415,6 +496,7 @@ impl Subscriber {
     ) -> Result<(Arc<Self>, Reader)> {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let sub = Arc::new(Subscriber {
+            server: Mutex::new(String::new()),
             infos: Vec::new(),
             resolver: None,
             current: AtomicUsize::new(0),
@@ -493,6 +575,7 @@ impl Subscriber {
         }
         let mut conn = reader;
         let mut backoff = BACKOFF_MIN;
+        let mut outage = Outage::default();
         let mut checked = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             if let Some(r) = &self.resolver
@@ -512,12 +595,12 @@ impl Subscriber {
             let Some(r) = conn.as_mut() else {
                 match self.reconnect() {
                     Ok(r) => {
-                        log::info!("pub/sub connection restored; waiters re-check their locks");
+                        outage.restored(&self.server());
                         conn = Some(r);
                         backoff = BACKOFF_MIN;
                     }
                     Err(e) => {
-                        log::warn!("pub/sub reconnect failed (retrying in {backoff:?}): {e}");
+                        outage.failed(&self.server(), &e, Some(backoff));
                         // Sleeps for the backoff, or less when shut down.
                         let _ = stop_rx.recv_timeout(backoff);
                         backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -529,7 +612,7 @@ impl Subscriber {
                 if self.stop.load(Ordering::SeqCst) {
                     break;
                 }
-                log::warn!("pub/sub connection lost: {e}; reconnecting");
+                outage.lost(&self.server(), &e);
                 conn = None;
                 self.disconnected();
             }
@@ -645,23 +728,38 @@ impl Subscriber {
         }
     }
 
+    /// The server listened on last (`host:port`, never a password).
+    fn server(&self) -> String {
+        self.server.lock().clone()
+    }
+
     /// Opens a new connection and subscribes every channel that still has waiters. Each leader
     /// is woken once (epoch bump) to re-check, since releases may have been missed meanwhile.
     fn reconnect(&self) -> Result<ReadHalf> {
         let start = self.current.load(Ordering::Relaxed);
-        let (reader, writer, current) = match &self.resolver {
+        let (reader, writer, server, current) = match &self.resolver {
             Some(r) => {
                 let info = r.resolve(Deadline::after(self.timeouts.connect), true)?;
-                open_any(
+                let (reader, writer, _) = open_any(
                     std::slice::from_ref(&info),
                     0,
                     self.timeouts,
                     self.tls.as_deref(),
-                )?
+                )?;
+                (reader, writer, server_name(&info), start)
             }
-            None => open_any(&self.infos, start, self.timeouts, self.tls.as_deref())?,
+            None => {
+                let (reader, writer, current) =
+                    open_any(&self.infos, start, self.timeouts, self.tls.as_deref())?;
+                let server = self
+                    .infos
+                    .get(current)
+                    .map_or_else(String::new, server_name);
+                (reader, writer, server, current)
+            }
         };
         self.current.store(current, Ordering::Relaxed);
+        *self.server.lock() = server;
         let mut table = self.table.lock();
         if self.stop.load(Ordering::SeqCst) {
             writer.shutdown();

@@ -89,12 +89,19 @@ impl Drop for Lease<'_> {
         if self.released {
             return;
         }
-        if let Err(e) = self.lock.release(&self.hold, release_bound(self.lock)) {
-            log::warn!(
+        match self.lock.release(&self.hold, release_bound(self.lock)) {
+            // The loss itself was reported once, at `warn`, when it was found.
+            Err(e) if e.is_lease_lost() => log::debug!(
+                "{} `{}` dropped after its lease was lost",
+                self.what,
+                self.hold.keys.name
+            ),
+            Err(e) => log::warn!(
                 "releasing {} `{}` on drop failed: {e}",
                 self.what,
                 self.hold.keys.name
-            );
+            ),
+            Ok(()) => {}
         }
     }
 }

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use polling::{Event, Poller};
 use redis::{ServerErrorKind, Value};
 
-use super::ShardMap;
 use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, ReadHalf, Stream, Subscriber, bytes, encode};
+use super::{Outage, ShardMap};
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, RESOLVE_EVERY};
 use crate::transport::pubsub::{self, HEARTBEAT};
@@ -47,6 +47,8 @@ pub(super) struct Sharded {
     poller: Poller,
     /// The slot map should be read again (a redirection or a pushed `sunsubscribe`).
     refresh: AtomicBool,
+    /// Each master's pub/sub outage, for its log lines.
+    outages: parking_lot::Mutex<HashMap<String, Outage>>,
 }
 
 impl Sharded {
@@ -55,7 +57,14 @@ impl Sharded {
             cluster,
             poller: Poller::new().map_err(Error::io)?,
             refresh: AtomicBool::new(false),
+            outages: parking_lot::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The outage of `node`'s pub/sub connection, for its log lines.
+    fn outage<T>(&self, node: &str, f: impl FnOnce(&mut Outage) -> T) -> T {
+        let mut outages = self.outages.lock();
+        f(outages.entry(node.to_owned()).or_default())
     }
 
     pub(super) fn notify(&self) {
@@ -181,7 +190,7 @@ impl Subscriber {
                 self.lost(sh, &node);
             }
             for node in self.heartbeat() {
-                log::warn!("pub/sub connection to {node} lost; moving its subscriptions");
+                sh.outage(&node, |o| o.lost(&node, &"no answer to PING"));
                 readers.retain(|_, (n, r)| {
                     if *n == node {
                         let _ = sh.poller.delete(fd_of(&r.stream));
@@ -221,7 +230,7 @@ impl Subscriber {
                 Ok(v) => self.dispatch_shard(sh, node, v),
                 Err(e) if e.is_timeout() => return Ok(()),
                 Err(e) => {
-                    log::warn!("pub/sub connection to {node} lost: {e}; moving its subscriptions");
+                    sh.outage(node, |o| o.lost(node, &e));
                     return Err(io::Error::other(e.to_string()));
                 }
             }
@@ -355,6 +364,7 @@ impl Subscriber {
                             stuck = true;
                             continue;
                         }
+                        sh.outage(&node_name, |o| o.restored(&node_name));
                         readers.insert(key, (node_name.clone(), reader));
                         table.shards.insert(
                             node_name.clone(),
@@ -372,7 +382,7 @@ impl Subscriber {
                     }
                     Err(e) => {
                         if !failed.contains(&node_name) {
-                            log::warn!("pub/sub connection to {} failed: {e}", node_name);
+                            sh.outage(&node_name, |o| o.failed(&node_name, &e, None));
                             failed.push(node_name.clone());
                         }
                         sh.refresh.store(true, Ordering::SeqCst);

@@ -732,7 +732,8 @@ impl Cluster {
             }
             match self.run(slots[i], &packed(&calls[i].0), by) {
                 Ok(v) => out[i] = Some(v),
-                Err(e) => log::warn!("renewal of {} lease(s) failed: {e}", calls[i].1),
+                // At `debug`: a lease that is lost is reported once, by the renewal thread.
+                Err(e) => log::debug!("renewal of {} lease(s) failed: {e}", calls[i].1),
             }
         }
         out

@@ -531,7 +531,9 @@ impl Backend {
         }
         for (i, r) in &replies {
             match r {
-                Err(e) => log::warn!(
+                // At `debug`: a renewal is retried until the lease runs out, and a lease
+                // that is lost is reported once, at `warn`, by the renewal thread.
+                Err(e) => log::debug!(
                     "renewal of {n} leases on {} failed: {e}",
                     self.nodes[*i].name
                 ),

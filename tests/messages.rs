@@ -1,0 +1,243 @@
+//! Messages an operator can act on: few `warn` lines for one outage, TLS named only where the
+//! evidence is TLS, and errors that name the server and say what was tried.
+//!
+//! A logger keeps every record; the tests of this file run one at a time (they count the
+//! lines logged while each runs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/capture.rs"]
+mod capture;
+mod common;
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use capture::Line;
+use common::{RedisServer, unique_name, wait_until};
+use locksmith::Client;
+
+const CONNECT: Duration = Duration::from_millis(300);
+const COMMAND: Duration = Duration::from_millis(300);
+
+/// One test at a time: each counts the lines logged while it runs.
+fn serial() -> StdGuard<'static, ()> {
+    static SERIAL: StdMutex<()> = StdMutex::new(());
+    capture::install();
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The lines logged by locksmith since `from` (an index into [`capture::lines`]).
+fn since(from: usize) -> Vec<Line> {
+    capture::lines()
+        .into_iter()
+        .skip(from)
+        .filter(|l| l.target.starts_with("locksmith"))
+        .collect()
+}
+
+/// A listener on `port` that accepts every connection and closes it at once (what a server
+/// that is going away, or a proxy without a backend, looks like), until dropped.
+struct Closer {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Closer {
+    fn on(port: u16) -> Closer {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            while !stop2.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((s, _)) => drop(s),
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Closer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Redis is killed for a few seconds while a client holds a short lease: one `warn` for the
+/// lost pub/sub connection, one for the lost lease, and one `info` when the connection is
+/// back; every reconnect try at `debug` only. (A connection that stays down is reported
+/// again once a minute: `DOWN_REPORT_EVERY`, longer than this outage.)
+#[test]
+fn an_outage_logs_a_handful_of_warnings() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let client = Client::builder(&server.url())
+        .lease(Duration::from_millis(1500))
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .build()
+        .unwrap();
+    let name = unique_name("outage");
+    let m = client.mutex(&name).unwrap();
+    let guard = m.lock().unwrap();
+    let from = capture::lines().len();
+    let down = Instant::now();
+    server.stop();
+    // Down for several reconnect periods (the backoff tops out at 1 s) and past the lease.
+    assert!(wait_until(Duration::from_secs(10), || !guard.is_held()));
+    thread::sleep(Duration::from_secs(5).saturating_sub(down.elapsed()));
+    server.restart();
+    let restored = |l: &Line| l.level == log::Level::Info && l.text.contains("restored");
+    assert!(
+        wait_until(Duration::from_secs(10), || since(from).iter().any(restored)),
+        "no `restored` line: {:#?}",
+        since(from)
+    );
+    drop(guard);
+    let lines = since(from);
+    let show = || lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let warns: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.level <= log::Level::Warn)
+        .collect();
+    let tries = lines
+        .iter()
+        .filter(|l| l.text.contains("pub/sub reconnect"))
+        .count();
+    println!("{} warn line(s), {tries} tries:\n{}", warns.len(), show());
+    assert!(
+        tries >= 3,
+        "the outage was too short to test anything:\n{}",
+        show()
+    );
+    assert!(
+        warns.len() <= 3,
+        "{} warn lines for one outage:\n{}",
+        warns.len(),
+        show()
+    );
+    let lease_lines = warns.iter().filter(|l| l.text.contains(&name)).count();
+    assert_eq!(
+        lease_lines,
+        1,
+        "the lost lease is one warn line:\n{}",
+        show()
+    );
+    let lost = warns
+        .iter()
+        .find(|l| l.target == "locksmith::subscriber" && l.text.contains("lost"))
+        .unwrap_or_else(|| panic!("no warn line for the lost connection:\n{}", show()));
+    assert!(lost.text.contains(&format!("127.0.0.1:{port}")), "{lost}");
+    assert!(
+        lines.iter().any(|l| restored(l)
+            && l.target == "locksmith::subscriber"
+            && l.text.contains(&format!("127.0.0.1:{port}"))),
+        "{}",
+        show()
+    );
+}
+
+/// A plain-text port that closes connections at once (a server going away) is not called a
+/// TLS port: not by `build()`, and not by the pub/sub thread after the server was killed.
+/// A real TLS port still is (tests/tls.rs).
+#[test]
+fn a_closed_connection_is_not_called_tls() {
+    let _serial = serial();
+    // build() against it.
+    let port = common::free_port();
+    let closer = Closer::on(port);
+    let e = Client::builder(&format!("redis://127.0.0.1:{port}/"))
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .build()
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(!e.is_tls(), "{e:?}");
+    assert!(!text.contains("TLS") && !text.contains("rediss"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    drop(closer);
+
+    // The pub/sub thread reconnecting to a killed server's port.
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let client = Client::builder(&server.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .build()
+        .unwrap();
+    let from = capture::lines().len();
+    server.stop();
+    let closer = Closer::on(port);
+    let tried = |n: usize| {
+        since(from)
+            .iter()
+            .filter(|l| l.text.contains("pub/sub reconnect"))
+            .count()
+            >= n
+    };
+    assert!(wait_until(Duration::from_secs(10), || tried(3)));
+    drop(closer);
+    let tls: Vec<String> = since(from)
+        .iter()
+        .filter(|l| l.text.contains("TLS") || l.text.contains("rediss"))
+        .map(|l| l.to_string())
+        .collect();
+    assert!(tls.is_empty(), "TLS named without evidence: {tls:#?}");
+    drop(client);
+}
+
+/// During an outage, errors name the server (`host:port`), and a call that retried says how
+/// long and how often it tried.
+#[test]
+fn errors_name_the_server_and_the_tries() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let client = Client::builder(&server.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .retry_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let m = client.mutex(&unique_name("tries")).unwrap();
+    server.stop();
+    let addr = format!("127.0.0.1:{port}");
+
+    let e = m.try_lock().map(|g| g.is_some()).unwrap_err();
+    assert!(e.to_string().contains(&addr), "{e}");
+    assert!(e.is_retriable(), "{e:?}");
+
+    let e = m.is_locked().unwrap_err();
+    assert!(e.to_string().contains(&addr), "{e}");
+
+    let t = Instant::now();
+    let e = m.lock().map(drop).unwrap_err();
+    let text = e.to_string();
+    println!("lock() during the outage, after {:?}: {text}", t.elapsed());
+    assert!(text.contains(&addr), "{text}");
+    assert!(
+        text.contains("tried") && text.contains("times over"),
+        "{text}"
+    );
+    assert!(e.is_retriable(), "{e:?}");
+    // A client that cannot reach it at all names it too.
+    let e = Client::builder(&server.url())
+        .connect_timeout(CONNECT)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains(&addr), "{e}");
+}
