@@ -200,7 +200,7 @@
 //!
 //! | level | target | line | what to do |
 //! |---|---|---|---|
-//! | `warn` | `locksmith::renewal` | ``lease of lock `NAME` lost: Redis could not be reached before the lease ran out`` (or `...: the key expired, was deleted, or has another owner`, `...: its lease ran out before it could be renewed`) | One line per lost lease. The holder's critical section may have overlapped another owner's: the guard's `check()`/`unlock()` return the loss, `on_lease_lost` is called. Look for an outage of Redis at that time, or a lease too short for this network. |
+//! | `warn` | `locksmith::renewal` | ``lease of lock `NAME` lost: Redis could not be reached before the lease ran out`` (or `...: the key expired, was deleted, or has another owner`, `...: its lease ran out before a renewal succeeded (Redis unreachable or slow, or this process paused)`) | One line per lost lease. The holder's critical section may have overlapped another owner's: the guard's `check()`/`unlock()` return the loss, `on_lease_lost` is called. Look for an outage of Redis at that time, or a lease too short for this network. |
 //! | `warn` | `locksmith::subscriber` | `pub/sub connection to HOST:PORT lost: ERROR; reconnecting` | Once per outage. Waiters re-check their locks on a short period until it is back; check that Redis is up. |
 //! | `warn` | `locksmith::subscriber` | `pub/sub connection to HOST:PORT still down after 1m ... (N tries; waiters re-check their locks meanwhile): ERROR` | At most once a minute while it stays down. |
 //! | `info` | `locksmith::subscriber` | `pub/sub connection to HOST:PORT restored after 5.3s (N failed tries); waiters re-check their locks` | Nothing: the outage is over. |

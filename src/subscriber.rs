@@ -128,56 +128,63 @@ pub(crate) struct Outage {
 }
 
 impl Outage {
-    /// The connection to `server` was lost (or could not be opened, if it was up).
-    pub(crate) fn lost(&mut self, server: &str, e: &dyn std::fmt::Display) {
+    /// The connection to `server` was lost at `now` (or could not be opened, if it was up):
+    /// the one `warn` line of the outage.
+    pub(crate) fn lost(&mut self, server: &str, e: &dyn std::fmt::Display, now: Instant) {
         if self.since.is_some() {
             return;
         }
-        let now = Instant::now();
         self.since = Some(now);
         self.tries = 0;
         self.reported = Some(now);
         log::warn!("pub/sub connection to {server} lost: {e}; reconnecting");
     }
 
-    /// A try to reconnect to `server` failed; the next one is in `retry_in` (if known).
+    /// A try to reconnect to `server` failed at `now`; the next one is in `retry_in` (if
+    /// known). True when this wrote a `warn` line (the outage's first, or a reminder after
+    /// [`DOWN_REPORT_EVERY`]).
     pub(crate) fn failed(
         &mut self,
         server: &str,
         e: &dyn std::fmt::Display,
         retry_in: Option<Duration>,
-    ) {
-        if self.since.is_none() {
-            self.lost(server, e);
+        now: Instant,
+    ) -> bool {
+        let first = self.since.is_none();
+        if first {
+            self.lost(server, e, now);
         }
-        self.tries += 1;
+        self.tries = self.tries.saturating_add(1);
         match retry_in {
             Some(d) => log::debug!("pub/sub reconnect to {server} failed (retrying in {d:?}): {e}"),
             None => log::debug!("pub/sub reconnect to {server} failed: {e}"),
         }
-        let now = Instant::now();
-        if self
+        let due = self
             .reported
-            .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_REPORT_EVERY)
-        {
-            self.reported = Some(now);
-            let down = self.since.map_or(Duration::ZERO, |t| now - t);
-            log::warn!(
-                "pub/sub connection to {server} still down after {:.0?} ({} tries; waiters \
-                 re-check their locks meanwhile): {e}",
-                Duration::from_secs(down.as_secs()),
-                self.tries
-            );
+            .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_REPORT_EVERY);
+        if !due {
+            return first;
         }
+        self.reported = Some(now);
+        let down = self
+            .since
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        log::warn!(
+            "pub/sub connection to {server} still down after {:?} ({} tries; waiters re-check \
+             their locks meanwhile): {e}",
+            Duration::from_secs(down.as_secs()),
+            self.tries
+        );
+        true
     }
 
-    /// The connection to `server` is up again (an `info` line if it had been down).
-    pub(crate) fn restored(&mut self, server: &str) {
+    /// The connection to `server` is up again at `now` (an `info` line if it had been down).
+    pub(crate) fn restored(&mut self, server: &str, now: Instant) {
         if let Some(t) = self.since.take() {
             log::info!(
                 "pub/sub connection to {server} restored after {:.1?} ({} failed tries); \
                  waiters re-check their locks",
-                t.elapsed(),
+                now.saturating_duration_since(t),
                 self.tries
             );
         }
@@ -595,12 +602,12 @@ impl Subscriber {
             let Some(r) = conn.as_mut() else {
                 match self.reconnect() {
                     Ok(r) => {
-                        outage.restored(&self.server());
+                        outage.restored(&self.server(), Instant::now());
                         conn = Some(r);
                         backoff = BACKOFF_MIN;
                     }
                     Err(e) => {
-                        outage.failed(&self.server(), &e, Some(backoff));
+                        outage.failed(&self.server(), &e, Some(backoff), Instant::now());
                         // Sleeps for the backoff, or less when shut down.
                         let _ = stop_rx.recv_timeout(backoff);
                         backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -612,7 +619,7 @@ impl Subscriber {
                 if self.stop.load(Ordering::SeqCst) {
                     break;
                 }
-                outage.lost(&self.server(), &e);
+                outage.lost(&self.server(), &e, Instant::now());
                 conn = None;
                 self.disconnected();
             }
@@ -1234,6 +1241,26 @@ impl Drop for Registration {
 mod tests {
     use super::*;
     use std::io::Read;
+
+    /// An outage writes a `warn` line when it starts and then at most one every
+    /// `DOWN_REPORT_EVERY`, however often the reconnect fails; it starts afresh once restored.
+    #[test]
+    fn an_outage_warns_once_then_once_a_period() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut o = Outage::default();
+        o.lost("h:1", &"eof", at(0));
+        let warned: Vec<u64> = (1..=185)
+            .filter(|&s| o.failed("h:1", &"refused", None, at(s)))
+            .collect();
+        assert_eq!(warned, [60, 120, 180]);
+        assert_eq!(o.tries, 185);
+        o.restored("h:1", at(186));
+        assert!(o.since.is_none());
+        // Down again: the first failed try is the outage's first warn line.
+        assert!(o.failed("h:1", &"refused", None, at(200)));
+        assert!(!o.failed("h:1", &"refused", None, at(201)));
+    }
 
     /// Gives its chunks one per read, with a read timeout between them.
     struct Chunks(VecDeque<Option<&'static [u8]>>);

@@ -41,6 +41,12 @@ use crate::protocol::scripts::{self, Kind};
 use crate::topology::backend::Backend;
 use wheel::Wheel;
 
+/// Why a lease that ran out unrenewed was lost, in the `warn` line that reports it.
+const UNRENEWED: &str = concat!(
+    "its lease ran out before a renewal succeeded ",
+    "(Redis unreachable or slow, or this process paused)"
+);
+
 /// A lease that was lost while its guard still existed, as told to the
 /// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost) callback.
 #[derive(Debug, Clone)]
@@ -268,7 +274,7 @@ impl Renewer {
             if hold.is_held() {
                 self.register(hold);
             } else if hold.mark_lost() {
-                self.lost(&hold, "its lease ran out before it could be renewed");
+                self.lost(&hold, UNRENEWED);
             }
         }
         log::trace!("renewal wheel compacted to {} leases", self.wheel.len());
@@ -313,7 +319,7 @@ impl Renewer {
         for hold in due.drain(..) {
             match hold.begin_renewal() {
                 Begin::Send => batch.push(hold),
-                Begin::Expired => self.lost(&hold, "its lease ran out before it could be renewed"),
+                Begin::Expired => self.lost(&hold, UNRENEWED),
                 Begin::Skip => {}
             }
         }

@@ -190,7 +190,9 @@ impl Subscriber {
                 self.lost(sh, &node);
             }
             for node in self.heartbeat() {
-                sh.outage(&node, |o| o.lost(&node, &"no answer to PING"));
+                sh.outage(&node, |o| {
+                    o.lost(&node, &"no answer to PING", Instant::now())
+                });
                 readers.retain(|_, (n, r)| {
                     if *n == node {
                         let _ = sh.poller.delete(fd_of(&r.stream));
@@ -230,7 +232,7 @@ impl Subscriber {
                 Ok(v) => self.dispatch_shard(sh, node, v),
                 Err(e) if e.is_timeout() => return Ok(()),
                 Err(e) => {
-                    sh.outage(node, |o| o.lost(node, &e));
+                    sh.outage(node, |o| o.lost(node, &e, Instant::now()));
                     return Err(io::Error::other(e.to_string()));
                 }
             }
@@ -364,7 +366,7 @@ impl Subscriber {
                             stuck = true;
                             continue;
                         }
-                        sh.outage(&node_name, |o| o.restored(&node_name));
+                        sh.outage(&node_name, |o| o.restored(&node_name, Instant::now()));
                         readers.insert(key, (node_name.clone(), reader));
                         table.shards.insert(
                             node_name.clone(),
@@ -382,7 +384,9 @@ impl Subscriber {
                     }
                     Err(e) => {
                         if !failed.contains(&node_name) {
-                            sh.outage(&node_name, |o| o.failed(&node_name, &e, None));
+                            sh.outage(&node_name, |o| {
+                                o.failed(&node_name, &e, None, Instant::now())
+                            });
                             failed.push(node_name.clone());
                         }
                         sh.refresh.store(true, Ordering::SeqCst);

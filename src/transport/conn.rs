@@ -87,8 +87,8 @@ fn check_db(path: &str) -> Result<()> {
     }
     Err(Error::InvalidUrl {
         reason: format!(
-            "the database `{db}` is not a number (the path of redis://host:port/db is the \
-             database)"
+            "the database `{db}` is not a number from 0 up (the path of redis://host:port/db \
+             is the database)"
         ),
     })
 }
