@@ -195,7 +195,8 @@ fn a_wrong_password_and_an_outage_keep_the_password() {
 
     // The server goes away: the lease is lost, calls fail, the pub/sub connection retries.
     server.stop();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Until the lease is lost (the renewal thread and the pub/sub thread have failed by then).
+    assert!(common::wait_until(Duration::from_secs(10), || !g.is_held()));
     seen.result("check during outage", &g.check());
     seen.result("unlock during outage", &g.unlock());
     seen.result("lock during outage", &m.lock().map(|_| ()));
