@@ -151,6 +151,91 @@ fn an_outage_logs_a_handful_of_warnings() {
     );
 }
 
+/// The same on a cluster: the master of a held lock's slot, which also serves a waiter's
+/// sharded pub/sub connection, is killed for several seconds and restarted.
+#[test]
+fn a_cluster_master_outage_logs_a_handful_of_warnings() {
+    let _serial = serial();
+    let mut cluster = common::RedisCluster::start_with(3, 0);
+    let client = |lease: Duration| {
+        Client::cluster(cluster.seed_urls())
+            .lease(lease)
+            .connect_timeout(CONNECT)
+            .command_timeout(COMMAND)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (
+        client(Duration::from_millis(1500)),
+        client(Duration::from_secs(30)),
+    );
+    let name = unique_name("cluster-outage");
+    let port = cluster.master_of_key(&format!("locksmith:{{{name}}}:lock"));
+    let held = holder.mutex(&name).unwrap();
+    let guard = held.lock().unwrap();
+    let wanted = waiter.mutex(&name).unwrap();
+    let waiting = thread::spawn(move || {
+        wanted
+            .try_lock_for(Duration::from_secs(30))
+            .map(|g| g.is_some())
+    });
+    // The waiter's channel is subscribed (on the master about to be killed).
+    assert!(wait_until(Duration::from_secs(10), || format!(
+        "{waiter:?}"
+    )
+    .contains("subscribed_channels: 1")));
+    let from = capture::lines().len();
+    let down = Instant::now();
+    cluster.kill(port);
+    assert!(wait_until(Duration::from_secs(10), || !guard.is_held()));
+    thread::sleep(Duration::from_secs(5).saturating_sub(down.elapsed()));
+    cluster.restart(port);
+    let restored = |l: &Line| l.level == log::Level::Info && l.text.contains("restored");
+    assert!(
+        wait_until(Duration::from_secs(20), || since(from).iter().any(restored)),
+        "no `restored` line: {:#?}",
+        since(from)
+    );
+    drop(guard);
+    assert!(waiting.join().unwrap().unwrap(), "the waiter got the lock");
+    let lines = since(from);
+    let show = || lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let warns: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.level <= log::Level::Warn)
+        .collect();
+    let tries = lines
+        .iter()
+        .filter(|l| l.text.contains("pub/sub reconnect"))
+        .count();
+    println!("{} warn line(s), {tries} tries:\n{}", warns.len(), show());
+    assert!(
+        tries >= 3,
+        "the outage was too short to test anything:\n{}",
+        show()
+    );
+    assert!(
+        warns.len() <= 3,
+        "{} warn lines for one outage:\n{}",
+        warns.len(),
+        show()
+    );
+    let lease_lines = warns.iter().filter(|l| l.text.contains(&name)).count();
+    assert_eq!(
+        lease_lines,
+        1,
+        "the lost lease is one warn line:\n{}",
+        show()
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| restored(l) && l.text.contains(&format!("127.0.0.1:{port}"))),
+        "{}",
+        show()
+    );
+}
+
 /// A plain-text port that closes connections at once (a server going away) is not called a
 /// TLS port: not by `build()`, and not by the pub/sub thread after the server was killed.
 /// A real TLS port still is (tests/tls.rs).
