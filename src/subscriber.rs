@@ -1294,6 +1294,7 @@ mod tests {
             stop: AtomicBool::new(false),
             stop_tx: Mutex::new(None),
             sharded: None,
+            server: Mutex::new(String::new()),
         }
     }
 

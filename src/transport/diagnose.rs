@@ -67,7 +67,9 @@ pub(crate) fn explain(
     match (&e, plain) {
         // A closed connection is no evidence of TLS by itself (a server that stops, a proxy,
         // `maxclients`): TLS is named only when the port answers a TLS handshake.
-        (Error::Redis(r), Some((host, port))) if closed(r) && speaks_tls(&host, port, timeouts) => {
+        (Error::Redis(r), Some((host, port)))
+            if closed(r) && speaks_tls(&host, port, timeouts.connect) =>
+        {
             bad(format!(
                 "{host}:{port} closed the connection at the first plain-text command ({r}) \
                  and answers a TLS handshake: use a rediss:// URL"

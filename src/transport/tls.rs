@@ -447,14 +447,10 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
     }
 }
 
-/// Whether `host:port` answers a TLS handshake (within the connect timeout): it completes
+/// Whether `host:port` answers a TLS handshake (within `connect`): it completes
 /// one without verifying the certificate, or sends a TLS alert (it wants a client
 /// certificate, say). Silence, a closed connection or bytes that are not TLS: false.
-pub(crate) fn speaks_tls(
-    host: &str,
-    port: u16,
-    timeouts: crate::transport::conn::Timeouts,
-) -> bool {
+pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
     let Ok(config) = client_config(&TlsCerts::default(), true) else {
         return false;
     };
@@ -464,12 +460,12 @@ pub(crate) fn speaks_tls(
     let Ok(mut conn) = ClientConnection::new(config, name) else {
         return false;
     };
-    let until = Instant::now() + timeouts.connect;
+    let until = Instant::now() + connect;
     let Some(tcp) = (host, port)
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .and_then(|a| TcpStream::connect_timeout(&a, timeouts.connect).ok())
+        .and_then(|a| TcpStream::connect_timeout(&a, connect).ok())
     else {
         return false;
     };
