@@ -45,7 +45,7 @@ fn count(conn: &mut redis::Connection, name: &str) -> Option<String> {
 fn assert_local_deadline_within_server_expiry(
     conn: &mut redis::Connection,
     name: &str,
-    guard: &locksmith::MutexGuard<'_>,
+    guard: &locksmith::MutexGuard,
     what: &str,
 ) {
     let pttl = common::pttl(conn, &common::lock_key(name));

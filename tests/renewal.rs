@@ -61,7 +61,7 @@ fn many_locks_are_renewed_in_few_calls() {
         .unwrap();
     let names = names("batch", 300);
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
-    let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+    let guards: Vec<MutexGuard> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
     let before = evalsha(&mut conn);
     thread::sleep(EVERY * 4);
     let renewals = evalsha(&mut conn) - before;
@@ -95,7 +95,7 @@ fn mixed_outcomes_in_one_call_report_exactly_the_lost() {
     let (client, reports) = reporting_client(&server);
     let names = names("mixed", 100);
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
-    let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+    let guards: Vec<MutexGuard> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
     let deleted: Vec<usize> = vec![3, 17, 50, 51, 99];
     let foreign: Vec<usize> = vec![20, 64];
     for &i in &deleted {
@@ -156,7 +156,7 @@ fn a_renewal_extends_only_its_own_acquisition() {
     let (client, reports) = reporting_client(&server);
     let names = names("own", 10);
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
-    let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+    let guards: Vec<MutexGuard> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
     let key = common::lock_key(&names[4]);
     let owner = common::hget(&mut conn, &key, "owner").unwrap();
     let ours = common::hget(&mut conn, &key, "gen").unwrap();
@@ -219,7 +219,7 @@ fn renewal_survives_script_flush() {
     let (client, reports) = reporting_client(&server);
     let names = names("flush", 150);
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
-    let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+    let guards: Vec<MutexGuard> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
     let failed = |conn: &mut redis::Connection| {
         common::errorstats(conn)
             .get("NOSCRIPT")
@@ -263,7 +263,7 @@ fn quorum_renewal_keeps_outcomes_and_fences() {
         .unwrap();
     let names = names("quorum", 90);
     let mutexes: Vec<_> = names.iter().map(|n| quorum.mutex(n).unwrap()).collect();
-    let guards: Vec<MutexGuard<'_>> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+    let guards: Vec<MutexGuard> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
     // Counters pushed back on master 0: the renewal must raise them to the holders' tokens.
     for n in &names {
         redis::cmd("SET")

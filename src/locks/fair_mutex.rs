@@ -198,7 +198,7 @@ impl FairMutex {
     /// let _guard = lock.lock()?;
     /// # Ok(()) }
     /// ```
-    pub fn lock(&self) -> Result<FairMutexGuard<'_>> {
+    pub fn lock(&self) -> Result<FairMutexGuard> {
         match self.acquire(None)? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
@@ -216,7 +216,7 @@ impl FairMutex {
     /// # Errors
     ///
     /// As [`lock`](FairMutex::lock).
-    pub fn try_lock(&self) -> Result<Option<FairMutexGuard<'_>>> {
+    pub fn try_lock(&self) -> Result<Option<FairMutexGuard>> {
         self.acquire(Some(Instant::now()))
     }
 
@@ -231,7 +231,7 @@ impl FairMutex {
     /// # Errors
     ///
     /// As [`lock`](FairMutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FairMutexGuard<'_>>> {
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FairMutexGuard>> {
         self.acquire(after(timeout))
     }
 
@@ -243,7 +243,7 @@ impl FairMutex {
     /// # Errors
     ///
     /// As [`lock`](FairMutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairMutexGuard<'_>>> {
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairMutexGuard>> {
         self.acquire(Some(deadline))
     }
 
@@ -319,7 +319,7 @@ impl FairMutex {
         count: u64,
         sent: Instant,
         by: Deadline,
-    ) -> Option<FairMutexGuard<'_>> {
+    ) -> Option<FairMutexGuard> {
         let grant = Grant {
             token,
             count,
@@ -358,7 +358,7 @@ impl FairMutex {
 
     /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
     /// one attempt.
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard<'_>>> {
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard>> {
         let shared = self.client.shared();
         let owner = shared.owner();
         let request = request_id();
@@ -525,13 +525,13 @@ fn parse_token(m: &[u8]) -> Option<u64> {
 /// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked.
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
-pub struct FairMutexGuard<'a> {
-    lease: Lease<'a>,
+pub struct FairMutexGuard {
+    lease: Lease,
     /// Ownership is per thread: `*const ()` makes the guard neither `Send` nor `Sync`.
     _not_send: PhantomData<*const ()>,
 }
 
-impl std::fmt::Debug for FairMutexGuard<'_> {
+impl std::fmt::Debug for FairMutexGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FairMutexGuard")
             .field("name", &self.lease.name())
@@ -541,8 +541,8 @@ impl std::fmt::Debug for FairMutexGuard<'_> {
     }
 }
 
-impl<'a> FairMutexGuard<'a> {
-    fn new(mutex: &'a FairMutex, hold: Arc<Hold>) -> Self {
+impl FairMutexGuard {
+    fn new(mutex: &FairMutex, hold: Arc<Hold>) -> Self {
         FairMutexGuard {
             lease: Lease::new(mutex, hold, "lock"),
             _not_send: PhantomData,

@@ -13,7 +13,7 @@ use crate::protocol::hold::Hold;
 use crate::transport::conn::Deadline;
 
 /// How a lock type releases one level of a hold of its own.
-pub(crate) trait Release: Sync {
+pub(crate) trait Release: Send + Sync {
     /// Releases one level of `hold` within `by`.
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()>;
 
@@ -22,9 +22,10 @@ pub(crate) trait Release: Sync {
 }
 
 /// One level of a lease held through a guard, released once: by [`unlock`](Lease::unlock),
-/// or when dropped.
-pub(crate) struct Lease<'a> {
-    lock: &'a dyn Release,
+/// or when dropped. It owns a clone of the lock's handle (a few `Arc`s), so a guard borrows
+/// nothing: `client.mutex("a")?.lock()?` holds the lock, and a function may return a guard.
+pub(crate) struct Lease {
+    lock: Box<dyn Release>,
     hold: Arc<Hold>,
     /// Set once the level was released (by `unlock`), so `Drop` does nothing.
     released: bool,
@@ -33,11 +34,15 @@ pub(crate) struct Lease<'a> {
     what: &'static str,
 }
 
-impl<'a> Lease<'a> {
-    /// A level of `hold`, which `lock` releases.
-    pub(crate) fn new(lock: &'a dyn Release, hold: Arc<Hold>, what: &'static str) -> Self {
+impl Lease {
+    /// A level of `hold`, which (a clone of) `lock` releases.
+    pub(crate) fn new<L: Release + Clone + 'static>(
+        lock: &L,
+        hold: Arc<Hold>,
+        what: &'static str,
+    ) -> Self {
         Lease {
-            lock,
+            lock: Box::new(lock.clone()),
             hold,
             released: false,
             what,
@@ -73,7 +78,7 @@ impl<'a> Lease<'a> {
     /// Releases the level within the bound of a release (one connect and one command
     /// timeout), and reports the outcome.
     pub(crate) fn unlock(self) -> Result<()> {
-        let by = release_bound(self.lock);
+        let by = release_bound(&*self.lock);
         self.unlock_by(by)
     }
 
@@ -84,12 +89,12 @@ impl<'a> Lease<'a> {
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
         if self.released {
             return;
         }
-        match self.lock.release(&self.hold, release_bound(self.lock)) {
+        match self.lock.release(&self.hold, release_bound(&*self.lock)) {
             // The loss itself was reported once, at `warn`, when it was found.
             Err(e) if e.is_lease_lost() => log::debug!(
                 "{} `{}` dropped after its lease was lost",

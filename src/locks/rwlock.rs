@@ -148,7 +148,7 @@ impl RwLock {
     /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
     /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
     /// something else; [`Error::InvalidConfig`] on a client over several masters.
-    pub fn read(&self) -> Result<RwLockReadGuard<'_>> {
+    pub fn read(&self) -> Result<RwLockReadGuard> {
         self.read_until(None)?.ok_or(Error::Timeout {
             what: "read() ended without the lock",
         })
@@ -163,7 +163,7 @@ impl RwLock {
     /// # Errors
     ///
     /// As [`read`](RwLock::read).
-    pub fn try_read(&self) -> Result<Option<RwLockReadGuard<'_>>> {
+    pub fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
         self.read_until(Some(Instant::now()))
     }
 
@@ -175,7 +175,7 @@ impl RwLock {
     /// # Errors
     ///
     /// As [`read`](RwLock::read).
-    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard<'_>>> {
+    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard>> {
         self.read_until(after(timeout))
     }
 
@@ -187,7 +187,7 @@ impl RwLock {
     /// # Errors
     ///
     /// As [`read`](RwLock::read).
-    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard<'_>>> {
+    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard>> {
         self.read_until(Some(deadline))
     }
 
@@ -201,7 +201,7 @@ impl RwLock {
     ///
     /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
     /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
-    pub fn write(&self) -> Result<RwLockWriteGuard<'_>> {
+    pub fn write(&self) -> Result<RwLockWriteGuard> {
         self.write_until(None)?.ok_or(Error::Timeout {
             what: "write() ended without the lock",
         })
@@ -216,7 +216,7 @@ impl RwLock {
     /// # Errors
     ///
     /// As [`write`](RwLock::write).
-    pub fn try_write(&self) -> Result<Option<RwLockWriteGuard<'_>>> {
+    pub fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
         self.write_until(Some(Instant::now()))
     }
 
@@ -228,7 +228,7 @@ impl RwLock {
     /// # Errors
     ///
     /// As [`write`](RwLock::write).
-    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard<'_>>> {
+    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard>> {
         self.write_until(after(timeout))
     }
 
@@ -240,7 +240,7 @@ impl RwLock {
     /// # Errors
     ///
     /// As [`write`](RwLock::write).
-    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard<'_>>> {
+    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard>> {
         self.write_until(Some(deadline))
     }
 
@@ -349,7 +349,7 @@ impl RwLock {
         sleep_on(wait.min(self.client.shared().config.renew_every), confirmed)
     }
 
-    fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard<'_>>> {
+    fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
         if let Some(h) = self.reenter(&self.read_keys) {
             return Ok(Some(RwLockReadGuard::new(self, h)));
         }
@@ -391,7 +391,7 @@ impl RwLock {
         }
     }
 
-    fn write_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard<'_>>> {
+    fn write_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
         if let Some(h) = self.reenter(&self.write_keys) {
             return Ok(Some(RwLockWriteGuard::new(self, h)));
         }
@@ -523,8 +523,8 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
 
 macro_rules! guard {
     ($name:ident, $what:literal) => {
-        impl<'a> $name<'a> {
-            fn new(lock: &'a RwLock, hold: Arc<Hold>) -> Self {
+        impl $name {
+            fn new(lock: &RwLock, hold: Arc<Hold>) -> Self {
                 $name {
                     lease: Lease::new(lock, hold, concat!("the ", $what, " of")),
                     _not_send: PhantomData,
@@ -564,7 +564,7 @@ macro_rules! guard {
             }
         }
 
-        impl std::fmt::Debug for $name<'_> {
+        impl std::fmt::Debug for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct(stringify!($name))
                     .field("name", &self.lease.name())
@@ -582,8 +582,8 @@ macro_rules! guard {
 /// A guard is `!Send`: ownership and re-entry belong to the thread that locked.
 #[must_use = "if unused the read lock is released at once"]
 #[clippy::has_significant_drop]
-pub struct RwLockReadGuard<'a> {
-    lease: Lease<'a>,
+pub struct RwLockReadGuard {
+    lease: Lease,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -594,15 +594,15 @@ pub struct RwLockReadGuard<'a> {
 /// A guard is `!Send`: ownership and re-entry belong to the thread that locked.
 #[must_use = "if unused the write lock is released at once"]
 #[clippy::has_significant_drop]
-pub struct RwLockWriteGuard<'a> {
-    lease: Lease<'a>,
+pub struct RwLockWriteGuard {
+    lease: Lease,
     _not_send: PhantomData<*const ()>,
 }
 
 guard!(RwLockReadGuard, "read lock");
 guard!(RwLockWriteGuard, "write lock");
 
-impl RwLockWriteGuard<'_> {
+impl RwLockWriteGuard {
     /// The fencing token of this write acquisition: strictly increasing per lock name, the
     /// same for nested write guards. Hand it to the resource with every write.
     pub fn fencing_token(&self) -> u64 {

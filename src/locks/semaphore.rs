@@ -165,7 +165,7 @@ impl Semaphore {
     /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
     /// timeout) or answers with an error; [`Error::ForeignKey`] when the semaphore's keys
     /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
-    pub fn acquire(&self) -> Result<SemaphorePermit<'_>> {
+    pub fn acquire(&self) -> Result<SemaphorePermit> {
         self.acquire_many(1)
     }
 
@@ -191,7 +191,7 @@ impl Semaphore {
     /// assert_eq!(big_upload.permits(), 4);
     /// # Ok(()) }
     /// ```
-    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>> {
+    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
         match self.acquire_n(n, None)? {
             Some(p) => Ok(p),
             None => Err(Error::Timeout {
@@ -208,7 +208,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire).
-    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit<'_>>> {
+    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(1, Some(Instant::now()))
     }
 
@@ -221,7 +221,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire).
-    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit<'_>>> {
+    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(1, after(timeout))
     }
 
@@ -233,7 +233,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire).
-    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit<'_>>> {
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(1, Some(deadline))
     }
 
@@ -249,7 +249,7 @@ impl Semaphore {
         &self,
         n: u32,
         timeout: Duration,
-    ) -> Result<Option<SemaphorePermit<'_>>> {
+    ) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(n, after(timeout))
     }
 
@@ -313,7 +313,7 @@ impl Semaphore {
         }
     }
 
-    fn acquire_n(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit<'_>>> {
+    fn acquire_n(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit>> {
         if n == 0 || n > self.permits {
             return Err(Error::config(
                 "n",
@@ -382,12 +382,12 @@ impl Semaphore {
 /// and released there.
 #[must_use = "if unused the permits are released at once"]
 #[clippy::has_significant_drop]
-pub struct SemaphorePermit<'a> {
-    lease: Lease<'a>,
+pub struct SemaphorePermit {
+    lease: Lease,
     n: u32,
 }
 
-impl std::fmt::Debug for SemaphorePermit<'_> {
+impl std::fmt::Debug for SemaphorePermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SemaphorePermit")
             .field("name", &self.lease.name())
@@ -397,7 +397,7 @@ impl std::fmt::Debug for SemaphorePermit<'_> {
     }
 }
 
-impl SemaphorePermit<'_> {
+impl SemaphorePermit {
     /// How many permits this acquisition holds.
     pub fn permits(&self) -> u32 {
         self.n
@@ -491,5 +491,5 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     const fn assert_send<T: Send>() {}
     assert_send_sync::<Semaphore>();
-    assert_send::<SemaphorePermit<'static>>();
+    assert_send::<SemaphorePermit>();
 };

@@ -91,12 +91,12 @@ impl Lock {
 }
 
 /// A guard or permit of any type.
-enum Guard<'a> {
-    Mutex(MutexGuard<'a>),
-    Fair(FairMutexGuard<'a>),
-    Read(RwLockReadGuard<'a>),
-    Write(RwLockWriteGuard<'a>),
-    Permit(SemaphorePermit<'a>),
+enum Guard {
+    Mutex(MutexGuard),
+    Fair(FairMutexGuard),
+    Read(RwLockReadGuard),
+    Write(RwLockWriteGuard),
+    Permit(SemaphorePermit),
 }
 
 macro_rules! each_guard {
@@ -111,7 +111,7 @@ macro_rules! each_guard {
     };
 }
 
-impl Guard<'_> {
+impl Guard {
     fn is_held(&self) -> bool {
         each_guard!(self, g => g.is_held())
     }
@@ -175,7 +175,7 @@ macro_rules! forms {
 }
 
 /// One acquiring call of `lock` in `mode` and `form`: the method's name and its result.
-fn take(lock: &Lock, mode: Mode, form: Form) -> (String, locksmith::Result<Option<Guard<'_>>>) {
+fn take(lock: &Lock, mode: Mode, form: Form) -> (String, locksmith::Result<Option<Guard>>) {
     match (lock, mode) {
         (Lock::Mutex(m), _) => forms!(
             form,
@@ -274,7 +274,7 @@ impl Ctx<'_> {
     }
 
     /// Takes `lock` as the level says, logging the call.
-    fn acquire<'m>(&self, lock: &'m Lock, mode: Mode, how: Acquire) -> Option<Guard<'m>> {
+    fn acquire(&self, lock: &Lock, mode: Mode, how: Acquire) -> Option<Guard> {
         let start = mono_ns();
         let now = Instant::now();
         let (kind, bound, form) = match how {
@@ -313,7 +313,7 @@ impl Ctx<'_> {
         guard
     }
 
-    fn release(&self, name: &str, guard: Guard<'_>, unlock: bool) {
+    fn release(&self, name: &str, guard: Guard, unlock: bool) {
         let start = mono_ns();
         if unlock {
             let (method, result) = guard.unlock();
@@ -355,7 +355,7 @@ struct Recorder<'a> {
 
 impl Recorder<'_> {
     /// Checks the guard, alternately by `is_held()` and `check()`.
-    fn observe(&mut self, guard: &Guard<'_>, by_check: bool) {
+    fn observe(&mut self, guard: &Guard, by_check: bool) {
         let at = mono_ns();
         let held = if by_check {
             guard.check().is_ok()
@@ -374,7 +374,7 @@ impl Recorder<'_> {
     }
 
     /// Holds for `d`, checking every few milliseconds.
-    fn hold(&mut self, guard: &Guard<'_>, d: Duration, step: &mut u64) {
+    fn hold(&mut self, guard: &Guard, d: Duration, step: &mut u64) {
         let until = Instant::now() + d;
         loop {
             *step += 1;

@@ -28,17 +28,48 @@ use crate::transport::conn::Deadline;
 /// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked, as
 /// with [`std::sync::MutexGuard`].
 ///
+/// A guard owns what it needs (a clone of the cheap [`Mutex`](crate::Mutex) handle), so it
+/// borrows nothing: a temporary handle is enough, and a function can return guards.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// use locksmith::{Client, MutexGuard};
+///
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let _g = client.mutex("report:daily")?.lock()?; // the handle may go at once
+///
+/// // Takes both accounts in one fixed order (by name), so that two callers that name
+/// // them in opposite orders cannot deadlock; `Client::multi_lock` does this for you.
+/// fn lock_pair(client: &Client, a: &str, b: &str) -> locksmith::Result<[MutexGuard; 2]> {
+///     let (first, second) = if a <= b { (a, b) } else { (b, a) };
+///     let g1 = client.mutex(first)?.lock()?;
+///     let g2 = client.mutex(second)?.lock()?;
+///     Ok([g1, g2])
+/// }
+/// let _both = lock_pair(&client, "account:7", "account:3")?;
+/// # Ok(()) }
+/// ```
+///
+/// A guard cannot be sent to another thread:
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<locksmith::MutexGuard>();
+/// ```
+///
 /// [`Mutex::with_lease`]: crate::Mutex::with_lease
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
-pub struct MutexGuard<'a> {
-    lease: Lease<'a>,
+pub struct MutexGuard {
+    lease: Lease,
     /// The owner id is per thread; a guard moved to another thread would release or re-enter
     /// as the wrong owner. `*const ()` makes the guard neither `Send` nor `Sync`.
     _not_send: PhantomData<*const ()>,
 }
 
-impl std::fmt::Debug for MutexGuard<'_> {
+impl std::fmt::Debug for MutexGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MutexGuard")
             .field("name", &self.lease.name())
@@ -48,8 +79,8 @@ impl std::fmt::Debug for MutexGuard<'_> {
     }
 }
 
-impl<'a> MutexGuard<'a> {
-    pub(crate) fn new(mutex: &'a dyn Release, hold: Arc<Hold>) -> Self {
+impl MutexGuard {
+    pub(crate) fn new<L: Release + Clone + 'static>(mutex: &L, hold: Arc<Hold>) -> Self {
         MutexGuard {
             lease: Lease::new(mutex, hold, "lock"),
             _not_send: PhantomData,

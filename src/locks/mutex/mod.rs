@@ -221,7 +221,7 @@ impl Mutex {
     /// // held until `_guard` goes out of scope
     /// # Ok(()) }
     /// ```
-    pub fn lock(&self) -> Result<MutexGuard<'_>> {
+    pub fn lock(&self) -> Result<MutexGuard> {
         match self.acquire(None)? {
             Some(g) => Ok(g),
             // Without a deadline the loop only ends holding the lock or with an error.
@@ -239,7 +239,7 @@ impl Mutex {
     /// # Errors
     ///
     /// As [`lock`](Mutex::lock).
-    pub fn try_lock(&self) -> Result<Option<MutexGuard<'_>>> {
+    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
         self.acquire(Some(Instant::now()))
     }
 
@@ -254,7 +254,7 @@ impl Mutex {
     /// # Errors
     ///
     /// As [`lock`](Mutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<'_>>> {
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
         self.acquire(after(timeout))
     }
 
@@ -267,7 +267,7 @@ impl Mutex {
     /// # Errors
     ///
     /// As [`lock`](Mutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard<'_>>> {
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
         self.acquire(Some(deadline))
     }
 
@@ -452,7 +452,7 @@ impl Mutex {
 
     /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
     /// one attempt.
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard<'_>>> {
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
         let shared = self.client.shared();
         let owner = shared.mutex_owner();
         let request = request_id();
@@ -648,7 +648,7 @@ impl Mutex {
 
     /// Leaves the queue holding `hold` (handed to this leader): the next leader waits for
     /// the next release or hand-off.
-    fn took(&self, reg: Registration, hold: Arc<Hold>) -> MutexGuard<'_> {
+    fn took(&self, reg: Registration, hold: Arc<Hold>) -> MutexGuard {
         let seen = reg.epoch();
         drop(reg.leave_acquired_quietly(seen));
         MutexGuard::new(self, hold)
@@ -657,7 +657,7 @@ impl Mutex {
     /// Leaves the queue without having acquired (a deadline or an error), unless a hand-off
     /// reached this thread in the meantime and nobody else can take it: then the lock is
     /// held all the same.
-    fn give_up(&self, reg: Registration, limit: Deadline) -> Option<MutexGuard<'_>> {
+    fn give_up(&self, reg: Registration, limit: Deadline) -> Option<MutexGuard> {
         let gift = reg.leave_giving_up()?;
         let hold = handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
         Some(MutexGuard::new(self, hold))
