@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::locks::fair_mutex::FairMutex;
+use crate::locks::multi::MultiMutex;
 use crate::locks::mutex::Mutex;
 use crate::locks::rwlock::RwLock;
 use crate::locks::semaphore::Semaphore;
@@ -47,6 +48,7 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Client>();
     assert_send_sync::<Mutex>();
+    assert_send_sync::<MultiMutex>();
 };
 
 impl std::fmt::Debug for Client {
@@ -71,6 +73,34 @@ impl Client {
         keys::validate_name(name)?;
         let keys = Arc::new(LockKeys::new(&self.core.shared().config.prefix, name));
         Ok(Mutex::new(self.core.clone(), keys))
+    }
+
+    /// A handle on several mutex locks taken together, all or none, without deadlock whatever
+    /// order callers name them in (see [`MultiMutex`]). Each name is the lock
+    /// [`mutex`](Client::mutex) gives for it, so the two exclude each other name by name.
+    /// Duplicates collapse. Cheap: nothing is sent to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](crate::Error::InvalidName) when there is no name, or a name is
+    /// invalid as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let pair = client.multi_lock(["account:1", "account:2"])?;
+    /// let guard = pair.lock()?; // both, or (with the try_ forms) neither
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I, S>(&self, names: I) -> Result<MultiMutex>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        MultiMutex::new(self.core.clone(), names)
     }
 
     /// A handle on the fair mutex called `name`: waiters get it in arrival order, across

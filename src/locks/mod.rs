@@ -1,15 +1,18 @@
 //! The lock types, side by side, each in a room of its own and none importing another:
-//! `mutex/` (with its guard and its local hand-off), `fair_mutex.rs`, `rwlock.rs`,
-//! `semaphore.rs`. What more than one of them uses lives in the rooms below them:
+//! `mutex/` (with its guard and its local hand-off), `multi.rs` (several mutex locks at once),
+//! `fair_mutex.rs`, `rwlock.rs`, `semaphore.rs`. What more than one of them uses lives in the
+//! rooms below them:
 //!
 //! - `time.rs`: a call's deadline and the bound of its I/O;
 //! - `wait.rs`: the retry loop of an acquire, and how long a waiter sleeps;
-//! - `family.rs`: the keys and the script call of the lock types other than the plain mutex;
+//! - `family.rs`: the keys and the script call of the lock types other than the plain mutex
+//!   (a set of mutex locks, `multi.rs`, runs its scripts through it too);
 //! - `lease.rs`: what every guard shows of its lease, and its release once.
 
 pub(crate) mod fair_mutex;
 pub(crate) mod family;
 pub(crate) mod lease;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

@@ -20,6 +20,10 @@ static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew
 static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Fair.source()));
 static SEM: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Sem.source()));
 static RW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Rw.source()));
+static MULTI_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(Which::MultiAcquire.source()));
+static MULTI_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(Which::MultiRelease.source()));
 
 /// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,10 +197,14 @@ pub(crate) enum Which {
     Fair,
     Sem,
     Rw,
+    /// Acquires several mutex locks at once, all or none.
+    MultiAcquire,
+    /// Releases one level of several mutex locks at once.
+    MultiRelease,
 }
 
 impl Which {
-    pub(crate) const ALL: [Which; 7] = [
+    pub(crate) const ALL: [Which; 9] = [
         Which::Acquire,
         Which::Release,
         Which::Renew,
@@ -204,6 +212,8 @@ impl Which {
         Which::Fair,
         Which::Sem,
         Which::Rw,
+        Which::MultiAcquire,
+        Which::MultiRelease,
     ];
 
     fn script(self) -> &'static Script {
@@ -215,6 +225,8 @@ impl Which {
             Which::Fair => &FAIR,
             Which::Sem => &SEM,
             Which::Rw => &RW,
+            Which::MultiAcquire => &MULTI_ACQUIRE,
+            Which::MultiRelease => &MULTI_RELEASE,
         }
     }
 
@@ -228,6 +240,8 @@ impl Which {
             Which::Fair => include_str!("scripts/fair_mutex.lua"),
             Which::Sem => include_str!("scripts/sem_permits.lua"),
             Which::Rw => include_str!("scripts/rw_lock.lua"),
+            Which::MultiAcquire => include_str!("scripts/multi_acquire.lua"),
+            Which::MultiRelease => include_str!("scripts/multi_release.lua"),
         }
     }
 
@@ -294,6 +308,137 @@ pub(crate) fn acquire(
         which: Which::Acquire,
         cmd,
     }
+}
+
+/// One lock of a set acquired at once: its keys, the owner it is taken for, and the caller's
+/// live hold on it (a re-entry).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Member<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    pub(crate) live: Option<Live<'a>>,
+}
+
+/// The set acquire script (`multi_acquire.lua`): every member, or none; a new acquisition of a
+/// member gets a lease of `lease` and reserves no token for local hand-offs.
+pub(crate) fn multi_acquire(members: &[Member<'_>], lease: Duration, request: &str) -> Call {
+    let keys: Vec<&str> = members
+        .iter()
+        .flat_map(|m| [m.keys.lock.as_str(), m.keys.fence.as_str()])
+        .collect();
+    let mut cmd = evalsha(Which::MultiAcquire, &keys);
+    cmd.arg(millis(lease)).arg(request);
+    for m in members {
+        let (acquisition, extend) = match m.live {
+            Some(l) if l.extend.is_zero() => (l.acquisition, 0),
+            Some(l) => (l.acquisition, millis(l.extend)),
+            None => ("", 0),
+        };
+        cmd.arg(m.owner).arg(acquisition).arg(extend);
+    }
+    Call {
+        which: Which::MultiAcquire,
+        cmd,
+    }
+}
+
+/// One level of one lock of a set to release: its keys, holder and level.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leaving<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) holder: Holder<'a>,
+    pub(crate) level: Level,
+}
+
+/// The set release script (`multi_release.lua`): one level of each lock, in one call.
+pub(crate) fn multi_release(leaving: &[Leaving<'_>], request: &str) -> Call {
+    let keys: Vec<&str> = leaving
+        .iter()
+        .flat_map(|l| [l.keys.lock.as_str(), l.keys.fence.as_str()])
+        .collect();
+    let mut cmd = evalsha(Which::MultiRelease, &keys);
+    cmd.arg(request);
+    for l in leaving {
+        cmd.arg(l.holder.owner)
+            .arg(&l.keys.channel)
+            .arg(l.holder.acquisition)
+            .arg(match l.level {
+                Level::Inner => "1",
+                Level::Outermost => "0",
+            });
+    }
+    Call {
+        which: Which::MultiRelease,
+        cmd,
+    }
+}
+
+/// The answer of the set acquire script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MultiReply {
+    /// Every member is held now: per member, in order, its token, level count and
+    /// acquisition (the lock's `gen`).
+    Held(Vec<(u64, u64, String)>),
+    /// Member `index` (0-based) is held by another owner for `ttl` more; nothing changed.
+    Busy { index: usize, ttl: Duration },
+    /// Member `index`'s key holds something locksmith did not write; nothing changed.
+    Foreign { index: usize },
+}
+
+/// Parses a set acquire reply for `n` members.
+pub(crate) fn parse_multi_acquire(v: &Value, n: usize) -> Option<MultiReply> {
+    let Value::Array(items) = v else { return None };
+    let index = |v: Option<&Value>| -> Option<usize> {
+        usize::try_from(int(v?)?)
+            .ok()?
+            .checked_sub(1)
+            .filter(|i| *i < n)
+    };
+    match items.first().and_then(int)? {
+        1 if items.len() == 1 + 3 * n => {
+            let mut held = Vec::with_capacity(n);
+            for m in items[1..].chunks(3) {
+                held.push((
+                    u64::try_from(int(&m[0])?).ok()?,
+                    u64::try_from(int(&m[1])?).ok()?,
+                    text(&m[2])?,
+                ));
+            }
+            Some(MultiReply::Held(held))
+        }
+        0 => Some(MultiReply::Busy {
+            index: index(items.get(1))?,
+            ttl: Duration::from_millis(u64::try_from(int(items.get(2)?)?).unwrap_or(0)),
+        }),
+        -1 => Some(MultiReply::Foreign {
+            index: index(items.get(1))?,
+        }),
+        _ => None,
+    }
+}
+
+/// Parses a set release reply for `n` locks: one [`ReleaseReply`] per lock, in order.
+pub(crate) fn parse_multi_release(v: &Value, n: usize) -> Option<Vec<ReleaseReply>> {
+    let Value::Array(items) = v else { return None };
+    if items.len() != 2 * n {
+        return None;
+    }
+    items
+        .chunks(2)
+        .map(|p| {
+            let listeners = u64::try_from(int(&p[1])?).unwrap_or(0);
+            match int(&p[0])? {
+                r if r >= 0 => Some(ReleaseReply::Released {
+                    remaining: r.unsigned_abs(),
+                    listeners,
+                }),
+                -1 => Some(ReleaseReply::Missing),
+                -2 => Some(ReleaseReply::OtherOwner),
+                -3 => Some(ReleaseReply::Foreign),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// Who releases or renews: the owner, and the acquisition (the lock's `gen` field) its guard belongs to.

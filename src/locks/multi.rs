@@ -1,0 +1,696 @@
+//! [`MultiMutex`]: several mutex locks taken at once, all or none, and its [`MultiGuard`].
+//!
+//! # How a set is taken
+//!
+//! The set is split into parts, one per Redis Cluster slot (one part on a single server or
+//! through Sentinel), in one global order: by slot, then by name. Each part is taken by one
+//! script (`multi_acquire.lua`) that looks at every lock of the part first and writes nothing
+//! unless all of them can be had; then it takes them all. The locks are the very keys of
+//! [`Mutex`](crate::Mutex) (same hash, same fencing counter, same owner ids and re-entry
+//! rules), so the two exclude each other name by name.
+//!
+//! A part that cannot be had names the lock that blocked it and that lock's remaining lease.
+//! The caller then waits as a `Mutex` waiter of that lock does: in the lock's local queue (one
+//! thread per lock name asks Redis at a time), asleep on its release channel until a release
+//! or until the blocking lease has run out (a crashed holder publishes nothing), and tries the
+//! whole part again. A waiter holds nothing of its part while it waits.
+//!
+//! # Why there is no deadlock
+//!
+//! A deadlock needs a cycle of callers, each holding a lock the next one waits for. With one
+//! part (one server, Sentinel, or a cluster set within one slot) a waiting call holds nothing
+//! of its set, so it is in no such cycle. Across cluster slots a call holds its earlier parts
+//! while it waits for a later one; every call takes parts in the same global order (slot, then
+//! name), so a caller only ever waits for a part above every part it holds, and a cycle would
+//! need a part above itself. Whatever order the caller names the names in, the order of taking
+//! is the global one.
+//!
+//! # Why every caller gets its set
+//!
+//! A holder's lease ends: by its release (which publishes), or by expiry at most one lease
+//! (or the maximum hold time plus one lease) after its last renewal. So a lock that blocks a
+//! waiter becomes free again within a bounded time, and the waiter is woken by exactly that
+//! event (the release message, or the blocking lease's end) and tries again at once; it does
+//! not sleep through a chance, and it never backs off on a timer. A failed attempt leaves
+//! nothing behind, so waiters cannot block each other by trying (no livelock: two waiters that
+//! both fail left no lock taken). Within one client the waiters of a lock queue in arrival
+//! order. Between processes there is no queue (as with [`Mutex`](crate::Mutex)): a set is
+//! taken the first time one attempt finds all its locks free, so under heavy contention the
+//! wait is as for a `Mutex` on the busiest of its names, and the tests measure it.
+//!
+//! # Local hand-off
+//!
+//! A lock held through a set never passes locally to another thread: its acquisition
+//! reserves no hand-off tokens, and its release goes through Redis. A set waiter that is
+//! handed a lock by a `Mutex` holder of its own client (it leads that lock's local queue)
+//! gives it back through Redis at once and tries its set.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::shared::{Core, Shared};
+use crate::error::{Error, Result};
+use crate::locks::family::eval_twice;
+use crate::locks::time::{after, hard_limit, min_instant, past};
+use crate::locks::wait::{retrying, sleep_on};
+use crate::protocol::grant::{Adopted, Grant, request_id};
+use crate::protocol::hold::Hold;
+use crate::protocol::keys::{self, LockKeys};
+use crate::protocol::scripts::{
+    self, Holder, Leaving, Level, Live, Member, MultiReply, ReleaseReply,
+};
+use crate::subscriber::Turn;
+use crate::transport::conn::Deadline;
+
+/// Several named locks taken at once, all or none, without deadlock whatever order callers
+/// name them in. Made by [`Client::multi_lock`](crate::Client::multi_lock).
+///
+/// Each name is the lock [`Client::mutex`](crate::Client::mutex) gives for it: a `Mutex` on
+/// one name and a `MultiMutex` that includes it exclude each other, and a thread that holds
+/// one of the names (through either) re-enters it as part of the set, with one owner per
+/// thread as for `Mutex`.
+///
+/// | method | waits | returns |
+/// |---|---|---|
+/// | [`lock`](MultiMutex::lock) | until the whole set is held | `Result<MultiGuard>` |
+/// | [`try_lock`](MultiMutex::try_lock) | no: one attempt | `Result<Option<MultiGuard>>` |
+/// | [`try_lock_for`](MultiMutex::try_lock_for) | at most the given time | `Result<Option<MultiGuard>>` |
+/// | [`try_lock_until`](MultiMutex::try_lock_until) | until the given instant | `Result<Option<MultiGuard>>` |
+///
+/// `None` means the set could not be had in time; the call then holds none of it.
+///
+/// # All or nothing
+///
+/// On one server and through Sentinel the whole set is taken by one script: it holds every
+/// name, or it changed nothing, and no other owner ever sees the set half-taken. On a Redis
+/// Cluster, names whose keys share a slot are taken by one script, and the slots one after
+/// the other in one global order (by slot, then by name); a call that cannot have a later
+/// slot's names releases the earlier ones before it returns, so it never *keeps* part of a
+/// set, but another owner may see the earlier part held while the call waits.
+///
+/// # No deadlock, and progress
+///
+/// A waiting call holds nothing of its set on one server (and, on a cluster, only slots
+/// below the one it waits for, taken in the one global order), so waiters never form a cycle.
+/// A waiter sleeps on the release channel of the name that blocked it (no polling; the
+/// blocking lease's end bounds the sleep, since a crashed holder publishes nothing) and tries
+/// the whole set again the moment it is woken. A failed attempt leaves nothing taken, so
+/// waiters do not hold each other up by trying. Every holder's lease ends (a release, or at
+/// most one lease after its renewal stops), so each blocking name becomes free again and the
+/// waiter is there when it does; within a client, waiters of a name queue in arrival order.
+/// As with [`Mutex`](crate::Mutex), waiters of different processes are not queued: a set goes
+/// to the first attempt that finds all its names free.
+///
+/// # Time bounds
+///
+/// As [`Mutex`](crate::Mutex)'s: [`try_lock`](MultiMutex::try_lock) within
+/// `connect + command`, [`try_lock_for`](MultiMutex::try_lock_for)`(d)` within
+/// `max(d, connect) + command`, [`lock`](MultiMutex::lock) retrying while Redis cannot be
+/// reached for `max(retry_timeout, connect + command)`. On a cluster, the slots share that
+/// bound, and giving back the slots already taken when a later one cannot be had takes up to
+/// one `connect + command` more per slot.
+///
+/// # Topologies
+///
+/// One server, Sentinel and Cluster. A quorum client ([`Client::redlock`](crate::Client::redlock))
+/// refuses a set with [`Error::InvalidConfig`]: each master would have to grant the *whole*
+/// set, and a contended set is nearly always free on some masters and taken on others (each
+/// master sees the releases of its names at other times), so a set would keep failing on
+/// split votes and undoing grants on every master, under exactly the contention it exists
+/// for. Take the names one by one with [`Mutex`](crate::Mutex) in one fixed order there.
+///
+/// Replica confirmation ([`wait_replicas`](crate::ClientBuilder::wait_replicas)) is not
+/// asked for a set (as for the other lock types than `Mutex`).
+///
+/// # Local hand-off
+///
+/// Off for names held through a set: releasing a [`MultiGuard`] always goes through Redis and
+/// publishes, and an acquisition through a set reserves no hand-off tokens.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// // Two transfers that name the accounts in opposite orders never deadlock.
+/// let both = client.multi_lock(["account:7", "account:3"])?;
+/// let guard = both.lock()?;
+/// let from = guard.fencing_token("account:7"); // each name's own token
+/// let to = guard.fencing_token("account:3");
+/// // ... debit one, credit the other, each write fenced with its token ...
+/// # let _ = (from, to);
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiMutex {
+    client: Core,
+    /// The parts in the global order: one per slot on a cluster, else one; each by name.
+    parts: Arc<[Vec<Arc<LockKeys>>]>,
+}
+
+/// What one attempt at a part came to.
+enum Attempt {
+    /// Every lock of the part is held: one hold per lock, in the part's order.
+    Held(Vec<Arc<Hold>>),
+    /// Lock `index` of the part is held by another owner, for `ttl` more at most.
+    Busy { index: usize, ttl: Duration },
+}
+
+impl MultiMutex {
+    /// A set of the names: duplicates collapse; at least one name, each as for
+    /// [`Client::mutex`](crate::Client::mutex).
+    pub(crate) fn new<I, S>(client: Core, names: I) -> Result<MultiMutex>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let prefix = client.shared().config.prefix.clone();
+        let mut all: Vec<Arc<LockKeys>> = Vec::new();
+        for name in names {
+            let name = name.as_ref();
+            keys::validate_name(name)?;
+            all.push(Arc::new(LockKeys::new(&prefix, name)));
+        }
+        if all.is_empty() {
+            return Err(Error::InvalidName {
+                reason: "a set of locks needs at least one name",
+            });
+        }
+        // The global order: by slot, then by name (bytes); every caller takes parts in it.
+        all.sort_by(|a, b| (a.slot, &a.name).cmp(&(b.slot, &b.name)));
+        all.dedup_by(|a, b| a.name == b.name);
+        let spread = client.shared().backend.spreads_slots();
+        let mut parts: Vec<Vec<Arc<LockKeys>>> = Vec::new();
+        for k in all {
+            match parts.last_mut() {
+                Some(p) if !spread || p[0].slot == k.slot => p.push(k),
+                _ => parts.push(vec![k]),
+            }
+        }
+        Ok(MultiMutex {
+            client,
+            parts: parts.into(),
+        })
+    }
+
+    /// The names of the set, without duplicates, in the order they are taken (by Redis
+    /// Cluster slot, then by name).
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        let names: Vec<&str> = self
+            .parts
+            .iter()
+            .flatten()
+            .map(|k| k.name.as_str())
+            .collect();
+        names.into_iter()
+    }
+
+    /// Blocks until the calling thread holds every name of the set.
+    ///
+    /// While another owner holds one of the names, this waits (holding none of the set on
+    /// one server). While Redis cannot be reached it retries with backoff and returns the
+    /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
+    /// the first attempt that failed, as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+    /// [`Error::ForeignKey`] when a name's key holds something else;
+    /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
+    pub fn lock(&self) -> Result<MultiGuard> {
+        match self.acquire(None)? {
+            Some(g) => Ok(g),
+            None => Err(Error::Timeout {
+                what: "lock() ended without the set",
+            }),
+        }
+    }
+
+    /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
+    /// holds one of the names; the call then holds none of them.
+    ///
+    /// Returns within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](MultiMutex::lock).
+    pub fn try_lock(&self) -> Result<Option<MultiGuard>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for the whole set. `Ok(None)` when it could not be had in
+    /// time; the call then holds none of it.
+    ///
+    /// Returns within `max(timeout, connect_timeout) + command_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](MultiMutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
+        self.acquire(after(timeout))
+    }
+
+    /// Waits until `deadline` at most for the whole set. `Ok(None)` when it could not be had
+    /// in time; the call then holds none of it.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](MultiMutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard>> {
+        self.acquire(Some(deadline))
+    }
+
+    /// Takes the parts in order; gives back what was taken when a later part cannot be had.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
+        let shared = self.client.shared();
+        if shared.backend.masters() > 1 {
+            return Err(Error::config(
+                "masters",
+                "a set of locks needs a client on one Redis server, Sentinel or a Cluster",
+            ));
+        }
+        let owner = shared.mutex_owner();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        let mut holds: Vec<Arc<Hold>> = Vec::new();
+        for part in self.parts.iter() {
+            let taken = self.take_part(part, &owner, deadline, limit);
+            match taken {
+                Ok(Some(h)) => holds.extend(h),
+                other => {
+                    if !holds.is_empty() {
+                        let by = Deadline::after(shared.config.one_call());
+                        if let Err(e) = release_holds(shared, &holds, by) {
+                            log::debug!("giving back part of a set of locks: {e}");
+                        }
+                    }
+                    return other.map(|_| None);
+                }
+            }
+        }
+        Ok(Some(MultiGuard {
+            client: self.client.clone(),
+            holds,
+            released: false,
+            _not_send: std::marker::PhantomData,
+        }))
+    }
+
+    /// Takes one part (locks in one slot), waiting as a `Mutex` waiter of the lock that
+    /// blocked it does.
+    fn take_part(
+        &self,
+        part: &[Arc<LockKeys>],
+        owner: &str,
+        deadline: Option<Instant>,
+        limit: Deadline,
+    ) -> Result<Option<Vec<Arc<Hold>>>> {
+        let shared = self.client.shared();
+        let request = request_id();
+        let lease = shared.config.lease;
+        // Fast path: one attempt, unless threads of this client already queue for one of the
+        // names (they go first).
+        let queued = part
+            .iter()
+            .any(|k| shared.subscriber.has_waiters(&k.channel));
+        let mut blocked = 0;
+        if !queued || past(deadline) {
+            let attempt = if past(deadline) {
+                self.attempt(part, owner, &request, limit)?
+            } else {
+                self.attempt_retrying(part, owner, &request, deadline, limit)?
+            };
+            match attempt {
+                Attempt::Held(h) => return Ok(Some(h)),
+                Attempt::Busy { .. } if past(deadline) => return Ok(None),
+                Attempt::Busy { index, .. } => blocked = index,
+            }
+        }
+        loop {
+            // Wait in the local queue of the lock that blocked the set, as its waiters do.
+            let reg = shared.subscriber.join(&part[blocked].channel);
+            let Some(turn) = reg.wait_turn(deadline, lease) else {
+                return Ok(None);
+            };
+            if let Turn::WaitFrom(seen) = turn {
+                // The previous leader just took the lock: wait for its release.
+                reg.wait_release(seen, min_instant(deadline, Instant::now() + lease));
+            }
+            loop {
+                // A lock handed to this thread by a `Mutex` holder of this client cannot be
+                // part of a set: dropping the baton releases it through Redis (publishing).
+                drop(reg.take_gift());
+                // A release before the SUBSCRIBE took effect would be missed: wait (bounded)
+                // for the confirmation before an attempt whose failure leads to sleeping.
+                let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
+                let seen = reg.epoch();
+                let attempt = self.attempt_retrying(part, owner, &request, deadline, limit)?;
+                match attempt {
+                    Attempt::Held(h) => {
+                        drop(reg.leave_acquired_quietly(seen));
+                        return Ok(Some(h));
+                    }
+                    Attempt::Busy { .. } if past(deadline) => return Ok(None),
+                    Attempt::Busy { index, ttl } => {
+                        if part[index].channel != part[blocked].channel {
+                            // Another lock blocks it now: wait on that one's release.
+                            blocked = index;
+                            break;
+                        }
+                        let until = after(sleep_on(ttl, confirmed))
+                            .map_or(Instant::now() + lease, |b| min_instant(deadline, b));
+                        reg.wait_release(seen, until);
+                        if past(deadline) && reg.epoch() == seen {
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+            drop(reg);
+        }
+    }
+
+    /// Attempts until one gets an answer, retrying connection-level failures with backoff.
+    fn attempt_retrying(
+        &self,
+        part: &[Arc<LockKeys>],
+        owner: &str,
+        request: &str,
+        deadline: Option<Instant>,
+        limit: Deadline,
+    ) -> Result<Attempt> {
+        let name = &part[0].name;
+        retrying(&self.client, name, deadline, limit, |by| {
+            self.attempt(part, owner, request, by)
+        })
+    }
+
+    /// One set acquire round trip for the part (retried once on a new connection when the
+    /// connection failed, with the same request id), within `by` and one call's bound.
+    fn attempt(
+        &self,
+        part: &[Arc<LockKeys>],
+        owner: &str,
+        request: &str,
+        by: Deadline,
+    ) -> Result<Attempt> {
+        let shared = self.client.shared();
+        let terms = shared.config.terms();
+        let sent = Instant::now();
+        let live: Vec<Option<Arc<Hold>>> = part.iter().map(|k| shared.live_hold(k)).collect();
+        let members: Vec<Member<'_>> = part
+            .iter()
+            .zip(&live)
+            .map(|(keys, h)| Member {
+                keys,
+                // A re-entry speaks for the owner on the server (after a local hand-off, the
+                // thread that took the lock through Redis).
+                owner: h.as_ref().map_or(owner, |h| h.owner.as_str()),
+                live: h.as_ref().map(|h| Live {
+                    acquisition: &h.acquisition,
+                    extend: h.reentry_extension(sent),
+                }),
+            })
+            .collect();
+        let call = scripts::multi_acquire(&members, terms.lease, request);
+        let v = eval_twice(&self.client, &call, by)?;
+        let reply = scripts::parse_multi_acquire(&v, part.len())
+            .ok_or_else(|| scripts::unexpected("multi_acquire", &v))?;
+        let granted = match reply {
+            MultiReply::Busy { index, ttl } => {
+                // Another owner holds a lock this thread thought it held: that hold is lost.
+                if let Some(h) = &live[index] {
+                    shared.report_lost(h);
+                }
+                return Ok(Attempt::Busy { index, ttl });
+            }
+            MultiReply::Foreign { index } => {
+                return Err(Error::ForeignKey {
+                    key: part[index].lock.clone(),
+                });
+            }
+            MultiReply::Held(granted) => granted,
+        };
+        let mut holds = Vec::with_capacity(part.len());
+        let mut stale: Vec<(usize, String)> = Vec::new();
+        for (i, (token, count, acquisition)) in granted.iter().enumerate() {
+            let grant = Grant {
+                token: *token,
+                count: *count,
+                sent,
+                acquisition,
+                last: *token,
+            };
+            let who = members[i].owner.to_owned();
+            match shared.adopt(&part[i], who, grant, terms) {
+                Adopted::Held(h) => holds.push(h),
+                Adopted::Stale => stale.push((i, acquisition.clone())),
+            }
+        }
+        if stale.is_empty() && holds.iter().all(|h| h.is_held()) {
+            return Ok(Attempt::Held(holds));
+        }
+        // Part of the grant cannot be used (an acquisition this thread counts as lost, or a
+        // reply so late that a lease may have run out): give back every level this attempt
+        // took, and try again at once.
+        if let Err(e) = release_holds(shared, &holds, by) {
+            log::debug!("giving back a late set acquisition: {e}");
+        }
+        for (i, acquisition) in stale {
+            let holder = Holder {
+                owner: members[i].owner,
+                acquisition: &acquisition,
+            };
+            let leaving = [Leaving {
+                keys: &part[i],
+                holder,
+                level: Level::Outermost,
+            }];
+            let call = scripts::multi_release(&leaving, &request_id());
+            if let Err(e) = eval_twice(&self.client, &call, by) {
+                log::debug!("freeing a stale grant of `{}`: {e}", part[i].name);
+            }
+        }
+        Ok(Attempt::Busy {
+            index: 0,
+            ttl: Duration::ZERO,
+        })
+    }
+}
+
+/// Releases one level of each hold within `by`: renewal stops first for an outermost level,
+/// then one script per slot. Returns the first error; every lock is released all the same.
+fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Result<()> {
+    let mut first: Option<Error> = None;
+    let levels: Vec<(Arc<Hold>, Level, bool)> = holds
+        .iter()
+        .map(|h| {
+            let was_held = h.is_held();
+            // The wait for a renewal on the wire is part of the bound.
+            let level = if h.leave(by.left().unwrap_or(Duration::MAX)) {
+                shared.forget(h);
+                Level::Outermost
+            } else {
+                Level::Inner
+            };
+            (Arc::clone(h), level, was_held)
+        })
+        .collect();
+    let mut start = 0;
+    while start < levels.len() {
+        let slot = levels[start].0.keys.slot;
+        let end = start
+            + levels[start..]
+                .iter()
+                .take_while(|(h, ..)| !shared.backend.spreads_slots() || h.keys.slot == slot)
+                .count();
+        if let Err(e) = release_part(shared, &levels[start..end], by) {
+            first.get_or_insert(e);
+        }
+        start = end;
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Releases one level of each lock of one slot in one script call (retried once on a new
+/// connection, with the same request id).
+fn release_part(
+    shared: &Arc<Shared>,
+    levels: &[(Arc<Hold>, Level, bool)],
+    by: Deadline,
+) -> Result<()> {
+    let leaving: Vec<Leaving<'_>> = levels
+        .iter()
+        .map(|(h, level, _)| Leaving {
+            keys: &h.keys,
+            holder: h.holder(),
+            level: *level,
+        })
+        .collect();
+    let call = scripts::multi_release(&leaving, &request_id());
+    let by = by.min(Deadline::after(shared.config.one_call()));
+    let (reply, retried) = match shared.backend.eval_single(&call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => (shared.backend.eval_single(&call, by), true),
+        other => (other, false),
+    };
+    let v = match reply {
+        Ok(v) => v,
+        // Redis could not be asked, but every lease was known lost already: that is the news.
+        Err(e) if levels.iter().all(|(.., was_held)| !was_held) => {
+            log::debug!("release of a lost set failed: {e}");
+            return Err(Error::LeaseLost);
+        }
+        Err(e) => return Err(e),
+    };
+    let replies = scripts::parse_multi_release(&v, levels.len())
+        .ok_or_else(|| scripts::unexpected("multi_release", &v))?;
+    let mut first = None;
+    for ((h, ..), reply) in levels.iter().zip(replies) {
+        let outcome = match reply {
+            ReleaseReply::Released { .. } => Ok(()),
+            // A retry after a lost reply finds the lock gone or already another's: what the
+            // first attempt did.
+            ReleaseReply::Missing | ReleaseReply::OtherOwner if retried => Ok(()),
+            ReleaseReply::Missing => {
+                shared.report_lost(h);
+                Err(Error::LeaseLost)
+            }
+            ReleaseReply::OtherOwner => {
+                shared.report_lost(h);
+                Err(Error::NotOwner)
+            }
+            ReleaseReply::Foreign => Err(Error::ForeignKey {
+                key: h.keys.lock.clone(),
+            }),
+        };
+        if let Err(e) = outcome {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// A held set of locks. Dropping it releases one level of every name (each name is free once
+/// the outermost guard of the owning thread is gone, as with [`MutexGuard`](crate::MutexGuard));
+/// [`unlock`](MultiGuard::unlock) does the same and reports errors.
+///
+/// The renewal thread renews every name's lease (in its batches) while the guard lives. A
+/// loss of any name is reported (the `warn` log and
+/// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost), once per name), and a guard with
+/// one lost name is not held: check [`is_held`](MultiGuard::is_held) or
+/// [`check`](MultiGuard::check), and better, pass each name's
+/// [`fencing_token`](MultiGuard::fencing_token) to the resource.
+///
+/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked.
+#[must_use = "if unused the locks are released at once"]
+#[clippy::has_significant_drop]
+pub struct MultiGuard {
+    client: Core,
+    /// One hold per name, in the set's order.
+    holds: Vec<Arc<Hold>>,
+    /// Set once released (by `unlock`), so `Drop` does nothing.
+    released: bool,
+    /// The owner id is per thread; `*const ()` makes the guard neither `Send` nor `Sync`.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiGuard")
+            .field("names", &self.names().collect::<Vec<_>>())
+            .field("is_held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiGuard {
+    /// The fencing token of `name`'s acquisition: strictly increasing per name across all
+    /// owners (the same counter as [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)),
+    /// the same for a name this thread already held and re-entered. `None` when `name` is
+    /// not in the set.
+    pub fn fencing_token(&self, name: &str) -> Option<u64> {
+        self.holds
+            .iter()
+            .find(|h| h.keys.name == name)
+            .map(|h| h.token)
+    }
+
+    /// The names held, in the order they were taken (by Redis Cluster slot, then by name).
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.holds.iter().map(|h| h.keys.name.as_str())
+    }
+
+    /// True while every name's lease is known to be valid: false once any one was lost,
+    /// released, or passed its local deadline without a successful renewal.
+    pub fn is_held(&self) -> bool {
+        !self.released && self.holds.iter().all(|h| h.is_held())
+    }
+
+    /// Checks that every name's lease is still valid, for use right before a side effect.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when [`is_held`](MultiGuard::is_held) is false.
+    pub fn check(&self) -> Result<()> {
+        if self.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        }
+    }
+
+    /// How much longer every lease is known to be valid: the smallest of the names' (zero
+    /// once one is lost).
+    pub fn validity(&self) -> Duration {
+        self.holds
+            .iter()
+            .map(|h| h.validity())
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Releases one level of every name and reports the outcome: one script call (one per
+    /// slot on a cluster), through Redis.
+    ///
+    /// Returns within the connect timeout plus the command timeout (per slot on a cluster),
+    /// whatever Redis does. Dropping the guard does the same within the same bound.
+    ///
+    /// # Errors
+    ///
+    /// The first of: [`Error::LeaseLost`] when a name's lease had run out;
+    /// [`Error::NotOwner`] when another owner holds a name now (it is left untouched);
+    /// [`Error::Redis`] when Redis could not be asked (the locks then free themselves when
+    /// their leases run out, since renewal stopped). Every other name is released all the
+    /// same.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        let shared = self.client.shared();
+        release_holds(
+            shared,
+            &self.holds,
+            Deadline::after(shared.config.one_call()),
+        )
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let shared = self.client.shared();
+        let by = Deadline::after(shared.config.one_call());
+        if let Err(e) = release_holds(shared, &self.holds, by) {
+            let names: Vec<&str> = self.names().collect();
+            log::warn!("releasing the set {names:?} on drop failed: {e}");
+        }
+    }
+}
+
+// A set handle is shared across threads; its guard belongs to the thread that locked.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<MultiMutex>();
+};
