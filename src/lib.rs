@@ -40,6 +40,9 @@
 //! - [`Client::mutex`] gives a [`Mutex`], a cheap handle on a named lock, with
 //!   [`lock`](Mutex::lock), [`try_lock`](Mutex::try_lock),
 //!   [`try_lock_for`](Mutex::try_lock_for) and [`try_lock_until`](Mutex::try_lock_until).
+//! - [`Client::multi_lock`] gives a [`MultiMutex`]: several of those locks taken at once,
+//!   all or none, without deadlock (see "Several locks at once"); its [`MultiGuard`] holds
+//!   them all.
 //! - A quorum client ([`Redlock`] describes the algorithm) is the same client over several
 //!   independent masters (typically 5): a lock is held when a majority granted it, so it
 //!   survives the loss of a minority of masters. Its locks are the same [`Mutex`] with the
@@ -64,6 +67,33 @@
 //!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
 //!   refuse a stale holder.
+//!
+//! # Several locks at once
+//!
+//! Moving money between two accounts needs both. Taking two [`Mutex`]es one after the other
+//! deadlocks as soon as two callers name them in opposite orders (each holds one and waits
+//! for the other, forever with [`Mutex::lock`]). [`Client::multi_lock`] takes a set in one
+//! go: all of it, or none of it, whatever order the names come in.
+//!
+//! ```no_run
+//! # fn main() -> locksmith::Result<()> {
+//! let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+//! let pair = client.multi_lock(["account:7", "account:3"])?;
+//! let guard = pair.lock()?;                          // both accounts, never just one
+//! let from = guard.fencing_token("account:7");       // each name has its own token
+//! let to = guard.fencing_token("account:3");
+//! // ... write both balances in one transaction, each write fenced with its token ...
+//! # let _ = (from, to);
+//! # Ok(()) }                                        // both released here
+//! ```
+//!
+//! On one server and through Sentinel the set is taken by one script, so no other owner
+//! ever sees it half-taken, and a waiter holds none of it while it sleeps on the release of
+//! the name that blocked it: no cycle of waiters can form. On a Redis Cluster the set is
+//! taken one slot at a time in one global order (by slot, then name), which keeps it free of
+//! deadlock too. [`MultiMutex`] says why every caller eventually gets its set. A function may
+//! return guards (they own their lock handle); if you take [`Mutex`]es one by one instead,
+//! always take them in one fixed order (for example sorted by name), everywhere.
 //!
 //! # How it works
 //!
@@ -255,7 +285,7 @@
 //! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
 //! - `client/shared.rs`: the client's core: its settings, shared state and two threads.
 //! - `locks/{time,wait,family,lease}.rs`: deadlines, retries and sleeps, family keys, leases.
-//! - `locks/mutex/`, `locks/{fair_mutex,rwlock,semaphore}.rs`: the lock types, side by side.
+//! - `locks/mutex/`, `locks/{multi,fair_mutex,rwlock,semaphore}.rs`: the lock types, side by side.
 //! - `client/{builder,mod}.rs`, `redlock.rs`: [`ClientBuilder`], [`Client`], [`Redlock`].
 
 mod client;
