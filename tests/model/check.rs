@@ -625,6 +625,11 @@ pub fn section_summary(h: &History) -> String {
             let told = of.iter().filter(|s| s.told != 0).count();
             format!("{what} {} ({told} told lost)", of.len())
         })
+        .chain(std::iter::once({
+            // Sections of names held through a `MultiMutex` (one per name of the set).
+            let sets = h.sections.iter().filter(|s| s.handle == "set").count();
+            format!("of which in sets {sets}")
+        }))
         .collect::<Vec<_>>()
         .join(", ")
 }

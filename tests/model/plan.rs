@@ -22,6 +22,10 @@ pub struct Settings {
     pub names: Vec<String>,
     /// Whether operations also take the fair mutex, the read-write lock and the semaphore.
     pub family: bool,
+    /// Whether some plain mutex operations take a set of 1-3 of the mutex names at once
+    /// (`MultiMutex`), the names in random order. Drawn from a stream of their own, so the
+    /// other operations of a seed are those it had before sets were modelled.
+    pub multi: bool,
     pub fair_name: String,
     pub rw_name: String,
     pub sem_name: String,
@@ -49,6 +53,7 @@ impl Settings {
             threads: 3,
             names: vec!["model:a".into(), "model:b".into(), "model:{c}".into()],
             family: true,
+            multi: true,
             fair_name: "model:fair".into(),
             rw_name: "model:rw".into(),
             sem_name: "model:sem".into(),
@@ -92,6 +97,7 @@ impl Settings {
     pub fn mutex_only(secs: u64) -> Settings {
         Settings {
             family: false,
+            multi: false,
             ..Settings::new(secs)
         }
     }
@@ -103,6 +109,7 @@ impl Settings {
             Target::Fair => &self.fair_name,
             Target::Rw => &self.rw_name,
             Target::Sem => &self.sem_name,
+            Target::Multi { names, .. } => &self.names[names[0]],
         }
     }
 }
@@ -115,6 +122,11 @@ pub enum Target {
     Fair,
     Rw,
     Sem,
+    /// The plain mutexes of `Settings::names[names[i]]` for `i < len`, taken at once.
+    Multi {
+        names: [usize; 3],
+        len: usize,
+    },
 }
 
 /// What a level holds.
@@ -200,6 +212,8 @@ fn ms(v: u64) -> Duration {
 #[derive(Debug, Clone)]
 pub struct OpPlan {
     rng: Rng,
+    /// Draws whether a plain mutex operation takes a set instead, and which.
+    multi: Option<Rng>,
     names: usize,
     family: bool,
 }
@@ -208,6 +222,9 @@ impl OpPlan {
     pub fn new(seed: u64, proc: usize, thread: usize, settings: &Settings) -> OpPlan {
         OpPlan {
             rng: Rng::new(sub_seed(seed, 1 + (proc * 64 + thread) as u64)),
+            multi: settings
+                .multi
+                .then(|| Rng::new(sub_seed(seed, 100_000 + (proc * 64 + thread) as u64))),
             names: settings.names.len(),
             family: settings.family,
         }
@@ -278,6 +295,37 @@ impl OpPlan {
             target: Target::Mutex(name),
             levels,
             pause: ms(self.rng.range(0, 30)),
+        }
+    }
+
+    /// Now and then, the same levels on a set of 1-3 distinct mutex names in random order
+    /// (re-entered as a set by the nested levels, on the plain handle: a set has no other).
+    fn maybe_multi(&mut self, op: Op) -> Op {
+        let Some(rng) = self.multi.as_mut() else {
+            return op;
+        };
+        if rng.range(0, 100) >= 40 {
+            return op;
+        }
+        let len = rng.range(1, 4.min(self.names as u64 + 1)) as usize;
+        let mut pool: Vec<usize> = (0..self.names).collect();
+        let mut names = [0; 3];
+        for slot in names.iter_mut().take(len) {
+            let k = rng.range(0, pool.len() as u64) as usize;
+            *slot = pool.remove(k);
+        }
+        let levels = op
+            .levels
+            .into_iter()
+            .map(|l| Level {
+                handle: Handle::Plain,
+                ..l
+            })
+            .collect();
+        Op {
+            target: Target::Multi { names, len },
+            levels,
+            pause: op.pause,
         }
     }
 
@@ -368,7 +416,10 @@ impl Iterator for OpPlan {
             return Some(self.mutex_op());
         }
         Some(match self.rng.range(0, 10) {
-            0..=3 => self.mutex_op(),
+            0..=3 => {
+                let op = self.mutex_op();
+                self.maybe_multi(op)
+            }
             4..=5 => self.fair_op(),
             6..=7 => self.rw_op(),
             _ => self.sem_op(),
@@ -478,6 +529,7 @@ mod tests {
         for t in [Target::Fair, Target::Rw, Target::Sem] {
             assert!(a.iter().any(|op| op.target == t), "no {t:?} op in {a:?}");
         }
+        assert!(a.iter().any(|op| matches!(op.target, Target::Multi { .. })));
         let m = Settings::mutex_only(10);
         let d: Vec<Op> = OpPlan::new(7, 1, 2, &m).take(50).collect();
         assert!(d.iter().all(|op| matches!(op.target, Target::Mutex(_))));
@@ -494,6 +546,11 @@ mod tests {
             for op in OpPlan::new(seed, 0, 0, &s).take(200) {
                 let modes: Vec<Mode> = op.levels.iter().map(|l| l.mode).collect();
                 match op.target {
+                    Target::Multi { len, .. } => {
+                        assert!((1..=3).contains(&len));
+                        assert!(op.levels.iter().all(|l| l.handle == Handle::Plain));
+                        assert!(modes.iter().all(|m| *m == Mode::Excl))
+                    }
                     Target::Mutex(_) | Target::Fair => {
                         assert!(modes.iter().all(|m| *m == Mode::Excl))
                     }

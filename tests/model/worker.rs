@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use locksmith::{
-    Client, FairMutex, FairMutexGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard,
-    RwLockWriteGuard, Semaphore, SemaphorePermit,
+    Client, FairMutex, FairMutexGuard, MultiGuard, MultiMutex, Mutex, MutexGuard, RwLock,
+    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 
 use crate::check::{Access, Call, CallKind, Outcome, Section};
@@ -65,15 +65,18 @@ enum Lock {
     Fair(FairMutex),
     Rw(RwLock),
     Sem(Semaphore),
+    Multi(MultiMutex),
 }
 
 impl Lock {
-    fn name(&self) -> &str {
+    /// The lock's name; a set's names joined by `+`, for the call log.
+    fn name(&self) -> String {
         match self {
-            Lock::Mutex(m) => m.name(),
-            Lock::Fair(m) => m.name(),
-            Lock::Rw(l) => l.name(),
-            Lock::Sem(s) => s.name(),
+            Lock::Mutex(m) => m.name().to_owned(),
+            Lock::Fair(m) => m.name().to_owned(),
+            Lock::Rw(l) => l.name().to_owned(),
+            Lock::Sem(s) => s.name().to_owned(),
+            Lock::Multi(m) => m.names().collect::<Vec<_>>().join("+"),
         }
     }
 
@@ -97,11 +100,13 @@ enum Guard {
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
     Permit(SemaphorePermit),
+    Multi(MultiGuard),
 }
 
 macro_rules! each_guard {
     ($g:expr, $v:ident => $e:expr) => {
         match $g {
+            Guard::Multi($v) => $e,
             Guard::Mutex($v) => $e,
             Guard::Fair($v) => $e,
             Guard::Read($v) => $e,
@@ -126,7 +131,18 @@ impl Guard {
             Guard::Mutex(g) => g.fencing_token(),
             Guard::Fair(g) => g.fencing_token(),
             Guard::Write(g) => g.fencing_token(),
-            Guard::Read(_) | Guard::Permit(_) => 0,
+            Guard::Read(_) | Guard::Permit(_) | Guard::Multi(_) => 0,
+        }
+    }
+
+    /// The names held and each one's fencing token: one entry, or one per name of a set.
+    fn held(&self, name: &str) -> Vec<(String, u64)> {
+        match self {
+            Guard::Multi(g) => g
+                .names()
+                .map(|n| (n.to_owned(), g.fencing_token(n).unwrap_or(0)))
+                .collect(),
+            _ => vec![(name.to_owned(), self.token())],
         }
     }
 
@@ -137,6 +153,7 @@ impl Guard {
             Guard::Read(g) => ("unlock", g.unlock()),
             Guard::Write(g) => ("unlock", g.unlock()),
             Guard::Permit(p) => ("release", p.release()),
+            Guard::Multi(g) => ("unlock", g.unlock()),
         }
     }
 }
@@ -180,6 +197,15 @@ fn take(lock: &Lock, mode: Mode, form: Form) -> (String, locksmith::Result<Optio
         (Lock::Mutex(m), _) => forms!(
             form,
             Guard::Mutex,
+            m,
+            lock,
+            try_lock,
+            try_lock_for,
+            try_lock_until
+        ),
+        (Lock::Multi(m), _) => forms!(
+            form,
+            Guard::Multi,
             m,
             lock,
             try_lock,
@@ -309,7 +335,7 @@ impl Ctx<'_> {
             Ok(None) => (Outcome::NotAcquired, None),
             Err(e) => (classify(&e), None),
         };
-        self.call(kind, &method, lock.name(), start, bound, outcome);
+        self.call(kind, &method, &lock.name(), start, bound, outcome);
         guard
     }
 
@@ -348,7 +374,8 @@ impl Ctx<'_> {
 /// release runs).
 struct Recorder<'a> {
     log: &'a Journal,
-    section: Section,
+    /// One section per name held (several for a set, which is checked as a whole).
+    sections: Vec<Section>,
     /// A check already failed: later checks no longer move `end`.
     failed: bool,
 }
@@ -365,12 +392,14 @@ impl Recorder<'_> {
         if self.failed {
             return;
         }
-        if held {
-            self.section.end = at;
-        } else {
-            self.failed = true;
-            self.section.told = at;
+        for s in &mut self.sections {
+            if held {
+                s.end = at;
+            } else {
+                s.told = at;
+            }
         }
+        self.failed |= !held;
     }
 
     /// Holds for `d`, checking every few milliseconds.
@@ -390,7 +419,9 @@ impl Recorder<'_> {
 
 impl Drop for Recorder<'_> {
     fn drop(&mut self) {
-        self.log.section(&self.section);
+        for s in &self.sections {
+            self.log.section(s);
+        }
     }
 }
 
@@ -412,20 +443,29 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
             of: ctx.settings.sem_permits,
         },
     };
-    let mut rec = Recorder {
-        log: ctx.log,
-        section: Section {
-            name: lock.name().to_string(),
+    let start = mono_ns();
+    let sections = guard
+        .held(&lock.name())
+        .into_iter()
+        .map(|(name, token)| Section {
+            name,
             owner: ctx.owner.clone(),
-            token: guard.token(),
+            token,
             call_start,
-            start: mono_ns(),
+            start,
             end: 0,
             told: 0,
             depth: i as u32,
-            handle: level.handle.to_string(),
+            handle: match guard {
+                Guard::Multi(_) => "set".to_owned(),
+                _ => level.handle.to_string(),
+            },
             access,
-        },
+        })
+        .collect();
+    let mut rec = Recorder {
+        log: ctx.log,
+        sections,
         failed: false,
     };
     rec.hold(&guard, level.before, step);
@@ -437,13 +477,18 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
         panic::panic_any(PlannedPanic);
     }
     drop(rec);
-    ctx.release(lock.name(), guard, level.unlock);
+    ctx.release(&lock.name(), guard, level.unlock);
 }
 
 /// Runs one operation; a planned panic is caught here (the guards were dropped on the way).
 pub fn run_op(ctx: &Ctx<'_>, op: &Op, step: &mut u64) {
     let (client, name) = (ctx.client, ctx.settings.name(op.target));
     let base = match op.target {
+        Target::Multi { names, len } => Lock::Multi(
+            client
+                .multi_lock(names[..len].iter().map(|&i| &ctx.settings.names[i]))
+                .expect("valid names"),
+        ),
         Target::Mutex(_) => Lock::Mutex(client.mutex(name).expect("valid name")),
         Target::Fair => Lock::Fair(client.fair_mutex(name).expect("valid name")),
         Target::Rw => Lock::Rw(client.rw_lock(name).expect("valid name")),
