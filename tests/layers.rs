@@ -45,6 +45,7 @@ const LAYERS: &[Layer] = &[
         "lock types",
         &[
             "locks/mutex/",
+            "locks/multi.rs",
             "locks/fair_mutex.rs",
             "locks/rwlock.rs",
             "locks/semaphore.rs",

@@ -3,7 +3,7 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `handoff-unpinned`, `contended`,
-//! `hot`, `many`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`, `cluster`; the
+//! `hot`, `many`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`, `cluster`, `multi`; the
 //! floors always run). `--no-pin` leaves CPU placement to the scheduler; the `handoff-unpinned`
 //! workload leaves it to the scheduler in any case (a Redis of its own, the bench and its waiter
 //! child unpinned for its length).
@@ -35,7 +35,7 @@
 //! dispatches a child process's role to its workload (`child_main`, the one place that names
 //! every role) and writes the report. Each workload has a file of its own ([`uncontended`],
 //! [`handoff`], [`contended`], [`hot`], [`many`], [`idle`], [`renewal`], [`redlock`], [`tls`],
-//! [`cluster`], and [`family`] for `fair`, `rw` and `semaphore`) holding both its parent side
+//! [`cluster`], [`multi`], and [`family`] for `fair`, `rw` and `semaphore`) holding both its parent side
 //! and, where it uses child processes, the child's side; no workload imports another. What
 //! two workloads share lives in the support modules below them: [`floors`] (the floors every
 //! figure is compared with), [`handoff_runs`] (a run of handoffs to a waiter child, for
@@ -60,6 +60,7 @@ mod handoff_runs;
 mod hot;
 mod idle;
 mod many;
+mod multi;
 mod naive;
 mod redlock;
 mod renewal;
@@ -177,7 +178,7 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 14] = [
+    let workloads: [(&str, Workload); 15] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
@@ -192,6 +193,7 @@ fn main() {
         ("redlock", redlock),
         ("tls", tls::tls),
         ("cluster", cluster::cluster),
+        ("multi", multi::multi),
     ];
     for (name, f) in workloads {
         if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {

@@ -59,7 +59,8 @@ use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts::{
     self, Holder, Leaving, Level, Live, Member, MultiReply, ReleaseReply,
 };
-use crate::subscriber::Turn;
+use crate::subscriber::{Registration, Shot, Turn};
+use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
 
 /// Several named locks taken at once, all or none, without deadlock whatever order callers
@@ -147,6 +148,18 @@ pub struct MultiMutex {
     client: Core,
     /// The parts in the global order: one per slot on a cluster, else one; each by name.
     parts: Arc<[Vec<Arc<LockKeys>>]>,
+}
+
+/// A waiter's primed attempt, shared with the shot the subscriber thread fires.
+enum Primer {
+    Primed(Primed),
+    /// Written at `sent`.
+    Fired {
+        p: Primed,
+        sent: Instant,
+        wrote: Result<()>,
+    },
+    Spent,
 }
 
 /// What one attempt at a part came to.
@@ -338,37 +351,124 @@ impl MultiMutex {
                 // The previous leader just took the lock: wait for its release.
                 reg.wait_release(seen, min_instant(deadline, Instant::now() + lease));
             }
-            loop {
+            'attempts: loop {
                 // A lock handed to this thread by a `Mutex` holder of this client cannot be
                 // part of a set: dropping the baton releases it through Redis (publishing).
                 drop(reg.take_gift());
                 // A release before the SUBSCRIBE took effect would be missed: wait (bounded)
                 // for the confirmation before an attempt whose failure leads to sleeping.
                 let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
-                let seen = reg.epoch();
-                let attempt = self.attempt_retrying(part, owner, &request, deadline, limit)?;
-                match attempt {
-                    Attempt::Held(h) => {
-                        drop(reg.leave_acquired_quietly(seen));
-                        return Ok(Some(h));
+                let mut seen = reg.epoch();
+                let mut attempt = self.attempt_retrying(part, owner, &request, deadline, limit)?;
+                loop {
+                    let (index, ttl) = match attempt {
+                        Attempt::Held(h) => {
+                            drop(reg.leave_acquired_quietly(seen));
+                            return Ok(Some(h));
+                        }
+                        Attempt::Busy { .. } if past(deadline) => return Ok(None),
+                        Attempt::Busy { index, ttl } => (index, ttl),
+                    };
+                    if part[index].channel != part[blocked].channel {
+                        // Another lock blocks it now: wait on that one's release.
+                        blocked = index;
+                        break 'attempts;
                     }
-                    Attempt::Busy { .. } if past(deadline) => return Ok(None),
-                    Attempt::Busy { index, ttl } => {
-                        if part[index].channel != part[blocked].channel {
-                            // Another lock blocks it now: wait on that one's release.
-                            blocked = index;
-                            break;
+                    let until = after(sleep_on(ttl, confirmed && reg.confirmed()))
+                        .map_or(Instant::now() + lease, |b| min_instant(deadline, b));
+                    // The release that ends this wait fires the next attempt at once.
+                    match self.wait_release_primed(&reg, part, owner, &request, seen, until, limit)
+                    {
+                        Some(fired) => {
+                            // The fired attempt belongs to the release after `seen`.
+                            attempt = fired;
+                            seen += 1;
                         }
-                        let until = after(sleep_on(ttl, confirmed))
-                            .map_or(Instant::now() + lease, |b| min_instant(deadline, b));
-                        reg.wait_release(seen, until);
-                        if past(deadline) && reg.epoch() == seen {
-                            return Ok(None);
-                        }
+                        None if past(deadline) && reg.epoch() == seen => return Ok(None),
+                        None => continue 'attempts,
                     }
                 }
             }
             drop(reg);
+        }
+    }
+
+    /// Waits for a release after epoch `seen`, a gift or `until`, with the part's next
+    /// attempt primed: the subscriber thread writes it the moment the release message
+    /// arrives, before it wakes this thread (the wake and the round trip overlap). Returns the
+    /// fired attempt's outcome; `None` when nothing was fired or the fired call failed (the
+    /// caller then tries the same request on the plain path, which answers as the first did).
+    /// Only on a single plain master, for a thread without a live hold of any of the part's
+    /// locks, when an idle pooled connection is at hand.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_release_primed(
+        &self,
+        reg: &Registration,
+        part: &[Arc<LockKeys>],
+        owner: &str,
+        request: &str,
+        seen: u64,
+        until: Instant,
+        limit: Deadline,
+    ) -> Option<Attempt> {
+        let shared = self.client.shared();
+        let members: Vec<Member<'_>> = part
+            .iter()
+            .map(|keys| Member {
+                keys,
+                owner,
+                live: None,
+            })
+            .collect();
+        let primed = if part.iter().any(|k| shared.live_hold(k).is_some()) {
+            None
+        } else {
+            let call = scripts::multi_acquire(&members, shared.config.lease, request);
+            shared.backend.prime_script(&call)
+        };
+        let Some(primed) = primed else {
+            reg.wait_release(seen, until);
+            return None;
+        };
+        let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
+        let shot = {
+            let slot = Arc::clone(&slot);
+            Shot(Box::new(move || {
+                let mut s = slot.lock();
+                if let Primer::Primed(mut p) = std::mem::replace(&mut *s, Primer::Spent) {
+                    let sent = Instant::now();
+                    let wrote = p.fire();
+                    *s = Primer::Fired { p, sent, wrote };
+                }
+            }))
+        };
+        // Not armed (a release or a gift came first): the wait returns at once.
+        let armed = reg.arm(seen, shot).is_ok();
+        reg.wait_release(seen, until);
+        if armed {
+            drop(reg.disarm());
+        }
+        let primer = std::mem::replace(&mut *slot.lock(), Primer::Spent);
+        match primer {
+            Primer::Primed(p) => {
+                shared.backend.unprime(p);
+                None
+            }
+            Primer::Fired { p, sent, wrote } => {
+                let live = vec![None; part.len()];
+                let outcome = shared
+                    .backend
+                    .finish_script(p, wrote, limit)
+                    .and_then(|v| self.settle(part, &members, &live, &v, sent, limit));
+                match outcome {
+                    Ok(attempt) => Some(attempt),
+                    Err(e) => {
+                        log::debug!("a primed set acquire failed: {e}");
+                        None
+                    }
+                }
+            }
+            Primer::Spent => None,
         }
     }
 
@@ -416,8 +516,25 @@ impl MultiMutex {
             .collect();
         let call = scripts::multi_acquire(&members, terms.lease, request);
         let v = eval_twice(&self.client, &call, by)?;
-        let reply = scripts::parse_multi_acquire(&v, part.len())
-            .ok_or_else(|| scripts::unexpected("multi_acquire", &v))?;
+        self.settle(part, &members, &live, &v, sent, by)
+    }
+
+    /// What a set acquire's reply `v` means, for the part's `members` (with the caller's
+    /// `live` holds; the call was written at `sent`): the holds, or where it is blocked. A
+    /// grant that cannot be used is given back within `by`.
+    fn settle(
+        &self,
+        part: &[Arc<LockKeys>],
+        members: &[Member<'_>],
+        live: &[Option<Arc<Hold>>],
+        v: &redis::Value,
+        sent: Instant,
+        by: Deadline,
+    ) -> Result<Attempt> {
+        let shared = self.client.shared();
+        let terms = shared.config.terms();
+        let reply = scripts::parse_multi_acquire(v, part.len())
+            .ok_or_else(|| scripts::unexpected("multi_acquire", v))?;
         let granted = match reply {
             MultiReply::Busy { index, ttl } => {
                 // Another owner holds a lock this thread thought it held: that hold is lost.

@@ -131,19 +131,26 @@ impl Backend {
     /// connection is at hand (opening one is left to the plain path), or [`MAX_PRIMED`] are
     /// primed already.
     pub(crate) fn prime_acquire(&self, a: &AcquireCall<'_>) -> Option<Primed> {
-        if self.nodes.len() != 1 || self.cluster.is_some() || self.wait.is_some() {
+        if a.live.is_some() {
             return None;
         }
-        if a.live.is_some() {
+        let call = scripts::acquire(a.keys, a.owner, a.lease, a.request, None, a.block);
+        self.prime_script(&call)
+    }
+
+    /// Any script call primed as [`prime_acquire`](Backend::prime_acquire) primes an acquire
+    /// (a set's acquire, for one): on a single plain master only, when an idle pooled
+    /// connection is at hand and fewer than [`MAX_PRIMED`] are primed.
+    pub(crate) fn prime_script(&self, call: &Call) -> Option<Primed> {
+        if self.nodes.len() != 1 || self.cluster.is_some() || self.wait.is_some() {
             return None;
         }
         let slot = PrimedSlot::take(&self.primed)?;
         let mut con = self.nodes[0].pool.idle()?;
         if let Err(e) = con.set_timeouts(self.command_timeout) {
-            log::debug!("priming an acquire of `{}`: {e}", a.keys.name);
+            log::debug!("priming a script call: {e}");
             return None;
         }
-        let call = scripts::acquire(a.keys, a.owner, a.lease, a.request, None, a.block);
         Some(Primed {
             con,
             packed: call.cmd.get_packed_command(),
@@ -167,6 +174,18 @@ impl Backend {
         keys: &LockKeys,
         by: Deadline,
     ) -> Result<Acquired> {
+        let reply = self.finish_script(p, wrote, by).and_then(acquire_reply);
+        single_acquired(keys, reply)
+    }
+
+    /// The reply of a primed script call that was written (`wrote`), within `by`; as
+    /// [`finish_acquire`](Backend::finish_acquire), unparsed.
+    pub(crate) fn finish_script(
+        &self,
+        p: Primed,
+        wrote: Result<()>,
+        by: Deadline,
+    ) -> Result<Value> {
         if let Err(e) = wrote {
             self.failed(0, &e);
             return Err(e);
@@ -175,11 +194,8 @@ impl Backend {
             con, packed, which, ..
         } = p;
         let read_by = by.min(Deadline::after(self.call_timeout));
-        let reply = self
-            .collect(0, con, &packed, 1, which, self.call_timeout, read_by, by)
+        self.collect(0, con, &packed, 1, which, self.call_timeout, read_by, by)
             .and_then(|mut v| one(v.pop()))
-            .and_then(acquire_reply);
-        single_acquired(keys, reply)
     }
 
     /// Acquires on the masters. `sent` must be taken before this call; the validity of a
