@@ -414,3 +414,45 @@ fn transfers_across_cluster_masters_never_deadlock() {
     let data_url = cluster.url(cluster.master_of_key(&format!("{{{prefix}}}:x")));
     deadlock_freedom(cluster.seed_urls(), true, &prefix, &data_url);
 }
+
+/// A thread that holds a set re-enters it at once, even while threads of its own client queue
+/// for its names (waiting behind them, for its own locks, would never end).
+#[test]
+fn a_holder_re_enters_its_set_past_its_own_queue() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        let client = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("multi-reenter");
+        let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+        let set = client.multi_lock([&a, &b]).unwrap();
+        let outer = set.lock().unwrap();
+        // Another thread of the same client queues for `a`.
+        let waiter = {
+            let m = client.mutex(&a).unwrap();
+            thread::spawn(move || m.try_lock_for(Duration::from_secs(30)).unwrap().is_some())
+        };
+        common::wait_until(Duration::from_secs(10), || {
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(common::release_channel(&a))
+                .query(&mut conn)
+                .unwrap();
+            n.first().is_some_and(|(_, k)| *k >= 1)
+        });
+        let t = Instant::now();
+        let inner = set
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("re-entry of a held set");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(inner.fencing_token(&a), outer.fencing_token(&a));
+        drop(inner);
+        drop(outer);
+        assert!(
+            waiter.join().unwrap(),
+            "the waiter did not get `a` after the set"
+        );
+    });
+}

@@ -324,12 +324,14 @@ impl MultiMutex {
         let request = request_id();
         let lease = shared.config.lease;
         // Fast path: one attempt, unless threads of this client already queue for one of the
-        // names (they go first).
+        // names (they go first). A thread that holds one of them re-enters at once: waiting
+        // in the queue behind threads that wait for its own lock would never end.
         let queued = part
             .iter()
             .any(|k| shared.subscriber.has_waiters(&k.channel));
+        let reentry = part.iter().any(|k| shared.holds_locally(k));
         let mut blocked = 0;
-        if !queued || past(deadline) {
+        if !queued || reentry || past(deadline) {
             let attempt = if past(deadline) {
                 self.attempt(part, owner, &request, limit)?
             } else {
