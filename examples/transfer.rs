@@ -279,6 +279,8 @@ fn main() -> support::Result<()> {
         return Err(format!("money was not conserved: {total} instead of {expected}").into());
     }
     println!("money is conserved");
+    let names: Vec<String> = (0..accounts as i64).map(account).collect();
+    redis.tell_what_is_left(&names.iter().map(String::as_str).collect::<Vec<_>>())?;
     Ok(())
 }
 
