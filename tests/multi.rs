@@ -456,3 +456,79 @@ fn a_holder_re_enters_its_set_past_its_own_queue() {
         );
     });
 }
+
+/// Through Sentinel, a set is taken by one script on the master the sentinels name: it
+/// excludes a `Mutex` on one of its names, and leaves nothing behind.
+#[test]
+fn a_set_through_sentinel() {
+    let set = common::SentinelSet::start();
+    let urls = set.sentinel_urls();
+    let master = set.master_name().to_owned();
+    let mut conn = set.conn(set.master_port());
+    with_deadline(Duration::from_secs(60), move || {
+        let c1 = Client::sentinel(urls.clone(), &master).build().unwrap();
+        let c2 = Client::sentinel(urls, &master).build().unwrap();
+        let name = common::unique_name("multi-sentinel");
+        let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+        let g = c1.multi_lock([&b, &a]).unwrap().lock().unwrap();
+        assert!(common::exists(&mut conn, &lock_key(&a)));
+        assert!(common::exists(&mut conn, &lock_key(&b)));
+        assert!(c2.mutex(&a).unwrap().try_lock().unwrap().is_none());
+        let m = c2.mutex(&b).unwrap();
+        let waiter = thread::spawn(move || {
+            m.try_lock_for(Duration::from_secs(20))
+                .unwrap()
+                .map(|g| g.fencing_token())
+        });
+        let tb = g.fencing_token(&b).unwrap();
+        g.unlock().unwrap();
+        assert!(waiter.join().unwrap().expect("b after the set") > tb);
+        assert!(!common::exists(&mut conn, &lock_key(&a)));
+    });
+}
+
+/// On a cluster, a set across slots that cannot have a later slot gives back the earlier ones
+/// before it returns: nothing of it is left held.
+#[test]
+fn a_cluster_set_gives_back_what_it_took() {
+    let cluster = RedisCluster::start();
+    let name = common::unique_name("multi-cl");
+    // Names on different masters, ordered by slot as the set takes them.
+    let mut names: Vec<String> = (0..20).map(|i| format!("{name}-{i}")).collect();
+    names.sort_by_key(|n| cluster.slot_of(&lock_key(n)));
+    let first = names[0].clone();
+    let last = names
+        .iter()
+        .rev()
+        .find(|n| cluster.master_of_key(&lock_key(n)) != cluster.master_of_key(&lock_key(&first)))
+        .expect("names on two masters")
+        .clone();
+    let mut conn = cluster.conn(cluster.master_of_key(&lock_key(&first)));
+    let seeds = cluster.seed_urls();
+    with_deadline(Duration::from_secs(60), move || {
+        let c1 = Client::cluster(seeds.clone()).build().unwrap();
+        let c2 = Client::cluster(seeds).build().unwrap();
+        let held = c2.mutex(&last).unwrap().lock().unwrap();
+        let set = c1.multi_lock([&last, &first]).unwrap();
+        assert_eq!(
+            set.names().collect::<Vec<_>>(),
+            [first.as_str(), last.as_str()]
+        );
+        assert!(set.try_lock().unwrap().is_none());
+        assert!(!common::exists(&mut conn, &lock_key(&first)));
+        assert!(
+            set.try_lock_for(Duration::from_millis(300))
+                .unwrap()
+                .is_none()
+        );
+        assert!(!common::exists(&mut conn, &lock_key(&first)));
+        drop(held);
+        let g = set
+            .try_lock_for(Duration::from_secs(10))
+            .unwrap()
+            .expect("the set");
+        assert!(common::exists(&mut conn, &lock_key(&first)));
+        g.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &lock_key(&first)));
+    });
+}
