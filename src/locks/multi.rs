@@ -52,15 +52,14 @@ use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::family::eval_twice;
 use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::{retrying, sleep_on};
+use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts::{
     self, Holder, Leaving, Level, Live, Member, MultiReply, ReleaseReply,
 };
-use crate::subscriber::{Registration, Shot, Turn};
-use crate::topology::backend::Primed;
+use crate::subscriber::{Registration, Turn};
 use crate::transport::conn::Deadline;
 
 /// Several named locks taken at once, all or none, without deadlock whatever order callers
@@ -148,18 +147,6 @@ pub struct MultiMutex {
     client: Core,
     /// The parts in the global order: one per slot on a cluster, else one; each by name.
     parts: Arc<[Vec<Arc<LockKeys>>]>,
-}
-
-/// A waiter's primed attempt, shared with the shot the subscriber thread fires.
-enum Primer {
-    Primed(Primed),
-    /// Written at `sent`.
-    Fired {
-        p: Primed,
-        sent: Instant,
-        wrote: Result<()>,
-    },
-    Spent,
 }
 
 /// What one attempt at a part came to.
@@ -432,45 +419,22 @@ impl MultiMutex {
             reg.wait_release(seen, until);
             return None;
         };
-        let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
-        let shot = {
-            let slot = Arc::clone(&slot);
-            Shot(Box::new(move || {
-                let mut s = slot.lock();
-                if let Primer::Primed(mut p) = std::mem::replace(&mut *s, Primer::Spent) {
-                    let sent = Instant::now();
-                    let wrote = p.fire();
-                    *s = Primer::Fired { p, sent, wrote };
-                }
-            }))
-        };
-        // Not armed (a release or a gift came first): the wait returns at once.
-        let armed = reg.arm(seen, shot).is_ok();
-        reg.wait_release(seen, until);
-        if armed {
-            drop(reg.disarm());
-        }
-        let primer = std::mem::replace(&mut *slot.lock(), Primer::Spent);
-        match primer {
-            Primer::Primed(p) => {
-                shared.backend.unprime(p);
+        let Fired {
+            primed,
+            sent,
+            wrote,
+        } = wait_release_firing(shared, reg, primed, seen, until)?;
+        let live = vec![None; part.len()];
+        let outcome = shared
+            .backend
+            .finish_script(primed, wrote, limit)
+            .and_then(|v| self.settle(part, &members, &live, &v, sent, limit));
+        match outcome {
+            Ok(attempt) => Some(attempt),
+            Err(e) => {
+                log::debug!("a primed set acquire failed: {e}");
                 None
             }
-            Primer::Fired { p, sent, wrote } => {
-                let live = vec![None; part.len()];
-                let outcome = shared
-                    .backend
-                    .finish_script(p, wrote, limit)
-                    .and_then(|v| self.settle(part, &members, &live, &v, sent, limit));
-                match outcome {
-                    Ok(attempt) => Some(attempt),
-                    Err(e) => {
-                        log::debug!("a primed set acquire failed: {e}");
-                        None
-                    }
-                }
-            }
-            Primer::Spent => None,
         }
     }
 

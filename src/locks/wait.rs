@@ -1,12 +1,78 @@
 //! How every lock type's acquire waits: the retry loop (one bounded attempt after another,
 //! with backoff while Redis cannot be reached, within the call's deadline and the client's
-//! retry timeout), and how long a waiter sleeps without news.
+//! retry timeout), how long a waiter sleeps without news, and a leader's sleep with its next
+//! acquire primed for the pub/sub thread to write.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::shared::Core;
+use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
+use crate::subscriber::{Registration, Shot};
+use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
+
+/// A primed call the subscriber thread wrote when the release came: the call, when it was
+/// written, and whether the write went through.
+pub(crate) struct Fired {
+    pub(crate) primed: Primed,
+    pub(crate) sent: Instant,
+    pub(crate) wrote: Result<()>,
+}
+
+/// A leader's primed call, shared with the shot the subscriber thread fires.
+enum Primer {
+    Primed(Primed),
+    Fired(Fired),
+    Spent,
+}
+
+/// Sleeps until a release after epoch `seen`, a gift or `until`, as
+/// [`Registration::wait_release`], with `primed` (the leader's next acquire) left for the
+/// subscriber thread to write the moment the release message arrives, before it wakes this
+/// thread: the acquire does not wait for that thread hop (the wake and the round trip
+/// overlap). Returns the call if it was written (it belongs to the epoch after `seen`; the
+/// caller reads its reply); `None` when it was not (its connection is given back).
+pub(crate) fn wait_release_firing(
+    shared: &Shared,
+    reg: &Registration,
+    primed: Primed,
+    seen: u64,
+    until: Instant,
+) -> Option<Fired> {
+    let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
+    let shot = {
+        let slot = Arc::clone(&slot);
+        Shot(Box::new(move || {
+            let mut s = slot.lock();
+            if let Primer::Primed(mut primed) = std::mem::replace(&mut *s, Primer::Spent) {
+                let sent = Instant::now();
+                let wrote = primed.fire();
+                *s = Primer::Fired(Fired {
+                    primed,
+                    sent,
+                    wrote,
+                });
+            }
+        }))
+    };
+    // Not armed (a release or a gift came first): the wait returns at once.
+    let armed = reg.arm(seen, shot).is_ok();
+    reg.wait_release(seen, until);
+    if armed {
+        // Takes the shot back, or waits for a firing in progress to end (one write).
+        drop(reg.disarm());
+    }
+    let primer = std::mem::replace(&mut *slot.lock(), Primer::Spent);
+    match primer {
+        Primer::Primed(p) => {
+            shared.backend.unprime(p);
+            None
+        }
+        Primer::Fired(f) => Some(f),
+        Primer::Spent => None,
+    }
+}
 
 /// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
 /// answer, retrying connection-level failures with backoff until `deadline` or for the

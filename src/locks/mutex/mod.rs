@@ -7,13 +7,13 @@ use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::locks::lease::Release;
 use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::{retrying, sleep_on};
+use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Holder, Level, Live};
-use crate::subscriber::{Registration, Shot, Turn};
-use crate::topology::backend::{AcquireCall, Acquired, Primed, jitter};
+use crate::subscriber::{Registration, Turn};
+use crate::topology::backend::{AcquireCall, Acquired, jitter};
 use crate::transport::conn::Deadline;
 use guard::MutexGuard;
 
@@ -27,19 +27,6 @@ enum Lease {
     Watchdog,
     /// A fixed lease, never renewed: the lock frees itself when it runs out.
     Fixed(Duration),
-}
-
-/// A leader's primed acquire (see [`Mutex::wait_release_primed`]), shared with the shot the
-/// subscriber thread fires.
-enum Primer {
-    Primed(Primed),
-    /// Written at `sent`.
-    Fired {
-        p: Primed,
-        sent: Instant,
-        wrote: Result<()>,
-    },
-    Spent,
 }
 
 /// The outcome of one acquire attempt.
@@ -597,44 +584,21 @@ impl Mutex {
             reg.wait_release(seen, until);
             return None;
         };
-        let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
-        let shot = {
-            let slot = Arc::clone(&slot);
-            Shot(Box::new(move || {
-                let mut s = slot.lock();
-                if let Primer::Primed(mut p) = std::mem::replace(&mut *s, Primer::Spent) {
-                    let sent = Instant::now();
-                    let wrote = p.fire();
-                    *s = Primer::Fired { p, sent, wrote };
-                }
-            }))
-        };
-        // Not armed (a release or a gift came first): the wait returns at once.
-        let armed = reg.arm(seen, shot).is_ok();
-        reg.wait_release(seen, until);
-        if armed {
-            drop(reg.disarm());
-        }
-        let primer = std::mem::replace(&mut *slot.lock(), Primer::Spent);
-        match primer {
-            Primer::Primed(p) => {
-                shared.backend.unprime(p);
+        let Fired {
+            primed,
+            sent,
+            wrote,
+        } = wait_release_firing(shared, reg, primed, seen, until)?;
+        let outcome = shared
+            .backend
+            .finish_acquire(primed, wrote, &self.keys, limit)
+            .and_then(|reply| self.settle(reply, owner, sent, None, limit));
+        match outcome {
+            Ok(attempt) => Some(attempt),
+            Err(e) => {
+                log::debug!("a primed acquire of `{}` failed: {e}", self.keys.name);
                 None
             }
-            Primer::Fired { p, sent, wrote } => {
-                let outcome = shared
-                    .backend
-                    .finish_acquire(p, wrote, &self.keys, limit)
-                    .and_then(|reply| self.settle(reply, owner, sent, None, limit));
-                match outcome {
-                    Ok(attempt) => Some(attempt),
-                    Err(e) => {
-                        log::debug!("a primed acquire of `{}` failed: {e}", self.keys.name);
-                        None
-                    }
-                }
-            }
-            Primer::Spent => None,
         }
     }
 
