@@ -1,5 +1,6 @@
 //! The randomized model test: several processes x several threads run seeded random operation
-//! sequences on a few plain mutexes, a fair mutex, a read-write lock and a semaphore (every
+//! sequences on a few plain mutexes (each alone, or 1-3 of them at once through a `MultiMutex`,
+//! named in random order), a fair mutex, a read-write lock and a semaphore (every
 //! acquire form, re-entry through different handles, a writer taking read levels, one or two
 //! permits at a time, `unlock()` and drop, panics while holding, holds that outlive their
 //! lease) while a seeded
