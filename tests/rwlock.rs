@@ -73,8 +73,9 @@ fn readers_share_writers_exclude() {
     });
 }
 
-/// Nested guards of one thread cost no round trip; a writer may take read levels and keeps
-/// them after its write lock (a downgrade).
+/// A nested guard of one thread costs one round trip (which checks that its hold is still
+/// on the server), and an inner release none; a writer may take read levels and keeps them
+/// after its write lock (a downgrade).
 #[test]
 fn reentry_and_downgrade() {
     let server = RedisServer::start();
@@ -91,10 +92,11 @@ fn reentry_and_downgrade() {
     drop(r3);
     drop(r2);
     assert_eq!(
-        common::script_calls(&mut conn),
-        before,
-        "re-entry went to Redis"
+        common::script_calls(&mut conn) - before,
+        2,
+        "two re-entries and two inner releases"
     );
+    assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 1);
     assert!(r1.is_held());
     drop(r1);
     let w = la.write().unwrap();
@@ -793,5 +795,185 @@ fn a_short_reader_lease_never_shortens_a_longer_one() {
         assert!(reader.is_held());
         assert!(ls.try_write().unwrap().is_none());
         reader.unlock().unwrap();
+    });
+}
+
+/// A client with a 30 s lease (renewed every 10 s: no renewal notices a loss within a test)
+/// that logs its lost leases.
+fn lost_log(url: &str) -> (Client, Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>) {
+    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = Arc::clone(&lost);
+    let client = Client::builder(url)
+        .lease(Duration::from_secs(30))
+        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+        .build()
+        .unwrap();
+    (client, lost)
+}
+
+/// Redis restarts empty while a thread holds a read lock; the thread then reads again. Its
+/// read entry is gone from the server, so the re-entry must not be a level of it: the outer
+/// guard learns of its loss at once (and it is reported once), and the re-entry is a new read
+/// acquisition on the server, which keeps a writer of another client out. Before, the re-entry
+/// was counted locally on the lost hold, and the writer got in beside two guards that both
+/// said "held".
+#[test]
+fn a_read_reentry_after_an_empty_restart_is_a_new_acquisition() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let name = common::unique_name("rw-reenter-restart");
+        let (a, lost) = lost_log(&url);
+        let b = Client::open(&url).unwrap();
+        let (la, lb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
+        let outer = la.read().unwrap();
+        server.restart();
+        let inner = la.try_read().unwrap().expect("no writer holds the lock");
+        let writer = lb.try_write().unwrap();
+        assert!(
+            writer.is_none() || !inner.is_held(),
+            "a writer holds the lock beside a read re-entry that says held"
+        );
+        assert!(
+            !outer.is_held(),
+            "the outer read guard says held, but its entry is gone from the server"
+        );
+        assert!(inner.is_held());
+        assert_eq!(zcard(&mut server.conn(), &key(&name, ":readers")), 1);
+        inner.unlock().unwrap();
+        assert!(outer.unlock().unwrap_err().is_lease_lost());
+        let w = lb
+            .try_write()
+            .unwrap()
+            .expect("free after the new read is released");
+        w.unlock().unwrap();
+        drop(la);
+        drop(a);
+        assert_eq!(lost.lock().unwrap().len(), 1, "lost leases reported");
+    });
+}
+
+/// Redis restarts empty, and another client takes the lock before the holder re-enters: a read
+/// re-entry and a write re-entry are both refused (`None`), and their outer guards say lost at
+/// once, instead of a re-entry counted on a hold the server no longer has.
+#[test]
+fn a_reentry_after_an_empty_restart_finds_the_new_owner() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let name = common::unique_name("rw-reenter-taken");
+        let (a, lost) = lost_log(&url);
+        let b = Client::open(&url).unwrap();
+        let (la, lb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
+
+        let reader = la.read().unwrap();
+        server.restart();
+        let theirs = lb
+            .try_write()
+            .unwrap()
+            .expect("free on the restarted server");
+        let again = la.try_read().unwrap();
+        assert!(
+            again.is_none(),
+            "a read re-entry was granted while another client holds the write lock"
+        );
+        assert!(!reader.is_held(), "the outer read guard still says held");
+        theirs.unlock().unwrap();
+        drop(reader);
+
+        let writer = la.write().unwrap();
+        let token = writer.fencing_token();
+        server.restart();
+        let theirs = lb
+            .try_write()
+            .unwrap()
+            .expect("free on the restarted server");
+        let again = la.try_write().unwrap();
+        assert!(
+            again.is_none(),
+            "a write re-entry was granted while another client holds the write lock"
+        );
+        assert!(!writer.is_held(), "the outer write guard still says held");
+        assert!(theirs.fencing_token() > token);
+        theirs.unlock().unwrap();
+        drop(writer);
+        drop(la);
+        drop(a);
+        let reports = lost.lock().unwrap().clone();
+        assert_eq!(reports.len(), 2, "lost leases reported: {reports:?}");
+        assert_eq!(
+            reports.iter().filter(|l| l.fencing_token == token).count(),
+            1
+        );
+    });
+}
+
+/// The expiry on the server of the writer's hash (`PEXPIRETIME`), and the deadline of the one
+/// reader's entry (its score), both in server milliseconds.
+fn expiries(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
+    let writer: i64 = redis::cmd("PEXPIRETIME")
+        .arg(key(name, ""))
+        .query(conn)
+        .unwrap();
+    let readers: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg(key(name, ":readers"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(conn)
+        .unwrap();
+    assert_eq!(readers.len(), 1, "{readers:?}");
+    (writer, readers[0].1)
+}
+
+/// A re-entry extends its hold's lease on the server as a renewal would, but not after the
+/// maximum hold time: a thread re-entering in a loop must not keep the lock for ever.
+#[test]
+fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(30), move || {
+        let name = common::unique_name("rw-reenter-extend");
+        let max_hold = Duration::from_millis(1500);
+        let client = Client::builder(&url)
+            .lease(Duration::from_secs(6))
+            .max_hold(max_hold)
+            .build()
+            .unwrap();
+        let l = client.rw_lock(&name).unwrap();
+        let acquired = Instant::now();
+        let w = l.write().unwrap();
+        let r = l.read().unwrap();
+        let (w0, r0) = expiries(&mut conn, &name);
+        thread::sleep(Duration::from_millis(300));
+        let (w2, r2) = (
+            l.try_write().unwrap().unwrap(),
+            l.try_read().unwrap().unwrap(),
+        );
+        let (w1, r1) = expiries(&mut conn, &name);
+        assert!(
+            w1 > w0 && r1 > r0,
+            "not extended: {w0} -> {w1}, {r0} -> {r1}"
+        );
+        drop((w2, r2));
+        thread::sleep(
+            (acquired + max_hold + Duration::from_millis(300))
+                .saturating_duration_since(Instant::now()),
+        );
+        let before = expiries(&mut conn, &name);
+        let (w3, r3) = (
+            l.try_write().unwrap().unwrap(),
+            l.try_read().unwrap().unwrap(),
+        );
+        assert_eq!(
+            expiries(&mut conn, &name),
+            before,
+            "extended after the maximum hold time"
+        );
+        assert!(w3.is_held() && r3.is_held());
+        drop((w3, r3));
+        r.unlock().unwrap();
+        w.unlock().unwrap();
     });
 }

@@ -9,8 +9,12 @@
 //! interval). One script (`scripts/rw_lock.lua`) does each operation atomically and first
 //! drops whatever expired.
 //!
-//! Re-entry is counted here, per thread: the server holds one entry per acquisition, and a
-//! nested guard of the same thread costs no round trip.
+//! Re-entry is counted here, per thread: the server holds one entry per acquisition. A nested
+//! guard costs one round trip, which checks that the server still has the hold's acquisition
+//! (and extends its lease as a renewal would): a re-entry after the entry was lost (expired,
+//! deleted, or gone in an empty restart) is never counted on it. The outer guards are marked
+//! lost at once, and the re-entry is a new acquisition, or none when another owner holds the
+//! lock, as for [`Mutex`](crate::Mutex).
 //!
 //! # Waking
 //!
@@ -55,6 +59,10 @@ use crate::transport::conn::Deadline;
 ///   client's renewal thread in its batches; a dead holder blocks others for at most a lease.
 /// - **Re-entry per thread**: a reader may read again, a writer may write again, and a writer
 ///   may also take read levels (which it keeps after releasing the write lock: a downgrade).
+///   A re-entry asks Redis whether the hold it enters is still there: one that finds it gone
+///   (the lease ran out, or Redis lost it) marks the outer guards lost and is a new
+///   acquisition (`None` from a `try_*` form while another owner holds the lock), as a
+///   [`Mutex`](crate::Mutex) re-entry is.
 ///   A thread that holds only a read lock cannot take the write lock: that would wait for
 ///   itself, so it is refused with [`Error::InvalidConfig`].
 /// - **Writer preference** by default: once a writer waits, new readers wait behind it, so a
@@ -265,14 +273,59 @@ impl RwLock {
         eval_twice(&self.client, &call, by)
     }
 
-    /// A nested level of the calling thread's live hold on `keys`, without a round trip.
-    fn reenter(&self, keys: &LockKeys) -> Option<Arc<Hold>> {
+    /// A nested level of the calling thread's live hold (its read hold when `read`, else its
+    /// write hold), within `limit`: `None` when it has none.
+    ///
+    /// The server is asked whether the hold's acquisition still holds (extending its lease
+    /// as the acquisition's terms say, never shortening it). One that does not (the lease ran
+    /// out, the key was deleted, Redis restarted empty) is marked lost at once and reported,
+    /// and `None` is returned: the caller makes a new acquisition, which another owner's grant
+    /// keeps out. A re-entry counted on the lost hold would say "held" beside that owner.
+    fn reenter(
+        &self,
+        read: bool,
+        deadline: Option<Instant>,
+        limit: Deadline,
+    ) -> Result<Option<Arc<Hold>>> {
         let shared = self.client.shared();
-        let hold = shared.live_hold(keys)?;
-        // The lease was not extended by this re-entry: keep the hold's own last renewal.
-        let keep = hold.lease.saturating_sub(shared.backend.drift(hold.lease));
-        let since = hold.deadline()?.checked_sub(keep)?;
-        hold.enter(since).then_some(hold)
+        let keys = if read {
+            &self.read_keys
+        } else {
+            &self.write_keys
+        };
+        let Some(hold) = shared.live_hold(keys) else {
+            return Ok(None);
+        };
+        let sent = Instant::now();
+        let extend = match hold.reentry_extension(sent) {
+            d if d.is_zero() => 0,
+            d => scripts::millis(d),
+        }
+        .to_string();
+        let level = if read { "read" } else { "write" };
+        let call = scripts::rw(
+            &self.write_keys,
+            "reenter",
+            hold.holder(),
+            hold.lease,
+            &[level, &extend],
+        );
+        let once = |by| eval_twice(&self.client, &call, by);
+        let reply = if past(deadline) {
+            once(limit)?
+        } else {
+            retrying(&self.client, self.name(), deadline, limit, once)?
+        };
+        match reply {
+            // Held by this acquisition: one more level (lost or released locally meanwhile:
+            // a new acquisition).
+            Value::Int(1) => Ok(hold.enter(sent).then_some(hold)),
+            Value::Int(0) => {
+                shared.report_lost(&hold);
+                Ok(None)
+            }
+            v => Err(scripts::unexpected("rw reenter", &v)),
+        }
     }
 
     fn attempt(
@@ -350,13 +403,13 @@ impl RwLock {
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
-        if let Some(h) = self.reenter(&self.read_keys) {
+        let shared = self.client.shared();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        if let Some(h) = self.reenter(true, deadline, limit)? {
             return Ok(Some(RwLockReadGuard::new(self, h)));
         }
-        let shared = self.client.shared();
         let owner = shared.owner();
         let request = request_id();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         let first = if past(deadline) {
             self.attempt(true, &owner, &request, false, limit)?
         } else {
@@ -392,10 +445,11 @@ impl RwLock {
     }
 
     fn write_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
-        if let Some(h) = self.reenter(&self.write_keys) {
+        let shared = self.client.shared();
+        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        if let Some(h) = self.reenter(false, deadline, limit)? {
             return Ok(Some(RwLockWriteGuard::new(self, h)));
         }
-        let shared = self.client.shared();
         if shared.holds_locally(&self.read_keys) {
             return Err(Error::config(
                 "write",
@@ -404,7 +458,6 @@ impl RwLock {
         }
         let owner = shared.owner();
         let request = request_id();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         let queued = shared.subscriber.has_waiters(&self.write_keys.channel);
         if !queued || past(deadline) {
             let first = if past(deadline) {

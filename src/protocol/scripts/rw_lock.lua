@@ -8,7 +8,8 @@
 -- KEYS[4]  waiting writers: a sorted set, acquisition id -> deadline of the wait (server ms)
 -- KEYS[5]  waiting readers that defer to waiting writers: as KEYS[4]
 -- KEYS[6]  waiting readers that do not defer: as KEYS[4]
--- ARGV[1]  operation: 'write', 'read', 'release_write', 'release_read', 'renew', 'cancel'
+-- ARGV[1]  operation: 'write', 'read', 'reenter', 'release_write', 'release_read', 'renew',
+--          'cancel'
 -- ARGV[2]  owner id (client UUID and thread id)
 -- ARGV[3]  acquisition id (request id of the acquire call); id = owner .. '/' .. acquisition
 -- ARGV[4]  lease in milliseconds (also how long a waiter's registration lasts unrefreshed)
@@ -20,6 +21,12 @@
 --          not held, {-1} foreign keys
 -- read     ARGV[7] '1': defer to waiting writers (writer preference); ARGV[8] '1' to register
 --          Returns {1, 0, 1, gen} held (gen = ARGV[3]), {0, wait_ms} not held, {-1} foreign
+-- reenter  A nested level of the caller's hold, whose acquisition is ARGV[3]: ARGV[7] 'write'
+--          for its write lock, 'read' for its read lock; ARGV[8] the lease in milliseconds the
+--          hold must have left afterwards (only ever moved later; '0' leaves it as it is).
+--          Returns 1 when that acquisition still holds (re-entry is counted by the client), 0
+--          when it does not any more (expired, deleted, lost in a restart): nothing changed,
+--          and nothing is recreated for it.
 -- release_write, release_read
 --          Returns 0 released, -1 not held (lease ran out), -2 another acquisition holds the
 --          writer hash, -3 foreign keys
@@ -206,6 +213,30 @@ if op == 'renew' then
     return 1
   end
   return 0
+end
+
+if op == 'reenter' then
+  local ms = tonumber(ARGV[8]) or 0
+  if ARGV[7] == 'write' then
+    if w[1] ~= owner or w[2] ~= gen then
+      return 0
+    end
+    if ms > 0 and redis.call('pttl', KEYS[1]) < ms then
+      redis.call('pexpire', KEYS[1], ms)
+    end
+    return 1
+  end
+  local score = redis.call('zscore', KEYS[3], me)
+  if not score then
+    return 0
+  end
+  if ms > 0 and tonumber(score) < now + ms then
+    redis.call('zadd', KEYS[3], now + ms, me)
+  end
+  if ms > 0 and redis.call('pttl', KEYS[3]) < ms then
+    redis.call('pexpire', KEYS[3], ms)
+  end
+  return 1
 end
 
 if op == 'cancel' then
