@@ -267,6 +267,14 @@ fn seed_1795419263006_lock_past_its_retry_timeout() {
     run_mutex_seed(1_795_419_263_006, 15);
 }
 
+/// Redis restarted empty while a thread held a read lock; the thread read again, and the
+/// re-entry was counted locally on the lost read hold, so it said "held" while another
+/// process's writer took the lock (an overlap). Shows about 2 runs in 3 before the fix.
+#[test]
+fn seed_1795630959026_read_reentry_after_an_empty_restart_overlaps() {
+    run_seeds_with(&[1_795_630_959_026], &Settings::new(10));
+}
+
 /// A section recorded by hand around one `lock()`. `work` runs while the guard is held; it
 /// returns true to claim, without asking `is_held()`, that the lock was held until it returned
 /// (the planted bug), false to end the section honestly with a last check.
