@@ -199,7 +199,12 @@
 //! With Sentinel, opening a connection includes asking a sentinel for the master's address
 //! (its TLS handshake and `AUTH` included) and the master's TLS handshake, `AUTH`
 //! ([`ClientBuilder::master_auth`]), `SELECT` ([`ClientBuilder::master_db`]) and `ROLE`: all of
-//! it within the connect timeout, so the bounds above hold.
+//! it within the connect timeout, so the bounds above hold. The sentinels are asked in turn,
+//! each within the *per-sentinel bound*, the smaller of 1 s, `connect` and `command` (for its
+//! connect, TLS handshake, `AUTH` and answer together); the one that answered is asked first
+//! next time, one that failed last. So one frozen sentinel (accepting connections, never
+//! answering) or a dead one costs a call, a [`ClientBuilder::build`] or the following of a
+//! failover at most one per-sentinel bound, once, and never the whole connect timeout.
 //! With [`ClientBuilder::wait_replicas`]`(n, wait)`, `command` above reads `command + wait`
 //! (the script and `WAIT` share a round trip), and a call refused with
 //! [`Error::NotReplicated`] takes up to one more `command` to undo its grant.

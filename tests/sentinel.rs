@@ -300,6 +300,91 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
     );
 }
 
+/// What one sentinel that does not answer may cost (see the crate's "Time bounds"): the
+/// smaller of 1 s and the connect and command timeouts, so 1 s at the default timeouts.
+const PER_SENTINEL: Duration = Duration::from_secs(1);
+
+/// The first sentinel listed is frozen (`SIGSTOP`: the kernel still accepts its connections,
+/// it never answers), with the default timeouts. Client `a` was built before, so it prefers
+/// that sentinel (it answered last); client `b` is built while it is frozen, which costs at
+/// most the per-sentinel bound more than with every sentinel healthy. Both follow a graceful
+/// failover within the bound of healthy sentinels plus one per-sentinel bound.
+#[test]
+fn a_frozen_sentinel_costs_at_most_one_per_sentinel_bound() {
+    let set = SentinelSet::start();
+    let first = set.master_port();
+    let build = || {
+        let t = Instant::now();
+        let c = Client::sentinel(set.sentinel_urls(), set.master_name())
+            .lease(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        (c, t.elapsed())
+    };
+    let (a, healthy) = build();
+    set.pause_sentinel(0);
+    let (b, frozen) = build();
+    eprintln!("built in {healthy:?} with every sentinel healthy, {frozen:?} with one frozen");
+    assert!(
+        frozen < healthy + PER_SENTINEL + SLACK,
+        "building the client took {frozen:?} with one sentinel frozen ({healthy:?} without)"
+    );
+
+    // A worker per client locks and unlocks all along, before and after the switch.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut names = Vec::new();
+    let workers: Vec<_> = [a, b]
+        .into_iter()
+        .map(|c| {
+            let stop = Arc::clone(&stop);
+            let name = unique_name("sentinel-frozen");
+            names.push(name.clone());
+            std::thread::spawn(move || {
+                let lock = c.mutex(&name).unwrap();
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(Some(g)) = lock.try_lock_for(Duration::from_secs(2)) {
+                        std::thread::sleep(Duration::from_millis(20));
+                        let _ = g.unlock();
+                    } else {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        common::script_calls(&mut set.conn(first)) >= 4
+    }));
+    let second = set.failover(Duration::from_secs(15));
+    let t = Instant::now();
+    let bound = FOLLOW_BOUND + PER_SENTINEL + SLACK;
+    // Each client's lock calls reach the new master: its lock's fencing counter changes
+    // there (what was replicated before the promotion is the starting point).
+    let fence = |name: &str| -> Option<Vec<u8>> {
+        redis::cmd("DUMP")
+            .arg(common::fence_key(name))
+            .query(&mut set.conn(second))
+            .unwrap_or_default()
+    };
+    let before: Vec<_> = names.iter().map(|n| fence(n)).collect();
+    let both = common::wait_until(bound, || {
+        names.iter().zip(&before).all(|(n, b)| fence(n) != *b)
+    });
+    eprintln!(
+        "graceful failover with the first sentinel frozen: both followed={both} after {:?}",
+        t.elapsed()
+    );
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(
+        both,
+        "a client made no lock call on the new master within {bound:?} of the switch"
+    );
+    set.resume_sentinel(0);
+}
+
 #[test]
 fn wait_replicas_confirms_or_undoes() {
     let set = SentinelSet::start();

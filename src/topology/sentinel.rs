@@ -3,9 +3,15 @@
 //!
 //! # How the master is found and followed
 //!
-//! - **Discovery.** `SENTINEL get-master-addr-by-name NAME` is asked of the sentinels in turn,
-//!   starting with the one that answered last, until one gives an address. The answer is
-//!   cached until a failure makes it doubtful.
+//! - **Discovery.** `SENTINEL get-master-addr-by-name NAME` is asked of the sentinels in turn
+//!   until one gives an address, each within the per-sentinel bound ([`per_sentinel`]: the
+//!   smaller of [`PER_SENTINEL`] (1 s) and the connect and command timeouts) for its
+//!   connect, TLS handshake, `AUTH` and answer together. The order is kept: the sentinel that
+//!   answered moves to the front, one that failed (no answer in time, a refused connection,
+//!   an error, or no master of that name) to the back. So a frozen sentinel (one that
+//!   accepts connections and never answers) costs one per-sentinel bound, once, and is then
+//!   asked last, while the others answer; a dead one costs a refused connection. The answer
+//!   is cached until a failure makes it doubtful.
 //! - **Verification.** Every new command connection to the master sends `ROLE` in its
 //!   handshake; a server that is not (or no longer) a master is refused as a connection
 //!   failure, and the cached address is forgotten.
@@ -52,7 +58,8 @@
 //! and the command encoding.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::io::tcp::TcpSettings;
@@ -61,6 +68,16 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 use crate::error::{Error, Result};
 use crate::transport::conn::{self, Deadline, Resolve, Timeouts, keepalive};
 use crate::transport::tls::Tls;
+
+/// The most one sentinel may take to answer (connect, TLS handshake, `AUTH` and the answer
+/// together), unless the connect or command timeout is shorter: a sentinel answers from
+/// memory, so one that takes longer is frozen or overloaded, and the others are asked.
+pub(crate) const PER_SENTINEL: Duration = Duration::from_secs(1);
+
+/// The bound of one sentinel's answer under `timeouts`.
+pub(crate) fn per_sentinel(timeouts: Timeouts) -> Duration {
+    PER_SENTINEL.min(timeouts.connect).min(timeouts.command)
+}
 
 /// Called when the master was found at another address than before.
 type OnSwitch = Box<dyn Fn() + Send + Sync>;
@@ -74,8 +91,9 @@ pub(crate) struct Sentinel {
     master_tls: Option<bool>,
     /// The master's credentials and database.
     master_settings: RedisConnectionInfo,
-    /// The sentinel asked first: the one that answered last.
-    preferred: AtomicUsize,
+    /// The order in which the sentinels are asked (indices into `sentinels`): the one that
+    /// answered last first, those that failed last.
+    order: Mutex<Vec<usize>>,
     master: String,
     timeouts: Timeouts,
     /// The master's address as last resolved; `None` once doubtful.
@@ -133,7 +151,7 @@ impl Sentinel {
             sentinels,
             master_tls,
             master_settings: settings,
-            preferred: AtomicUsize::new(0),
+            order: Mutex::new((0..urls.len()).collect()),
             master: master.to_owned(),
             timeouts,
             current: Mutex::new(None),
@@ -148,9 +166,10 @@ impl Sentinel {
         *self.on_switch.lock() = Some(Box::new(f));
     }
 
-    /// Asks sentinel `i` for the master's address, within `by` and the client's timeouts.
+    /// Asks sentinel `i` for the master's address, within `by` and the per-sentinel bound.
     /// `Ok(None)`: the sentinel does not know a master of that name.
     fn ask(&self, i: usize, by: Deadline) -> Result<Option<ConnectionAddr>> {
+        let by = by.min(Deadline::after(per_sentinel(self.timeouts)));
         let (_, client) = &self.sentinels[i];
         let mut con = client.get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
         let t = by.cap(self.timeouts.command)?;
@@ -178,27 +197,38 @@ impl Sentinel {
         }
     }
 
-    /// Asks the sentinels in turn until one names the master.
+    /// Asks the sentinels in turn until one names the master, each within the per-sentinel
+    /// bound (and all within `by`); moves the one that answered to the front of the order,
+    /// and those that failed to the back.
     fn ask_all(&self, by: Deadline) -> Result<ConnectionAddr> {
-        let n = self.sentinels.len();
-        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let order = self.order.lock().clone();
         let (mut unknown, mut last_err) = (0, None);
-        for k in 0..n {
-            let i = (start + k) % n;
-            match self.ask(i, by) {
-                Ok(Some(addr)) => {
-                    self.preferred.store(i, Ordering::Relaxed);
-                    return Ok(addr);
-                }
-                Ok(None) => unknown += 1,
-                Err(e) => {
-                    log::debug!("sentinel {} did not answer: {e}", self.sentinels[i].0);
-                    last_err = Some(e);
-                }
-            }
+        for i in order {
             if by.passed() {
                 break;
             }
+            match self.ask(i, by) {
+                Ok(Some(addr)) => {
+                    self.promote(i);
+                    return Ok(addr);
+                }
+                Ok(None) => {
+                    log::debug!(
+                        "sentinel {} knows no master `{}`; asked last from now on",
+                        self.sentinels[i].0,
+                        self.master
+                    );
+                    unknown += 1;
+                }
+                Err(e) => {
+                    log::debug!(
+                        "sentinel {} did not answer: {e}; asked last from now on",
+                        self.sentinels[i].0
+                    );
+                    last_err = Some(e);
+                }
+            }
+            self.demote(i);
         }
         if unknown > 0 && last_err.is_none() {
             return Err(Error::config(
@@ -223,6 +253,20 @@ impl Sentinel {
 }
 
 impl Sentinel {
+    /// Sentinel `i` answered: it is asked first from now on.
+    fn promote(&self, i: usize) {
+        let mut order = self.order.lock();
+        order.retain(|&k| k != i);
+        order.insert(0, i);
+    }
+
+    /// Sentinel `i` failed: it is asked last from now on (the others keep their order).
+    fn demote(&self, i: usize) {
+        let mut order = self.order.lock();
+        order.retain(|&k| k != i);
+        order.push(i);
+    }
+
     /// Records the master's address; a move bumps the generation (pooled connections to the
     /// old master are dropped) and tells the pub/sub connection to follow.
     fn found(&self, a: &ConnectionAddr) {
@@ -308,4 +352,42 @@ fn tls_mode(urls: &[String], infos: &[ConnectionInfo]) -> Result<Option<bool>> {
         mode = this;
     }
     Ok(mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_failed_sentinel_is_asked_last_and_one_that_answered_first() {
+        let urls: Vec<String> = (1..=3).map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+        let infos = urls.iter().map(|u| conn::parse_url(u).unwrap()).collect();
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(5),
+            command: Duration::from_secs(5),
+        };
+        let s = Sentinel::new(
+            &urls,
+            infos,
+            "m",
+            timeouts,
+            RedisConnectionInfo::default(),
+            None,
+        )
+        .unwrap();
+        s.demote(0);
+        assert_eq!(*s.order.lock(), vec![1, 2, 0]);
+        s.demote(1);
+        assert_eq!(*s.order.lock(), vec![2, 0, 1]);
+        s.promote(1);
+        assert_eq!(*s.order.lock(), vec![1, 2, 0]);
+        // The bound: 1 s, or a shorter connect or command timeout.
+        assert_eq!(per_sentinel(timeouts), PER_SENTINEL);
+        let short = Timeouts {
+            connect: Duration::from_millis(300),
+            command: Duration::from_millis(200),
+        };
+        assert_eq!(per_sentinel(short), Duration::from_millis(200));
+    }
 }

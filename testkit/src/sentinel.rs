@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,8 @@ struct Proc {
     tls_port: Option<u16>,
     child: Option<Child>,
     log: PathBuf,
+    /// `SIGSTOP`ped by [`SentinelSet::pause_sentinel`]: the harness does not ask it.
+    frozen: AtomicBool,
 }
 
 impl Proc {
@@ -233,6 +236,7 @@ impl SentinelSet {
                 tls_port,
                 child: Some(child),
                 log,
+                frozen: AtomicBool::new(false),
             });
         }
         for _ in 0..3 {
@@ -271,6 +275,7 @@ impl SentinelSet {
                 tls_port,
                 child: Some(child),
                 log,
+                frozen: AtomicBool::new(false),
             });
         }
         set.wait_ready(Duration::from_secs(30));
@@ -286,7 +291,7 @@ impl SentinelSet {
                 .map(|i| i.matches("state=online").count() >= 2)
                 .unwrap_or(false)
         });
-        for s in &self.sentinels {
+        for s in self.live_sentinels() {
             wait_for(
                 "sentinels know each other and the replicas",
                 timeout,
@@ -354,7 +359,7 @@ impl SentinelSet {
     pub fn master_port(&self) -> u16 {
         let mut found = None;
         wait_for("a sentinel that names the master", START, || {
-            found = self.sentinels.iter().find_map(|s| {
+            found = self.live_sentinels().find_map(|s| {
                 self.query_sentinel::<(String, u16)>(
                     s,
                     redis::cmd("SENTINEL")
@@ -396,9 +401,13 @@ impl SentinelSet {
     /// `timeout`) until the sentinels name another master, whose port it returns.
     pub fn failover(&self, timeout: Duration) -> u16 {
         let old = self.master_port();
+        let asked = self
+            .live_sentinels()
+            .next()
+            .expect("every sentinel is frozen");
         let _: () = self
             .query_sentinel(
-                &self.sentinels[0],
+                asked,
                 redis::cmd("SENTINEL").arg("FAILOVER").arg(&self.name),
             )
             .unwrap();
@@ -418,6 +427,35 @@ impl SentinelSet {
                     .unwrap_or(false)
         });
         new
+    }
+
+    /// The sentinels not frozen by [`SentinelSet::pause_sentinel`].
+    fn live_sentinels(&self) -> impl Iterator<Item = &Proc> {
+        self.sentinels
+            .iter()
+            .filter(|s| !s.frozen.load(Ordering::SeqCst))
+    }
+
+    /// Freezes (`SIGSTOP`) sentinel `i` (in the order of [`SentinelSet::sentinel_urls`]): it
+    /// still accepts connections (the kernel does) but never answers. The harness stops
+    /// asking it until [`SentinelSet::resume_sentinel`].
+    ///
+    /// # Panics
+    /// When there is no such sentinel or it was stopped.
+    pub fn pause_sentinel(&self, i: usize) {
+        let s = &self.sentinels[i];
+        s.frozen.store(true, Ordering::SeqCst);
+        signal(s.pid(), "STOP");
+    }
+
+    /// Thaws (`SIGCONT`) sentinel `i`.
+    ///
+    /// # Panics
+    /// When there is no such sentinel or it was stopped.
+    pub fn resume_sentinel(&self, i: usize) {
+        let s = &self.sentinels[i];
+        signal(s.pid(), "CONT");
+        s.frozen.store(false, Ordering::SeqCst);
     }
 
     /// Kills the data server on `port` (SIGKILL).
