@@ -194,7 +194,14 @@
 //!
 //! On a Redis Cluster, a call follows `MOVED` and `ASK` redirections and retries after
 //! `TRYAGAIN`, `CLUSTERDOWN` or a lost connection only within what is left of its bound (see
-//! `docs/deployments.md`).
+//! `docs/deployments.md`). A read of the slot map asks one node at a time, each within
+//! the *per-node bound*, the smaller of 1 s, `connect` and `command`; a node that did not
+//! answer is asked last from then on, so a frozen node costs a call at most one per-node
+//! bound, once. The pub/sub thread opens its connection to each master as non-blocking
+//! steps (connect, TLS handshake, `AUTH`) within `connect` of their own: a frozen master
+//! delays no wake-up of a lock on another master (a release there reaches its waiter as fast
+//! as with nothing frozen); the waiters of its own locks re-check every 100 ms, each call
+//! within its bound.
 //!
 //! With Sentinel, opening a connection includes asking a sentinel for the master's address
 //! (its TLS handshake and `AUTH` included) and the master's TLS handshake, `AUTH`

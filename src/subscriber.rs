@@ -59,10 +59,10 @@
 //! control channel, needs a way to wake a thread blocked in a read: a socket timeout (adding
 //! up to its length to every new subscription) or a second socket to poll, and the thread
 //! would make every waiter's `SUBSCRIBE` a message to it. The shared-state design keeps the
-//! write on the waiter's thread, where it is today. For a later Cluster client (one pub/sub
-//! connection per master, one thread), the same `Stream` can be made non-blocking and read
-//! when a poller (e.g. the `polling` crate, which starts no threads) says it is readable;
-//! rustls's `read_tls`/`process_new_packets` already work on whatever bytes arrived.
+//! write on the waiter's thread, where it is today. A Cluster client (one pub/sub connection
+//! per master, one thread) reads the same `Stream`s when a poller (the `polling` crate, which
+//! starts no threads) says they are readable, and opens them as non-blocking steps of its
+//! poll loop, so that one frozen master holds up no other (see `subscriber/shards.rs`).
 //!
 //! Replies are parsed with the `redis` crate's [`redis::Parser`], which keeps a partly read
 //! reply across a read timeout and resumes it on the next read; so an idle timeout is

@@ -598,3 +598,139 @@ fn locks_survive_a_failover_and_a_killed_master() {
         f.token_regressions
     );
 }
+
+/// How much later than with nothing frozen a release on a healthy master may reach its waiter
+/// while another master and its replica are frozen (a loaded machine's slack).
+const FROZEN_EXTRA: Duration = Duration::from_millis(500);
+
+/// What one node that does not give the slot map may cost a map read (see the crate's
+/// "Time bounds"): 1 s at the default timeouts.
+const PER_NODE: Duration = Duration::from_secs(1);
+
+/// A lock name whose slot's master is `master`.
+fn name_on(cluster: &RedisCluster, master: u16, tag: &str) -> String {
+    loop {
+        let name = unique_name(tag);
+        if cluster.master_of_key(&lock_key(&name)) == master {
+            return name;
+        }
+    }
+}
+
+/// Rounds of: `holder` holds `name`, a thread of `waiter` waits for it, `holder` releases
+/// `RELEASE_AFTER` later; each round's time from the release to the waiter's acquisition.
+/// Rounds follow each other for `during`.
+fn release_latencies(
+    holder: &Client,
+    waiter: &Client,
+    name: &str,
+    during: Duration,
+) -> Vec<Duration> {
+    /// The waiter is waiting by then (with nothing frozen, it subscribes within milliseconds).
+    const RELEASE_AFTER: Duration = Duration::from_millis(300);
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while start.elapsed() < during {
+        let lock = holder.mutex(name).unwrap();
+        let g = lock.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = {
+            let (c, name) = (waiter.clone(), name.to_owned());
+            thread::spawn(move || {
+                let lock = c.mutex(&name).unwrap();
+                let got = lock.try_lock_for(Duration::from_secs(20)).unwrap();
+                tx.send(Instant::now()).unwrap();
+                got.unwrap().unlock().unwrap();
+            })
+        };
+        thread::sleep(RELEASE_AFTER);
+        let released = Instant::now();
+        g.unlock().unwrap();
+        let acquired = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        w.join().unwrap();
+        out.push(acquired.saturating_duration_since(released));
+    }
+    out
+}
+
+/// The master of slot 0 and its replica are frozen (`SIGSTOP`; the cluster's node timeout is
+/// raised first, so no failover starts), while a thread of the client waits on a lock there
+/// (subscribed there before the freeze). For 12 s after the freeze (the frozen connection is
+/// found dead after two heartbeats, then the thread tries to open a new one, again and
+/// again), a release on a healthy master reaches its waiter as fast as with nothing frozen:
+/// the pub/sub thread opens connections without blocking, and the map is read past the
+/// frozen node. The client runs with the default timeouts.
+#[test]
+fn a_frozen_master_does_not_delay_wakeups_on_healthy_masters() {
+    let cluster = RedisCluster::start();
+    let frozen = cluster.master_of_slot(0);
+    let frozen_replica = cluster.replica_of_slot(0);
+    let healthy = *cluster.masters().iter().find(|&&m| m != frozen).unwrap();
+    let on_frozen = name_on(&cluster, frozen, "frozen-node");
+    let on_healthy = name_on(&cluster, healthy, "healthy-node");
+    let holder = Client::cluster(cluster.seed_urls()).build().unwrap();
+    let waiter = Client::cluster(cluster.seed_urls()).build().unwrap();
+
+    let before = release_latencies(&holder, &waiter, &on_healthy, Duration::from_secs(1));
+    eprintln!("release to wake-up, nothing frozen: {before:?}");
+
+    // A thread of the waiting client waits on a lock of the master to freeze, subscribed
+    // there.
+    let frozen_lock = holder.mutex(&on_frozen).unwrap();
+    let frozen_guard = frozen_lock.lock().unwrap();
+    let stuck = {
+        let (c, name) = (waiter.clone(), on_frozen.clone());
+        thread::spawn(move || {
+            let lock = c.mutex(&name).unwrap();
+            let _ = lock.try_lock_for(Duration::from_secs(20));
+        })
+    };
+    let channel = release_channel(&on_frozen);
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        cluster.shard_numsub(frozen, &channel) >= 1
+    }));
+    // No failover while frozen: the masters keep their slots, as in the first seconds of an
+    // outage in a deployment with a longer node timeout.
+    for port in cluster.live_ports() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-node-timeout")
+            .arg(600_000)
+            .query(&mut cluster.conn(port))
+            .unwrap();
+    }
+    cluster.pause(frozen);
+    cluster.pause(frozen_replica);
+    let during = release_latencies(&holder, &waiter, &on_healthy, Duration::from_secs(12));
+    eprintln!("release to wake-up, master of slot 0 frozen: {during:?}");
+    // A call on a healthy master that finds its connections lost reads the map again: past
+    // the frozen master, within the per-node bound, not the call's whole bound.
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut cluster.conn(healthy))
+        .unwrap_or(());
+    let healthy_lock = holder.mutex(&on_healthy).unwrap();
+    let t = Instant::now();
+    let got = healthy_lock.try_lock();
+    let call = t.elapsed();
+    eprintln!("try_lock on a healthy master after its connections were lost: {call:?}");
+    assert!(matches!(got, Ok(Some(_))), "{:?}", got.err());
+    drop(got);
+    assert!(
+        call < PER_NODE + SLACK,
+        "a call on a healthy master took {call:?} while another was frozen"
+    );
+    cluster.resume(frozen_replica);
+    cluster.resume(frozen);
+    drop(frozen_guard);
+    stuck.join().unwrap();
+
+    let base = before.iter().max().copied().unwrap_or_default();
+    let worst = during.iter().max().copied().unwrap_or_default();
+    assert!(
+        worst < base + FROZEN_EXTRA,
+        "with a master frozen a release took {worst:?} to reach its waiter ({base:?} without)"
+    );
+}

@@ -2,14 +2,26 @@
 //! local waiters, all read by the one pub/sub thread.
 //!
 //! - **Subscribing.** A new channel is queued (`Table::unrouted`) and the thread woken; it
-//!   finds the master of the channel's slot in the slot map, opens a connection to it if it
-//!   has none (within the connect timeout), and writes `SSUBSCRIBE` there. Releases publish
-//!   with `SPUBLISH` on the same master (the scripts' sharded variants), so a waiter hears
-//!   its lock's release from the one shard that owns it.
-//! - **Reading.** The sockets stay blocking (waiting threads share the write side); a
-//!   [`polling::Poller`] (epoll; it starts no thread) says which are readable, and each
-//!   readable socket is read once, then its buffered replies parsed until the parser needs
-//!   more bytes. `Poller::notify` wakes the thread for new channels, map changes and shutdown.
+//!   finds the master of the channel's slot in the slot map and writes `SSUBSCRIBE` on its
+//!   connection. Releases publish with `SPUBLISH` on the same master (the scripts' sharded
+//!   variants), so a waiter hears its lock's release from the one shard that owns it.
+//! - **Opening, without blocking.** A master without a connection gets one opened as steps
+//!   of the poll loop (`transport/pubsub/opening.rs`: a non-blocking connect, TLS
+//!   handshake and `AUTH` / `CLIENT SETNAME`, each advanced when the poller says the socket
+//!   is ready), within the connect timeout of its own; its channels wait for it, and nothing
+//!   else does. A master whose connection failed is tried again after a backoff of its own
+//!   (20 ms doubling to 1 s), its channels' leaders re-checking every
+//!   [`RECHECK`](super::RECHECK) meanwhile. So a frozen master (accepting connections,
+//!   never answering) delays no subscription, release or heartbeat on another master. The
+//!   thread's other blocking steps against one node are bounded and small: a read of a
+//!   socket the poller reported readable, a write of a few bytes (`SSUBSCRIBE`, `PING`) to
+//!   the kernel's buffer, and the map read below (a quarter second at most, and one
+//!   per-node bound for a node that does not answer, which is then asked last).
+//! - **Reading.** Once open, the sockets are blocking again (waiting threads share the write
+//!   side); a [`polling::Poller`] (epoll; it starts no thread) says which are readable, and
+//!   each readable socket is read once, then its buffered replies parsed until the parser
+//!   needs more bytes. `Poller::notify` wakes the thread for new channels, map changes and
+//!   shutdown.
 //! - **Following the slots.** A channel is moved (unsubscribed where it was, subscribed on the
 //!   new master, its leader woken to re-check) when the server pushes `sunsubscribe` (its
 //!   slot left that master: a migration or a failover), when an `SSUBSCRIBE` is answered with
@@ -35,7 +47,9 @@ use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, ReadHalf, Stream, Subscriber, byt
 use super::{Outage, ShardMap};
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, RESOLVE_EVERY};
-use crate::transport::pubsub::{self, HEARTBEAT};
+use crate::transport::pubsub::HEARTBEAT;
+use crate::transport::pubsub::opening::{Opening, Step};
+use crate::transport::tls::Want;
 
 /// How long a shard connection without channels stays open (a waiter may come back soon).
 const IDLE_CLOSE: Duration = Duration::from_secs(20);
@@ -130,11 +144,32 @@ fn fd_of(s: &Stream) -> RawFd {
     }
 }
 
+/// A connection being opened (see `transport/pubsub/opening.rs`), and the channels that
+/// wait for it.
+struct Pending {
+    node: String,
+    op: Opening,
+    /// The descriptor registered with the poller.
+    fd: RawFd,
+    channels: Vec<Arc<Channel>>,
+}
+
+/// The thread's own view of its connections.
+#[derive(Default)]
+struct Conns {
+    /// Open connections' read halves, by poller key.
+    readers: HashMap<usize, (String, ReadHalf)>,
+    /// Connections being opened, by poller key.
+    openings: HashMap<usize, Pending>,
+    /// Nodes whose connection failed: when to try again, and the backoff that led there.
+    retry: HashMap<String, (Instant, Duration)>,
+    next_key: usize,
+}
+
 impl Subscriber {
     /// The body of a cluster client's pub/sub thread.
     pub(super) fn run_sharded(&self, sh: &Sharded) {
-        let mut readers: HashMap<usize, (String, ReadHalf)> = HashMap::new();
-        let mut next_key = 0usize;
+        let mut conns = Conns::default();
         let mut seen = sh.cluster.epoch();
         let mut refreshed = Instant::now();
         let mut backoff = BACKOFF_MIN;
@@ -159,8 +194,8 @@ impl Subscriber {
                 seen = epoch;
                 self.reroute(sh);
             }
-            let stuck = self.flush(sh, &mut readers, &mut next_key);
-            let wait = if stuck {
+            let stuck = self.flush(sh, &mut conns);
+            let mut wait = if stuck {
                 let b = backoff;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 b
@@ -168,6 +203,10 @@ impl Subscriber {
                 backoff = BACKOFF_MIN;
                 HEARTBEAT.min(RESOLVE_EVERY)
             };
+            // A connection being opened gives up at its deadline.
+            if let Some(d) = conns.openings.values().map(|p| p.op.deadline()).min() {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+            }
             events.clear();
             if let Err(e) = sh.poller.wait(&mut events, Some(wait)) {
                 log::debug!("pub/sub poll failed: {e}");
@@ -176,7 +215,11 @@ impl Subscriber {
                 break;
             }
             for ev in &events {
-                let Some((node, r)) = readers.get_mut(&ev.key) else {
+                if conns.openings.contains_key(&ev.key) {
+                    self.advance_opening(sh, &mut conns, ev.key);
+                    continue;
+                }
+                let Some((node, r)) = conns.readers.get_mut(&ev.key) else {
                     continue;
                 };
                 let node = node.clone();
@@ -184,16 +227,30 @@ impl Subscriber {
                     let _ = sh.poller.modify(fd_of(&r.stream), Event::readable(ev.key));
                     continue;
                 }
-                if let Some((_, r)) = readers.remove(&ev.key) {
+                if let Some((_, r)) = conns.readers.remove(&ev.key) {
                     let _ = sh.poller.delete(fd_of(&r.stream));
                 }
                 self.lost(sh, &node);
+            }
+            let now = Instant::now();
+            let late: Vec<usize> = conns
+                .openings
+                .iter()
+                .filter(|(_, p)| now >= p.op.deadline())
+                .map(|(k, _)| *k)
+                .collect();
+            for key in late {
+                if let Some(p) = conns.openings.remove(&key) {
+                    let e = p.op.timed_out();
+                    let _ = sh.poller.delete(p.fd);
+                    self.open_failed(sh, &mut conns, &p.node, p.channels, &e);
+                }
             }
             for node in self.heartbeat() {
                 sh.outage(&node, |o| {
                     o.lost(&node, &"no answer to PING", Instant::now())
                 });
-                readers.retain(|_, (n, r)| {
+                conns.readers.retain(|_, (n, r)| {
                     if *n == node {
                         let _ = sh.poller.delete(fd_of(&r.stream));
                         false
@@ -205,7 +262,7 @@ impl Subscriber {
             }
             // Readers whose connection the table dropped (idle, or shut down).
             let table = self.table.lock();
-            readers.retain(|_, (n, r)| {
+            conns.readers.retain(|_, (n, r)| {
                 let keep = table.shards.contains_key(n);
                 if !keep {
                     let _ = sh.poller.delete(fd_of(&r.stream));
@@ -213,11 +270,113 @@ impl Subscriber {
                 keep
             });
         }
-        for (_, (_, r)) in readers {
+        for (_, (_, r)) in conns.readers {
             let _ = sh.poller.delete(fd_of(&r.stream));
             r.stream.shutdown();
         }
+        for (_, p) in conns.openings {
+            let _ = sh.poller.delete(p.fd);
+        }
         log::debug!("subscriber thread stopped");
+    }
+
+    /// Advances the opening connection of poller key `key` as far as its socket allows;
+    /// once open, it joins the readers and the table, and its channels are subscribed by the
+    /// next [`Subscriber::flush`].
+    fn advance_opening(&self, sh: &Sharded, conns: &mut Conns, key: usize) {
+        let Some(p) = conns.openings.get_mut(&key) else {
+            return;
+        };
+        let failed = match p.op.advance() {
+            Ok(Step::Wait(want)) => {
+                let interest = match want {
+                    Want::Read => Event::readable(key),
+                    Want::Write => Event::writable(key),
+                };
+                // A connect to the host's next address has a new socket (the old one, closed,
+                // left the poller by itself).
+                p.fd = p.op.fd();
+                match sh.poller.modify(p.fd, interest) {
+                    Ok(()) => return,
+                    Err(_) => match sh.poller.add(p.fd, interest) {
+                        Ok(()) => return,
+                        Err(e) => Error::io(e),
+                    },
+                }
+            }
+            Ok(Step::Ready) => {
+                let Some(p) = conns.openings.remove(&key) else {
+                    return;
+                };
+                let opened = p.op.into_open().and_then(|(reader, writer)| {
+                    sh.poller
+                        .modify(p.fd, Event::readable(key))
+                        .map_err(Error::io)?;
+                    Ok((reader, writer))
+                });
+                match opened {
+                    Ok((reader, writer)) => {
+                        log::debug!("pub/sub connection to {} open", p.node);
+                        sh.outage(&p.node, |o| o.restored(&p.node, Instant::now()));
+                        conns.retry.remove(&p.node);
+                        conns.readers.insert(key, (p.node.clone(), reader));
+                        let mut table = self.table.lock();
+                        table.shards.insert(
+                            p.node,
+                            ShardConn {
+                                writer,
+                                pending: VecDeque::new(),
+                                unsubs: HashMap::new(),
+                                ping_outstanding: false,
+                                last_read: Instant::now(),
+                                empty_since: None,
+                                key,
+                                fd: p.fd,
+                            },
+                        );
+                        table.unrouted.extend(p.channels);
+                    }
+                    Err(e) => {
+                        let _ = sh.poller.delete(p.fd);
+                        self.open_failed(sh, conns, &p.node, p.channels, &e);
+                    }
+                }
+                return;
+            }
+            Err(e) => e,
+        };
+        if let Some(p) = conns.openings.remove(&key) {
+            let _ = sh.poller.delete(p.fd);
+            self.open_failed(sh, conns, &p.node, p.channels, &failed);
+        }
+    }
+
+    /// A connection to `node` could not be opened: it is tried again after a backoff (of its
+    /// own: other nodes are not held up), its channels' leaders re-check on a short period
+    /// meanwhile, and the map is read again.
+    fn open_failed(
+        &self,
+        sh: &Sharded,
+        conns: &mut Conns,
+        node: &str,
+        channels: Vec<Arc<Channel>>,
+        e: &Error,
+    ) {
+        let b = conns
+            .retry
+            .get(node)
+            .map_or(BACKOFF_MIN, |(_, b)| (*b * 2).min(BACKOFF_MAX));
+        sh.outage(node, |o| o.failed(node, e, Some(b), Instant::now()));
+        conns.retry.insert(node.to_owned(), (Instant::now() + b, b));
+        sh.refresh.store(true, Ordering::SeqCst);
+        let mut table = self.table.lock();
+        for ch in channels {
+            let mut st = ch.state.lock();
+            st.down = true;
+            st.wake_leader();
+            drop(st);
+            table.unrouted.push(ch);
+        }
     }
 
     /// Reads what arrived on `node`'s connection and handles every whole reply in it.
@@ -303,14 +462,10 @@ impl Subscriber {
     }
 
     /// Sends the queued `SUNSUBSCRIBE`s, and subscribes the queued channels on their masters
-    /// (opening connections as needed). Whether a channel is left unrouted (its master
-    /// unknown or unreachable): the thread then retries after a backoff.
-    fn flush(
-        &self,
-        sh: &Sharded,
-        readers: &mut HashMap<usize, (String, ReadHalf)>,
-        next_key: &mut usize,
-    ) -> bool {
+    /// (starting to open connections as needed, without waiting for them). Whether a
+    /// channel is left unrouted (its master unknown, or failed a moment ago): the thread then
+    /// retries after a backoff.
+    fn flush(&self, sh: &Sharded, conns: &mut Conns) -> bool {
         let mut table = self.table.lock();
         for (node, name) in std::mem::take(&mut table.unsubs) {
             if let Some(shard) = table.shards.get_mut(&node) {
@@ -326,8 +481,6 @@ impl Subscriber {
         let todo = std::mem::take(&mut table.unrouted);
         drop(table);
         let mut stuck = false;
-        // Nodes that could not be reached in this pass are not tried again for each channel.
-        let mut failed: Vec<String> = Vec::new();
         for ch in todo {
             let mut table = self.table.lock();
             let current = table
@@ -344,61 +497,59 @@ impl Subscriber {
                 continue;
             };
             if !table.shards.contains_key(&node_name) {
-                // Opening takes up to the connect timeout: not under the table lock.
+                // Being opened: the channel waits for it (a frozen node holds up its own
+                // channels only).
+                if let Some(p) = conns.openings.values_mut().find(|p| p.node == node_name) {
+                    p.channels.push(ch);
+                    continue;
+                }
+                // Failed a moment ago: tried again after its backoff; its waiters re-check
+                // on a short period meanwhile.
+                if conns
+                    .retry
+                    .get(&node_name)
+                    .is_some_and(|(at, _)| Instant::now() < *at)
+                {
+                    let mut st = ch.state.lock();
+                    if !st.down {
+                        st.down = true;
+                        st.wake_leader();
+                    }
+                    drop(st);
+                    table.unrouted.push(ch);
+                    stuck = true;
+                    continue;
+                }
+                // Resolving a host name may take a moment: not under the table lock.
                 drop(table);
-                let opened = if failed.contains(&node_name) {
-                    Err(Error::Timeout {
-                        what: "the node was not reached a moment ago",
-                    })
-                } else {
-                    pubsub::open(&node_info, self.timeouts, self.tls.as_deref())
-                };
-                table = self.table.lock();
-                match opened {
-                    Ok((reader, writer)) => {
-                        let key = *next_key;
-                        *next_key += 1;
-                        let fd = fd_of(&reader.stream);
-                        if let Err(e) = sh.poller.add(fd, Event::readable(key)) {
-                            log::warn!("pub/sub connection to {} not polled: {e}", node_name);
-                            writer.shutdown();
-                            table.unrouted.push(ch);
-                            stuck = true;
-                            continue;
-                        }
-                        sh.outage(&node_name, |o| o.restored(&node_name, Instant::now()));
-                        readers.insert(key, (node_name.clone(), reader));
-                        table.shards.insert(
-                            node_name.clone(),
-                            ShardConn {
-                                writer,
-                                pending: VecDeque::new(),
-                                unsubs: HashMap::new(),
-                                ping_outstanding: false,
-                                last_read: Instant::now(),
-                                empty_since: None,
-                                key,
+                let started = Opening::start(&node_info, self.timeouts, self.tls.as_deref())
+                    .and_then(|op| {
+                        let key = conns.next_key;
+                        sh.poller
+                            .add(op.fd(), Event::writable(key))
+                            .map_err(Error::io)?;
+                        conns.next_key += 1;
+                        Ok((key, op))
+                    });
+                match started {
+                    Ok((key, op)) => {
+                        let fd = op.fd();
+                        conns.openings.insert(
+                            key,
+                            Pending {
+                                node: node_name,
+                                op,
                                 fd,
+                                channels: vec![ch],
                             },
                         );
                     }
                     Err(e) => {
-                        if !failed.contains(&node_name) {
-                            sh.outage(&node_name, |o| {
-                                o.failed(&node_name, &e, None, Instant::now())
-                            });
-                            failed.push(node_name.clone());
-                        }
-                        sh.refresh.store(true, Ordering::SeqCst);
-                        let mut st = ch.state.lock();
-                        st.down = true;
-                        st.wake_leader();
-                        drop(st);
-                        table.unrouted.push(ch);
+                        self.open_failed(sh, conns, &node_name, vec![ch], &e);
                         stuck = true;
-                        continue;
                     }
                 }
+                continue;
             }
             let Some(shard) = table.shards.get_mut(&node_name) else {
                 table.unrouted.push(ch);

@@ -5,8 +5,12 @@
 //!
 //! - **Slot map.** Read with `CLUSTER SHARDS` (Redis 7), or `CLUSTER SLOTS` where a server
 //!   does not know it, from any known node: the masters of the current map first, then the
-//!   seeds. It is read again when a call meets a redirection it cannot follow from the reply
-//!   alone (`CLUSTERDOWN`, `READONLY`, a lost connection), at most every
+//!   seeds, each within the per-node bound ([`per_node`]: the smaller of [`PER_NODE`] (1 s)
+//!   and the connect and command timeouts). A node that did not give the map is asked after
+//!   every other from then on, until it gives one again: so a frozen node (one that accepts
+//!   connections and never answers) costs one per-node bound, once, not a call's whole
+//!   budget. The map is read again when a call meets a redirection it cannot follow from
+//!   the reply alone (`CLUSTERDOWN`, `READONLY`, a lost connection), at most every
 //!   [`REFRESH_GAP`], and by the pub/sub thread every [`RESOLVE_EVERY`](crate::transport::conn::RESOLVE_EVERY)
 //!   while it has shard connections.
 //! - **Routing.** Every key of one lock (and its release channel) share one hash tag, hence
@@ -38,7 +42,7 @@
 //! and the command encoding.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -55,6 +59,16 @@ use crate::transport::tls::Tls;
 
 /// The least time between two reads of the slot map prompted by failures.
 pub(crate) const REFRESH_GAP: Duration = Duration::from_millis(50);
+/// The most one node may take to give the slot map (connect, handshake and answer
+/// together), unless the connect or command timeout is shorter: a node that takes longer is
+/// frozen or overloaded, and the others are asked.
+pub(crate) const PER_NODE: Duration = Duration::from_secs(1);
+
+/// The bound of one node's answer to a map read under `timeouts`.
+pub(crate) fn per_node(timeouts: Timeouts) -> Duration {
+    PER_NODE.min(timeouts.connect).min(timeouts.command)
+}
+
 /// The most redirections one call follows.
 const MAX_REDIRECTS: usize = 16;
 /// Retry backoff bounds after `TRYAGAIN`, `CLUSTERDOWN` or a lost connection.
@@ -92,6 +106,8 @@ pub(crate) struct ClusterNode {
     /// How to reach it (with the seeds' credentials and TLS).
     pub(crate) info: ConnectionInfo,
     pub(crate) pool: Pool,
+    /// Its last map read failed: it is asked after every other node.
+    demoted: AtomicBool,
 }
 
 /// The slot map: each slot's master, as last read or learnt from a `MOVED`.
@@ -387,6 +403,7 @@ impl Cluster {
             name: name.clone(),
             info,
             pool,
+            demoted: AtomicBool::new(false),
         });
         Ok(Arc::clone(self.nodes.lock().entry(name).or_insert(node)))
     }
@@ -453,8 +470,9 @@ impl Cluster {
         }
     }
 
-    /// Asks `node` for the slot map, within `by`.
+    /// Asks `node` for the slot map, within `by` and the per-node bound.
     fn read_map(&self, node: &ClusterNode, by: Deadline) -> Result<Vec<Range>> {
+        let by = by.min(Deadline::after(per_node(self.timeouts)));
         let mut con = match node.pool.idle() {
             Some(c) => c,
             None => node.pool.connect(by)?,
@@ -499,7 +517,9 @@ impl Cluster {
     }
 
     /// Reads the slot map from the first node that answers (the map's masters, then the
-    /// seeds), within `by`. `force`: even if it was read less than [`REFRESH_GAP`] ago.
+    /// seeds, then other known nodes; nodes whose last map read failed after all of them),
+    /// each within the per-node bound, all within `by`. `force`: even if it was read less
+    /// than [`REFRESH_GAP`] ago.
     pub(crate) fn refresh(&self, by: Deadline, force: bool) -> Result<()> {
         {
             let mut last = self.last_refresh.lock();
@@ -522,12 +542,21 @@ impl Cluster {
                 candidates.push(Arc::clone(n));
             }
         }
+        // A stable sort: the order above among the nodes that answered last time, and
+        // among those that did not.
+        candidates.sort_by_key(|n| n.demoted.load(Ordering::Relaxed));
         let mut last_err = None;
         for node in candidates {
             if by.passed() {
                 break;
             }
-            match self.read_map(&node, by) {
+            let read = self.read_map(&node, by);
+            match &read {
+                // The caller's bound ran out: nothing learnt about the node.
+                Err(Error::Timeout { what }) if *what == conn::RAN_OUT => {}
+                r => node.demoted.store(r.is_err(), Ordering::Relaxed),
+            }
+            match read {
                 Ok(ranges) => {
                     let mut assigned = Vec::with_capacity(ranges.len());
                     for r in ranges {
@@ -537,7 +566,10 @@ impl Cluster {
                     return Ok(());
                 }
                 Err(e) => {
-                    log::debug!("cluster node {} did not give the slot map: {e}", node.name);
+                    log::debug!(
+                        "cluster node {} did not give the slot map: {e}; asked last from now on",
+                        node.name
+                    );
                     node.pool.clear();
                     last_err = Some(e);
                 }

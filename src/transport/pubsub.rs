@@ -1,6 +1,7 @@
 //! The pub/sub socket: one TCP, TLS or Unix socket per pub/sub connection, read by one
 //! thread while other threads write on a clone of it (see `subscriber.rs`, "The transport,
-//! and why it is this one"), its bounded handshake, and a TLS probe.
+//! and why it is this one"), its bounded handshake, and a TLS probe. A Cluster client's
+//! thread opens its connections without blocking ([`opening`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -13,6 +14,8 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::tls::{Tls, TlsStream};
+
+pub(crate) mod opening;
 
 /// How long the connection may stay silent before the thread sends a `PING`.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);

@@ -258,10 +258,7 @@ impl TlsStream {
         within: Duration,
     ) -> Result<TlsStream> {
         let until = Instant::now() + within;
-        let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| bad(format!("`{host}` is not a valid TLS server name: {e}")))?;
-        let mut conn = ClientConnection::new(config, name)
-            .map_err(|e| bad(format!("cannot start a TLS session: {e}")))?;
+        let mut conn = session(host, config)?;
         let mut sock = &tcp;
         while conn.is_handshaking() {
             let left = until.saturating_duration_since(Instant::now());
@@ -287,6 +284,16 @@ impl TlsStream {
         })
     }
 
+    /// A stream over `tcp` whose session `conn` finished its handshake (see
+    /// [`handshake_step`]).
+    pub(crate) fn established(tcp: TcpStream, conn: ClientConnection) -> TlsStream {
+        TlsStream {
+            tcp,
+            session: Arc::new(Mutex::new(conn)),
+            raw: vec![0; RAW_READ],
+        }
+    }
+
     /// The socket (timeouts, shutdown).
     pub(crate) fn tcp(&self) -> &TcpStream {
         &self.tcp
@@ -299,6 +306,91 @@ impl TlsStream {
             session: Arc::clone(&self.session),
             raw: vec![0; RAW_READ],
         })
+    }
+}
+
+/// A client session for `host`, before its handshake.
+pub(crate) fn session(host: &str, config: Arc<ClientConfig>) -> Result<ClientConnection> {
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|e| bad(format!("`{host}` is not a valid TLS server name: {e}")))?;
+    ClientConnection::new(config, name).map_err(|e| bad(format!("cannot start a TLS session: {e}")))
+}
+
+/// What a step on a non-blocking socket waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// The socket must become readable.
+    Read,
+    /// The socket must become writable.
+    Write,
+}
+
+/// Advances the handshake of `conn` on the non-blocking socket `sock` as far as the socket
+/// allows (rustls is sans-IO: it never blocks by itself). `Ok(None)`: the handshake is done
+/// and its last records are sent; `Ok(Some(want))`: call again once the socket is ready so.
+pub(crate) fn handshake_step(
+    conn: &mut ClientConnection,
+    mut sock: &TcpStream,
+) -> io::Result<Option<Want>> {
+    loop {
+        while conn.wants_write() {
+            match conn.write_tls(&mut sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(Want::Write)),
+                Err(e) => return Err(e),
+            }
+        }
+        if !conn.is_handshaking() {
+            return Ok(None);
+        }
+        match conn.read_tls(&mut sock) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {
+                conn.process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(Want::Read)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends what `conn` has queued on the non-blocking socket `sock`; whether all of it went
+/// (else: call again once the socket is writable).
+pub(crate) fn flush_step(conn: &mut ClientConnection, mut sock: &TcpStream) -> io::Result<bool> {
+    while conn.wants_write() {
+        match conn.write_tls(&mut sock) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// The plaintext of a session over a non-blocking socket, as a `Read` (it says
+/// `WouldBlock` when nothing more has arrived).
+pub(crate) struct PlainReader<'a> {
+    pub(crate) conn: &'a mut ClientConnection,
+    pub(crate) sock: &'a TcpStream,
+}
+
+impl Read for PlainReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.conn.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            let mut sock = self.sock;
+            if self.conn.read_tls(&mut sock)? == 0 {
+                return Ok(0);
+            }
+            self.conn
+                .process_new_packets()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        }
     }
 }
 
