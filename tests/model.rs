@@ -31,6 +31,15 @@
 //! - `LOCKSMITH_MODEL_CLUSTER_SEED=<seed>`: run (replay) that one seed.
 //! - `LOCKSMITH_MODEL_CLUSTER_SEEDS=<n>` or `<a>,<b>,...`: as `LOCKSMITH_MODEL_SEEDS`.
 //! - `LOCKSMITH_MODEL_CLUSTER_SECS=<s>`: seconds per seed (default 20; part of the plan).
+//!
+//! `cluster_with_frozen_nodes` adds frozen shards to those faults: a master and its replica
+//! `SIGSTOP`ped past every call's bound with no failover (`LOCKSMITH_MODEL_FROZEN_SEED`,
+//! `LOCKSMITH_MODEL_FROZEN_SEEDS`, `LOCKSMITH_MODEL_FROZEN_SECS`, default 15 s).
+//!
+//! `sentinel_with_frozen_sentinels` runs the model on the master of a Sentinel deployment
+//! whose sentinels are frozen (not dead) while the clients' connections are killed, so that
+//! they must ask the sentinels again (see `model/sentinel.rs`; `LOCKSMITH_MODEL_SENTINEL_SEED`,
+//! `LOCKSMITH_MODEL_SENTINEL_SEEDS`, `LOCKSMITH_MODEL_SENTINEL_SECS`, default 12 s).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,6 +58,8 @@ mod plan;
 mod proxy;
 #[path = "model/run.rs"]
 mod run;
+#[path = "model/sentinel.rs"]
+mod sentinel;
 #[path = "model/worker.rs"]
 mod worker;
 
@@ -69,6 +80,12 @@ const DEFAULT_SECS: u64 = 10;
 /// hard error), and its seconds unless `LOCKSMITH_MODEL_CLUSTER_SECS` says otherwise.
 const DEFAULT_CLUSTER_SEED: u64 = 2;
 const DEFAULT_CLUSTER_SECS: u64 = 20;
+/// The seed and seconds of the frozen-shard mix and of the frozen-sentinel mix in a plain
+/// `cargo test`.
+const DEFAULT_FROZEN_SEED: u64 = 5;
+const DEFAULT_FROZEN_SECS: u64 = 15;
+const DEFAULT_SENTINEL_SEED: u64 = 1;
+const DEFAULT_SENTINEL_SECS: u64 = 12;
 
 /// A model process (see `model/run.rs`).
 #[test]
@@ -117,7 +134,18 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     let mut failed = Vec::new();
     for &seed in seeds {
         println!("model: seed {seed}, {secs} s{only}");
-        let replay = if settings.cluster {
+        let replay = if settings.frozen {
+            format!(
+                "  replay: LOCKSMITH_MODEL_FROZEN_SEED={seed} LOCKSMITH_MODEL_FROZEN_SECS={secs} \
+                 cargo test --test model -- cluster_with_frozen_nodes"
+            )
+        } else if settings.sentinel {
+            format!(
+                "  replay: LOCKSMITH_MODEL_SENTINEL_SEED={seed} \
+                 LOCKSMITH_MODEL_SENTINEL_SECS={secs} cargo test --test model -- \
+                 sentinel_with_frozen_sentinels"
+            )
+        } else if settings.cluster {
             format!(
                 "  replay: LOCKSMITH_MODEL_CLUSTER_SEED={seed} LOCKSMITH_MODEL_CLUSTER_SECS={secs} \
                  cargo test --test model -- cluster_with_node_faults"
@@ -133,6 +161,8 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
         // A process that crashed or hung fails the seed too, and says which seed it was.
         let run = if settings.cluster {
             cluster::run_seed
+        } else if settings.sentinel {
+            sentinel::run_seed
         } else {
             run::run_seed
         };
@@ -222,6 +252,33 @@ fn cluster_with_node_faults() {
     );
     let secs = env_u64("LOCKSMITH_MODEL_CLUSTER_SECS").unwrap_or(DEFAULT_CLUSTER_SECS);
     run_seeds_with(&seeds, &Settings::cluster(secs));
+}
+
+/// The cluster model with frozen shards among the node faults (a master and its replica
+/// frozen past every call's bound, no failover): calls and wake-ups on the other masters must
+/// not notice. One seed in a plain `cargo test`.
+#[test]
+fn cluster_with_frozen_nodes() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_FROZEN_SEED",
+        "LOCKSMITH_MODEL_FROZEN_SEEDS",
+        &[DEFAULT_FROZEN_SEED],
+    );
+    let secs = env_u64("LOCKSMITH_MODEL_FROZEN_SECS").unwrap_or(DEFAULT_FROZEN_SECS);
+    run_seeds_with(&seeds, &Settings::cluster_frozen(secs));
+}
+
+/// The model on a Sentinel deployment whose sentinels are frozen (not dead) while clients
+/// must ask them again: every call keeps its bound. One seed in a plain `cargo test`.
+#[test]
+fn sentinel_with_frozen_sentinels() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_SENTINEL_SEED",
+        "LOCKSMITH_MODEL_SENTINEL_SEEDS",
+        &[DEFAULT_SENTINEL_SEED],
+    );
+    let secs = env_u64("LOCKSMITH_MODEL_SENTINEL_SECS").unwrap_or(DEFAULT_SENTINEL_SECS);
+    run_seeds_with(&seeds, &Settings::sentinel(secs));
 }
 
 /// The hot mix: 3 processes x 4 threads on one name, so that locks pass between the threads

@@ -25,6 +25,16 @@
 //!   expire) before it learns of its demotion. That is Redis Cluster's
 //!   documented split brain, in which no client can tell a stale grant from a good one (the
 //!   crate's docs say a failover may lose a lock); a test of it would only test Redis.
+//! - **A frozen shard** (only with [`Settings::frozen`]): a master and its replica SIGSTOPped
+//!   together for longer than a call's bound (and at times than a pub/sub heartbeat), with
+//!   `cluster-node-timeout` raised on every node first, so that no failover starts (the first
+//!   seconds of an outage in a deployment with a longer node timeout), and set back once
+//!   every node heard from the thawed ones again. Calls on its slots time out within their
+//!   bounds; those on the other masters, and their wake-ups, must not notice. A command that
+//!   the frozen master queued is served on `SIGCONT`, after its caller timed out: an acquire
+//!   then grants to nobody (the key outlives nobody's section, and expires), a renewal
+//!   extends a lease that its holder may already have reported lost. Neither lets two owners
+//!   overlap, so no excuse is added for it either.
 //! - **A stopped model process**, and **killed connections** (`CLIENT KILL TYPE normal` or
 //!   `pubsub`, which includes sharded subscriptions) on every master.
 //!
@@ -50,6 +60,13 @@ const STEP: Duration = Duration::from_secs(20);
 /// A pause of a master stays this far below `cluster-node-timeout`: no failover.
 const PAUSE_MAX: Duration = Duration::from_millis(600);
 
+/// A frozen shard stays frozen this long (in ms): past every call's bound, and at times past
+/// two pub/sub heartbeats (4 s), after which the thread opens a new connection to it.
+const FREEZE_MIN: u64 = 1000;
+const FREEZE_MAX: u64 = 5000;
+/// `cluster-node-timeout` while a shard is frozen: no failover.
+const FROZEN_NODE_TIMEOUT_MS: u64 = 600_000;
+
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
@@ -65,6 +82,9 @@ pub enum NodeFault {
     KillMaster(usize),
     /// SIGSTOP the master, SIGCONT it after the duration (below `cluster-node-timeout`).
     PauseMaster(usize, Duration),
+    /// SIGSTOP the master and its replica (no failover: the node timeout is raised first),
+    /// SIGCONT them after the duration.
+    FreezeShard(usize, Duration),
     /// `SIGSTOP` one model process, `SIGCONT` it after the duration.
     StopProcess(usize, Duration),
     /// `CLIENT KILL TYPE normal` on every master.
@@ -81,6 +101,8 @@ impl NodeFault {
             NodeFault::Failover(_) => ms(1000),
             NodeFault::KillMaster(_) => ms(5000),
             NodeFault::PauseMaster(_, d) | NodeFault::StopProcess(_, d) => *d,
+            // The thaw: every node hears from the frozen ones, and the timeout is set back.
+            NodeFault::FreezeShard(_, d) => *d + ms(1000),
             NodeFault::KillNormal | NodeFault::KillPubsub => Duration::ZERO,
         }
     }
@@ -97,7 +119,9 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, NodeFault)> 
     let mut plan = Vec::new();
     loop {
         let master = rng.range(0, masters) as usize;
-        let op = match rng.range(0, 10) {
+        // Frozen shards only where asked for: the plans of the other seeds stay as they were.
+        let kinds = if settings.frozen { 14 } else { 10 };
+        let op = match rng.range(0, kinds) {
             0..=1 => NodeFault::Failover(master),
             2..=3 => NodeFault::KillMaster(master),
             4..=5 => {
@@ -113,7 +137,8 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, NodeFault)> 
                 NodeFault::StopProcess(p, d)
             }
             7 => NodeFault::KillNormal,
-            _ => NodeFault::KillPubsub,
+            8..=9 => NodeFault::KillPubsub,
+            _ => NodeFault::FreezeShard(master, ms(rng.range(FREEZE_MIN, FREEZE_MAX))),
         };
         let d = op.estimate();
         if at + d >= end {
@@ -146,6 +171,53 @@ fn on_masters(cluster: &RedisCluster, args: &[&str]) {
         }
         let _: redis::Value = cmd.query(&mut cluster.conn(port)).unwrap();
     }
+}
+
+/// Sets `cluster-node-timeout` on every node.
+fn set_node_timeout(cluster: &RedisCluster, ms: u64) {
+    for port in cluster.live_ports() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-node-timeout")
+            .arg(ms)
+            .query(&mut cluster.conn(port))
+            .unwrap();
+    }
+}
+
+/// The wall clock in ms, as `CLUSTER NODES` gives its `pong-recv` times.
+fn realtime_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// Whether no live node has a ping to a node of `ids` outstanding for more than 300 ms (the
+/// thawed nodes answered the pings sent while they were frozen): setting the node timeout
+/// back then fails nobody over.
+fn no_stale_pings(cluster: &RedisCluster, ids: &[String]) -> bool {
+    let now = realtime_ms();
+    cluster.live_ports().into_iter().all(|port| {
+        let Ok(nodes) = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query::<String>(&mut cluster.conn(port))
+        else {
+            return false;
+        };
+        nodes.lines().all(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let watched = f.first().is_some_and(|id| ids.iter().any(|x| x == id));
+            if !watched || f.get(2).is_some_and(|flags| flags.contains("myself")) {
+                return true;
+            }
+            let ping_sent = f.get(4).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            ping_sent == 0 || now.saturating_sub(ping_sent) < 300
+        })
+    })
 }
 
 /// Carries out one fault; returns its record.
@@ -193,6 +265,26 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
             cluster.pause(port);
             thread::sleep(d);
             cluster.resume(port);
+        }
+        NodeFault::FreezeShard(i, d) => {
+            let (port, slot) = master(cluster, i);
+            let replica = cluster.replica_of_slot(slot);
+            what = format!("{op:?}: {port} and its replica {replica}");
+            let ids = [cluster.node_id(port), cluster.node_id(replica)];
+            set_node_timeout(cluster, FROZEN_NODE_TIMEOUT_MS);
+            cluster.pause(port);
+            cluster.pause(replica);
+            thread::sleep(d);
+            cluster.resume(replica);
+            cluster.resume(port);
+            // The other nodes sent pings meanwhile: with the short timeout back before the
+            // thawed nodes answered them, they would be failed over at once.
+            assert!(
+                common::wait_until(STEP, || no_stale_pings(cluster, &ids)),
+                "the thawed nodes {port} and {replica} were not heard from again"
+            );
+            set_node_timeout(cluster, common::cluster::NODE_TIMEOUT.as_millis() as u64);
+            cluster.wait_ok(STEP);
         }
         NodeFault::StopProcess(p, d) => {
             kind = FaultKind::ProcessStopped(p);
@@ -308,7 +400,15 @@ mod tests {
                 if let NodeFault::PauseMaster(_, d) = f {
                     assert!(*d < PAUSE_MAX);
                 }
+                assert!(!matches!(f, NodeFault::FreezeShard(..)), "{seed}: {f:?}");
             }
         }
+        // With frozen shards asked for, they come.
+        let s = Settings::cluster_frozen(20);
+        let frozen = (0..50)
+            .flat_map(|seed| fault_plan(seed, &s))
+            .filter(|(_, f)| matches!(f, NodeFault::FreezeShard(..)))
+            .count();
+        assert!(frozen >= 10, "{frozen}");
     }
 }

@@ -44,6 +44,12 @@ pub struct Settings {
     /// The processes are clients of a Redis Cluster (`Client::cluster`), hit by node faults
     /// instead of the single server's (see `model/cluster.rs`).
     pub cluster: bool,
+    /// On a cluster, the fault plan also freezes a master with its replica for longer than a
+    /// call's bound, with no failover (see `model/cluster.rs`). Part of the plan.
+    pub frozen: bool,
+    /// The processes are clients of a Sentinel deployment (`Client::sentinel`) whose
+    /// sentinels are frozen (see `model/sentinel.rs`).
+    pub sentinel: bool,
 }
 
 impl Settings {
@@ -71,6 +77,8 @@ impl Settings {
             ),
             hot: false,
             cluster: false,
+            frozen: false,
+            sentinel: false,
         }
     }
 
@@ -79,6 +87,23 @@ impl Settings {
     pub fn cluster(secs: u64) -> Settings {
         Settings {
             cluster: true,
+            ..Settings::new(secs)
+        }
+    }
+
+    /// [`Settings::cluster`] with frozen nodes in the fault plan.
+    pub fn cluster_frozen(secs: u64) -> Settings {
+        Settings {
+            frozen: true,
+            ..Settings::cluster(secs)
+        }
+    }
+
+    /// Every lock type on the master of a Sentinel deployment (1 master, 2 replicas, 3
+    /// sentinels), whose sentinels are frozen now and then.
+    pub fn sentinel(secs: u64) -> Settings {
+        Settings {
+            sentinel: true,
             ..Settings::new(secs)
         }
     }

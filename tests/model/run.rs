@@ -170,7 +170,8 @@ pub struct Procs {
 
 impl Procs {
     /// Starts the processes of `seed`, clients of `url` (for a cluster: every node's URL,
-    /// comma-separated); their plans begin [`STARTUP`] from now.
+    /// comma-separated; for Sentinel: `MASTER|URL,URL,...`, the master's name and every
+    /// sentinel's URL); their plans begin [`STARTUP`] from now.
     pub fn spawn(seed: u64, settings: &Settings, url: &str) -> Procs {
         let dir = temp_dir(seed);
         let t0 = mono_ns() + u64::try_from(STARTUP.as_nanos()).unwrap();
@@ -190,6 +191,7 @@ impl Procs {
                         ("LM_DIR", dir.display().to_string()),
                         ("LM_HOT", u8::from(settings.hot).to_string()),
                         ("LM_CLUSTER", u8::from(settings.cluster).to_string()),
+                        ("LM_SENTINEL", u8::from(settings.sentinel).to_string()),
                     ],
                 )
             })
@@ -302,6 +304,8 @@ pub fn child_main() {
     let secs = var("LM_SECS").parse().unwrap();
     let settings = if var("LM_CLUSTER") == "1" {
         Settings::cluster(secs)
+    } else if var("LM_SENTINEL") == "1" {
+        Settings::sentinel(secs)
     } else if var("LM_HOT") == "1" {
         Settings::hot(secs)
     } else if var("LM_FAMILY") == "true" {

@@ -528,6 +528,10 @@ pub fn run_process(
         // A cluster client is given every node as a seed, comma-separated.
         let mut builder = if settings.cluster {
             Client::cluster(url.split(','))
+        } else if settings.sentinel {
+            // `MASTER|URL,URL,...`: the master's name and every sentinel.
+            let (master, urls) = url.split_once('|').unwrap();
+            Client::sentinel(urls.split(','), master)
         } else {
             Client::builder(url)
         };
