@@ -1,0 +1,302 @@
+//! How a waiter sleeps: a thread's place in a lock's local queue ([`Registration`]), its
+//! wait for its turn, for the subscription's confirmation, for a release or a gift, the shot
+//! it leaves for the subscriber thread to fire, and how it leaves the queue (handing over to
+//! the next leader).
+//!
+//! Apart from the subscriber thread's code because it runs on the waiting threads; it reaches
+//! the subscriber only to leave a queue (the last waiter unsubscribes) and to ask whether the
+//! connection is down. See "How a waiter waits" in the parent module for the protocol.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::Subscriber;
+use super::queue::{Channel, ChannelState, Gift, Shot, Waiter, Wake};
+
+/// How long a leader parks at a time while its shot is being fired (the subscriber thread
+/// wakes it when the write is done; this only bounds a lost wakeup).
+const FIRING_WAIT: Duration = Duration::from_millis(1);
+
+/// A thread's place in a lock's local queue. Dropping it leaves the queue, handing the turn to
+/// the next waiter with "try at once".
+#[derive(Debug)]
+pub(crate) struct Registration {
+    pub(super) sub: Arc<Subscriber>,
+    pub(super) channel: Arc<Channel>,
+    pub(super) me: Arc<Waiter>,
+    pub(super) left: bool,
+}
+
+/// What a leader does first when its turn begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Try to acquire at once.
+    TryNow,
+    /// Wait for a release after this epoch first (the previous leader just acquired).
+    WaitFrom(u64),
+}
+
+fn park_until(until: Option<Instant>) -> bool {
+    match until {
+        None => {
+            thread::park();
+            true
+        }
+        Some(t) => {
+            let now = Instant::now();
+            if now >= t {
+                return false;
+            }
+            thread::park_timeout(t - now);
+            true
+        }
+    }
+}
+
+impl Registration {
+    fn is_leader(&self, st: &ChannelState) -> bool {
+        st.queue.front().is_some_and(|w| Arc::ptr_eq(w, &self.me))
+    }
+
+    /// Waits until this thread leads the queue. `None` when `deadline` passed first.
+    ///
+    /// A waiter that becomes the leader after a quiet leave
+    /// ([`leave_acquired_quietly`](Self::leave_acquired_quietly)) is not woken for it: it
+    /// finds out at the next release or hand-off, which wakes it, or at the latest `recheck`
+    /// after it last parked here, when it tries at once (a holder whose lease ran out
+    /// publishes nothing).
+    pub(crate) fn wait_turn(&self, deadline: Option<Instant>, recheck: Duration) -> Option<Turn> {
+        let mut recheck_at = Instant::now().checked_add(recheck);
+        loop {
+            let now = Instant::now();
+            let due = recheck_at.is_some_and(|r| now >= r);
+            {
+                let mut st = self.channel.state.lock();
+                if self.is_leader(&st) {
+                    return Some(match st.handoff.take() {
+                        Some(e) if !due => Turn::WaitFrom(e),
+                        _ => Turn::TryNow,
+                    });
+                }
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                return None;
+            }
+            if due {
+                recheck_at = now.checked_add(recheck);
+            }
+            // An unpark between the check and the park leaves the token set, so the park
+            // returns at once: no lost wakeup. It ends at the earlier of the two (`None`: no
+            // bound).
+            park_until(deadline.into_iter().chain(recheck_at).min());
+        }
+    }
+
+    /// Waits (bounded by `until`) until the subscription is confirmed. Returns whether it is.
+    /// Returns at once while the connection is down: the caller then re-checks on a short
+    /// period instead (a disconnect wakes the leader, so a wait in progress ends too).
+    pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
+        loop {
+            {
+                let st = self.channel.state.lock();
+                if st.confirmed || st.refused || st.gift.is_some() {
+                    return st.confirmed;
+                }
+            }
+            if self.sub.is_down(&self.channel) || !park_until(Some(until)) {
+                return false;
+            }
+        }
+    }
+
+    /// Whether the subscription is confirmed on the current connection.
+    pub(crate) fn confirmed(&self) -> bool {
+        self.channel.state.lock().confirmed
+    }
+
+    /// The current release epoch.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.channel.state.lock().epoch
+    }
+
+    /// Takes the payload of the last message, if one arrived since the last take.
+    pub(crate) fn take_message(&self) -> Option<Vec<u8>> {
+        self.channel.state.lock().message.take()
+    }
+
+    /// Takes the gift handed to the queue, if this thread leads it.
+    pub(crate) fn take_gift(&self) -> Option<Gift> {
+        let mut st = self.channel.state.lock();
+        if self.is_leader(&st) {
+            st.gift.take()
+        } else {
+            None
+        }
+    }
+
+    /// Leaves `shot` for the subscriber thread to fire the moment a release message after
+    /// epoch `seen` arrives, before it wakes this leader. Gives it back when such a message
+    /// or a gift already came, a release of this client gives way, or this thread does not
+    /// lead. The leader takes it back with [`disarm`](Self::disarm) before anything else.
+    pub(crate) fn arm(&self, seen: u64, shot: Shot) -> std::result::Result<(), Shot> {
+        let mut st = self.channel.state.lock();
+        let ready = self.is_leader(&st)
+            && st.epoch == seen
+            && st.gift.is_none()
+            && st.shot.is_none()
+            && st.holding_back(Instant::now()).is_none();
+        if !ready {
+            return Err(shot);
+        }
+        st.shot = Some(shot);
+        Ok(())
+    }
+
+    /// Takes back the shot [`arm`](Self::arm) left, if it was not fired; waits for a firing in
+    /// progress to end (one write) otherwise, and returns `None`.
+    pub(crate) fn disarm(&self) -> Option<Shot> {
+        loop {
+            {
+                let mut st = self.channel.state.lock();
+                if !st.firing {
+                    return st.shot.take();
+                }
+            }
+            // The subscriber thread wakes the leader once the write is done.
+            park_until(Some(Instant::now() + FIRING_WAIT));
+        }
+    }
+
+    /// Sleeps until a release after epoch `seen` arrives, a gift is handed to this leader,
+    /// or `until` passes.
+    pub(crate) fn wait_release(&self, seen: u64, until: Instant) {
+        loop {
+            {
+                let st = self.channel.state.lock();
+                if st.epoch != seen || st.gift.is_some() {
+                    return;
+                }
+            }
+            if !park_until(Some(until)) {
+                return;
+            }
+        }
+    }
+
+    /// Sleeps while a release of this client gives way to others (see
+    /// [`Subscriber::give_way`]), until a gift is handed to this leader, or until `until`.
+    pub(crate) fn wait_give_way(&self, until: Instant) {
+        loop {
+            let wake = {
+                let st = self.channel.state.lock();
+                if st.gift.is_some() {
+                    return;
+                }
+                match st.holding_back(Instant::now()) {
+                    Some(back) => back.min(until),
+                    None => return,
+                }
+            };
+            if !park_until(Some(wake)) && wake == until {
+                return;
+            }
+        }
+    }
+
+    /// Leaves the queue after acquiring: the next leader waits for a release after `seen`.
+    /// Returns a gift handed to this leader meanwhile, if any: the caller acquired the lock
+    /// otherwise, so the gift is stale (the lock it passes is not on the server any more)
+    /// and must not reach the next leader.
+    pub(crate) fn leave_acquired(mut self, seen: u64) -> Option<Gift> {
+        self.leave(Some(seen), true, false)
+    }
+
+    /// [`leave_acquired`](Self::leave_acquired), without waking the next leader when it has
+    /// nothing to do but wait for a release after `seen` (no release or gift came meanwhile,
+    /// and the subscription is confirmed and up): the release or hand-off will wake it (see
+    /// [`wait_turn`](Self::wait_turn)). For a lock that one holder at a time can take: a
+    /// semaphore's next leader must try at once, as more permits may be free.
+    pub(crate) fn leave_acquired_quietly(mut self, seen: u64) -> Option<Gift> {
+        self.leave(Some(seen), true, true)
+    }
+
+    /// Leaves the queue without the lock (a deadline or an error). Returns a gift that nobody
+    /// else can take (this was the last waiter): the caller takes it or drops it.
+    pub(crate) fn leave_giving_up(mut self) -> Option<Gift> {
+        self.leave(None, false, false)
+    }
+
+    /// Leaves the queue. A gift pending for this leader is returned when `take` is set or
+    /// no waiter is left; otherwise it stays for the next leader. The gift is returned, not
+    /// dropped here, so that no lock of the subscriber is held while it is dropped.
+    /// `quiet`: see [`leave_acquired_quietly`](Self::leave_acquired_quietly).
+    fn leave(&mut self, handoff: Option<u64>, take: bool, quiet: bool) -> Option<Gift> {
+        if std::mem::replace(&mut self.left, true) {
+            return None;
+        }
+        let mut table = self.sub.table.lock();
+        let mut st = self.channel.state.lock();
+        let was_leader = self.is_leader(&st);
+        st.queue.retain(|w| !Arc::ptr_eq(w, &self.me));
+        if was_leader {
+            // A shot is the leader's own: never fired for the next one (the lock layer takes
+            // it back before leaving; this only guards against a path that did not).
+            st.shot = None;
+        }
+        let gift = if (was_leader && take) || st.queue.is_empty() {
+            st.gift.take()
+        } else {
+            None
+        };
+        if st.queue.is_empty() {
+            // Last waiter: unsubscribe, unless the table already holds a newer entry.
+            drop(st);
+            let current = table
+                .channels
+                .get(&self.channel.name)
+                .is_some_and(|c| Arc::ptr_eq(c, &self.channel));
+            if current {
+                table.channels.remove(&self.channel.name);
+                if table.sharded {
+                    let shard = self.channel.state.lock().shard.clone();
+                    if let Some(node) = shard {
+                        table.unsubs.push((node, self.channel.name.clone()));
+                        drop(table);
+                        self.sub.wake_thread();
+                    }
+                } else {
+                    table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
+                }
+            }
+            return gift;
+        }
+        drop(table);
+        if was_leader {
+            st.handoff = handoff;
+            let nothing_to_do = quiet
+                && handoff == Some(st.epoch)
+                && st.gift.is_none()
+                && st.confirmed
+                && !st.refused
+                && !st.down
+                && st.yielding.is_none();
+            let wake = if nothing_to_do {
+                Wake::Nobody
+            } else {
+                st.leader_wake()
+            };
+            drop(st);
+            wake.now();
+        }
+        gift
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // A gift nobody else can take is dropped, which undoes it (after the locks are
+        // released: dropping it may talk to Redis).
+        drop(self.leave(None, false, false));
+    }
+}
