@@ -53,7 +53,13 @@ const LAYERS: &[Layer] = &[
     ),
     Layer::new(
         "client",
-        &["client/builder.rs", "client/mod.rs", "redlock.rs", "lib.rs"],
+        &[
+            "client/builder.rs",
+            "client/connect.rs",
+            "client/mod.rs",
+            "redlock.rs",
+            "lib.rs",
+        ],
     ),
 ];
 

@@ -13,6 +13,7 @@ use crate::protocol::keys::{self, LockKeys};
 use shared::Core;
 
 pub(crate) mod builder;
+mod connect;
 pub(crate) mod shared;
 
 /// A connection to one Redis server, shared by all locks made from it.

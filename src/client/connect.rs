@@ -1,0 +1,319 @@
+//! How a [`ClientBuilder`] connects: [`ClientBuilder::build`] for one server, a Sentinel
+//! master or a quorum, its cluster path, the TLS set-up of `rediss://` URLs, and the warning
+//! for masters that may evict lock keys.
+//!
+//! Apart from the builder's options (`builder.rs`) because this is where the client meets
+//! Redis: the topology is made, the first connections open within their bounds, and the two
+//! threads start. The options only record and check settings, and do no I/O.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo};
+
+use super::Client;
+use super::builder::{ClientBuilder, DEFAULT_MASTER_TIMEOUT, Topology};
+use super::shared::{Config, Core};
+use crate::error::{Error, Result};
+use crate::subscriber::Subscriber;
+use crate::topology::backend::{Backend, Node};
+use crate::topology::cluster::Cluster;
+use crate::topology::sentinel::Sentinel;
+use crate::transport::conn::Resolve;
+use crate::transport::conn::{self, Deadline, Pool, Timeouts};
+use crate::transport::diagnose;
+use crate::transport::tls::Tls;
+
+impl ClientBuilder {
+    /// Checks the settings, connects to Redis and starts the client's two threads.
+    ///
+    /// Returns within twice the connect timeout plus the command timeout (one master): a
+    /// command connection that answers `PING`, then the pub/sub connection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] or [`Error::InvalidUrl`] for bad settings (before any I/O);
+    /// [`Error::Tls`] when a certificate given to the builder is unusable (before any I/O) or
+    /// a TLS connection cannot be set up (naming the check that failed);
+    /// [`Error::Redis`] when Redis cannot be reached within the connect timeout or refuses
+    /// the connection; [`Error::Spawn`] when a thread cannot be started.
+    pub fn build(self) -> Result<Client> {
+        let config = self.config()?;
+        let master_settings = self.master_settings()?;
+        if let Topology::Cluster(seeds) = &self.topology {
+            return self.build_cluster(config, seeds);
+        }
+        // What each master is called in messages, how it is reached, and the TLS set-up.
+        type Masters = (
+            Vec<String>,
+            Vec<ConnectionInfo>,
+            Option<Arc<Sentinel>>,
+            Option<Arc<Tls>>,
+        );
+        let (names, infos, resolver, tls): Masters = match &self.topology {
+            Topology::Single(url) => {
+                let infos = vec![conn::parse_url(url)?];
+                let tls = self.tls_setup(&infos)?;
+                (vec![conn::server_name(&infos[0])], infos, None, tls)
+            }
+            Topology::Quorum(urls) => {
+                let infos = urls
+                    .iter()
+                    .map(|u| conn::parse_url(u))
+                    .collect::<Result<Vec<_>>>()?;
+                let tls = self.tls_setup(&infos)?;
+                (
+                    infos.iter().map(conn::server_name).collect(),
+                    infos,
+                    None,
+                    tls,
+                )
+            }
+            Topology::Cluster(_) => {
+                return Err(Error::config(
+                    "seeds",
+                    "a cluster client is built on its own path",
+                ));
+            }
+            Topology::Sentinel { sentinels, master } => {
+                let sentinel_infos = sentinels
+                    .iter()
+                    .map(|u| conn::parse_url(u))
+                    .collect::<Result<Vec<_>>>()?;
+                // The master is reached over TLS exactly when the sentinels are.
+                let tls = self.tls_setup(&sentinel_infos)?;
+                let sentinel = Arc::new(Sentinel::new(
+                    sentinels,
+                    sentinel_infos.clone(),
+                    master,
+                    config.timeouts,
+                    master_settings,
+                    tls.as_deref(),
+                )?);
+                // A TLS failure with the sentinels is named like one with a master.
+                let info = sentinel
+                    .resolve(Deadline::after(config.one_call()), true)
+                    .map_err(|e| {
+                        diagnose::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
+                    })?;
+                (
+                    vec![format!("the Sentinel master `{master}`")],
+                    vec![info],
+                    Some(sentinel),
+                    tls,
+                )
+            }
+        };
+        // A quorum's connections open within the per-master timeout, so that a stalled
+        // master delays a call by no more than that.
+        let quorum_timeout = match self.topology {
+            Topology::Quorum(_) => Some(self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT)),
+            _ => None,
+        };
+        let (call_timeout, node_timeouts) = match quorum_timeout {
+            Some(t) => (
+                t,
+                Timeouts {
+                    connect: config
+                        .timeouts
+                        .connect
+                        .min(t.max(Duration::from_millis(50))),
+                    command: config.timeouts.command,
+                },
+            ),
+            None => (config.timeouts.command, config.timeouts),
+        };
+        let nodes = infos
+            .iter()
+            .zip(names)
+            .map(|(info, name)| {
+                let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
+                let pool = match &resolver {
+                    Some(r) => pool.with_resolver(Arc::clone(r) as Arc<dyn Resolve>),
+                    None => pool,
+                };
+                Ok(Node::new(name, pool))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let backend = Arc::new(
+            Backend::new(
+                nodes,
+                call_timeout,
+                config.timeouts.command,
+                self.drift_factor,
+            )
+            .with_wait_replicas(config.wait_replicas),
+        );
+        // Connect eagerly, so that a wrong address fails here and not in the first lock().
+        backend
+            .ping(Deadline::after(config.one_call()))
+            .map_err(|e| match resolver {
+                Some(_) => conn::auth_hint(
+                    e,
+                    "the Sentinel master",
+                    "its credentials are set with master_auth (a sentinel URL's own \
+                     user:password are the sentinel's)",
+                ),
+                None => e,
+            })
+            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), node_timeouts))?;
+        warn_if_locks_evictable(&backend);
+        let (subscriber, reader) = Subscriber::connect(
+            infos,
+            node_timeouts,
+            tls,
+            resolver.clone().map(|r| r as Arc<dyn Resolve>),
+        )?;
+        if let Some(r) = &resolver {
+            // When the command side finds the master elsewhere, the pub/sub connection follows.
+            let sub = Arc::downgrade(&subscriber);
+            r.on_switch(move || {
+                if let Some(s) = sub.upgrade() {
+                    s.reconnect_now();
+                }
+            });
+        }
+        let core = Core::start(config, backend, subscriber, reader, self.on_lost)?;
+        Ok(Client { core })
+    }
+
+    /// Connects to a Redis Cluster: the slot map from a seed, every master's `PING`, then the
+    /// client's threads (the pub/sub connections open when waiters need them).
+    fn build_cluster(&self, config: Config, seeds: &[String]) -> Result<Client> {
+        let infos = seeds
+            .iter()
+            .map(|u| conn::parse_url(u))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(bad) = infos.iter().find(|i| {
+            !matches!(
+                i.addr(),
+                ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. }
+            )
+        }) {
+            return Err(Error::InvalidUrl {
+                reason: format!("a cluster node needs a TCP address, not {}", bad.addr()),
+            });
+        }
+        if infos.iter().any(|i| i.redis_settings().db() != 0) {
+            return Err(Error::config("seeds", "a cluster has database 0 only"));
+        }
+        let tls = self.tls_setup(&infos)?;
+        if infos
+            .iter()
+            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+            != infos
+                .iter()
+                .all(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+        {
+            return Err(Error::config(
+                "seeds",
+                "must all be redis:// or all be rediss://",
+            ));
+        }
+        let cluster = Arc::new(Cluster::new(infos.clone(), config.timeouts, tls.clone())?);
+        let backend = Arc::new(Backend::for_cluster(
+            Arc::clone(&cluster),
+            config.timeouts.command,
+            self.drift_factor,
+        ));
+        backend
+            .ping(Deadline::after(config.one_call()))
+            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), config.timeouts))?;
+        warn_if_locks_evictable(&backend);
+        let (subscriber, reader) = Subscriber::sharded(cluster.clone(), config.timeouts, tls)?;
+        let sub = Arc::downgrade(&subscriber);
+        cluster.on_change(move || {
+            if let Some(s) = sub.upgrade() {
+                s.map_changed();
+            }
+        });
+        let core = Core::start(config, backend, subscriber, reader, self.on_lost.clone())?;
+        Ok(Client { core })
+    }
+}
+
+impl ClientBuilder {
+    /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
+    /// a warning once for `#insecure` URLs.
+    fn tls_setup(&self, infos: &[ConnectionInfo]) -> Result<Option<Arc<Tls>>> {
+        let (mut verified, mut insecure) = (false, false);
+        for info in infos {
+            if let ConnectionAddr::TcpTls { insecure: i, .. } = info.addr() {
+                if *i {
+                    insecure = true;
+                } else {
+                    verified = true;
+                }
+            }
+        }
+        if !verified && !insecure {
+            return Ok(None);
+        }
+        if insecure {
+            log::warn!(
+                "a rediss:// URL ends in #insecure: the server's certificate is NOT verified, \
+                 so anyone on the path can pose as that server"
+            );
+        }
+        Ok(Some(Arc::new(Tls::new(
+            self.tls.clone(),
+            verified,
+            insecure,
+        )?)))
+    }
+}
+
+/// Logs a warning for each master that may evict lock keys to make room: a `maxmemory` limit
+/// with a `maxmemory-policy` other than `noeviction`. Lock keys and fencing counters carry an
+/// expiry, so the `volatile-*` policies evict them as readily as the `allkeys-*` ones; an
+/// evicted lock key is a lock granted twice. Skipped quietly where `CONFIG GET` is refused
+/// (an ACL, a managed service).
+fn warn_if_locks_evictable(backend: &Backend) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory*");
+    for (master, reply) in backend.each_master(cmd) {
+        let settings = match reply {
+            Ok(v) => config_pairs(v),
+            Err(e) => {
+                log::debug!("CONFIG GET maxmemory* refused by {master}: {e}");
+                continue;
+            }
+        };
+        let get = |k: &str| {
+            settings
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let limit = get("maxmemory").and_then(|v| v.parse::<u64>().ok());
+        match (limit, get("maxmemory-policy")) {
+            (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
+                "Redis at {master} may evict lock keys: maxmemory-policy is {policy} with \
+                 maxmemory {limit}; use noeviction, or an evicted lock can be granted twice"
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The name/value pairs of a `CONFIG GET` reply (an array in RESP2, a map in RESP3).
+fn config_pairs(v: redis::Value) -> Vec<(String, String)> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
