@@ -42,8 +42,8 @@
 //! and the command encoding.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -52,10 +52,17 @@ use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::{self, SLOTS};
-use crate::protocol::scripts::{Call, Which};
+use crate::protocol::scripts::Call;
 use crate::subscriber::ShardMap;
-use crate::transport::conn::{self, Conn, Deadline, Pool, Timeouts, is_connection_error};
+use crate::transport::conn::{self, Deadline, Pool, Timeouts, is_connection_error};
 use crate::transport::tls::Tls;
+
+mod scripts;
+mod slots;
+
+use scripts::{load_scripts, packed};
+use slots::redirect;
+use slots::{Range, call_slot, parse_shards, parse_slots};
 
 /// The least time between two reads of the slot map prompted by failures.
 pub(crate) const REFRESH_GAP: Duration = Duration::from_millis(50);
@@ -74,29 +81,6 @@ const MAX_REDIRECTS: usize = 16;
 /// Retry backoff bounds after `TRYAGAIN`, `CLUSTERDOWN` or a lost connection.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(200);
-
-/// The scripts as a cluster runs them: `publish` is `spublish` (sharded pub/sub).
-static SHARDED: LazyLock<Vec<(Which, redis::Script, String)>> = LazyLock::new(|| {
-    Which::ALL
-        .iter()
-        .map(|&w| {
-            let source = sharded_source(w.source());
-            (w, redis::Script::new(&source), source)
-        })
-        .collect()
-});
-
-/// A script's source with every `publish` made a sharded `spublish`.
-pub(crate) fn sharded_source(source: &str) -> String {
-    source.replace("redis.call('publish'", "redis.call('spublish'")
-}
-
-fn sharded(which: Which) -> &'static (Which, redis::Script, String) {
-    SHARDED
-        .iter()
-        .find(|(w, ..)| *w == which)
-        .unwrap_or(&SHARDED[0])
-}
 
 /// One node (a master, as far as the map knows) and its pool.
 #[derive(Debug)]
@@ -139,170 +123,6 @@ impl std::fmt::Debug for Cluster {
             .field("epoch", &self.epoch.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-/// The slot and `host:port` of a `MOVED` or `ASK` reply's details (`3999 127.0.0.1:6381`).
-fn redirect(details: Option<&str>) -> Option<(u16, String, u16)> {
-    let mut parts = details?.split_whitespace();
-    let slot = parts.next()?.parse().ok()?;
-    let addr = parts.next()?;
-    let (host, port) = addr.rsplit_once(':')?;
-    Some((slot, host.to_owned(), port.parse().ok()?))
-}
-
-/// The bytes of a string reply.
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
-    }
-}
-
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        v => text(v)?.parse().ok(),
-    }
-}
-
-/// The pairs of a RESP2 flat array or a RESP3 map.
-fn pairs(v: &Value) -> Vec<(String, &Value)> {
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|kv| Some((text(kv.first()?)?, kv.get(1)?)))
-            .collect(),
-        Value::Map(kv) => kv.iter().filter_map(|(k, v)| Some((text(k)?, v))).collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// One master's slot ranges, from `CLUSTER SHARDS` or `CLUSTER SLOTS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Range {
-    pub(crate) start: u16,
-    pub(crate) end: u16,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-}
-
-/// Parses `CLUSTER SHARDS`: each shard's slot ranges and its master (`tls` picks the
-/// `tls-port`).
-pub(crate) fn parse_shards(v: &Value, tls: bool) -> Option<Vec<Range>> {
-    let Value::Array(shards) = v else { return None };
-    let mut out = Vec::new();
-    for shard in shards {
-        let fields = pairs(shard);
-        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
-        let Some(Value::Array(slots)) = get("slots") else {
-            return None;
-        };
-        let Some(Value::Array(nodes)) = get("nodes") else {
-            return None;
-        };
-        let master = nodes.iter().map(pairs).find(|n| {
-            let f = |k: &str| n.iter().find(|(x, _)| x == k).and_then(|(_, v)| text(v));
-            f("role").as_deref() == Some("master") && f("health").as_deref() != Some("fail")
-        });
-        let Some(master) = master else { continue };
-        let f = |k: &str| master.iter().find(|(x, _)| x == k).map(|(_, v)| *v);
-        // An empty or unknown endpoint means the node that was asked (see `read_map`).
-        let host = f("endpoint")
-            .and_then(text)
-            .filter(|h| !h.is_empty() && h != "?")
-            .or_else(|| f("ip").and_then(text))
-            .unwrap_or_default();
-        let port = if tls { f("tls-port") } else { f("port") }
-            .or_else(|| f("port"))
-            .and_then(int)?;
-        for pair in slots.chunks(2) {
-            let (Some(s), Some(e)) = (pair.first().and_then(int), pair.get(1).and_then(int)) else {
-                return None;
-            };
-            out.push(Range {
-                start: u16::try_from(s).ok()?,
-                end: u16::try_from(e).ok()?,
-                host: host.clone(),
-                port: u16::try_from(port).ok()?,
-            });
-        }
-    }
-    Some(out)
-}
-
-/// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replicas...], ...]`.
-pub(crate) fn parse_slots(v: &Value) -> Option<Vec<Range>> {
-    let Value::Array(ranges) = v else { return None };
-    let mut out = Vec::new();
-    for r in ranges {
-        let Value::Array(items) = r else { return None };
-        let Some(Value::Array(master)) = items.get(2) else {
-            return None;
-        };
-        out.push(Range {
-            start: u16::try_from(int(items.first()?)?).ok()?,
-            end: u16::try_from(int(items.get(1)?)?).ok()?,
-            host: text(master.first()?)?,
-            port: u16::try_from(int(master.get(1)?)?).ok()?,
-        });
-    }
-    Some(out)
-}
-
-/// The slot of a script call (or of a one-key command): its first key.
-pub(crate) fn call_slot(cmd: &redis::Cmd) -> u16 {
-    let args: Vec<&[u8]> = cmd
-        .args_iter()
-        .filter_map(|a| match a {
-            redis::Arg::Simple(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let first = args.first().map(|a| a.to_ascii_uppercase());
-    let key = match first.as_deref() {
-        Some(b"EVALSHA" | b"EVAL" | b"FCALL") => args.get(3),
-        _ => args.get(1),
-    };
-    key.map_or(0, |k| keys::slot(&String::from_utf8_lossy(k)))
-}
-
-/// `call` as a cluster runs it: `EVALSHA` of the sharded script.
-fn packed(call: &Call) -> Vec<u8> {
-    let mut cmd = redis::Cmd::new();
-    for (i, a) in call.cmd.args_iter().enumerate() {
-        if let redis::Arg::Simple(b) = a {
-            if i == 1 && call.cmd.args_iter().next().is_some_and(is_evalsha) {
-                cmd.arg(sharded(call.which).1.get_hash());
-            } else {
-                cmd.arg(b);
-            }
-        }
-    }
-    cmd.get_packed_command()
-}
-
-fn is_evalsha(a: redis::Arg<&[u8]>) -> bool {
-    matches!(a, redis::Arg::Simple(b) if b.eq_ignore_ascii_case(b"EVALSHA"))
-}
-
-/// Loads every sharded script on `con`.
-fn load_scripts(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<()> {
-    let mut packed = Vec::new();
-    for (_, _, source) in SHARDED.iter() {
-        redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(source)
-            .write_packed_command(&mut packed);
-    }
-    con.send(&packed, timeout, by)?;
-    for _ in SHARDED.iter() {
-        if let Value::ServerError(e) = con.recv(timeout, by)? {
-            return Err(Error::Redis(e.into()));
-        }
-    }
-    Ok(())
 }
 
 /// What one try of a command on one node came to.
@@ -834,210 +654,5 @@ impl ShardMap for Cluster {
 
     fn learn_moved(&self, details: Option<&str>) {
         Cluster::learn_moved(self, details)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::keys::LockKeys;
-    use crate::protocol::scripts;
-
-    #[test]
-    fn redirect_details_parse() {
-        assert_eq!(
-            redirect(Some("3999 127.0.0.1:6381")),
-            Some((3999, "127.0.0.1".into(), 6381))
-        );
-        assert_eq!(redirect(Some("1 ::1:7000")), Some((1, "::1".into(), 7000)));
-        assert_eq!(redirect(Some("x 127.0.0.1:1")), None);
-        assert_eq!(redirect(None), None);
-    }
-
-    #[test]
-    fn sharded_scripts_publish_with_spublish_only() {
-        for w in Which::ALL {
-            let s = sharded_source(w.source());
-            assert!(!s.contains("redis.call('publish'"), "{w:?}");
-            if w.source().contains("redis.call('publish'") {
-                assert!(s.contains("redis.call('spublish'"), "{w:?}");
-                assert_ne!(
-                    sharded(w).1.get_hash(),
-                    redis::Script::new(w.source()).get_hash()
-                );
-            }
-        }
-    }
-
-    /// Every key and channel of every lock type's call hashes to the lock's one slot, for
-    /// many names: plain, with braces in any place, percent signs and non-ASCII.
-    #[test]
-    fn every_key_and_channel_of_a_lock_share_its_slot() {
-        let mut names: Vec<String> = [
-            "a",
-            "{",
-            "}",
-            "{}",
-            "}{",
-            "{a}",
-            "a{b}c",
-            "{{x}}",
-            "%7B",
-            "%",
-            "a}b{c",
-            "é ü 名前",
-            "{名前}",
-            "🔒{🔑}",
-            "x{}y",
-            "  ",
-            "*?[]",
-            "\n{\t}",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let alphabet: Vec<char> = "ab{}%:é名🔒 ".chars().collect();
-        for _ in 0..2000 {
-            let len = (x % 12 + 1) as usize;
-            let mut s = String::new();
-            for _ in 0..len {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                s.push(alphabet[(x % alphabet.len() as u64) as usize]);
-            }
-            names.push(s);
-        }
-        let holder = scripts::Holder {
-            owner: "o",
-            acquisition: "g",
-        };
-        let lease = Duration::from_secs(1);
-        for name in &names {
-            for prefix in ["locksmith:", "", "p%:"] {
-                let k = LockKeys::new(prefix, name);
-                let calls = [
-                    scripts::acquire(&k, "o", lease, "r", None, 0),
-                    scripts::release(&k, holder, "r", 0, scripts::Level::Outermost),
-                    scripts::renew(&k, holder, lease, 0),
-                    scripts::fair(&k, "renew", holder, lease, &[]),
-                    scripts::sem(&k, "renew", holder, lease, &[]),
-                    scripts::rw(&k, "renew", holder, lease, &[]),
-                ];
-                for call in &calls {
-                    let args: Vec<String> = call
-                        .cmd
-                        .args_iter()
-                        .filter_map(|a| match a {
-                            redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                            _ => None,
-                        })
-                        .collect();
-                    let nkeys: usize = args[2].parse().unwrap_or(0);
-                    for key in &args[3..3 + nkeys] {
-                        assert_eq!(keys::slot(key), k.slot, "{name:?}: key {key:?}");
-                    }
-                    // Every argument naming a channel or key of this lock (they start with
-                    // the prefix and the tag) is in the slot too.
-                    let base = k.lock.strip_suffix(":lock").unwrap_or(&k.lock);
-                    for a in &args[3 + nkeys..] {
-                        if a.starts_with(base) {
-                            assert_eq!(keys::slot(a), k.slot, "{name:?}: argument {a:?}");
-                        }
-                    }
-                    assert_eq!(call_slot(&call.cmd), k.slot);
-                }
-                assert_eq!(keys::slot(&k.channel), k.slot);
-                // A fair mutex's grant channels are the release channel plus a waiter id.
-                assert_eq!(keys::slot(&format!("{}abc-123", k.channel)), k.slot);
-            }
-        }
-    }
-
-    #[test]
-    fn cluster_slots_and_shards_parse() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let slots = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(5460),
-            Value::Array(vec![bulk("127.0.0.1"), Value::Int(7000), bulk("id1")]),
-            Value::Array(vec![bulk("127.0.0.1"), Value::Int(7003), bulk("id4")]),
-        ])]);
-        assert_eq!(
-            parse_slots(&slots),
-            Some(vec![Range {
-                start: 0,
-                end: 5460,
-                host: "127.0.0.1".into(),
-                port: 7000
-            }])
-        );
-        let node = |port: i64, role: &str| {
-            Value::Array(vec![
-                bulk("id"),
-                bulk("x"),
-                bulk("port"),
-                Value::Int(port),
-                bulk("ip"),
-                bulk("127.0.0.1"),
-                bulk("endpoint"),
-                bulk("127.0.0.1"),
-                bulk("role"),
-                bulk(role),
-                bulk("health"),
-                bulk("online"),
-            ])
-        };
-        let shards = Value::Array(vec![Value::Array(vec![
-            bulk("slots"),
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(10),
-                Value::Int(20),
-                Value::Int(30),
-            ]),
-            bulk("nodes"),
-            Value::Array(vec![node(7003, "replica"), node(7000, "master")]),
-        ])]);
-        let r = parse_shards(&shards, false).unwrap_or_default();
-        assert_eq!(r.len(), 2);
-        assert_eq!((r[0].start, r[0].end, r[0].port), (0, 10, 7000));
-        assert_eq!((r[1].start, r[1].end, r[1].port), (20, 30, 7000));
-    }
-
-    /// Valkey keeps a master that failed over in its shard, as `role master` with
-    /// `health fail`, before or after the promoted one: the promoted one is the master.
-    #[test]
-    fn a_failed_master_is_not_taken_for_the_shards_master() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let node = |port: i64, health: &str| {
-            Value::Array(vec![
-                bulk("port"),
-                Value::Int(port),
-                bulk("ip"),
-                bulk("127.0.0.1"),
-                bulk("endpoint"),
-                bulk("127.0.0.1"),
-                bulk("role"),
-                bulk("master"),
-                bulk("health"),
-                bulk(health),
-            ])
-        };
-        for nodes in [
-            vec![node(7000, "fail"), node(7003, "online")],
-            vec![node(7003, "online"), node(7000, "fail")],
-        ] {
-            let shards = Value::Array(vec![Value::Array(vec![
-                bulk("slots"),
-                Value::Array(vec![Value::Int(0), Value::Int(16383)]),
-                bulk("nodes"),
-                Value::Array(nodes),
-            ])]);
-            let r = parse_shards(&shards, false).unwrap_or_default();
-            assert_eq!(r.len(), 1);
-            assert_eq!(r[0].port, 7003);
-        }
     }
 }
