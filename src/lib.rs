@@ -227,8 +227,9 @@
 //!
 //! Through the [`log`] crate; never a token, an owner id or a password (a URL is shown as
 //! `host:port`, or with its credentials replaced by `***`). Each line's target is the module
-//! that logs it, under `locksmith` (`locksmith::renewal`, `locksmith::subscriber`, ...), so
-//! `locksmith=debug` selects them all. With [`env_logger`](https://docs.rs/env_logger), say:
+//! that logs it (a file split out of a module for reading keeps that module's target), under
+//! `locksmith` (`locksmith::renewal`, `locksmith::subscriber`, ...), so `locksmith=debug`
+//! selects them all. With [`env_logger`](https://docs.rs/env_logger), say:
 //!
 //! ```text
 //! // main.rs

@@ -5,6 +5,9 @@
 //! Apart from the builder's options (`builder.rs`) because this is where the client meets
 //! Redis: the topology is made, the first connections open within their bounds, and the two
 //! threads start. The options only record and check settings, and do no I/O.
+//!
+//! Its log lines keep the parent's target, `locksmith::client::builder`: operators filter on
+//! the targets that "Log levels" in the crate docs lists.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,6 +254,7 @@ impl ClientBuilder {
         }
         if insecure {
             log::warn!(
+                target: "locksmith::client::builder",
                 "a rediss:// URL ends in #insecure: the server's certificate is NOT verified, \
                  so anyone on the path can pose as that server"
             );
@@ -275,7 +279,10 @@ fn warn_if_locks_evictable(backend: &Backend) {
         let settings = match reply {
             Ok(v) => config_pairs(v),
             Err(e) => {
-                log::debug!("CONFIG GET maxmemory* refused by {master}: {e}");
+                log::debug!(
+                    target: "locksmith::client::builder",
+                    "CONFIG GET maxmemory* refused by {master}: {e}"
+                );
                 continue;
             }
         };
@@ -288,6 +295,7 @@ fn warn_if_locks_evictable(backend: &Backend) {
         let limit = get("maxmemory").and_then(|v| v.parse::<u64>().ok());
         match (limit, get("maxmemory-policy")) {
             (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
+                target: "locksmith::client::builder",
                 "Redis at {master} may evict lock keys: maxmemory-policy is {policy} with \
                  maxmemory {limit}; use noeviction, or an evicted lock can be granted twice"
             ),

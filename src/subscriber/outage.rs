@@ -4,6 +4,9 @@
 //! Apart from the threads' loops because it is a policy of its own (how often a condition
 //! that lasts is reported), shared by the single-server loop (`single.rs`) and the cluster's
 //! (`shards.rs`, one per master), and tested with synthetic instants: it reads no clock.
+//!
+//! Its log lines keep the parent's target, `locksmith::subscriber`: operators filter on
+//! the targets that "Log levels" in the crate docs lists.
 
 use std::time::{Duration, Instant};
 
@@ -35,7 +38,10 @@ impl Outage {
         self.since = Some(now);
         self.tries = 0;
         self.reported = Some(now);
-        log::warn!("pub/sub connection to {server} lost: {e}; reconnecting");
+        log::warn!(
+            target: "locksmith::subscriber",
+            "pub/sub connection to {server} lost: {e}; reconnecting"
+        );
     }
 
     /// A try to reconnect to `server` failed at `now`; the next one is in `retry_in` (if
@@ -54,8 +60,18 @@ impl Outage {
         }
         self.tries = self.tries.saturating_add(1);
         match retry_in {
-            Some(d) => log::debug!("pub/sub reconnect to {server} failed (retrying in {d:?}): {e}"),
-            None => log::debug!("pub/sub reconnect to {server} failed: {e}"),
+            Some(d) => {
+                log::debug!(
+                    target: "locksmith::subscriber",
+                    "pub/sub reconnect to {server} failed (retrying in {d:?}): {e}"
+                )
+            }
+            None => {
+                log::debug!(
+                    target: "locksmith::subscriber",
+                    "pub/sub reconnect to {server} failed: {e}"
+                )
+            }
         }
         let due = self
             .reported
@@ -68,6 +84,7 @@ impl Outage {
             .since
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         log::warn!(
+            target: "locksmith::subscriber",
             "pub/sub connection to {server} still down after {:?} ({} tries; waiters re-check \
              their locks meanwhile): {e}",
             Duration::from_secs(down.as_secs()),
@@ -80,6 +97,7 @@ impl Outage {
     pub(crate) fn restored(&mut self, server: &str, now: Instant) {
         if let Some(t) = self.since.take() {
             log::info!(
+                target: "locksmith::subscriber",
                 "pub/sub connection to {server} restored after {:.1?} ({} failed tries); \
                  waiters re-check their locks",
                 now.saturating_duration_since(t),

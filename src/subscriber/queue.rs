@@ -5,6 +5,9 @@
 //! Apart because both sides of the subscriber use it: the waiting threads (`waiter.rs`) sleep
 //! on it, and the thread's loops (`single.rs`, `shards.rs`) deliver release messages and
 //! confirmations to it. It knows nothing of connections.
+//!
+//! Its log lines keep the parent's target, `locksmith::subscriber`: operators filter on
+//! the targets that "Log levels" in the crate docs lists.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -182,7 +185,7 @@ impl Channel {
             st.confirmed = true;
             st.wake_leader();
         } else {
-            log::debug!("pub/sub confirmation out of order");
+            log::debug!(target: "locksmith::subscriber", "pub/sub confirmation out of order");
         }
     }
 }

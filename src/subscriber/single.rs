@@ -4,6 +4,9 @@
 //!
 //! Apart from the shared state and the waiters' entry points (the parent module) because it
 //! is the thread's own loop; a Cluster client runs `shards.rs` instead.
+//!
+//! Its log lines keep the parent's target, `locksmith::subscriber`: operators filter on
+//! the targets that "Log levels" in the crate docs lists.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -69,7 +72,7 @@ impl Subscriber {
                 self.disconnected();
             }
         }
-        log::debug!("subscriber thread stopped");
+        log::debug!(target: "locksmith::subscriber", "subscriber thread stopped");
     }
 
     /// Reads and handles one reply, or notices an idle connection. A read timeout, between
@@ -121,19 +124,22 @@ impl Subscriber {
                 // Either way it answers our `UNSUBSCRIBE`, not a `SUBSCRIBE`: the pending
                 // ones stay pending.
                 if e.kind() == Some(ServerErrorKind::NoSub) {
-                    log::debug!("pub/sub: {e}");
+                    log::debug!(target: "locksmith::subscriber", "pub/sub: {e}");
                     return;
                 }
                 let refused = table.pending.pop_front();
                 drop(table);
                 match refused {
                     Some(ch) => {
-                        log::warn!("SUBSCRIBE {} refused: {e}; its waiters re-check", ch.name);
+                        log::warn!(
+                            target: "locksmith::subscriber",
+                            "SUBSCRIBE {} refused: {e}; its waiters re-check", ch.name
+                        );
                         let mut st = ch.state.lock();
                         st.refused = true;
                         st.wake_leader();
                     }
-                    None => log::warn!("pub/sub error reply: {e}"),
+                    None => log::warn!(target: "locksmith::subscriber", "pub/sub error reply: {e}"),
                 }
             }
             return;
