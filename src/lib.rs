@@ -292,14 +292,14 @@
 //!
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `transport/`: sockets to one server (`tls.rs`, `conn.rs`, `pubsub.rs`, `diagnose.rs`).
-//! - `subscriber.rs`, `subscriber/`: the `locksmith-pubsub` thread and the local waiter queues.
+//! - `subscriber{.rs,/}`: waiter queues (`queue`, `waiter`), pub/sub thread (`single`, `shards`).
 //! - `protocol/`: key names, the Lua scripts and their replies, a hold's record, a grant.
-//! - `topology/`: how a call reaches the masters: one or a quorum, Sentinel, Cluster.
+//! - `topology/`: how a call reaches the masters: one or a quorum, Sentinel, Cluster (`cluster/`).
 //! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
 //! - `client/shared.rs`: the client's core: its settings, shared state and two threads.
 //! - `locks/{time,wait,family,lease}.rs`: deadlines, retries and sleeps, family keys, leases.
 //! - `locks/mutex/`, `locks/{multi,fair_mutex,rwlock,semaphore}.rs`: the lock types, side by side.
-//! - `client/{builder,mod}.rs`, `redlock.rs`: [`ClientBuilder`], [`Client`], [`Redlock`].
+//! - `client/{builder,connect,mod}.rs`, `redlock.rs`: [`ClientBuilder`], [`Client`], [`Redlock`].
 
 mod client;
 mod error;

@@ -1,5 +1,6 @@
-//! [`Client`]: a handle on one deployment, which makes the lock handles. How a client is made
-//! is in `builder.rs`; what its clones, locks and threads share is in `shared.rs`.
+//! [`Client`]: a handle on one deployment, which makes the lock handles. A client's settings
+//! are in `builder.rs`, how it connects is in `connect.rs`; what its clones, locks and threads
+//! share is in `shared.rs`.
 
 use std::sync::Arc;
 

@@ -26,6 +26,8 @@ pub(crate) type Gift = Box<dyn Any + Send>;
 /// before it wakes the leader (see [`Registration::arm`]): the leader's next acquire, so that
 /// it does not wait for the thread hop. Opaque here: the lock layer primes it, and reads the
 /// reply once woken. It must not block beyond a write on an idle socket.
+///
+/// [`Registration::arm`]: super::Registration::arm
 pub(crate) struct Shot(pub(crate) Box<dyn FnOnce() + Send>);
 
 impl std::fmt::Debug for Shot {
@@ -62,6 +64,8 @@ pub(super) struct ChannelState {
     pub(super) broadcast: bool,
     /// What a thread handed to the leader (see [`Subscriber::offer`]): it belongs to
     /// whoever leads the queue, and passes to the next leader when the leader leaves.
+    ///
+    /// [`Subscriber::offer`]: super::Subscriber::offer
     pub(super) gift: Option<Gift>,
     /// On a cluster: the node (`host:port`) the channel is `SSUBSCRIBE`d on (or being).
     pub(super) shard: Option<String>,
@@ -70,8 +74,12 @@ pub(super) struct ChannelState {
     pub(super) down: bool,
     /// A thread of this client releases (or just released) the lock through Redis and lets
     /// others go first (see [`Subscriber::give_way`]).
+    ///
+    /// [`Subscriber::give_way`]: super::Subscriber::give_way
     pub(super) yielding: Option<Yielding>,
     /// The leader's shot, to fire on the next release message (see [`Registration::arm`]).
+    ///
+    /// [`Registration::arm`]: super::Registration::arm
     pub(super) shot: Option<Shot>,
     /// The subscriber thread is firing the shot (outside this lock): the leader waits for
     /// it to end before it reads what the shot left.

@@ -24,7 +24,7 @@
 //! - **Sharded pub/sub.** On a cluster the scripts publish with `SPUBLISH` (the same scripts
 //!   with `publish` replaced by `spublish`, under their own SHA1), so a release reaches only
 //!   the shard that owns the lock's slot; the pub/sub thread `SSUBSCRIBE`s each channel on
-//!   its slot's master (see `subscriber.rs`).
+//!   its slot's master (see `subscriber/shards.rs`).
 //! - **Renewal** calls (one slot each) are pipelined per master; a call that meets a
 //!   redirection or a failed connection is retried alone through the routing above, within
 //!   the batch's budget.
@@ -40,6 +40,15 @@
 //! is computed by `keys.rs` (CRC16/XMODEM, checked against `CLUSTER KEYSLOT`); what is used
 //! from the crate is the connection, the RESP parser, the error kinds (`MOVED`, `ASK`, ...)
 //! and the command encoding.
+//!
+//! # Files
+//!
+//! This file holds the cluster's state (the slot map, the nodes and their pools), the map's
+//! reading, and the routing of calls. Apart from it:
+//!
+//! - `cluster/slots.rs`: the replies that name slots (`CLUSTER SHARDS`, `CLUSTER SLOTS`,
+//!   `MOVED`, `ASK`) parsed, and the slot of a call.
+//! - `cluster/scripts.rs`: the scripts with `spublish`, packed and loaded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
