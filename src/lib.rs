@@ -290,6 +290,7 @@
 //! above it in this list, never one below, and no file imports a file that imports it back
 //! (`tests/layers.rs` checks both).
 //!
+//! - `stats.rs`: the client's counters ([`Stats`]) and their metrics.
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `transport/`: sockets to one server (`tls.rs`, `conn.rs`, `pubsub.rs`, `diagnose.rs`).
 //! - `subscriber{.rs,/}`: waiter queues (`queue`, `waiter`), pub/sub thread (`single`, `shards`).
@@ -307,6 +308,7 @@ mod locks;
 mod protocol;
 mod redlock;
 mod renewal;
+mod stats;
 mod subscriber;
 mod topology;
 mod transport;
@@ -323,6 +325,7 @@ pub use protocol::keys::MAX_NAME_LEN;
 #[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
 pub use renewal::{LeaseKind, LostLease};
+pub use stats::{Histogram, Stats};
 
 /// The Rust snippets of the README and of `docs/*.md`, compiled (and run where they need no
 /// server) as doctests, so that a snippet that no longer compiles fails the build.

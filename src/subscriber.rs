@@ -92,6 +92,7 @@ use parking_lot::Mutex;
 use redis::{ConnectionInfo, Value};
 
 use crate::error::Result;
+use crate::stats::{self, Counters};
 use crate::transport::conn::{Deadline, Resolve, Timeouts, server_name};
 use crate::transport::pubsub::{ReadHalf, Stream, encode, open_any};
 use crate::transport::tls::Tls;
@@ -203,6 +204,8 @@ pub(crate) struct Subscriber {
     sharded: Option<shards::Sharded>,
     /// The server listened on last, for log lines (a cluster's name theirs per node).
     server: Mutex<String>,
+    /// The client's counters (reconnects).
+    counters: Arc<Counters>,
 }
 
 /// The read side handed to the thread.
@@ -225,6 +228,7 @@ impl Subscriber {
         timeouts: Timeouts,
         tls: Option<Arc<Tls>>,
         resolver: Option<Arc<dyn Resolve>>,
+        counters: Arc<Counters>,
     ) -> Result<(Arc<Self>, Reader)> {
         let (reader, writer, current) = open_any(&infos, 0, timeouts, tls.as_deref())?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
@@ -243,6 +247,7 @@ impl Subscriber {
             stop: AtomicBool::new(false),
             stop_tx: Mutex::new(Some(stop_tx)),
             sharded: None,
+            counters,
         });
         Ok((
             sub,
@@ -259,6 +264,7 @@ impl Subscriber {
         cluster: Arc<dyn ShardMap>,
         timeouts: Timeouts,
         tls: Option<Arc<Tls>>,
+        counters: Arc<Counters>,
     ) -> Result<(Arc<Self>, Reader)> {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let sub = Arc::new(Subscriber {
@@ -275,6 +281,7 @@ impl Subscriber {
             stop: AtomicBool::new(false),
             stop_tx: Mutex::new(Some(stop_tx)),
             sharded: Some(shards::Sharded::new(cluster)?),
+            counters,
         });
         Ok((
             sub,
@@ -333,6 +340,7 @@ impl Subscriber {
 
     /// Joins the local queue of `channel`, subscribing it if this is its first waiter.
     pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Registration {
+        stats::note_wait();
         let me = Arc::new(Waiter {
             thread: thread::current(),
         });

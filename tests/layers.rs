@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 /// files of its own layer and of the layers below; in a side-by-side layer, each entry is a
 /// room that names no other room of the layer.
 const LAYERS: &[Layer] = &[
+    Layer::new("counters", &["stats.rs"]),
     Layer::new("error", &["error.rs"]),
     Layer::new("transport", &["transport/"]),
     Layer::new("pub/sub", &["subscriber.rs", "subscriber/"]),

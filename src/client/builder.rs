@@ -114,6 +114,8 @@ pub struct ClientBuilder {
     local_handoff_max_count: u32,
     local_handoff_max_time: Duration,
     local_handoff_give_way: Duration,
+    /// The metrics carry the lock's name as a label.
+    pub(super) metrics_lock_names: bool,
 }
 
 /// The credentials of a master found through Sentinel (the password never printed).
@@ -735,6 +737,7 @@ impl Client {
             local_handoff_max_count: 16,
             local_handoff_max_time: Duration::from_millis(10),
             local_handoff_give_way: Duration::from_millis(5),
+            metrics_lock_names: false,
         }
     }
 }

@@ -18,6 +18,7 @@ use super::Client;
 use super::builder::{ClientBuilder, DEFAULT_MASTER_TIMEOUT, Topology};
 use super::shared::{Config, Core};
 use crate::error::{Error, Result};
+use crate::stats::Counters;
 use crate::subscriber::Subscriber;
 use crate::topology::backend::{Backend, Node};
 use crate::topology::cluster::Cluster;
@@ -161,11 +162,13 @@ impl ClientBuilder {
             })
             .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
+        let counters = Arc::new(Counters::new(self.metrics_lock_names));
         let (subscriber, reader) = Subscriber::connect(
             infos,
             node_timeouts,
             tls,
             resolver.clone().map(|r| r as Arc<dyn Resolve>),
+            Arc::clone(&counters),
         )?;
         if let Some(r) = &resolver {
             // When the command side finds the master elsewhere, the pub/sub connection follows.
@@ -176,7 +179,7 @@ impl ClientBuilder {
                 }
             });
         }
-        let core = Core::start(config, backend, subscriber, reader, self.on_lost)?;
+        let core = Core::start(config, backend, subscriber, reader, self.on_lost, counters)?;
         Ok(Client { core })
     }
 
@@ -223,14 +226,23 @@ impl ClientBuilder {
             .ping(Deadline::after(config.one_call()))
             .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), config.timeouts))?;
         warn_if_locks_evictable(&backend);
-        let (subscriber, reader) = Subscriber::sharded(cluster.clone(), config.timeouts, tls)?;
+        let counters = Arc::new(Counters::new(self.metrics_lock_names));
+        let (subscriber, reader) =
+            Subscriber::sharded(cluster.clone(), config.timeouts, tls, Arc::clone(&counters))?;
         let sub = Arc::downgrade(&subscriber);
         cluster.on_change(move || {
             if let Some(s) = sub.upgrade() {
                 s.map_changed();
             }
         });
-        let core = Core::start(config, backend, subscriber, reader, self.on_lost.clone())?;
+        let core = Core::start(
+            config,
+            backend,
+            subscriber,
+            reader,
+            self.on_lost.clone(),
+            counters,
+        )?;
         Ok(Client { core })
     }
 }

@@ -11,6 +11,7 @@ use crate::locks::mutex::Mutex;
 use crate::locks::rwlock::RwLock;
 use crate::locks::semaphore::Semaphore;
 use crate::protocol::keys::{self, LockKeys};
+use crate::stats::Stats;
 use shared::Core;
 
 pub(crate) mod builder;
@@ -202,5 +203,35 @@ impl Client {
     /// How many masters must grant a lock: a majority (`masters() / 2 + 1`).
     pub fn quorum(&self) -> usize {
         self.masters() / 2 + 1
+    }
+
+    /// What this client counted of its locks' activity since it was built: acquisitions
+    /// (local hand-offs, contended ones), calls that timed out, lost leases, renewals,
+    /// pub/sub reconnects, and the distributions of wait and hold times. [`Stats`] says
+    /// precisely what each counts.
+    ///
+    /// Every clone of the client, and every lock and guard made from it, counts into the
+    /// same counters. Cheap: it reads a few hundred relaxed atomics, sends nothing to Redis
+    /// and takes no lock that a lock call takes; counting costs each lock call a few relaxed
+    /// atomic additions.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// client.mutex("report")?.lock()?.unlock()?;
+    /// let stats = client.stats();
+    /// println!(
+    ///     "{} acquired ({} contended), wait p99 {:?}, hold max {:?}",
+    ///     stats.acquired,
+    ///     stats.contended,
+    ///     stats.wait.p99(),
+    ///     stats.hold.max()
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.core.shared().stats.snapshot()
     }
 }

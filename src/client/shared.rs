@@ -17,6 +17,7 @@ use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::Kind;
 use crate::renewal::{self, Inbox, LostHook};
+use crate::stats::{Counters, LockType};
 use crate::subscriber::{Reader, Subscriber};
 use crate::topology::backend::Backend;
 use crate::transport::conn::Timeouts;
@@ -109,6 +110,8 @@ pub(crate) struct Shared {
     pub(crate) backend: Arc<Backend>,
     pub(crate) subscriber: Arc<Subscriber>,
     renewals: Arc<Inbox>,
+    /// What the client counts (see [`Stats`](crate::Stats)).
+    pub(crate) stats: Arc<Counters>,
     /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
     holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
 }
@@ -160,6 +163,8 @@ impl Shared {
     /// server names one acquisition only) and is reported.
     pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) {
         let slot = (hold.keys.lock.clone(), thread_seq());
+        self.stats
+            .acquired_locally(LockType::Mutex, &hold.keys.name);
         let old = self.holds.lock().insert(slot, Arc::downgrade(hold));
         if let Some(old) = old.and_then(|w| w.upgrade()) {
             self.report_lost(&old);
@@ -377,15 +382,22 @@ impl Core {
         subscriber: Arc<Subscriber>,
         reader: Reader,
         on_lost: Option<LostHook>,
+        stats: Arc<Counters>,
     ) -> Result<Core> {
         let backend_masters = backend.masters();
-        let (inbox, renewer) = renewal::renewer(Arc::clone(&backend), config.renew_every, on_lost);
+        let (inbox, renewer) = renewal::renewer(
+            Arc::clone(&backend),
+            config.renew_every,
+            on_lost,
+            Arc::clone(&stats),
+        );
         let shared = Arc::new(Shared {
             id: uuid::Uuid::new_v4().to_string(),
             config: config.clone(),
             backend: Arc::clone(&backend),
             subscriber: Arc::clone(&subscriber),
             renewals: inbox,
+            stats,
             holds: PlMutex::new(HashMap::new()),
         });
         let mut threads = Vec::with_capacity(2);

@@ -49,6 +49,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
+use crate::stats::LockType;
 use crate::transport::conn::Deadline;
 
 /// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
@@ -358,7 +359,16 @@ impl FairMutex {
 
     /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
     /// one attempt.
+    /// [`acquire_uncounted`](FairMutex::acquire_uncounted), counted in the client's
+    /// [`Stats`](crate::Stats).
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard>> {
+        let stats = &self.client.shared().stats;
+        stats.acquire(LockType::FairMutex, &self.keys.name, deadline, || {
+            self.acquire_uncounted(deadline)
+        })
+    }
+
+    fn acquire_uncounted(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard>> {
         let shared = self.client.shared();
         let owner = shared.owner();
         let request = request_id();

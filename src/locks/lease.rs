@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::client::shared::Core;
 use crate::error::Result;
 use crate::protocol::hold::Hold;
+use crate::stats::Held;
 use crate::transport::conn::Deadline;
 
 /// How a lock type releases one level of a hold of its own.
@@ -32,6 +33,8 @@ pub(crate) struct Lease {
     /// What a failed release on drop is called in its warning, before the lock's name:
     /// `lock`, `the read lock of`, `a permit of`.
     what: &'static str,
+    /// Counts the level as held until it ends (see [`Stats`](crate::Stats)).
+    _held: Option<Held>,
 }
 
 impl Lease {
@@ -41,11 +44,14 @@ impl Lease {
         hold: Arc<Hold>,
         what: &'static str,
     ) -> Self {
+        let stats = &lock.core().shared().stats;
+        let held = (hold.kind.lock_type()).map(|ty| stats.held(ty, &hold.keys.name));
         Lease {
             lock: Box::new(lock.clone()),
             hold,
             released: false,
             what,
+            _held: held,
         }
     }
 

@@ -59,6 +59,7 @@ use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts::{
     self, Holder, Leaving, Level, Live, Member, MultiReply, ReleaseReply,
 };
+use crate::stats::{Held, LockType};
 use crate::subscriber::{Registration, Turn};
 use crate::transport::conn::Deadline;
 
@@ -264,7 +265,17 @@ impl MultiMutex {
     }
 
     /// Takes the parts in order; gives back what was taken when a later part cannot be had.
+    /// [`acquire_uncounted`](MultiMutex::acquire_uncounted), counted in the client's
+    /// [`Stats`](crate::Stats) under the names joined by `,`.
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
+        let stats = &self.client.shared().stats;
+        let name = self.names().collect::<Vec<_>>().join(",");
+        stats.acquire(LockType::MultiMutex, &name, deadline, || {
+            self.acquire_uncounted(deadline)
+        })
+    }
+
+    fn acquire_uncounted(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
         let shared = self.client.shared();
         if shared.backend.masters() > 1 {
             return Err(Error::config(
@@ -290,7 +301,9 @@ impl MultiMutex {
                 }
             }
         }
+        let names = self.names().collect::<Vec<_>>().join(",");
         Ok(Some(MultiGuard {
+            _held: shared.stats.held(LockType::MultiMutex, &names),
             client: self.client.clone(),
             holds,
             released: false,
@@ -675,6 +688,8 @@ pub struct MultiGuard {
     holds: Vec<Arc<Hold>>,
     /// Set once released (by `unlock`), so `Drop` does nothing.
     released: bool,
+    /// Counts the set as held until the guard ends (see [`Stats`](crate::Stats)).
+    _held: Held,
     /// The owner id is per thread; `*const ()` makes the guard neither `Send` nor `Sync`.
     _not_send: std::marker::PhantomData<*const ()>,
 }

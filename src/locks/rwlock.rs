@@ -41,6 +41,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder, Kind};
+use crate::stats::LockType;
 use crate::transport::conn::Deadline;
 
 /// A distributed read-write lock: many readers at once, or one writer, across processes.
@@ -402,7 +403,16 @@ impl RwLock {
         sleep_on(wait.min(self.client.shared().config.renew_every), confirmed)
     }
 
+    /// [`read_uncounted`](RwLock::read_uncounted), counted in the client's
+    /// [`Stats`](crate::Stats).
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
+        let stats = &self.client.shared().stats;
+        stats.acquire(LockType::RwLock, self.name(), deadline, || {
+            self.read_uncounted(deadline)
+        })
+    }
+
+    fn read_uncounted(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
         let shared = self.client.shared();
         let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         if let Some(h) = self.reenter(true, deadline, limit)? {
@@ -444,7 +454,16 @@ impl RwLock {
         }
     }
 
+    /// [`write_uncounted`](RwLock::write_uncounted), counted in the client's
+    /// [`Stats`](crate::Stats).
     fn write_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
+        let stats = &self.client.shared().stats;
+        stats.acquire(LockType::RwLock, self.name(), deadline, || {
+            self.write_uncounted(deadline)
+        })
+    }
+
+    fn write_uncounted(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
         let shared = self.client.shared();
         let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
         if let Some(h) = self.reenter(false, deadline, limit)? {

@@ -29,6 +29,7 @@ use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, Holder, Kind};
+use crate::stats::LockType;
 use crate::transport::conn::Deadline;
 
 /// A distributed counting semaphore with leased permits: at most `permits` permits are held
@@ -313,7 +314,20 @@ impl Semaphore {
         }
     }
 
+    /// [`acquire_n_uncounted`](Semaphore::acquire_n_uncounted), counted in the client's
+    /// [`Stats`](crate::Stats).
     fn acquire_n(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit>> {
+        let stats = &self.client.shared().stats;
+        stats.acquire(LockType::Semaphore, self.name(), deadline, || {
+            self.acquire_n_uncounted(n, deadline)
+        })
+    }
+
+    fn acquire_n_uncounted(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Option<SemaphorePermit>> {
         if n == 0 || n > self.permits {
             return Err(Error::config(
                 "n",

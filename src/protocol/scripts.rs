@@ -12,6 +12,7 @@ use redis::{Connection, Script, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
+use crate::stats::LockType;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
@@ -41,6 +42,20 @@ pub(crate) enum Kind {
     Read,
     /// The writer of an [`RwLock`](crate::RwLock).
     Write,
+}
+
+impl Kind {
+    /// The lock type a hold of this kind is counted under (a [`MultiMutex`](crate::MultiMutex)'s
+    /// holds are mutex locks); `None` for a waiter's place, which is not a lock held.
+    pub(crate) fn lock_type(self) -> Option<LockType> {
+        match self {
+            Kind::Mutex => Some(LockType::Mutex),
+            Kind::Fair => Some(LockType::FairMutex),
+            Kind::FairPlace => None,
+            Kind::Sem => Some(LockType::Semaphore),
+            Kind::Read | Kind::Write => Some(LockType::RwLock),
+        }
+    }
 }
 
 /// A call of the read-write lock script: operation `op` for `holder`, with the operation's

@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 
 use crate::protocol::hold::{self, Begin, Hold, Status};
 use crate::protocol::scripts::{self, Kind};
+use crate::stats::Counters;
 use crate::topology::backend::Backend;
 use wheel::Wheel;
 
@@ -161,6 +162,7 @@ pub(crate) fn renewer(
     backend: Arc<Backend>,
     renew_every: Duration,
     on_lost: Option<LostHook>,
+    stats: Arc<Counters>,
 ) -> (Arc<Inbox>, Renewer) {
     let (tx, rx) = crossbeam_channel::unbounded();
     let epoch = Instant::now();
@@ -184,6 +186,7 @@ pub(crate) fn renewer(
         wheel: Wheel::new(),
         stale: 0,
         on_lost,
+        stats,
     };
     (inbox, renewer)
 }
@@ -204,6 +207,7 @@ pub(crate) struct Renewer {
     /// Released holds still in the wheel (an estimate: some have fired since).
     stale: usize,
     on_lost: Option<LostHook>,
+    stats: Arc<Counters>,
 }
 
 impl std::fmt::Debug for Renewer {
@@ -329,6 +333,10 @@ impl Renewer {
         let sent = Instant::now();
         let outcomes = self.send(&batch);
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
+            if let Some(ty) = hold.kind.lock_type() {
+                self.stats
+                    .renewal(ty, &hold.keys.name, outcome == Some(true));
+            }
             match hold.end_renewal(sent, outcome) {
                 Some(Status::Valid) => match hold.next_renewal() {
                     Some(at) => self.schedule(hold, at),
@@ -364,6 +372,9 @@ impl Renewer {
             return;
         }
         log::warn!("lease of lock `{}` lost: {why}", hold.keys.name);
+        if let Some(ty) = hold.kind.lock_type() {
+            self.stats.lease_lost(ty, &hold.keys.name);
+        }
         if let Some(hook) = &self.on_lost {
             let kind = match hold.kind {
                 Kind::Mutex => LeaseKind::Mutex,

@@ -94,7 +94,9 @@ impl Outage {
     }
 
     /// The connection to `server` is up again at `now` (an `info` line if it had been down).
-    pub(crate) fn restored(&mut self, server: &str, now: Instant) {
+    /// True when it had been down (a reconnect).
+    pub(crate) fn restored(&mut self, server: &str, now: Instant) -> bool {
+        let was_down = self.since.is_some();
         if let Some(t) = self.since.take() {
             log::info!(
                 target: "locksmith::subscriber",
@@ -106,6 +108,7 @@ impl Outage {
         }
         self.tries = 0;
         self.reported = None;
+        was_down
     }
 }
 

@@ -317,7 +317,9 @@ impl Subscriber {
                 match opened {
                     Ok((reader, writer)) => {
                         log::debug!("pub/sub connection to {} open", p.node);
-                        sh.outage(&p.node, |o| o.restored(&p.node, Instant::now()));
+                        if sh.outage(&p.node, |o| o.restored(&p.node, Instant::now())) {
+                            self.counters.reconnected();
+                        }
                         conns.retry.remove(&p.node);
                         conns.readers.insert(key, (p.node.clone(), reader));
                         let mut table = self.table.lock();

@@ -50,7 +50,9 @@ impl Subscriber {
             let Some(r) = conn.as_mut() else {
                 match self.reconnect() {
                     Ok(r) => {
-                        outage.restored(&self.server(), Instant::now());
+                        if outage.restored(&self.server(), Instant::now()) {
+                            self.counters.reconnected();
+                        }
                         conn = Some(r);
                         backoff = BACKOFF_MIN;
                     }
@@ -285,6 +287,7 @@ mod tests {
             stop_tx: Mutex::new(None),
             sharded: None,
             server: Mutex::new(String::new()),
+            counters: std::sync::Arc::default(),
         }
     }
 

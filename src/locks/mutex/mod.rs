@@ -12,6 +12,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Holder, Level, Live};
+use crate::stats::LockType;
 use crate::subscriber::{Registration, Turn};
 use crate::topology::backend::{AcquireCall, Acquired, jitter};
 use crate::transport::conn::Deadline;
@@ -439,7 +440,16 @@ impl Mutex {
 
     /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
     /// one attempt.
+    /// [`acquire_uncounted`](Mutex::acquire_uncounted), counted in the client's
+    /// [`Stats`](crate::Stats).
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
+        let stats = &self.client.shared().stats;
+        stats.acquire(LockType::Mutex, &self.keys.name, deadline, || {
+            self.acquire_uncounted(deadline)
+        })
+    }
+
+    fn acquire_uncounted(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
         let shared = self.client.shared();
         let owner = shared.mutex_owner();
         let request = request_id();
