@@ -344,6 +344,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether the metrics (with the `metrics` feature) carry a `name` label, the lock's name
+    /// (a [`MultiMutex`](crate::MultiMutex)'s names joined by `,`), besides their `type`
+    /// label. Off by default: the number of lock names is unbounded, and each name makes a
+    /// time series of every metric in the metrics backend. Turn it on only for a small, fixed
+    /// set of names. [`Client::stats`](crate::Client::stats) never tells names apart.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics_lock_names = on;
+        self
+    }
+
     pub(super) fn config(&self) -> Result<Config> {
         if self.lease < MIN_LEASE {
             return Err(Error::config(
