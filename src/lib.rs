@@ -276,7 +276,41 @@
 //!
 //! # Cargo features
 //!
-//! None: `default = []`. TLS (`rediss://`) is always built in, through the `redis` crate's
+//! `default = []`. One optional feature:
+//!
+//! - `metrics`: reports what [`Client::stats`] counts through the facade of the
+//!   [`metrics`](https://docs.rs/metrics) crate (as `log` is for logs: it starts no thread,
+//!   and without an installed recorder each report costs a check of the global recorder).
+//!   Install any recorder of that ecosystem, such as `metrics-exporter-prometheus` (the
+//!   `metrics` example prints what Prometheus would scrape). Every client of the process
+//!   reports into the one recorder. The metrics, in Prometheus names:
+//!
+//! | name | type | what |
+//! |---|---|---|
+//! | `locksmith_acquired_total` | counter | acquisitions ([`Stats::acquired`]) |
+//! | `locksmith_acquired_locally_total` | counter | of which by local hand-off ([`Stats::acquired_locally`]) |
+//! | `locksmith_contended_total` | counter | of which had to wait ([`Stats::contended`]) |
+//! | `locksmith_timed_out_total` | counter | `try_*_for`/`try_*_until` calls that gave up ([`Stats::timed_out`]) |
+//! | `locksmith_busy_total` | counter | one-attempt `try_*` calls that found the lock held ([`Stats::busy`]) |
+//! | `locksmith_failed_total` | counter | acquire calls that returned an error ([`Stats::failed`]) |
+//! | `locksmith_released_total` | counter | guards ended ([`Stats::released`]) |
+//! | `locksmith_leases_lost_total` | counter | leases lost while held ([`Stats::leases_lost`]) |
+//! | `locksmith_renewals_total` | counter | renewals that extended a lease ([`Stats::renewals`]) |
+//! | `locksmith_renewal_failures_total` | counter | renewals that did not ([`Stats::renewal_failures`]) |
+//! | `locksmith_reconnects_total` | counter | pub/sub reconnections ([`Stats::reconnects`]); no label |
+//! | `locksmith_wait_seconds` | histogram | from an acquire call to its guard ([`Stats::wait`]) |
+//! | `locksmith_hold_seconds` | histogram | from a guard's acquisition to its end ([`Stats::hold`]) |
+//! | `locksmith_held` | gauge | guards alive now (`acquired - released`) |
+//!
+//!   Every metric but `locksmith_reconnects_total` has the label `type`: `mutex`,
+//!   `fair_mutex`, `rw_lock`, `semaphore` or `multi_mutex` (the renewals and lost leases of a
+//!   [`MultiMutex`] count under `mutex`: its locks are mutex locks). None has the lock's name
+//!   by default, as names are unbounded;
+//!   [`ClientBuilder::metrics_lock_names`](ClientBuilder) adds a `name` label (a `MultiMutex`'s
+//!   names joined by `,`), for a small fixed set of names only: each name is a time series
+//!   of every metric.
+//!
+//! TLS (`rediss://`) is always built in, through the `redis` crate's
 //! rustls support and rustls's `ring` crypto provider (pure Rust and C/assembly built by
 //! `cc`: no cmake, no system OpenSSL). It is not a feature because every build, and the tests
 //! run without `--features`, should be able to reach a managed Redis, which nearly always

@@ -50,11 +50,17 @@ impl Seen {
     }
 
     fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.counters.get(&series(name, labels)).copied().unwrap_or(0)
+        self.counters
+            .get(&series(name, labels))
+            .copied()
+            .unwrap_or(0)
     }
 
     fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.gauges.get(&series(name, labels)).copied().unwrap_or(0.0)
+        self.gauges
+            .get(&series(name, labels))
+            .copied()
+            .unwrap_or(0.0)
     }
 
     fn histogram(&self, name: &str, labels: &[(&str, &str)]) -> &[f64] {
@@ -118,7 +124,11 @@ fn reports_the_workload_by_lock_type() {
             assert_eq!(seen.counter("locksmith_acquired_total", &l), 1, "{ty}");
             assert_eq!(seen.counter("locksmith_released_total", &l), 1, "{ty}");
             assert_eq!(seen.gauge("locksmith_held", &l), 0.0, "{ty}");
-            assert_eq!(seen.histogram("locksmith_hold_seconds", &l).len(), 1, "{ty}");
+            assert_eq!(
+                seen.histogram("locksmith_hold_seconds", &l).len(),
+                1,
+                "{ty}"
+            );
         }
 
         // Held by another client: one call times out, one finds it busy.
