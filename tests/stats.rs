@@ -215,3 +215,53 @@ fn counts_renewals_a_lost_lease_and_a_reconnect() {
         assert_eq!((s.acquired, s.contended), (2, 1));
     });
 }
+
+/// On a cluster: acquisitions counted as on one server, and the sharded pub/sub connection to
+/// one master, killed under a waiter, counted as one reconnect.
+#[test]
+fn counts_on_a_cluster() {
+    let cluster = common::RedisCluster::start();
+    with_deadline(Duration::from_secs(90), move || {
+        let client = Client::cluster(cluster.seed_urls()).build().unwrap();
+        let other = Client::cluster(cluster.seed_urls()).build().unwrap();
+        let name = common::unique_name("stats-cluster");
+        let master = cluster.master_of_key(&common::lock_key(&name));
+        let channel = common::release_channel(&name);
+        drop(client.mutex(&name).unwrap().lock().unwrap());
+
+        let held = other.mutex(&name).unwrap().lock().unwrap();
+        let waiter = {
+            let lock = client.mutex(&name).unwrap();
+            thread::spawn(move || lock.lock().unwrap().unlock().unwrap())
+        };
+        let mut conn = cluster.conn(master);
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                let (_, n): (String, u64) = redis::cmd("PUBSUB")
+                    .arg("SHARDNUMSUB")
+                    .arg(&channel)
+                    .query(&mut conn)
+                    .unwrap();
+                n == 1
+            }),
+            "the waiter did not subscribe"
+        );
+        let killed: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(killed, 1);
+        assert!(
+            wait_until(Duration::from_secs(10), || client.stats().reconnects == 1),
+            "the reconnect was not counted: {:?}",
+            client.stats()
+        );
+        held.unlock().unwrap();
+        waiter.join().unwrap();
+        let s = client.stats();
+        assert_eq!(counts(&s), (2, 0, 1, 0, 0, 0, 2));
+        assert_eq!(s.reconnects, 1);
+    });
+}
