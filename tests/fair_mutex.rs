@@ -552,6 +552,58 @@ fn dead_queued_waiter_is_skipped_within_its_bound() {
     w.join().unwrap();
 }
 
+/// Clients with different leases on one lock: a holder with a long lease (20 s), and waiters
+/// with a short one (2 s). The first waiter is killed (SIGKILL) and the holder releases at
+/// once, granting the dead waiter. The next live waiter is served at most the *dead waiter's*
+/// lease after the kill (+ slack), not the holder's: no message comes when the dead waiter's
+/// grant runs out, so the live waiter's sleep must end by the heartbeat deadline of the waiter
+/// ahead of it.
+#[test]
+fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
+    let long = Duration::from_secs(20);
+    let short = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-deadwaiter-leases");
+    with_deadline(Duration::from_secs(60), move || {
+        let holder = client_with_lease(&url, long);
+        let lock = holder.fair_mutex(&name).unwrap();
+        let g = lock.lock().unwrap();
+        let mut dead = TestChild::spawn(
+            "child_fair_waiter",
+            "fair-waiter",
+            &[
+                ("LS_URL", url.clone()),
+                ("LS_NAME", name.clone()),
+                ("LS_LEASE_MS", short.as_millis().to_string()),
+            ],
+        );
+        dead.wait_line("queued", Duration::from_secs(30));
+        let (tx, rx) = mpsc::channel();
+        let (url2, name2) = (url.clone(), name.clone());
+        let w = thread::spawn(move || {
+            let c = client_with_lease(&url2, short);
+            let l = c.fair_mutex(&name2).unwrap();
+            let g = l.try_lock_for(Duration::from_secs(40)).unwrap();
+            tx.send((Instant::now(), g.is_some())).unwrap();
+        });
+        wait_queued(&mut conn, &name, 2);
+        let killed = Instant::now();
+        dead.kill9();
+        g.unlock().unwrap();
+        let (at, got) = rx.recv_timeout(Duration::from_secs(45)).unwrap();
+        let waited = at - killed;
+        println!(
+            "fair: dead waiter (lease {short:?}) skipped {waited:?} after the kill; holder's \
+             lease {long:?}"
+        );
+        assert!(got, "the live waiter never got the lock");
+        assert!(waited <= short + SLACK, "{waited:?}");
+        w.join().unwrap();
+    });
+}
+
 /// A holder paused (SIGSTOP) for two leases: a queued waiter gets the lock within a lease
 /// (+ slack); once resumed, the paused holder reports itself lost and its unlock is refused.
 #[test]

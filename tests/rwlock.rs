@@ -504,6 +504,59 @@ fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
     drop(r);
 }
 
+/// Clients with different leases on one lock: a writer holds with a long lease (20 s), a
+/// waiting writer with a short one (2 s) is killed (SIGKILL), a deferring reader with a long
+/// lease (30 s) waits. The holder releases at once: the reader gets in at most the *dead
+/// writer's* lease after the kill (+ slack). The release wakes no reader (a writer still
+/// seemed to wait), so the reader's sleep must end by the waiting writer's deadline.
+#[test]
+fn dead_waiting_writer_is_skipped_by_its_own_lease_whoever_releases() {
+    let long = Duration::from_secs(20);
+    let short = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-deadwriter-leases");
+    with_deadline(Duration::from_secs(60), move || {
+        let a = client_with_lease(&url, long);
+        let la = a.rw_lock(&name).unwrap();
+        let w = la.write().unwrap();
+        let mut writer = TestChild::spawn(
+            "child_rw_waiting_writer",
+            "rw-waiting-writer",
+            &[
+                ("LS_URL", url.clone()),
+                ("LS_NAME", name.clone()),
+                ("LS_LEASE_MS", short.as_millis().to_string()),
+            ],
+        );
+        writer.wait_line("waiting", Duration::from_secs(30));
+        let (tx, rx) = mpsc::channel();
+        let (url2, name2) = (url.clone(), name.clone());
+        let reader = thread::spawn(move || {
+            let c = client_with_lease(&url2, Duration::from_secs(30));
+            let l = c.rw_lock(&name2).unwrap();
+            let r = l.try_read_for(Duration::from_secs(40)).unwrap();
+            tx.send((Instant::now(), r.is_some())).unwrap();
+        });
+        assert!(common::wait_until(Duration::from_secs(10), || {
+            zcard(&mut conn, &key(&name, ":rwait")) == 1
+        }));
+        let killed = Instant::now();
+        writer.kill9();
+        w.unlock().unwrap();
+        let (at, got) = rx.recv_timeout(Duration::from_secs(45)).unwrap();
+        let waited = at - killed;
+        println!(
+            "rw: dead waiting writer (lease {short:?}) let the reader in {waited:?} after the \
+             kill; holder's lease {long:?}"
+        );
+        assert!(got, "the reader never got in");
+        assert!(waited <= short + SLACK, "{waited:?}");
+        reader.join().unwrap();
+    });
+}
+
 /// Redis restarts empty while a writer holds and three readers wait: the writer reports itself
 /// lost, and every reader gets in soon after the restart.
 #[test]

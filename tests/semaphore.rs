@@ -379,6 +379,66 @@ fn spawn_holder(url: &str, name: &str, n: u32, lease: Duration) -> TestChild {
     c
 }
 
+/// Child: waits for one permit of `LS_NAME` (count 1) with lease `LS_LEASE_MS`.
+#[test]
+fn child_sem_waiter() {
+    if !common::is_child("sem-waiter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let client = client_with_lease(&url, lease);
+    let sem = client.semaphore(&name, 1).unwrap();
+    let _p = sem.acquire().unwrap();
+    println!("held");
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// Clients with different leases on one semaphore: a holder (2 s lease) and a waiting permit
+/// request (2 s lease) are killed (SIGKILL) while a waiter with a long lease (30 s) waits. The
+/// waiter gets the permit at most the *dead holder's* lease after the kill (+ slack): a dead
+/// waiter holds nothing, and the live waiter's sleep ends by the first lease that runs out,
+/// whoever's it is.
+#[test]
+fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
+    let short = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("sem-dead-leases");
+    let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
+    let mut holder = spawn_holder(&url, &name, 1, short);
+    let mut waiter = TestChild::spawn(
+        "child_sem_waiter",
+        "sem-waiter",
+        &[
+            ("LS_URL", url.clone()),
+            ("LS_NAME", name.clone()),
+            ("LS_LEASE_MS", short.as_millis().to_string()),
+        ],
+    );
+    common::wait_numsub(&mut conn, &channel, 1);
+    let (tx, rx) = mpsc::channel();
+    let (url2, name2) = (url.clone(), name.clone());
+    let live = thread::spawn(move || {
+        let c = client_with_lease(&url2, Duration::from_secs(30));
+        let sem = c.semaphore(&name2, 1).unwrap();
+        let p = sem.try_acquire_for(Duration::from_secs(40)).unwrap();
+        tx.send((Instant::now(), p.is_some())).unwrap();
+    });
+    common::wait_numsub(&mut conn, &channel, 2);
+    let killed = Instant::now();
+    waiter.kill9();
+    holder.kill9();
+    let (at, got) = rx.recv_timeout(Duration::from_secs(45)).unwrap();
+    let waited = at - killed;
+    println!("semaphore: dead holder and waiter (lease {short:?}) skipped {waited:?} after the kill");
+    assert!(got, "the live waiter never got a permit");
+    assert!(waited <= short + SLACK, "{waited:?}");
+    live.join().unwrap();
+}
+
 #[test]
 fn killed_holder_gives_its_permits_back_within_a_lease() {
     let lease = Duration::from_secs(1);

@@ -23,7 +23,11 @@
 //! lease, and the grant happened after it; so a waiter that takes the grant from the message
 //! counts its lease from that send time, never later than the server does. A waiter that
 //! died before picking the grant up loses it at that deadline, and the next waiter is granted
-//! by the first script that runs after it (a waiter's sleep is bounded by the lock's TTL).
+//! by the first script that runs after it. No message comes then, so a waiter's sleep is
+//! bounded by the lock's TTL and by the heartbeat deadline of every waiter ahead of it, each
+//! by that waiter's own lease (clients with different leases may queue on one lock): the next
+//! live waiter asks at that deadline, whoever released and whatever lease the releasing
+//! client had.
 //!
 //! # Why no grant is missed
 //!
@@ -81,8 +85,9 @@ use crate::transport::conn::Deadline;
 ///   pub/sub; the woken waiter already holds it.
 /// - **Dead waiters are skipped**: a queued waiter's place is a lease (the client's lease,
 ///   renewed by the renewal thread, measured by the server's clock). A waiter that died is
-///   skipped at most one lease after its last heartbeat, and a grant it never picked up is
-///   lost at that same deadline; then the next waiter is granted.
+///   skipped at most one lease *of that waiter* after its last heartbeat, and a grant it
+///   never picked up is lost at that same deadline; then the next waiter is granted, whoever
+///   released and whatever the releasing client's lease.
 /// - A waiter that gives up (`try_lock_for` timing out) leaves the queue.
 ///
 /// # Topologies

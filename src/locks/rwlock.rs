@@ -23,7 +23,10 @@
 //! registration with the subscriber); a release that frees it for a writer publishes on the
 //! writers' channel, where one writer per client, the leader of the local queue, asks Redis.
 //! Every sleep is also bounded by the lease of whoever is in the way (a dead holder publishes
-//! nothing) and by the renewal interval (to refresh the waiter's registration).
+//! nothing) and by the renewal interval (to refresh the waiter's registration). A reader that
+//! defers to waiting writers also sleeps at most until the first waiting writer's deadline
+//! (that writer's own lease after its last attempt): a release while a writer waits wakes no
+//! reader, and a waiting writer that died publishes nothing when its registration runs out.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -69,7 +72,8 @@ use crate::transport::conn::Deadline;
 /// - **Writer preference** by default: once a writer waits, new readers wait behind it, so a
 ///   stream of readers cannot starve a writer. [`with_reader_preference`](RwLock::with_reader_preference)
 ///   lets readers in as long as no writer holds the lock. A waiting writer that died blocks
-///   deferring readers for at most a lease; one that gives up (a timed-out `try_write_for`)
+///   deferring readers for at most a lease *of that writer* after its last attempt, whoever
+///   holds or releases the lock; one that gives up (a timed-out `try_write_for`)
 ///   unblocks them at once.
 /// - **Waking**: a release that opens the lock to readers wakes all waiting readers at once;
 ///   one that frees it for a writer wakes one writer per client.

@@ -23,7 +23,11 @@
 --          Returns {1, token, count, gen}  held under acquisition gen (count 1 and gen =
 --                                          ARGV[3]: new, or granted to this waiter earlier;
 --                                          otherwise re-entered)
---                  {0, pttl}               not held; the caller is queued when ARGV[7] is '1'
+--                  {0, wait}               not held; the caller is queued when ARGV[7] is '1'.
+--                                          wait: milliseconds until the lock may be free
+--                                          without a message: the holder's TTL, or sooner
+--                                          the heartbeat deadline of a waiter ahead (a grant
+--                                          to it ends there if it died)
 --                  {-1}                    the key is not a locksmith lock; nothing changed
 -- release  ARGV[6] request id of the release call (a retry releases nothing twice)
 --          ARGV[7] the holder's fencing token (the counter is raised to it; '0': no need)
@@ -196,10 +200,22 @@ if ARGV[1] == 'acquire' then
     -- Free, but another live waiter came first: it gets the lock now; never barge past it.
     grant_next()
   end
+  local wait = redis.call('pttl', KEYS[1])
   if ARGV[7] == '1' then
     enqueue()
+    -- No message comes when a grant to a waiter that died runs out: wake by the first
+    -- heartbeat deadline of a waiter ahead, each by its own lease, whoever holds the lock.
+    for _, w in ipairs(redis.call('lrange', KEYS[3], 0, -1)) do
+      if w == me then
+        break
+      end
+      local dl = tonumber(redis.call('hget', KEYS[4], w) or '0') or 0
+      if dl > now then
+        wait = math.min(wait, dl - now)
+      end
+    end
   end
-  return {0, redis.call('pttl', KEYS[1])}
+  return {0, wait}
 end
 
 if ARGV[1] == 'renew' then

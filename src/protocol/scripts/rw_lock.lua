@@ -162,6 +162,11 @@ if op == 'read' then
   local wait = nil
   if wt == 'hash' and w[1] ~= owner then
     wait = redis.call('pttl', KEYS[1])
+    if ARGV[7] == '1' then
+      -- After the writer's release, a waiting writer that died keeps this reader out until
+      -- its own deadline, and no message comes then: wake by that deadline too.
+      wait = math.min(wait, first_deadline(KEYS[4]) or wait)
+    end
   elseif wt == 'none' and ARGV[7] == '1' then
     wait = first_deadline(KEYS[4])
   end
