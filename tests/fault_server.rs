@@ -375,3 +375,252 @@ fn s08_client_pause_write() {
     }
     assert_eq!(lost.load(Ordering::SeqCst), 0, "a holder was reported lost");
 }
+
+/// The server's clock in microseconds (`TIME`).
+fn server_micros(conn: &mut redis::Connection) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1_000_000 + us
+}
+
+/// 20. A busy lock with the largest local hand-off block (1024): each acquisition through
+///     Redis reserves 1024 tokens, so the counter runs ahead of the server clock (up to about
+///     a second). Redis is killed (SIGKILL) and restarted empty at once on the same port: the
+///     first token after the restart, for this client and for another, exceeds every token
+///     issued (or reserved) before it.
+#[test]
+fn s20_tokens_rise_across_an_empty_restart_with_the_largest_block() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("s20");
+    let (before, lead) = {
+        let mut conn = server.conn();
+        let u = url.clone();
+        let n = name.clone();
+        let busy = with_deadline(Duration::from_secs(30), move || {
+            let c = Client::builder(u.as_str())
+                .local_handoff_max_count(locksmith::MAX_HANDOFF_COUNT)
+                .build()
+                .unwrap();
+            let m = c.mutex(&n).unwrap();
+            let (mut max, start) = (0, Instant::now());
+            while start.elapsed() < Duration::from_millis(1500) {
+                let g = m.lock().unwrap();
+                max = max.max(g.fencing_token());
+                g.unlock().unwrap();
+            }
+            (max, c)
+        });
+        let (issued, client) = busy;
+        // Every token the last acquisition reserved could still be handed out.
+        let reserved: u64 = redis::cmd("GET")
+            .arg(common::fence_key(&name))
+            .query(&mut conn)
+            .unwrap();
+        let lead = reserved.saturating_sub(server_micros(&mut conn));
+        drop(client);
+        (issued.max(reserved), lead)
+    };
+    let a = Client::open(url.as_str()).unwrap();
+    let ma = a.mutex(&name).unwrap();
+    drop(ma.lock().unwrap());
+    server.restart();
+    let (u, n) = (url.clone(), name.clone());
+    let (first_a, first_b) = with_deadline(Duration::from_secs(20), move || {
+        let ga = ma.lock().unwrap();
+        let ta = ga.fencing_token();
+        ga.unlock().unwrap();
+        let b = Client::open(u.as_str()).unwrap();
+        let tb = b.mutex(&n).unwrap().lock().unwrap().fencing_token();
+        (ta, tb)
+    });
+    println!(
+        "s20: counter {lead} us ahead of the server clock before the kill; last token \
+         reserved {before}; first tokens after the restart {first_a} (same client), {first_b} \
+         (another); {} us above",
+        first_a as i64 - before as i64
+    );
+    assert!(
+        lead > 100_000,
+        "the busy lock never ran ahead of the clock ({lead} us): the test proves nothing"
+    );
+    assert!(
+        first_a > before,
+        "token went backwards: {first_a} <= {before}"
+    );
+    assert!(first_b > first_a, "{first_b} <= {first_a}");
+}
+
+/// One lock of each type held by the calling thread, to be released by `unlock`.
+enum Held {
+    Mutex(locksmith::MutexGuard),
+    Fair(locksmith::FairMutexGuard),
+    Write(locksmith::RwLockWriteGuard),
+    Read(locksmith::RwLockReadGuard),
+    Permit(locksmith::SemaphorePermit),
+}
+
+impl Held {
+    fn unlock(self) -> locksmith::Result<()> {
+        match self {
+            Held::Mutex(g) => g.unlock(),
+            Held::Fair(g) => g.unlock(),
+            Held::Write(g) => g.unlock(),
+            Held::Read(g) => g.unlock(),
+            Held::Permit(p) => p.release(),
+        }
+    }
+}
+
+/// The locks of one name, one handle per type.
+struct Locks {
+    mutex: locksmith::Mutex,
+    fair: locksmith::FairMutex,
+    rw: locksmith::RwLock,
+    sem: locksmith::Semaphore,
+}
+
+impl Locks {
+    fn new(c: &Client, name: &str) -> Locks {
+        Locks {
+            mutex: c.mutex(name).unwrap(),
+            fair: c.fair_mutex(name).unwrap(),
+            rw: c.rw_lock(name).unwrap(),
+            sem: c.semaphore(name, 1).unwrap(),
+        }
+    }
+
+    fn take(&self, kind: &str) -> Option<Held> {
+        let wait = Duration::from_secs(5);
+        Some(match kind {
+            "mutex" => Held::Mutex(self.mutex.try_lock_for(wait).unwrap()?),
+            "fair" => Held::Fair(self.fair.try_lock_for(wait).unwrap()?),
+            "write" => Held::Write(self.rw.try_write_for(wait).unwrap()?),
+            "read" => Held::Read(self.rw.try_read_for(wait).unwrap()?),
+            "permit" => Held::Permit(self.sem.try_acquire_for(wait).unwrap()?),
+            _ => unreachable!(),
+        })
+    }
+}
+
+/// 21. A holder's `unlock()` after Redis was killed and restarted empty: its pooled connection
+///     died, so the release fails and is retried on a new connection, which finds the lock
+///     gone (nobody took it) or another owner's (client B took it). Either way the holder
+///     lost its lock, and `unlock()` says so (`LeaseLost` or `NotOwner`), never `Ok`; B's lock
+///     is untouched. For every lock type, and for an inner level of a reentrant one.
+#[test]
+fn s21_unlock_after_an_empty_restart_reports_the_loss() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut outcomes = Vec::new();
+    let cases = [
+        ("mutex", 1),
+        ("mutex", 2),
+        ("fair", 1),
+        ("fair", 2),
+        ("write", 1),
+        ("read", 1),
+        ("permit", 1),
+    ];
+    for (kind, depth) in cases {
+        for taken in [false, true] {
+            let name = common::unique_name("s21");
+            // A long lease: no renewal notices the restart before the unlock does.
+            let a = Client::builder(url.as_str())
+                .lease(Duration::from_secs(30))
+                .build()
+                .unwrap();
+            let la = Locks::new(&a, &name);
+            let held = la.take(kind).expect("free");
+            // An inner level (a re-entry counted by the server), released first.
+            let inner = (depth == 2).then(|| la.take(kind).expect("re-entry"));
+            server.restart();
+            let b = Client::open(url.as_str()).unwrap();
+            let lb = Locks::new(&b, &name);
+            let theirs = taken.then(|| lb.take(kind).expect("free after the restart"));
+            let inner_res = inner.map(Held::unlock);
+            let res = held.unlock();
+            let what = format!("{kind} depth {depth} (taken by another: {taken})");
+            println!("s21: {what}: inner unlock {inner_res:?}, unlock {res:?}");
+            if let Some(r) = &inner_res {
+                let e = r
+                    .as_ref()
+                    .expect_err(&format!("{what}: inner unlock was Ok"));
+                assert!(e.is_lease_lost(), "{what}: {e}");
+            }
+            assert!(
+                res.as_ref()
+                    .err()
+                    .is_some_and(locksmith::Error::is_lease_lost),
+                "{what}: unlock after the restart: {res:?}"
+            );
+            if let Some(t) = theirs {
+                t.unlock()
+                    .unwrap_or_else(|e| panic!("{what}: the new owner's lock was touched: {e}"));
+            }
+            outcomes.push(what);
+        }
+    }
+    println!("s21: {} cases", outcomes.len());
+}
+
+/// A client whose pooled connections died in an empty restart: each call that asks Redis
+/// retries on a new connection, as `lock` does, instead of failing with the dead connection's
+/// error (`unexpected end of file`).
+#[test]
+fn every_call_retries_a_pooled_connection_that_died_in_a_restart() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("pool-restart");
+    let c = Client::open(url.as_str()).unwrap();
+    let l = Locks::new(&c, &name);
+    type Call<'a> = (&'a str, Box<dyn Fn() -> locksmith::Result<String> + 'a>);
+    let calls: Vec<Call<'_>> = vec![
+        (
+            "Mutex::is_locked",
+            Box::new(|| l.mutex.is_locked().map(|b| b.to_string())),
+        ),
+        (
+            "FairMutex::is_locked",
+            Box::new(|| l.fair.is_locked().map(|b| b.to_string())),
+        ),
+        (
+            "Semaphore::available",
+            Box::new(|| l.sem.available().map(|n| n.to_string())),
+        ),
+        (
+            "Mutex::try_lock",
+            Box::new(|| l.mutex.try_lock().map(|g| g.is_some().to_string())),
+        ),
+        (
+            "FairMutex::try_lock",
+            Box::new(|| l.fair.try_lock().map(|g| g.is_some().to_string())),
+        ),
+        (
+            "RwLock::try_read",
+            Box::new(|| l.rw.try_read().map(|g| g.is_some().to_string())),
+        ),
+        (
+            "RwLock::try_write",
+            Box::new(|| l.rw.try_write().map(|g| g.is_some().to_string())),
+        ),
+        (
+            "Semaphore::try_acquire",
+            Box::new(|| l.sem.try_acquire().map(|g| g.is_some().to_string())),
+        ),
+    ];
+    let mut failed = Vec::new();
+    for (what, call) in &calls {
+        // Fill the pool, then kill the server under it.
+        call().unwrap();
+        server.restart();
+        let r = call();
+        println!("after an empty restart: {what}: {r:?}");
+        if let Err(e) = r {
+            failed.push(format!("{what}: {e}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "calls failed on a dead pooled connection: {failed:?}"
+    );
+}

@@ -433,7 +433,9 @@ fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
     holder.kill9();
     let (at, got) = rx.recv_timeout(Duration::from_secs(45)).unwrap();
     let waited = at - killed;
-    println!("semaphore: dead holder and waiter (lease {short:?}) skipped {waited:?} after the kill");
+    println!(
+        "semaphore: dead holder and waiter (lease {short:?}) skipped {waited:?} after the kill"
+    );
     assert!(got, "the live waiter never got a permit");
     assert!(waited <= short + SLACK, "{waited:?}");
     live.join().unwrap();

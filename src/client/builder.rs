@@ -752,3 +752,15 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The acquire script reserves at most the largest block a client may ask for: its
+    /// fencing rule (the seed of a lost counter) counts on it.
+    #[test]
+    fn the_acquire_script_caps_blocks_at_the_largest_count() {
+        let line = format!("local MAX_BLOCK = {}", super::MAX_HANDOFF_COUNT);
+        let source = crate::protocol::scripts::Which::Acquire.source();
+        assert!(source.contains(&line), "acquire.lua lacks `{line}`");
+    }
+}

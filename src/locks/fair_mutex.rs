@@ -164,7 +164,9 @@ impl FairMutex {
     /// Whether anyone (any process, any thread) holds the lock right now, or it was granted
     /// to a waiter that has not picked it up yet.
     ///
-    /// Returns within the connect timeout plus the command timeout.
+    /// Asks the server. Returns within the connect timeout plus the command timeout; a pooled
+    /// connection that died (Redis restarted) is retried at once on a new one, within that
+    /// bound.
     ///
     /// # Errors
     ///
@@ -571,12 +573,15 @@ impl FairMutexGuard {
         self.lease.hold().token
     }
 
-    /// True while the lease is known to be valid.
+    /// True while the lease is known to be valid. It does not ask the server (no I/O): see
+    /// [`MutexGuard::is_held`](crate::MutexGuard::is_held); [`unlock`](FairMutexGuard::unlock)
+    /// asks it.
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }
 
-    /// Checks that the lease is still valid, for use right before a side effect.
+    /// Checks that the lease is still valid, for use right before a side effect. It does not
+    /// ask the server (no I/O), as [`is_held`](FairMutexGuard::is_held).
     ///
     /// # Errors
     ///
@@ -592,11 +597,15 @@ impl FairMutexGuard {
 
     /// Releases this level; at the last level the lock is granted to the first live waiter.
     ///
-    /// Returns within the connect timeout plus the command timeout (so does a drop).
+    /// It asks the server. Returns within the connect timeout plus the command timeout (so
+    /// does a drop). A release retried after a failed connection reports `Ok` only where the
+    /// server shows that its first attempt released the lock, as
+    /// [`MutexGuard::unlock`](crate::MutexGuard::unlock).
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the lease had run out and nobody holds the lock;
+    /// [`Error::LeaseLost`] when the lease had run out (or Redis lost the lock in a restart)
+    /// and nobody holds the lock;
     /// [`Error::NotOwner`] when another owner holds it now; [`Error::Redis`] when Redis could
     /// not be asked (the lock then frees itself when its lease runs out).
     pub fn unlock(self) -> Result<()> {
@@ -649,14 +658,17 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let call = release_call(&mutex.keys, hold.holder(), level);
     let backend = &shared.backend;
     // The retry takes a new connection (a failure clears the pool), within the same bound.
+    // The first attempt may have released the last level before its reply was lost (the key
+    // is then gone, or granted to the next waiter), or never ran (Redis restarted empty): the
+    // retry asks the script to tell them apart by the token, and what it cannot tell is a loss.
     let reply = match backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by).map(|v| {
-            // The first attempt may have released the last level before its reply was lost.
-            match scripts::parse_release(&v) {
-                Some(ReleaseReply::Missing | ReleaseReply::OtherOwner) => Value::Int(0),
-                _ => v,
+        Err(e) if e.is_retriable() && !by.passed() => {
+            let mut again = call.clone();
+            if level == Level::Outermost {
+                again.cmd.arg(hold.token);
             }
-        }),
+            backend.eval_single(&again, by)
+        }
         other => other,
     };
     let reply = match reply {
@@ -668,6 +680,8 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     };
     match scripts::parse_release(&reply) {
         Some(ReleaseReply::Released { .. }) => Ok(()),
+        Some(ReleaseReply::ReleasedBefore) if was_held => Ok(()),
+        Some(ReleaseReply::ReleasedBefore) => Err(Error::LeaseLost),
         // An inner level finds the lease lost while outer guards still live: they are told,
         // and the loss is reported once.
         Some(ReleaseReply::Missing) => {

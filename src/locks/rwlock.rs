@@ -562,17 +562,24 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
     } else {
         "release_write"
     };
-    let call = scripts::rw(&lock.write_keys, op, hold.holder(), hold.lease, &[]);
+    // A reader's release leaves a marker for its retry, living as long as the retry may come.
+    let marker = shared.config.one_call();
+    let call = |retry: bool| {
+        if read {
+            scripts::rw_release_read(&lock.write_keys, hold.holder(), hold.lease, retry, marker)
+        } else {
+            let token = hold.token.to_string();
+            let extra: &[&str] = if retry { &[&token] } else { &[] };
+            scripts::rw(&lock.write_keys, op, hold.holder(), hold.lease, extra)
+        }
+    };
     let backend = &shared.backend;
     // The retry takes a new connection (a failure clears the pool), within the same bound.
-    let reply = match backend.eval_single(&call, by) {
-        // The first attempt may have released before its reply was lost.
-        Err(e) if e.is_retriable() && !by.passed() => {
-            backend.eval_single(&call, by).map(|v| match v {
-                Value::Int(-1 | -2) => Value::Int(0),
-                v => v,
-            })
-        }
+    // The first attempt may have released before its reply was lost, or never ran (Redis
+    // restarted empty): the retry asks the script to tell them apart (a writer by its token,
+    // a reader by its release marker), and what it cannot tell is a loss.
+    let reply = match backend.eval_single(&call(false), by) {
+        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call(true), by),
         other => other,
     };
     match reply {
@@ -582,7 +589,10 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
         }
         Err(e) => Err(e),
         Ok(Value::Int(0)) => Ok(()),
-        Ok(Value::Int(-1)) => {
+        // A retry after a lost reply: the first attempt released it; unless the lease was
+        // known lost before.
+        Ok(Value::Int(-4)) if was_held => Ok(()),
+        Ok(Value::Int(-1 | -4)) => {
             shared.report_lost(hold);
             Err(Error::LeaseLost)
         }
@@ -607,12 +617,14 @@ macro_rules! guard {
                 }
             }
 
-            /// True while the lease is known to be valid.
+            /// True while the lease is known to be valid. It does not ask the server (no
+            /// I/O): see [`MutexGuard::is_held`](crate::MutexGuard::is_held); `unlock` asks it.
             pub fn is_held(&self) -> bool {
                 self.lease.is_held()
             }
 
-            /// Checks that the lease is still valid, for use right before a side effect.
+            /// Checks that the lease is still valid, for use right before a side effect. It
+            /// does not ask the server (no I/O).
             ///
             /// # Errors
             ///
@@ -628,11 +640,16 @@ macro_rules! guard {
 
             #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
             ///
+            /// It asks the server (an inner level excepted: re-entry is counted here).
             /// Returns within the connect timeout plus the command timeout (so does a drop).
+            /// A release retried after a failed connection reports `Ok` only where the server
+            /// shows that its first attempt released the lock (a writer by its fencing token,
+            /// a reader by a short-lived marker its release leaves).
             ///
             /// # Errors
             ///
-            /// [`Error::LeaseLost`] when the lease had run out; [`Error::NotOwner`] when
+            /// [`Error::LeaseLost`] when the lease had run out (or Redis lost the lock in a
+            /// restart); [`Error::NotOwner`] when
             /// another owner holds the lock now; [`Error::Redis`] when Redis could not be
             /// asked (the lease then runs out by itself, since renewal stopped).
             pub fn unlock(self) -> Result<()> {

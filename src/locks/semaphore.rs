@@ -417,12 +417,15 @@ impl SemaphorePermit {
         self.n
     }
 
-    /// True while the lease is known to be valid.
+    /// True while the lease is known to be valid. It does not ask the server (no I/O): see
+    /// [`MutexGuard::is_held`](crate::MutexGuard::is_held); [`release`](SemaphorePermit::release)
+    /// asks it.
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }
 
-    /// Checks that the lease is still valid, for use right before the guarded work.
+    /// Checks that the lease is still valid, for use right before the guarded work. It does
+    /// not ask the server (no I/O).
     ///
     /// # Errors
     ///
@@ -438,11 +441,15 @@ impl SemaphorePermit {
 
     /// Gives the permits back, waking waiters.
     ///
-    /// Returns within the connect timeout plus the command timeout (so does a drop).
+    /// It asks the server. Returns within the connect timeout plus the command timeout (so
+    /// does a drop). A release retried after a failed connection reports `Ok` only where the
+    /// server shows that its first attempt released the permits (by a short-lived marker the
+    /// release leaves); otherwise (Redis restarted empty, the lease ran out) the loss.
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the lease had run out (the permits were already back);
+    /// [`Error::LeaseLost`] when the lease had run out or Redis lost the permits in a restart
+    /// (the permits were already back);
     /// [`Error::Redis`] when Redis could not be asked (the permits then come back when the
     /// lease runs out, since renewal stopped).
     pub fn release(self) -> Result<()> {
@@ -468,17 +475,17 @@ impl Semaphore {
         let was_held = hold.is_held();
         // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
         shared.unwatch(hold, by.left().unwrap_or(Duration::MAX));
-        let call = scripts::sem(&sem.keys, "release", hold.holder(), sem.lease(), &[]);
+        // The release leaves a marker for its retry, living as long as the retry may come.
+        let marker = shared.config.one_call();
+        let call =
+            |retry| scripts::sem_release(&sem.keys, hold.holder(), sem.lease(), retry, marker);
         let backend = &shared.backend;
         // The retry takes a new connection (a failure clears the pool), within the same bound.
-        let reply = match backend.eval_single(&call, by) {
-            // The first attempt may have released before its reply was lost.
-            Err(e) if e.is_retriable() && !by.passed() => {
-                backend.eval_single(&call, by).map(|v| match v {
-                    Value::Int(-1) => Value::Int(0),
-                    v => v,
-                })
-            }
+        // The first attempt may have released before its reply was lost, or never ran (Redis
+        // restarted empty): the retry tells them apart by the marker, and what it cannot tell
+        // is a loss.
+        let reply = match backend.eval_single(&call(false), by) {
+            Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call(true), by),
             other => other,
         };
         match reply {

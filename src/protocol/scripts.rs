@@ -67,16 +67,27 @@ pub(crate) fn rw(
     lease: Duration,
     extra: &[&str],
 ) -> Call {
+    rw_with(keys, op, holder, lease, extra, None)
+}
+
+/// [`rw`], with a seventh key (`marker`) where the operation takes one.
+fn rw_with(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+    marker: Option<&str>,
+) -> Call {
     let root = keys.fence.strip_suffix(":fence").unwrap_or(&keys.fence);
     let main = format!("{root}:rw");
     let readers = format!("{root}:rw:readers");
     let wwait = format!("{root}:rw:wwait");
     let rwait = format!("{root}:rw:rwait");
     let eager = format!("{root}:rw:eager");
-    let mut cmd = evalsha(
-        Which::Rw,
-        &[&main, &keys.fence, &readers, &wwait, &rwait, &eager],
-    );
+    let mut all = vec![main.as_str(), &keys.fence, &readers, &wwait, &rwait, &eager];
+    all.extend(marker);
+    let mut cmd = evalsha(Which::Rw, &all);
     cmd.arg(op)
         .arg(holder.owner)
         .arg(holder.acquisition)
@@ -99,8 +110,22 @@ pub(crate) fn sem(
     lease: Duration,
     extra: &[&str],
 ) -> Call {
+    sem_with(keys, op, holder, lease, extra, None)
+}
+
+/// [`sem`], with a third key (`marker`) where the operation takes one.
+fn sem_with(
+    keys: &LockKeys,
+    op: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+    extra: &[&str],
+    marker: Option<&str>,
+) -> Call {
     let leases = format!("{}:leases", keys.lock);
-    let mut cmd = evalsha(Which::Sem, &[&keys.lock, &leases]);
+    let mut all = vec![keys.lock.as_str(), &leases];
+    all.extend(marker);
+    let mut cmd = evalsha(Which::Sem, &all);
     cmd.arg(op)
         .arg(format!("{}/{}", holder.owner, holder.acquisition))
         .arg(millis(lease))
@@ -110,6 +135,41 @@ pub(crate) fn sem(
         which: Which::Sem,
         cmd,
     }
+}
+
+/// The semaphore's release of `holder`'s acquisition (`retry`: the retry of a release whose
+/// first attempt failed on the connection). The release writes a marker that lives `marker`
+/// (at least the time its retry may come after it), by which the retry tells whether the
+/// first attempt released it.
+pub(crate) fn sem_release(
+    keys: &LockKeys,
+    holder: Holder<'_>,
+    lease: Duration,
+    retry: bool,
+    marker: Duration,
+) -> Call {
+    let key = format!(
+        "{}:released:{}/{}",
+        keys.lock, holder.owner, holder.acquisition
+    );
+    let ms = millis(marker).to_string();
+    let extra = [if retry { "1" } else { "0" }, ms.as_str()];
+    sem_with(keys, "release", holder, lease, &extra, Some(&key))
+}
+
+/// The read-write lock's release of a reader (see [`sem_release`] for `retry` and `marker`).
+pub(crate) fn rw_release_read(
+    keys: &LockKeys,
+    holder: Holder<'_>,
+    lease: Duration,
+    retry: bool,
+    marker: Duration,
+) -> Call {
+    let root = keys.fence.strip_suffix(":fence").unwrap_or(&keys.fence);
+    let key = format!("{root}:rw:released:{}/{}", holder.owner, holder.acquisition);
+    let ms = millis(marker).to_string();
+    let extra = [if retry { "1" } else { "0" }, ms.as_str()];
+    rw_with(keys, "release_read", holder, lease, &extra, Some(&key))
 }
 
 /// A call of the fair mutex script: operation `op` for `holder`, with the operation's own
@@ -161,8 +221,13 @@ pub(crate) enum ReleaseReply {
     /// `listeners`: how many subscribers received the release message (the caller's own
     /// client among them when it listens on the channel; 0 when nothing was published).
     Released { remaining: u64, listeners: u64 },
-    /// The key is gone: the lease had ended (or a retried release already freed it).
+    /// The key is gone: the lease had ended, or Redis lost it (a restart, a failover). On a
+    /// retry, also where the first attempt may have freed it but the server cannot tell.
     Missing,
+    /// A retry only: the first attempt released the lock before its reply was lost. The key
+    /// is gone with the fencing counter still at the caller's acquisition, or its owner now
+    /// was granted it right after that acquisition (see `scripts/release.lua`).
+    ReleasedBefore,
     /// Another owner holds the lock.
     OtherOwner,
     /// The key holds something locksmith did not write.
@@ -483,6 +548,19 @@ pub(crate) fn release(
     release_publishing_on(&keys.channel, keys, holder, request, token, level)
 }
 
+/// The retry of `call` (a release whose first attempt failed on the connection), for an
+/// outermost level whose acquisition reserved tokens up to `last` (its own token when none):
+/// the script then answers [`ReleaseReply::ReleasedBefore`] where it can tell that the first
+/// attempt released it. An inner level is retried as it was: its first attempt never frees
+/// the lock, so a lock gone is a lock lost.
+pub(crate) fn release_retry(call: &Call, level: Level, last: u64) -> Call {
+    let mut retry = call.clone();
+    if level == Level::Outermost {
+        retry.cmd.arg(last);
+    }
+    retry
+}
+
 /// The release script without the release message: undoes a partial quorum grant.
 pub(crate) fn undo(
     keys: &LockKeys,
@@ -635,6 +713,7 @@ pub(crate) fn parse_release(v: &Value) -> Option<ReleaseReply> {
         -1 => Some(ReleaseReply::Missing),
         -2 => Some(ReleaseReply::OtherOwner),
         -3 => Some(ReleaseReply::Foreign),
+        -4 => Some(ReleaseReply::ReleasedBefore),
         _ => None,
     }
 }
@@ -769,6 +848,40 @@ mod tests {
         ] {
             assert!(which.source().contains(&line), "{which:?}");
         }
+    }
+
+    #[test]
+    fn scripts_seed_a_lost_counter_past_the_largest_block() {
+        // Every script that grants from the counter seeds a lost one by acquire.lua's lead
+        // (the largest block is compared with the client's bound in client.rs).
+        let acquire = Which::Acquire.source();
+        assert!(acquire.contains("local MAX_LEAD_US = 1000000"));
+        assert!(acquire.contains("local SEED_LEAD_US = MAX_LEAD_US + MAX_BLOCK"));
+        let block = acquire
+            .lines()
+            .find_map(|l| l.strip_prefix("local MAX_BLOCK = "))
+            .unwrap_or("?");
+        let seed = format!("local SEED_LEAD_US = 1000000 + {block}");
+        for which in [Which::Fair, Which::Rw, Which::MultiAcquire] {
+            assert!(which.source().contains(&seed), "{which:?}");
+        }
+    }
+
+    #[test]
+    fn a_retried_outermost_release_names_the_last_reserved_token() {
+        let k = LockKeys::new("p:", "a");
+        let holder = Holder {
+            owner: "o",
+            acquisition: "g",
+        };
+        let call = release(&k, holder, "r", 0, Level::Outermost);
+        let retry = args(&release_retry(&call, Level::Outermost, 42));
+        assert_eq!(retry.last().map(String::as_str), Some("42"));
+        assert_eq!(args(&release_retry(&call, Level::Inner, 42)), args(&call));
+        assert_eq!(
+            parse_release(&Value::Int(-4)),
+            Some(ReleaseReply::ReleasedBefore)
+        );
     }
 
     fn renewing<'a>(keys: &'a LockKeys, acquisition: &'a str, token: u64) -> Renewing<'a> {

@@ -92,10 +92,24 @@ impl MutexGuard {
     ///
     /// Pass it to the resource the lock protects, and have the resource refuse a write whose
     /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
-    /// partitioned, or behind a failover) from overwriting a newer owner's work. The token is
-    /// the larger of the lock's stored counter + 1 and the Redis server's clock in
-    /// microseconds, so it keeps increasing even after Redis restarts empty (as long as the
-    /// server's clock does not go back).
+    /// partitioned, or behind a failover) from overwriting a newer owner's work.
+    ///
+    /// Tokens come from a counter per lock name in Redis, by this rule:
+    ///
+    /// - An acquisition through Redis gets the larger of the counter + 1 and the server's
+    ///   clock in microseconds, and may reserve a block of the tokens after it for local
+    ///   hand-offs (at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)); the counter is
+    ///   set to the last token reserved. A block is reserved only while the counter is less
+    ///   than 1 s ahead of the server's clock, so the counter is never more than
+    ///   1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs ahead of it, whatever
+    ///   [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count) and however
+    ///   busy the lock.
+    /// - An acquisition that finds no counter (Redis restarted empty, or the name went unused
+    ///   for a day) starts at the server's clock + 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
+    ///
+    /// So the first token after an empty restart exceeds every token issued before it, by
+    /// any client, as long as the server's clock does not go back. Every lock type of one
+    /// name draws from the same counter.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }
@@ -103,11 +117,18 @@ impl MutexGuard {
     /// True while the lease is known to be valid: false once a renewal found the lock gone or
     /// taken, once it was released, or once the local lease deadline passed without a
     /// successful renewal (even when Redis cannot be reached at all).
+    ///
+    /// It does not ask the server: it reads the state the renewal thread keeps (no I/O, never
+    /// blocks). So it turns false no later than another owner can get the lock, but a lock
+    /// lost in a way no renewal has seen yet (Redis restarted empty a moment ago) still reads
+    /// true until the next renewal or the local deadline. [`unlock`](MutexGuard::unlock) asks
+    /// the server.
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }
 
-    /// Checks that the lease is still valid, for use right before a side effect.
+    /// Checks that the lease is still valid, for use right before a side effect. Like
+    /// [`is_held`](MutexGuard::is_held), it does not ask the server (no I/O).
     ///
     /// # Errors
     ///
@@ -127,15 +148,24 @@ impl MutexGuard {
     /// inner release that failed, or a re-entry whose reply was lost, cannot keep it); an
     /// inner guard counts one level down and never frees it.
     ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does (a
-    /// retry on a new connection, and the wait for a renewal on the wire, included).
-    /// Dropping the guard does the same within the same bound.
+    /// It asks the server (unless the lock is handed to another thread of this client, see
+    /// below), and so it is what tells a lock lost in a way no renewal has seen yet. Returns
+    /// within the connect timeout plus the command timeout, whatever Redis does (a retry on a
+    /// new connection, and the wait for a renewal on the wire, included). Dropping the guard
+    /// does the same within the same bound.
+    ///
+    /// A release whose first attempt failed on the connection is retried on a new one; the
+    /// first attempt may have run before its reply was lost. The retry reports `Ok` only
+    /// where the server shows that the first attempt released the lock: the lock is gone with
+    /// the fencing counter still at this acquisition, or its new owner was granted it straight
+    /// after this acquisition. Otherwise (Redis restarted empty, the lease ran out, or another
+    /// owner came in between) it reports the loss.
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted) and nobody
-    /// holds the lock; [`Error::NotOwner`] when another owner holds it now (it is left
-    /// untouched); [`Error::Redis`] when Redis could not be asked: the lock then frees itself
+    /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted, or Redis lost
+    /// it in a restart) and nobody holds the lock; [`Error::NotOwner`] when another owner
+    /// holds it now (it is left untouched); [`Error::Redis`] when Redis could not be asked: the lock then frees itself
     /// when its lease runs out, since renewal stopped. A lock handed to another thread of this
     /// client (see [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is
     /// released without asking Redis, so this returns `Ok` then; a lease lost on the server
@@ -183,10 +213,15 @@ pub(crate) fn release(
         Level::Inner => None,
     };
     let request = crate::protocol::grant::request_id();
-    let reply = match shared
-        .backend
-        .release(keys, hold.holder(), &request, hold.token, level, by)
-    {
+    let reply = match shared.backend.release(
+        keys,
+        hold.holder(),
+        &request,
+        hold.token,
+        hold.chain.last,
+        level,
+        by,
+    ) {
         // Redis could not be asked, but the lease was known lost already: that is the news.
         Err(e) if !was_held => {
             log::debug!("release of a lost lock `{}` failed: {e}", keys.name);
@@ -205,6 +240,10 @@ pub(crate) fn release(
             Ok(())
         }
         ReleaseReply::Released { .. } => Ok(()),
+        // A retry after a lost reply: the first attempt released it, and nobody held the lock
+        // between this acquisition and that release; unless the lease was known lost before.
+        ReleaseReply::ReleasedBefore if was_held => Ok(()),
+        ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
         // An inner level finds the lease lost while outer guards still live: they are told,
         // and the loss is reported once.
         ReleaseReply::Missing => {

@@ -84,6 +84,7 @@ impl Baton {
             hold.holder(),
             &request_id(),
             shared.backend.fence(hold.token),
+            hold.chain.last,
             Level::Outermost,
             by,
         ) {

@@ -176,7 +176,9 @@ impl Mutex {
 
     /// Whether anyone (any process, any thread) holds the lock right now.
     ///
-    /// Returns within the connect timeout plus the command timeout.
+    /// Asks the server. Returns within the connect timeout plus the command timeout; a pooled
+    /// connection that died (Redis restarted) is retried at once on a new one, within that
+    /// bound.
     ///
     /// # Errors
     ///
@@ -410,6 +412,7 @@ impl Mutex {
                             holder,
                             &request_id(),
                             token,
+                            last.max(token),
                             Level::Outermost,
                             by,
                         ) {

@@ -1,6 +1,6 @@
 -- Acquire, or re-enter, a lock. One round trip, atomic.
 --
--- KEYS[1]  lock hash (fields: owner, count, token, gen, req, rel)
+-- KEYS[1]  lock hash (fields: owner, count, token, gen, req, rel, prev)
 -- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
 -- ARGV[1]  owner id (client UUID and thread id)
 -- ARGV[2]  lease in milliseconds of a new acquisition
@@ -16,9 +16,9 @@
 --          hold's own lease); the expiry is only ever moved later, never earlier. '0' leaves
 --          it as it is (a fixed lease, which ends a fixed time after its acquisition)
 -- ARGV[6]  how many tokens a new acquisition reserves after its own, for local hand-offs
---          within the acquiring client ('0' or absent: none). The counter is set to the last
---          token reserved, so every later acquisition, anywhere, gets a higher token than
---          any token of the block
+--          within the acquiring client ('0' or absent: none; at most MAX_BLOCK). The counter
+--          is set to the last token reserved, so every later acquisition, anywhere, gets a
+--          higher token than any token of the block
 --
 -- Returns {1, token, count, gen, last}
 --                                 held by ARGV[1] now under acquisition gen (count 1 and
@@ -28,20 +28,30 @@
 --         {0, pttl}               held by another owner for pttl more milliseconds
 --         {-1}                    the key exists but is not a locksmith lock; nothing changed
 
--- The fencing counter outlives every lock of its name by a day. Tokens stay strictly
--- increasing without it: a token is at most a few microseconds ahead of the server clock
--- that granted it (the larger of the counter + 1 and the clock, and grants of one name are
--- at least a release apart), or, with a quorum, ahead by the masters' clock skew (a counter
--- raised to another master's token). Redis expires the counter by the same clock, so once it
--- is gone that clock reads at least its last write plus FENCE_TTL_MS, and the next token
--- (at least the clock) exceeds every token issued before, as long as that lead stays under a
--- day. A block reserved for local hand-offs (ARGV[6]) puts the counter at most that many
--- tokens further ahead, and only while the counter is less than MAX_LEAD_US ahead of the
--- clock (else nothing is reserved): so the lead stays under MAX_LEAD_US plus one block, far
--- under a day, however fast grants come. src/keys.rs holds the same FENCE_TTL_MS (a unit
--- test compares them).
+-- The fencing counter outlives every lock of its name by a day. A new acquisition's token is
+-- the larger of the counter + 1 and the server clock in microseconds, and the counter is set
+-- to the last token it reserved. The rule that keeps tokens strictly increasing, even when the
+-- counter is gone (Redis restarted empty, or a day without a write):
+--
+--   the counter is never more than SEED_LEAD_US ahead of the server clock, and a grant that
+--   finds no counter starts at the clock + SEED_LEAD_US.
+--
+-- So the first token after the counter was lost exceeds every token issued before (all of
+-- them at most the counter, which was at most its last write's clock + SEED_LEAD_US), as long
+-- as the server's clock does not go back (a restart takes far more than a microsecond). Why
+-- the lead stays under SEED_LEAD_US: a token is the counter + 1 or the clock, and grants of
+-- one name are at least a release apart (more than a microsecond), so a grant without a block
+-- does not add to the lead; a block (ARGV[6], at most MAX_BLOCK tokens) is reserved only while
+-- the lead is under MAX_LEAD_US, so it ends under MAX_LEAD_US + MAX_BLOCK; a seeded counter
+-- starts at SEED_LEAD_US, and reserves no block until the clock has caught up by MAX_BLOCK
+-- microseconds. With a quorum, a counter may also be raised to another master's token (by a
+-- release or a renewal): the lead then grows by the masters' clock skew. fair_mutex.lua and
+-- rw_lock.lua grant from the same counter by the same rule. src/protocol/keys.rs holds the
+-- same FENCE_TTL_MS, src/client.rs the same MAX_BLOCK (unit tests compare them).
 local FENCE_TTL_MS = 86400000
 local MAX_LEAD_US = 1000000
+local MAX_BLOCK = 1024
+local SEED_LEAD_US = MAX_LEAD_US + MAX_BLOCK
 
 -- Moves the key's expiry to at least ms milliseconds from now; never earlier.
 local function extend(ms)
@@ -51,17 +61,22 @@ local function extend(ms)
   end
 end
 
--- A new acquisition: owner, count 1, a new token, the lease.
+-- A new acquisition: owner, count 1, a new token, the lease. 'prev' keeps the counter as this
+-- grant found it: a retried release of the acquisition before (release.lua) tells by it that
+-- the lock went straight from that acquisition to this one, with no restart in between.
 local function grant()
-  -- The token never goes backwards, even when Redis restarted empty or the counter expired:
-  -- it is the larger of the stored counter + 1 and the server clock in microseconds. Scripts
-  -- replicate by effect, so replicas store the same value. Lua numbers are doubles, exact up
-  -- to 2^53, which microseconds since 1970 stay under until the year 2255.
-  local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+  -- Scripts replicate by effect, so replicas store the same value. Lua numbers are doubles,
+  -- exact up to 2^53, which microseconds since 1970 stay under until the year 2255.
+  local found = redis.call('get', KEYS[2])
   local now = redis.call('time')
   local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local first = math.max(last + 1, micros)
-  local block = tonumber(ARGV[6] or '0') or 0
+  local first
+  if found then
+    first = math.max((tonumber(found) or 0) + 1, micros)
+  else
+    first = micros + SEED_LEAD_US
+  end
+  local block = math.min(tonumber(ARGV[6] or '0') or 0, MAX_BLOCK)
   if block < 0 or first - micros >= MAX_LEAD_US then
     block = 0
   end
@@ -72,7 +87,7 @@ local function grant()
   -- earlier acquisition by the same owner must not touch this one.
   redis.call('del', KEYS[1])
   redis.call('hset', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, 'gen', ARGV[3],
-    'req', ARGV[3])
+    'req', ARGV[3], 'prev', found or '')
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token, 1, ARGV[3], upto}
 end

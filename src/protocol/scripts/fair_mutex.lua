@@ -1,7 +1,7 @@
 -- The fair mutex: a lock hash plus a queue of waiters in arrival order. Atomic, one round trip
 -- per operation.
 --
--- KEYS[1]  lock hash (fields: owner, count, token, gen, req, rel), as the plain mutex's
+-- KEYS[1]  lock hash (fields: owner, count, token, gen, req, rel, prev), as the plain mutex's
 -- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
 -- KEYS[3]  queue: a list of waiter ids in arrival order (id = owner .. '/' .. acquisition)
 -- KEYS[4]  waiters: a hash, waiter id -> heartbeat deadline in server milliseconds
@@ -33,7 +33,11 @@
 --          ARGV[7] the holder's fencing token (the counter is raised to it; '0': no need)
 --          ARGV[8] '1' for an inner level (counted down, never frees the lock); otherwise the
 --                  holder's outermost level, which frees the lock whatever the count says
---          Returns as release.lua: n >= 0 levels left, -1 gone, -2 another owner, -3 foreign.
+--          ARGV[9] only on the retry of an outermost release whose first attempt failed on
+--                  the connection: the caller's fencing token ('' or absent otherwise)
+--          Returns as release.lua: n >= 0 levels left, -1 gone, -2 another owner, -3 foreign,
+--          -4 (a retry) released by the first attempt: the key is gone and the counter still
+--          stands at ARGV[9], or its owner now was granted it with the counter there ('prev').
 --          At zero the lock is granted to the first live waiter, who is told on its channel.
 -- renew    ARGV[6] the fencing token, as for release
 --          Returns 1 when the caller's lock or its place in the queue was extended, else 0.
@@ -58,13 +62,20 @@ local function extend(ms)
   end
 end
 
+-- A new fencing token, by acquire.lua's rule (see there): the larger of the counter + 1 and
+-- the server clock in microseconds, or the clock + SEED_LEAD_US when the counter is gone.
+-- Also returns the counter as found ('' when gone), for the grant's 'prev'.
+local SEED_LEAD_US = 1000000 + 1024
 local function new_token()
-  -- As acquire.lua: the larger of the counter + 1 and the server clock in microseconds.
-  local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+  local found = redis.call('get', KEYS[2])
   local micros = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])
-  local token = string.format('%.0f', math.max(last + 1, micros))
+  local first = micros + SEED_LEAD_US
+  if found then
+    first = math.max((tonumber(found) or 0) + 1, micros)
+  end
+  local token = string.format('%.0f', first)
   redis.call('set', KEYS[2], token, 'px', FENCE_TTL_MS)
-  return token
+  return token, found or ''
 end
 
 local function raise_fence(token)
@@ -77,11 +88,15 @@ local function raise_fence(token)
   end
 end
 
-local function take(who_owner, who_gen, ttl)
-  local token = new_token()
+-- Grants the lock to who_owner's acquisition who_gen for ttl ms, under a new token (or the
+-- one given, with the counter as its maker found it).
+local function take(who_owner, who_gen, ttl, token, prev)
+  if not token then
+    token, prev = new_token()
+  end
   redis.call('del', KEYS[1])
   redis.call('hset', KEYS[1], 'owner', who_owner, 'count', 1, 'token', token, 'gen', who_gen,
-    'req', who_gen)
+    'req', who_gen, 'prev', prev)
   redis.call('pexpire', KEYS[1], ttl)
   return token
 end
@@ -116,9 +131,9 @@ local function grant_next()
   redis.call('hdel', KEYS[4], head)
   local who_owner, who_gen = string.match(head, '^(.*)/([^/]*)$')
   -- Publish first: a server that refuses PUBLISH fails the script before anything changed.
-  local token = new_token()
+  local token, prev = new_token()
   redis.call('publish', ARGV[5] .. head, token)
-  take(who_owner, who_gen, math.max(dl - now, 1))
+  take(who_owner, who_gen, math.max(dl - now, 1), token, prev)
   return head
 end
 
@@ -151,9 +166,9 @@ if kind ~= 'none' and kind ~= 'hash' then
   end
   return {-1}
 end
-local f = {false, false, false, false, false, false}
+local f = {false, false, false, false, false, false, false}
 if kind == 'hash' then
-  f = redis.call('hmget', KEYS[1], 'owner', 'count', 'token', 'gen', 'req', 'rel')
+  f = redis.call('hmget', KEYS[1], 'owner', 'count', 'token', 'gen', 'req', 'rel', 'prev')
   if f[1] == false then
     if ARGV[1] == 'renew' then
       return 0
@@ -246,12 +261,25 @@ if ARGV[1] == 'cancel' then
 end
 
 if ARGV[1] == 'release' then
+  -- On a retry: whether the counter, or the grant after the caller's, says the caller's
+  -- acquisition was the last one before the lock went (see release.lua).
+  local retry = ARGV[9] ~= nil and ARGV[9] ~= ''
+  local function last_was_mine(counter)
+    return retry and counter ~= false and counter ~= '' and tonumber(counter) == tonumber(ARGV[9])
+  end
   if kind == 'none' then
+    local freed = last_was_mine(redis.call('get', KEYS[2]))
     raise_fence(ARGV[7])
     grant_next()
+    if freed then
+      return -4
+    end
     return -1
   end
   if not mine then
+    if last_was_mine(f[7]) then
+      return -4
+    end
     return -2
   end
   if f[6] == ARGV[6] then

@@ -25,6 +25,8 @@
 
 -- See acquire.lua: the counter's lifetime, and how far ahead of the clock it may go.
 local FENCE_TTL_MS = 86400000
+-- See acquire.lua: how far ahead of the clock a counter that was gone starts.
+local SEED_LEAD_US = 1000000 + 1024
 
 local n = #KEYS / 2
 local request = ARGV[2]
@@ -39,15 +41,21 @@ local function extend(i, ms)
   end
 end
 
--- A new acquisition of lock i, as acquire.lua's grant() with no reserved block.
+-- A new acquisition of lock i, as acquire.lua's grant() with no reserved block: the token by
+-- its rule (a counter found gone starts SEED_LEAD_US ahead of the clock), and 'prev', the
+-- counter as found.
 local function grant(i, owner)
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
-  local last = tonumber(redis.call('get', fence) or '0') or 0
-  local token = string.format('%.0f', math.max(last + 1, micros))
+  local found = redis.call('get', fence)
+  local first = micros + SEED_LEAD_US
+  if found then
+    first = math.max((tonumber(found) or 0) + 1, micros)
+  end
+  local token = string.format('%.0f', first)
   redis.call('set', fence, token, 'px', FENCE_TTL_MS)
   redis.call('del', lock)
   redis.call('hset', lock, 'owner', owner, 'count', 1, 'token', token, 'gen', request,
-    'req', request)
+    'req', request, 'prev', found or '')
   redis.call('pexpire', lock, ARGV[1])
   return {token, 1, request}
 end

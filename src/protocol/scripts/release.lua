@@ -18,6 +18,9 @@
 --          holder's outermost level) the lock is freed whatever the count says: levels the
 --          server counts beyond the holder's own (an inner release that never arrived, a
 --          re-entry whose reply was lost) must not keep it
+-- ARGV[7]  only on the retry of an outermost release whose first attempt failed on the
+--          connection (it may have run, its reply lost): the last token the caller's
+--          acquisition reserved (its own token when it reserved none). Absent or '' otherwise
 --
 -- Returns {0, r}   the key was deleted and the release published; r: how many subscribers
 --                  received the message (PUBLISH's count), so that a client whose own
@@ -28,6 +31,12 @@
 --         -2      another owner (or another acquisition of this owner) holds it; nothing
 --                 was changed
 --         -3      the key is not a locksmith lock; nothing was changed
+--         -4      (a retry, ARGV[7]) the first attempt released the lock: the key is gone and
+--                 the counter still stands at ARGV[7], or the lock's owner now is the one whose
+--                 grant found the counter there ('prev'). Nobody acquired the lock between the
+--                 caller's acquisition and that release, and Redis did not restart empty (a
+--                 grant after a restart starts above every earlier token, see acquire.lua).
+--                 Anything else on a retry (-1, -2) cannot be told from a lost lease
 
 -- See acquire.lua: the counter's lifetime after its last write.
 local FENCE_TTL_MS = 86400000
@@ -41,22 +50,36 @@ local function raise_fence()
     redis.call('set', KEYS[2], ARGV[4], 'px', FENCE_TTL_MS)
   end
 end
+-- On a retry: whether the counter, or the grant after the caller's, says the caller's
+-- acquisition was the last one before the key went.
+local retry = ARGV[7] ~= nil and ARGV[7] ~= ''
+local function last_was_mine(counter)
+  return retry and counter ~= false and counter ~= '' and tonumber(counter) == tonumber(ARGV[7])
+end
+
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
+  local mine = last_was_mine(redis.call('get', KEYS[2]))
   raise_fence()
   if ARGV[2] ~= '' then
     redis.call('publish', ARGV[2], 'released')
+  end
+  if mine then
+    return -4
   end
   return -1
 end
 if kind ~= 'hash' then
   return -3
 end
-local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'rel', 'gen')
+local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'rel', 'gen', 'prev')
 if f[1] == false then
   return -3
 end
 if f[1] ~= ARGV[1] or f[4] ~= ARGV[5] then
+  if last_was_mine(f[5]) then
+    return -4
+  end
   return -2
 end
 if f[3] == ARGV[3] then

@@ -2,12 +2,13 @@
 -- one round trip per operation. Re-entry is counted by the client (one server entry per
 -- acquisition), so every call here concerns one acquisition.
 --
--- KEYS[1]  writer: a hash (owner, gen, token), expiring with the writer's lease
+-- KEYS[1]  writer: a hash (owner, gen, token, prev), expiring with the writer's lease
 -- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
 -- KEYS[3]  readers: a sorted set, acquisition id -> lease deadline (server ms)
 -- KEYS[4]  waiting writers: a sorted set, acquisition id -> deadline of the wait (server ms)
 -- KEYS[5]  waiting readers that defer to waiting writers: as KEYS[4]
 -- KEYS[6]  waiting readers that do not defer: as KEYS[4]
+-- KEYS[7]  release_read only: the release marker of the caller's acquisition (see there)
 -- ARGV[1]  operation: 'write', 'read', 'reenter', 'release_write', 'release_read', 'renew',
 --          'cancel'
 -- ARGV[2]  owner id (client UUID and thread id)
@@ -27,9 +28,20 @@
 --          Returns 1 when that acquisition still holds (re-entry is counted by the client), 0
 --          when it does not any more (expired, deleted, lost in a restart): nothing changed,
 --          and nothing is recreated for it.
--- release_write, release_read
+-- release_write
+--          ARGV[7] only on the retry of a release whose first attempt failed on the connection:
+--                  the caller's fencing token ('' or absent otherwise)
 --          Returns 0 released, -1 not held (lease ran out), -2 another acquisition holds the
---          writer hash, -3 foreign keys
+--          writer hash, -3 foreign keys, -4 (a retry) released by the first attempt: the
+--          writer hash is gone and the counter still stands at ARGV[7], or the writer now was
+--          granted it with the counter there ('prev'); see release.lua
+-- release_read
+--          ARGV[7] '1' on the retry of a release whose first attempt failed on the connection
+--          ARGV[8] how long the release marker lives, in milliseconds: a release writes
+--                  KEYS[7], so that its retry tells "my first attempt released it" from "it
+--                  was gone" (readers have no token for the fencing counter to tell it by)
+--          Returns 0 released (a retry: by the first attempt), -1 not held (lease ran out,
+--          or Redis lost it), -3 foreign keys
 -- renew    Returns 1 extended, 0 not held.
 -- cancel   Removes the caller from the waiting sets (a waiter that gives up). Returns 0.
 --
@@ -42,6 +54,8 @@ local me = owner .. '/' .. gen
 
 -- See acquire.lua: the counter's lifetime after its last write.
 local FENCE_TTL_MS = 86400000
+-- See acquire.lua: how far ahead of the clock a counter that was gone starts.
+local SEED_LEAD_US = 1000000 + 1024
 
 local function foreign()
   if op == 'write' or op == 'read' then
@@ -62,9 +76,9 @@ for i = 3, 6 do
     return foreign()
   end
 end
-local w = {false, false, false}
+local w = {false, false, false, false}
 if wt == 'hash' then
-  w = redis.call('hmget', KEYS[1], 'owner', 'gen', 'token')
+  w = redis.call('hmget', KEYS[1], 'owner', 'gen', 'token', 'prev')
   if w[1] == false then
     return foreign()
   end
@@ -137,12 +151,19 @@ if op == 'write' then
   -- Free, or held by an earlier acquisition of this very thread that it no longer knows of
   -- (a release whose reply was lost): a new acquisition replaces it, as the plain mutex does.
   if wait == nil then
-    local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+    -- The token by acquire.lua's rule (see there): the larger of the counter + 1 and the
+    -- server clock in microseconds, or the clock + SEED_LEAD_US when the counter is gone.
+    -- 'prev' keeps the counter as found, for a retried release of the writer before.
+    local found = redis.call('get', KEYS[2])
     local micros = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])
-    local token = string.format('%.0f', math.max(last + 1, micros))
+    local first = micros + SEED_LEAD_US
+    if found then
+      first = math.max((tonumber(found) or 0) + 1, micros)
+    end
+    local token = string.format('%.0f', first)
     redis.call('set', KEYS[2], token, 'px', FENCE_TTL_MS)
     redis.call('del', KEYS[1])
-    redis.call('hset', KEYS[1], 'owner', owner, 'gen', gen, 'token', token)
+    redis.call('hset', KEYS[1], 'owner', owner, 'gen', gen, 'token', token, 'prev', found or '')
     redis.call('pexpire', KEYS[1], lease)
     redis.call('zrem', KEYS[4], me)
     return {1, token, 1, gen}
@@ -187,11 +208,22 @@ if op == 'read' then
 end
 
 if op == 'release_write' then
+  local retry = ARGV[7] ~= nil and ARGV[7] ~= ''
+  local function last_was_mine(counter)
+    return retry and counter ~= false and counter ~= '' and tonumber(counter) == tonumber(ARGV[7])
+  end
   if wt == 'none' then
+    local freed = last_was_mine(redis.call('get', KEYS[2]))
     wake()
+    if freed then
+      return -4
+    end
     return -1
   end
   if w[1] ~= owner or w[2] ~= gen then
+    if last_was_mine(w[4]) then
+      return -4
+    end
     return -2
   end
   redis.call('del', KEYS[1])
@@ -202,8 +234,12 @@ end
 if op == 'release_read' then
   if redis.call('zrem', KEYS[3], me) == 0 then
     wake()
+    if ARGV[7] == '1' and redis.call('exists', KEYS[7]) == 1 then
+      return 0
+    end
     return -1
   end
+  redis.call('set', KEYS[7], '1', 'px', tonumber(ARGV[8]) or 1)
   wake()
   return 0
 end

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  holders: a hash, acquisition id -> number of permits it holds
 -- KEYS[2]  leases: a sorted set, acquisition id -> lease deadline in server milliseconds
+-- KEYS[3]  release only: the release marker of the acquisition (see there)
 -- ARGV[1]  operation: 'acquire', 'release', 'renew' or 'used'
 -- ARGV[2]  acquisition id (owner id .. '/' .. request id of the acquire call)
 -- ARGV[3]  lease in milliseconds
@@ -14,7 +15,11 @@
 --                  {0, wait}  not enough permits free: the first lease to run out (a dead
 --                             holder's) ends in `wait` ms; a release publishes before that
 --                  {-1}       the keys hold something locksmith did not write
--- release  Returns 0 released (and published), -1 not held (the lease had run out), -3 foreign.
+-- release  ARGV[5] '1' on the retry of a release whose first attempt failed on the connection
+--          ARGV[6] how long the release marker lives, in milliseconds: a release writes KEYS[3],
+--                  so that its retry tells "my first attempt released it" from "it was gone"
+--          Returns 0 released (and published; a retry: by the first attempt), -1 not held (the
+--          lease had run out, or Redis lost it), -3 foreign.
 -- renew    Returns 1 extended, 0 not held any more.
 -- used     Returns the permits held by live leases.
 --
@@ -90,12 +95,16 @@ end
 
 if ARGV[1] == 'release' then
   if redis.call('hexists', KEYS[1], id) == 0 then
+    if ARGV[5] == '1' and redis.call('exists', KEYS[3]) == 1 then
+      return 0
+    end
     return -1
   end
   -- Publish first: a server that refuses PUBLISH fails the script before anything changed.
   redis.call('publish', ARGV[4], 'released')
   redis.call('hdel', KEYS[1], id)
   redis.call('zrem', KEYS[2], id)
+  redis.call('set', KEYS[3], '1', 'px', tonumber(ARGV[6]) or 1)
   return 0
 end
 

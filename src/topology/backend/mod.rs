@@ -387,13 +387,16 @@ impl Backend {
     }
 
     /// Releases `level` on every master, retrying once (on a new connection) where the
-    /// connection failed, all within `by`.
+    /// connection failed, all within `by`. `last`: the last token the acquisition reserved
+    /// (its own token when none), by which a retry tells that the first attempt released it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &self,
         keys: &LockKeys,
         holder: Holder<'_>,
         request: &str,
         token: u64,
+        last: u64,
         level: Level,
         by: Deadline,
     ) -> Result<ReleaseReply> {
@@ -412,14 +415,12 @@ impl Backend {
                 keys.name,
                 retry.len()
             );
-            for (i, r) in self.call_all(&call, &retry, by, false) {
-                // The first attempt may have released the last level before its reply was
-                // lost: then the key is gone, or already another owner's (a waiter took it at
-                // once). Either is what a release wants, and the retry touched nothing.
-                let r = r.map(|v| match scripts::parse_release(&v) {
-                    Some(ReleaseReply::Missing | ReleaseReply::OtherOwner) => Value::Int(0),
-                    _ => v,
-                });
+            // The first attempt may have released the last level before its reply was lost:
+            // the key is then gone, or already another owner's (a waiter took it at once).
+            // So is it when Redis restarted empty, or the lease was lost: the retry asks the
+            // script to tell them apart (`ReleasedBefore`), and what it cannot tell is a loss.
+            let again = scripts::release_retry(&call, level, last);
+            for (i, r) in self.call_all(&again, &retry, by, false) {
                 if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
                     slot.1 = r;
                 }
@@ -449,6 +450,7 @@ impl Backend {
                     remaining = remaining.max(n);
                     listeners = listeners.saturating_add(l);
                 }
+                Ok(ReleaseReply::ReleasedBefore) => released += 1,
                 Ok(ReleaseReply::Missing) => {}
                 Ok(ReleaseReply::OtherOwner) => other = true,
                 Ok(ReleaseReply::Foreign) => foreign = true,
@@ -620,7 +622,9 @@ impl Backend {
             .collect()
     }
 
-    /// Whether a quorum of masters has the lock key, asked within `by`.
+    /// Whether a quorum of masters has the lock key, asked within `by`: a master whose
+    /// connection failed (a pooled connection that died in a restart) is asked once more at
+    /// once, on a new connection, within the same bound, as an acquire is.
     pub(crate) fn exists(&self, keys: &LockKeys, by: Deadline) -> Result<bool> {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(&keys.lock);
@@ -630,7 +634,23 @@ impl Backend {
         };
         let mut yes = 0;
         let mut first_error = None;
-        let replies = self.call_all(&call, &self.all(), by, false);
+        let mut replies = self.call_all(&call, &self.all(), by, false);
+        let retry: Vec<usize> = replies
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .err()
+                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        if !retry.is_empty() && !by.passed() {
+            for (i, r) in self.call_all(&call, &retry, by, false) {
+                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
+                    slot.1 = r;
+                }
+            }
+        }
         let answered = replies.iter().filter(|(_, r)| r.is_ok()).count();
         for (_, r) in replies {
             match r {
