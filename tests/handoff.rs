@@ -59,7 +59,7 @@ fn three_processes_of_eight_threads_exclude_and_fence() {
     const THREADS: usize = 8;
     const ROUNDS: u64 = 40;
     let server = RedisServer::start();
-    let name = common::unique_name("handoff-procs");
+    let name = fresh_name(&server.url(), "handoff-procs");
     let envs = [
         ("LS_URL", server.url()),
         ("LS_NAME", name.clone()),
@@ -143,6 +143,23 @@ fn contend_with_a_remote_waiter(
     (waited, entries)
 }
 
+/// A new lock name whose fencing counter starts at the server's clock. A name whose counter
+/// does not exist starts it ahead of the clock (see `MutexGuard::fencing_token`), and then
+/// reserves no tokens for hand-offs for about a millisecond, with tokens through Redis
+/// following each other by one; these tests tell a grant through Redis from a hand-off by
+/// its token jumping to the clock, and want hand-offs from the first acquisition.
+fn fresh_name(url: &str, what: &str) -> String {
+    let name = common::unique_name(what);
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    redis::cmd("SET")
+        .arg(common::fence_key(&name))
+        .arg(s * 1_000_000 + us)
+        .exec(&mut conn)
+        .unwrap();
+    name
+}
+
 /// The runs of consecutive tokens (one acquisition through Redis and its hand-offs).
 fn runs(entries: &[Entry]) -> Vec<&[Entry]> {
     let mut out = Vec::new();
@@ -170,7 +187,7 @@ fn the_count_bound_forces_a_release_through_redis() {
             .build()
             .unwrap();
         let remote = Client::open(&url).unwrap();
-        let name = common::unique_name("handoff-count");
+        let name = fresh_name(&url, "handoff-count");
         let (waited, entries) =
             contend_with_a_remote_waiter(&local, &remote, &name, Duration::from_micros(200));
         let runs = runs(&entries);
@@ -203,7 +220,7 @@ fn the_time_bound_forces_a_release_through_redis() {
             .build()
             .unwrap();
         let remote = Client::open(&url).unwrap();
-        let name = common::unique_name("handoff-time");
+        let name = fresh_name(&url, "handoff-time");
         let (waited, entries) =
             contend_with_a_remote_waiter(&local, &remote, &name, Duration::from_millis(1));
         let runs = runs(&entries);
@@ -313,7 +330,7 @@ fn remote_waiters_go_first(remotes: usize) {
     with_deadline(Duration::from_secs(60), move || {
         let give_way = Duration::from_secs(10);
         let local = one_handoff_then_give_way(&url, give_way);
-        let name = common::unique_name("handoff-give-way");
+        let name = fresh_name(&url, "handoff-give-way");
         let lock = local.mutex(&name).unwrap();
         let theirs: Vec<_> = (0..remotes)
             .map(|_| Client::open(&url).unwrap().mutex(&name).unwrap())
@@ -389,13 +406,11 @@ fn a_listener_that_does_not_take_the_lock_costs_the_give_way_bound() {
         let give_way = Duration::from_secs(1);
         let client = one_handoff_then_give_way(&url, give_way);
 
-        let alone = client
-            .mutex(&common::unique_name("give-way-alone"))
-            .unwrap();
+        let alone = client.mutex(&fresh_name(&url, "give-way-alone")).unwrap();
         let (end, ()) = end_a_run(&alone, &mut conn, |_| (1, ()));
         let without = end.next_at - end.released_at;
 
-        let name = common::unique_name("give-way-listener");
+        let name = fresh_name(&url, "give-way-listener");
         let heard = client.mutex(&name).unwrap();
         let u = url.clone();
         let (end, spy) = end_a_run(&heard, &mut conn, move |_| {
@@ -476,7 +491,7 @@ fn reentry_after_a_handoff() {
     let mut conn = server.conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = patient(&url);
-        let name = common::unique_name("handoff-reentry");
+        let name = fresh_name(&url, "handoff-reentry");
         let key = common::lock_key(&name);
         let lock = client.mutex(&name).unwrap();
         let (token_a, release_a, ha) = hold_in_thread(lock.clone());
@@ -539,7 +554,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
     let mut conn = server.conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = patient(&url);
-        let name = common::unique_name("handoff-again");
+        let name = fresh_name(&url, "handoff-again");
         let lock = client.mutex(&name).unwrap();
         let g = lock.lock().unwrap();
         let token_a = g.fencing_token();
@@ -578,7 +593,7 @@ fn a_lease_lost_after_a_handoff_is_the_receivers() {
             })
             .build()
             .unwrap();
-        let name = common::unique_name("handoff-lost");
+        let name = fresh_name(&url, "handoff-lost");
         let lock = client.mutex(&name).unwrap();
         let (token_a, release_a, ha) = hold_in_thread(lock.clone());
         let (tx, rx) = mpsc::channel();
@@ -622,7 +637,7 @@ fn option_off_releases_through_redis() {
     let mut conn = server.conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&url).local_handoff(false).build().unwrap();
-        let name = common::unique_name("handoff-off");
+        let name = fresh_name(&url, "handoff-off");
         let key = common::lock_key(&name);
         let lock = client.mutex(&name).unwrap();
         let (token_a, release_a, ha) = hold_in_thread(lock.clone());

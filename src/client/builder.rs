@@ -174,7 +174,11 @@ impl ClientBuilder {
 
     /// How many local hand-offs in a row may follow an acquisition through Redis before a
     /// release goes through Redis again (default 16; from 1 to [`MAX_HANDOFF_COUNT`]). Each
-    /// acquisition through Redis reserves that many fencing tokens for its hand-offs. See
+    /// acquisition through Redis reserves that many fencing tokens for its hand-offs, unless
+    /// the lock's token counter is already 1 s ahead of the server's clock (a very busy lock,
+    /// or the first millisecond after the counter was created: a name's first use in a day,
+    /// or Redis restarted empty; see [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)):
+    /// such an acquisition reserves none, and its release goes through Redis. See
     /// [`local_handoff`](Self::local_handoff).
     pub fn local_handoff_max_count(mut self, count: u32) -> Self {
         self.local_handoff_max_count = count;
