@@ -24,6 +24,16 @@
 //! - `LOCKSMITH_MODEL_MUTEX_ONLY=1`: plain mutex operations only, the plans of the seeds
 //!   found before the model knew the other lock types (part of the plan, as the seconds).
 //!
+//! Two more mixes run the same model with other fault classes (one seed each in a plain
+//! `cargo test`; `LOCKSMITH_MODEL_MIX_SEED=<seed>` replays one, `LOCKSMITH_MODEL_MIX_SEEDS=<n>`
+//! or `<a>,<b>,...` runs several, `LOCKSMITH_MODEL_SECS` gives the seconds, default 8):
+//!
+//! - `mixed_leases_on_one_lock`: each process's client has another lease (3 s, 1.5 s, 6 s),
+//!   so waiters of every lock type queue behind holders with other leases.
+//! - `largest_blocks_across_empty_restarts`: `local_handoff_max_count(1024)`, bursts of
+//!   empty cycles that run the fencing counter ahead of the server clock, frequent empty
+//!   restarts; tokens must rise across them.
+//!
 //! `cluster_with_node_faults` runs the same model against a Redis Cluster of 3 masters and 3
 //! replicas whose nodes are failed over, killed and restarted, and paused (see
 //! `model/cluster.rs`), with the same checks:
@@ -126,7 +136,7 @@ static ONE_SEED_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     let _serial = ONE_SEED_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let secs = settings.secs;
-    let only = if settings.family {
+    let only = if settings.family || !settings.mix.is_empty() {
         ""
     } else {
         " LOCKSMITH_MODEL_MUTEX_ONLY=1"
@@ -149,6 +159,12 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
             format!(
                 "  replay: LOCKSMITH_MODEL_CLUSTER_SEED={seed} LOCKSMITH_MODEL_CLUSTER_SECS={secs} \
                  cargo test --test model -- cluster_with_node_faults"
+            )
+        } else if !settings.mix.is_empty() {
+            format!(
+                "  replay: LOCKSMITH_MODEL_MIX_SEED={seed} LOCKSMITH_MODEL_SECS={secs} cargo test \
+                 --test model -- {}",
+                mix_test(settings.mix)
             )
         } else if settings.hot {
             format!("  replay: LOCKSMITH_MODEL_HOT_SEED={seed} cargo test --test model -- hot_name")
@@ -291,6 +307,49 @@ fn hot_name_with_local_handoff() {
         None => vec![1],
     };
     run_seeds_with(&seeds, &Settings::hot(8));
+}
+
+/// The test that runs mix `mix`.
+fn mix_test(mix: &str) -> &'static str {
+    match mix {
+        "leases" => "mixed_leases_on_one_lock",
+        _ => "largest_blocks_across_empty_restarts",
+    }
+}
+
+/// Seconds per seed of the added mixes: `LOCKSMITH_MODEL_SECS`, else 8.
+fn mix_secs() -> u64 {
+    env_u64("LOCKSMITH_MODEL_SECS").unwrap_or(8)
+}
+
+/// Clients with different leases on every lock type (3 s, 1.5 s and 6 s, one per process):
+/// waiters of a fair mutex, writers and readers of a read-write lock and permit requests
+/// queue behind holders with other leases, while the fault plan stops processes (frozen
+/// waiters and holders of every lease), Redis, and connections. One seed in a plain `cargo
+/// test`; `LOCKSMITH_MODEL_MIX_SEED=<seed>` replays one, `LOCKSMITH_MODEL_MIX_SEEDS=<n>` or
+/// `<a>,<b>,...` runs several.
+#[test]
+fn mixed_leases_on_one_lock() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_MIX_SEED",
+        "LOCKSMITH_MODEL_MIX_SEEDS",
+        &[1],
+    );
+    run_seeds_with(&seeds, &Settings::mixed_leases(mix_secs()));
+}
+
+/// Plain mutexes with the largest local hand-off block (`local_handoff_max_count(1024)`),
+/// bursts of empty lock/unlock cycles that run the fencing counter up to a second ahead of
+/// the server clock, and frequent empty restarts of Redis: the token check holds across
+/// them. Seeds as for [`mixed_leases_on_one_lock`].
+#[test]
+fn largest_blocks_across_empty_restarts() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_MIX_SEED",
+        "LOCKSMITH_MODEL_MIX_SEEDS",
+        &[1],
+    );
+    run_seeds_with(&seeds, &Settings::blocks(mix_secs()));
 }
 
 // Regression seeds: each found a defect of the library. The run time and the lock types are

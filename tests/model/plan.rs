@@ -50,6 +50,19 @@ pub struct Settings {
     /// The processes are clients of a Sentinel deployment (`Client::sentinel`) whose
     /// sentinels are frozen (see `model/sentinel.rs`).
     pub sentinel: bool,
+    /// The mix's name, which the processes rebuild their settings from (`""`: as the flags
+    /// above say).
+    pub mix: &'static str,
+    /// The processes' clients have different leases (see [`Settings::lease_of`]): waiters of
+    /// one fair mutex, read-write lock or semaphore with leases other than the holder's.
+    pub mixed_leases: bool,
+    /// `local_handoff_max_count` of every client (`None`: the default).
+    pub block: Option<u32>,
+    /// Threads now and then run bursts of hundreds of empty lock/unlock cycles on one name,
+    /// so that the fencing counter runs ahead of the server clock (by a block per grant).
+    pub bursts: bool,
+    /// The fault plan restarts Redis empty far more often.
+    pub restarts: bool,
 }
 
 impl Settings {
@@ -79,7 +92,65 @@ impl Settings {
             cluster: false,
             frozen: false,
             sentinel: false,
+            mix: "",
+            mixed_leases: false,
+            block: None,
+            bursts: false,
+            restarts: false,
         }
+    }
+
+    /// Every lock type, with a client lease per process of 3 s, 1.5 s and 6 s: waiters queue
+    /// behind holders with other leases, and processes stopped by the fault plan leave dead
+    /// (frozen) waiters and holders of every lease.
+    pub fn mixed_leases(secs: u64) -> Settings {
+        Settings {
+            mix: "leases",
+            mixed_leases: true,
+            ..Settings::new(secs)
+        }
+    }
+
+    /// Plain mutexes with the largest local hand-off block (1024 tokens per acquisition
+    /// through Redis), bursts of empty cycles that run the counter up to a second ahead of
+    /// the server clock, and frequent empty restarts: tokens must still rise across them.
+    pub fn blocks(secs: u64) -> Settings {
+        Settings {
+            mix: "blocks",
+            block: Some(1024),
+            bursts: true,
+            restarts: true,
+            ..Settings::mutex_only(secs)
+        }
+    }
+
+    /// The settings of the mix named `mix` (see [`Settings::mix`]).
+    pub fn of_mix(mix: &str, secs: u64) -> Option<Settings> {
+        match mix {
+            "leases" => Some(Settings::mixed_leases(secs)),
+            "blocks" => Some(Settings::blocks(secs)),
+            _ => None,
+        }
+    }
+
+    /// The lease of process `proc`'s client.
+    pub fn lease_of(&self, proc: usize) -> Duration {
+        if !self.mixed_leases {
+            return self.lease;
+        }
+        match proc % 3 {
+            0 => self.lease,
+            1 => self.lease / 2,
+            _ => self.lease * 2,
+        }
+    }
+
+    /// The longest lease of any process.
+    pub fn max_lease(&self) -> Duration {
+        (0..self.procs)
+            .map(|p| self.lease_of(p))
+            .max()
+            .unwrap_or(self.lease)
     }
 
     /// Every lock type against a Redis Cluster, on the model's names (they hash to slots of
@@ -241,6 +312,9 @@ pub struct OpPlan {
     multi: Option<Rng>,
     names: usize,
     family: bool,
+    bursts: bool,
+    /// Cycles left in the current burst, and its name.
+    burst: (u64, usize),
 }
 
 impl OpPlan {
@@ -252,6 +326,8 @@ impl OpPlan {
                 .then(|| Rng::new(sub_seed(seed, 100_000 + (proc * 64 + thread) as u64))),
             names: settings.names.len(),
             family: settings.family,
+            bursts: settings.bursts,
+            burst: (0, 0),
         }
     }
 
@@ -437,6 +513,16 @@ impl Iterator for OpPlan {
     type Item = Op;
 
     fn next(&mut self) -> Option<Op> {
+        if self.bursts {
+            if self.burst.0 == 0 && self.pick(4) {
+                let name = self.rng.range(0, self.names as u64) as usize;
+                self.burst = (self.rng.range(200, 1500), name);
+            }
+            if self.burst.0 > 0 {
+                self.burst.0 -= 1;
+                return Some(burst_op(self.burst.1));
+            }
+        }
         if !self.family {
             return Some(self.mutex_op());
         }
@@ -449,6 +535,23 @@ impl Iterator for OpPlan {
             6..=7 => self.rw_op(),
             _ => self.sem_op(),
         })
+    }
+}
+
+/// One empty cycle of a burst: `lock()`, `unlock()` at once.
+fn burst_op(name: usize) -> Op {
+    Op {
+        target: Target::Mutex(name),
+        levels: vec![Level {
+            handle: Handle::Plain,
+            mode: Mode::Excl,
+            acquire: Acquire::Lock,
+            before: Duration::ZERO,
+            after: Duration::ZERO,
+            unlock: true,
+            panic: false,
+        }],
+        pause: Duration::ZERO,
     }
 }
 
@@ -493,7 +596,7 @@ impl FaultOp {
 /// The faults of a run: `(offset from the start, fault)`, in order, none overlapping.
 pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
     let mut rng = Rng::new(sub_seed(seed, 0));
-    let lease = settings.lease;
+    let lease = settings.max_lease();
     // Every fault is over at least a second before the processes stop.
     let end = ms(settings.secs * 1000).saturating_sub(ms(1000));
     let mut at = ms(rng.range(300, 1200));
@@ -501,7 +604,10 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
     loop {
         // Long faults outlast the lease (and a call's bound): a third of them.
         let long = rng.range(0, 100) < 33;
-        let op = match rng.range(0, 20) {
+        let pick = rng.range(0, 20);
+        let op = match pick {
+            // Restarts far more often (the same draws, so other mixes keep their plans).
+            14.. if settings.restarts => FaultOp::RestartEmpty,
             0..=3 => {
                 let p = rng.range(0, settings.procs as u64) as usize;
                 let d = if long {

@@ -192,6 +192,7 @@ impl Procs {
                         ("LM_HOT", u8::from(settings.hot).to_string()),
                         ("LM_CLUSTER", u8::from(settings.cluster).to_string()),
                         ("LM_SENTINEL", u8::from(settings.sentinel).to_string()),
+                        ("LM_MIX", settings.mix.to_string()),
                     ],
                 )
             })
@@ -258,7 +259,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let mut procs = Procs::spawn(seed, settings, &proxy.url());
 
     let mut history = History {
-        lease: u64::try_from(settings.lease.as_nanos()).unwrap(),
+        lease: u64::try_from(settings.max_lease().as_nanos()).unwrap(),
         ..History::default()
     };
     for (at, op) in &faults {
@@ -288,7 +289,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     procs.exit();
     // A release that never reached Redis leaves a key for one lease at most.
     let mut keys = Vec::new();
-    common::wait_until(settings.lease + Duration::from_secs(1), || {
+    common::wait_until(settings.max_lease() + Duration::from_secs(1), || {
         keys = lock_keys(&mut conn);
         keys.is_empty()
     });
@@ -302,7 +303,9 @@ pub fn child_main() {
     let seed: u64 = var("LM_SEED").parse().unwrap();
     let proc: usize = var("LM_PROC").parse().unwrap();
     let secs = var("LM_SECS").parse().unwrap();
-    let settings = if var("LM_CLUSTER") == "1" {
+    let settings = if let Some(s) = Settings::of_mix(&var("LM_MIX"), secs) {
+        s
+    } else if var("LM_CLUSTER") == "1" {
         Settings::cluster(secs)
     } else if var("LM_SENTINEL") == "1" {
         Settings::sentinel(secs)

@@ -540,8 +540,11 @@ pub fn run_process(
             // that runs are ended by the count bound too, not only by the default 10 ms.
             builder = builder.local_handoff_max_time(settings.lease);
         }
+        if let Some(count) = settings.block {
+            builder = builder.local_handoff_max_count(count);
+        }
         let client = builder
-            .lease(settings.lease)
+            .lease(settings.lease_of(proc))
             .command_timeout(settings.command_timeout)
             .connect_timeout(settings.connect_timeout)
             .retry_timeout(settings.retry_timeout)
