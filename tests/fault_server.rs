@@ -457,6 +457,7 @@ enum Held {
     Write(locksmith::RwLockWriteGuard),
     Read(locksmith::RwLockReadGuard),
     Permit(locksmith::SemaphorePermit),
+    Set(locksmith::MultiGuard),
 }
 
 impl Held {
@@ -467,6 +468,7 @@ impl Held {
             Held::Write(g) => g.unlock(),
             Held::Read(g) => g.unlock(),
             Held::Permit(p) => p.release(),
+            Held::Set(g) => g.unlock(),
         }
     }
 }
@@ -477,6 +479,8 @@ struct Locks {
     fair: locksmith::FairMutex,
     rw: locksmith::RwLock,
     sem: locksmith::Semaphore,
+    /// A set of two names: this one and another.
+    set: locksmith::MultiMutex,
 }
 
 impl Locks {
@@ -486,6 +490,7 @@ impl Locks {
             fair: c.fair_mutex(name).unwrap(),
             rw: c.rw_lock(name).unwrap(),
             sem: c.semaphore(name, 1).unwrap(),
+            set: c.multi_lock([name, &format!("{name}-2")]).unwrap(),
         }
     }
 
@@ -497,6 +502,7 @@ impl Locks {
             "write" => Held::Write(self.rw.try_write_for(wait).unwrap()?),
             "read" => Held::Read(self.rw.try_read_for(wait).unwrap()?),
             "permit" => Held::Permit(self.sem.try_acquire_for(wait).unwrap()?),
+            "set" => Held::Set(self.set.try_lock_for(wait).unwrap()?),
             _ => unreachable!(),
         })
     }
@@ -520,6 +526,8 @@ fn s21_unlock_after_an_empty_restart_reports_the_loss() {
         ("write", 1),
         ("read", 1),
         ("permit", 1),
+        ("set", 1),
+        ("set", 2),
     ];
     for (kind, depth) in cases {
         for taken in [false, true] {

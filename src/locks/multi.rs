@@ -627,9 +627,16 @@ fn release_part(
         .collect();
     let call = scripts::multi_release(&leaving, &request_id());
     let by = by.min(Deadline::after(shared.config.one_call()));
-    let (reply, retried) = match shared.backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => (shared.backend.eval_single(&call, by), true),
-        other => (other, false),
+    // The first attempt may have released before its reply was lost, or never ran (Redis
+    // restarted empty): the retry asks the script to tell them apart by each acquisition's
+    // token, and what it cannot tell is a loss.
+    let reply = match shared.backend.eval_single(&call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => {
+            let tokens: Vec<u64> = levels.iter().map(|(h, ..)| h.chain.last).collect();
+            let again = scripts::multi_release_retry(&call, &leaving, &tokens);
+            shared.backend.eval_single(&again, by)
+        }
+        other => other,
     };
     let v = match reply {
         Ok(v) => v,
@@ -643,13 +650,13 @@ fn release_part(
     let replies = scripts::parse_multi_release(&v, levels.len())
         .ok_or_else(|| scripts::unexpected("multi_release", &v))?;
     let mut first = None;
-    for ((h, ..), reply) in levels.iter().zip(replies) {
+    for ((h, _, was_held), reply) in levels.iter().zip(replies) {
         let outcome = match reply {
-            // (The set's release script never tells a first attempt's release apart.)
-            ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore => Ok(()),
-            // A retry after a lost reply finds the lock gone or already another's: what the
-            // first attempt did.
-            ReleaseReply::Missing | ReleaseReply::OtherOwner if retried => Ok(()),
+            ReleaseReply::Released { .. } => Ok(()),
+            // A retry after a lost reply: the first attempt released it; unless the lease was
+            // known lost before.
+            ReleaseReply::ReleasedBefore if *was_held => Ok(()),
+            ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
             ReleaseReply::Missing => {
                 shared.report_lost(h);
                 Err(Error::LeaseLost)

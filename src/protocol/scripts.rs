@@ -515,10 +515,25 @@ pub(crate) fn parse_multi_release(v: &Value, n: usize) -> Option<Vec<ReleaseRepl
                 -1 => Some(ReleaseReply::Missing),
                 -2 => Some(ReleaseReply::OtherOwner),
                 -3 => Some(ReleaseReply::Foreign),
+                -4 => Some(ReleaseReply::ReleasedBefore),
                 _ => None,
             }
         })
         .collect()
+}
+
+/// The retry of a set's release `call` (its first attempt failed on the connection): per
+/// member, the fencing token of an outermost level's acquisition, by which the script tells
+/// that the first attempt released it (see [`release_retry`]).
+pub(crate) fn multi_release_retry(call: &Call, leaving: &[Leaving<'_>], tokens: &[u64]) -> Call {
+    let mut retry = call.clone();
+    for (l, token) in leaving.iter().zip(tokens) {
+        match l.level {
+            Level::Outermost => retry.cmd.arg(*token),
+            Level::Inner => retry.cmd.arg(""),
+        };
+    }
+    retry
 }
 
 /// Who releases or renews: the owner, and the acquisition (the lock's `gen` field) its guard belongs to.
