@@ -30,6 +30,9 @@ pub struct Plan {
     pub renew_locks: usize,
     pub renew_window: Duration,
     pub redlock_handoff: usize,
+    /// Lock+unlock cycles per lock type and round of the `server-cost` workload.
+    pub cost_cycles: usize,
+    pub cost_rounds: usize,
 }
 
 impl Plan {
@@ -50,6 +53,8 @@ impl Plan {
                 renew_locks: 2000,
                 renew_window: Duration::from_secs(4),
                 redlock_handoff: 80,
+                cost_cycles: 500,
+                cost_rounds: 2,
             }
         } else {
             Plan {
@@ -67,6 +72,8 @@ impl Plan {
                 renew_locks: 10_000,
                 renew_window: Duration::from_secs(10),
                 redlock_handoff: 300,
+                cost_cycles: 1000,
+                cost_rounds: 3,
             }
         }
     }

@@ -3,8 +3,8 @@
 //! `cargo bench --bench locks` runs every workload (about 2.5 minutes on 2 cores, bounded by
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `handoff-unpinned`, `contended`,
-//! `hot`, `many`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`, `cluster`, `multi`; the
-//! floors always run). `--no-pin` leaves CPU placement to the scheduler; the `handoff-unpinned`
+//! `hot`, `many`, `server-cost`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`,
+//! `cluster`, `multi`; the floors always run). `--no-pin` leaves CPU placement to the scheduler; the `handoff-unpinned`
 //! workload leaves it to the scheduler in any case (a Redis of its own, the bench and its waiter
 //! child unpinned for its length).
 //!
@@ -34,7 +34,7 @@
 //! Layout: this file parses the arguments, starts the server, runs the workloads in order,
 //! dispatches a child process's role to its workload (`child_main`, the one place that names
 //! every role) and writes the report. Each workload has a file of its own ([`uncontended`],
-//! [`handoff`], [`contended`], [`hot`], [`many`], [`idle`], [`renewal`], [`redlock`], [`tls`],
+//! [`handoff`], [`contended`], [`hot`], [`many`], [`server_cost`], [`idle`], [`renewal`], [`redlock`], [`tls`],
 //! [`cluster`], [`multi`], and [`family`] for `fair`, `rw` and `semaphore`) holding both its parent side
 //! and, where it uses child processes, the child's side; no workload imports another. What
 //! two workloads share lives in the support modules below them: [`floors`] (the floors every
@@ -65,6 +65,7 @@ mod naive;
 mod redlock;
 mod renewal;
 mod report;
+mod server_cost;
 mod support;
 mod tls;
 mod uncontended;
@@ -88,6 +89,7 @@ use many::many_names;
 use redlock::redlock;
 use renewal::renewal;
 use report::{Bar, Row, Series, Unit};
+use server_cost::server_cost;
 use support::{LOG, LogTap, RedisServer, Rng, pct, realtime_ns};
 use uncontended::uncontended;
 
@@ -178,7 +180,7 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 15] = [
+    let workloads: [(&str, Workload); 16] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
@@ -188,6 +190,7 @@ fn main() {
         ("contended", contended),
         ("hot", hot),
         ("many", many_names),
+        ("server-cost", server_cost),
         ("idle", idle),
         ("renewal", renewal),
         ("redlock", redlock),
