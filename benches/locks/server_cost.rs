@@ -284,8 +284,8 @@ pub(crate) fn server_cost(ctx: &mut Ctx) -> Result<(), String> {
         }
     }
     drop(locks);
-    // Acquire and release apart: many names held at once.
-    let mut split = Vec::new();
+    // Acquire and release apart: many names held at once, in rounds as well.
+    let mut many = Vec::new();
     for kind in KINDS {
         let mut ls = (0..cycles)
             .map(|j| {
@@ -300,29 +300,41 @@ pub(crate) fn server_cost(ctx: &mut Ctx) -> Result<(), String> {
         for l in &mut ls {
             l.cycle()?;
         }
-        let mut held = Vec::with_capacity(cycles);
-        let a = phases.run(&format!("{} acquires", kind.tag()), cycles, || {
-            for l in &mut ls {
-                held.push(l.acquire()?);
-            }
-            Ok(())
-        })?;
-        let r = phases.run(&format!("{} releases", kind.tag()), cycles, || {
-            for (l, h) in ls.iter_mut().zip(held) {
-                l.release(h)?;
-            }
-            Ok(())
-        })?;
-        split.push((a, r));
+        many.push(ls);
     }
+    let mut split: Vec<(Counted, Counted)> = KINDS
+        .iter()
+        .map(|_| (Counted::default(), Counted::default()))
+        .collect();
+    for _ in 0..rounds {
+        for (i, ls) in many.iter_mut().enumerate() {
+            let tag = KINDS[i].tag();
+            let mut held = Vec::with_capacity(cycles);
+            let a = phases.run(&format!("{tag} acquires"), cycles, || {
+                for l in ls.iter_mut() {
+                    held.push(l.acquire()?);
+                }
+                Ok(())
+            })?;
+            let r = phases.run(&format!("{tag} releases"), cycles, || {
+                for (l, h) in ls.iter_mut().zip(held) {
+                    l.release(h)?;
+                }
+                Ok(())
+            })?;
+            split[i].0.add(&a);
+            split[i].1.add(&r);
+        }
+    }
+    drop(many);
     drop(client);
     let parts = parts(&mut phases, &url, cycles, rounds)?;
 
     let total = (cycles * rounds) as f64;
     let per = |c: &Counted, kind: Kind, n: f64| c.client_usec(kind == Kind::Naive) as f64 / n;
     let floor = per(&whole[0], Kind::Naive, total);
-    let floor_acq = split[0].0.usec.get("set").copied().unwrap_or(0) as f64 / cycles as f64;
-    let floor_rel = per(&split[0].1, Kind::Naive, cycles as f64);
+    let floor_acq = split[0].0.usec.get("set").copied().unwrap_or(0) as f64 / total;
+    let floor_rel = per(&split[0].1, Kind::Naive, total);
     let floor_name = "naive lock's cycle, same run";
     for (i, kind) in KINDS.iter().enumerate() {
         let v = per(&whole[i], *kind, total);
@@ -348,12 +360,12 @@ pub(crate) fn server_cost(ctx: &mut Ctx) -> Result<(), String> {
     }
     for (i, kind) in KINDS.iter().enumerate() {
         let (a, r) = &split[i];
-        let (va, vr) = (per(a, *kind, cycles as f64), per(r, *kind, cycles as f64));
+        let (va, vr) = (per(a, *kind, total), per(r, *kind, total));
         let mut ra = Row::new(W, &format!("{}: acquire", kind.label()), va, Unit::Us).note(
             format!("{cycles} names held; per acquire: {}", a.per_op(cycles)),
         );
         let mut rr = Row::new(W, &format!("{}: release", kind.label()), vr, Unit::Us)
-            .note(format!("per release: {}", r.per_op(cycles)));
+            .note(format!("per release: {}", r.per_op(cycles * rounds)));
         if *kind != Kind::Naive {
             ra = ra.floor("SET NX PX", floor_acq, Unit::Us);
             rr = rr.floor("compare-and-delete", floor_rel, Unit::Us);
