@@ -5,7 +5,7 @@ dumps that benches/callgrind/server-cost.sh collects (see there). Usage: phases.
 Columns, per operation (a lock+unlock cycle, an acquire, a release, or one call of a part):
   command   parsing and running the client's commands (processInputBuffer, less the harness's
             INFO), without socket reads and writes
-  script    EVALSHA, whole (evalShaCommand, inclusive)
+  script    EVALSHA (or FCALL), whole (evalShaCommand or fcallCommand, inclusive)
   calls     the commands the script runs through redis.call, each from lookup, ACL check and
             the command itself to its reply (scriptCall, inclusive)
   lua       Lua: the script's own code, and turning each redis.call's arguments into a command
@@ -13,8 +13,8 @@ Columns, per operation (a lock+unlock cycle, an acquire, a release, or one call 
   args      KEYS and ARGV made into Lua tables, the script's reply turned into Redis's, and
             the call's set-up (luaCallFunction less lua_pcall and lua_gc)
   gc        the Lua garbage-collector step Redis runs after each script (lua_gc)
-  evalsha   finding the script by its SHA and preparing the run (evalShaCommand less
-            luaCallFunction)
+  evalsha   finding the script by its SHA (or the function by its name) and preparing the
+            run (evalShaCommand or fcallCommand, less luaCallFunction)
 """
 import os
 import re
@@ -25,6 +25,7 @@ FUNCS = [
     "processInputBuffer",
     "infoCommand",
     "evalShaCommand",
+    "fcallCommand",
     "luaCallFunction",
     "lua_pcall",
     "scriptCall",
@@ -63,12 +64,12 @@ def main():
         n = int(ops)
         row = [
             g("processInputBuffer") - g("infoCommand"),
-            g("evalShaCommand"),
+            g("evalShaCommand") + g("fcallCommand"),
             g("scriptCall"),
             g("lua_pcall") - g("scriptCall"),
             g("luaCallFunction") - g("lua_pcall") - g("lua_gc"),
             g("lua_gc"),
-            g("evalShaCommand") - g("luaCallFunction"),
+            g("evalShaCommand") + g("fcallCommand") - g("luaCallFunction"),
         ]
         print(f"{name:<62} " + " ".join(f"{v / n:>8,.0f}" for v in row))
 

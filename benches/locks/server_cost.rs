@@ -17,6 +17,8 @@
 //! with one, and the workload prints the phases in order, so phase k's instructions are in
 //! dump 2k.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use locksmith::Client;
@@ -82,6 +84,9 @@ impl Kind {
 /// A lock of one kind on one name (two for `Multi`).
 enum Lock {
     Naive(NaiveLock),
+    /// A naive lock on a connection shared with other names (one connection for many names,
+    /// as locksmith's pool).
+    NaiveShared(Rc<RefCell<NaiveLock>>, String),
     Mutex(locksmith::Mutex),
     Fair(locksmith::FairMutex),
     Rw(locksmith::RwLock, bool),
@@ -120,6 +125,11 @@ impl Lock {
     fn acquire(&mut self) -> Result<Held, String> {
         Ok(match self {
             Lock::Naive(l) => Held::Naive(l.try_acquire().map_err(s)?.ok_or("naive lock busy")?),
+            Lock::NaiveShared(l, name) => {
+                let mut l = l.borrow_mut();
+                l.set_name(name);
+                Held::Naive(l.try_acquire().map_err(s)?.ok_or("naive lock busy")?)
+            }
             Lock::Mutex(l) => Held::Mutex(l.lock().map_err(s)?),
             Lock::Fair(l) => Held::Fair(l.lock().map_err(s)?),
             Lock::Rw(l, false) => Held::Read(l.read().map_err(s)?),
@@ -132,6 +142,13 @@ impl Lock {
     fn release(&mut self, held: Held) -> Result<(), String> {
         match (self, held) {
             (Lock::Naive(l), Held::Naive(t)) => {
+                if !l.release(&t).map_err(s)? {
+                    return Err("naive lock lost".into());
+                }
+            }
+            (Lock::NaiveShared(l, name), Held::Naive(t)) => {
+                let mut l = l.borrow_mut();
+                l.set_name(name);
                 if !l.release(&t).map_err(s)? {
                     return Err("naive lock lost".into());
                 }
@@ -286,15 +303,17 @@ pub(crate) fn server_cost(ctx: &mut Ctx) -> Result<(), String> {
     drop(locks);
     // Acquire and release apart: many names held at once, in rounds as well.
     let mut many = Vec::new();
+    let shared = Rc::new(RefCell::new(
+        NaiveLock::new(&url, "bench:cost:naive", NAIVE_LEASE).map_err(s)?,
+    ));
     for kind in KINDS {
         let mut ls = (0..cycles)
             .map(|j| {
-                Lock::new(
-                    kind,
-                    &client,
-                    &url,
-                    &format!("bench:cost:{}:{j}", kind.tag()),
-                )
+                let name = format!("bench:cost:{}:{j}", kind.tag());
+                match kind {
+                    Kind::Naive => Ok(Lock::NaiveShared(Rc::clone(&shared), name)),
+                    _ => Lock::new(kind, &client, &url, &name),
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         for l in &mut ls {
@@ -394,9 +413,14 @@ pub(crate) fn server_cost(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// A Redis function library with one function that returns 1 (a part: a function call
+/// instead of `EVALSHA`).
+const FUNCTION: &str = "#!lua name=bench_cost\n\
+    redis.register_function('bench_cost_one', function(keys, args) return 1 end)";
+
 /// The parts of a script, each timed as a script of its own (`EVALSHA` on one connection,
 /// `n` calls): the script call itself, the acquire script's arguments, and one `redis.call` of
-/// each kind the lock scripts make; `rounds` rounds of `n` calls of each. Returns (name, Redis
+/// each kind the lock scripts make, and a Redis function call; `rounds` rounds of `n` calls of each. Returns (name, Redis
 /// time per call).
 fn parts(
     phases: &mut Phases,
@@ -479,12 +503,35 @@ fn parts(
             vec![],
             none,
         ),
+        (
+            "INCR fence counter",
+            "return redis.call('incr', KEYS[1])",
+            vec![fence],
+            none,
+        ),
+        ("function call (FCALL `return 1`)", FUNCTION, vec![], none),
+        (
+            "FCALL with 2 keys + 6 arguments of the acquire",
+            FUNCTION,
+            vec![key, fence],
+            &acquire_args,
+        ),
     ];
     let mut cmds = Vec::new();
     for (name, body, keys, args) in specs {
-        let sha: String = redis::Script::new(body).load(&mut con).map_err(s)?;
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&sha).arg(keys.len()).arg(&keys).arg(args);
+        let mut cmd = if body == FUNCTION {
+            redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(body)
+                .query::<String>(&mut con)
+                .map_err(s)?;
+            redis::cmd("FCALL").arg("bench_cost_one").clone()
+        } else {
+            let sha: String = redis::Script::new(body).load(&mut con).map_err(s)?;
+            redis::cmd("EVALSHA").arg(sha).clone()
+        };
+        cmd.arg(keys.len()).arg(&keys).arg(args);
         for _ in 0..200 {
             cmd.query::<redis::Value>(&mut con).map_err(s)?;
         }
