@@ -4,9 +4,10 @@
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `handoff-unpinned`, `contended`,
 //! `hot`, `many`, `server-cost`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`,
-//! `cluster`, `multi`; the floors always run). `--no-pin` leaves CPU placement to the scheduler; the `handoff-unpinned`
-//! workload leaves it to the scheduler in any case (a Redis of its own, the bench and its waiter
-//! child unpinned for its length).
+//! `cluster`, `multi`; the floors always run). `--no-pin` leaves CPU placement to the
+//! scheduler; the `handoff-unpinned` workload leaves it to the scheduler in any case (a Redis of
+//! its own, the bench and its waiter child unpinned for its length). The `server-cost` workload
+//! also starts a Redis of its own (pinned like the main one), whose statistics it resets.
 //!
 //! The bench starts its own `redis-server` on a free port and, on a machine with two CPUs or
 //! more, pins it to CPU 1 and itself (with its threads and child processes) to CPU 0, so that
@@ -34,9 +35,10 @@
 //! Layout: this file parses the arguments, starts the server, runs the workloads in order,
 //! dispatches a child process's role to its workload (`child_main`, the one place that names
 //! every role) and writes the report. Each workload has a file of its own ([`uncontended`],
-//! [`handoff`], [`contended`], [`hot`], [`many`], [`server_cost`], [`idle`], [`renewal`], [`redlock`], [`tls`],
-//! [`cluster`], [`multi`], and [`family`] for `fair`, `rw` and `semaphore`) holding both its parent side
-//! and, where it uses child processes, the child's side; no workload imports another. What
+//! [`handoff`], [`contended`], [`hot`], [`many`], [`server_cost`], [`idle`], [`renewal`],
+//! [`redlock`], [`tls`], [`cluster`], [`multi`], and [`family`] for `fair`, `rw` and
+//! `semaphore`) holding both its parent side and, where it uses child processes, the child's
+//! side; no workload imports another. What
 //! two workloads share lives in the support modules below them: [`floors`] (the floors every
 //! figure is compared with), [`handoff_runs`] (a run of handoffs to a waiter child, for
 //! `handoff` and `redlock`), [`contention`] (a contended run of child processes, for
