@@ -38,9 +38,17 @@ pub enum Error {
     Redis(redis::RedisError),
     /// Redis did not answer within the connect or command timeout (or a quorum master within
     /// the per-master timeout).
+    ///
+    /// Non-exhaustive: match it as `Error::Timeout { what, .. }`.
+    #[non_exhaustive]
     Timeout {
         /// What timed out.
         what: &'static str,
+        /// The server that did not answer (`host:port`, never a password), when known.
+        server: Option<String>,
+        /// How many times the call tried, and over how long, when it retried before it gave
+        /// up.
+        tries: Option<(u32, std::time::Duration)>,
     },
     /// This holder's lease ended: the lock key expired or was deleted, and nobody holds it now.
     LeaseLost,
@@ -150,6 +158,16 @@ impl Error {
         }
     }
 
+    /// An [`Error::Timeout`] about `what`, with no server and no tries yet (see
+    /// [`at`](Error::at) and [`after_tries`](Error::after_tries)).
+    pub(crate) fn timeout(what: &'static str) -> Self {
+        Error::Timeout {
+            what,
+            server: None,
+            tries: None,
+        }
+    }
+
     pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidConfig {
             field,
@@ -167,7 +185,20 @@ impl fmt::Display for Error {
             }
             Error::InvalidUrl { reason } => write!(f, "invalid redis url: {reason}"),
             Error::Redis(e) => write!(f, "redis error: {e}"),
-            Error::Timeout { what } => write!(f, "timed out: {what}"),
+            Error::Timeout {
+                what,
+                server,
+                tries,
+            } => {
+                write!(f, "timed out: {what}")?;
+                if let Some(server) = server {
+                    write!(f, " at {server}")?;
+                }
+                if let Some((n, took)) = tries {
+                    write!(f, " (tried {n} times over {took:.1?})")?;
+                }
+                Ok(())
+            }
             Error::LeaseLost => write!(f, "lease lost: the lock is no longer held by this owner"),
             Error::NotOwner => write!(
                 f,
@@ -205,9 +236,7 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         if e.is_timeout() {
-            Error::Timeout {
-                what: "no answer from Redis within the timeout",
-            }
+            Error::timeout("no answer from Redis within the timeout")
         } else {
             Error::Redis(e)
         }
@@ -285,9 +314,21 @@ impl Error {
         }
     }
 
-    /// Names the server a connection-level error happened with (`host:port`, never a
-    /// password), unless its text names it already.
+    /// Names the server a connection-level error or a timeout happened with (`host:port`,
+    /// never a password), unless it names one already.
     pub(crate) fn at(self, server: &str) -> Error {
+        if let Error::Timeout {
+            what,
+            server: None,
+            tries,
+        } = self
+        {
+            return Error::Timeout {
+                what,
+                server: Some(server.to_owned()),
+                tries,
+            };
+        }
         self.with_context(|t| {
             if t.contains(server) {
                 t.to_owned()
@@ -307,10 +348,17 @@ impl Error {
     }
 
     /// Says how often and for how long a call tried before it gave up with this
-    /// (connection-level) error.
+    /// (connection-level or timeout) error.
     pub(crate) fn after_tries(self, tries: u32, took: std::time::Duration) -> Error {
         if tries < 2 {
             return self;
+        }
+        if let Error::Timeout { what, server, .. } = self {
+            return Error::Timeout {
+                what,
+                server,
+                tries: Some((tries, took)),
+            };
         }
         self.with_context(|t| format!("{t} (tried {tries} times over {took:.1?})"))
     }
@@ -326,6 +374,8 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A server error as the cluster code builds it from a reply.
@@ -334,6 +384,30 @@ mod tests {
             Ok(redis::Value::ServerError(e)) => Error::Redis(e.into()),
             other => panic!("not a server error: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_timeout_names_its_server_and_tries() {
+        let e = Error::timeout("no answer");
+        assert_eq!(e.to_string(), "timed out: no answer");
+        // One try is not worth saying; the first server named is kept.
+        let e = e
+            .after_tries(1, Duration::from_millis(300))
+            .at("127.0.0.1:6501")
+            .at("127.0.0.1:6502")
+            .after_tries(3, Duration::from_millis(1500));
+        assert_eq!(
+            e.to_string(),
+            "timed out: no answer at 127.0.0.1:6501 (tried 3 times over 1.5s)"
+        );
+        assert!(e.is_timeout() && e.is_retriable(), "{e:?}");
+        assert!(matches!(
+            e,
+            Error::Timeout {
+                what: "no answer",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -209,9 +209,7 @@ impl FairMutex {
     pub fn lock(&self) -> Result<FairMutexGuard> {
         match self.acquire(None)? {
             Some(g) => Ok(g),
-            None => Err(Error::Timeout {
-                what: "lock() ended without the lock",
-            }),
+            None => Err(Error::timeout("lock() ended without the lock")),
         }
     }
 

@@ -222,9 +222,7 @@ impl MultiMutex {
     pub fn lock(&self) -> Result<MultiGuard> {
         match self.acquire(None)? {
             Some(g) => Ok(g),
-            None => Err(Error::Timeout {
-                what: "lock() ended without the set",
-            }),
+            None => Err(Error::timeout("lock() ended without the set")),
         }
     }
 

@@ -162,9 +162,8 @@ impl RwLock {
     /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
     /// something else; [`Error::InvalidConfig`] on a client over several masters.
     pub fn read(&self) -> Result<RwLockReadGuard> {
-        self.read_until(None)?.ok_or(Error::Timeout {
-            what: "read() ended without the lock",
-        })
+        self.read_until(None)?
+            .ok_or(Error::timeout("read() ended without the lock"))
     }
 
     /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
@@ -215,9 +214,8 @@ impl RwLock {
     /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
     /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
     pub fn write(&self) -> Result<RwLockWriteGuard> {
-        self.write_until(None)?.ok_or(Error::Timeout {
-            what: "write() ended without the lock",
-        })
+        self.write_until(None)?
+            .ok_or(Error::timeout("write() ended without the lock"))
     }
 
     /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the

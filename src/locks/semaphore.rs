@@ -195,9 +195,7 @@ impl Semaphore {
     pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
         match self.acquire_n(n, None)? {
             Some(p) => Ok(p),
-            None => Err(Error::Timeout {
-                what: "acquire() ended without a permit",
-            }),
+            None => Err(Error::timeout("acquire() ended without a permit")),
         }
     }
 

@@ -223,9 +223,7 @@ impl Subscriber {
         let mut table = self.table.lock();
         if self.stop.load(Ordering::SeqCst) {
             writer.shutdown();
-            return Err(Error::Timeout {
-                what: "shutting down",
-            });
+            return Err(Error::timeout("shutting down"));
         }
         table.writer = Some(writer);
         let channels: Vec<_> = table.channels.values().cloned().collect();

@@ -382,7 +382,7 @@ impl Cluster {
             let read = self.read_map(&node, by);
             match &read {
                 // The caller's bound ran out: nothing learnt about the node.
-                Err(Error::Timeout { what }) if *what == conn::RAN_OUT => {}
+                Err(Error::Timeout { what, .. }) if *what == conn::RAN_OUT => {}
                 r => node.demoted.store(r.is_err(), Ordering::Relaxed),
             }
             match read {
@@ -404,9 +404,7 @@ impl Cluster {
                 }
             }
         }
-        Err(last_err.unwrap_or(Error::Timeout {
-            what: "no cluster node answered",
-        }))
+        Err(last_err.unwrap_or(Error::timeout("no cluster node answered")))
     }
 
     /// Sends `packed` (one command) to `node`, preceded by `ASKING` when `asking`, and reads
@@ -507,9 +505,7 @@ impl Cluster {
                 }
             }
         }
-        Err(last.unwrap_or(Error::Timeout {
-            what: "the cluster kept redirecting the call",
-        }))
+        Err(last.unwrap_or(Error::timeout("the cluster kept redirecting the call")))
     }
 
     /// Sleeps for the backoff (shortened to what is left of `by`) and doubles it.
@@ -642,7 +638,7 @@ impl Cluster {
 fn is_broken(e: &Error) -> bool {
     match e {
         Error::Redis(e) => is_connection_error(e),
-        Error::Timeout { what } => *what != conn::RAN_OUT,
+        Error::Timeout { what, .. } => *what != conn::RAN_OUT,
         _ => false,
     }
 }

@@ -245,9 +245,7 @@ impl Sentinel {
                 "a sentinel",
                 "a sentinel's own user:password go in its URL",
             ),
-            None => Error::Timeout {
-                what: "no sentinel answered",
-            },
+            None => Error::timeout("no sentinel answered"),
         })
     }
 }

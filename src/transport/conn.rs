@@ -233,7 +233,7 @@ impl Deadline {
             None => timeout,
         };
         if t.is_zero() {
-            return Err(Error::Timeout { what: RAN_OUT });
+            return Err(Error::timeout(RAN_OUT));
         }
         Ok(t.min(MAX_SOCKET_TIMEOUT))
     }
@@ -295,7 +295,8 @@ impl Conn {
 
     /// Writes `packed`, waiting at most `timeout` for the socket (shortened by `by`).
     pub(crate) fn send(&mut self, packed: &[u8], timeout: Duration, by: Deadline) -> Result<()> {
-        self.set_timeouts(by.cap(timeout)?)?;
+        let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
+        self.set_timeouts(t)?;
         self.send_now(packed)
     }
 
@@ -308,7 +309,8 @@ impl Conn {
 
     /// Reads one reply, waiting at most `timeout` (shortened by `by`).
     pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value> {
-        self.set_timeouts(by.cap(timeout)?)?;
+        let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
+        self.set_timeouts(t)?;
         self.recv_now()
     }
 
@@ -432,8 +434,9 @@ impl Pool {
         };
         let client = moved.as_ref().unwrap_or(&self.client);
         let server = server_name(client.get_connection_info());
+        let connect = by.cap(self.timeouts.connect).map_err(|e| e.at(&server))?;
         let con = client
-            .get_connection_with_timeout(by.cap(self.timeouts.connect)?)
+            .get_connection_with_timeout(connect)
             .map_err(|e| Error::from(e).at(&server))?;
         // `redis` leaves the socket without timeouts; `Conn` records that as zero.
         let mut con = Conn {
@@ -593,7 +596,7 @@ mod tests {
         let spent = Deadline::at(Instant::now());
         assert!(spent.passed());
         match spent.cap(step) {
-            Err(Error::Timeout { what }) => assert_eq!(what, RAN_OUT),
+            Err(Error::Timeout { what, .. }) => assert_eq!(what, RAN_OUT),
             other => panic!("{other:?}"),
         }
         assert!(soon.minus(Duration::from_millis(300)).passed());

@@ -263,9 +263,9 @@ impl TlsStream {
         while conn.is_handshaking() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Timeout {
-                    what: "the TLS handshake did not finish within the connect timeout",
-                });
+                return Err(Error::timeout(
+                    "the TLS handshake did not finish within the connect timeout",
+                ));
             }
             tcp.set_read_timeout(Some(left)).map_err(Error::io)?;
             tcp.set_write_timeout(Some(left)).map_err(Error::io)?;
@@ -512,9 +512,9 @@ pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
         return bad(describe(t, host));
     }
     match e.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::Timeout {
-            what: "the TLS handshake did not finish within the connect timeout",
-        },
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            Error::timeout("the TLS handshake did not finish within the connect timeout")
+        }
         io::ErrorKind::UnexpectedEof
         | io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted

@@ -215,9 +215,7 @@ impl Mutex {
         match self.acquire(None)? {
             Some(g) => Ok(g),
             // Without a deadline the loop only ends holding the lock or with an error.
-            None => Err(Error::Timeout {
-                what: "lock() ended without the lock",
-            }),
+            None => Err(Error::timeout("lock() ended without the lock")),
         }
     }
 

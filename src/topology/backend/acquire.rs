@@ -255,7 +255,7 @@ impl Backend {
                     // A master skipped as marked down, or left for lack of time, never got the
                     // command; any other failure may have come after the script ran there.
                     if !is_marked_down(&e)
-                        && !matches!(e, Error::Timeout { what } if what == RAN_OUT)
+                        && !matches!(e, Error::Timeout { what, .. } if what == RAN_OUT)
                     {
                         maybe_ran.push(i);
                     }
@@ -342,7 +342,7 @@ impl Backend {
             .round(&[0], &packed, 2, call.which, self.call_timeout, a.by, false)
             .pop()
             .map(|(_, r)| r)
-            .unwrap_or(Err(Error::Timeout { what: "no reply" }));
+            .unwrap_or(Err(Error::timeout("no reply")));
         let (reply, acked) = match replies {
             Ok(mut values) => {
                 let acked = values.pop();

@@ -207,7 +207,7 @@ impl Backend {
                 && let Some(t) = *node.down_until.lock()
                 && Instant::now() < t
             {
-                out.push((i, Err(Error::Timeout { what: MARKED_DOWN })));
+                out.push((i, Err(Error::timeout(MARKED_DOWN))));
                 continue;
             }
             match node.pool.idle().filter(|_| !fresh) {
@@ -244,7 +244,7 @@ impl Backend {
         match con.send(packed, self.command_timeout, by) {
             Ok(()) => sent.push((i, con)),
             Err(e) => {
-                if matches!(e, Error::Timeout { what } if what == RAN_OUT) {
+                if matches!(e, Error::Timeout { what, .. } if what == RAN_OUT) {
                     // Nothing was written: the connection is as good as before.
                     self.nodes[i].pool.put(con);
                 } else {
@@ -290,7 +290,7 @@ impl Backend {
         let result = result.and_then(|values| match values.iter().position(is_readonly) {
             Some(k) => Err(one(values.into_iter().nth(k))
                 .err()
-                .unwrap_or(Error::Timeout { what: "no reply" })),
+                .unwrap_or(Error::timeout("no reply"))),
             None => Ok(values),
         });
         match &result {
@@ -324,7 +324,7 @@ impl Backend {
         let broken = match e {
             Error::Redis(e) => is_connection_error(e) || is_readonly_error(e),
             // Out of time before any I/O: the server did nothing wrong.
-            Error::Timeout { what } if *what == RAN_OUT => false,
+            Error::Timeout { what, .. } if *what == RAN_OUT => false,
             Error::Timeout { .. } => true,
             _ => false,
         };
@@ -383,7 +383,7 @@ impl Backend {
         }
         self.call_all(call, &[0], by, false)
             .pop()
-            .map_or(Err(Error::Timeout { what: "no reply" }), |(_, r)| r)
+            .map_or(Err(Error::timeout("no reply")), |(_, r)| r)
     }
 
     /// Releases `level` on every master, retrying once (on a new connection) where the
@@ -730,7 +730,7 @@ impl Backend {
 const MARKED_DOWN: &str = "master marked down after a failure";
 
 fn is_marked_down(e: &Error) -> bool {
-    matches!(e, Error::Timeout { what } if *what == MARKED_DOWN)
+    matches!(e, Error::Timeout { what, .. } if *what == MARKED_DOWN)
 }
 
 fn is_readonly(v: &Value) -> bool {
@@ -750,6 +750,6 @@ fn one(v: Option<Value>) -> Result<Value> {
     match v {
         Some(Value::ServerError(e)) => Err(Error::Redis(e.into())),
         Some(v) => Ok(v),
-        None => Err(Error::Timeout { what: "no reply" }),
+        None => Err(Error::timeout("no reply")),
     }
 }

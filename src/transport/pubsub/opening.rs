@@ -202,9 +202,7 @@ impl Opening {
 
     /// The error of a connection not open by its deadline.
     pub(crate) fn timed_out(&self) -> Error {
-        Error::Timeout {
-            what: "the pub/sub connection was not open within the connect timeout",
-        }
+        Error::timeout("the pub/sub connection was not open within the connect timeout")
     }
 
     /// Advances as far as the socket allows, without blocking.
