@@ -326,3 +326,73 @@ fn errors_name_the_server_and_the_tries() {
         .unwrap_err();
     assert!(e.to_string().contains(&addr), "{e}");
 }
+
+/// A server that accepts connections and never answers (a black hole, then a frozen
+/// `redis-server`): the timeout a call ends with names the server it waited for and, for a call
+/// that retried, how often and for how long; `lock()` still ends within its bound.
+#[test]
+fn timeouts_name_the_server_and_the_tries() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let retry = Duration::from_secs(1);
+    let client = Client::builder(&proxy.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .retry_timeout(retry)
+        .build()
+        .unwrap();
+    let m = client.mutex(&unique_name("hole")).unwrap();
+    // One round trip first, so that a pooled connection is open when the hole opens.
+    assert!(!m.is_locked().unwrap());
+    proxy.black_hole();
+    let addr = format!("127.0.0.1:{}", proxy.port());
+
+    let e = m.try_lock().map(|g| g.is_some()).unwrap_err();
+    assert!(e.is_timeout() && e.is_retriable(), "{e:?}");
+    assert!(e.to_string().contains(&addr), "{e}");
+
+    let bound = retry + CONNECT + COMMAND + Duration::from_secs(2);
+    let t = Instant::now();
+    let e = m.lock().map(drop).unwrap_err();
+    let took = t.elapsed();
+    let text = e.to_string();
+    println!("lock() into a black hole, after {took:?}: {text}");
+    assert!(took < bound, "lock() took {took:?}: {text}");
+    assert!(e.is_timeout() && e.is_retriable(), "{e:?}");
+    assert!(text.starts_with("timed out: "), "{text}");
+    assert!(text.contains(&addr), "{text}");
+    assert!(
+        text.contains("tried") && text.contains("times over"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+    drop(client);
+    drop(proxy);
+
+    // The same against a frozen server, reached directly.
+    let client = Client::builder(&server.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .retry_timeout(retry)
+        .build()
+        .unwrap();
+    let m = client.mutex(&unique_name("frozen")).unwrap();
+    assert!(!m.is_locked().unwrap());
+    let addr = format!("127.0.0.1:{}", server.port());
+    server.pause();
+    let t = Instant::now();
+    let got = m.lock().map(drop);
+    let took = t.elapsed();
+    server.resume();
+    let e = got.unwrap_err();
+    let text = e.to_string();
+    println!("lock() on a frozen server, after {took:?}: {text}");
+    assert!(took < bound, "lock() took {took:?}: {text}");
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(text.contains(&addr), "{text}");
+    assert!(
+        text.contains("tried") && text.contains("times over"),
+        "{text}"
+    );
+}
