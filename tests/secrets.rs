@@ -216,6 +216,9 @@ fn a_wrong_password_and_an_outage_keep_the_password() {
 /// TLS to a plain port and plain text to a TLS port, with passwords.
 #[test]
 fn tls_on_the_wrong_port_keeps_the_password() {
+    if common::skip_without_tls("tls_on_the_wrong_port_keeps_the_password") {
+        return;
+    }
     capture::install();
     let mut seen = Seen::default();
     let files = TlsFiles::generate();
@@ -244,6 +247,9 @@ fn tls_on_the_wrong_port_keeps_the_password() {
 /// master's by `master_auth`; right and wrong ones.
 #[test]
 fn sentinel_passwords_stay_secret() {
+    if common::skip_without_tls("sentinel_passwords_stay_secret") {
+        return;
+    }
     capture::install();
     let mut seen = Seen::default();
     let files = TlsFiles::generate();

@@ -446,6 +446,9 @@ mod tests {
 
     #[test]
     fn opens_over_tls_without_blocking() {
+        if locksmith_testkit::skip_without_tls("opens_over_tls_without_blocking") {
+            return;
+        }
         let files = TlsFiles::generate();
         let server = RedisServer::start_tls(&files, ServerCert::Good, false);
         let certs = TlsCerts {
