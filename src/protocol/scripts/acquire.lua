@@ -110,10 +110,13 @@ if f[4] == ARGV[3] then
   -- A retry of this very call: answer as the first time, and extend as the first time did
   -- (the caller's clock starts the lease at the retry).
   if f[5] == ARGV[3] then
+    -- A retried grant answers with the block its first run reserved: the counter, which no
+    -- one has moved since (this acquisition holds the lock), stands at its last token. A
+    -- retried release then finds the counter where the caller expects it.
     extend(ARGV[2])
-  else
-    extend(ARGV[5])
+    return {1, f[3], tonumber(f[2]), f[5], redis.call('get', KEYS[2]) or f[3]}
   end
+  extend(ARGV[5])
   return {1, f[3], tonumber(f[2]), f[5]}
 end
 if ARGV[4] == '' or f[5] ~= ARGV[4] then
