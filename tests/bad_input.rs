@@ -288,7 +288,26 @@ fn invalid_options_are_rejected() {
             );
         }
 
-        // Accepted: the minimum lease, a renewal at half the lease, an odd prefix.
+        let long = "x".repeat(locksmith::MAX_LABEL_LEN + 1);
+        for (label, what) in [
+            ("", "empty"),
+            ("a\nb", "a newline"),
+            (long.as_str(), "129 bytes"),
+        ] {
+            config_err(
+                Client::builder(u).label(label).build(),
+                &format!("label {what}"),
+                "label",
+            );
+        }
+
+        // Accepted: the minimum lease, a renewal at half the lease, an odd prefix, a label
+        // with the characters an owner id encodes.
+        let c = Client::builder(u)
+            .label("api/eu-1|50% ünï")
+            .build()
+            .expect("a printable label is valid");
+        drop(c);
         let c = Client::builder(u)
             .lease(Duration::from_millis(30))
             .build()

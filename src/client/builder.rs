@@ -11,6 +11,7 @@ use super::Client;
 use super::shared::validate_max_hold;
 use super::shared::{Config, HandoffBound, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 use crate::error::{Error, Result};
+use crate::locks::holder;
 use crate::protocol::keys;
 use crate::renewal::{LostHook, LostLease};
 use crate::transport::conn::{self, Timeouts};
@@ -100,6 +101,7 @@ pub struct ClientBuilder {
     lease: Duration,
     renew_every: Option<Duration>,
     prefix: String,
+    label: Option<String>,
     connect_timeout: Duration,
     command_timeout: Duration,
     retry_timeout: Duration,
@@ -244,6 +246,17 @@ impl ClientBuilder {
         self
     }
 
+    /// A short human label for this client (default `"<hostname>:<pid>"`), stored with every
+    /// lock it holds so that [`Mutex::holder`](crate::Mutex::holder),
+    /// [`Client::locks`](crate::Client::locks) and the `locksmith` command-line tool can say
+    /// who holds a lock. Not empty, at most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes,
+    /// no control characters; checked by [`build`](Self::build) (`Error::InvalidConfig`).
+    /// Anyone who can read the lock keys can read it: put no secret in it.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// The bound on opening a connection (default 5 s): the TCP connect and the `AUTH` /
     /// `SELECT` handshake together. See the crate's "Time bounds" for how it adds up with the
     /// command timeout in each call.
@@ -360,6 +373,13 @@ impl ClientBuilder {
     }
 
     pub(super) fn config(&self) -> Result<Config> {
+        let label_part = match &self.label {
+            Some(l) => {
+                holder::validate_label(l)?;
+                holder::encode_part(l)
+            }
+            None => holder::encode_part(&holder::default_label()),
+        };
         if self.lease < MIN_LEASE {
             return Err(Error::config(
                 "lease",
@@ -492,6 +512,7 @@ impl ClientBuilder {
             lease: self.lease,
             renew_every,
             prefix: self.prefix.clone(),
+            label: label_part,
             timeouts: Timeouts {
                 connect: self.connect_timeout,
                 command: self.command_timeout,
@@ -740,6 +761,7 @@ impl Client {
             lease: Duration::from_secs(30),
             renew_every: None,
             prefix: "locksmith:".to_owned(),
+            label: None,
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(5),
             retry_timeout: Duration::from_secs(10),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex as PlMutex;
 
 use crate::error::{Error, Result};
+use crate::locks::holder;
 use crate::protocol::grant::{Adopted, Grant, Terms};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -33,6 +34,8 @@ pub(crate) struct Config {
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) prefix: String,
+    /// The client's label, encoded for owner ids (see `locks/holder.rs`).
+    pub(crate) label: String,
     pub(crate) timeouts: Timeouts,
     pub(crate) retry_timeout: Duration,
     pub(crate) max_hold: Option<Duration>,
@@ -134,7 +137,12 @@ pub(crate) fn thread_seq() -> u64 {
 impl Shared {
     /// The owner id of the calling thread.
     pub(crate) fn owner(&self) -> String {
-        format!("{}:{}", self.id, thread_seq())
+        format!(
+            "{}:{}{}",
+            self.id,
+            thread_seq(),
+            holder::owner_suffix(&self.config.label)
+        )
     }
 
     /// The owner id of the calling thread for a new [`Mutex`] acquisition:
@@ -146,7 +154,12 @@ impl Shared {
     pub(crate) fn mutex_owner(&self) -> String {
         match PASSES.with(std::cell::Cell::get) {
             0 => self.owner(),
-            n => format!("{}:{}.{n}", self.id, thread_seq()),
+            n => format!(
+                "{}:{}.{n}{}",
+                self.id,
+                thread_seq(),
+                holder::owner_suffix(&self.config.label)
+            ),
         }
     }
 

@@ -7,10 +7,12 @@
 //! - `wait.rs`: the retry loop of an acquire, and how long a waiter sleeps;
 //! - `family.rs`: the keys and the script call of the lock types other than the plain mutex
 //!   (a set of mutex locks, `multi.rs`, runs its scripts through it too);
+//! - `holder.rs`: who holds a lock, as the server tells it, and the owner id that says so;
 //! - `lease.rs`: what every guard shows of its lease, and its release once.
 
 pub(crate) mod fair_mutex;
 pub(crate) mod family;
+pub(crate) mod holder;
 pub(crate) mod lease;
 pub(crate) mod multi;
 pub(crate) mod mutex;
