@@ -140,8 +140,8 @@
 //!   drift), even when Redis cannot be reached; a guard is never handed out whose validity
 //!   has already passed.
 //! - **Fencing tokens** strictly increase per lock name, across owners and across a restart
-//!   of Redis with an empty dataset (the counter never runs more than 1 s + 1024 µs ahead of
-//!   the server clock, and a counter found gone starts that far ahead; see
+//!   of Redis with an empty dataset (a `Mutex` token is the server clock in microseconds plus
+//!   1 s + 1024 µs, and no token runs further ahead of the clock; see
 //!   [`MutexGuard::fencing_token`]), local hand-offs included, whatever
 //!   `local_handoff_max_count`.
 //! - **Bounded local hand-off**: a waiter in another process is kept out by one run of local

@@ -37,13 +37,14 @@ use crate::client::builder::ClientBuilder;
 /// - It is still a lease: the published criticism of RedLock (a GC pause or a clock jump
 ///   longer than the validity lets two holders overlap) applies. The answer on the resource
 ///   side is the fencing token.
-/// - **Fencing tokens**: the token is the largest of the counters of the masters that granted
-///   the lock. Each release and each renewal raises every reached master's counter to the
-///   holder's token. So tokens strictly increase whenever a majority of masters kept their
-///   counters and the previous holder renewed or released at least once (any two majorities
-///   share a master); independently of that, each token is at least the granting masters'
-///   clock in microseconds, so tokens also increase whenever acquisitions are further apart
-///   than the masters' clock skew.
+/// - **Fencing tokens**: each granting master gives the larger of its clock in microseconds +
+///   1 s + 1024 µs and its fencing counter + 1, and sets its counter to it; the token is the
+///   largest of the granting masters'. Each release and each renewal raises every reached
+///   master's counter to the holder's token. So tokens strictly increase whenever a majority
+///   of masters kept their counters and the previous holder renewed or released at least once
+///   (any two majorities share a master); independently of that, each token is at least the
+///   granting masters' clock in microseconds + 1 s, so tokens also increase whenever
+///   acquisitions are further apart than the masters' clock skew.
 ///
 /// # Examples
 ///

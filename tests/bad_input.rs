@@ -360,9 +360,10 @@ fn custom_prefix_is_used() {
         ));
         assert!(!common::exists(&mut conn, &common::lock_key(&name)));
         g.unlock().unwrap();
+        // The release marker, under the prefix too.
         assert!(common::exists(
             &mut conn,
-            &format!("my app:{{{name}}}:fence")
+            &format!("my app:{{{name}}}:released")
         ));
     });
 }

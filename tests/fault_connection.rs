@@ -129,8 +129,9 @@ fn s10_release_in_resubscribe_gap() {
         .collect();
     wait_numsub(&mut conn, &common::release_channel(&name), 1);
     thread::sleep(Duration::from_millis(300));
-    let owner = common::hget(&mut conn, &key, "owner").unwrap();
-    let acquisition = common::hget(&mut conn, &key, "gen").unwrap();
+    let held = common::lock_value_at(&mut conn, &key).unwrap();
+    // The waiters' leader flagged the lock: its release publishes.
+    assert!(held.waiters, "no waiter flagged the lock");
     let (killed, released): (u64, Vec<i64>) = redis::pipe()
         .atomic()
         .cmd("CLIENT")
@@ -141,12 +142,8 @@ fn s10_release_in_resubscribe_gap() {
         .arg(RELEASE_LUA)
         .arg(2)
         .arg(&key)
-        .arg(common::fence_key(&name))
-        .arg(&owner)
         .arg(common::release_channel(&name))
-        .arg("test-gap-release")
-        .arg(h.token)
-        .arg(&acquisition)
+        .arg(format!("{}|", held.acquisition))
         .query(&mut conn)
         .unwrap();
     let released_at = Instant::now();
@@ -200,7 +197,8 @@ fn s11_lost_replies() {
     preload_scripts(&mut conn);
     let mark = monitor.sync(&mut conn);
     let m = client.mutex(&n).unwrap();
-    let count = |c: &mut redis::Connection| common::hget(c, &key, "count");
+    let count =
+        |c: &mut redis::Connection| common::lock_value_at(c, &key).map(|v| v.count.to_string());
 
     proxy.cut_reply_to(&[acq.as_bytes(), key.as_bytes()], 1);
     let g1 = m.lock().expect("acquire after a cut reply");
@@ -238,7 +236,8 @@ fn s11_lost_replies() {
     assert_eq!(proxy.cuts(), 4);
     assert!(!common::exists(&mut conn, &key), "orphan lock key");
     let keys = keys_matching(&mut conn, "locksmith:*");
-    assert_eq!(keys, vec![common::fence_key(&name)], "extra keys");
+    // The release marker stays for what the lease had left.
+    assert_eq!(keys, vec![common::release_channel(&name)], "extra keys");
     monitor.sync(&mut conn);
     let lines = monitor.since(mark);
     let calls = common::Monitor::script_calls_on(&lines, &key);
@@ -295,7 +294,7 @@ fn s11_cut_release_then_taken_at_once() {
     println!(
         "s11c: unlock() after a cut release reply: {res:?}; waiter got token {taken:?}; owner \
          now {:?}",
-        common::hget(&mut conn, &key, "owner")
+        common::lock_value_at(&mut conn, &key).map(|v| v.owner)
     );
     assert_eq!(proxy.cuts(), 1, "the reply was not cut");
     assert!(taken.is_some(), "the waiter never got the lock");
@@ -330,12 +329,12 @@ fn s11_failed_release_then_relock() {
         .unlock()
         .expect_err("unlock through a black hole succeeded");
     proxy.pass();
-    let left = common::hget(&mut conn, &key, "count");
+    let left = common::lock_value_at(&mut conn, &key).map(|v| v.count.to_string());
     let g = m.lock().unwrap();
-    let count = common::hget(&mut conn, &key, "count");
+    let count = common::lock_value_at(&mut conn, &key).map(|v| v.count.to_string());
     let second = g.fencing_token();
     g.unlock().unwrap();
-    let after = common::hget(&mut conn, &key, "count");
+    let after = common::lock_value_at(&mut conn, &key).map(|v| v.count.to_string());
     println!(
         "s11b: unlock through a black hole: {e} (retriable {}); count left on the server \
          {left:?}; relock by the same thread: count {count:?}, token {} the first; after its \
@@ -394,7 +393,12 @@ fn s12_late_acquire_reply() {
             g.is_held(),
             g.fencing_token(),
         );
-        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key)
+                .map(|v| v.count.to_string())
+                .as_deref(),
+            Some("1")
+        );
         g.unlock().unwrap();
         r
     };

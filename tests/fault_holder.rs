@@ -317,8 +317,8 @@ fn s04_paused_holder_is_fenced() {
     );
     assert!(g.is_held(), "the stale holder's unlock hurt the new owner");
     assert_eq!(
-        common::hget(&mut conn, &key, "token").unwrap(),
-        token.to_string()
+        common::lock_value_at(&mut conn, &key).map(|v| v.token),
+        Some(token)
     );
     g.unlock().unwrap();
 }
@@ -402,7 +402,9 @@ fn s05_timed_out_waiters_leave_nothing() {
         "a timeout overshot by {late:?}"
     );
     assert_eq!(after, before, "renewals reached Redis after the release");
-    assert_eq!(keys, vec![common::fence_key(&name)], "keys left behind");
+    // The release marker lived for what the lease had left; a Mutex on one server keeps no
+    // fencing counter.
+    assert!(keys.is_empty(), "keys left behind: {keys:?}");
     assert!(!keys.contains(&key));
     assert_eq!(numsub, 0);
     assert!(dbg.contains("subscribed_channels: 0"), "{dbg}");

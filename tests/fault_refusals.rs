@@ -66,14 +66,16 @@ fn bad_acl_user_without_eval() {
     assert!(!common::exists(&mut conn, &common::lock_key(&name)));
 }
 
-/// An ACL user without `PUBLISH`: the release script fails at its `PUBLISH`, and `unlock()`
-/// gives the server's error.
+/// An ACL user without `PUBLISH`: a release that must publish (a waiter's attempt flagged the
+/// lock) fails at its `PUBLISH`, before anything changed, and `unlock()` gives the server's
+/// error.
 #[test]
 fn bad_acl_user_without_publish() {
     let (server, u) = acl_server("nopublish", &["publish"]);
     let mut conn = server.conn();
     let name = common::unique_name("acl-nopublish");
     let n = name.clone();
+    let url = server.url();
     let r = with_deadline(Duration::from_secs(20), move || {
         let c = Client::builder(u.as_str())
             .command_timeout(Duration::from_secs(1))
@@ -81,11 +83,15 @@ fn bad_acl_user_without_publish() {
             .unwrap();
         let m = c.mutex(&n).unwrap();
         let g = m.lock().unwrap();
+        let other = Client::open(url.as_str()).unwrap();
+        assert!(other.mutex(&n).unwrap().try_lock().unwrap().is_none());
         g.unlock().map_err(|e| (e.to_string(), e.is_redis()))
     });
-    println!(
-        "bad: ACL without PUBLISH: unlock -> {r:?}; lock key left: {}",
-        common::exists(&mut conn, &common::lock_key(&name))
+    let left = common::lock_value(&mut conn, &name);
+    println!("bad: ACL without PUBLISH: unlock -> {r:?}; lock left: {left:?}");
+    assert!(
+        left.is_some_and(|v| v.waiters),
+        "the failed release changed the lock"
     );
     let (msg, is_redis) = r.expect_err("unlock without PUBLISH permission reported success");
     assert!(is_redis, "{msg}");
@@ -206,7 +212,7 @@ fn bad_unlock_errors_are_distinct() {
         let g = la.lock().unwrap();
         redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
         let gb = lb.lock().unwrap();
-        let owner = common::hget(&mut conn, &key, "owner");
+        let owner = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
         let ttl = common::pttl(&mut conn, &key);
         let other = g
             .unlock()
@@ -216,8 +222,16 @@ fn bad_unlock_errors_are_distinct() {
         assert!(matches!(other, Error::NotOwner), "{other:?}");
         assert!(lost.is_lease_lost() && other.is_lease_lost());
         assert_ne!(lost.to_string(), other.to_string());
-        assert_eq!(common::hget(&mut conn, &key, "owner"), owner);
-        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+            owner
+        );
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key)
+                .map(|v| v.count.to_string())
+                .as_deref(),
+            Some("1")
+        );
         assert!(common::pttl(&mut conn, &key) > ttl - 1000);
         assert!(gb.is_held());
         gb.unlock().unwrap();

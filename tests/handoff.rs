@@ -143,21 +143,11 @@ fn contend_with_a_remote_waiter(
     (waited, entries)
 }
 
-/// A new lock name whose fencing counter starts at the server's clock. A name whose counter
-/// does not exist starts it ahead of the clock (see `MutexGuard::fencing_token`), and then
-/// reserves no tokens for hand-offs for about a millisecond, with tokens through Redis
-/// following each other by one; these tests tell a grant through Redis from a hand-off by
-/// its token jumping to the clock, and want hand-offs from the first acquisition.
-fn fresh_name(url: &str, what: &str) -> String {
-    let name = common::unique_name(what);
-    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
-    redis::cmd("SET")
-        .arg(common::fence_key(&name))
-        .arg(s * 1_000_000 + us)
-        .exec(&mut conn)
-        .unwrap();
-    name
+/// A new lock name. Every acquisition through Redis reserves its block of hand-off tokens
+/// (its token is the server clock + a lead), so these tests tell a grant through Redis from a
+/// hand-off by its token jumping with the clock.
+fn fresh_name(_url: &str, what: &str) -> String {
+    common::unique_name(what)
 }
 
 /// The runs of consecutive tokens (one acquisition through Redis and its hand-offs).
@@ -495,7 +485,9 @@ fn reentry_after_a_handoff() {
         let key = common::lock_key(&name);
         let lock = client.mutex(&name).unwrap();
         let (token_a, release_a, ha) = hold_in_thread(lock.clone());
-        let owner_a = common::hget(&mut conn, &key, "owner").unwrap();
+        let owner_a = common::lock_value_at(&mut conn, &key)
+            .map(|v| v.owner)
+            .unwrap();
 
         let (tx, rx) = mpsc::channel();
         let (tx_done, rx_done) = mpsc::channel::<()>();
@@ -522,8 +514,16 @@ fn reentry_after_a_handoff() {
         let (_, inner, held) = rx.recv().unwrap();
         assert_eq!(inner, token_b, "a nested guard has the outer guard's token");
         assert!(held);
-        assert_eq!(common::hget(&mut conn, &key, "owner"), Some(owner_a));
-        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("2"));
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+            Some(owner_a)
+        );
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key)
+                .map(|v| v.count.to_string())
+                .as_deref(),
+            Some("2")
+        );
 
         // The handing thread is not the owner any more, on the server's owner id or not;
         // nor is any other thread of the client.
@@ -538,7 +538,12 @@ fn reentry_after_a_handoff() {
         tx_done.send(()).unwrap();
         let (_, _, held) = rx.recv().unwrap();
         assert!(held, "the outer guard is still held");
-        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key)
+                .map(|v| v.count.to_string())
+                .as_deref(),
+            Some("1")
+        );
         tx_done.send(()).unwrap();
         hb.join().unwrap();
         assert!(!common::exists(&mut conn, &key));
@@ -641,7 +646,9 @@ fn option_off_releases_through_redis() {
         let key = common::lock_key(&name);
         let lock = client.mutex(&name).unwrap();
         let (token_a, release_a, ha) = hold_in_thread(lock.clone());
-        let owner_a = common::hget(&mut conn, &key, "owner").unwrap();
+        let owner_a = common::lock_value_at(&mut conn, &key)
+            .map(|v| v.owner)
+            .unwrap();
         let (tx, rx) = mpsc::channel();
         let hb = thread::spawn(move || {
             let g = lock.lock().unwrap();
@@ -658,7 +665,10 @@ fn option_off_releases_through_redis() {
             token_b > token_a + 1,
             "handed off locally: {token_a} then {token_b}"
         );
-        assert_ne!(common::hget(&mut conn, &key, "owner"), Some(owner_a));
+        assert_ne!(
+            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+            Some(owner_a)
+        );
         // The release, the waiter's acquire and its release, at least.
         assert!(common::script_calls(&mut conn) >= before + 3);
     });

@@ -37,7 +37,7 @@ fn preload_scripts(conn: &mut redis::Connection) {
 }
 
 fn count(conn: &mut redis::Connection, name: &str) -> Option<String> {
-    common::hget(conn, &common::lock_key(name), "count")
+    common::lock_value(conn, name).map(|v| v.count.to_string())
 }
 
 /// Asserts that the server's expiry of `name` is no earlier than the guard's local deadline:
@@ -217,7 +217,7 @@ fn quorum_reentry_with_a_minority_replaced_leaves_no_stray_grant() {
         assert!(outer.is_held());
         let counts: Vec<_> = conns
             .iter_mut()
-            .map(|c| common::hget(c, &key, "count"))
+            .map(|c| common::lock_value_at(c, &key).map(|v| v.count))
             .collect();
         println!("counts after the re-entry: {counts:?}");
         assert_eq!(
@@ -574,41 +574,90 @@ fn holds_dropped_by_compaction_are_reported_once() {
     });
 }
 
-/// Fencing counters expire (a day after their last write), so a name used once does not keep
-/// a key forever; a token issued after the counter expired is still larger than every token
-/// before it.
+/// A Mutex on one server keeps no fencing counter: its tokens come from the server clock, so a
+/// name used once leaves no key behind for long (the release marker lives for what the lease
+/// had left), and tokens keep rising when everything is gone (an empty restart).
 #[test]
-fn fence_counters_expire_and_tokens_keep_rising() {
+fn tokens_keep_rising_without_any_counter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::builder(&url)
+            .lease(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let name = common::unique_name("no-counter");
+        let m = client.mutex(&name).unwrap();
+        let first = m.lock().unwrap();
+        let t1 = first.fencing_token();
+        first.unlock().unwrap();
+        assert!(!common::exists(&mut conn, &common::fence_key(&name)));
+        let marker = common::release_channel(&name);
+        let pttl = common::pttl(&mut conn, &marker);
+        assert!(
+            pttl > 0 && pttl <= 2_000,
+            "the release marker expires in {pttl} ms"
+        );
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        let second = m.lock().unwrap();
+        assert!(second.fencing_token() > t1);
+        second.unlock().unwrap();
+    });
+}
+
+/// A grant over a tombstone (tokens up to it were issued by hand-offs the clock had not
+/// caught up with) or over an orphaned acquisition of the same owner starts above it, and
+/// reserves no hand-off block when it must start above the clock's token.
+#[test]
+fn grants_start_above_a_tombstone_and_an_orphan() {
     let server = RedisServer::start();
     let url = server.url();
     let mut conn = server.conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(&url).unwrap();
-        let name = common::unique_name("fence-ttl");
-        let fence = common::fence_key(&name);
+        let name = common::unique_name("tombstone");
+        let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();
-        let first = m.lock().unwrap();
-        let t1 = first.fencing_token();
-        first.unlock().unwrap();
-        let day = 24 * 3600 * 1000;
-        let pttl = common::pttl(&mut conn, &fence);
-        assert!(
-            pttl > day - 60_000 && pttl <= day,
-            "the fencing counter expires in {pttl} ms"
-        );
-        // The counter expires: the next token still rises.
-        let _: () = redis::cmd("PEXPIRE")
-            .arg(&fence)
-            .arg(1)
+        let t0 = m.lock().unwrap().fencing_token();
+        // Far above the clock's next token: a run of hand-offs a minute ahead (never in
+        // practice; the rule must hold all the same).
+        let far = t0 + 60_000_000;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(format!("#{far}"))
+            .arg("PX")
+            .arg(60_000)
             .query(&mut conn)
             .unwrap();
-        assert!(common::wait_until(Duration::from_secs(2), || {
-            !common::exists(&mut conn, &fence)
-        }));
-        let second = m.lock().unwrap();
-        assert!(second.fencing_token() > t1);
-        second.unlock().unwrap();
-        assert!(common::pttl(&mut conn, &fence) > day - 60_000);
+        assert!(!m.is_locked().unwrap(), "a tombstone is a free lock");
+        let g = m.lock().unwrap();
+        assert_eq!(g.fencing_token(), far + 1);
+        let v = common::lock_value(&mut conn, &name).unwrap();
+        assert_eq!((v.token, v.upto, v.long), (far + 1, far + 1, true));
+        drop(g);
+        // An orphan of this thread's owner (a release whose reply was lost), a block reaching
+        // far ahead: the next acquisition replaces it, above its block.
+        let g = m.lock().unwrap();
+        let v = common::lock_value(&mut conn, &name).unwrap();
+        g.unlock().unwrap();
+        let orphan = format!(
+            "orphan|{}|1024|{}|{}|1|orphan||{}",
+            v.owner,
+            v.s,
+            v.us,
+            far + 100
+        );
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&orphan)
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut conn)
+            .unwrap();
+        let g = m.lock().unwrap();
+        assert_eq!(g.fencing_token(), far + 100 + 1024 + 1);
+        g.unlock().unwrap();
     });
 }
 

@@ -61,10 +61,9 @@ fn killed_holder_lease_expires() {
         common::exists(&mut conn, &key),
         "holder's lease was not renewed"
     );
-    let child_token: u64 = common::hget(&mut conn, &key, "token")
-        .expect("token field")
-        .parse()
-        .unwrap();
+    let child_token = common::lock_value_at(&mut conn, &key)
+        .expect("a held lock")
+        .token;
 
     let url = server.url();
     let waiter = Client::open(url.as_str()).unwrap();
@@ -175,7 +174,9 @@ fn lease_lost(fault: Fault) {
         let la = a.mutex(&name).unwrap();
 
         let guard = la.lock().unwrap();
-        let owner_a = common::hget(&mut conn, &key, "owner").unwrap();
+        let owner_a = common::lock_value_at(&mut conn, &key)
+            .map(|v| v.owner)
+            .unwrap();
         assert!(guard.is_held());
         let fault_at = Instant::now();
         apply(&mut conn, &key, fault);
@@ -194,7 +195,9 @@ fn lease_lost(fault: Fault) {
             .try_lock()
             .unwrap()
             .expect("lock free after the key vanished");
-        let owner_b = common::hget(&mut conn, &key, "owner").unwrap();
+        let owner_b = common::lock_value_at(&mut conn, &key)
+            .map(|v| v.owner)
+            .unwrap();
         assert_ne!(owner_a, owner_b);
 
         let err = guard
@@ -202,7 +205,9 @@ fn lease_lost(fault: Fault) {
             .expect_err("unlock of a lost lease succeeded");
         assert!(err.is_lease_lost(), "unexpected error: {err}");
         assert_eq!(
-            common::hget(&mut conn, &key, "owner").as_deref(),
+            common::lock_value_at(&mut conn, &key)
+                .map(|v| v.owner)
+                .as_deref(),
             Some(&*owner_b)
         );
         assert!(lb.is_locked().unwrap());
@@ -243,14 +248,22 @@ fn stale_renewal_leaves_new_owner_alone() {
         let fault_at = Instant::now();
         apply(&mut conn, &key, Fault::Del);
         let gb = lb.try_lock().unwrap().expect("lock free after DEL");
-        let owner_b = common::hget(&mut conn, &key, "owner");
+        let owner_b = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
         assert!(
             common::wait_until(lease / 3 + Duration::from_millis(500), || !guard.is_held()),
             "holder did not notice the takeover"
         );
         println!("holder saw the takeover after {:?}", fault_at.elapsed());
-        assert_eq!(common::hget(&mut conn, &key, "owner"), owner_b);
-        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+            owner_b
+        );
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key)
+                .map(|v| v.count.to_string())
+                .as_deref(),
+            Some("1")
+        );
         let ttl = common::pttl(&mut conn, &key);
         // b's lease is 30 s; a's renewal would have set it to at most 3 s.
         assert!(
@@ -261,7 +274,10 @@ fn stale_renewal_leaves_new_owner_alone() {
             .unlock()
             .expect_err("unlock of a lost lease succeeded");
         assert!(err.is_lease_lost(), "unexpected error: {err}");
-        assert_eq!(common::hget(&mut conn, &key, "owner"), owner_b);
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+            owner_b
+        );
         assert!(a.mutex(&name).unwrap().try_lock().unwrap().is_none());
         gb.unlock().unwrap();
     });

@@ -202,7 +202,9 @@ fn try_lock_until_deadline() {
     });
 }
 
-/// `name()` is the name given; the lock is the documented hash key while held, gone after.
+/// `name()` is the name given; the lock is the documented string key while held (the short
+/// form of a fresh grant, its token the server clock + the lead), gone after, its value moved to
+/// the release marker.
 #[test]
 fn name_and_key_layout() {
     let server = RedisServer::start();
@@ -216,14 +218,30 @@ fn name_and_key_layout() {
         assert_eq!(lock.clone().name(), name);
         let key = common::lock_key(&name);
         assert!(!common::exists(&mut conn, &key));
+        let (s, _): (String, String) = redis::cmd("TIME").query(&mut conn).unwrap();
         let guard = lock.lock().unwrap();
         assert!(common::exists(&mut conn, &key), "no key {key}");
-        assert!(common::hget(&mut conn, &key, "owner").is_some());
-        assert_eq!(common::hget(&mut conn, &key, "count").as_deref(), Some("1"));
+        let raw: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+        let v = common::lock_value_at(&mut conn, &key).expect("a held value");
+        assert_eq!(raw.split('|').count(), 5, "not the short form: {raw}");
+        assert_eq!((v.count, v.waiters, v.long), (1, false, false));
+        assert_eq!(v.token, guard.fencing_token());
+        let at: u64 = s.parse().unwrap();
+        assert!(
+            v.s >= at && v.s <= at + 5,
+            "granted at {} s, asked at {at}",
+            v.s
+        );
+        assert_eq!(v.token, v.s * 1_000_000 + v.us + common::LEAD_US);
         let ttl = common::pttl(&mut conn, &key);
         assert!(ttl > 0 && ttl <= 30_000, "PTTL {ttl}");
         guard.unlock().unwrap();
         assert!(!common::exists(&mut conn, &key), "key left after unlock");
+        let marker: String = redis::cmd("GET")
+            .arg(common::release_channel(&name))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(marker, raw, "the release marker holds the released value");
         assert!(!lock.is_locked().unwrap());
     });
 }
@@ -275,12 +293,15 @@ fn fixed_lease_expires_by_itself() {
         assert!(waited < lease + Duration::from_millis(1500));
         assert!(!guard.is_held(), "guard still held after its lease passed");
 
-        let owner = common::hget(&mut conn, &key, "owner");
+        let owner = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
         assert!(owner.is_some());
         let res = guard.unlock();
         assert!(res.is_err(), "unlock after the lease passed succeeded");
         assert!(res.unwrap_err().is_lease_lost());
-        assert_eq!(common::hget(&mut conn, &key, "owner"), owner);
+        assert_eq!(
+            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+            owner
+        );
         assert!(c.mutex(&name).unwrap().try_lock().unwrap().is_none());
         gb.unlock().unwrap();
     });
@@ -339,4 +360,46 @@ fn panicking_holder_releases() {
     println!("waiter acquired {latency:?} after the holder panicked");
     assert!(latency < Duration::from_secs(1), "took {latency:?}");
     waiter.join().unwrap();
+}
+
+/// A lock of the layout before this one (a hash with an owner, as a client not upgraded yet
+/// holds it) is busy for this client, which waits for its expiry; a hash without an owner,
+/// like any other key locksmith did not write, is `ForeignKey`.
+#[test]
+fn a_lock_of_the_previous_layout_is_held() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(20), move || {
+        let client = Client::open(url.as_str()).unwrap();
+        let name = common::unique_name("old-layout");
+        let key = common::lock_key(&name);
+        let lock = client.mutex(&name).unwrap();
+        redis::pipe()
+            .cmd("HSET")
+            .arg(&key)
+            .arg("owner")
+            .arg("0f2c7a8e-5b1d-4c3e-9a7f-2d6b8e4c1a90:7")
+            .arg("count")
+            .arg(1)
+            .arg("token")
+            .arg(1)
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(400)
+            .exec(&mut conn)
+            .unwrap();
+        assert!(lock.is_locked().unwrap());
+        assert!(lock.try_lock().unwrap().is_none());
+        let start = Instant::now();
+        let g = lock
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("free once the old lock expired");
+        let waited = start.elapsed();
+        println!("took the lock {waited:?} after meeting an old-layout lock");
+        assert!(waited >= Duration::from_millis(250), "{waited:?}");
+        assert!(common::lock_value(&mut conn, &name).is_some());
+        g.unlock().unwrap();
+    });
 }

@@ -12,10 +12,10 @@ use common::{RedisServer, with_deadline};
 use locksmith::Client;
 
 fn count(conn: &mut redis::Connection, name: &str) -> Option<u64> {
-    common::hget(conn, &common::lock_key(name), "count").map(|c| c.parse().unwrap())
+    common::lock_value(conn, name).map(|v| v.count)
 }
 
-/// Nested guards on one thread share the fencing token; the hash counts the depth; the lock is
+/// Nested guards on one thread share the fencing token; the lock value counts the depth; the lock is
 /// released only with the outermost guard, in whatever order they go.
 #[test]
 fn nested_guards_on_one_thread() {

@@ -158,8 +158,12 @@ fn a_renewal_extends_only_its_own_acquisition() {
     let mutexes: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
     let guards: Vec<MutexGuard> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
     let key = common::lock_key(&names[4]);
-    let owner = common::hget(&mut conn, &key, "owner").unwrap();
-    let ours = common::hget(&mut conn, &key, "gen").unwrap();
+    let owner = common::lock_value_at(&mut conn, &key)
+        .map(|v| v.owner)
+        .unwrap();
+    let ours = common::lock_value_at(&mut conn, &key)
+        .map(|v| v.acquisition)
+        .unwrap();
     // Other clients' acquisitions have other ids, even from the same process.
     let other = Client::open(server.url().as_str()).unwrap();
     let other_name = common::unique_name("other");
@@ -167,24 +171,29 @@ fn a_renewal_extends_only_its_own_acquisition() {
     let g = other_mutex.lock().unwrap();
     let gens: Vec<String> = names
         .iter()
-        .map(|n| common::hget(&mut conn, &common::lock_key(n), "gen").unwrap())
+        .map(|n| {
+            common::lock_value_at(&mut conn, &common::lock_key(n))
+                .map(|v| v.acquisition)
+                .unwrap()
+        })
         .collect();
-    let theirs = common::hget(&mut conn, &common::lock_key(&other_name), "gen").unwrap();
+    let theirs = common::lock_value_at(&mut conn, &common::lock_key(&other_name))
+        .map(|v| v.acquisition)
+        .unwrap();
     assert!(!gens.contains(&theirs), "{theirs} in {gens:?}");
     assert_eq!(
         gens.iter().collect::<std::collections::HashSet<_>>().len(),
         gens.len()
     );
     g.unlock().unwrap();
+    // Another acquisition of the same owner whose id begins with this one's: the renewal
+    // checks the whole id (up to the separator), not a prefix of it.
     let later = format!("{ours}0");
-    redis::pipe()
-        .atomic()
-        .cmd("HSET")
+    let raw: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    redis::cmd("SET")
         .arg(&key)
-        .arg("gen")
-        .arg(&later)
-        .cmd("PEXPIRE")
-        .arg(&key)
+        .arg(format!("{later}{}", &raw[ours.len()..]))
+        .arg("PX")
         .arg(60_000)
         .exec(&mut conn)
         .unwrap();
@@ -200,8 +209,14 @@ fn a_renewal_extends_only_its_own_acquisition() {
         (50_000..=60_000).contains(&ttl),
         "PTTL {ttl} ms: the other acquisition's lease was changed"
     );
-    assert_eq!(common::hget(&mut conn, &key, "gen"), Some(later));
-    assert_eq!(common::hget(&mut conn, &key, "owner"), Some(owner));
+    assert_eq!(
+        common::lock_value_at(&mut conn, &key).map(|v| v.acquisition),
+        Some(later)
+    );
+    assert_eq!(
+        common::lock_value_at(&mut conn, &key).map(|v| v.owner),
+        Some(owner)
+    );
     for (i, g) in guards.into_iter().enumerate() {
         assert_eq!(g.is_held(), i != 4, "{}", names[i]);
         assert_eq!(g.unlock().is_ok(), i != 4, "{}", names[i]);

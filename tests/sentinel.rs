@@ -358,11 +358,12 @@ fn a_frozen_sentinel_costs_at_most_one_per_sentinel_bound() {
     let second = set.failover(Duration::from_secs(15));
     let t = Instant::now();
     let bound = FOLLOW_BOUND + PER_SENTINEL + SLACK;
-    // Each client's lock calls reach the new master: its lock's fencing counter changes
-    // there (what was replicated before the promotion is the starting point).
+    // Each client's lock calls reach the new master: its lock's release marker (the value of
+    // the last acquisition released) changes there (what was replicated before the promotion
+    // is the starting point).
     let fence = |name: &str| -> Option<Vec<u8>> {
         redis::cmd("DUMP")
-            .arg(common::fence_key(name))
+            .arg(common::release_channel(name))
             .query(&mut set.conn(second))
             .unwrap_or_default()
     };

@@ -102,15 +102,7 @@ fn counts_a_known_workload() {
         assert!(s.wait.max() <= waited + Duration::from_millis(100), "{s:?}");
 
         // A local hand-off: thread A holds, thread B queues, A's release hands it to B.
-        // Its fencing counter starts at the server's clock: a name without one starts it ahead
-        // of the clock and reserves no hand-off block for about a millisecond.
         let handed = format!("{name}-handoff");
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
-        redis::cmd("SET")
-            .arg(common::fence_key(&handed))
-            .arg(secs * 1_000_000 + micros)
-            .exec(&mut conn)
-            .unwrap();
         let lock = client.mutex(&handed).unwrap();
         let (tx_locked, rx_locked) = mpsc::channel();
         let (tx_go, rx_go) = mpsc::channel::<()>();

@@ -409,3 +409,86 @@ fn many_sleeping_leaders_keep_few_connections() {
         threads.into_iter().for_each(|t| t.join().unwrap());
     });
 }
+
+/// A waiter in another process, for the flag test below: waits at most 20 s for `LS_NAME`,
+/// records when it got it (`SET LS_DONE <mono_ns>`), prints `acquired`.
+#[test]
+fn child_flag_waiter() {
+    if !common::is_child("flag_waiter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let client = Client::open(url.as_str()).unwrap();
+    let m = client.mutex(&common::child_env("LS_NAME")).unwrap();
+    let g = m.try_lock_for(Duration::from_secs(20)).unwrap();
+    let at = common::mono_ns();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("SET")
+        .arg(common::child_env("LS_DONE"))
+        .arg(if g.is_some() { at } else { 0 })
+        .exec(&mut conn)
+        .unwrap();
+    println!("acquired");
+}
+
+/// A release publishes only when a waiter's failed attempt flagged the lock. The holder
+/// re-enters and releases the inner level while a waiter of another process waits (each
+/// rewrites the lock's value, and must keep the flag): its outermost release still publishes,
+/// and the waiter takes the lock within a second of it, not at its re-check (the holder's
+/// 30 s lease).
+#[test]
+fn a_waiters_flag_survives_reentry_and_inner_release() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let port = server.port();
+    let (released, at) = with_deadline(Duration::from_secs(60), move || {
+        let name = common::unique_name("flag");
+        let done = format!("test:done:{name}");
+        let monitor = common::Monitor::start(port);
+        let holder = Client::open(url.as_str()).unwrap();
+        let m = holder.mutex(&name).unwrap();
+        let g = m.lock().unwrap();
+        assert!(!common::lock_value(&mut conn, &name).unwrap().waiters);
+        let child = common::TestChild::spawn(
+            "child_flag_waiter",
+            "flag_waiter",
+            &[
+                ("LS_URL", url.clone()),
+                ("LS_NAME", name.clone()),
+                ("LS_DONE", done.clone()),
+            ],
+        );
+        // Settled once it has tried again after its SUBSCRIBE: it sleeps until a release.
+        assert!(
+            monitor.wait_blocked(
+                &common::release_channel(&name),
+                &common::lock_key(&name),
+                Duration::from_secs(20)
+            ),
+            "the waiter never subscribed and tried again"
+        );
+        assert!(common::lock_value(&mut conn, &name).unwrap().waiters);
+        let inner = m.lock().unwrap();
+        let v = common::lock_value(&mut conn, &name).unwrap();
+        assert_eq!((v.count, v.waiters), (2, true), "{v:?}");
+        inner.unlock().unwrap();
+        let v = common::lock_value(&mut conn, &name).unwrap();
+        assert_eq!((v.count, v.waiters), (1, true), "{v:?}");
+        let released = common::mono_ns();
+        g.unlock().unwrap();
+        child.wait_line("acquired", Duration::from_secs(30));
+        let at: u64 = redis::cmd("GET").arg(&done).query(&mut conn).unwrap();
+        (released, at)
+    });
+    assert!(at > 0, "the waiter timed out");
+    let latency = common::ms_between(released, at);
+    println!("the other process's waiter took the lock {latency:.1} ms after the release");
+    assert!(
+        latency < 1000.0,
+        "the waiter took the lock {latency:.1} ms after the release"
+    );
+}

@@ -561,8 +561,9 @@ impl MultiMutex {
                 keys: &part[i],
                 holder,
                 level: Level::Outermost,
+                publish: false,
             }];
-            let call = scripts::multi_release(&leaving, &request_id());
+            let call = scripts::multi_release(&leaving, &request_id(), false);
             if let Err(e) = eval_twice(&self.client, &call, by) {
                 log::debug!("freeing a stale grant of `{}`: {e}", part[i].name);
             }
@@ -621,17 +622,20 @@ fn release_part(
             keys: &h.keys,
             holder: h.holder(),
             level: *level,
+            // Threads of this client wait for the lock: their waits did not all begin with an
+            // acquire that flagged it, so its release publishes for them.
+            publish: *level == Level::Outermost && shared.subscriber.has_waiters(&h.keys.channel),
         })
         .collect();
-    let call = scripts::multi_release(&leaving, &request_id());
+    let request = request_id();
+    let call = scripts::multi_release(&leaving, &request, false);
     let by = by.min(Deadline::after(shared.config.one_call()));
     // The first attempt may have released before its reply was lost, or never ran (Redis
-    // restarted empty): the retry asks the script to tell them apart by each acquisition's
-    // token, and what it cannot tell is a loss.
+    // restarted empty): the retry asks the script to tell them apart by each lock's release
+    // marker, and what it cannot tell is a loss.
     let reply = match shared.backend.eval_single(&call, by) {
         Err(e) if e.is_retriable() && !by.passed() => {
-            let tokens: Vec<u64> = levels.iter().map(|(h, ..)| h.chain.last).collect();
-            let again = scripts::multi_release_retry(&call, &leaving, &tokens);
+            let again = scripts::multi_release(&leaving, &request, true);
             shared.backend.eval_single(&again, by)
         }
         other => other,

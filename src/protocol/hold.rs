@@ -353,6 +353,13 @@ impl Hold {
         status
     }
 
+    /// The last token the local hand-offs of this hold's run issued, when above its
+    /// acquisition's own: the hold's own token after a hand-off (a release through Redis then
+    /// tells the server, which keeps the next grant above it).
+    pub(crate) fn last_issued(&self) -> Option<u64> {
+        (self.chain.passes > 0).then_some(self.token)
+    }
+
     /// Who this hold is, for the release and renew scripts.
     pub(crate) fn holder(&self) -> Holder<'_> {
         Holder {
@@ -376,7 +383,12 @@ impl Hold {
 /// The renew call of a registered hold, by its lock type.
 pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
     match hold.kind {
-        Kind::Mutex => scripts::renew(&hold.keys, hold.holder(), hold.lease, fence),
+        Kind::Mutex => scripts::renew(
+            &hold.keys,
+            &hold.acquisition,
+            hold.lease,
+            (fence != 0).then_some(fence),
+        ),
         Kind::Fair | Kind::FairPlace => scripts::fair(
             &hold.keys,
             "renew",

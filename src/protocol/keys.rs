@@ -5,9 +5,9 @@
 //!
 //! | what | name |
 //! |---|---|
-//! | lock (hash: `owner`, `count`, `token`, `gen`, `req`, `rel`) | `P{T}:lock` |
-//! | fencing counter (integer, expires [`FENCE_TTL`] after its last write) | `P{T}:fence` |
-//! | release channel | `P{T}:released` |
+//! | lock (a string: acquisition, owner, hand-off block, grant time, and after a re-entry the count and the last calls; see `scripts/acquire.lua`) | `P{T}:lock` |
+//! | fencing counter (integer, expires [`FENCE_TTL`] after its last write): the other lock types', and a quorum's | `P{T}:fence` |
+//! | release channel, and the release marker key (the last released value) | `P{T}:released` |
 //!
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
 //! injective, so two names never share keys, and the tag never contains a brace, so Redis
@@ -65,11 +65,12 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
 pub(crate) struct LockKeys {
     /// The user's name for the lock.
     pub(crate) name: String,
-    /// The hash that holds owner, re-entry count and token.
+    /// The lock: a string holding the acquisition, its owner, its grant time (its token) and
+    /// its re-entry count.
     pub(crate) lock: String,
     /// The fencing counter.
     pub(crate) fence: String,
-    /// The channel a release is published on.
+    /// The channel a release is published on; also the key of a Mutex's release marker.
     pub(crate) channel: String,
     /// The Redis Cluster hash slot of all three (they share one hash tag).
     pub(crate) slot: u16,

@@ -224,9 +224,8 @@ pub(crate) enum ReleaseReply {
     /// The key is gone: the lease had ended, or Redis lost it (a restart, a failover). On a
     /// retry, also where the first attempt may have freed it but the server cannot tell.
     Missing,
-    /// A retry only: the first attempt released the lock before its reply was lost. The key
-    /// is gone with the fencing counter still at the caller's acquisition, or its owner now
-    /// was granted it right after that acquisition (see `scripts/release.lua`).
+    /// A retry only: the first attempt released the lock before its reply was lost. For a
+    /// Mutex: the release marker holds the caller's acquisition (see `scripts/release.lua`).
     ReleasedBefore,
     /// Another owner holds the lock.
     OtherOwner,
@@ -351,6 +350,21 @@ fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
+/// The most tokens a Mutex acquisition reserves for local hand-offs (the acquire script's
+/// `MAX_BLOCK`; the client's `MAX_HANDOFF_COUNT` is the same, unit tests compare them).
+pub(crate) const MAX_BLOCK: u32 = 1024;
+
+/// The lead of a new Mutex acquisition's fencing token over the server clock in microseconds
+/// (the largest lead the other lock types' fencing counter may have: 1 s plus the largest
+/// hand-off block). The scripts hold the same value (a unit test compares them).
+#[cfg_attr(not(test), allow(dead_code))] // the scripts carry it; a unit test checks they agree
+pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
+
+/// `GEN|`: how the Mutex scripts name an acquisition (the lock's value begins with it).
+fn gen_prefix(acquisition: &str) -> String {
+    format!("{acquisition}|")
+}
+
 /// The caller's live hold on a lock, for a re-entry.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Live<'a> {
@@ -361,29 +375,62 @@ pub(crate) struct Live<'a> {
     pub(crate) extend: Duration,
 }
 
-/// The acquire script for `owner`: a new acquisition gets a lease of `lease` and reserves
-/// `block` tokens after its own for local hand-offs; with `live` (the calling thread holds
-/// the lock through a live guard) this is a re-entry of it.
-pub(crate) fn acquire(
-    keys: &LockKeys,
-    owner: &str,
-    lease: Duration,
-    request: &str,
-    live: Option<Live<'_>>,
-    block: u32,
-) -> Call {
-    let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
-    let (acquisition, extend) = match live {
-        Some(l) if l.extend.is_zero() => (l.acquisition, 0),
-        Some(l) => (l.acquisition, millis(l.extend)),
-        None => ("", 0),
+/// One Mutex acquire call, as the acquire script takes it (`scripts/acquire.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Acquire<'a> {
+    /// The owner id (never contains `|`).
+    pub(crate) owner: &'a str,
+    /// The lease of a new acquisition.
+    pub(crate) lease: Duration,
+    /// The request id: names the acquisition when granted.
+    pub(crate) request: &'a str,
+    /// The calling thread's live hold on the lock: a re-entry.
+    pub(crate) live: Option<Live<'a>>,
+    /// Tokens a new acquisition reserves after its own for local hand-offs.
+    pub(crate) block: u32,
+    /// The caller waited for the lock: a new acquisition is flagged at once, so that its
+    /// release publishes (others may wait too).
+    pub(crate) waited: bool,
+    /// A quorum of masters: the fencing counter takes part (and no block is reserved).
+    pub(crate) quorum: bool,
+}
+
+impl Acquire<'_> {
+    /// The hand-off block the call asks for: none with a quorum.
+    pub(crate) fn block(&self) -> u32 {
+        if self.quorum {
+            0
+        } else {
+            self.block.min(MAX_BLOCK)
+        }
+    }
+}
+
+/// The acquire script call (see [`Acquire`]).
+pub(crate) fn acquire(keys: &LockKeys, a: &Acquire<'_>) -> Call {
+    let mut cmd = if a.quorum {
+        evalsha(Which::Acquire, &[&keys.lock, &keys.fence])
+    } else {
+        evalsha(Which::Acquire, &[&keys.lock])
     };
-    cmd.arg(owner)
-        .arg(millis(lease))
-        .arg(request)
-        .arg(acquisition)
-        .arg(extend)
-        .arg(block);
+    debug_assert!(!a.owner.contains('|') && !a.request.contains('|'));
+    cmd.arg(format!("{}|{}|{}", a.request, a.owner, a.block()))
+        .arg(millis(a.lease));
+    let live = a.live.map(|l| {
+        let extend = if l.extend.is_zero() {
+            0
+        } else {
+            millis(l.extend)
+        };
+        (l.acquisition, extend)
+    });
+    if live.is_some() || a.waited {
+        let (acquisition, extend) = live.unwrap_or(("", 0));
+        cmd.arg(acquisition).arg(extend);
+    }
+    if a.waited {
+        cmd.arg("w");
+    }
     Call {
         which: Which::Acquire,
         cmd,
@@ -402,10 +449,7 @@ pub(crate) struct Member<'a> {
 /// The set acquire script (`multi_acquire.lua`): every member, or none; a new acquisition of a
 /// member gets a lease of `lease` and reserves no token for local hand-offs.
 pub(crate) fn multi_acquire(members: &[Member<'_>], lease: Duration, request: &str) -> Call {
-    let keys: Vec<&str> = members
-        .iter()
-        .flat_map(|m| [m.keys.lock.as_str(), m.keys.fence.as_str()])
-        .collect();
+    let keys: Vec<&str> = members.iter().map(|m| m.keys.lock.as_str()).collect();
     let mut cmd = evalsha(Which::MultiAcquire, &keys);
     cmd.arg(millis(lease)).arg(request);
     for m in members {
@@ -422,30 +466,38 @@ pub(crate) fn multi_acquire(members: &[Member<'_>], lease: Duration, request: &s
     }
 }
 
-/// One level of one lock of a set to release: its keys, holder and level.
+/// One level of one lock of a set to release: its keys, holder and level, and whether its
+/// release must publish even when the lock is not flagged (threads of this client wait).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Leaving<'a> {
     pub(crate) keys: &'a LockKeys,
     pub(crate) holder: Holder<'a>,
     pub(crate) level: Level,
+    pub(crate) publish: bool,
 }
 
 /// The set release script (`multi_release.lua`): one level of each lock, in one call.
-pub(crate) fn multi_release(leaving: &[Leaving<'_>], request: &str) -> Call {
+/// `retry`: the retry of a call whose first attempt failed on the connection (it may have
+/// run): the script then tells, by each lock's release marker, an outermost level the first
+/// attempt released.
+pub(crate) fn multi_release(leaving: &[Leaving<'_>], request: &str, retry: bool) -> Call {
     let keys: Vec<&str> = leaving
         .iter()
-        .flat_map(|l| [l.keys.lock.as_str(), l.keys.fence.as_str()])
+        .flat_map(|l| [l.keys.lock.as_str(), l.keys.channel.as_str()])
         .collect();
     let mut cmd = evalsha(Which::MultiRelease, &keys);
     cmd.arg(request);
     for l in leaving {
-        cmd.arg(l.holder.owner)
-            .arg(&l.keys.channel)
-            .arg(l.holder.acquisition)
-            .arg(match l.level {
-                Level::Inner => "1",
-                Level::Outermost => "0",
-            });
+        let mut how = String::new();
+        match l.level {
+            Level::Inner => how.push('i'),
+            Level::Outermost if retry => how.push('r'),
+            Level::Outermost => {}
+        }
+        if l.publish {
+            how.push('p');
+        }
+        cmd.arg(gen_prefix(l.holder.acquisition)).arg(how);
     }
     Call {
         which: Which::MultiRelease,
@@ -522,21 +574,7 @@ pub(crate) fn parse_multi_release(v: &Value, n: usize) -> Option<Vec<ReleaseRepl
         .collect()
 }
 
-/// The retry of a set's release `call` (its first attempt failed on the connection): per
-/// member, the fencing token of an outermost level's acquisition, by which the script tells
-/// that the first attempt released it (see [`release_retry`]).
-pub(crate) fn multi_release_retry(call: &Call, leaving: &[Leaving<'_>], tokens: &[u64]) -> Call {
-    let mut retry = call.clone();
-    for (l, token) in leaving.iter().zip(tokens) {
-        match l.level {
-            Level::Outermost => retry.cmd.arg(*token),
-            Level::Inner => retry.cmd.arg(""),
-        };
-    }
-    retry
-}
-
-/// Who releases or renews: the owner, and the acquisition (the lock's `gen` field) its guard belongs to.
+/// Who releases or renews: the owner, and the acquisition (the lock's `gen`) its guard belongs to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Holder<'a> {
     pub(crate) owner: &'a str,
@@ -552,73 +590,89 @@ pub(crate) enum Level {
     Inner,
 }
 
-/// The release script for a level of `holder`'s acquisition under `token`.
-pub(crate) fn release(
-    keys: &LockKeys,
-    holder: Holder<'_>,
-    request: &str,
-    token: u64,
-    level: Level,
-) -> Call {
-    release_publishing_on(&keys.channel, keys, holder, request, token, level)
+/// Whether a Mutex release publishes on the lock's release channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// When the lock is flagged (a waiter's failed acquire flagged it).
+    IfFlagged,
+    /// Always when it frees the lock: threads of the releasing client wait (their waits did
+    /// not all begin with an acquire that flagged it), or a quorum (waiters listen on one
+    /// master, and may have flagged the lock on others only).
+    Always,
+    /// Never: a quorum acquire undoing a partial grant (its own waiters must not be woken by
+    /// it, and nobody else waits for it).
+    Never,
 }
 
-/// The retry of `call` (a release whose first attempt failed on the connection), for an
-/// outermost level whose acquisition reserved tokens up to `last` (its own token when none):
-/// the script then answers [`ReleaseReply::ReleasedBefore`] where it can tell that the first
-/// attempt released it. An inner level is retried as it was: its first attempt never frees
-/// the lock, so a lock gone is a lock lost.
-pub(crate) fn release_retry(call: &Call, level: Level, last: u64) -> Call {
-    let mut retry = call.clone();
-    if level == Level::Outermost {
-        retry.cmd.arg(last);
+/// One Mutex release call, as the release script takes it (`scripts/release.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Release<'a> {
+    /// The acquisition the guard belongs to.
+    pub(crate) acquisition: &'a str,
+    pub(crate) level: Level,
+    /// Unique per release call, the same on its retry (an inner level's retry is told by it).
+    pub(crate) request: &'a str,
+    pub(crate) publish: Publish,
+    /// With a quorum: the holder's token, which the fencing counter is raised to.
+    pub(crate) fence: Option<u64>,
+    /// The last token the hold's local hand-offs issued, when above the acquisition's own.
+    pub(crate) last_issued: Option<u64>,
+}
+
+/// The release script for `r`; `retry`: the retry of a call whose first attempt failed on the
+/// connection (it may have run, its reply lost), which the script then tells apart for an
+/// outermost level by the release marker ([`ReleaseReply::ReleasedBefore`]). An inner level is
+/// retried as it was: its request id tells the script it was counted already.
+pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
+    let mut cmd = match r.fence {
+        Some(_) => evalsha(Which::Release, &[&keys.lock, &keys.channel, &keys.fence]),
+        None => evalsha(Which::Release, &[&keys.lock, &keys.channel]),
+    };
+    cmd.arg(gen_prefix(r.acquisition));
+    let mut how = String::new();
+    if r.level == Level::Inner {
+        how.push('i');
+    } else if retry {
+        how.push('r');
     }
-    retry
-}
-
-/// The release script without the release message: undoes a partial quorum grant.
-pub(crate) fn undo(
-    keys: &LockKeys,
-    holder: Holder<'_>,
-    request: &str,
-    token: u64,
-    level: Level,
-) -> Call {
-    release_publishing_on("", keys, holder, request, token, level)
-}
-
-/// The release script, publishing on `channel` (nowhere when empty).
-fn release_publishing_on(
-    channel: &str,
-    keys: &LockKeys,
-    holder: Holder<'_>,
-    request: &str,
-    token: u64,
-    level: Level,
-) -> Call {
-    let mut cmd = evalsha(Which::Release, &[&keys.lock, &keys.fence]);
-    cmd.arg(holder.owner)
-        .arg(channel)
-        .arg(request)
-        .arg(token)
-        .arg(holder.acquisition)
-        .arg(match level {
-            Level::Inner => "1",
-            Level::Outermost => "0",
-        });
+    match r.publish {
+        Publish::IfFlagged => {}
+        Publish::Always => how.push('p'),
+        Publish::Never => how.push('n'),
+    }
+    let common = how.is_empty() && r.fence.is_none() && r.last_issued.is_none();
+    if !common {
+        let rel = match r.level {
+            Level::Inner => r.request,
+            Level::Outermost => "",
+        };
+        cmd.arg(how)
+            .arg(rel)
+            .arg(r.fence.map_or_else(String::new, |t| t.to_string()))
+            .arg(r.last_issued.map_or_else(String::new, |t| t.to_string()));
+    }
     Call {
         which: Which::Release,
         cmd,
     }
 }
 
-/// The renew script for `holder`'s acquisition under `token`.
-pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration, token: u64) -> Call {
-    let mut cmd = evalsha(Which::Renew, &[&keys.lock, &keys.fence]);
-    cmd.arg(holder.owner)
-        .arg(millis(lease))
-        .arg(token)
-        .arg(holder.acquisition);
+/// The renew script for the Mutex acquisition `acquisition`; `fence`: with a quorum, the
+/// holder's token, which the fencing counter is raised to.
+pub(crate) fn renew(
+    keys: &LockKeys,
+    acquisition: &str,
+    lease: Duration,
+    fence: Option<u64>,
+) -> Call {
+    let mut cmd = match fence {
+        Some(_) => evalsha(Which::Renew, &[&keys.lock, &keys.fence]),
+        None => evalsha(Which::Renew, &[&keys.lock]),
+    };
+    cmd.arg(gen_prefix(acquisition)).arg(millis(lease));
+    if let Some(token) = fence {
+        cmd.arg(token);
+    }
     Call {
         which: Which::Renew,
         cmd,
@@ -640,7 +694,8 @@ pub(crate) struct Renewing<'a> {
 /// keeps a call within one Cluster slot where that matters, and its size bounded.
 pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     if let [one] = leases {
-        return renew(one.keys, one.holder, one.lease, one.token);
+        let fence = (one.token != 0).then_some(one.token);
+        return renew(one.keys, one.holder.acquisition, one.lease, fence);
     }
     // The tokens are all 0 (a single master) or none is (a quorum): one mode for the call.
     let fence = leases.iter().any(|l| l.token != 0);
@@ -664,7 +719,7 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
         cmd.arg(lease).arg(count);
     }
     for l in leases {
-        cmd.arg(l.holder.acquisition);
+        cmd.arg(gen_prefix(l.holder.acquisition));
     }
     if fence {
         for l in leases {
@@ -675,6 +730,21 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
         which: Which::RenewBatch,
         cmd,
     }
+}
+
+/// Parses a Mutex acquire reply to the call `a`: the integer of a fresh grant (count 1, the
+/// acquisition named after the request, the block asked for), or as [`parse_acquire`].
+pub(crate) fn parse_mutex_acquire(v: &Value, a: &Acquire<'_>) -> Option<AcquireReply> {
+    if let Value::Int(token) = v {
+        let token = u64::try_from(*token).ok()?;
+        return Some(AcquireReply::Held {
+            token,
+            count: 1,
+            acquisition: a.request.to_owned(),
+            last: token.checked_add(u64::from(a.block()))?,
+        });
+    }
+    parse_acquire(v)
 }
 
 /// Parses an acquire reply.
@@ -866,37 +936,144 @@ mod tests {
     }
 
     #[test]
-    fn scripts_seed_a_lost_counter_past_the_largest_block() {
-        // Every script that grants from the counter seeds a lost one by acquire.lua's lead
-        // (the largest block is compared with the client's bound in client.rs).
+    fn scripts_keep_the_lead_and_the_largest_block() {
+        // The Mutex scripts give a new token the clock + LEAD_US; the other lock types seed
+        // a lost counter by the same lead; the largest block is the client's bound.
+        assert_eq!(MAX_BLOCK, crate::client::shared::MAX_HANDOFF_COUNT);
+        assert_eq!(LEAD_US, 1_001_024);
         let acquire = Which::Acquire.source();
+        assert!(acquire.contains(&format!("t[1] * 1000000 + t[2] + {LEAD_US}")));
         assert!(acquire.contains("local MAX_LEAD_US = 1000000"));
-        assert!(acquire.contains("local SEED_LEAD_US = MAX_LEAD_US + MAX_BLOCK"));
-        let block = acquire
-            .lines()
-            .find_map(|l| l.strip_prefix("local MAX_BLOCK = "))
-            .unwrap_or("?");
-        let seed = format!("local SEED_LEAD_US = 1000000 + {block}");
-        for which in [Which::Fair, Which::Rw, Which::MultiAcquire] {
-            assert!(which.source().contains(&seed), "{which:?}");
+        assert!(acquire.contains(&format!("local MAX_BLOCK = {MAX_BLOCK}")));
+        assert!(acquire.contains("local LEAD = MAX_LEAD_US + MAX_BLOCK"));
+        assert!(
+            Which::Release
+                .source()
+                .contains(&format!("local LEAD = {LEAD_US}"))
+        );
+        let seed = format!("1000000 + {MAX_BLOCK}");
+        assert!(
+            Which::MultiAcquire
+                .source()
+                .contains(&format!("local LEAD = {seed}"))
+        );
+        for which in [Which::Fair, Which::Rw] {
+            let line = format!("local SEED_LEAD_US = {seed}");
+            assert!(which.source().contains(&line), "{which:?}");
+        }
+    }
+
+    fn rel<'a>(level: Level, publish: Publish) -> Release<'a> {
+        Release {
+            acquisition: "g",
+            level,
+            request: "r",
+            publish,
+            fence: None,
+            last_issued: None,
         }
     }
 
     #[test]
-    fn a_retried_outermost_release_names_the_last_reserved_token() {
+    fn the_common_release_sends_the_acquisition_alone() {
         let k = LockKeys::new("p:", "a");
-        let holder = Holder {
-            owner: "o",
-            acquisition: "g",
-        };
-        let call = release(&k, holder, "r", 0, Level::Outermost);
-        let retry = args(&release_retry(&call, Level::Outermost, 42));
-        assert_eq!(retry.last().map(String::as_str), Some("42"));
-        assert_eq!(args(&release_retry(&call, Level::Inner, 42)), args(&call));
+        let common = release(&k, &rel(Level::Outermost, Publish::IfFlagged), false);
+        assert_eq!(
+            &args(&common)[2..],
+            ["2", "p:{a}:lock", "p:{a}:released", "g|"]
+        );
+        let retry = release(&k, &rel(Level::Outermost, Publish::IfFlagged), true);
+        assert_eq!(&args(&retry)[5..], ["g|", "r", "", "", ""]);
+        let inner = release(&k, &rel(Level::Inner, Publish::IfFlagged), true);
+        assert_eq!(&args(&inner)[5..], ["g|", "i", "r", "", ""]);
+        let mut quorum = rel(Level::Outermost, Publish::Always);
+        quorum.fence = Some(7);
+        quorum.last_issued = Some(9);
+        let q = args(&release(&k, &quorum, false));
+        assert_eq!(
+            &q[2..],
+            [
+                "3",
+                "p:{a}:lock",
+                "p:{a}:released",
+                "p:{a}:fence",
+                "g|",
+                "p",
+                "",
+                "7",
+                "9"
+            ]
+        );
+        let undo = release(&k, &rel(Level::Outermost, Publish::Never), false);
+        assert_eq!(&args(&undo)[5..], ["g|", "n", "", "", ""]);
         assert_eq!(
             parse_release(&Value::Int(-4)),
             Some(ReleaseReply::ReleasedBefore)
         );
+        assert_eq!(
+            parse_release(&Value::Int(0)),
+            Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 0
+            })
+        );
+    }
+
+    #[test]
+    fn acquire_calls_and_the_fast_reply() {
+        let k = LockKeys::new("p:", "a");
+        let mut a = Acquire {
+            owner: "o",
+            lease: Duration::from_secs(3),
+            request: "q",
+            live: None,
+            block: 16,
+            waited: false,
+            quorum: false,
+        };
+        assert_eq!(
+            &args(&acquire(&k, &a))[2..],
+            ["1", "p:{a}:lock", "q|o|16", "3000"]
+        );
+        let fresh = parse_mutex_acquire(&Value::Int(1_000), &a);
+        assert_eq!(
+            fresh,
+            Some(AcquireReply::Held {
+                token: 1_000,
+                count: 1,
+                acquisition: "q".into(),
+                last: 1_016,
+            })
+        );
+        a.waited = true;
+        assert_eq!(
+            &args(&acquire(&k, &a))[3..],
+            ["p:{a}:lock", "q|o|16", "3000", "", "0", "w"]
+        );
+        a.waited = false;
+        a.live = Some(Live {
+            acquisition: "g",
+            extend: Duration::from_secs(3),
+        });
+        assert_eq!(
+            &args(&acquire(&k, &a))[3..],
+            ["p:{a}:lock", "q|o|16", "3000", "g", "3000"]
+        );
+        // A quorum reserves no block, and its counter takes part.
+        a.quorum = true;
+        a.live = None;
+        assert_eq!(
+            &args(&acquire(&k, &a))[2..],
+            ["2", "p:{a}:lock", "p:{a}:fence", "q|o|0", "3000"]
+        );
+        assert_eq!(
+            parse_mutex_acquire(&Value::Int(1_000), &a).map(|r| match r {
+                AcquireReply::Held { last, .. } => last,
+                _ => 0,
+            }),
+            Some(1_000)
+        );
+        assert_eq!(parse_mutex_acquire(&Value::Int(-1), &a), None);
     }
 
     fn renewing<'a>(keys: &'a LockKeys, acquisition: &'a str, token: u64) -> Renewing<'a> {
@@ -928,9 +1105,11 @@ mod tests {
         assert_eq!(call.which, Which::Renew);
         let a = args(&call);
         assert_eq!(a[0], "EVALSHA");
+        assert_eq!(&a[2..], ["1", "p:{a}:lock", "g|", "3000"]);
+        let quorum = renew_many(&[renewing(&k, "g", 7)]);
         assert_eq!(
-            &a[2..],
-            ["2", "p:{a}:lock", "p:{a}:fence", "o", "3000", "0", "g"]
+            &args(&quorum)[2..],
+            ["2", "p:{a}:lock", "p:{a}:fence", "g|", "3000", "7"]
         );
     }
 
@@ -949,8 +1128,8 @@ mod tests {
                 "1",
                 "3000",
                 "2",
-                "ga",
-                "gb"
+                "ga|",
+                "gb|"
             ]
         );
         let quorum = renew_many(&[renewing(&a, "ga", 7), renewing(&b, "gb", 9)]);
@@ -966,8 +1145,8 @@ mod tests {
                 "1",
                 "3000",
                 "2",
-                "ga",
-                "gb",
+                "ga|",
+                "gb|",
                 "7",
                 "9"
             ]
@@ -985,7 +1164,7 @@ mod tests {
         let a = args(&renew_many(&leases));
         assert_eq!(
             &a[7..],
-            ["0", "2", "3000", "3", "9000", "1", "g", "g", "g", "g"]
+            ["0", "2", "3000", "3", "9000", "1", "g|", "g|", "g|", "g|"]
         );
     }
 

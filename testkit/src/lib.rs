@@ -11,6 +11,8 @@
 //! - [`SentinelSet`]: a Redis Sentinel deployment (1 master, 2 replicas with `--replicaof`, 3
 //!   sentinels from config files it writes, short failure detection), killed on `Drop`.
 //! - [`free_port`], [`unique_name`] and the keys of a lock name ([`lock_key`], ...).
+//! - [`lock_value`] / [`lock_state_at`]: a `Mutex` lock's value on the server, parsed (the one
+//!   parse of it the tests use).
 //! - [`proxy::Proxy`]: a TCP proxy for faults on the wire (lost or delayed replies, a black
 //!   hole, killed connections).
 //! - Command counting: [`commandstats`] / [`script_calls`] (`INFO commandstats`), the
@@ -34,6 +36,7 @@ pub mod checker;
 mod child;
 mod clock;
 pub mod cluster;
+mod lock_value;
 mod names;
 mod program;
 pub mod proxy;
@@ -49,6 +52,7 @@ mod wait;
 pub use child::{ROLE_VAR, TestChild, child_env, is_child};
 pub use clock::{mono_ns, ms_between, realtime_ns};
 pub use cluster::RedisCluster;
+pub use lock_value::{LEAD_US, LockState, LockValue, lock_state_at, lock_value, lock_value_at};
 pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crate::names::{lock_key, unique_suffix};
+use crate::names::unique_suffix;
 use crate::wait::wait_until;
 
 /// `INFO commandstats` as `cmdstat_xxx -> calls`.
@@ -219,15 +219,14 @@ pub fn errorstats(conn: &mut redis::Connection) -> HashMap<String, u64> {
     out
 }
 
-/// The fencing token stored in the lock key of `name`.
+/// The fencing token of the `Mutex` held on `name` (from its lock value).
 ///
 /// # Panics
-/// If there is no lock key or it has no token.
+/// If the lock is not held.
 pub fn token_of(conn: &mut redis::Connection, name: &str) -> u64 {
-    hget(conn, &lock_key(name), "token")
-        .expect("lock key with a token")
-        .parse()
-        .unwrap()
+    crate::lock_value::lock_value(conn, name)
+        .expect("a held lock")
+        .token
 }
 
 /// Waits (at most 10 s) until `channel` has at least `n` subscribers.

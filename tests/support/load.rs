@@ -76,7 +76,7 @@ struct Inspector {
 }
 
 impl Inspector {
-    fn hget_count(&mut self, key: &str) -> Option<String> {
+    fn count(&mut self, key: &str) -> Option<String> {
         for _ in 0..5 {
             if self.conn.is_none() {
                 self.conn = self
@@ -86,12 +86,13 @@ impl Inspector {
             }
             if let Some(c) = self.conn.as_mut() {
                 let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-                match redis::cmd("HGET")
-                    .arg(key)
-                    .arg("count")
-                    .query::<Option<String>>(c)
-                {
-                    Ok(v) => return v,
+                // The re-entry count of the lock's value (the one parse the tests share).
+                match redis::cmd("GET").arg(key).query::<Option<String>>(c) {
+                    Ok(v) => {
+                        return v
+                            .and_then(|v| locksmith_testkit::LockValue::parse(&v))
+                            .map(|v| v.count.to_string());
+                    }
                     Err(_) => self.conn = None,
                 }
             }
@@ -179,14 +180,14 @@ pub fn run_worker() {
                         let key = format!("locksmith:{{{name}}}:lock");
                         match m.lock() {
                             Ok(inner) => {
-                                let depth = inspector.hget_count(&key);
+                                let depth = inspector.count(&key);
                                 if depth.as_deref() != Some("2") && inner.is_held() {
                                     bump(&totals.depth_bad);
                                     println!("DEPTH nested: count {depth:?}, expected 2");
                                 }
                                 match inner.unlock() {
                                     Ok(()) => {
-                                        let depth = inspector.hget_count(&key);
+                                        let depth = inspector.count(&key);
                                         if depth.as_deref() != Some("1") && g.is_held() {
                                             bump(&totals.depth_bad);
                                             println!("DEPTH after inner unlock: {depth:?}");

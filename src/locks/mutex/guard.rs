@@ -94,22 +94,29 @@ impl MutexGuard {
     /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
     /// partitioned, or behind a failover) from overwriting a newer owner's work.
     ///
-    /// Tokens come from a counter per lock name in Redis, by this rule:
+    /// Tokens come from the server's clock, by this rule (`LEAD` is 1 s +
+    /// [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
     ///
-    /// - An acquisition through Redis gets the larger of the counter + 1 and the server's
-    ///   clock in microseconds, and may reserve a block of the tokens after it for local
-    ///   hand-offs (at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)); the counter is
-    ///   set to the last token reserved. A block is reserved only while the counter is less
-    ///   than 1 s ahead of the server's clock, so the counter is never more than
-    ///   1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs ahead of it, whatever
-    ///   [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count) and however
-    ///   busy the lock.
-    /// - An acquisition that finds no counter (Redis restarted empty, or the name went unused
-    ///   for a day) starts at the server's clock + 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
+    /// - An acquisition through Redis that finds the lock free gets the server's clock in
+    ///   microseconds + `LEAD`; no counter is read or kept. Acquisitions of one name are at
+    ///   least a release apart (more than a microsecond), so their tokens strictly rise while
+    ///   the server's clock does not go back.
+    /// - It reserves the next tokens, at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)
+    ///   of them (its [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count)),
+    ///   for local hand-offs: each hand-off takes the next one. So every token ever issued is
+    ///   at most the clock at its acquisition + `LEAD` + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT),
+    ///   below the next acquisition's token as long as the clock moved on by more than the
+    ///   hand-offs issued. Where it did not (a run of hand-offs faster than a token per
+    ///   microsecond), the release leaves a short-lived tombstone of the last token issued,
+    ///   and the next acquisition starts above it.
+    /// - After Redis restarted empty (or the lease expired) the next token is the clock then
+    ///   plus `LEAD`, above every token issued before, as long as the server's clock does not go
+    ///   back and the restart took more than [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
     ///
-    /// So the first token after an empty restart exceeds every token issued before it, by
-    /// any client, as long as the server's clock does not go back. Every lock type of one
-    /// name draws from the same counter.
+    /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) the token is also
+    /// above each granting master's fencing counter, which releases and renewals raise (see
+    /// [`Redlock`](crate::Redlock)). The other lock types of one name keep a counter of their
+    /// own (`P{T}:fence`), which starts by the same lead.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }
@@ -156,10 +163,10 @@ impl MutexGuard {
     ///
     /// A release whose first attempt failed on the connection is retried on a new one; the
     /// first attempt may have run before its reply was lost. The retry reports `Ok` only
-    /// where the server shows that the first attempt released the lock: the lock is gone with
-    /// the fencing counter still at this acquisition, or its new owner was granted it straight
-    /// after this acquisition. Otherwise (Redis restarted empty, the lease ran out, or another
-    /// owner came in between) it reports the loss.
+    /// where the server shows that the first attempt released the lock: a release moves the
+    /// lock's value to a release marker key that lives as long as the lease had left, and the
+    /// retry finds this acquisition's value there. Otherwise (Redis restarted empty, the lease
+    /// ran out, or the marker expired) it reports the loss.
     ///
     /// # Errors
     ///
@@ -213,13 +220,17 @@ pub(crate) fn release(
         Level::Inner => None,
     };
     let request = crate::protocol::grant::request_id();
+    // Threads of this client wait for the lock: their waits did not all begin with an
+    // acquire that flagged it, so the release publishes for them (see `handoff.rs`).
+    let publish = level == Level::Outermost && shared.subscriber.has_waiters(&keys.channel);
     let reply = match shared.backend.release(
         keys,
-        hold.holder(),
+        &hold.acquisition,
         &request,
         hold.token,
-        hold.chain.last,
+        hold.last_issued(),
         level,
+        publish,
         by,
     ) {
         // Redis could not be asked, but the lease was known lost already: that is the news.

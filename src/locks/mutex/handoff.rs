@@ -79,13 +79,15 @@ impl Baton {
         // Marks it released (it has no level left) and waits for a renewal on the wire.
         hold.leave(by.left().unwrap_or(Duration::MAX));
         shared.note_released(hold);
+        let publish = shared.subscriber.has_waiters(&hold.keys.channel);
         if let Err(e) = shared.backend.release(
             &hold.keys,
-            hold.holder(),
+            &hold.acquisition,
             &request_id(),
-            shared.backend.fence(hold.token),
-            hold.chain.last,
+            hold.token,
+            hold.last_issued(),
             Level::Outermost,
+            publish,
             by,
         ) {
             log::debug!(

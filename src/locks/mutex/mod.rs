@@ -11,7 +11,7 @@ use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Holder, Level, Live};
+use crate::protocol::scripts::{Level, Live};
 use crate::stats::LockType;
 use crate::subscriber::{Registration, Turn};
 use crate::topology::backend::{AcquireCall, Acquired, jitter};
@@ -186,7 +186,7 @@ impl Mutex {
     pub fn is_locked(&self) -> Result<bool> {
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
-        shared.backend.exists(&self.keys, by)
+        shared.backend.is_locked(&self.keys, by)
     }
 
     /// Blocks until the lock is held by the calling thread.
@@ -275,16 +275,17 @@ impl Mutex {
     /// One acquire attempt for `owner`, retried at once on a new connection when the first
     /// failed at the connection level (same request id: the script recognises a retry of an
     /// acquire whose reply was lost, so a re-entry is never counted twice). Both fit in one
-    /// connect plus one command timeout, and in `by`.
-    fn attempt(&self, owner: &str, request: &str, by: Deadline) -> Result<Attempt> {
+    /// connect plus one command timeout, and in `by`. `waited`: the caller waited for the
+    /// lock (see [`AcquireCall::waited`]).
+    fn attempt(&self, owner: &str, request: &str, waited: bool, by: Deadline) -> Result<Attempt> {
         let by = by.min(Deadline::after(self.client.shared().config.one_call()));
-        match self.attempt_once(owner, request, by) {
+        match self.attempt_once(owner, request, waited, by) {
             Err(e) if e.is_retriable() && !by.passed() => {
                 log::debug!(
                     "acquire of `{}` failed ({e}); retrying once",
                     self.keys.name
                 );
-                self.attempt_once(owner, request, by)
+                self.attempt_once(owner, request, waited, by)
             }
             other => other,
         }
@@ -296,11 +297,12 @@ impl Mutex {
         &self,
         owner: &str,
         request: &str,
+        waited: bool,
         deadline: Option<Instant>,
         limit: Deadline,
     ) -> Result<Attempt> {
         retrying(&self.client, &self.keys.name, deadline, limit, |by| {
-            self.attempt(owner, request, by)
+            self.attempt(owner, request, waited, by)
         })
     }
 
@@ -312,7 +314,13 @@ impl Mutex {
     /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
     /// hold lost at once (its guards then say so); it gets a new acquisition with this
     /// handle's terms, or `Busy` when another owner holds the lock.
-    fn attempt_once(&self, owner: &str, request: &str, by: Deadline) -> Result<Attempt> {
+    fn attempt_once(
+        &self,
+        owner: &str,
+        request: &str,
+        waited: bool,
+        by: Deadline,
+    ) -> Result<Attempt> {
         let shared = self.client.shared();
         let sent = Instant::now();
         // Levels of this owner on the server without a live local guard are orphans (a release
@@ -327,17 +335,19 @@ impl Mutex {
         });
         let reply = shared
             .backend
-            .acquire(&self.acquire_call(owner, request, reentry, sent, by))?;
+            .acquire(&self.acquire_call(owner, request, reentry, waited, sent, by))?;
         self.settle(reply, owner, sent, live.as_ref(), by)
     }
 
     /// This handle's acquire call for `owner`: its lease, and the tokens a new acquisition
-    /// reserves for local hand-offs; `live` makes it a re-entry.
+    /// reserves for local hand-offs; `live` makes it a re-entry; `waited` as in
+    /// [`AcquireCall::waited`].
     fn acquire_call<'a>(
         &'a self,
         owner: &'a str,
         request: &'a str,
         live: Option<Live<'a>>,
+        waited: bool,
         sent: Instant,
         by: Deadline,
     ) -> AcquireCall<'a> {
@@ -355,6 +365,7 @@ impl Mutex {
                 .config
                 .handoff
                 .map_or(0, |h| h.max_count),
+            waited,
         }
     }
 
@@ -398,20 +409,17 @@ impl Mutex {
                 let hold = match shared.adopt(&self.keys, owner.to_owned(), grant, terms) {
                     Adopted::Held(hold) => hold,
                     Adopted::Stale => {
-                        // Free the acquisition nobody may use (owner- and acquisition-checked),
-                        // so that the next attempt makes a new one.
-                        let holder = Holder {
-                            owner,
-                            acquisition: &acquisition,
-                        };
-                        let token = shared.backend.fence(token);
+                        // Free the acquisition nobody may use (acquisition-checked), so that
+                        // the next attempt makes a new one. Its hand-off tokens were never
+                        // issued; whoever waits for it is told.
                         if let Err(e) = shared.backend.release(
                             &self.keys,
-                            holder,
+                            &acquisition,
                             &request_id(),
                             token,
-                            last.max(token),
+                            None,
                             Level::Outermost,
+                            false,
                             by,
                         ) {
                             log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
@@ -461,9 +469,9 @@ impl Mutex {
         let queued = shared.subscriber.has_waiters(&self.keys.channel);
         if !queued || past(deadline) || shared.holds_locally(&self.keys) {
             let attempt = if past(deadline) {
-                self.attempt(&owner, &request, limit)?
+                self.attempt(&owner, &request, false, limit)?
             } else {
-                self.attempt_retrying(&owner, &request, deadline, limit)?
+                self.attempt_retrying(&owner, &request, false, deadline, limit)?
             };
             match attempt {
                 Attempt::Held(hold) => return Ok(Some(MutexGuard::new(self, hold))),
@@ -527,7 +535,9 @@ impl Mutex {
                 return Ok(Some(self.took(reg, hold)));
             }
             let seen = reg.epoch();
-            let attempt = match self.attempt_retrying(&owner, &request, deadline, limit) {
+            // A waiter's attempt: a grant starts flagged, so that its release publishes for
+            // whoever else waits (a leader of another client that gives way sleeps until it).
+            let attempt = match self.attempt_retrying(&owner, &request, true, deadline, limit) {
                 Ok(a) => a,
                 // A lock handed to this leader meanwhile is held all the same.
                 Err(e) => return self.give_up(reg, limit).map(Some).ok_or(e),
@@ -587,6 +597,7 @@ impl Mutex {
                 owner,
                 request,
                 None,
+                true,
                 Instant::now(),
                 limit,
             ))

@@ -1,57 +1,137 @@
--- Acquire, or re-enter, a lock. One round trip, atomic.
+-- Acquire, or re-enter, a Mutex. One round trip, atomic.
 --
--- KEYS[1]  lock hash (fields: owner, count, token, gen, req, rel, prev)
--- KEYS[2]  fencing counter (a plain integer, expiring FENCE_TTL_MS after its last write)
--- ARGV[1]  owner id (client UUID and thread id)
+-- KEYS[1]  the lock: one string (see "The value" below), expiring with the lease
+-- KEYS[2]  only with a quorum of masters (RedLock): the fencing counter (see "Quorum")
+-- ARGV[1]  'REQ|OWNER|B': the request id (unique per acquire call across every client and
+--          process, the same on a retry of that call; a new acquisition is named after it,
+--          its 'gen'), the owner id (client id and thread; never contains '|'), and how many
+--          tokens after its own a new acquisition reserves for local hand-offs (0..=MAX_BLOCK)
 -- ARGV[2]  lease in milliseconds of a new acquisition
--- ARGV[3]  request id: unique per acquire call across every client and process, the same on
---          a retry of that call, so a retry after a lost reply does not count a re-entry
---          twice; a new acquisition is named ('gen') after it, so 'gen' names one acquisition
---          of one owner anywhere (renew_batch.lua checks it alone)
--- ARGV[4]  the acquisition ('gen') of the caller's live hold on this lock (a re-entry), or ''
---          when it holds none. Levels of this owner under any other acquisition are orphans
---          (a release whose reply was lost, or an acquisition its holder gave up as lost): a
---          new acquisition replaces them instead of counting on top of them
--- ARGV[5]  for a re-entry: the lease in milliseconds the key must have left afterwards (the
---          hold's own lease); the expiry is only ever moved later, never earlier. '0' leaves
---          it as it is (a fixed lease, which ends a fixed time after its acquisition)
--- ARGV[6]  how many tokens a new acquisition reserves after its own, for local hand-offs
---          within the acquiring client ('0' or absent: none; at most MAX_BLOCK). The counter
---          is set to the last token reserved, so every later acquisition, anywhere, gets a
---          higher token than any token of the block
+-- ARGV[3]  the acquisition ('gen') of the caller's live hold on this lock (a re-entry), or
+--          '' or absent when it holds none. Levels of this owner under any other acquisition
+--          are orphans (a release whose reply was lost, or an acquisition its holder gave up
+--          as lost): a new acquisition replaces them instead of counting on top of them
+-- ARGV[4]  for a re-entry: the lease in milliseconds the key must have left afterwards (the
+--          hold's own lease); the expiry is only ever moved later. '0' or absent leaves it
+-- ARGV[5]  'w' (or absent): the caller waited for this lock, so others may wait too; a new
+--          acquisition starts flagged, and its release publishes
 --
--- Returns {1, token, count, gen, last}
---                                 held by ARGV[1] now under acquisition gen (count 1 and
---                                 gen = ARGV[3]: newly acquired; otherwise re-entered); last:
---                                 the last token reserved for local hand-offs (= token when
---                                 none was; only a new acquisition reserves)
---         {0, pttl}               held by another owner for pttl more milliseconds
---         {-1}                    the key exists but is not a locksmith lock; nothing changed
+-- Returns token           (an integer) newly acquired: count 1, gen = REQ, and the tokens
+--                         token+1 ..= token+B reserved for local hand-offs
+--         {1, token, count, gen, upto}
+--                         held by OWNER now under acquisition gen (count 1 and gen = REQ:
+--                         newly acquired; otherwise re-entered, or a retry answered as the
+--                         first time); upto: the last token reserved for local hand-offs
+--         {0, pttl}       held by another owner for pttl more milliseconds
+--         {-1}            the key is not a locksmith lock; nothing changed
+--
+-- The value, held:  GEN|OWNER|B|S|US                       (short form: a fresh grant)
+--                   GEN|OWNER|B|S|US|COUNT|REQ|REL|TOKEN   (long form)
+-- S and US are the server clock at the grant (TIME, as it came). The short form implies count
+-- 1, req = GEN, rel = '' and token = S * 1000000 + US + LEAD; in the long form an empty TOKEN
+-- is that implied one. Either form may end in '|w': someone waits, so the release publishes.
+-- The last byte is 'w' exactly then (US and TOKEN are digits or empty). Every held form
+-- implies upto = token + B.
+-- The value, free:  #C  a tombstone, with a short expiry: tokens up to C were issued, so the
+--                   next grant's token exceeds C (release.lua writes it when it must).
+--
+-- Tokens. A grant on a free lock gets the server clock in microseconds + LEAD; no counter is
+-- read. Grants of one name are at least a release apart (more than a microsecond), and the
+-- server clock does not go back, so tokens strictly rise; a grant's hand-off block (at most
+-- MAX_BLOCK tokens) keeps every token issued at most its grant's clock + LEAD + MAX_BLOCK.
+-- After an empty restart (or an expired lock) the next token is the clock then + LEAD, above
+-- every earlier one as long as the restart took more than MAX_BLOCK microseconds. Where that
+-- does not hold by itself (a hand-off run that issued tokens faster than the clock moved), the
+-- release leaves a tombstone, and a grant over a tombstone C (or over an orphan whose block
+-- ends at C) takes max(C + 1, clock + LEAD), and reserves a block only when that is the clock
+-- + LEAD. LEAD is the lead the fencing counter of the other lock types may have over the
+-- clock (MAX_LEAD_US + MAX_BLOCK; fair_mutex.lua and rw_lock.lua seed a lost counter by it),
+-- src/client/shared.rs holds the same MAX_BLOCK (unit tests compare them).
+--
+-- Quorum. With KEYS[2], the token is also above the fencing counter (max(clock + LEAD,
+-- counter + 1)), which releases and renewals raise to the holder's token, and the counter is
+-- set to the token: so tokens rise across masters whose clocks differ.
 
--- The fencing counter outlives every lock of its name by a day. A new acquisition's token is
--- the larger of the counter + 1 and the server clock in microseconds, and the counter is set
--- to the last token it reserved. The rule that keeps tokens strictly increasing, even when the
--- counter is gone (Redis restarted empty, or a day without a write):
---
---   the counter is never more than SEED_LEAD_US ahead of the server clock, and a grant that
---   finds no counter starts at the clock + SEED_LEAD_US.
---
--- So the first token after the counter was lost exceeds every token issued before (all of
--- them at most the counter, which was at most its last write's clock + SEED_LEAD_US), as long
--- as the server's clock does not go back (a restart takes far more than a microsecond). Why
--- the lead stays under SEED_LEAD_US: a token is the counter + 1 or the clock, and grants of
--- one name are at least a release apart (more than a microsecond), so a grant without a block
--- does not add to the lead; a block (ARGV[6], at most MAX_BLOCK tokens) is reserved only while
--- the lead is under MAX_LEAD_US, so it ends under MAX_LEAD_US + MAX_BLOCK; a seeded counter
--- starts at SEED_LEAD_US, and reserves no block until the clock has caught up by MAX_BLOCK
--- microseconds. With a quorum, a counter may also be raised to another master's token (by a
--- release or a renewal): the lead then grows by the masters' clock skew. fair_mutex.lua and
--- rw_lock.lua grant from the same counter by the same rule. src/protocol/keys.rs holds the
--- same FENCE_TTL_MS, src/client.rs the same MAX_BLOCK (unit tests compare them).
-local FENCE_TTL_MS = 86400000
+-- The fast path: a free lock, one master. Nothing else runs before it.
+local t = redis.call('time')
+if #KEYS == 1 and #ARGV < 5 and redis.call('set', KEYS[1], ARGV[1] .. '|' .. t[1] .. '|' .. t[2], 'nx', 'px', ARGV[2]) then
+  return t[1] * 1000000 + t[2] + 1001024
+end
+
 local MAX_LEAD_US = 1000000
 local MAX_BLOCK = 1024
-local SEED_LEAD_US = MAX_LEAD_US + MAX_BLOCK
+local LEAD = MAX_LEAD_US + MAX_BLOCK
+local FENCE_TTL_MS = 86400000
+
+local now = t[1] * 1000000 + t[2]
+local req, owner, block = string.match(ARGV[1], '^([^|]+)|([^|]+)|(%d+)$')
+if not req then
+  return redis.error_reply('ERR acquire: a malformed request')
+end
+block = math.min(tonumber(block), MAX_BLOCK)
+local quorum = #KEYS == 2
+local flagged = ARGV[5] == 'w'
+local live = ARGV[3] or ''
+
+-- A waiter's acquire on a free lock: flagged at once.
+if flagged and not quorum and redis.call('set', KEYS[1], ARGV[1] .. '|' .. t[1] .. '|' .. t[2] .. '|w', 'nx', 'px', ARGV[2]) then
+  return now + LEAD
+end
+
+-- The fields of a held value, or nil when it is not one.
+local function parse(v)
+  local w = string.byte(v, -1) == 119
+  if w then
+    if string.byte(v, -2) ~= 124 then
+      return nil
+    end
+    v = string.sub(v, 1, -3)
+  end
+  local f, i = {}, 1
+  while true do
+    local j = string.find(v, '|', i, true)
+    if not j then
+      f[#f + 1] = string.sub(v, i)
+      break
+    end
+    f[#f + 1] = string.sub(v, i, j - 1)
+    i = j + 1
+  end
+  if #f ~= 5 and #f ~= 9 then
+    return nil
+  end
+  local s, us, b = tonumber(f[4]), tonumber(f[5]), tonumber(f[3])
+  if not s or not us or not b or f[1] == '' then
+    return nil
+  end
+  local h = {gen = f[1], owner = f[2], block = b, s = f[4], us = f[5], w = w,
+    implied = s * 1000000 + us + LEAD, count = 1, req = f[1], rel = ''}
+  h.token = h.implied
+  if #f == 9 then
+    h.count, h.req, h.rel = tonumber(f[6]), f[7], f[8]
+    if f[9] ~= '' then
+      h.token = tonumber(f[9])
+    end
+    if not h.count or not h.token then
+      return nil
+    end
+  end
+  h.upto = h.token + h.block
+  return h
+end
+
+-- The long form of h.
+local function encode(h)
+  local token = ''
+  if h.token ~= h.implied then
+    token = string.format('%.0f', h.token)
+  end
+  local v = table.concat({h.gen, h.owner, h.block, h.s, h.us, h.count, h.req, h.rel, token}, '|')
+  if h.w then
+    v = v .. '|w'
+  end
+  return v
+end
 
 -- Moves the key's expiry to at least ms milliseconds from now; never earlier.
 local function extend(ms)
@@ -61,68 +141,82 @@ local function extend(ms)
   end
 end
 
--- A new acquisition: owner, count 1, a new token, the lease. 'prev' keeps the counter as this
--- grant found it: a retried release of the acquisition before (release.lua) tells by it that
--- the lock went straight from that acquisition to this one, with no restart in between.
-local function grant()
-  -- Scripts replicate by effect, so replicas store the same value. Lua numbers are doubles,
-  -- exact up to 2^53, which microseconds since 1970 stay under until the year 2255.
-  local found = redis.call('get', KEYS[2])
-  local now = redis.call('time')
-  local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local first
-  if found then
-    first = math.max((tonumber(found) or 0) + 1, micros)
+-- A new acquisition, above `floor` (the last token a tombstone or an orphan says was issued;
+-- nil: none), flagged when `w`.
+local function grant(floor, w)
+  local token, b = now + LEAD, block
+  if quorum then
+    local c = redis.pcall('get', KEYS[2])
+    c = type(c) == 'string' and tonumber(c) or 0
+    if not floor or c > floor then
+      floor = c
+    end
+    b = 0
+  end
+  local v
+  if floor and floor >= token then
+    token, b = floor + 1, 0
+    v = table.concat({req, owner, b, t[1], t[2], 1, req, '', string.format('%.0f', token)}, '|')
   else
-    first = micros + SEED_LEAD_US
+    v = table.concat({req, owner, b, t[1], t[2]}, '|')
   end
-  local block = math.min(tonumber(ARGV[6] or '0') or 0, MAX_BLOCK)
-  if block < 0 or first - micros >= MAX_LEAD_US then
-    block = 0
+  if w then
+    v = v .. '|w'
   end
-  local token = string.format('%.0f', first)
-  local upto = string.format('%.0f', first + block)
-  redis.call('set', KEYS[2], upto, 'px', FENCE_TTL_MS)
-  -- 'gen' names this acquisition (its request id): a release or renewal from a guard of an
-  -- earlier acquisition by the same owner must not touch this one.
-  redis.call('del', KEYS[1])
-  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, 'gen', ARGV[3],
-    'req', ARGV[3], 'prev', found or '')
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token, 1, ARGV[3], upto}
+  redis.call('set', KEYS[1], v, 'px', ARGV[2])
+  if quorum then
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', FENCE_TTL_MS)
+  end
+  return {1, token, 1, req, token + b}
 end
 
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
-  return grant()
-end
-if kind ~= 'hash' then
+local v = redis.pcall('get', KEYS[1])
+if type(v) == 'table' then
+  -- Not a string. A hash with an owner is a lock of the layout before this one (a client not
+  -- upgraded yet holds it): busy, so that both kinds of client still exclude each other.
+  if redis.call('type', KEYS[1])['ok'] == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
   return {-1}
 end
-local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'token', 'req', 'gen')
-if f[1] == false then
+if not v then
+  return grant(nil, flagged)
+end
+if string.byte(v, 1) == 35 then
+  local c = tonumber(string.sub(v, 2))
+  if not c then
+    return {-1}
+  end
+  return grant(c, flagged)
+end
+local h = parse(v)
+if not h then
   return {-1}
 end
-if f[1] ~= ARGV[1] then
+if h.owner ~= owner then
+  -- The caller will wait for the release: flag the value so that the release publishes.
+  if not h.w then
+    redis.call('set', KEYS[1], v .. '|w', 'keepttl', 'xx')
+  end
   return {0, redis.call('pttl', KEYS[1])}
 end
-if f[4] == ARGV[3] then
-  -- A retry of this very call: answer as the first time, and extend as the first time did
-  -- (the caller's clock starts the lease at the retry).
-  if f[5] == ARGV[3] then
-    -- A retried grant answers with the block its first run reserved: the counter, which no
-    -- one has moved since (this acquisition holds the lock), stands at its last token. A
-    -- retried release then finds the counter where the caller expects it.
+if h.req == req then
+  -- A retry of this very call: answer as the first time (a retried grant with its block),
+  -- and extend as the first time did (the caller's clock starts the lease at the retry).
+  if h.gen == req then
     extend(ARGV[2])
-    return {1, f[3], tonumber(f[2]), f[5], redis.call('get', KEYS[2]) or f[3]}
+  else
+    extend(ARGV[4])
   end
-  extend(ARGV[5])
-  return {1, f[3], tonumber(f[2]), f[5]}
+  return {1, h.token, h.count, h.gen, h.upto}
 end
-if ARGV[4] == '' or f[5] ~= ARGV[4] then
-  return grant()
+if live == '' or h.gen ~= live then
+  -- Orphaned levels of this owner: replaced by a new acquisition above their block; whoever
+  -- waited for them waits for the new one.
+  return grant(h.upto, flagged or h.w)
 end
-local count = redis.call('hincrby', KEYS[1], 'count', 1)
-redis.call('hset', KEYS[1], 'req', ARGV[3])
-extend(ARGV[5])
-return {1, f[3], count, f[5]}
+h.count = h.count + 1
+h.req = req
+redis.call('set', KEYS[1], encode(h), 'keepttl', 'xx')
+extend(ARGV[4])
+return {1, h.token, h.count, h.gen, h.upto}

@@ -1,22 +1,22 @@
--- Release one level of several locks at once, each as release.lua releases it (owner- and
--- acquisition-checked; an outermost level frees the lock whatever the count says, and
--- publishes on its release channel; an inner level counts one down). One round trip, atomic.
+-- Release one level of several Mutex locks at once, each as release.lua releases it
+-- (acquisition-checked; an outermost level frees the lock whatever the count says, moving the
+-- value to the release marker, and publishes when the lock is flagged; an inner level counts
+-- one down). One round trip, atomic. A set is only taken on a single master: no fencing
+-- counter, and no hand-off tokens (so no tombstone).
 --
--- KEYS[2i-1]  lock hash of name i (i = 1..n)
--- KEYS[2i]    its fencing counter (untouched: a set is only taken on a single master, whose
---             counter is never behind; read by a retry)
--- ARGV[1]     request id: unique per release call, the same on a retry of it, so a retry
---             after a lost reply does not release two levels
--- then, per name i, four arguments at ARGV[4i-2] .. ARGV[4i+1]:
---             owner id; release channel; the acquisition the caller's level belongs to (the
---             lock's 'gen'); '1' for an inner level, '0' for the holder's outermost one
--- then, only on the retry of a call whose first attempt failed on the connection, per name i
--- at ARGV[4n+1+i]: for an outermost level, the fencing token of the caller's acquisition ('' for
---             an inner level); see release.lua's ARGV[7]
+-- KEYS[2i-1]  the lock of name i (i = 1..n)
+-- KEYS[2i]    its release marker and release channel
+-- ARGV[1]     request id of the inner levels: unique per release call, the same on a retry of
+--             it, so a retry after a lost reply does not release two levels
+-- then, per name i, two arguments at ARGV[2i] and ARGV[2i+1]:
+--             'GEN|' (the acquisition the caller's level belongs to, and the separator); how,
+--             as release.lua's ARGV[2]: '' (the outermost level), 'i' (an inner level), with
+--             'p' (publish even when not flagged: the caller's own threads wait) and 'r' (the
+--             retry of a call whose first attempt failed on the connection)
 --
--- Returns {r_1, l_1, ..., r_n, l_n}: per lock, r as release.lua answers (n >= 0 levels left,
--- 0 when freed; -1 no lock; -2 another owner or acquisition; -3 not a locksmith lock; -4 on a
--- retry: released by the first attempt, told as release.lua tells it), and l
+-- Returns {r_1, l_1, ..., r_n, l_n}: per lock, r as release.lua answers (0 when freed, n >= 1
+-- levels left by an inner level; -1 no lock; -2 another owner or acquisition; -3 not a
+-- locksmith lock; -4 on a retry: released by the first attempt, told by the marker), and l
 -- how many subscribers received its release message (0 when none was published)
 
 local n = #KEYS / 2
@@ -24,52 +24,83 @@ local request = ARGV[1]
 local out = {}
 
 local function one(i)
-  local lock = KEYS[2 * i - 1]
-  local owner, channel, gen, inner =
-    ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], ARGV[4 * i + 1]
-  -- On a retry: whether the counter, or the grant after the caller's, says the caller's
-  -- acquisition was the last one before the lock went (see release.lua).
-  local last = ARGV[4 * n + 1 + i]
-  local function last_was_mine(counter)
-    return last ~= nil and last ~= '' and counter ~= false and counter ~= ''
-      and tonumber(counter) == tonumber(last)
+  local lock, marker = KEYS[2 * i - 1], KEYS[2 * i]
+  local gen, how = ARGV[2 * i], ARGV[2 * i + 1]
+  local retry = string.find(how, 'r', 1, true)
+  local function released_before()
+    if not retry then
+      return false
+    end
+    local m = redis.pcall('get', marker)
+    return type(m) == 'string' and string.sub(m, 1, #gen) == gen
   end
-  local kind = redis.call('type', lock)['ok']
-  if kind == 'none' then
-    local freed = last_was_mine(redis.call('get', KEYS[2 * i]))
-    local receivers = redis.call('publish', channel, 'released')
-    if freed then
+  local v = redis.pcall('get', lock)
+  if type(v) == 'table' then
+    if redis.call('type', lock)['ok'] == 'hash' and redis.call('hexists', lock, 'owner') == 1 then
+      if released_before() then
+        return -4, 0
+      end
+      return -2, 0
+    end
+    return -3, 0
+  end
+  if not v or string.byte(v, 1) == 35 then
+    local before = released_before()
+    local receivers = redis.call('publish', marker, 'released')
+    if before then
       return -4, receivers
     end
     return -1, receivers
   end
-  if kind ~= 'hash' then
+  local w = string.byte(v, -1) == 119
+  local body = v
+  if w then
+    body = string.sub(v, 1, -3)
+  end
+  local f, k = {}, 1
+  while true do
+    local j = string.find(body, '|', k, true)
+    if not j then
+      f[#f + 1] = string.sub(body, k)
+      break
+    end
+    f[#f + 1] = string.sub(body, k, j - 1)
+    k = j + 1
+  end
+  if #f ~= 5 and #f ~= 9 then
     return -3, 0
   end
-  local f = redis.call('hmget', lock, 'owner', 'count', 'rel', 'gen', 'prev')
-  if f[1] == false then
-    return -3, 0
-  end
-  if f[1] ~= owner or f[4] ~= gen then
-    if last_was_mine(f[5]) then
+  if string.sub(v, 1, #gen) ~= gen then
+    if released_before() then
       return -4, 0
     end
     return -2, 0
   end
-  if f[3] == request then
-    return tonumber(f[2]), 0
-  end
-  if inner == '1' then
-    local count = redis.call('hincrby', lock, 'count', -1)
-    if count < 1 then
-      count = 1
-      redis.call('hset', lock, 'count', 1)
+  if string.find(how, 'i', 1, true) then
+    if #f == 5 then
+      f[6], f[7], f[8], f[9] = '1', f[1], '', ''
     end
-    redis.call('hset', lock, 'rel', request)
+    local count = tonumber(f[6])
+    if not count then
+      return -3, 0
+    end
+    if f[8] == request then
+      return count, 0
+    end
+    count = math.max(count - 1, 1)
+    f[6], f[8] = count, request
+    local nv = table.concat(f, '|')
+    if w then
+      nv = nv .. '|w'
+    end
+    redis.call('set', lock, nv, 'keepttl', 'xx')
     return count, 0
   end
-  local receivers = redis.call('publish', channel, 'released')
-  redis.call('del', lock)
+  local receivers = 0
+  if w or string.find(how, 'p', 1, true) then
+    receivers = redis.call('publish', marker, 'released')
+  end
+  redis.call('rename', lock, marker)
   return 0, receivers
 end
 

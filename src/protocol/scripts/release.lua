@@ -1,107 +1,185 @@
--- Release a lock held by this owner: its outermost level frees it, an inner level counts
--- down. One round trip, atomic.
+-- Release a Mutex held by one acquisition: its outermost level frees it, an inner level
+-- counts down. One round trip, atomic. See acquire.lua for the value and the tokens.
 --
--- KEYS[1]  lock hash
--- KEYS[2]  fencing counter
--- ARGV[1]  owner id
--- ARGV[2]  release channel: a message is published there when the lock is free afterwards,
---          unless it is empty (a quorum acquire undoing a partial grant: its own waiters must
---          not be woken by it, and nobody else waits for it)
--- ARGV[3]  request id: unique per release call, the same on a retry of that call, so a retry
---          after a lost reply does not release two levels
--- ARGV[4]  the holder's fencing token: the counter is raised to it, so that on a quorum of
---          masters the next token exceeds this one even where this master's counter was behind;
---          '0' with a single master, whose counter is never behind
--- ARGV[5]  the acquisition the caller's guard belongs to (the lock's 'gen')
--- ARGV[6]  '1' when the caller still holds other levels of this acquisition (an inner guard):
---          one level is counted down, and the lock is never freed by it. Otherwise (the
---          holder's outermost level) the lock is freed whatever the count says: levels the
---          server counts beyond the holder's own (an inner release that never arrived, a
---          re-entry whose reply was lost) must not keep it
--- ARGV[7]  only on the retry of an outermost release whose first attempt failed on the
---          connection (it may have run, its reply lost): the last token the caller's
---          acquisition reserved (its own token when it reserved none). Absent or '' otherwise
+-- KEYS[1]  the lock
+-- KEYS[2]  the release marker, and the release channel (the same name: keys and channels
+--          are separate namespaces)
+-- KEYS[3]  only with a quorum of masters: the fencing counter, raised to ARGV[4]
+-- ARGV[1]  'GEN|': the acquisition the caller's guard belongs to, and the separator
+-- The common outermost release sends nothing more. Otherwise, each '' where it does not apply:
+-- ARGV[2]  how: any of 'i' (an inner level: the caller still holds outer levels of this
+--          acquisition), 'r' (the retry of an outermost release whose first attempt failed on
+--          the connection: it may have run, its reply lost), 'p' (publish the release even
+--          when nobody flagged the lock: the caller's own threads wait, or a quorum) and 'n'
+--          (never publish: a quorum acquire undoing a partial grant)
+-- ARGV[3]  an inner level's release request id: unique per release call, the same on a retry
+--          of it, so that a retry after a lost reply does not release two levels
+-- ARGV[4]  with a quorum, the holder's fencing token: the counter is raised to it, so that on
+--          a quorum of masters the next token exceeds this one even where this master's
+--          counter was behind
+-- ARGV[5]  the last token the hold's local hand-offs issued, when above the acquisition's
+--          own: a release while the server clock has not passed it yet leaves a tombstone
 --
--- Returns {0, r}   the key was deleted and the release published; r: how many subscribers
---                  received the message (PUBLISH's count), so that a client whose own
---                  threads wait can tell whether others listen too
---         n >= 0  re-entry levels still held (0: the key was deleted, nothing published)
---         -1      no lock: it expired or was deleted (the lease was lost, or a retried call
---                 already released it); the lock is free, so waiters are told
---         -2      another owner (or another acquisition of this owner) holds it; nothing
---                 was changed
---         -3      the key is not a locksmith lock; nothing was changed
---         -4      (a retry, ARGV[7]) the first attempt released the lock: the key is gone and
---                 the counter still stands at ARGV[7], or the lock's owner now is the one whose
---                 grant found the counter there ('prev'). Nobody acquired the lock between the
---                 caller's acquisition and that release, and Redis did not restart empty (a
---                 grant after a restart starts above every earlier token, see acquire.lua).
---                 Anything else on a retry (-1, -2) cannot be told from a lost lease
+-- An outermost level frees the lock whatever count the value says (levels the server counts
+-- beyond the holder's own, an inner release that never arrived or a re-entry whose reply was
+-- lost, must not keep it): the value is moved (RENAME, which keeps the remaining expiry) to
+-- the marker key, where a retried release finds it. So the marker lives as long as the lease
+-- had left, and is gone after an empty restart: a retry is told it released only while it
+-- is there.
+--
+-- Returns 0        freed; nothing published (nobody flagged the lock)
+--         {0, r}   freed and published; r: how many subscribers received the message
+--                  (PUBLISH's count), so that a client whose own threads wait can tell whether
+--                  others listen too
+--         n >= 1   an inner level released: n levels are still held
+--         -1       no lock: it expired or was deleted (the lease was lost); waiters are told
+--         -2       another owner (or another acquisition of this owner) holds it; nothing
+--                  was changed
+--         -3       the key is not a locksmith lock; nothing was changed
+--         -4       (a retry) the first attempt released it: the marker holds this
+--                  acquisition's value. Anything else on a retry cannot be told from a loss
 
--- See acquire.lua: the counter's lifetime after its last write.
+-- The fast path: the holder's outermost release, one master. Nothing else runs before it.
+local v = redis.pcall('get', KEYS[1])
+if #ARGV == 1 and type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  -- Publish before the value moves: a server that refuses PUBLISH (an ACL) then fails the
+  -- script before anything changed, so the error the caller sees matches the state.
+  if string.byte(v, -1) == 119 then
+    local r = redis.call('publish', KEYS[2], 'released')
+    redis.call('rename', KEYS[1], KEYS[2])
+    return {0, r}
+  end
+  redis.call('rename', KEYS[1], KEYS[2])
+  return 0
+end
+
+local LEAD = 1001024
 local FENCE_TTL_MS = 86400000
 
+local how = ARGV[2] or ''
+local inner = string.find(how, 'i', 1, true)
+local retry = string.find(how, 'r', 1, true)
+local force = string.find(how, 'p', 1, true)
+local quiet = string.find(how, 'n', 1, true)
+
 local function raise_fence()
-  if ARGV[4] == '0' then
+  local token = tonumber(ARGV[4] or '')
+  if #KEYS < 3 or not token or token == 0 then
     return
   end
-  local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
-  if last < tonumber(ARGV[4]) then
-    redis.call('set', KEYS[2], ARGV[4], 'px', FENCE_TTL_MS)
+  local c = redis.pcall('get', KEYS[3])
+  if type(c) == 'table' then
+    return
   end
-end
--- On a retry: whether the counter, or the grant after the caller's, says the caller's
--- acquisition was the last one before the key went.
-local retry = ARGV[7] ~= nil and ARGV[7] ~= ''
-local function last_was_mine(counter)
-  return retry and counter ~= false and counter ~= '' and tonumber(counter) == tonumber(ARGV[7])
+  if (tonumber(c or '0') or 0) < token then
+    redis.call('set', KEYS[3], ARGV[4], 'px', FENCE_TTL_MS)
+  end
 end
 
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
-  local mine = last_was_mine(redis.call('get', KEYS[2]))
-  raise_fence()
-  if ARGV[2] ~= '' then
-    redis.call('publish', ARGV[2], 'released')
+-- On a retry: the first attempt moved this acquisition's value to the marker.
+local function released_before()
+  if not retry then
+    return false
   end
-  if mine then
+  local m = redis.pcall('get', KEYS[2])
+  return type(m) == 'string' and string.sub(m, 1, #ARGV[1]) == ARGV[1]
+end
+
+-- Whether v is a held value (see acquire.lua): 5 or 9 fields, and the flag.
+local function held(v)
+  if string.byte(v, -1) == 119 then
+    v = string.sub(v, 1, -3)
+  end
+  local _, bars = string.gsub(v, '|', '')
+  return bars == 4 or bars == 8
+end
+
+if type(v) == 'table' then
+  -- Not a string: a lock of the layout before this one is another owner's.
+  if redis.call('type', KEYS[1])['ok'] == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
+    if released_before() then
+      return -4
+    end
+    return -2
+  end
+  return -3
+end
+if not v or string.byte(v, 1) == 35 then
+  -- No lock (gone, or a tombstone after a release).
+  local before = released_before()
+  raise_fence()
+  if not quiet then
+    redis.call('publish', KEYS[2], 'released')
+  end
+  if before then
     return -4
   end
   return -1
 end
-if kind ~= 'hash' then
+if not held(v) then
   return -3
 end
-local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'rel', 'gen', 'prev')
-if f[1] == false then
-  return -3
-end
-if f[1] ~= ARGV[1] or f[4] ~= ARGV[5] then
-  if last_was_mine(f[5]) then
+if string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
+  if released_before() then
     return -4
   end
   return -2
 end
-if f[3] == ARGV[3] then
-  return tonumber(f[2])
-end
-if ARGV[6] == '1' then
-  local count = redis.call('hincrby', KEYS[1], 'count', -1)
-  if count < 1 then
-    -- The server counts fewer levels than the holder: the holder's outer levels still hold it.
-    count = 1
-    redis.call('hset', KEYS[1], 'count', 1)
+
+if inner then
+  -- One level down, never below 1 (the server counting fewer levels than the holder: its
+  -- outer levels still hold it). The long form: GEN|OWNER|B|S|US|COUNT|REQ|REL|TOKEN.
+  local w = string.byte(v, -1) == 119
+  if w then
+    v = string.sub(v, 1, -3)
   end
-  redis.call('hset', KEYS[1], 'rel', ARGV[3])
+  local f, i = {}, 1
+  while true do
+    local j = string.find(v, '|', i, true)
+    if not j then
+      f[#f + 1] = string.sub(v, i)
+      break
+    end
+    f[#f + 1] = string.sub(v, i, j - 1)
+    i = j + 1
+  end
+  if #f == 5 then
+    f[6], f[7], f[8], f[9] = '1', f[1], '', ''
+  end
+  local count = tonumber(f[6])
+  if not count then
+    return -3
+  end
+  if f[8] == ARGV[3] then
+    -- A retry of this very call: counted already.
+    return count
+  end
+  count = math.max(count - 1, 1)
+  f[6], f[8] = count, ARGV[3]
+  v = table.concat(f, '|')
+  if w then
+    v = v .. '|w'
+  end
+  redis.call('set', KEYS[1], v, 'keepttl', 'xx')
   return count
 end
--- Publish before deleting: a server that refuses PUBLISH (an ACL) then fails the script
--- before anything changed, so the error the caller sees matches the state.
+
 local receivers = nil
-if ARGV[2] ~= '' then
-  receivers = redis.call('publish', ARGV[2], 'released')
+if not quiet and (force or string.byte(v, -1) == 119) then
+  receivers = redis.call('publish', KEYS[2], 'released')
 end
-redis.call('del', KEYS[1])
+redis.call('rename', KEYS[1], KEYS[2])
+local last = tonumber(ARGV[5] or '')
+if last then
+  local t = redis.call('time')
+  local now = t[1] * 1000000 + t[2]
+  if last >= now + LEAD then
+    -- Tokens up to `last` were issued and the clock has not passed them by LEAD yet: the next
+    -- grant must still start above them.
+    redis.call('set', KEYS[1], '#' .. string.format('%.0f', last), 'px',
+      math.ceil((last - now - LEAD) / 1000) + 1)
+  end
+end
 raise_fence()
 if receivers == nil then
   return 0

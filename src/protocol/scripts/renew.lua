@@ -1,30 +1,28 @@
--- Extend the lease of a lock held by this owner. Sent in pipelined batches.
+-- Extend the lease of a Mutex held by one acquisition. Sent in pipelined batches; see
+-- renew_batch.lua for several locks in one call, and acquire.lua for the value.
 --
--- KEYS[1]  lock hash
--- KEYS[2]  fencing counter
--- ARGV[1]  owner id
+-- KEYS[1]  the lock
+-- KEYS[2]  only with a quorum of masters: the fencing counter, raised to ARGV[3] (see
+--          release.lua)
+-- ARGV[1]  'GEN|': the acquisition being renewed, and the separator
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  the holder's fencing token: the counter is raised to it (see release.lua); '0'
---          with a single master
--- ARGV[4]  the acquisition being renewed (the lock's 'gen')
+-- ARGV[3]  with a quorum, the holder's fencing token
 --
 -- Returns 1  extended
---         0  not held by ARGV[1] any more (expired, deleted, or another owner); nothing changed
+--         0  not held by that acquisition any more (expired, deleted, another owner, or a key
+--            of another type); nothing changed
 
 -- See acquire.lua: the counter's lifetime after its last write.
 local FENCE_TTL_MS = 86400000
 
-if redis.call('type', KEYS[1])['ok'] ~= 'hash' then
-  return 0
-end
-local f = redis.call('hmget', KEYS[1], 'owner', 'gen')
-if f[1] ~= ARGV[1] or f[2] ~= ARGV[4] then
+local v = redis.pcall('get', KEYS[1])
+if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('pexpire', KEYS[1], ARGV[2])
-if ARGV[3] ~= '0' then
-  local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
-  if last < tonumber(ARGV[3]) then
+if #KEYS == 2 then
+  local c = redis.pcall('get', KEYS[2])
+  if type(c) ~= 'table' and (tonumber(c or '0') or 0) < tonumber(ARGV[3]) then
     redis.call('set', KEYS[2], ARGV[3], 'px', FENCE_TTL_MS)
   end
 end

@@ -2,23 +2,24 @@
 -- acquisition being renewed. Sent by the renewal thread, several calls to a pipeline; see
 -- renew.lua for one lock.
 --
--- KEYS[1..n]     the lock hashes
+-- KEYS[1..n]     the locks (see acquire.lua for the value)
 -- KEYS[n+1..2n]  their fencing counters, in the same order; only when ARGV[1] is '1'
 -- ARGV[1]        '1': raise each counter to its holder's token (a quorum of masters, see
 --                release.lua); '0': leave the counters alone (a single master), and pass
 --                no counter keys
 -- ARGV[2]        g, the number of runs: consecutive locks of one lease
 -- ARGV[3..2+2g]  per run: lease in milliseconds, how many locks (of KEYS, in order)
--- then           per lock, in the order of KEYS: the acquisition being renewed (the lock's
---                'gen'); then, when ARGV[1] is '1', per lock the holder's fencing token
+-- then           per lock, in the order of KEYS: 'GEN|', the acquisition being renewed and
+--                the separator; then, when ARGV[1] is '1', per lock the holder's fencing token
 --
--- The check is one field: 'gen' names one acquisition of one owner anywhere (it is the
--- acquiring call's request id, unique across every client and process; see acquire.lua), so
--- a lock whose 'gen' is the one sent is held by that very acquisition, of that owner: a
--- guard of an earlier acquisition by the same owner, or any other owner, never matches.
+-- The check is one prefix: the value begins with the acquisition's 'gen', which names one
+-- acquisition of one owner anywhere (it is the acquiring call's request id, unique across
+-- every client and process; see acquire.lua), so a lock whose value begins with the 'GEN|'
+-- sent is held by that very acquisition, of that owner: a guard of an earlier acquisition by
+-- the same owner, or any other owner, never matches.
 --
 -- Every argument costs Redis a parse and a Lua string (hashed byte by byte), and every
--- redis.call a command lookup and a reply: so per lock one key, one acquisition, one HGET
+-- redis.call a command lookup and a reply: so per lock one key, one acquisition, one GET
 -- and one PEXPIREAT, nothing else. The lease is set as an absolute time (PEXPIREAT, what
 -- PEXPIRE turns into anyway) from the server clock read once per call: a lease then starts
 -- at the start of the call, earlier than a PEXPIRE would by at most the call's run time so
@@ -60,7 +61,8 @@ for r = 1, runs do
   for _ = 1, count do
     i = i + 1
     -- pcall: a key of another type answers WRONGTYPE, which must not fail the other locks.
-    if pcall('hget', KEYS[i], 'gen') == ARGV[gens + i] then
+    local v, g = pcall('get', KEYS[i]), ARGV[gens + i]
+    if type(v) == 'string' and string.sub(v, 1, #g) == g then
       call('pexpireat', KEYS[i], at)
       if fence then
         -- A counter of another type is left alone, and does not fail the other locks.

@@ -11,7 +11,7 @@ use redis::Value;
 use super::{Backend, MAX_PRIMED, is_marked_down, jitter, one};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Call, Holder, Level, Live, Which};
+use crate::protocol::scripts::{self, AcquireReply, Call, Level, Live, Publish, Which};
 use crate::transport::conn::{Conn, Deadline, RAN_OUT};
 
 /// What an acquire across the masters came to.
@@ -47,6 +47,24 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) by: Deadline,
     /// Tokens a new acquisition reserves after its own for local hand-offs (0: none).
     pub(crate) block: u32,
+    /// The caller waited for the lock (an attempt after a release, or after a failed one): a
+    /// new acquisition is flagged at once, so that its release publishes.
+    pub(crate) waited: bool,
+}
+
+impl AcquireCall<'_> {
+    /// The script's view of the call (`quorum`: on a quorum of masters).
+    fn script(&self, quorum: bool) -> scripts::Acquire<'_> {
+        scripts::Acquire {
+            owner: self.owner,
+            lease: self.lease,
+            request: self.request,
+            live: self.live,
+            block: self.block,
+            waited: self.waited,
+            quorum,
+        }
+    }
 }
 
 /// An acquire script call packed on a connection, for a thread that does not wait for its
@@ -57,6 +75,9 @@ pub(crate) struct Primed {
     con: Conn,
     packed: Vec<u8>,
     which: Which,
+    /// For a primed Mutex acquire: its request id and hand-off block, by which its reply is
+    /// read (a fresh grant answers with its token alone).
+    acquire: Option<(String, u32)>,
     _slot: PrimedSlot,
 }
 
@@ -94,9 +115,9 @@ impl Primed {
     }
 }
 
-/// An acquire script's reply, parsed.
-fn acquire_reply(v: Value) -> Result<AcquireReply> {
-    scripts::parse_acquire(&v).ok_or_else(|| scripts::unexpected("acquire", &v))
+/// An acquire script's reply to `a`, parsed.
+fn acquire_reply(v: Value, a: &scripts::Acquire<'_>) -> Result<AcquireReply> {
+    scripts::parse_mutex_acquire(&v, a).ok_or_else(|| scripts::unexpected("acquire", &v))
 }
 
 /// What one master's acquire reply means for the caller.
@@ -134,8 +155,10 @@ impl Backend {
         if a.live.is_some() {
             return None;
         }
-        let call = scripts::acquire(a.keys, a.owner, a.lease, a.request, None, a.block);
-        self.prime_script(&call)
+        let script = a.script(false);
+        let mut primed = self.prime_script(&scripts::acquire(a.keys, &script))?;
+        primed.acquire = Some((a.request.to_owned(), script.block()));
+        Some(primed)
     }
 
     /// Any script call primed as [`prime_acquire`](Backend::prime_acquire) primes an acquire
@@ -155,6 +178,7 @@ impl Backend {
             con,
             packed: call.cmd.get_packed_command(),
             which: call.which,
+            acquire: None,
             _slot: slot,
         })
     }
@@ -169,12 +193,24 @@ impl Backend {
     /// (a request id makes the retry of a call that ran answer as that call did).
     pub(crate) fn finish_acquire(
         &self,
-        p: Primed,
+        mut p: Primed,
         wrote: Result<()>,
         keys: &LockKeys,
         by: Deadline,
     ) -> Result<Acquired> {
-        let reply = self.finish_script(p, wrote, by).and_then(acquire_reply);
+        let (request, block) = p.acquire.take().unwrap_or_default();
+        let script = scripts::Acquire {
+            owner: "",
+            lease: Duration::ZERO,
+            request: &request,
+            live: None,
+            block,
+            waited: true,
+            quorum: false,
+        };
+        let reply = self
+            .finish_script(p, wrote, by)
+            .and_then(|v| acquire_reply(v, &script));
         single_acquired(keys, reply)
     }
 
@@ -203,17 +239,16 @@ impl Backend {
     pub(crate) fn acquire(&self, a: &AcquireCall<'_>) -> Result<Acquired> {
         let AcquireCall {
             keys,
-            owner,
             lease,
             request,
             live,
             sent,
             by,
-            block,
+            ..
         } = *a;
         // A quorum never hands off locally (see `Client::redlock`): it reserves no tokens.
-        let block = if self.single() { block } else { 0 };
-        let call = scripts::acquire(keys, owner, lease, request, live, block);
+        let script = a.script(!self.single());
+        let call = scripts::acquire(keys, &script);
         if self.single() && self.wait.is_some() {
             return self.acquire_replicated(&call, a);
         }
@@ -226,7 +261,7 @@ impl Backend {
         let replies = self.call_all(&call, &self.all(), round_by, false);
         let parsed: Vec<(usize, Result<AcquireReply>)> = replies
             .into_iter()
-            .map(|(i, r)| (i, r.and_then(acquire_reply)))
+            .map(|(i, r)| (i, r.and_then(|v| acquire_reply(v, &script))))
             .collect();
         if self.single() {
             return match parsed.into_iter().next().map(|(_, r)| r) {
@@ -283,7 +318,7 @@ impl Backend {
                     .filter(|h| h.3 != acquisition)
                     .cloned()
                     .collect();
-                self.undo(keys, owner, request, &stray, &[], by);
+                self.undo(keys, request, &stray, &[], by);
                 return Ok(Acquired::Held {
                     token,
                     count,
@@ -301,7 +336,7 @@ impl Backend {
         } else {
             Vec::new()
         };
-        self.undo(keys, owner, request, &held, &unanswered, by);
+        self.undo(keys, request, &held, &unanswered, by);
         if foreign {
             return Err(Error::ForeignKey {
                 key: keys.lock.clone(),
@@ -350,7 +385,7 @@ impl Backend {
             }
             Err(e) => (Err(e), None),
         };
-        let reply = reply.and_then(acquire_reply)?;
+        let reply = reply.and_then(|v| acquire_reply(v, &a.script(false)))?;
         match reply {
             AcquireReply::Held {
                 token,
@@ -375,7 +410,6 @@ impl Backend {
                 let undo_by = Deadline::after(self.command_timeout);
                 self.undo(
                     a.keys,
-                    a.owner,
                     a.request,
                     &[(0, token, count, acquisition)],
                     &[],
@@ -403,7 +437,6 @@ impl Backend {
     fn undo(
         &self,
         keys: &LockKeys,
-        owner: &str,
         request: &str,
         granted: &[(usize, u64, u64, String)],
         unanswered: &[usize],
@@ -437,15 +470,21 @@ impl Backend {
             jobs.push((unanswered.to_vec(), request, token, Level::Outermost, true));
         }
         for (targets, acquisition, token, level, fresh) in jobs {
-            let holder = Holder { owner, acquisition };
-            let call = scripts::undo(
-                keys,
-                holder,
-                &crate::protocol::grant::request_id(),
-                self.fence(token),
+            let request = crate::protocol::grant::request_id();
+            let release = scripts::Release {
+                acquisition,
                 level,
+                request: &request,
+                publish: Publish::Never,
+                fence: self.fence_of(token),
+                last_issued: None,
+            };
+            let _ = self.call_all(
+                &scripts::release(keys, &release, false),
+                &targets,
+                by,
+                fresh,
             );
-            let _ = self.call_all(&call, &targets, by, fresh);
         }
     }
 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use super::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, Call, Holder, Level, ReleaseReply, Which};
+use crate::protocol::scripts::{self, Call, Level, Publish, ReleaseReply, Which};
 use crate::transport::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 
 mod acquire;
@@ -173,6 +173,12 @@ impl Backend {
     /// never behind, so nothing (0) saves the script a read.
     pub(crate) fn fence(&self, token: u64) -> u64 {
         if self.single() { 0 } else { token }
+    }
+
+    /// [`fence`](Backend::fence) for a Mutex script: `None` with one master (a Mutex there
+    /// has no fencing counter at all).
+    pub(crate) fn fence_of(&self, token: u64) -> Option<u64> {
+        (!self.single()).then_some(token)
     }
 
     /// The part of a lease given up to allow for clock drift between hosts.
@@ -386,21 +392,37 @@ impl Backend {
             .map_or(Err(Error::timeout("no reply")), |(_, r)| r)
     }
 
-    /// Releases `level` on every master, retrying once (on a new connection) where the
-    /// connection failed, all within `by`. `last`: the last token the acquisition reserved
-    /// (its own token when none), by which a retry tells that the first attempt released it.
+    /// Releases `level` of the Mutex acquisition `acquisition` (its hold's fencing token
+    /// `token`) on every master, retrying once (on a new connection) where the connection
+    /// failed, all within `by`. `last_issued`: the last token the hold's local hand-offs
+    /// issued, when above the acquisition's own. `publish`: whether the release publishes
+    /// even when no waiter flagged the lock (threads of this client wait); with a quorum it
+    /// always does (waiters listen on one master).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &self,
         keys: &LockKeys,
-        holder: Holder<'_>,
+        acquisition: &str,
         request: &str,
         token: u64,
-        last: u64,
+        last_issued: Option<u64>,
         level: Level,
+        publish: bool,
         by: Deadline,
     ) -> Result<ReleaseReply> {
-        let call = scripts::release(keys, holder, request, self.fence(token), level);
+        let release = scripts::Release {
+            acquisition,
+            level,
+            request,
+            publish: if publish || !self.single() {
+                Publish::Always
+            } else {
+                Publish::IfFlagged
+            },
+            fence: self.fence_of(token),
+            last_issued: last_issued.filter(|&l| l > token),
+        };
+        let call = scripts::release(keys, &release, false);
         let mut replies = self.call_all(&call, &self.all(), by, false);
         let retry: Vec<usize> = replies
             .iter()
@@ -418,8 +440,9 @@ impl Backend {
             // The first attempt may have released the last level before its reply was lost:
             // the key is then gone, or already another owner's (a waiter took it at once).
             // So is it when Redis restarted empty, or the lease was lost: the retry asks the
-            // script to tell them apart (`ReleasedBefore`), and what it cannot tell is a loss.
-            let again = scripts::release_retry(&call, level, last);
+            // script to tell them apart by the release marker (`ReleasedBefore`), and what it
+            // cannot tell is a loss.
+            let again = scripts::release(keys, &release, true);
             for (i, r) in self.call_all(&again, &retry, by, false) {
                 if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
                     slot.1 = r;
@@ -628,12 +651,26 @@ impl Backend {
     pub(crate) fn exists(&self, keys: &LockKeys, by: Deadline) -> Result<bool> {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(&keys.lock);
+        self.quorum_says(cmd, by, |r| match r {
+            Ok(v) => Some(matches!(v, Value::Int(1))),
+            Err(_) => None,
+        })
+    }
+
+    /// Whether a quorum of masters answers `cmd` with a reply that `yes` calls true (`None`:
+    /// no answer), asked within `by`: a master whose connection failed (a pooled connection
+    /// that died in a restart) is asked once more at once, on a new connection, within the
+    /// same bound, as an acquire is.
+    fn quorum_says(
+        &self,
+        cmd: redis::Cmd,
+        by: Deadline,
+        yes: impl Fn(&Result<Value>) -> Option<bool>,
+    ) -> Result<bool> {
         let call = Call {
             which: Which::Renew,
             cmd,
         };
-        let mut yes = 0;
-        let mut first_error = None;
         let mut replies = self.call_all(&call, &self.all(), by, false);
         let retry: Vec<usize> = replies
             .iter()
@@ -651,13 +688,16 @@ impl Backend {
                 }
             }
         }
-        let answered = replies.iter().filter(|(_, r)| r.is_ok()).count();
+        let (mut answered, mut held) = (0, 0);
+        let mut first_error = None;
         for (_, r) in replies {
-            match r {
-                Ok(Value::Int(1)) => yes += 1,
-                Ok(_) => {}
-                Err(e) => {
-                    first_error.get_or_insert(e);
+            match yes(&r) {
+                Some(y) => {
+                    answered += 1;
+                    held += usize::from(y);
+                }
+                None => {
+                    first_error.get_or_insert(r.err().unwrap_or(Error::timeout("no reply")));
                 }
             }
         }
@@ -667,7 +707,23 @@ impl Backend {
                 needed: self.quorum,
             }));
         }
-        Ok(yes >= self.quorum)
+        Ok(held >= self.quorum)
+    }
+
+    /// Whether a quorum of masters holds the Mutex `keys` (its key holds a held value: not
+    /// missing, not a tombstone; a key of another type counts as held, as a lock of the layout
+    /// before this one), asked within `by`, as [`exists`](Backend::exists) asks.
+    pub(crate) fn is_locked(&self, keys: &LockKeys, by: Deadline) -> Result<bool> {
+        let mut cmd = redis::cmd("GETRANGE");
+        cmd.arg(&keys.lock).arg(0).arg(0);
+        self.quorum_says(cmd, by, |r| match r {
+            Ok(Value::BulkString(b)) => Some(!b.is_empty() && b[0] != b'#'),
+            Ok(Value::SimpleString(s)) => Some(!s.is_empty() && !s.starts_with('#')),
+            Ok(_) => Some(false),
+            // WRONGTYPE: a key, not a string.
+            Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => Some(true),
+            Err(_) => None,
+        })
     }
 
     /// Checks that every master answers and loads the scripts into their caches, so that the

@@ -205,10 +205,27 @@ mod tests {
         for name in &names {
             for prefix in ["locksmith:", "", "p%:"] {
                 let k = LockKeys::new(prefix, name);
+                let acquire = scripts::Acquire {
+                    owner: "o",
+                    lease,
+                    request: "r",
+                    live: None,
+                    block: 0,
+                    waited: false,
+                    quorum: false,
+                };
+                let release = scripts::Release {
+                    acquisition: "g",
+                    level: scripts::Level::Outermost,
+                    request: "r",
+                    publish: scripts::Publish::Always,
+                    fence: None,
+                    last_issued: None,
+                };
                 let calls = [
-                    scripts::acquire(&k, "o", lease, "r", None, 0),
-                    scripts::release(&k, holder, "r", 0, scripts::Level::Outermost),
-                    scripts::renew(&k, holder, lease, 0),
+                    scripts::acquire(&k, &acquire),
+                    scripts::release(&k, &release, false),
+                    scripts::renew(&k, "g", lease, None),
                     scripts::fair(&k, "renew", holder, lease, &[]),
                     scripts::sem(&k, "renew", holder, lease, &[]),
                     scripts::rw(&k, "renew", holder, lease, &[]),
