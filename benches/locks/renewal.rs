@@ -220,7 +220,7 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         )
         .note(format!(
             "used_cpu_user+used_cpu_sys (INFO cpu) over {:.2} s / ({n} locks x {:.1} periods): \
-             {n} lock hashes as the library writes them, each renewed by one EVALSHA of \
+             {n} locks as the library writes them, each renewed by one EVALSHA of \
              src/protocol/scripts/renew.lua per period, pipelined {} per 100 ms as the renewal thread \
              sent them before batching; {} EVALSHA, Redis execution {:.2} µs per call \
              (commandstats)",
@@ -322,7 +322,7 @@ struct PerLock {
     exec_per_call: f64,
 }
 
-/// Writes `n` lock hashes as the library does and renews each with one `EVALSHA` of the
+/// Writes `n` locks as the library does and renews each with one `EVALSHA` of the
 /// per-lock renew script per period (`lease / 3`) for `window`: a tenth of the locks every
 /// tenth of the period, pipelined, as the renewal thread sent them before it batched them.
 fn per_lock_script(
@@ -347,18 +347,12 @@ fn per_lock_script(
         .collect();
     let mut p = redis::pipe();
     for (k, g) in &keys {
-        p.cmd("HSET")
+        p.cmd("SET")
             .arg(k)
-            .arg("owner")
-            .arg(owner)
-            .arg("count")
-            .arg(1)
-            .arg("token")
-            .arg(1)
-            .arg("gen")
-            .arg(g)
+            .arg(format!("{g}|{owner}|0|1700000000|0"))
+            .arg("PX")
+            .arg(lease_ms)
             .ignore();
-        p.cmd("PEXPIRE").arg(k).arg(lease_ms).ignore();
     }
     p.query::<()>(con).map_err(s)?;
     let slices = 10;
@@ -368,13 +362,10 @@ fn per_lock_script(
         for (key, g) in keys.iter().skip(k * per_slice).take(per_slice) {
             p.cmd("EVALSHA")
                 .arg(&sha)
-                .arg(2)
+                .arg(1)
                 .arg(key)
-                .arg(format!("{key}-fence"))
-                .arg(owner)
-                .arg(lease_ms)
-                .arg(0)
-                .arg(g);
+                .arg(format!("{g}|"))
+                .arg(lease_ms);
         }
         let r: Vec<i64> = p.query(con).map_err(s)?;
         Ok(r.iter().filter(|&&x| x != 1).count() as u64)

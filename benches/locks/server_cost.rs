@@ -10,7 +10,8 @@
 //! naive lock's `SET`), which includes what runs inside a script. Cycles alternate between the
 //! lock types in rounds, so that load that comes and goes on the machine touches all of them.
 //! The acquire/release split holds many names at once (a phase of acquires, then a phase of
-//! releases; every name cycled once before, so its fencing counter exists, as in a cycle).
+//! releases; every name cycled once before, so that its keys exist, as in a cycle: the
+//! `Mutex`'s release marker, the other lock types' fencing counters).
 //!
 //! Under callgrind (`benches/callgrind/server-cost.sh`), each `CONFIG RESETSTAT` makes
 //! callgrind dump its counts (`--dump-before=configResetStatCommand`); a phase begins and ends
@@ -431,9 +432,12 @@ fn parts(
     let mut con = connect(url, Duration::from_secs(5)).map_err(s)?;
     let key = "locksmith:{bench:cost:part}:lock";
     let fence = "locksmith:{bench:cost:part}:fence";
+    let marker = "locksmith:{bench:cost:part}:released";
     let owner = "0f2c7a8e-5b1d-4c3e-9a7f-2d6b8e4c1a90:7";
     let req = "0f2c7a8e-5b1d-4c3e-9a7f-2d6b8e4c1a90:123456";
-    let acquire_args = [owner, "30000", req, "", "0", "16"];
+    // What the Mutex acquire sends: `REQ|OWNER|B` and the lease.
+    let request = format!("AbCdEfGhIjKlMnOpQrStUv1f|{owner}|16");
+    let acquire_args = [request.as_str(), "30000"];
     let (hash_args, string_args) = ([owner, req], [req]);
     redis::cmd("SET")
         .arg(fence)
@@ -445,9 +449,9 @@ fn parts(
     let specs: Vec<(&str, &str, Vec<&str>, &[&str])> = vec![
         ("script call (EVALSHA `return 1`)", "return 1", vec![], none),
         (
-            "2 keys + 6 arguments of the acquire",
+            "1 key + 2 arguments of the Mutex acquire",
             "return 1",
-            vec![key, fence],
+            vec![key],
             &acquire_args,
         ),
         (
@@ -486,6 +490,13 @@ fn parts(
             &string_args,
         ),
         (
+            "string lock: SET NX PX, then RENAME (a release to its marker)",
+            "redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', 30000) \
+             return redis.call('rename', KEYS[1], KEYS[2])",
+            vec![key, marker],
+            &string_args,
+        ),
+        (
             "DEL (missing key)",
             "return redis.call('del', KEYS[1])",
             vec![key],
@@ -511,9 +522,9 @@ fn parts(
         ),
         ("function call (FCALL `return 1`)", FUNCTION, vec![], none),
         (
-            "FCALL with 2 keys + 6 arguments of the acquire",
+            "FCALL with 1 key + 2 arguments of the Mutex acquire",
             FUNCTION,
-            vec![key, fence],
+            vec![key],
             &acquire_args,
         ),
     ];
