@@ -238,8 +238,7 @@ pub(crate) fn handoff(ctx: &mut Ctx) -> Result<(), String> {
             segs[0].len(),
             pct(&spied_total, 0.5)
         ),
-        "script work before the publish (get, the check of the acquisition)"
-            .to_owned(),
+        "script work before the publish (get, the check of the acquisition)".to_owned(),
         "reply and message written, the waiter's subscriber thread wakes, unparks the leader, \
          which sends the acquire script"
             .to_owned(),
