@@ -7,6 +7,7 @@
 //! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
 //!   client made of it.
 //! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
+//! - [`lock_value`]: a `Mutex`'s lock value on the server, parsed.
 //!
 //! The topologies below run these calls on their masters; nothing here opens a connection,
 //! and this layer imports only [`crate::error`].
@@ -14,4 +15,5 @@
 pub(crate) mod grant;
 pub(crate) mod hold;
 pub(crate) mod keys;
+pub(crate) mod lock_value;
 pub(crate) mod scripts;

@@ -25,6 +25,7 @@ static MULTI_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(Which::MultiAcquire.source()));
 static MULTI_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(Which::MultiRelease.source()));
+static MUTEX_ADMIN: LazyLock<Script> = LazyLock::new(|| Script::new(Which::MutexAdmin.source()));
 
 /// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,10 +281,12 @@ pub(crate) enum Which {
     MultiAcquire,
     /// Releases one level of several mutex locks at once.
     MultiRelease,
+    /// Reads a mutex lock, or frees it by force, for an operator.
+    MutexAdmin,
 }
 
 impl Which {
-    pub(crate) const ALL: [Which; 9] = [
+    pub(crate) const ALL: [Which; 10] = [
         Which::Acquire,
         Which::Release,
         Which::Renew,
@@ -293,6 +296,7 @@ impl Which {
         Which::Rw,
         Which::MultiAcquire,
         Which::MultiRelease,
+        Which::MutexAdmin,
     ];
 
     fn script(self) -> &'static Script {
@@ -306,6 +310,7 @@ impl Which {
             Which::Rw => &RW,
             Which::MultiAcquire => &MULTI_ACQUIRE,
             Which::MultiRelease => &MULTI_RELEASE,
+            Which::MutexAdmin => &MUTEX_ADMIN,
         }
     }
 
@@ -321,6 +326,7 @@ impl Which {
             Which::Rw => include_str!("scripts/rw_lock.lua"),
             Which::MultiAcquire => include_str!("scripts/multi_acquire.lua"),
             Which::MultiRelease => include_str!("scripts/multi_release.lua"),
+            Which::MutexAdmin => include_str!("scripts/mutex_admin.lua"),
         }
     }
 
@@ -747,6 +753,79 @@ pub(crate) fn parse_mutex_acquire(v: &Value, a: &Acquire<'_>) -> Option<AcquireR
     parse_acquire(v)
 }
 
+/// What an operator asks of a Mutex (`scripts/mutex_admin.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admin {
+    /// Read the lock: its value, its lease left, the server clock.
+    Holder,
+    /// Free it whoever holds it.
+    Force,
+}
+
+/// The admin script call for `op` on the Mutex `keys`.
+pub(crate) fn mutex_admin(keys: &LockKeys, op: Admin) -> Call {
+    let mut cmd = evalsha(Which::MutexAdmin, &[&keys.lock, &keys.channel]);
+    cmd.arg(match op {
+        Admin::Holder => "holder",
+        Admin::Force => "force",
+    });
+    Call {
+        which: Which::MutexAdmin,
+        cmd,
+    }
+}
+
+/// What the admin script found of a Mutex.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AdminReply {
+    /// Held (when asked: a force freed it), with this value (see `lock_value.rs`), its lease
+    /// left and the server clock in microseconds.
+    Held {
+        value: String,
+        pttl: Duration,
+        now_us: u64,
+    },
+    /// Held by a client of the hash layout before the string one: its owner, count, token
+    /// and lease left.
+    OldLayout {
+        owner: String,
+        count: u64,
+        token: u64,
+        pttl: Duration,
+    },
+    /// Free (no key, or a tombstone).
+    Free,
+    /// The key holds something locksmith did not write.
+    Foreign,
+}
+
+/// Parses an admin script reply (either operation).
+pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
+    let Value::Array(items) = v else { return None };
+    let ms = |v: &Value| Duration::from_millis(u64::try_from(int(v).unwrap_or(0)).unwrap_or(0));
+    let clock = |s: &Value, us: &Value| -> Option<u64> {
+        let s = u64::try_from(int(s)?).ok()?;
+        s.checked_mul(1_000_000)?
+            .checked_add(u64::try_from(int(us)?).ok()?)
+    };
+    match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
+        (1, [value, pttl, s, us]) => Some(AdminReply::Held {
+            value: text(value)?,
+            pttl: ms(pttl),
+            now_us: clock(s, us)?,
+        }),
+        (2, [owner, count, token, pttl, _, _]) => Some(AdminReply::OldLayout {
+            owner: text(owner)?,
+            count: int(count).and_then(|c| u64::try_from(c).ok()).unwrap_or(1),
+            token: int(token).and_then(|t| u64::try_from(t).ok()).unwrap_or(0),
+            pttl: ms(pttl),
+        }),
+        (0, []) => Some(AdminReply::Free),
+        (-1, []) => Some(AdminReply::Foreign),
+        _ => None,
+    }
+}
+
 /// Parses an acquire reply.
 pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = v else { return None };
@@ -946,11 +1025,10 @@ mod tests {
         assert!(acquire.contains("local MAX_LEAD_US = 1000000"));
         assert!(acquire.contains(&format!("local MAX_BLOCK = {MAX_BLOCK}")));
         assert!(acquire.contains("local LEAD = MAX_LEAD_US + MAX_BLOCK"));
-        assert!(
-            Which::Release
-                .source()
-                .contains(&format!("local LEAD = {LEAD_US}"))
-        );
+        for which in [Which::Release, Which::MutexAdmin] {
+            let line = format!("local LEAD = {LEAD_US}");
+            assert!(which.source().contains(&line), "{which:?}");
+        }
         let seed = format!("1000000 + {MAX_BLOCK}");
         assert!(
             Which::MultiAcquire
@@ -1016,6 +1094,60 @@ mod tests {
                 remaining: 0,
                 listeners: 0
             })
+        );
+    }
+
+    #[test]
+    fn admin_replies_parse() {
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let held = Value::Array(vec![
+            Value::Int(1),
+            s("g|o|0|1|2"),
+            Value::Int(1500),
+            s("1700000000"),
+            s("25"),
+        ]);
+        assert_eq!(
+            parse_admin(&held),
+            Some(AdminReply::Held {
+                value: "g|o|0|1|2".into(),
+                pttl: Duration::from_millis(1500),
+                now_us: 1_700_000_000_000_025,
+            })
+        );
+        let old = Value::Array(vec![
+            Value::Int(2),
+            s("o"),
+            s("3"),
+            s("42"),
+            Value::Int(-1),
+            s("1"),
+            s("2"),
+        ]);
+        assert_eq!(
+            parse_admin(&old),
+            Some(AdminReply::OldLayout {
+                owner: "o".into(),
+                count: 3,
+                token: 42,
+                pttl: Duration::ZERO,
+            })
+        );
+        assert_eq!(
+            parse_admin(&Value::Array(vec![Value::Int(0)])),
+            Some(AdminReply::Free)
+        );
+        assert_eq!(
+            parse_admin(&Value::Array(vec![Value::Int(-1)])),
+            Some(AdminReply::Foreign)
+        );
+        assert_eq!(parse_admin(&Value::Array(vec![])), None);
+        assert_eq!(parse_admin(&Value::Array(vec![Value::Int(1)])), None);
+        assert_eq!(parse_admin(&Value::Nil), None);
+        let k = LockKeys::new("p:", "a");
+        assert_eq!(
+            &args(&mutex_admin(&k, Admin::Force))[2..],
+            ["2", "p:{a}:lock", "p:{a}:released", "force"]
         );
     }
 

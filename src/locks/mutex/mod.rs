@@ -5,13 +5,15 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
+use crate::locks::holder::Holder;
 use crate::locks::lease::Release;
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Level, Live};
+use crate::protocol::lock_value::{self, LockValue};
+use crate::protocol::scripts::{self, Admin, AdminReply, Level, Live};
 use crate::stats::LockType;
 use crate::subscriber::{Registration, Turn};
 use crate::topology::backend::{AcquireCall, Acquired, jitter};
@@ -187,6 +189,173 @@ impl Mutex {
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
         shared.backend.is_locked(&self.keys, by)
+    }
+
+    /// Who holds the lock now, as the server tells it: the holding client's label and thread,
+    /// its re-entry depth, fencing token, how long it has held the lock and how much lease
+    /// it has left (both by the server's clock). `None` when nobody holds it.
+    ///
+    /// Asks the server once (on a quorum of masters, every master at once: the holder a
+    /// majority agrees on, `None` when none does). Returns within the connect timeout plus
+    /// the command timeout, a dead pooled connection retried at once on a new one within that
+    /// bound.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked (with a quorum: when fewer than a majority
+    /// answered); [`Error::ForeignKey`] when the lock's key holds something else.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// if let Some(h) = client.mutex("report:daily")?.holder()? {
+    ///     println!("held by {} ({}) for {:?}", h.label, h.thread, h.held_for);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn holder(&self) -> Result<Option<Holder>> {
+        let shared = self.client.shared();
+        let by = Deadline::after(shared.config.one_call());
+        let call = scripts::mutex_admin(&self.keys, Admin::Holder);
+        let mut seen: Vec<(String, Holder)> = Vec::new();
+        let (mut answered, mut first_error) = (0, None);
+        for reply in shared.backend.eval_each(&call, by) {
+            match reply.and_then(|v| self.admin_reply(&v)) {
+                Ok(found) => {
+                    answered += 1;
+                    seen.extend(found);
+                }
+                Err(e @ Error::ForeignKey { .. }) => return Err(e),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let quorum = shared.backend.quorum();
+        if answered < quorum {
+            return Err(first_error.unwrap_or(Error::NoQuorum {
+                reached: answered,
+                needed: quorum,
+            }));
+        }
+        // The acquisition a quorum of masters holds (with one master, the one there).
+        let Some((acquisition, _)) = seen
+            .iter()
+            .find(|(a, _)| seen.iter().filter(|(b, _)| b == a).count() >= quorum)
+        else {
+            return Ok(None);
+        };
+        let ours: Vec<&Holder> = seen
+            .iter()
+            .filter(|(a, _)| a == acquisition)
+            .map(|(_, h)| h)
+            .collect();
+        let mut holder = ours[0].clone();
+        for h in &ours[1..] {
+            holder.fencing_token = holder.fencing_token.max(h.fencing_token);
+            holder.hold_count = holder.hold_count.max(h.hold_count);
+            holder.held_for = holder.held_for.max(h.held_for);
+            holder.lease_left = holder.lease_left.min(h.lease_left);
+        }
+        Ok(Some(holder))
+    }
+
+    /// Frees the lock on the server whoever holds it, and wakes its waiters. Returns whether
+    /// anyone held it. For an operator: a holder that is stuck, or gone without its lease
+    /// running out soon enough.
+    ///
+    /// The holder is not asked: it finds out at its next renewal at the latest (a third of
+    /// its lease), when [`MutexGuard::is_held`] turns false and the loss is reported (the `warn`
+    /// log, [`on_lease_lost`](crate::ClientBuilder::on_lease_lost)); its
+    /// [`unlock`](MutexGuard::unlock) then reports the loss, never `Ok`. Until then it may
+    /// still believe it holds the lock, so the resource must check the
+    /// [`fencing_token`](MutexGuard::fencing_token): the next holder's token is above every
+    /// token the dispossessed holder has or may still hand to its own threads. Logged at
+    /// `warn`, naming the holder removed.
+    ///
+    /// Returns within the connect timeout plus the command timeout (with a quorum of masters,
+    /// every master is asked at once; `true` when any of them held it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked (with a quorum: when no master answered
+    /// and none freed it); [`Error::ForeignKey`] when the lock's key holds something else
+    /// (it is left untouched).
+    pub fn force_unlock(&self) -> Result<bool> {
+        let shared = self.client.shared();
+        let by = Deadline::after(shared.config.one_call());
+        let call = scripts::mutex_admin(&self.keys, Admin::Force);
+        let (mut freed, mut answered, mut first_error) = (false, false, None);
+        let mut told: Vec<String> = Vec::new();
+        for reply in shared.backend.eval_each(&call, by) {
+            match reply.and_then(|v| self.admin_reply(&v)) {
+                Ok(found) => {
+                    answered = true;
+                    if let Some((acquisition, h)) = found {
+                        freed = true;
+                        if !told.contains(&acquisition) {
+                            log::warn!(
+                                "lock `{}` was freed by force: it was held by {} (thread {}, \
+                                 fencing token {}, {} level(s), for {:?})",
+                                self.keys.name,
+                                if h.label.is_empty() { "?" } else { &h.label },
+                                h.thread,
+                                h.fencing_token,
+                                h.hold_count,
+                                h.held_for
+                            );
+                            told.push(acquisition);
+                        }
+                    }
+                }
+                Err(e @ Error::ForeignKey { .. }) => return Err(e),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if !answered && !freed => Err(e),
+            _ => Ok(freed),
+        }
+    }
+
+    /// What one master's admin script reply says: the holder there (with its acquisition, or
+    /// its owner for a lock of the layout before), or nobody.
+    fn admin_reply(&self, v: &redis::Value) -> Result<Option<(String, Holder)>> {
+        let reply = scripts::parse_admin(v).ok_or_else(|| scripts::unexpected("mutex_admin", v))?;
+        let foreign = || Error::ForeignKey {
+            key: self.keys.lock.clone(),
+        };
+        match reply {
+            AdminReply::Free => Ok(None),
+            AdminReply::Foreign => Err(foreign()),
+            AdminReply::Held {
+                value,
+                pttl,
+                now_us,
+            } => {
+                let Some(LockValue::Held(h)) = lock_value::parse(&value) else {
+                    return Err(foreign());
+                };
+                let held_for = Duration::from_micros(now_us.saturating_sub(h.granted_us()));
+                let count = u32::try_from(h.count).unwrap_or(u32::MAX);
+                let holder = Holder::new(&h.owner, count, h.token, held_for, pttl);
+                Ok(Some((h.acquisition, holder)))
+            }
+            AdminReply::OldLayout {
+                owner,
+                count,
+                token,
+                pttl,
+            } => {
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                let holder = Holder::new(&owner, count, token, Duration::ZERO, pttl);
+                Ok(Some((owner, holder)))
+            }
+        }
     }
 
     /// Blocks until the lock is held by the calling thread.

@@ -392,6 +392,36 @@ impl Backend {
             .map_or(Err(Error::timeout("no reply")), |(_, r)| r)
     }
 
+    /// Runs one script call on every master at once (on a cluster, the master of its slot),
+    /// within `by`, retrying once on a new connection where the connection failed: each
+    /// master's reply. For calls that any master may answer on its own (what an operator
+    /// reads or does to a lock); the caller weighs the replies.
+    pub(crate) fn eval_each(&self, call: &Call, by: Deadline) -> Vec<Result<Value>> {
+        let mut replies = self.call_all(call, &self.all(), by, false);
+        let retry: Vec<usize> = replies
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .err()
+                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        if !retry.is_empty() && !by.passed() {
+            for (i, r) in self.call_all(call, &retry, by, false) {
+                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
+                    slot.1 = r;
+                }
+            }
+        }
+        replies.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The number of masters whose agreement holds a lock (1 of 1, or a majority).
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum
+    }
+
     /// Releases `level` of the Mutex acquisition `acquisition` (its hold's fencing token
     /// `token`) on every master, retrying once (on a new connection) where the connection
     /// failed, all within `by`. `last_issued`: the last token the hold's local hand-offs
