@@ -425,9 +425,9 @@ impl Backend {
     /// Releases `level` of the Mutex acquisition `acquisition` (its hold's fencing token
     /// `token`) on every master, retrying once (on a new connection) where the connection
     /// failed, all within `by`. `last_issued`: the last token the hold's local hand-offs
-    /// issued, when above the acquisition's own. `publish`: whether the release publishes
-    /// even when no waiter flagged the lock (threads of this client wait); with a quorum it
-    /// always does (waiters listen on one master).
+    /// issued, when above the acquisition's own (the hold's own token after a hand-off).
+    /// `publish`: whether the release publishes even when no waiter flagged the lock (threads
+    /// of this client wait); with a quorum it always does (waiters listen on one master).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &self,
@@ -450,7 +450,7 @@ impl Backend {
                 Publish::IfFlagged
             },
             fence: self.fence_of(token),
-            last_issued: last_issued.filter(|&l| l > token),
+            last_issued,
         };
         let call = scripts::release(keys, &release, false);
         let mut replies = self.call_all(&call, &self.all(), by, false);
