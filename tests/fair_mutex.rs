@@ -183,13 +183,14 @@ fn timed_out_waiter_leaves_the_queue() {
     assert_eq!(llen(&mut conn, &queue_key(&name)), 0);
     g.unlock().unwrap();
     assert!(!la.is_locked().unwrap(), "granted to a waiter that left");
-    // Nothing of the waiter is left but the fencing counter.
+    // Nothing of the waiter is left, only the release marker (which expires with the lease the
+    // holder had left).
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", tag(&name)))
         .query(&mut conn)
         .unwrap();
     keys.sort();
-    assert_eq!(keys, vec![common::fence_key(&name)]);
+    assert_eq!(keys, vec![format!("{}:released", fair_key(&name))]);
 }
 
 /// A queued waiter keeps its place for longer than a lease: the renewal thread renews its
@@ -775,7 +776,9 @@ fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
     }
     assert!(l.try_lock().unwrap().is_none(), "barged past a live waiter");
     assert_eq!(
-        common::hget(&mut conn, &fair_key(&name), "owner").as_deref(),
+        fair_fields(&mut conn, &name)
+            .map(|f| f[1].clone())
+            .as_deref(),
         Some("live-owner"),
         "the free lock was not granted to the live waiter"
     );
@@ -799,17 +802,36 @@ fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
 }
 
+/// The fields of the fair lock's value (`GEN|OWNER|S|US`, or with `|REQ|REL|COUNT` after a
+/// re-entry or an inner release), its waiting flag `|w` left out; `None` when it is missing.
+fn fair_fields(conn: &mut redis::Connection, name: &str) -> Option<Vec<String>> {
+    let v: Option<String> = redis::cmd("GET").arg(fair_key(name)).query(conn).unwrap();
+    let v = v?;
+    let v = v.strip_suffix("|w").unwrap_or(&v);
+    Some(v.split('|').map(str::to_owned).collect())
+}
+
+/// The level count the server keeps for the fair lock.
 fn fair_count(conn: &mut redis::Connection, name: &str) -> Option<String> {
-    common::hget(conn, &fair_key(name), "count")
+    let f = fair_fields(conn, name)?;
+    Some(match f.len() {
+        4 => "1".to_owned(),
+        _ => f.last()?.clone(),
+    })
 }
 
 /// The fair mutex script's calls of operation `op` on lock `name` (the operation travels as a
-/// bulk string of its own).
+/// one-letter bulk string of its own).
 fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
+    let letter = match op {
+        "acquire" => "a",
+        "release" => "r",
+        other => panic!("no fair mutex operation {other}"),
+    };
     [
         sha(FAIR_LUA).into_bytes(),
         fair_key(name).into_bytes(),
-        format!("${}\r\n{op}\r\n", op.len()).into_bytes(),
+        format!("$1\r\n{letter}\r\n").into_bytes(),
     ]
 }
 
@@ -1118,32 +1140,45 @@ fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
     });
 }
 
-/// The fencing counter expires a day after its last write (no key per name lives forever),
-/// and a grant after it expired still gets a larger token.
+/// Tokens come from the server clock (no counter key is written): they rise from one holder
+/// to the next, through a grant to a waiter, and across an empty restart.
 #[test]
-fn fair_fence_counter_expires_and_tokens_keep_rising() {
-    let server = RedisServer::start();
+fn fair_tokens_rise_without_a_counter() {
+    let mut server = RedisServer::start();
     let url = server.url();
-    let mut conn = server.conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(&url).unwrap();
-        let name = common::unique_name("fair-fence-ttl");
-        let fence = common::fence_key(&name);
+        let other = Client::open(&url).unwrap();
+        let name = common::unique_name("fair-tokens");
         let m = client.fair_mutex(&name).unwrap();
+        let theirs = other.fair_mutex(&name).unwrap();
         let g = m.lock().unwrap();
         let t1 = g.fencing_token();
+        let waiter = thread::spawn(move || {
+            let g = theirs.lock().unwrap();
+            let t = g.fencing_token();
+            g.unlock().unwrap();
+            t
+        });
+        wait_queued(&mut server.conn(), &name, 1);
         g.unlock().unwrap();
-        let day = 24 * 3600 * 1000;
-        let pttl = common::pttl(&mut conn, &fence);
-        assert!(
-            pttl > day - 60_000 && pttl <= day,
-            "fence expires in {pttl} ms"
-        );
-        let _: () = redis::cmd("DEL").arg(&fence).query(&mut conn).unwrap();
+        let t2 = waiter.join().unwrap();
+        assert!(t2 > t1, "granted {t2} after {t1}");
         let g = m.lock().unwrap();
-        assert!(g.fencing_token() > t1);
+        let t3 = g.fencing_token();
+        assert!(t3 > t2);
         g.unlock().unwrap();
-        assert!(common::pttl(&mut conn, &fence) > day - 60_000);
+        assert!(!common::exists(
+            &mut server.conn(),
+            &common::fence_key(&name)
+        ));
+        server.restart();
+        let g = m.lock().unwrap();
+        assert!(
+            g.fencing_token() > t3,
+            "not above the token before the restart"
+        );
+        g.unlock().unwrap();
     });
 }
 
@@ -1336,4 +1371,105 @@ fn the_lock_family_refuses_a_client_over_several_masters() {
             assert!(keys.is_empty(), "{keys:?}");
         }
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The waiting flag: a release publishes (grants) only when a waiter flagged the lock
+// ---------------------------------------------------------------------------------------------
+
+/// Child: waits for the fair mutex `LS_NAME` with a 30 s lease and prints `got` once it holds
+/// it.
+#[test]
+fn child_fair_long_waiter() {
+    if !common::is_child("fair-long-waiter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let client = client_with_lease(&url, Duration::from_secs(30));
+    let lock = client.fair_mutex(&name).unwrap();
+    let _g = lock.lock().unwrap();
+    println!("got");
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// Uncontended cycles publish nothing. A waiter in another process flags the lock when it
+/// queues; the holder then re-enters and releases an inner level (each rewrites the lock's
+/// value, which must keep the flag), and its outermost release grants the lock to the waiter
+/// at once. With the flag lost, the release would grant nobody and the waiter would sleep
+/// until the holder's 30 s lease ran out.
+#[test]
+fn a_queued_waiter_is_granted_at_the_release_after_a_reentry() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-flag");
+    let client = client_with_lease(&url, Duration::from_secs(30));
+    let lock = client.fair_mutex(&name).unwrap();
+    let before = common::calls(&common::commandstats(&mut conn), "cmdstat_publish");
+    for _ in 0..20 {
+        lock.lock().unwrap().unlock().unwrap();
+    }
+    let after = common::calls(&common::commandstats(&mut conn), "cmdstat_publish");
+    assert_eq!(after, before, "uncontended cycles published");
+    let outer = lock.lock().unwrap();
+    let child = TestChild::spawn(
+        "child_fair_long_waiter",
+        "fair-long-waiter",
+        &[("LS_URL", url.clone()), ("LS_NAME", name.clone())],
+    );
+    wait_queued(&mut conn, &name, 1);
+    let inner = lock.lock().unwrap();
+    assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("2"));
+    inner.unlock().unwrap();
+    assert_eq!(fair_count(&mut conn, &name).as_deref(), Some("1"));
+    let released = Instant::now();
+    outer.unlock().unwrap();
+    child.wait_line("got", Duration::from_secs(5));
+    let waited = released.elapsed();
+    println!("fair: the queued waiter got the lock {waited:?} after the release");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
+/// A lock hash of the layout before (an older client's, during a rolling upgrade) is held:
+/// busy, never foreign, and left as it is.
+#[test]
+fn an_older_clients_lock_hash_is_held() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = common::unique_name("fair-old-layout");
+    redis::cmd("HSET")
+        .arg(fair_key(&name))
+        .arg(&[
+            "owner",
+            "old-owner",
+            "count",
+            "1",
+            "token",
+            "7",
+            "gen",
+            "g",
+            "req",
+            "g",
+        ])
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(fair_key(&name))
+        .arg(10_000)
+        .exec(&mut conn)
+        .unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    let lock = client.fair_mutex(&name).unwrap();
+    assert!(lock.is_locked().unwrap());
+    assert!(lock.try_lock().unwrap().is_none());
+    assert!(
+        lock.try_lock_for(Duration::from_millis(200))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        common::hget(&mut conn, &fair_key(&name), "owner").as_deref(),
+        Some("old-owner")
+    );
 }

@@ -37,6 +37,26 @@ fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("ZCARD").arg(key).query(conn).unwrap()
 }
 
+/// How many read acquisitions the readers' key holds: one as a string, several as a sorted
+/// set (besides its waiting writers' flag), none when missing.
+fn readers(conn: &mut redis::Connection, name: &str) -> usize {
+    let key = key(name, ":readers");
+    let ty: String = redis::cmd("TYPE").arg(&key).query(conn).unwrap();
+    match ty.as_str() {
+        "string" => 1,
+        "zset" => {
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .query(conn)
+                .unwrap();
+            members.iter().filter(|m| m.as_str() != "w").count()
+        }
+        _ => 0,
+    }
+}
+
 #[test]
 fn readers_share_writers_exclude() {
     let server = RedisServer::start();
@@ -96,7 +116,7 @@ fn reentry_and_downgrade() {
         2,
         "two re-entries and two inner releases"
     );
-    assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 1);
+    assert_eq!(readers(&mut conn, &name), 1);
     assert!(r1.is_held());
     drop(r1);
     let w = la.write().unwrap();
@@ -606,12 +626,20 @@ fn readers_recover_from_a_redis_restart() {
 
 const RW_LUA: &str = include_str!("../src/protocol/scripts/rw_lock.lua");
 
-/// The read-write lock script's calls of operation `op` on lock `name`.
+/// The read-write lock script's calls of operation `op` on lock `name` (the operation travels
+/// as a one-letter bulk string of its own).
 fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
+    let letter = match op {
+        "write" => "w",
+        "read" => "r",
+        "release_write" => "x",
+        "release_read" => "y",
+        other => panic!("no read-write lock operation {other}"),
+    };
     [
         redis::Script::new(RW_LUA).get_hash().as_bytes().to_vec(),
         key(name, "").into_bytes(),
-        format!("${}\r\n{op}\r\n", op.len()).into_bytes(),
+        format!("$1\r\n{letter}\r\n").into_bytes(),
     ]
 }
 
@@ -722,41 +750,49 @@ fn cut_rw_replies_count_once_and_leave_nothing() {
             proxy.cut_reply_to(&pats, 1);
         }
         let r = l.try_read().unwrap().expect("free");
-        assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 1);
+        assert_eq!(readers(&mut conn, &name), 1);
         assert!(theirs.try_write().unwrap().is_none());
         r.unlock().unwrap();
         assert_eq!(proxy.cuts(), 4, "the replies were not cut");
-        assert_eq!(zcard(&mut conn, &key(&name, ":readers")), 0);
+        assert_eq!(readers(&mut conn, &name), 0);
         let w = theirs.try_write().unwrap().expect("nothing left behind");
         w.unlock().unwrap();
     });
 }
 
-/// The fencing counter written by a write acquire expires a day after its last write; a
-/// writer after it expired still gets a larger token.
+/// Write tokens come from the server clock (no counter key is written): they rise from one
+/// writer to the next, across an empty restart too, and nothing of the lock is left behind.
 #[test]
-fn rw_fence_counter_expires_and_tokens_keep_rising() {
-    let server = RedisServer::start();
+fn rw_tokens_rise_without_a_counter() {
+    let mut server = RedisServer::start();
     let url = server.url();
-    let mut conn = server.conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(&url).unwrap();
-        let name = common::unique_name("rw-fence-ttl");
-        let fence = common::fence_key(&name);
+        let name = common::unique_name("rw-tokens");
         let l = client.rw_lock(&name).unwrap();
+        let mut last = 0;
+        for _ in 0..3 {
+            let w = l.write().unwrap();
+            assert!(w.fencing_token() > last);
+            last = w.fencing_token();
+            w.unlock().unwrap();
+        }
+        assert!(!common::exists(
+            &mut server.conn(),
+            &common::fence_key(&name)
+        ));
+        server.restart();
         let w = l.write().unwrap();
-        let t1 = w.fencing_token();
-        w.unlock().unwrap();
-        let day = 24 * 3600 * 1000;
-        let pttl = common::pttl(&mut conn, &fence);
         assert!(
-            pttl > day - 60_000 && pttl <= day,
-            "fence expires in {pttl} ms"
+            w.fencing_token() > last,
+            "not above the token before the restart"
         );
-        let _: () = redis::cmd("DEL").arg(&fence).query(&mut conn).unwrap();
-        let w = l.write().unwrap();
-        assert!(w.fencing_token() > t1);
         w.unlock().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("locksmith:{{{}}}*", common::encode_name(&name)))
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(keys, vec![key(&name, ":released")], "keys left behind");
     });
 }
 
@@ -892,7 +928,7 @@ fn a_read_reentry_after_an_empty_restart_is_a_new_acquisition() {
             "the outer read guard says held, but its entry is gone from the server"
         );
         assert!(inner.is_held());
-        assert_eq!(zcard(&mut server.conn(), &key(&name, ":readers")), 1);
+        assert_eq!(readers(&mut server.conn(), &name), 1);
         inner.unlock().unwrap();
         assert!(outer.unlock().unwrap_err().is_lease_lost());
         let w = lb
@@ -961,22 +997,14 @@ fn a_reentry_after_an_empty_restart_finds_the_new_owner() {
     });
 }
 
-/// The expiry on the server of the writer's hash (`PEXPIRETIME`), and the deadline of the one
-/// reader's entry (its score), both in server milliseconds.
+/// The expiry on the server (`PEXPIRETIME`, server milliseconds) of the writer and of the one
+/// reader (each a string).
 fn expiries(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
-    let writer: i64 = redis::cmd("PEXPIRETIME")
-        .arg(key(name, ""))
-        .query(conn)
-        .unwrap();
-    let readers: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg(key(name, ":readers"))
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(conn)
-        .unwrap();
-    assert_eq!(readers.len(), 1, "{readers:?}");
-    (writer, readers[0].1)
+    let at = |conn: &mut redis::Connection, k: &str| -> i64 {
+        redis::cmd("PEXPIRETIME").arg(k).query(conn).unwrap()
+    };
+    assert_eq!(readers(conn, name), 1);
+    (at(conn, &key(name, "")), at(conn, &key(name, ":readers")))
 }
 
 /// A re-entry extends its hold's lease on the server as a renewal would, but not after the
@@ -1029,4 +1057,191 @@ fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
         r.unlock().unwrap();
         w.unlock().unwrap();
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The waiting flags: a release publishes only for the waiters that flagged the lock
+// ---------------------------------------------------------------------------------------------
+
+/// Child: waits for the write lock (`LS_MODE` `write`) or a read lock (`read`) of `LS_NAME`
+/// with a 30 s lease and prints `got` once it holds it.
+#[test]
+fn child_rw_long_waiter() {
+    if !common::is_child("rw-long-waiter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let client = client_with_lease(&url, Duration::from_secs(30));
+    let lock = client.rw_lock(&name).unwrap();
+    if common::child_env("LS_MODE") == "write" {
+        let _g = lock.write().unwrap();
+        println!("got");
+        thread::sleep(Duration::from_secs(60));
+    } else {
+        let _g = lock.read().unwrap();
+        println!("got");
+        thread::sleep(Duration::from_secs(60));
+    }
+}
+
+fn spawn_long_waiter(url: &str, name: &str, mode: &str) -> TestChild {
+    TestChild::spawn(
+        "child_rw_long_waiter",
+        "rw-long-waiter",
+        &[
+            ("LS_URL", url.to_owned()),
+            ("LS_NAME", name.to_owned()),
+            ("LS_MODE", mode.to_owned()),
+        ],
+    )
+}
+
+fn publishes(conn: &mut redis::Connection) -> u64 {
+    common::calls(&common::commandstats(conn), "cmdstat_publish")
+}
+
+/// Uncontended read and write cycles publish nothing. A writer in another process that waits
+/// for readers flags them: one reader (a string), then two (a sorted set, the flag a member),
+/// and the last reader's release wakes the writer at once. A reader in another process that
+/// waits for a writer flags it, and the writer's release wakes it at once. With a flag lost,
+/// each waiter would sleep until its 10 s renewal interval or the 30 s lease ran out.
+#[test]
+fn waiters_are_woken_at_the_release_that_frees_them() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-flags");
+    let a = client_with_lease(&url, Duration::from_secs(30));
+    let b = client_with_lease(&url, Duration::from_secs(30));
+    let la = a.rw_lock(&name).unwrap();
+    let before = publishes(&mut conn);
+    for _ in 0..20 {
+        la.read().unwrap().unlock().unwrap();
+        la.write().unwrap().unlock().unwrap();
+    }
+    assert_eq!(publishes(&mut conn), before, "uncontended cycles published");
+
+    // A writer waits for readers.
+    let first = la.read().unwrap();
+    let writer = spawn_long_waiter(&url, &name, "write");
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        zcard(&mut conn, &key(&name, ":wwait")) == 1
+    }));
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        let v: Option<String> = redis::cmd("GET")
+            .arg(key(&name, ":readers"))
+            .query(&mut conn)
+            .unwrap();
+        v.is_some_and(|v| v.ends_with("|w"))
+    }));
+    // A second reader joins (it does not defer to the waiting writer): two readers now.
+    let second = b
+        .rw_lock(&name)
+        .unwrap()
+        .with_reader_preference()
+        .read()
+        .unwrap();
+    assert_eq!(readers(&mut conn, &name), 2);
+    second.unlock().unwrap();
+    assert_eq!(readers(&mut conn, &name), 1);
+    let released = Instant::now();
+    first.unlock().unwrap();
+    writer.wait_line("got", Duration::from_secs(5));
+    let waited = released.elapsed();
+    println!("rw: the waiting writer got the lock {waited:?} after the last reader's release");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    drop(writer);
+
+    // A reader waits for a writer (the child writer's key ran out with it: wait until free).
+    let name = common::unique_name("rw-flags-read");
+    let la = a.rw_lock(&name).unwrap();
+    let w = la.write().unwrap();
+    let w2 = la.write().unwrap();
+    let reader = spawn_long_waiter(&url, &name, "read");
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        zcard(&mut conn, &key(&name, ":rwait")) == 1
+    }));
+    drop(w2);
+    let released = Instant::now();
+    w.unlock().unwrap();
+    reader.wait_line("got", Duration::from_secs(5));
+    let waited = released.elapsed();
+    println!("rw: the waiting reader got the lock {waited:?} after the writer's release");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
+/// A thread holding the write lock takes read levels while another writer waits (a
+/// downgrade does not defer to waiting writers: it would wait for itself).
+#[test]
+fn a_writer_reads_past_a_waiting_writer() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("rw-downgrade-waiting");
+    let a = Client::open(&url).unwrap();
+    let la = a.rw_lock(&name).unwrap();
+    let w = la.write().unwrap();
+    let waiter = spawn_long_waiter(&url, &name, "write");
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        zcard(&mut conn, &key(&name, ":wwait")) == 1
+    }));
+    let r = la
+        .try_read()
+        .unwrap()
+        .expect("a writer reads past a waiting writer");
+    w.unlock().unwrap();
+    assert!(r.is_held());
+    r.unlock().unwrap();
+    waiter.wait_line("got", Duration::from_secs(5));
+}
+
+/// A writer hash and readers of the layout before (an older client's, during a rolling
+/// upgrade) hold the lock: busy, never foreign, and left as they are. Old-layout readers (a
+/// sorted set of `OWNER/GEN`) keep a writer out and let readers in.
+#[test]
+fn an_older_clients_writer_and_readers_hold() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(&server.url()).unwrap();
+    let name = common::unique_name("rw-old-writer");
+    redis::cmd("HSET")
+        .arg(key(&name, ""))
+        .arg(&["owner", "old-owner", "gen", "g", "token", "7", "prev", ""])
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(key(&name, ""))
+        .arg(10_000)
+        .exec(&mut conn)
+        .unwrap();
+    let l = client.rw_lock(&name).unwrap();
+    assert!(l.try_write().unwrap().is_none());
+    assert!(l.try_read().unwrap().is_none());
+    assert_eq!(
+        common::hget(&mut conn, &key(&name, ""), "owner").as_deref(),
+        Some("old-owner")
+    );
+
+    let name = common::unique_name("rw-old-readers");
+    let t: Vec<u64> = redis::cmd("TIME").query(&mut conn).unwrap();
+    let deadline = t[0] * 1000 + t[1] / 1000 + 10_000;
+    redis::cmd("ZADD")
+        .arg(key(&name, ":readers"))
+        .arg(deadline)
+        .arg("old-owner/g")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(key(&name, ":readers"))
+        .arg(10_000)
+        .exec(&mut conn)
+        .unwrap();
+    let l = client.rw_lock(&name).unwrap();
+    assert!(l.try_write().unwrap().is_none());
+    let r = l.try_read().unwrap().expect("readers share");
+    assert_eq!(readers(&mut conn, &name), 2);
+    r.unlock().unwrap();
+    assert_eq!(readers(&mut conn, &name), 1);
+    assert!(l.try_write().unwrap().is_none());
 }

@@ -32,6 +32,25 @@ fn holders_key(name: &str) -> String {
     format!("locksmith:{{{}}}:sem", common::encode_name(name))
 }
 
+/// How many acquisitions the semaphore's key holds: one as a string, several as a sorted set
+/// (besides its waiting flag), none when missing.
+fn holders(conn: &mut redis::Connection, key: &str) -> usize {
+    let ty: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
+    match ty.as_str() {
+        "string" => 1,
+        "zset" => {
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .query(conn)
+                .unwrap();
+            members.iter().filter(|m| m.as_str() != "w").count()
+        }
+        _ => 0,
+    }
+}
+
 /// The largest number of `held` intervals of `lock` open at one time (an end and a start at
 /// the same instant do not overlap).
 fn max_concurrent(intervals: &[Interval]) -> usize {
@@ -560,15 +579,14 @@ fn cut_semaphore_replies_count_once() {
         let sem = client.semaphore(&name, 3).unwrap();
         let sha = redis::Script::new(SEM_LUA).get_hash().to_string();
         let hk = holders_key(&name);
-        for op in ["$7\r\nacquire\r\n", "$7\r\nrelease\r\n"] {
+        for op in ["$1\r\na\r\n", "$1\r\nr\r\n"] {
             proxy.cut_reply_to(&[sha.as_bytes(), hk.as_bytes(), op.as_bytes()], 1);
         }
         let p = sem
             .try_acquire_many_for(2, Duration::from_secs(5))
             .unwrap()
             .unwrap();
-        let held: usize = redis::cmd("HLEN").arg(&hk).query(&mut conn).unwrap();
-        assert_eq!(held, 1, "one acquisition on the server");
+        assert_eq!(holders(&mut conn, &hk), 1, "one acquisition on the server");
         assert_eq!(sem.available().unwrap(), 1, "two permits counted once");
         p.release().unwrap();
         assert_eq!(proxy.cuts(), 2, "the replies were not cut");
@@ -648,20 +666,141 @@ fn a_short_lease_never_shortens_a_longer_holders_keys() {
     let long = client_with_lease(&url, Duration::from_secs(20));
     let short = client_with_lease(&url, Duration::from_secs(1));
     with_deadline(Duration::from_secs(30), move || {
-        let sl = long.semaphore(&name, 2).unwrap();
-        let ss = short.semaphore(&name, 2).unwrap();
-        let held = sl.acquire().unwrap();
-        ss.acquire().unwrap().release().unwrap();
-        let mut conn = server.conn();
-        for key in [holders_key(&name), format!("{}:leases", holders_key(&name))] {
+        // The longer holder first (one holder: a string), then both (a sorted set); and the
+        // other way round, on a second name.
+        for (round, long_first) in [(0, true), (1, false)] {
+            let name = format!("{name}:{round}");
+            let sl = long.semaphore(&name, 2).unwrap();
+            let ss = short.semaphore(&name, 2).unwrap();
+            let (held, brief) = if long_first {
+                let held = sl.acquire().unwrap();
+                (held, ss.acquire().unwrap())
+            } else {
+                let brief = ss.acquire().unwrap();
+                (sl.acquire().unwrap(), brief)
+            };
+            brief.release().unwrap();
+            let mut conn = server.conn();
+            let key = holders_key(&name);
             let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
             assert!(
                 pttl > 10_000,
                 "{key} expires in {pttl} ms, before the 20 s lease still held"
             );
+            assert!(held.is_held());
+            assert_eq!(ss.available().unwrap(), 1);
+            held.release().unwrap();
         }
-        assert!(held.is_held());
-        assert_eq!(ss.available().unwrap(), 1);
-        held.release().unwrap();
     });
+}
+
+/// Child: waits for one permit of `LS_NAME` (count `LS_N`) with a 30 s lease and prints `got`
+/// once it holds it.
+#[test]
+fn child_sem_long_waiter() {
+    if !common::is_child("sem-long-waiter") {
+        return;
+    }
+    let url = common::child_env("LS_URL");
+    let name = common::child_env("LS_NAME");
+    let n: u32 = common::child_env("LS_N").parse().unwrap();
+    let client = client_with_lease(&url, Duration::from_secs(30));
+    let sem = client.semaphore(&name, n).unwrap();
+    let _p = sem.acquire().unwrap();
+    println!("got");
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// Uncontended cycles publish nothing. A waiter in another process flags the semaphore, and a
+/// release wakes it at once: with one holder (the semaphore a string) and with two (a sorted
+/// set). With the flag lost, the waiter would sleep until the first 30 s lease ran out.
+#[test]
+fn a_waiter_is_woken_at_the_release_with_one_holder_or_several() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let client = client_with_lease(&url, Duration::from_secs(30));
+    let other = client_with_lease(&url, Duration::from_secs(30));
+    for count in [1, 2] {
+        let name = common::unique_name("sem-flag");
+        let sem = client.semaphore(&name, count).unwrap();
+        let before = common::calls(&common::commandstats(&mut conn), "cmdstat_publish");
+        for _ in 0..20 {
+            sem.acquire().unwrap().release().unwrap();
+        }
+        let after = common::calls(&common::commandstats(&mut conn), "cmdstat_publish");
+        assert_eq!(after, before, "uncontended cycles published");
+        let mine = sem.acquire().unwrap();
+        let theirs =
+            (count == 2).then(|| other.semaphore(&name, count).unwrap().acquire().unwrap());
+        assert_eq!(holders(&mut conn, &holders_key(&name)), count as usize);
+        let child = TestChild::spawn(
+            "child_sem_long_waiter",
+            "sem-long-waiter",
+            &[
+                ("LS_URL", url.clone()),
+                ("LS_NAME", name.clone()),
+                ("LS_N", count.to_string()),
+            ],
+        );
+        let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
+        common::wait_numsub(&mut conn, &channel, 1);
+        // Subscribed; its attempt after the subscription flags the semaphore.
+        assert!(common::wait_until(Duration::from_secs(10), || {
+            let ty: String = redis::cmd("TYPE")
+                .arg(holders_key(&name))
+                .query(&mut conn)
+                .unwrap();
+            if ty == "string" {
+                let v: String = redis::cmd("GET")
+                    .arg(holders_key(&name))
+                    .query(&mut conn)
+                    .unwrap();
+                v.ends_with("|w")
+            } else {
+                let flag: Option<f64> = redis::cmd("ZSCORE")
+                    .arg(holders_key(&name))
+                    .arg("w")
+                    .query(&mut conn)
+                    .unwrap();
+                flag.is_some()
+            }
+        }));
+        let released = Instant::now();
+        mine.release().unwrap();
+        child.wait_line("got", Duration::from_secs(5));
+        let waited = released.elapsed();
+        println!("semaphore ({count}): the waiter got a permit {waited:?} after the release");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        drop(theirs);
+    }
+}
+
+/// A semaphore hash of the layout before (an older client's, during a rolling upgrade) holds
+/// every permit: busy, never foreign, and left as it is.
+#[test]
+fn an_older_clients_semaphore_hash_is_held() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = common::unique_name("sem-old-layout");
+    redis::cmd("HSET")
+        .arg(holders_key(&name))
+        .arg("old-owner/g")
+        .arg(1)
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(holders_key(&name))
+        .arg(10_000)
+        .exec(&mut conn)
+        .unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = client.semaphore(&name, 5).unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    assert_eq!(sem.available().unwrap(), 0);
+    let held: u64 = redis::cmd("HLEN")
+        .arg(holders_key(&name))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(held, 1);
 }

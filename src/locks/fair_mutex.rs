@@ -3,18 +3,28 @@
 //!
 //! # Protocol
 //!
-//! Besides the lock hash (the plain mutex's layout), the lock keeps a queue of waiter ids in
-//! Redis, and for each waiter a heartbeat deadline on the server's clock. One script
+//! The lock is one string, `GEN|OWNER|S|US` (the acquisition, the owner, and the server clock
+//! at the grant), with the level count and the last acquire and release request ids appended
+//! after a re-entry or an inner release; the fencing token is the clock at the grant in
+//! microseconds plus 1,001,024. Beside it, the lock keeps a queue of waiter ids in Redis, and
+//! for each waiter a heartbeat deadline on the server's clock. One script
 //! (`scripts/fair_mutex.lua`) does everything atomically:
 //!
-//! - **acquire** takes the lock when it is free and no live waiter is queued; otherwise the
-//!   caller joins the queue (or refreshes its place). It never barges past a live waiter.
-//! - **release** at the last level deletes the lock and *grants* it to the first live waiter:
-//!   it writes that waiter as the owner, with a new fencing token, and publishes the token on
-//!   the waiter's own channel. The waiter wakes up holding the lock: no acquire round trip
-//!   follows the wake.
+//! - **acquire** takes the lock when it is free and nobody is queued (one `SET` after one
+//!   `EXISTS` of the lock and the queue); otherwise the caller joins the queue (or refreshes
+//!   its place), and flags the lock (`|w` at the end of its value). It never barges past a
+//!   live waiter.
+//! - **release** at the last level moves the lock to a release marker (`RENAME`); when the lock
+//!   is flagged it first *grants* it to the first live waiter: it writes that waiter as the
+//!   owner, with a new fencing token, and publishes the token on the waiter's own channel. The
+//!   waiter wakes up holding the lock: no acquire round trip follows the wake. An unflagged
+//!   lock has nobody queued behind it: its release publishes nothing.
 //! - **renew** extends the caller's lock, or its place in the queue (its heartbeat). The
 //!   renewal thread sends it for held locks and for queued waiters alike, in its batches.
+//!
+//! Tokens need no counter: a fair mutex reserves no hand-off blocks, so every token is the
+//! server clock at its grant plus the lead, and grants of one name are at least a release
+//! apart; after an empty restart the clock has moved on.
 //!
 //! # Why the grant is safe to use at once
 //!
@@ -49,6 +59,7 @@ use crate::locks::family::{eval_twice, family_keys};
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{retrying, sleep_on};
+use crate::protocol::family;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -257,23 +268,6 @@ impl FairMutex {
         self.client.shared().config.terms()
     }
 
-    /// One script call (retried once on a new connection), within `by`.
-    fn call(
-        &self,
-        op: &str,
-        owner: &str,
-        request: &str,
-        extra: &[&str],
-        by: Deadline,
-    ) -> Result<Value> {
-        let holder = Holder {
-            owner,
-            acquisition: request,
-        };
-        let call = scripts::fair(&self.keys, op, holder, self.terms().lease, extra);
-        eval_twice(&self.client, &call, by)
-    }
-
     /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
     /// join the queue when not granted).
     fn attempt(
@@ -284,27 +278,26 @@ impl FairMutex {
         enqueue: bool,
         by: Deadline,
     ) -> Result<AcquireReply> {
-        let (acquisition, extend) = match live {
-            Some(l) if l.extend.is_zero() => (l.acquisition, 0),
-            Some(l) => (l.acquisition, scripts::millis(l.extend)),
-            None => ("", 0),
-        };
-        let v = self.call(
-            "acquire",
+        let call = family::fair_acquire(
+            &self.keys,
             owner,
             request,
-            &[
-                acquisition,
-                if enqueue { "1" } else { "0" },
-                &extend.to_string(),
-            ],
-            by,
-        )?;
-        self.parse(&v, "fair acquire")
+            self.terms().lease,
+            enqueue,
+            live,
+        );
+        let v = eval_twice(&self.client, &call, by)?;
+        self.parse(&v, request, "fair acquire")
     }
 
-    fn parse(&self, v: &Value, what: &str) -> Result<AcquireReply> {
-        match scripts::parse_acquire(v) {
+    /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
+    fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
+        let call = family::fair_cancel(&self.keys, owner, request);
+        eval_twice(&self.client, &call, by)
+    }
+
+    fn parse(&self, v: &Value, request: &str, what: &str) -> Result<AcquireReply> {
+        match family::parse_acquire(v, request) {
             Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.keys.lock.clone(),
             }),
@@ -484,7 +477,7 @@ impl FairMutex {
                     // Leave the queue if Redis can be asked; otherwise the place runs out by
                     // itself one lease after its last heartbeat, which stops now.
                     drop(place);
-                    let _ = self.call("cancel", &owner, &request, &[], limit);
+                    let _ = self.cancel(&owner, &request, limit);
                     return Err(e);
                 }
             };
@@ -506,8 +499,8 @@ impl FairMutex {
                 // Leave the queue; a grant that came in the meantime is kept.
                 let since = place.granted_since();
                 drop(place);
-                let v = self.call("cancel", &owner, &request, &[], limit)?;
-                return match (self.parse(&v, "fair cancel")?, since) {
+                let v = self.cancel(&owner, &request, limit)?;
+                return match (self.parse(&v, &request, "fair cancel")?, since) {
                     (
                         AcquireReply::Held {
                             token,
@@ -566,7 +559,10 @@ impl FairMutexGuard {
 
     /// The fencing token of this acquisition (see
     /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
-    /// per lock name across owners, the same for nested guards.
+    /// per lock name across owners, the same for nested guards. It is the server clock at the
+    /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
+    /// [`Mutex`](crate::Mutex)): grants of one name are at least a release apart, and the clock
+    /// does not go back, so tokens rise, also across an empty restart of Redis.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }
@@ -624,19 +620,7 @@ impl Release for FairMutex {
 /// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
 /// of the same call releases nothing twice).
 fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::Call {
-    let request = request_id();
-    let inner = match level {
-        Level::Inner => "1",
-        Level::Outermost => "0",
-    };
-    // The lease argument is unused by a release.
-    scripts::fair(
-        keys,
-        "release",
-        holder,
-        Duration::ZERO,
-        &[&request, "0", inner],
-    )
+    family::fair_release(keys, holder, level, &request_id())
 }
 
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
@@ -656,17 +640,12 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let call = release_call(&mutex.keys, hold.holder(), level);
     let backend = &shared.backend;
     // The retry takes a new connection (a failure clears the pool), within the same bound.
-    // The first attempt may have released the last level before its reply was lost (the key
-    // is then gone, or granted to the next waiter), or never ran (Redis restarted empty): the
-    // retry asks the script to tell them apart by the token, and what it cannot tell is a loss.
+    // The first attempt may have released the last level before its reply was lost (the lock
+    // then moved to the release marker, or was granted to the next waiter with a copy there),
+    // or never ran (Redis restarted empty): the same call, retried, tells them apart by the
+    // marker, and what it cannot tell is a loss.
     let reply = match backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => {
-            let mut again = call.clone();
-            if level == Level::Outermost {
-                again.cmd.arg(hold.token);
-            }
-            backend.eval_single(&again, by)
-        }
+        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by),
         other => other,
     };
     let reply = match reply {

@@ -9,8 +9,9 @@ use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts;
 use crate::transport::conn::Deadline;
 
-/// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, the
-/// shared fencing counter `P{T}:fence`, and the channel prefix `P{T}:<suffix>:<channel>`.
+/// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, and
+/// the channel prefix `P{T}:<suffix>:<channel>` (`fence` names the plain mutex's counter: these
+/// types take their tokens from the server clock and write no counter).
 pub(crate) fn family_keys(prefix: &str, name: &str, suffix: &str, channel: &str) -> LockKeys {
     let base = LockKeys::new(prefix, name);
     let root = base

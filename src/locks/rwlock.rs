@@ -2,12 +2,15 @@
 //!
 //! # Protocol
 //!
-//! Redis keeps the writer (a hash with its owner, acquisition and fencing token, expiring with
-//! its lease), the readers (a sorted set of acquisitions by lease deadline, on the server's
-//! clock), and the waiting writers and readers (sorted sets by the deadline of their
-//! registration, refreshed by each attempt; a waiter re-attempts at least every renewal
-//! interval). One script (`scripts/rw_lock.lua`) does each operation atomically and first
-//! drops whatever expired.
+//! Redis keeps the writer (a string `GEN|OWNER|S|US`: its acquisition, owner and the server
+//! clock at the grant, expiring with its lease), the readers (one reader as such a string; several
+//! as a sorted set of them by lease deadline, on the server's clock), and the waiting writers and
+//! readers (sorted sets by the deadline of their registration, refreshed by each attempt; a
+//! waiter re-attempts at least every renewal interval). One script (`scripts/rw_lock.lua`) does
+//! each operation atomically; an uncontended one runs two or three commands: a write is `TIME`,
+//! one `EXISTS` of the five keys and a `SET`, a read `TIME`, one `EXISTS` of the writer and the
+//! waiting writers and a `SET NX`, a release a `GET` and a `RENAME` to a release marker (by which
+//! a retried release tells that its first attempt released it).
 //!
 //! Re-entry is counted here, per thread: the server holds one entry per acquisition. A nested
 //! guard costs one round trip, which checks that the server still has the hold's acquisition
@@ -22,11 +25,16 @@
 //! publishes on the readers' channel, and *every* local reader wakes at once (a broadcast
 //! registration with the subscriber); a release that frees it for a writer publishes on the
 //! writers' channel, where one writer per client, the leader of the local queue, asks Redis.
-//! Every sleep is also bounded by the lease of whoever is in the way (a dead holder publishes
-//! nothing) and by the renewal interval (to refresh the waiter's registration). A reader that
-//! defers to waiting writers also sleeps at most until the first waiting writer's deadline
-//! (that writer's own lease after its last attempt): a release while a writer waits wakes no
-//! reader, and a waiting writer that died publishes nothing when its registration runs out.
+//! A release publishes only for the waiters that flagged the holder in their way when they
+//! registered (a letter each at the end of the writer's value: a waiting writer, a deferring
+//! reader, an eager reader; a waiting writer flags the readers), and a writer granted while
+//! others are registered is flagged for them at once: no waiter is missed, and an uncontended
+//! cycle publishes nothing. Every sleep is also bounded by the lease of whoever is in the way (a
+//! dead holder publishes nothing) and by the renewal interval (to refresh the waiter's
+//! registration). A reader that defers to waiting writers also sleeps at most until the first
+//! waiting writer's deadline (that writer's own lease after its last attempt): a release while
+//! a writer waits wakes no reader, and a waiting writer that died publishes nothing when its
+//! registration runs out.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -40,10 +48,11 @@ use crate::locks::family::{eval_twice, family_keys};
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{retrying, sleep_on};
+use crate::protocol::family;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Holder, Kind};
+use crate::protocol::scripts::{self, AcquireReply, Kind};
 use crate::stats::LockType;
 use crate::transport::conn::Deadline;
 
@@ -77,8 +86,8 @@ use crate::transport::conn::Deadline;
 ///   unblocks them at once.
 /// - **Waking**: a release that opens the lock to readers wakes all waiting readers at once;
 ///   one that frees it for a writer wakes one writer per client.
-/// - Write guards carry a fencing token (strictly increasing per name, shared with the
-///   other lock types of the name); read guards do not.
+/// - Write guards carry a fencing token (strictly increasing per name, from the server clock
+///   at the grant); read guards do not.
 ///
 /// # Topologies
 ///
@@ -259,23 +268,6 @@ impl RwLock {
         self.client.shared().config.terms()
     }
 
-    /// One script call (retried once on a new connection), within `by`.
-    fn call(
-        &self,
-        op: &str,
-        owner: &str,
-        request: &str,
-        extra: &[&str],
-        by: Deadline,
-    ) -> Result<Value> {
-        let holder = Holder {
-            owner,
-            acquisition: request,
-        };
-        let call = scripts::rw(&self.write_keys, op, holder, self.terms().lease, extra);
-        eval_twice(&self.client, &call, by)
-    }
-
     /// A nested level of the calling thread's live hold (its read hold when `read`, else its
     /// write hold), within `limit`: `None` when it has none.
     ///
@@ -300,18 +292,11 @@ impl RwLock {
             return Ok(None);
         };
         let sent = Instant::now();
-        let extend = match hold.reentry_extension(sent) {
-            d if d.is_zero() => 0,
-            d => scripts::millis(d),
-        }
-        .to_string();
-        let level = if read { "read" } else { "write" };
-        let call = scripts::rw(
+        let call = family::rw_reenter(
             &self.write_keys,
-            "reenter",
             hold.holder(),
-            hold.lease,
-            &[level, &extend],
+            read,
+            hold.reentry_extension(sent),
         );
         let once = |by| eval_twice(&self.client, &call, by);
         let reply = if past(deadline) {
@@ -339,28 +324,32 @@ impl RwLock {
         register: bool,
         by: Deadline,
     ) -> Result<Attempt> {
-        let flag = |b: bool| if b { "1" } else { "0" };
         let sent = Instant::now();
-        let v = if read {
-            self.call(
-                "read",
+        let lease = self.terms().lease;
+        let call = if read {
+            family::rw_read(
+                &self.write_keys,
                 owner,
                 request,
-                &[flag(self.prefer_writers), flag(register)],
-                by,
-            )?
+                lease,
+                self.prefer_writers,
+                register,
+            )
         } else {
-            self.call("write", owner, request, &[flag(register)], by)?
+            family::rw_write(&self.write_keys, owner, request, lease, register)
         };
+        let v = eval_twice(&self.client, &call, by)?;
         let keys = if read {
             &self.read_keys
         } else {
             &self.write_keys
         };
-        match scripts::parse_acquire(&v) {
+        match family::parse_acquire(&v, request) {
             Some(AcquireReply::Held {
                 token, acquisition, ..
             }) => {
+                // A read grant has no fencing token (its fast reply is 1).
+                let token = if read { 0 } else { token };
                 // One server entry per acquisition (re-entry is counted here), named by the
                 // server after this call's request id.
                 if acquisition != request {
@@ -499,7 +488,8 @@ impl RwLock {
         let reg = shared.subscriber.join(&self.write_keys.channel);
         let cancel = || {
             // A waiting writer that gives up must not keep deferring readers out.
-            if let Err(e) = self.call("cancel", &owner, &request, &[], limit) {
+            let call = family::rw_cancel(&self.write_keys, &owner, &request);
+            if let Err(e) = eval_twice(&self.client, &call, limit) {
                 log::debug!("leaving the writers' queue of `{}`: {e}", self.name());
             }
         };
@@ -555,29 +545,19 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
         return Ok(());
     }
     shared.forget(hold);
-    let op = if read {
-        "release_read"
+    let keys = if read {
+        &lock.read_keys
     } else {
-        "release_write"
+        &lock.write_keys
     };
-    // A reader's release leaves a marker for its retry, living as long as the retry may come.
-    let marker = shared.config.one_call();
-    let call = |retry: bool| {
-        if read {
-            scripts::rw_release_read(&lock.write_keys, hold.holder(), hold.lease, retry, marker)
-        } else {
-            let token = hold.token.to_string();
-            let extra: &[&str] = if retry { &[&token] } else { &[] };
-            scripts::rw(&lock.write_keys, op, hold.holder(), hold.lease, extra)
-        }
-    };
+    let call = family::rw_release(keys, hold.holder(), read);
     let backend = &shared.backend;
     // The retry takes a new connection (a failure clears the pool), within the same bound.
     // The first attempt may have released before its reply was lost, or never ran (Redis
-    // restarted empty): the retry asks the script to tell them apart (a writer by its token,
-    // a reader by its release marker), and what it cannot tell is a loss.
-    let reply = match backend.eval_single(&call(false), by) {
-        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call(true), by),
+    // restarted empty): the same call, retried, tells them apart by the release marker the
+    // first attempt left, and what it cannot tell is a loss.
+    let reply = match backend.eval_single(&call, by) {
+        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by),
         other => other,
     };
     match reply {
@@ -695,7 +675,9 @@ guard!(RwLockWriteGuard, "write lock");
 
 impl RwLockWriteGuard {
     /// The fencing token of this write acquisition: strictly increasing per lock name, the
-    /// same for nested write guards. Hand it to the resource with every write.
+    /// same for nested write guards. Hand it to the resource with every write. It is the
+    /// server clock at the grant in microseconds plus 1,001,024, so it rises from one writer to
+    /// the next (they are at least a release apart) and across an empty restart of Redis.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }

@@ -2,16 +2,21 @@
 //!
 //! # Protocol
 //!
-//! Redis keeps, per semaphore, the acquisitions that hold permits (a hash: acquisition id ->
-//! permits) and their lease deadlines on the server's clock (a sorted set). One script
-//! (`scripts/sem_permits.lua`) acquires, releases, renews and counts atomically; each first
-//! drops the acquisitions whose lease ran out, so the permits of a dead holder come back one
-//! lease after its last renewal. An acquire succeeds when the permits held by live leases plus
-//! the permits wanted fit in the caller's permit count.
+//! Redis keeps, per semaphore, one key: while one acquisition holds permits, a string
+//! `GEN|OWNER|N|S|US` (the acquisition, its owner, its permits and the server clock at the
+//! grant) expiring with its lease; while several do, a sorted set of such members by lease
+//! deadline on the server's clock. One script (`scripts/sem_permits.lua`) acquires, releases,
+//! renews and counts atomically: an acquire on a free semaphore is `TIME` and one `SET NX`, a
+//! release a `GET` and a `RENAME` to a release marker (by which a retried release tells that
+//! its first attempt released it). An acquire that finds other holders drops the acquisitions
+//! whose lease ran out, so the permits of a dead holder come back one lease after its last
+//! renewal, and succeeds when the permits held by live leases plus the permits wanted fit in
+//! the caller's permit count.
 //!
 //! Waiting is the plain mutex's: the semaphore's release channel, one local leader per client
 //! asking Redis, the others queued locally; a leader sleeps until a release is published or
-//! the first lease runs out (a dead holder publishes nothing). A leader that got its permits
+//! the first lease runs out (a dead holder publishes nothing). A leader's attempt flags the
+//! semaphore, and a release publishes only when it is flagged. A leader that got its permits
 //! lets the next local waiter try at once, since more permits may be free.
 
 use std::sync::Arc;
@@ -25,10 +30,11 @@ use crate::locks::family::{eval_twice, family_keys};
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{retrying, sleep_on};
+use crate::protocol::family;
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, Holder, Kind};
+use crate::protocol::scripts::{self, Kind};
 use crate::stats::LockType;
 use crate::transport::conn::Deadline;
 
@@ -141,11 +147,7 @@ impl Semaphore {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn available(&self) -> Result<u32> {
-        let holder = Holder {
-            owner: "",
-            acquisition: "",
-        };
-        let call = scripts::sem(&self.keys, "used", holder, self.lease(), &[]);
+        let call = family::sem_used(&self.keys);
         let by = Deadline::after(self.client.shared().config.one_call());
         let v = eval_twice(&self.client, &call, by)?;
         let used = match v {
@@ -256,24 +258,22 @@ impl Semaphore {
         self.client.shared().config.lease
     }
 
-    /// One acquire call for `n` permits as acquisition `request` of `owner`.
-    fn attempt(&self, owner: &str, request: &str, n: u32, by: Deadline) -> Result<Attempt> {
+    /// One acquire call for `n` permits as acquisition `request` of `owner` (`waits`: the
+    /// caller waits for a release when not granted).
+    fn attempt(
+        &self,
+        owner: &str,
+        request: &str,
+        n: u32,
+        waits: bool,
+        by: Deadline,
+    ) -> Result<Attempt> {
         let shared = self.client.shared();
-        let holder = Holder {
-            owner,
-            acquisition: request,
-        };
         let lease = self.lease();
         let sent = Instant::now();
-        let call = scripts::sem(
-            &self.keys,
-            "acquire",
-            holder,
-            lease,
-            &[&n.to_string(), &self.permits.to_string()],
-        );
+        let call = family::sem_acquire(&self.keys, owner, request, n, self.permits, lease, waits);
         let v = eval_twice(&self.client, &call, by)?;
-        match scripts::parse_acquire(&v) {
+        match family::parse_acquire(&v, request) {
             Some(scripts::AcquireReply::Held { .. }) => {
                 let config = &shared.config;
                 let hold = Arc::new(
@@ -343,10 +343,10 @@ impl Semaphore {
         // Fast path: one attempt, unless threads of this client already wait (they go first).
         if !shared.subscriber.has_waiters(&self.keys.channel) || past(deadline) {
             let attempt = if past(deadline) {
-                self.attempt(&owner, &request, n, limit)?
+                self.attempt(&owner, &request, n, false, limit)?
             } else {
                 retrying(&self.client, self.name(), deadline, limit, |by| {
-                    self.attempt(&owner, &request, n, by)
+                    self.attempt(&owner, &request, n, false, by)
                 })?
             };
             match attempt {
@@ -365,7 +365,7 @@ impl Semaphore {
             let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
             let seen = reg.epoch();
             match retrying(&self.client, self.name(), deadline, limit, |by| {
-                self.attempt(&owner, &request, n, by)
+                self.attempt(&owner, &request, n, true, by)
             })? {
                 // Dropping the registration lets the next local waiter try at once: more
                 // permits may be free.
@@ -473,17 +473,14 @@ impl Semaphore {
         let was_held = hold.is_held();
         // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
         shared.unwatch(hold, by.left().unwrap_or(Duration::MAX));
-        // The release leaves a marker for its retry, living as long as the retry may come.
-        let marker = shared.config.one_call();
-        let call =
-            |retry| scripts::sem_release(&sem.keys, hold.holder(), sem.lease(), retry, marker);
+        let call = family::sem_release(&sem.keys, hold.holder());
         let backend = &shared.backend;
         // The retry takes a new connection (a failure clears the pool), within the same bound.
         // The first attempt may have released before its reply was lost, or never ran (Redis
-        // restarted empty): the retry tells them apart by the marker, and what it cannot tell
-        // is a loss.
-        let reply = match backend.eval_single(&call(false), by) {
-            Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call(true), by),
+        // restarted empty): the same call, retried, tells them apart by the release marker the
+        // first attempt left, and what it cannot tell is a loss.
+        let reply = match backend.eval_single(&call, by) {
+            Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by),
             other => other,
         };
         match reply {
@@ -493,7 +490,10 @@ impl Semaphore {
             }
             Err(e) => Err(e),
             Ok(Value::Int(0)) => Ok(()),
-            Ok(Value::Int(-1)) => {
+            // A retry after a lost reply: the first attempt released it; unless the lease
+            // was known lost before.
+            Ok(Value::Int(-4)) if was_held => Ok(()),
+            Ok(Value::Int(-1 | -4)) => {
                 shared.report_lost(hold);
                 Err(Error::LeaseLost)
             }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::protocol::family;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, Call, Holder, Kind};
 
@@ -389,17 +390,10 @@ pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
             hold.lease,
             (fence != 0).then_some(fence),
         ),
-        Kind::Fair | Kind::FairPlace => scripts::fair(
-            &hold.keys,
-            "renew",
-            hold.holder(),
-            hold.lease,
-            &[&fence.to_string()],
-        ),
-        Kind::Sem => scripts::sem(&hold.keys, "renew", hold.holder(), hold.lease, &[]),
-        Kind::Read | Kind::Write => {
-            scripts::rw(&hold.keys, "renew", hold.holder(), hold.lease, &[])
-        }
+        Kind::Fair | Kind::FairPlace => family::fair_renew(&hold.keys, hold.holder(), hold.lease),
+        Kind::Sem => family::sem_renew(&hold.keys, hold.holder(), hold.lease),
+        Kind::Read => family::rw_renew(&hold.keys, hold.holder(), hold.lease, true),
+        Kind::Write => family::rw_renew(&hold.keys, hold.holder(), hold.lease, false),
     }
 }
 

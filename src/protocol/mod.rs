@@ -4,6 +4,7 @@
 //! - [`keys`]: lock names and the Redis keys derived from them.
 //! - [`scripts`]: the Lua scripts (`scripts/*.lua`) behind acquire, release and renew, the
 //!   calls that run them and their typed replies.
+//! - [`family`]: the calls of the fair mutex's, read-write lock's and semaphore's scripts.
 //! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
 //!   client made of it.
 //! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
@@ -12,6 +13,7 @@
 //! The topologies below run these calls on their masters; nothing here opens a connection,
 //! and this layer imports only [`crate::error`].
 
+pub(crate) mod family;
 pub(crate) mod grant;
 pub(crate) mod hold;
 pub(crate) mod keys;

@@ -59,144 +59,6 @@ impl Kind {
     }
 }
 
-/// A call of the read-write lock script: operation `op` for `holder`, with the operation's
-/// own arguments `extra` (see `scripts/rw_lock.lua`). The keys derive from the lock's tag.
-pub(crate) fn rw(
-    keys: &LockKeys,
-    op: &str,
-    holder: Holder<'_>,
-    lease: Duration,
-    extra: &[&str],
-) -> Call {
-    rw_with(keys, op, holder, lease, extra, None)
-}
-
-/// [`rw`], with a seventh key (`marker`) where the operation takes one.
-fn rw_with(
-    keys: &LockKeys,
-    op: &str,
-    holder: Holder<'_>,
-    lease: Duration,
-    extra: &[&str],
-    marker: Option<&str>,
-) -> Call {
-    let root = keys.fence.strip_suffix(":fence").unwrap_or(&keys.fence);
-    let main = format!("{root}:rw");
-    let readers = format!("{root}:rw:readers");
-    let wwait = format!("{root}:rw:wwait");
-    let rwait = format!("{root}:rw:rwait");
-    let eager = format!("{root}:rw:eager");
-    let mut all = vec![main.as_str(), &keys.fence, &readers, &wwait, &rwait, &eager];
-    all.extend(marker);
-    let mut cmd = evalsha(Which::Rw, &all);
-    cmd.arg(op)
-        .arg(holder.owner)
-        .arg(holder.acquisition)
-        .arg(millis(lease))
-        .arg(format!("{root}:rw:open"))
-        .arg(format!("{root}:rw:free"))
-        .arg(extra);
-    Call {
-        which: Which::Rw,
-        cmd,
-    }
-}
-
-/// A call of the semaphore script: operation `op` for the acquisition of `holder`, with the
-/// operation's own arguments `extra` (see `scripts/sem_permits.lua`).
-pub(crate) fn sem(
-    keys: &LockKeys,
-    op: &str,
-    holder: Holder<'_>,
-    lease: Duration,
-    extra: &[&str],
-) -> Call {
-    sem_with(keys, op, holder, lease, extra, None)
-}
-
-/// [`sem`], with a third key (`marker`) where the operation takes one.
-fn sem_with(
-    keys: &LockKeys,
-    op: &str,
-    holder: Holder<'_>,
-    lease: Duration,
-    extra: &[&str],
-    marker: Option<&str>,
-) -> Call {
-    let leases = format!("{}:leases", keys.lock);
-    let mut all = vec![keys.lock.as_str(), &leases];
-    all.extend(marker);
-    let mut cmd = evalsha(Which::Sem, &all);
-    cmd.arg(op)
-        .arg(format!("{}/{}", holder.owner, holder.acquisition))
-        .arg(millis(lease))
-        .arg(&keys.channel)
-        .arg(extra);
-    Call {
-        which: Which::Sem,
-        cmd,
-    }
-}
-
-/// The semaphore's release of `holder`'s acquisition (`retry`: the retry of a release whose
-/// first attempt failed on the connection). The release writes a marker that lives `marker`
-/// (at least the time its retry may come after it), by which the retry tells whether the
-/// first attempt released it.
-pub(crate) fn sem_release(
-    keys: &LockKeys,
-    holder: Holder<'_>,
-    lease: Duration,
-    retry: bool,
-    marker: Duration,
-) -> Call {
-    let key = format!(
-        "{}:released:{}/{}",
-        keys.lock, holder.owner, holder.acquisition
-    );
-    let ms = millis(marker).to_string();
-    let extra = [if retry { "1" } else { "0" }, ms.as_str()];
-    sem_with(keys, "release", holder, lease, &extra, Some(&key))
-}
-
-/// The read-write lock's release of a reader (see [`sem_release`] for `retry` and `marker`).
-pub(crate) fn rw_release_read(
-    keys: &LockKeys,
-    holder: Holder<'_>,
-    lease: Duration,
-    retry: bool,
-    marker: Duration,
-) -> Call {
-    let root = keys.fence.strip_suffix(":fence").unwrap_or(&keys.fence);
-    let key = format!("{root}:rw:released:{}/{}", holder.owner, holder.acquisition);
-    let ms = millis(marker).to_string();
-    let extra = [if retry { "1" } else { "0" }, ms.as_str()];
-    rw_with(keys, "release_read", holder, lease, &extra, Some(&key))
-}
-
-/// A call of the fair mutex script: operation `op` for `holder`, with the operation's own
-/// arguments `extra` (see `scripts/fair_mutex.lua`).
-pub(crate) fn fair(
-    keys: &LockKeys,
-    op: &str,
-    holder: Holder<'_>,
-    lease: Duration,
-    extra: &[&str],
-) -> Call {
-    let queue = format!("{}:queue", keys.lock);
-    let waiters = format!("{}:waiters", keys.lock);
-    let mut cmd = evalsha(Which::Fair, &[&keys.lock, &keys.fence, &queue, &waiters]);
-    cmd.arg(op)
-        .arg(holder.owner)
-        .arg(holder.acquisition)
-        .arg(millis(lease))
-        .arg(&keys.channel)
-        .arg(extra);
-    Call {
-        which: Which::Fair,
-        cmd,
-    }
-}
-
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -248,7 +110,7 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-fn int(v: &Value) -> Option<i64> {
+pub(crate) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
@@ -350,7 +212,7 @@ pub(crate) struct Call {
     pub(crate) cmd: redis::Cmd,
 }
 
-fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
+pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
     cmd
@@ -1007,8 +869,6 @@ mod tests {
             Which::Release,
             Which::Renew,
             Which::RenewBatch,
-            Which::Fair,
-            Which::Rw,
         ] {
             assert!(which.source().contains(&line), "{which:?}");
         }
@@ -1016,8 +876,8 @@ mod tests {
 
     #[test]
     fn scripts_keep_the_lead_and_the_largest_block() {
-        // The Mutex scripts give a new token the clock + LEAD_US; the other lock types seed
-        // a lost counter by the same lead; the largest block is the client's bound.
+        // The Mutex scripts give a new token the clock + LEAD_US; the largest block is the
+        // client's bound.
         assert_eq!(MAX_BLOCK, crate::client::shared::MAX_HANDOFF_COUNT);
         assert_eq!(LEAD_US, 1_001_024);
         let acquire = Which::Acquire.source();
@@ -1035,8 +895,9 @@ mod tests {
                 .source()
                 .contains(&format!("local LEAD = {seed}"))
         );
+        // The fair mutex's and the writer's tokens are the clock + the same lead.
         for which in [Which::Fair, Which::Rw] {
-            let line = format!("local SEED_LEAD_US = {seed}");
+            let line = format!("local LEAD_US = {LEAD_US}");
             assert!(which.source().contains(&line), "{which:?}");
         }
     }

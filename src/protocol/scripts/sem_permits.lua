@@ -1,123 +1,300 @@
 -- The leased semaphore: every acquisition of permits is a lease of its own. Atomic, one round
 -- trip per operation.
 --
--- KEYS[1]  holders: a hash, acquisition id -> number of permits it holds
--- KEYS[2]  leases: a sorted set, acquisition id -> lease deadline in server milliseconds
--- KEYS[3]  release only: the release marker of the acquisition (see there)
--- ARGV[1]  operation: 'acquire', 'release', 'renew' or 'used'
--- ARGV[2]  acquisition id (owner id .. '/' .. request id of the acquire call)
--- ARGV[3]  lease in milliseconds
--- ARGV[4]  release channel: a release publishes there
+-- KEYS[1]  the semaphore `P{T}:sem`, in one of two forms:
+--          - a string when one acquisition holds permits: 'GEN|OWNER|N|S|US', expiring with
+--            its lease (GEN: the acquisition, the request id of the acquire call; OWNER: the
+--            owner id; N: the permits it holds; S, US: the server clock at the grant, TIME's
+--            two fields);
+--          - a sorted set when several do: each member 'GEN|OWNER|N|S|US' scored by its lease
+--            deadline in server milliseconds, and the member 'w' (score +inf) while someone
+--            waits; the key expires with the longest lease.
+--          A string ending in '|w' has someone waiting: its release publishes.
+-- KEYS[2]  release only: the release marker of the caller's acquisition
+--          `P{T}:sem:released:<GEN>` (see there)
+-- ARGV[1]  operation: 'a' acquire, 'r' release, 'n' renew, 'u' permits used
 --
--- acquire  ARGV[5] permits wanted (n >= 1), ARGV[6] the caller's permit count (limit >= n)
---          Returns {1, 0, n, id}  held by acquisition id = ARGV[2] (also for a retry of the
---                                 same call: nothing is counted twice)
---                  {0, wait}  not enough permits free: the first lease to run out (a dead
---                             holder's) ends in `wait` ms; a release publishes before that
---                  {-1}       the keys hold something locksmith did not write
--- release  ARGV[5] '1' on the retry of a release whose first attempt failed on the connection
---          ARGV[6] how long the release marker lives, in milliseconds: a release writes KEYS[3],
---                  so that its retry tells "my first attempt released it" from "it was gone"
---          Returns 0 released (and published; a retry: by the first attempt), -1 not held (the
---          lease had run out, or Redis lost it), -3 foreign.
--- renew    Returns 1 extended, 0 not held any more.
--- used     Returns the permits held by live leases.
+-- a  acquire  ARGV[2] 'GEN|OWNER|N' (N >= 1 permits wanted), ARGV[3] lease in milliseconds,
+--             ARGV[4] the caller's permit count (N <= it), ARGV[5] '1' when the caller will
+--             wait for a release if not granted (it is then flagged, so the release publishes)
+--             Returns 1  held (the semaphore was free: one SET NX, nothing read)
+--                     {1, 0, N, GEN}  held (also for a retry of the same call: nothing is
+--                                     counted twice)
+--                     {0, wait}  not enough permits free: the first lease to run out (a dead
+--                                holder's) ends in `wait` ms; a release publishes before that
+--                                when the caller is flagged
+--                     {-1}  the key holds something locksmith did not write
+-- r  release  ARGV[2] 'GEN|'. The same call serves a retry: a release moves the holder's
+--             string to the marker (RENAME, so it lives as long as the lease had left), or
+--             writes the marker for as long; the marker, named after the acquisition, says
+--             that the first attempt released it.
+--             Returns 0 released (a retry: by the first attempt), -1 not held (the lease had
+--             run out, or Redis lost it), -3 foreign.
+-- n  renew    ARGV[2] 'GEN|', ARGV[3] lease. Returns 1 extended, 0 not held any more.
+-- u  used     Returns the permits held by live leases.
 --
--- Leases are measured by the server's clock (TIME) only. Every operation first drops the
--- acquisitions whose lease ran out, so a dead holder's permits come back one lease after its
--- last renewal, whoever asks next.
+-- A release publishes 'released' on `P{T}:sem:released` only when a waiter flagged the
+-- semaphore: every waiter's wait begins with a failing acquire that flags it. A sorted set's
+-- flag is cleared by the release that publishes: every waiter it wakes tries again, and one
+-- that fails flags it again.
+--
+-- A hash at KEYS[1] is a semaphore of the layout before (an older client's): held, busy.
+-- Leases are measured by the server's clock (TIME) only; a sorted set's acquisitions whose lease
+-- ran out are dropped by the next acquire, so a dead holder's permits come back one lease after
+-- its last renewal.
 
-local now_t = redis.call('time')
-local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
-local id, lease = ARGV[2], tonumber(ARGV[3])
-
-local t1 = redis.call('type', KEYS[1])['ok']
-local t2 = redis.call('type', KEYS[2])['ok']
-if (t1 ~= 'none' and t1 ~= 'hash') or (t2 ~= 'none' and t2 ~= 'zset') then
-  if ARGV[1] == 'acquire' then
-    return {-1}
+local op = ARGV[1]
+local t
+if op == 'a' then
+  t = redis.call('time')
+  if redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'nx', 'px', ARGV[3]) then
+    return 1
   end
-  if ARGV[1] == 'release' then
-    return -3
-  end
-  return 0
-end
-
--- Drop expired acquisitions.
-local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-for _, d in ipairs(dead) do
-  redis.call('hdel', KEYS[1], d)
-  redis.call('zrem', KEYS[2], d)
-end
-
-local function used()
-  local total = 0
-  for _, v in ipairs(redis.call('hvals', KEYS[1])) do
-    total = total + (tonumber(v) or 0)
-  end
-  return total
-end
-
--- Moves the expiry of `key` to at least `lease` ms from now; never earlier. Holders may have
--- leases of different lengths (clients with different settings): a short one must not make
--- the keys, and with them a longer lease's permits, expire early.
-local function keep(key)
-  if redis.call('pttl', key) < lease then
-    redis.call('pexpire', key, lease)
-  end
-end
-
-local function touch()
-  redis.call('zadd', KEYS[2], now + lease, id)
-  keep(KEYS[1])
-  keep(KEYS[2])
-end
-
-if ARGV[1] == 'acquire' then
-  local n, limit = tonumber(ARGV[5]), tonumber(ARGV[6])
-  local mine = redis.call('hget', KEYS[1], id)
-  if mine then
-    touch()
-    return {1, 0, tonumber(mine), id}
-  end
-  if used() + n <= limit then
-    redis.call('hset', KEYS[1], id, n)
-    touch()
-    return {1, 0, n, id}
-  end
-  local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
-  local wait = lease
-  if first[2] then
-    wait = math.max(tonumber(first[2]) - now, 1)
-  end
-  return {0, wait}
-end
-
-if ARGV[1] == 'release' then
-  if redis.call('hexists', KEYS[1], id) == 0 then
-    if ARGV[5] == '1' and redis.call('exists', KEYS[3]) == 1 then
-      return 0
+elseif op == 'r' then
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'string' and string.sub(v, 1, #ARGV[2]) == ARGV[2] then
+    if string.byte(v, -1) == 119 then
+      -- Published first: a server that refuses PUBLISH fails the script before anything
+      -- changed.
+      redis.call('publish', KEYS[1] .. ':released', 'released')
     end
-    return -1
-  end
-  -- Publish first: a server that refuses PUBLISH fails the script before anything changed.
-  redis.call('publish', ARGV[4], 'released')
-  redis.call('hdel', KEYS[1], id)
-  redis.call('zrem', KEYS[2], id)
-  redis.call('set', KEYS[3], '1', 'px', tonumber(ARGV[6]) or 1)
-  return 0
-end
-
-if ARGV[1] == 'renew' then
-  if redis.call('hexists', KEYS[1], id) == 0 then
+    redis.call('rename', KEYS[1], KEYS[2])
     return 0
   end
-  touch()
-  return 1
 end
 
-if ARGV[1] == 'used' then
-  return used()
+-- The slow paths and the other operations.
+
+local function clock()
+  t = t or redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The permits of a holder's string or member, or nil when it is not one.
+local function permits(m)
+  local n = string.match(m, '^[^|]+|[^|]+|(%d+)|%d+|%d+$')
+  return tonumber(n)
+end
+
+local function starts(s, prefix)
+  return string.sub(s, 1, #prefix) == prefix
+end
+
+-- The type of KEYS[1] when it is not a string (a GET failed on it).
+local function kind()
+  return redis.call('type', KEYS[1])['ok']
+end
+
+-- The live members of the sorted set (dead ones are dropped when `drop`): a list of
+-- {member, deadline}, whether the waiting flag is set, and the longest deadline.
+local function members(now, drop)
+  local all = redis.call('zrange', KEYS[1], 0, -1, 'withscores')
+  local live, flagged, last, dead = {}, false, 0, {}
+  for i = 1, #all, 2 do
+    local m = all[i]
+    if m == 'w' then
+      flagged = true
+    else
+      local s = tonumber(all[i + 1])
+      if s > now then
+        live[#live + 1] = {m, s}
+        last = math.max(last, s)
+      else
+        dead[#dead + 1] = m
+      end
+    end
+  end
+  if drop and #dead > 0 then
+    redis.call('zrem', KEYS[1], unpack(dead))
+  end
+  return live, flagged, last
+end
+
+-- The released acquisition's marker, for a retry.
+local function released_before()
+  if redis.call('exists', KEYS[2]) == 1 then
+    return 0
+  end
+  return -1
+end
+
+if op == 'a' then
+  local now = clock()
+  local me = ARGV[2] .. '|' .. t[1] .. '|' .. t[2]
+  local gen = string.match(ARGV[2], '^[^|]*|')
+  local n, lease, limit = permits(me), tonumber(ARGV[3]), tonumber(ARGV[4])
+  local waits = ARGV[5] == '1'
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'string' then
+    local flagged = string.byte(v, -1) == 119
+    local held = v
+    if flagged then
+      held = string.sub(v, 1, -3)
+    end
+    local used = permits(held)
+    if not used then
+      return {-1}
+    end
+    local p = redis.call('pttl', KEYS[1])
+    if starts(held, gen) then
+      -- A retry of this very call: answer as the first time.
+      if p < lease then
+        redis.call('pexpire', KEYS[1], lease)
+      end
+      return {1, 0, used, string.sub(gen, 1, -2)}
+    end
+    if used + n <= limit then
+      -- A second holder: the string becomes a sorted set of both.
+      redis.call('del', KEYS[1])
+      redis.call('zadd', KEYS[1], now + p, held, now + lease, me)
+      if flagged then
+        redis.call('zadd', KEYS[1], '+inf', 'w')
+      end
+      redis.call('pexpireat', KEYS[1], now + math.max(p, lease))
+      return {1, 0, n, string.sub(gen, 1, -2)}
+    end
+    if waits and not flagged then
+      redis.call('set', KEYS[1], v .. '|w', 'keepttl', 'xx')
+    end
+    return {0, math.max(p, 1)}
+  end
+  if v == false then
+    redis.call('set', KEYS[1], me, 'px', lease)
+    return 1
+  end
+  local ty = kind()
+  if ty == 'hash' then
+    -- An older client's semaphore: held, as long as its key lives.
+    local p = redis.call('pttl', KEYS[1])
+    if p < 1 then
+      p = lease
+    end
+    return {0, p}
+  end
+  if ty ~= 'zset' then
+    return {-1}
+  end
+  local live, flagged, last = members(now, true)
+  local used, first = 0, nil
+  for _, e in ipairs(live) do
+    local m, s = e[1], e[2]
+    local k = permits(m)
+    if not k then
+      return {-1}
+    end
+    if starts(m, gen) then
+      -- A retry of this very call.
+      redis.call('zadd', KEYS[1], now + lease, m)
+      if now + lease > last then
+        redis.call('pexpireat', KEYS[1], now + lease)
+      end
+      return {1, 0, k, string.sub(gen, 1, -2)}
+    end
+    used = used + k
+    first = math.min(first or s, s)
+  end
+  if used + n <= limit then
+    if #live == 0 then
+      -- Nobody holds any more: back to a string.
+      redis.call('del', KEYS[1])
+      if flagged then
+        me = me .. '|w'
+      end
+      redis.call('set', KEYS[1], me, 'px', lease)
+    else
+      redis.call('zadd', KEYS[1], now + lease, me)
+      if now + lease > last then
+        redis.call('pexpireat', KEYS[1], now + lease)
+      end
+    end
+    return {1, 0, n, string.sub(gen, 1, -2)}
+  end
+  if waits and not flagged then
+    redis.call('zadd', KEYS[1], '+inf', 'w')
+  end
+  return {0, math.max((first or now + lease) - now, 1)}
+end
+
+if op == 'r' then
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) ~= 'table' then
+    -- Gone, or another acquisition's string.
+    if type(v) == 'string' and not permits(string.gsub(v, '|w$', '')) then
+      return -3
+    end
+    return released_before()
+  end
+  local ty = kind()
+  if ty == 'hash' then
+    return released_before()
+  end
+  if ty ~= 'zset' then
+    return -3
+  end
+  local now = clock()
+  local live, flagged = members(now, false)
+  for _, e in ipairs(live) do
+    if starts(e[1], ARGV[2]) then
+      if flagged then
+        redis.call('publish', KEYS[1] .. ':released', 'released')
+        redis.call('zrem', KEYS[1], 'w')
+      end
+      redis.call('zrem', KEYS[1], e[1])
+      redis.call('set', KEYS[2], '1', 'px', math.max(e[2] - now, 1))
+      return 0
+    end
+  end
+  return released_before()
+end
+
+if op == 'n' then
+  local lease = tonumber(ARGV[3])
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'string' then
+    if starts(v, ARGV[2]) then
+      redis.call('pexpire', KEYS[1], lease)
+      return 1
+    end
+    return 0
+  end
+  if v == false or kind() ~= 'zset' then
+    return 0
+  end
+  local now = clock()
+  local live, _, last = members(now, false)
+  for _, e in ipairs(live) do
+    if starts(e[1], ARGV[2]) then
+      redis.call('zadd', KEYS[1], now + lease, e[1])
+      if now + lease > last then
+        redis.call('pexpireat', KEYS[1], now + lease)
+      end
+      return 1
+    end
+  end
+  return 0
+end
+
+if op == 'u' then
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'string' then
+    return permits(string.gsub(v, '|w$', '')) or 0
+  end
+  if v == false then
+    return 0
+  end
+  local ty = kind()
+  if ty == 'hash' then
+    -- An older client's semaphore: every permit counts as used.
+    return 2147483647
+  end
+  if ty ~= 'zset' then
+    return 0
+  end
+  local used = 0
+  for _, e in ipairs(members(clock(), false)) do
+    used = used + (permits(e[1]) or 0)
+  end
+  return used
 end
 
 return redis.error_reply('unknown semaphore operation')

@@ -226,9 +226,11 @@ mod tests {
                     scripts::acquire(&k, &acquire),
                     scripts::release(&k, &release, false),
                     scripts::renew(&k, "g", lease, None),
-                    scripts::fair(&k, "renew", holder, lease, &[]),
-                    scripts::sem(&k, "renew", holder, lease, &[]),
-                    scripts::rw(&k, "renew", holder, lease, &[]),
+                    crate::protocol::family::fair_acquire(&k, "o", "r", lease, true, None),
+                    crate::protocol::family::fair_release(&k, holder, scripts::Level::Inner, "r"),
+                    crate::protocol::family::sem_release(&k, holder),
+                    crate::protocol::family::rw_read(&k, "o", "r", lease, true, true),
+                    crate::protocol::family::rw_release(&k, holder, true),
                 ];
                 for call in &calls {
                     let args: Vec<String> = call

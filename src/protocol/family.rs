@@ -1,0 +1,396 @@
+//! The script calls of the lock types other than the plain mutex (fair mutex, read-write lock,
+//! semaphore), and what their fast replies mean.
+//!
+//! Each type has one script (`scripts/fair_mutex.lua`, `rw_lock.lua`, `sem_permits.lua`) whose
+//! first argument names the operation in one letter. An uncontended acquire and release take
+//! the fewest arguments the scripts accept: the holder as one string (`GEN|OWNER`, or the
+//! prefix `GEN|` that names an acquisition), the lease, and what the operation needs besides.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{AcquireReply, Call, Holder, Level, Live, Which, evalsha, millis};
+
+/// The holder string a grant starts with: `GEN|OWNER`.
+fn member(owner: &str, request: &str) -> String {
+    format!("{request}|{owner}")
+}
+
+/// The prefix that names an acquisition: `GEN|`.
+fn acquisition(holder: Holder<'_>) -> String {
+    format!("{}|", holder.acquisition)
+}
+
+fn call(which: Which, keys: &[&str], args: &[&str]) -> Call {
+    let mut cmd = evalsha(which, keys);
+    cmd.arg(args);
+    Call { which, cmd }
+}
+
+/// The fair mutex's keys: the lock, the queue and the waiters' heartbeats.
+fn fair_keys(keys: &LockKeys) -> [String; 3] {
+    [
+        keys.lock.clone(),
+        format!("{}:queue", keys.lock),
+        format!("{}:waiters", keys.lock),
+    ]
+}
+
+/// A fair mutex acquire for acquisition `request` of `owner` (`enqueue`: join the queue when not
+/// granted; `live`: the calling thread's live hold, a re-entry).
+pub(crate) fn fair_acquire(
+    keys: &LockKeys,
+    owner: &str,
+    request: &str,
+    lease: Duration,
+    enqueue: bool,
+    live: Option<Live<'_>>,
+) -> Call {
+    let [lock, queue, waiters] = fair_keys(keys);
+    let who = member(owner, request);
+    let lease = millis(lease).to_string();
+    let mut args = vec!["a", who.as_str(), lease.as_str()];
+    let extend;
+    match live {
+        Some(l) => {
+            extend = if l.extend.is_zero() {
+                0
+            } else {
+                millis(l.extend)
+            }
+            .to_string();
+            args.extend([if enqueue { "1" } else { "0" }, l.acquisition, &extend]);
+        }
+        None if enqueue => args.push("1"),
+        None => {}
+    }
+    call(Which::Fair, &[&lock, &queue, &waiters], &args)
+}
+
+/// A fair mutex release of `level` of `holder`'s acquisition; `request` names an inner level's
+/// release (a retry of the same call releases nothing twice). A retry sends the same call.
+pub(crate) fn fair_release(
+    keys: &LockKeys,
+    holder: Holder<'_>,
+    level: Level,
+    request: &str,
+) -> Call {
+    let [lock, queue, waiters] = fair_keys(keys);
+    let marker = format!("{}:released", keys.lock);
+    let named = acquisition(holder);
+    let mut args = vec!["r", named.as_str()];
+    if level == Level::Inner {
+        args.extend([request, "1"]);
+    }
+    call(Which::Fair, &[&lock, &queue, &waiters, &marker], &args)
+}
+
+/// A fair mutex renewal: the caller's lock, or its place in the queue (its heartbeat).
+pub(crate) fn fair_renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
+    let [lock, queue, waiters] = fair_keys(keys);
+    let who = member(holder.owner, holder.acquisition);
+    let lease = millis(lease).to_string();
+    call(
+        Which::Fair,
+        &[&lock, &queue, &waiters],
+        &["n", &who, &lease],
+    )
+}
+
+/// A waiter leaves the fair mutex's queue.
+pub(crate) fn fair_cancel(keys: &LockKeys, owner: &str, request: &str) -> Call {
+    let [lock, queue, waiters] = fair_keys(keys);
+    let who = member(owner, request);
+    call(Which::Fair, &[&lock, &queue, &waiters], &["c", &who])
+}
+
+/// The read-write lock's keys, from the writer's `P{T}:rw`: the writer, the readers, and the
+/// waiting writers, deferring readers and eager readers.
+fn rw_keys(write: &LockKeys) -> [String; 5] {
+    let w = &write.lock;
+    [
+        w.clone(),
+        format!("{w}:readers"),
+        format!("{w}:wwait"),
+        format!("{w}:rwait"),
+        format!("{w}:eager"),
+    ]
+}
+
+/// A write acquire (`register`: register as a waiting writer when not granted).
+pub(crate) fn rw_write(
+    write: &LockKeys,
+    owner: &str,
+    request: &str,
+    lease: Duration,
+    register: bool,
+) -> Call {
+    let keys = rw_keys(write);
+    let who = member(owner, request);
+    let lease = millis(lease).to_string();
+    let mut args = vec!["w", who.as_str(), lease.as_str()];
+    if register {
+        args.push("1");
+    }
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    call(Which::Rw, &keys, &args)
+}
+
+/// A read acquire (`defer`: defer to waiting writers; `register`: register as a waiting reader
+/// when not granted).
+pub(crate) fn rw_read(
+    write: &LockKeys,
+    owner: &str,
+    request: &str,
+    lease: Duration,
+    defer: bool,
+    register: bool,
+) -> Call {
+    let keys = rw_keys(write);
+    let who = member(owner, request);
+    let lease = millis(lease).to_string();
+    let mut args = vec![
+        "r",
+        who.as_str(),
+        lease.as_str(),
+        if defer { "1" } else { "0" },
+    ];
+    // Only a registering reader needs the waiting readers' sets.
+    let keys: Vec<&str> = if register {
+        args.push("1");
+        keys.iter().map(String::as_str).collect()
+    } else {
+        keys[..3].iter().map(String::as_str).collect()
+    };
+    call(Which::Rw, &keys, &args)
+}
+
+/// The release of `holder`'s write (`read` false) or read acquisition; `keys` are the hold's
+/// (the writer's `P{T}:rw` or the readers' `P{T}:rw:readers`). A retry sends the same call.
+pub(crate) fn rw_release(keys: &LockKeys, holder: Holder<'_>, read: bool) -> Call {
+    let named = acquisition(holder);
+    let (op, marker) = if read {
+        let root = keys.lock.strip_suffix(":readers").unwrap_or(&keys.lock);
+        ("y", format!("{root}:released:{}", holder.acquisition))
+    } else {
+        ("x", format!("{}:released", keys.lock))
+    };
+    call(Which::Rw, &[&keys.lock, &marker], &[op, &named])
+}
+
+/// The renewal of `holder`'s write or read acquisition (`keys`: the hold's, as for
+/// [`rw_release`]).
+pub(crate) fn rw_renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration, read: bool) -> Call {
+    let named = acquisition(holder);
+    let lease = millis(lease).to_string();
+    let op = if read { "m" } else { "n" };
+    call(Which::Rw, &[&keys.lock], &[op, &named, &lease])
+}
+
+/// A re-entry of `holder`'s write or read acquisition, which must have `extend` left after it
+/// (zero: the expiry is left as it is).
+pub(crate) fn rw_reenter(
+    write: &LockKeys,
+    holder: Holder<'_>,
+    read: bool,
+    extend: Duration,
+) -> Call {
+    let [w, r, ..] = rw_keys(write);
+    let named = acquisition(holder);
+    let ms = if extend.is_zero() { 0 } else { millis(extend) }.to_string();
+    let level = if read { "read" } else { "write" };
+    call(Which::Rw, &[&w, &r], &["e", &named, level, &ms])
+}
+
+/// A waiter leaves the read-write lock's waiting sets.
+pub(crate) fn rw_cancel(write: &LockKeys, owner: &str, request: &str) -> Call {
+    let keys = rw_keys(write);
+    let who = member(owner, request);
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    call(Which::Rw, &keys, &["c", &who])
+}
+
+/// A semaphore acquire of `n` permits, for a handle of `permits` (`waits`: the caller waits for
+/// a release when not granted, and flags the semaphore so that a release publishes).
+pub(crate) fn sem_acquire(
+    keys: &LockKeys,
+    owner: &str,
+    request: &str,
+    n: u32,
+    permits: u32,
+    lease: Duration,
+    waits: bool,
+) -> Call {
+    let who = format!("{request}|{owner}|{n}");
+    let lease = millis(lease).to_string();
+    let permits = permits.to_string();
+    let mut args = vec!["a", who.as_str(), lease.as_str(), permits.as_str()];
+    if waits {
+        args.push("1");
+    }
+    call(Which::Sem, &[&keys.lock], &args)
+}
+
+/// The release of `holder`'s permits. A retry sends the same call.
+pub(crate) fn sem_release(keys: &LockKeys, holder: Holder<'_>) -> Call {
+    let named = acquisition(holder);
+    let marker = format!("{}:released:{}", keys.lock, holder.acquisition);
+    call(Which::Sem, &[&keys.lock, &marker], &["r", &named])
+}
+
+/// The renewal of `holder`'s permits.
+pub(crate) fn sem_renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
+    let named = acquisition(holder);
+    let lease = millis(lease).to_string();
+    call(Which::Sem, &[&keys.lock], &["n", &named, &lease])
+}
+
+/// The permits held by live leases.
+pub(crate) fn sem_used(keys: &LockKeys) -> Call {
+    call(Which::Sem, &[&keys.lock], &["u"])
+}
+
+/// An acquire reply of one of these scripts for acquisition `request`: the fast reply (a grant
+/// on a free lock) is one integer, the fencing token (`1` where the type has none); the other
+/// replies are the acquire script's (see [`crate::protocol::scripts::parse_acquire`]).
+pub(crate) fn parse_acquire(v: &Value, request: &str) -> Option<AcquireReply> {
+    match v {
+        Value::Int(token) => {
+            let token = u64::try_from(*token).ok()?;
+            Some(AcquireReply::Held {
+                token,
+                count: 1,
+                acquisition: request.to_owned(),
+                last: token,
+            })
+        }
+        _ => crate::protocol::scripts::parse_acquire(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(call: &Call) -> Vec<String> {
+        call.cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    /// How far ahead of the server clock (µs) a grant's fencing token is: a token is the clock
+    /// at the grant in microseconds plus this. The scripts' `LEAD_US`.
+    const LEAD_US: u64 = 1_001_024;
+
+    #[test]
+    fn the_scripts_lead_is_the_tokens_lead() {
+        let line = format!("local LEAD_US = {LEAD_US}");
+        for which in [Which::Fair, Which::Rw] {
+            assert!(which.source().contains(&line), "{which:?}");
+        }
+        // Above every token a Mutex grant of the layout before could have issued: the clock
+        // plus 1 s plus the largest hand-off block.
+        assert_eq!(
+            LEAD_US,
+            1_000_000 + u64::from(crate::client::shared::MAX_HANDOFF_COUNT)
+        );
+    }
+
+    #[test]
+    fn uncontended_calls_send_few_arguments() {
+        let holder = Holder {
+            owner: "o",
+            acquisition: "g",
+        };
+        let lease = Duration::from_secs(3);
+        let fair = crate::locks::family::family_keys("p:", "a", "fair", "grant:");
+        assert_eq!(
+            &args(&fair_acquire(&fair, "o", "g", lease, false, None))[2..],
+            [
+                "3",
+                "p:{a}:fair",
+                "p:{a}:fair:queue",
+                "p:{a}:fair:waiters",
+                "a",
+                "g|o",
+                "3000"
+            ]
+        );
+        assert_eq!(
+            &args(&fair_release(&fair, holder, Level::Outermost, "r"))[6..],
+            ["p:{a}:fair:released", "r", "g|"]
+        );
+        assert_eq!(
+            &args(&fair_release(&fair, holder, Level::Inner, "r"))[7..],
+            ["r", "g|", "r", "1"]
+        );
+        let live = Live {
+            acquisition: "l",
+            extend: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            &args(&fair_acquire(&fair, "o", "g", lease, false, Some(live)))[6..],
+            ["a", "g|o", "3000", "0", "l", "1500"]
+        );
+        let sem = crate::locks::family::family_keys("p:", "a", "sem", "released");
+        assert_eq!(
+            &args(&sem_acquire(&sem, "o", "g", 2, 4, lease, false))[2..],
+            ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
+        );
+        assert_eq!(
+            &args(&sem_release(&sem, holder))[2..],
+            ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
+        );
+        let rw = crate::locks::family::family_keys("p:", "a", "rw", "free");
+        assert_eq!(
+            &args(&rw_read(&rw, "o", "g", lease, true, false))[2..],
+            [
+                "3",
+                "p:{a}:rw",
+                "p:{a}:rw:readers",
+                "p:{a}:rw:wwait",
+                "r",
+                "g|o",
+                "3000",
+                "1"
+            ]
+        );
+        assert_eq!(args(&rw_write(&rw, "o", "g", lease, true))[2], "5");
+        let readers = LockKeys {
+            lock: "p:{a}:rw:readers".into(),
+            ..rw.clone()
+        };
+        assert_eq!(
+            &args(&rw_release(&readers, holder, true))[2..],
+            ["2", "p:{a}:rw:readers", "p:{a}:rw:released:g", "y", "g|"]
+        );
+        assert_eq!(
+            &args(&rw_release(&rw, holder, false))[2..],
+            ["2", "p:{a}:rw", "p:{a}:rw:released", "x", "g|"]
+        );
+    }
+
+    #[test]
+    fn a_fast_grant_is_one_integer() {
+        assert_eq!(
+            parse_acquire(&Value::Int(1_764_000_000_000_000), "g"),
+            Some(AcquireReply::Held {
+                token: 1_764_000_000_000_000,
+                count: 1,
+                acquisition: "g".into(),
+                last: 1_764_000_000_000_000,
+            })
+        );
+        assert_eq!(parse_acquire(&Value::Int(-1), "g"), None);
+        assert_eq!(
+            parse_acquire(&Value::Array(vec![Value::Int(-1)]), "g"),
+            Some(AcquireReply::Foreign)
+        );
+    }
+}
