@@ -151,12 +151,9 @@ pub(crate) fn rw_read(
     let keys = rw_keys(write);
     let who = member(owner, request);
     let lease = millis(lease).to_string();
-    let mut args = vec![
-        "r",
-        who.as_str(),
-        lease.as_str(),
-        if defer { "1" } else { "0" },
-    ];
+    // Deferring to waiting writers or not is the operation's letter: one argument less.
+    let op = if defer { "r" } else { "R" };
+    let mut args = vec![op, who.as_str(), lease.as_str()];
     // Only a registering reader needs the waiting readers' sets.
     let keys: Vec<&str> = if register {
         args.push("1");
@@ -357,8 +354,7 @@ mod tests {
                 "p:{a}:rw:wwait",
                 "r",
                 "g|o",
-                "3000",
-                "1"
+                "3000"
             ]
         );
         assert_eq!(args(&rw_write(&rw, "o", "g", lease, true))[2], "5");

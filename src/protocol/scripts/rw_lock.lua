@@ -30,9 +30,10 @@
 --             granted).
 --             Returns the token (held, nothing was in the way), {1, token, 1, GEN} (held; also
 --             for a retry of the same call), {0, wait_ms} (not held), {-1} (foreign keys).
--- r  read     KEYS W, R, WW (and WR, WE with ARGV[5]). ARGV[2] 'GEN|OWNER', ARGV[3] lease,
---             ARGV[4] '1': defer to waiting writers (writer preference), ARGV[5] '1' to register
---             as a waiting reader when not granted (and to leave it when granted).
+-- r  read, deferring to waiting writers (writer preference); R  read, not deferring.
+--             KEYS W, R, WW (and WR, WE with ARGV[4]). ARGV[2] 'GEN|OWNER', ARGV[3] lease,
+--             ARGV[4] '1' to register as a waiting reader when not granted (and to leave the
+--             registration when granted).
 --             Returns 1 or {1, 0, 1, GEN} held, {0, wait_ms} not held, {-1} foreign keys.
 -- x  release the writer: KEYS W, M. ARGV[2] 'GEN|'.
 -- y  release a reader: KEYS R, M. ARGV[2] 'GEN|'.
@@ -67,9 +68,9 @@ if op == 'w' then
     redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'px', ARGV[3])
     return t[1] * 1000000 + t[2] + LEAD_US
   end
-elseif op == 'r' then
+elseif op == 'r' or op == 'R' then
   t = redis.call('time')
-  if ARGV[5] ~= '1' and redis.call('exists', KEYS[1], KEYS[3]) == 0
+  if ARGV[4] ~= '1' and redis.call('exists', KEYS[1], KEYS[3]) == 0
       and redis.call('set', KEYS[2], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'nx', 'px', ARGV[3]) then
     return 1
   end
@@ -323,11 +324,11 @@ if op == 'w' then
   return {1, t[1] * 1000000 + t[2] + LEAD_US, 1, gen}
 end
 
-if op == 'r' then
+if op == 'r' or op == 'R' then
   local now, lease = clock(), tonumber(ARGV[3])
   local gen, owner = string.match(ARGV[2], '^([^|]*)|(.*)$')
   local me = owner .. '/' .. gen
-  local defer, register = ARGV[4] == '1', ARGV[5] == '1'
+  local defer, register = op == 'r', ARGV[4] == '1'
   local mine = ARGV[2] .. '|' .. t[1] .. '|' .. t[2]
   if not zsets(3, register and 5 or 3) then
     return {-1}
