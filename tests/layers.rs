@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[Layer] = &[
     Layer::new("counters", &["stats.rs"]),
     Layer::new("error", &["error.rs"]),
+    Layer::new("holder", &["locks/holder.rs"]),
     Layer::new("transport", &["transport/"]),
     Layer::new("pub/sub", &["subscriber.rs", "subscriber/"]),
     Layer::new("protocol", &["protocol/"]),
