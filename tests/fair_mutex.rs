@@ -679,6 +679,8 @@ fn bad_names_and_foreign_keys() {
         lock.try_lock_for(Duration::from_millis(100)),
         Err(Error::ForeignKey { .. })
     ));
+    assert!(matches!(lock.holder(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(lock.force_unlock(), Err(Error::ForeignKey { .. })));
     let v: String = redis::cmd("GET")
         .arg(fair_key(&name))
         .query(&mut conn)
@@ -1472,4 +1474,103 @@ fn an_older_clients_lock_hash_is_held() {
         common::hget(&mut conn, &fair_key(&name), "owner").as_deref(),
         Some("old-owner")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operator's view: who holds it, who waits, and force_unlock
+// ---------------------------------------------------------------------------------------------
+
+/// Another client sees the holder (its label, thread name, levels, token, how long it has held
+/// it and its lease left, by the server's clock) and the queue; `force_unlock` grants the lock
+/// to the queued waiter (another client) at once, with a larger token, and the old holder is
+/// told: its guard says lost within a renewal, `on_lease_lost` is called once, and its unlock
+/// is an error.
+#[test]
+fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(40), move || {
+        let name = common::unique_name("fair-operator");
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
+        let l = std::sync::Arc::clone(&lost);
+        let lease = Duration::from_millis(1500);
+        let app = Client::builder(&url)
+            .label("app-1")
+            .lease(lease)
+            .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+            .build()
+            .unwrap();
+        let operator = Client::open(&url).unwrap();
+        let seen = operator.fair_mutex(&name).unwrap();
+        assert_eq!(seen.holder().unwrap(), None);
+        assert_eq!(seen.waiters().unwrap(), 0);
+
+        let (to_holder, from_main) = mpsc::channel::<&str>();
+        let (to_main, from_holder) = mpsc::channel::<String>();
+        let m = app.fair_mutex(&name).unwrap();
+        let holder = thread::Builder::new()
+            .name("fair-holder".into())
+            .spawn(move || {
+                let g = m.lock().unwrap();
+                let inner = m.lock().unwrap();
+                to_main.send(g.fencing_token().to_string()).unwrap();
+                assert_eq!(from_main.recv().unwrap(), "forced");
+                let lost_at = Instant::now();
+                assert!(
+                    common::wait_until(lease + SLACK, || !g.is_held()),
+                    "the guard still says held after the force_unlock"
+                );
+                to_main.send(format!("{:?}", lost_at.elapsed())).unwrap();
+                drop(inner);
+                let e = g.unlock().expect_err("unlock after a force_unlock");
+                to_main.send(e.to_string()).unwrap();
+            })
+            .unwrap();
+        let token: u64 = from_holder.recv().unwrap().parse().unwrap();
+        let started = Instant::now();
+        thread::sleep(Duration::from_millis(300));
+        let h = seen.holder().unwrap().expect("held");
+        println!("fair holder: {h:?}");
+        assert_eq!(h.label, "app-1");
+        assert_eq!(h.thread, "fair-holder");
+        assert_eq!(h.hold_count, 2);
+        assert_eq!(h.fencing_token, token);
+        assert!(h.held_for >= Duration::from_millis(250), "{:?}", h.held_for);
+        assert!(h.held_for <= started.elapsed() + SLACK, "{:?}", h.held_for);
+        assert!(h.lease_left > Duration::ZERO && h.lease_left <= lease);
+
+        // A waiter of another client queues.
+        let waiter_client = client_with_lease(&url, Duration::from_secs(30));
+        let (got_tx, got_rx) = mpsc::channel();
+        let wname = name.clone();
+        let waiter = thread::spawn(move || {
+            let g = waiter_client.fair_mutex(&wname).unwrap().lock().unwrap();
+            got_tx.send((Instant::now(), g.fencing_token())).unwrap();
+            g.unlock().unwrap();
+        });
+        wait_queued(&mut conn, &name, 1);
+        assert_eq!(seen.waiters().unwrap(), 1);
+
+        let forced = Instant::now();
+        assert!(seen.force_unlock().unwrap());
+        to_holder.send("forced").unwrap();
+        let (at, new_token) = got_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let woken = at - forced;
+        println!("fair: the waiter held the lock {woken:?} after force_unlock");
+        assert!(woken < Duration::from_secs(1), "{woken:?}");
+        assert!(new_token > token);
+        let told = from_holder.recv().unwrap();
+        println!("fair: the old holder saw its loss {told} after force_unlock");
+        let e = from_holder.recv().unwrap();
+        println!("fair: the old holder's unlock: {e}");
+        holder.join().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(seen.holder().unwrap(), None);
+        assert!(!seen.force_unlock().unwrap(), "nothing held");
+        drop(app);
+        let lost = lost.lock().unwrap();
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert_eq!(lost[0].fencing_token, token);
+    });
 }

@@ -396,3 +396,62 @@ fn timeouts_name_the_server_and_the_tries() {
         "{text}"
     );
 }
+
+/// `force_unlock` logs one `warn` under the lock type's module, naming the label and thread
+/// of each holder it removed.
+#[test]
+fn force_unlock_names_the_holders_it_removed() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = Client::builder(&url).label("app-7").build().unwrap();
+    let operator = Client::open(&url).unwrap();
+    let name = unique_name("msg-force");
+    let from = capture::lines().len();
+    {
+        let (f, r, s) = (
+            app.fair_mutex(&name).unwrap(),
+            app.rw_lock(&name).unwrap(),
+            app.semaphore(&name, 2).unwrap(),
+        );
+        thread::Builder::new()
+            .name("holding-thread".into())
+            .spawn(move || {
+                let held = (f.lock().unwrap(), r.read().unwrap(), s.acquire().unwrap());
+                // Dropped after the force: the releases fail quietly (at debug).
+                std::mem::forget(held);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+    assert!(operator.fair_mutex(&name).unwrap().force_unlock().unwrap());
+    assert!(operator.rw_lock(&name).unwrap().force_unlock().unwrap());
+    assert!(
+        operator
+            .semaphore(&name, 1)
+            .unwrap()
+            .force_unlock()
+            .unwrap()
+    );
+    let warns: Vec<Line> = since(from)
+        .into_iter()
+        .filter(|l| l.level == log::Level::Warn && l.text.starts_with("force_unlock"))
+        .collect();
+    for l in &warns {
+        println!("{l}");
+    }
+    let targets: Vec<&str> = warns.iter().map(|l| l.target.as_str()).collect();
+    assert_eq!(
+        targets,
+        [
+            "locksmith::locks::fair_mutex",
+            "locksmith::locks::rwlock",
+            "locksmith::locks::semaphore"
+        ]
+    );
+    for l in &warns {
+        assert!(l.text.contains(&name), "{l}");
+        assert!(l.text.contains("app-7 (thread holding-thread)"), "{l}");
+    }
+}

@@ -456,6 +456,9 @@ fn bad_input() {
     let l = c.rw_lock(&name).unwrap();
     assert!(matches!(l.try_read(), Err(Error::ForeignKey { .. })));
     assert!(matches!(l.try_write(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(l.writer(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(l.readers(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(l.force_unlock(), Err(Error::ForeignKey { .. })));
     let v: String = redis::cmd("GET")
         .arg(key(&name, ""))
         .query(&mut conn)
@@ -1244,4 +1247,168 @@ fn an_older_clients_writer_and_readers_hold() {
     r.unlock().unwrap();
     assert_eq!(readers(&mut conn, &name), 1);
     assert!(l.try_write().unwrap().is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operator's view: the writer, the readers, and force_unlock
+// ---------------------------------------------------------------------------------------------
+
+/// A client whose lost leases are logged, with a short lease (renewed every 500 ms).
+fn short_lost_log(
+    url: &str,
+    label: &str,
+) -> (Client, Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>) {
+    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = Arc::clone(&lost);
+    let client = Client::builder(url)
+        .label(label)
+        .lease(Duration::from_millis(1500))
+        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+        .build()
+        .unwrap();
+    (client, lost)
+}
+
+/// Another client sees the writer (label, thread, token, held for, lease left) and then two
+/// readers of two clients; `force_unlock` frees the writer and wakes a reader of another
+/// client waiting for it at once, then frees both readers and wakes a waiting writer at once;
+/// each old holder is told (its guard says lost within a renewal, `on_lease_lost`, its unlock
+/// an error).
+#[test]
+fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        let name = common::unique_name("rw-operator");
+        let (a, lost_a) = short_lost_log(&url, "app-a");
+        let (b, lost_b) = short_lost_log(&url, "app-b");
+        let operator = Client::open(&url).unwrap();
+        let seen = operator.rw_lock(&name).unwrap();
+        assert_eq!(seen.writer().unwrap(), None);
+        assert!(seen.readers().unwrap().is_empty());
+        let waiters = client_with_lease(&url, Duration::from_secs(30));
+
+        // A writer, seen and forced out; a reader of another client waits for it.
+        let la = a.rw_lock(&name).unwrap();
+        let (token_tx, token_rx) = mpsc::channel::<u64>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<(bool, bool)>();
+        let writer = thread::Builder::new()
+            .name("writer-1".into())
+            .spawn(move || {
+                let w = la.write().unwrap();
+                token_tx.send(w.fencing_token()).unwrap();
+                go_rx.recv().unwrap();
+                let told = common::wait_until(Duration::from_millis(1500) + SLACK, || !w.is_held());
+                done_tx.send((told, w.unlock().is_err())).unwrap();
+            })
+            .unwrap();
+        let token = token_rx.recv().unwrap();
+        thread::sleep(Duration::from_millis(200));
+        let w = seen.writer().unwrap().expect("a writer");
+        println!("rw writer: {w:?}");
+        assert_eq!((w.label.as_str(), w.thread.as_str()), ("app-a", "writer-1"));
+        assert_eq!((w.hold_count, w.fencing_token), (1, token));
+        assert!(w.held_for >= Duration::from_millis(150), "{:?}", w.held_for);
+        assert!(w.held_for < Duration::from_secs(5), "{:?}", w.held_for);
+        assert!(w.lease_left > Duration::ZERO && w.lease_left <= Duration::from_millis(1500));
+        let (got_tx, got_rx) = mpsc::channel();
+        let lw = waiters.rw_lock(&name).unwrap();
+        let reader = thread::spawn(move || {
+            let r = lw.read().unwrap();
+            got_tx.send(Instant::now()).unwrap();
+            r.unlock().unwrap();
+        });
+        assert!(common::wait_until(Duration::from_secs(20), || {
+            zcard(&mut conn, &key(&name, ":rwait")) == 1
+        }));
+        let forced = Instant::now();
+        assert!(seen.force_unlock().unwrap());
+        let woken = got_rx.recv_timeout(Duration::from_secs(10)).unwrap() - forced;
+        println!("rw: the waiting reader held the lock {woken:?} after force_unlock");
+        assert!(woken < Duration::from_secs(1), "{woken:?}");
+        go_tx.send(()).unwrap();
+        assert_eq!(
+            done_rx.recv().unwrap(),
+            (true, true),
+            "(told, unlock failed)"
+        );
+        writer.join().unwrap();
+        reader.join().unwrap();
+
+        // Two readers of two clients, seen and forced out; a writer of another client waits.
+        let mut readers = Vec::new();
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        for (client, thread_name) in [(a.clone(), "reader-a"), (b.clone(), "reader-b")] {
+            let l = client.rw_lock(&name).unwrap();
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let (done_tx, done_rx) = mpsc::channel::<(bool, bool)>();
+            let held_tx = held_tx.clone();
+            let t = thread::Builder::new()
+                .name(thread_name.into())
+                .spawn(move || {
+                    let r = l.read().unwrap();
+                    held_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    let told =
+                        common::wait_until(Duration::from_millis(1500) + SLACK, || !r.is_held());
+                    done_tx.send((told, r.unlock().is_err())).unwrap();
+                })
+                .unwrap();
+            held_rx.recv().unwrap();
+            readers.push((t, go_tx, done_rx));
+        }
+        let mut seen_readers = seen.readers().unwrap();
+        seen_readers.sort_by(|x, y| x.label.cmp(&y.label));
+        println!("rw readers: {seen_readers:?}");
+        let who: Vec<(&str, &str)> = seen_readers
+            .iter()
+            .map(|h| (h.label.as_str(), h.thread.as_str()))
+            .collect();
+        assert_eq!(who, [("app-a", "reader-a"), ("app-b", "reader-b")]);
+        assert!(
+            seen_readers
+                .iter()
+                .all(|h| h.fencing_token == 0 && h.hold_count == 1)
+        );
+        assert_eq!(seen.writer().unwrap(), None);
+        let (got_tx, got_rx) = mpsc::channel();
+        let lw = waiters.rw_lock(&name).unwrap();
+        let writer = thread::spawn(move || {
+            let w = lw.write().unwrap();
+            got_tx.send((Instant::now(), w.fencing_token())).unwrap();
+            w.unlock().unwrap();
+        });
+        assert!(common::wait_until(Duration::from_secs(20), || {
+            zcard(&mut conn, &key(&name, ":wwait")) == 1
+        }));
+        let forced = Instant::now();
+        assert!(seen.force_unlock().unwrap());
+        let (at, new_token) = got_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        println!(
+            "rw: the waiting writer held the lock {:?} after force_unlock",
+            at - forced
+        );
+        assert!(at - forced < Duration::from_secs(1), "{:?}", at - forced);
+        assert!(new_token > token);
+        for (t, go_tx, done_rx) in readers {
+            go_tx.send(()).unwrap();
+            assert_eq!(
+                done_rx.recv().unwrap(),
+                (true, true),
+                "(told, unlock failed)"
+            );
+            t.join().unwrap();
+        }
+        writer.join().unwrap();
+        assert!(!seen.force_unlock().unwrap(), "nothing held");
+        drop((a, b));
+        assert_eq!(
+            lost_a.lock().unwrap().len(),
+            2,
+            "writer and reader of app-a"
+        );
+        assert_eq!(lost_b.lock().unwrap().len(), 1, "reader of app-b");
+    });
 }

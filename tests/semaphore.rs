@@ -222,6 +222,8 @@ fn bad_input() {
         .unwrap();
     let s = c.semaphore(&name, 2).unwrap();
     assert!(matches!(s.try_acquire(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(s.holders(), Err(Error::ForeignKey { .. })));
+    assert!(matches!(s.force_unlock(), Err(Error::ForeignKey { .. })));
     let v: String = redis::cmd("GET")
         .arg(holders_key(&name))
         .query(&mut conn)
@@ -803,4 +805,111 @@ fn an_older_clients_semaphore_hash_is_held() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(held, 1);
+}
+
+/// Another client sees the permit holders (label, thread, permits, how long, lease left): one
+/// holder, then two of two clients; `force_unlock` frees every permit and wakes a waiter of
+/// another client at once; each old holder is told (its permit says lost within a renewal,
+/// `on_lease_lost`, its release an error).
+#[test]
+fn another_client_sees_the_holders_and_force_unlock_frees_them() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    with_deadline(Duration::from_secs(60), move || {
+        let name = common::unique_name("sem-operator");
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<locksmith::LostLease>::new()));
+        let app = |label: &str| {
+            let l = std::sync::Arc::clone(&lost);
+            Client::builder(&url)
+                .label(label)
+                .lease(Duration::from_millis(1500))
+                .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (app("app-a"), app("app-b"));
+        let operator = Client::open(&url).unwrap();
+        // The operator's handle has another count: what it sees does not depend on it.
+        let seen = operator.semaphore(&name, 1).unwrap();
+        assert!(seen.holders().unwrap().is_empty());
+        let pa = thread::Builder::new()
+            .name("permits-a".into())
+            .spawn({
+                let s = a.semaphore(&name, 3).unwrap();
+                move || s.acquire_many(2).unwrap()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        thread::sleep(Duration::from_millis(200));
+        let one = seen.holders().unwrap();
+        println!("semaphore, one holder: {one:?}");
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (
+                one[0].label.as_str(),
+                one[0].thread.as_str(),
+                one[0].hold_count
+            ),
+            ("app-a", "permits-a", 2)
+        );
+        assert!(
+            one[0].held_for >= Duration::from_millis(150),
+            "{:?}",
+            one[0].held_for
+        );
+        assert!(
+            one[0].held_for < Duration::from_secs(5),
+            "{:?}",
+            one[0].held_for
+        );
+        assert!(one[0].lease_left > Duration::ZERO);
+        let pb = thread::Builder::new()
+            .name("permits-b".into())
+            .spawn({
+                let s = b.semaphore(&name, 3).unwrap();
+                move || s.acquire().unwrap()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let mut two = seen.holders().unwrap();
+        two.sort_by(|x, y| x.label.cmp(&y.label));
+        println!("semaphore, two holders: {two:?}");
+        let who: Vec<(&str, &str, u32)> = two
+            .iter()
+            .map(|h| (h.label.as_str(), h.thread.as_str(), h.hold_count))
+            .collect();
+        assert_eq!(who, [("app-a", "permits-a", 2), ("app-b", "permits-b", 1)]);
+        assert!(two.iter().all(|h| h.fencing_token == 0));
+
+        // A waiter of another client wants the third permit and one more.
+        let waiter_client = client_with_lease(&url, Duration::from_secs(30));
+        let ws = waiter_client.semaphore(&name, 3).unwrap();
+        let (got_tx, got_rx) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let p = ws.acquire_many(2).unwrap();
+            got_tx.send(Instant::now()).unwrap();
+            p.release().unwrap();
+        });
+        let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
+        common::wait_numsub(&mut conn, &channel, 1);
+        let forced = Instant::now();
+        assert!(seen.force_unlock().unwrap());
+        let woken = got_rx.recv_timeout(Duration::from_secs(10)).unwrap() - forced;
+        println!("semaphore: the waiter held its permits {woken:?} after force_unlock");
+        assert!(woken < Duration::from_secs(1), "{woken:?}");
+        waiter.join().unwrap();
+        for p in [pa, pb] {
+            assert!(common::wait_until(
+                Duration::from_millis(1500) + SLACK,
+                || !p.is_held()
+            ));
+            assert!(p.release().unwrap_err().is_lease_lost());
+        }
+        assert!(!seen.force_unlock().unwrap(), "nothing held");
+        drop((a, b));
+        assert_eq!(lost.lock().unwrap().len(), 2);
+    });
 }

@@ -55,15 +55,18 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::family::{self, ask, eval_twice, family_keys};
+use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{retrying, sleep_on};
-use crate::protocol::family;
+use crate::protocol::family::{self as calls, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Holder, Kind, Level, Live, ReleaseReply};
+use crate::protocol::scripts::{
+    self, AcquireReply, Holder as Who, Kind, Level, Live, ReleaseReply,
+};
 use crate::stats::LockType;
 use crate::transport::conn::Deadline;
 
@@ -195,6 +198,107 @@ impl FairMutex {
         shared.backend.exists(&self.keys, by)
     }
 
+    /// Who holds the lock now, as the server tells it (any process, any thread): `None` when
+    /// it is free. A lock granted to a waiter that has not picked it up yet is held by that
+    /// waiter. `hold_count` is the number of levels the server counts, `held_for` is since the
+    /// acquisition (its outermost level), both durations by the server's clock.
+    ///
+    /// One script call: returns within the connect timeout plus the command timeout (a pooled
+    /// connection that died is retried at once on a new one, within that bound).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the lock's key
+    /// holds something else; [`Error::InvalidConfig`] on a client over several masters.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let printer = client.fair_mutex("printer")?;
+    /// if let Some(h) = printer.holder()? {
+    ///     println!("held by {} ({}) for {:?}, {} waiting", h.label, h.thread, h.held_for,
+    ///         printer.waiters()?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn holder(&self) -> Result<Option<Holder>> {
+        let items = self.info()?;
+        let now = family::clock_us(&items);
+        match (items.get(2).and_then(scripts::text), items.get(3), now) {
+            (Some(v), _, _) if v.is_empty() => Ok(None),
+            (Some(v), Some(ttl), Some(now)) => {
+                let ttl = scripts::int(ttl).unwrap_or(0);
+                match family::holder_of(&v, Shape::Fair, ttl, now) {
+                    Some(h) => Ok(Some(h)),
+                    None => Err(scripts::unexpected("fair holder", &Value::Array(items))),
+                }
+            }
+            _ => Err(scripts::unexpected("fair holder", &Value::Array(items))),
+        }
+    }
+
+    /// How many live waiters are queued for the lock (waiters whose heartbeat lapsed, dead
+    /// processes, are not counted; they are dropped from the queue as it moves on).
+    ///
+    /// One script call, within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`holder`](FairMutex::holder).
+    pub fn waiters(&self) -> Result<usize> {
+        let items = self.info()?;
+        match items.get(4).and_then(scripts::int).map(usize::try_from) {
+            Some(Ok(n)) => Ok(n),
+            _ => Err(scripts::unexpected("fair waiters", &Value::Array(items))),
+        }
+    }
+
+    /// The server's `{S, US, holder, ttl, waiters}` (see `scripts/fair_mutex.lua`).
+    fn info(&self) -> Result<Vec<Value>> {
+        let call = calls::fair_info(&self.keys);
+        match ask(&self.client, &call, &self.keys, "fair info")? {
+            Value::Array(items) if items.len() == 5 => Ok(items),
+            other => Err(scripts::unexpected("fair info", &other)),
+        }
+    }
+
+    /// Frees the lock on the server whoever holds it (an operator's tool, for a holder that is
+    /// stuck but alive), and grants it to the first live waiter in the queue, who is told at
+    /// once; the queue stays. Returns `true` when someone held it.
+    ///
+    /// The dispossessed holder finds out at its next renewal at the latest: its guard's
+    /// [`is_held`](FairMutexGuard::is_held) turns false, `on_lease_lost` is called, and its
+    /// [`unlock`](FairMutexGuard::unlock) is an error, never `Ok`. Fencing tokens keep rising
+    /// (the next grant's token is the server clock then, plus the lead). Logged at `warn` with
+    /// the label and thread of the holder removed.
+    ///
+    /// One script call, within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`holder`](FairMutex::holder); a foreign key is left alone.
+    pub fn force_unlock(&self) -> Result<bool> {
+        let call = calls::fair_force(&self.keys);
+        let v = ask(&self.client, &call, &self.keys, "fair force_unlock")?;
+        let Some(removed) = family::removed(&v) else {
+            return Err(scripts::unexpected("fair force_unlock", &v));
+        };
+        if removed.is_empty() {
+            return Ok(false);
+        }
+        family::log_forced(
+            module_path!(),
+            "fair mutex",
+            self.name(),
+            "holder",
+            &removed,
+            Shape::Fair,
+        );
+        Ok(true)
+    }
+
     /// Blocks until the lock is held by the calling thread, after every waiter that queued
     /// before it.
     ///
@@ -278,7 +382,7 @@ impl FairMutex {
         enqueue: bool,
         by: Deadline,
     ) -> Result<AcquireReply> {
-        let call = family::fair_acquire(
+        let call = calls::fair_acquire(
             &self.keys,
             owner,
             request,
@@ -292,12 +396,12 @@ impl FairMutex {
 
     /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
     fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
-        let call = family::fair_cancel(&self.keys, owner, request);
+        let call = calls::fair_cancel(&self.keys, owner, request);
         eval_twice(&self.client, &call, by)
     }
 
     fn parse(&self, v: &Value, request: &str, what: &str) -> Result<AcquireReply> {
-        match family::parse_acquire(v, request) {
+        match calls::parse_acquire(v, request) {
             Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.keys.lock.clone(),
             }),
@@ -338,7 +442,7 @@ impl FairMutex {
             Adopted::Stale => {
                 // Free the acquisition nobody may use (owner- and acquisition-checked), so
                 // that the next attempt makes a new one.
-                let holder = Holder { owner, acquisition };
+                let holder = Who { owner, acquisition };
                 let call = release_call(&self.keys, holder, Level::Outermost);
                 if let Err(e) = eval_twice(&self.client, &call, by) {
                     log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
@@ -619,8 +723,8 @@ impl Release for FairMutex {
 
 /// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
 /// of the same call releases nothing twice).
-fn release_call(keys: &LockKeys, holder: Holder<'_>, level: Level) -> scripts::Call {
-    family::fair_release(keys, holder, level, &request_id())
+fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call {
+    calls::fair_release(keys, holder, level, &request_id())
 }
 
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops

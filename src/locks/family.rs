@@ -1,12 +1,17 @@
 //! What the lock types other than the plain mutex (fair mutex, read-write lock, semaphore)
-//! share: their key names, and their one script call retried once on a new connection.
+//! share: their key names, their one script call retried once on a new connection, and what
+//! their holders look like to an operator.
+
+use std::time::Duration;
 
 use redis::Value;
 
 use crate::client::shared::Core;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::locks::holder::{Holder, parse_owner};
+use crate::protocol::family::{Shape, parse_held};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts;
+use crate::protocol::scripts::{self, int, text, unexpected};
 use crate::transport::conn::Deadline;
 
 /// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, and
@@ -38,6 +43,110 @@ pub(crate) fn eval_twice(client: &Core, call: &scripts::Call, by: Deadline) -> R
         Err(e) if e.is_retriable() && !by.passed() => shared.backend.eval_single(call, by),
         other => other,
     }
+}
+
+/// Runs an operator's query (`info`) or `force_unlock` call within the connect plus the command
+/// timeout (retried once on a new connection), as the lock types' other one-shot calls. A reply
+/// `{-1}` is the lock's key holding something locksmith did not write.
+pub(crate) fn ask(
+    client: &Core,
+    call: &scripts::Call,
+    keys: &LockKeys,
+    what: &str,
+) -> Result<Value> {
+    let by = Deadline::after(client.shared().config.one_call());
+    let v = eval_twice(client, call, by)?;
+    if let Value::Array(items) = &v
+        && let [first] = items.as_slice()
+        && int(first) == Some(-1)
+    {
+        return Err(Error::ForeignKey {
+            key: keys.lock.clone(),
+        });
+    }
+    if matches!(v, Value::Nil) {
+        return Err(unexpected(what, &v));
+    }
+    Ok(v)
+}
+
+/// The server clock (µs) in the first two items of an `info` reply (`TIME`'s fields).
+pub(crate) fn clock_us(items: &[Value]) -> Option<u64> {
+    let s: u64 = text(items.first()?)?.parse().ok()?;
+    let us: u64 = text(items.get(1)?)?.parse().ok()?;
+    s.checked_mul(1_000_000)?.checked_add(us)
+}
+
+/// The holder a value of `shape` names, with its lease left (ms, as `PTTL` gives it) and the
+/// server clock now (µs).
+pub(crate) fn holder_of(
+    value: &str,
+    shape: Shape,
+    lease_left_ms: i64,
+    now_us: u64,
+) -> Option<Holder> {
+    let held = parse_held(value, shape)?;
+    let held_for = held.since_us.map_or(Duration::ZERO, |s| {
+        Duration::from_micros(now_us.saturating_sub(s))
+    });
+    let left = Duration::from_millis(u64::try_from(lease_left_ms).unwrap_or(0));
+    Some(Holder::new(
+        &held.owner,
+        held.count,
+        held.token,
+        held_for,
+        left,
+    ))
+}
+
+/// The holders of a flat list `[value, lease left in ms, ...]` of an `info` reply.
+pub(crate) fn holders_of(v: &Value, shape: Shape, now_us: u64) -> Option<Vec<Holder>> {
+    let Value::Array(items) = v else { return None };
+    items
+        .chunks(2)
+        .map(|p| match p {
+            [value, left] => holder_of(&text(value)?, shape, int(left)?, now_us),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The values a `force_unlock` removed: one string, or a list of them; empty strings (nothing
+/// held there) left out.
+pub(crate) fn removed(v: &Value) -> Option<Vec<String>> {
+    let all = match v {
+        Value::Array(items) => items.iter().map(text).collect::<Option<Vec<_>>>()?,
+        other => vec![text(other)?],
+    };
+    Some(all.into_iter().filter(|s| !s.is_empty()).collect())
+}
+
+/// Logs (at `warn`, under `target`, the lock type's module) the holders (`role`: holder,
+/// writer, reader) a `force_unlock` of the lock `what` `name` removed, by label and thread.
+pub(crate) fn log_forced(
+    target: &str,
+    what: &str,
+    name: &str,
+    role: &str,
+    removed: &[String],
+    shape: Shape,
+) {
+    let who: Vec<String> = removed
+        .iter()
+        .map(|v| match parse_held(v, shape) {
+            Some(h) => {
+                let (label, thread) = parse_owner(&h.owner);
+                format!("{label} (thread {thread})")
+            }
+            None => "an unreadable holder".to_owned(),
+        })
+        .collect();
+    log::warn!(
+        target: target,
+        "force_unlock of {what} `{name}` removed its {role}{}: {}",
+        if who.len() == 1 { "" } else { "s" },
+        who.join(", ")
+    );
 }
 
 #[cfg(test)]

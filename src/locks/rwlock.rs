@@ -44,11 +44,12 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::family::{self as shared_calls, ask, eval_twice, family_keys};
+use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{retrying, sleep_on};
-use crate::protocol::family;
+use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
@@ -157,6 +158,114 @@ impl RwLock {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.write_keys.name
+    }
+
+    /// Who holds the write lock now, as the server tells it (any process, any thread): `None`
+    /// when no writer holds it. `held_for` is since the write acquisition, by the server's
+    /// clock; `hold_count` is 1 (re-entry is counted by the holding client).
+    ///
+    /// One script call: returns within the connect timeout plus the command timeout (a pooled
+    /// connection that died is retried at once on a new one, within that bound).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the lock's keys
+    /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
+    pub fn writer(&self) -> Result<Option<Holder>> {
+        let (now, items) = self.info()?;
+        match (items.get(2).and_then(scripts::text), items.get(3)) {
+            (Some(v), _) if v.is_empty() => Ok(None),
+            (Some(v), Some(ttl)) => {
+                let ttl = scripts::int(ttl).unwrap_or(0);
+                shared_calls::holder_of(&v, Shape::Writer, ttl, now)
+                    .map(Some)
+                    .ok_or_else(|| scripts::unexpected("rw writer", &Value::Array(items)))
+            }
+            _ => Err(scripts::unexpected("rw writer", &Value::Array(items))),
+        }
+    }
+
+    /// Who holds read locks now, as the server tells it: one [`Holder`] per read acquisition
+    /// (a thread's nested read guards are one), with its lease left; empty when nobody reads.
+    /// Fencing tokens are 0 (readers have none).
+    ///
+    /// One script call, within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`writer`](RwLock::writer).
+    pub fn readers(&self) -> Result<Vec<Holder>> {
+        let (now, items) = self.info()?;
+        items
+            .get(4)
+            .and_then(|r| shared_calls::holders_of(r, Shape::Reader, now))
+            .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items)))
+    }
+
+    /// The server clock (µs) and `{S, US, writer, ttl, readers, waiting}` (see
+    /// `scripts/rw_lock.lua`).
+    fn info(&self) -> Result<(u64, Vec<Value>)> {
+        let call = family::rw_info(&self.write_keys);
+        match ask(&self.client, &call, &self.write_keys, "rw info")? {
+            Value::Array(items) if items.len() == 6 => match shared_calls::clock_us(&items) {
+                Some(now) => Ok((now, items)),
+                None => Err(scripts::unexpected("rw info", &Value::Array(items))),
+            },
+            other => Err(scripts::unexpected("rw info", &other)),
+        }
+    }
+
+    /// Frees the lock on the server whoever holds it (an operator's tool, for holders that are
+    /// stuck but alive): the writer and every reader. Waiting writers and readers are woken at
+    /// once. Returns `true` when anyone held it.
+    ///
+    /// Each dispossessed holder finds out at its next renewal at the latest: its guard's
+    /// `is_held` turns false, `on_lease_lost` is called, and its `unlock` is an error, never
+    /// `Ok`. Write tokens keep rising (the next writer's token is the server clock then, plus
+    /// the lead). Logged at `warn` with the label and thread of each holder removed.
+    ///
+    /// One script call, within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`writer`](RwLock::writer); foreign keys are left alone.
+    pub fn force_unlock(&self) -> Result<bool> {
+        let call = family::rw_force(&self.write_keys);
+        let v = ask(&self.client, &call, &self.write_keys, "rw force_unlock")?;
+        let Some(removed) = shared_calls::removed(&v) else {
+            return Err(scripts::unexpected("rw force_unlock", &v));
+        };
+        if removed.is_empty() {
+            return Ok(false);
+        }
+        // The writer first (its value starts the list); the rest are readers.
+        let (writer, readers): (Vec<String>, Vec<String>) = match &v {
+            Value::Array(items)
+                if items
+                    .first()
+                    .and_then(scripts::text)
+                    .is_some_and(|w| !w.is_empty()) =>
+            {
+                (removed[..1].to_vec(), removed[1..].to_vec())
+            }
+            _ => (Vec::new(), removed),
+        };
+        for (role, removed, shape) in [
+            ("writer", writer, Shape::Writer),
+            ("reader", readers, Shape::Reader),
+        ] {
+            if !removed.is_empty() {
+                shared_calls::log_forced(
+                    module_path!(),
+                    "read-write lock",
+                    self.name(),
+                    role,
+                    &removed,
+                    shape,
+                );
+            }
+        }
+        Ok(true)
     }
 
     /// Blocks until the calling thread holds a read lock.

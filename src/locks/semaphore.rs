@@ -26,11 +26,12 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::family::{eval_twice, family_keys};
+use crate::locks::family::{self as shared_calls, ask, eval_twice, family_keys};
+use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
 use crate::locks::wait::{retrying, sleep_on};
-use crate::protocol::family;
+use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -155,6 +156,76 @@ impl Semaphore {
             other => return Err(scripts::unexpected("semaphore used", &other)),
         };
         Ok(self.permits.saturating_sub(used))
+    }
+
+    /// Who holds permits now, as the server tells it: one [`Holder`] per acquisition, with
+    /// `hold_count` the permits it holds and its lease left; empty when every permit is free.
+    /// It does not depend on this handle's permit count. Fencing tokens are 0 (permits have
+    /// none).
+    ///
+    /// One script call: returns within the connect timeout plus the command timeout (a pooled
+    /// connection that died is retried at once on a new one, within that bound).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the
+    /// semaphore's key holds something else; [`Error::InvalidConfig`] on a client over
+    /// several masters.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let exports = client.semaphore("exports", 4)?;
+    /// for h in exports.holders()? {
+    ///     println!("{} permits held by {} ({})", h.hold_count, h.label, h.thread);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn holders(&self) -> Result<Vec<Holder>> {
+        let call = family::sem_info(&self.keys);
+        let v = ask(&self.client, &call, &self.keys, "semaphore info")?;
+        let holders = match &v {
+            Value::Array(items) if items.len() == 3 => shared_calls::clock_us(items)
+                .and_then(|now| shared_calls::holders_of(&items[2], Shape::Permits, now)),
+            _ => None,
+        };
+        holders.ok_or_else(|| scripts::unexpected("semaphore holders", &v))
+    }
+
+    /// Frees every permit on the server, whoever holds it (an operator's tool, for holders
+    /// that are stuck but alive), and wakes every waiter at once. Returns `true` when any
+    /// permit was held.
+    ///
+    /// Each dispossessed holder finds out at its next renewal at the latest: its permit's
+    /// [`is_held`](SemaphorePermit::is_held) turns false, `on_lease_lost` is called, and its
+    /// [`release`](SemaphorePermit::release) is an error, never `Ok`. Logged at `warn` with
+    /// the label and thread of each holder removed.
+    ///
+    /// One script call, within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`holders`](Semaphore::holders); a foreign key is left alone.
+    pub fn force_unlock(&self) -> Result<bool> {
+        let call = family::sem_force(&self.keys);
+        let v = ask(&self.client, &call, &self.keys, "semaphore force_unlock")?;
+        let Some(removed) = shared_calls::removed(&v) else {
+            return Err(scripts::unexpected("semaphore force_unlock", &v));
+        };
+        if removed.is_empty() {
+            return Ok(false);
+        }
+        shared_calls::log_forced(
+            module_path!(),
+            "semaphore",
+            self.name(),
+            "holder",
+            &removed,
+            Shape::Permits,
+        );
+        Ok(true)
     }
 
     /// Blocks until one permit is held.

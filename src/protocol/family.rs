@@ -249,6 +249,142 @@ pub(crate) fn sem_used(keys: &LockKeys) -> Call {
     call(Which::Sem, &[&keys.lock], &["u"])
 }
 
+/// The fair mutex's holder (and its TTL), its live waiters and the server clock.
+pub(crate) fn fair_info(keys: &LockKeys) -> Call {
+    let [lock, queue, waiters] = fair_keys(keys);
+    call(Which::Fair, &[&lock, &queue, &waiters], &["i"])
+}
+
+/// Frees the fair mutex whoever holds it; the first live waiter is granted it.
+pub(crate) fn fair_force(keys: &LockKeys) -> Call {
+    let [lock, queue, waiters] = fair_keys(keys);
+    call(Which::Fair, &[&lock, &queue, &waiters], &["f"])
+}
+
+/// The read-write lock's writer (and its TTL), readers, registered waiters and the server clock.
+pub(crate) fn rw_info(write: &LockKeys) -> Call {
+    let keys = rw_keys(write);
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    call(Which::Rw, &keys, &["i"])
+}
+
+/// Frees the read-write lock's writer and every reader, and wakes every waiter.
+pub(crate) fn rw_force(write: &LockKeys) -> Call {
+    let [w, r, ..] = rw_keys(write);
+    call(Which::Rw, &[&w, &r], &["f"])
+}
+
+/// The semaphore's holders (with their leases left) and the server clock.
+pub(crate) fn sem_info(keys: &LockKeys) -> Call {
+    call(Which::Sem, &[&keys.lock], &["i"])
+}
+
+/// Frees every permit of the semaphore, and wakes every waiter.
+pub(crate) fn sem_force(keys: &LockKeys) -> Call {
+    call(Which::Sem, &[&keys.lock], &["f"])
+}
+
+/// What a holder's value (or sorted set member) says: its owner id, its count (levels, or
+/// permits), its fencing token (0 where none) and the server clock at its grant in µs (`None`
+/// for a holder of the layout before, which did not store it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) owner: String,
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) since_us: Option<u64>,
+}
+
+/// The server clock at a grant, from its `S` and `US` fields, in µs.
+fn micros(s: &str, us: &str) -> Option<u64> {
+    s.parse::<u64>()
+        .ok()?
+        .checked_mul(1_000_000)?
+        .checked_add(us.parse().ok()?)
+}
+
+/// A value's fields, its trailing flags (`|` and letters) left out.
+fn fields(v: &str) -> Vec<&str> {
+    let mut f: Vec<&str> = v.split('|').collect();
+    if f.len() > 1
+        && f.last()
+            .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        f.pop();
+    }
+    f
+}
+
+/// The kinds of holder values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A fair mutex: `GEN|OWNER|S|US`, or `GEN|OWNER|S|US|REQ|REL|COUNT`; a token.
+    Fair,
+    /// A read-write lock's writer: `GEN|OWNER|S|US`; a token.
+    Writer,
+    /// A reader: `GEN|OWNER|S|US` (or `OWNER/GEN`, a member of the layout before); no token.
+    Reader,
+    /// A semaphore's holder: `GEN|OWNER|N|S|US`; no token.
+    Permits,
+}
+
+/// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them
+/// (a holder of the layout before as `|OWNER|COUNT|TOKEN`, or `|OWNER|N` for permits).
+pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
+    let f = fields(v);
+    let old = |count: &str, token: Option<&str>| -> Option<Held> {
+        Some(Held {
+            owner: (*f.get(1)?).to_owned(),
+            count: count.parse().ok()?,
+            token: token.map_or(Some(0), |t| t.parse().ok())?,
+            since_us: None,
+        })
+    };
+    match (shape, f.as_slice()) {
+        (Shape::Permits, ["", _, n]) => old(n, None),
+        (Shape::Fair | Shape::Writer, ["", _, count, token]) => old(count, Some(token)),
+        (Shape::Reader, [member]) => Some(Held {
+            owner: member.rsplit_once('/')?.0.to_owned(),
+            count: 1,
+            token: 0,
+            since_us: None,
+        }),
+        (Shape::Permits, [_, owner, n, s, us]) => Some(Held {
+            owner: (*owner).to_owned(),
+            count: n.parse().ok()?,
+            token: 0,
+            since_us: Some(micros(s, us)?),
+        }),
+        (Shape::Fair, [_, owner, s, us, rest @ ..]) if rest.is_empty() || rest.len() == 3 => {
+            let since = micros(s, us)?;
+            Some(Held {
+                owner: (*owner).to_owned(),
+                count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
+                token: since.checked_add(LEAD_US)?,
+                since_us: Some(since),
+            })
+        }
+        (Shape::Writer | Shape::Reader, [_, owner, s, us]) => {
+            let since = micros(s, us)?;
+            Some(Held {
+                owner: (*owner).to_owned(),
+                count: 1,
+                token: if shape == Shape::Writer {
+                    since.checked_add(LEAD_US)?
+                } else {
+                    0
+                },
+                since_us: Some(since),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// How far ahead of the server clock (µs) a grant's fencing token is: a token is the clock at the
+/// grant in microseconds plus this. The scripts' `LEAD_US`.
+pub(crate) const LEAD_US: u64 = 1_001_024;
+
 /// An acquire reply of one of these scripts for acquisition `request`: the fast reply (a grant
 /// on a free lock) is one integer, the fencing token (`1` where the type has none); the other
 /// replies are the acquire script's (see [`crate::protocol::scripts::parse_acquire`]).
@@ -280,10 +416,6 @@ mod tests {
             })
             .collect()
     }
-
-    /// How far ahead of the server clock (µs) a grant's fencing token is: a token is the clock
-    /// at the grant in microseconds plus this. The scripts' `LEAD_US`.
-    const LEAD_US: u64 = 1_001_024;
 
     #[test]
     fn the_scripts_lead_is_the_tokens_lead() {
@@ -370,6 +502,54 @@ mod tests {
             &args(&rw_release(&rw, holder, false))[2..],
             ["2", "p:{a}:rw", "p:{a}:rw:released", "x", "g|"]
         );
+    }
+
+    fn held(owner: &str, count: u32, token: u64, since_us: Option<u64>) -> Option<Held> {
+        Some(Held {
+            owner: owner.to_owned(),
+            count,
+            token,
+            since_us,
+        })
+    }
+
+    #[test]
+    fn holder_values_parse() {
+        let since = 1_764_000_000_000_042;
+        let token = since + LEAD_US;
+        assert_eq!(
+            parse_held("g|o:1/web/t|1764000000|42", Shape::Fair),
+            held("o:1/web/t", 1, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|r||3|w", Shape::Fair),
+            held("o", 3, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|wd", Shape::Writer),
+            held("o", 1, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|w", Shape::Reader),
+            held("o", 1, 0, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|3|1764000000|42", Shape::Permits),
+            held("o", 3, 0, Some(since))
+        );
+        // Holders of the layout before.
+        assert_eq!(
+            parse_held("|o:1|2|77", Shape::Fair),
+            held("o:1", 2, 77, None)
+        );
+        assert_eq!(parse_held("o:1/g", Shape::Reader), held("o:1", 1, 0, None));
+        assert_eq!(
+            parse_held("|o:1|2", Shape::Permits),
+            held("o:1", 2, 0, None)
+        );
+        for bad in ["", "x", "g|o|s|us", "g|o|1|2|3"] {
+            assert_eq!(parse_held(bad, Shape::Writer), None, "{bad}");
+        }
     }
 
     #[test]

@@ -46,6 +46,12 @@
 --             in the queue was extended, else 0.
 -- c  cancel   ARGV[2] 'GEN|OWNER'. Leaves the queue. Returns {1, token, count, gen} when the
 --             lock was granted to the caller before it left (it holds it), {0, 0} when not.
+-- i  info     Returns {S, US, holder, pttl, waiters}: the server clock (TIME's two fields), the
+--             lock's value ('' when free; '|OWNER|COUNT|TOKEN' for a lock hash of the layout
+--             before), its TTL in ms, and how many live waiters are queued. {-1}: foreign.
+-- f  force    Frees the lock whoever holds it, and grants it to the first live waiter (who is
+--             told). Returns the value removed ('' when nobody held it; a lock hash of the layout
+--             before as for 'i'), or {-1} when the key is foreign (left alone).
 --
 -- A hash at KEYS[1] is a lock of the layout before (an older client's): held, busy; a new client
 -- does not queue behind it. Time is the server's clock (TIME): a waiter's heartbeat deadline is
@@ -205,7 +211,7 @@ local function get()
   return nil, 'foreign'
 end
 
-local gen, owner = string.match(ARGV[2], '^([^|]*)|?(.*)$')
+local gen, owner = string.match(ARGV[2] or '', '^([^|]*)|?(.*)$')
 local me = owner .. '/' .. gen
 
 if op == 'a' then
@@ -354,6 +360,46 @@ if op == 'c' then
     grant_next()
   end
   return {0, 0}
+end
+
+-- An older client's lock hash, in the shape of a value without GEN: '|OWNER|COUNT|TOKEN'.
+local function old_value()
+  local h = redis.call('hmget', KEYS[1], 'owner', 'count', 'token')
+  return '|' .. (h[1] or '') .. '|' .. (h[2] or '1') .. '|' .. (h[3] or '0')
+end
+
+if op == 'i' then
+  local now = clock()
+  local v, other = get()
+  if other == 'foreign' or (v and not parse(v)) then
+    return {-1}
+  end
+  if other == 'old' then
+    v = old_value()
+  end
+  local live = 0
+  local all = redis.call('hgetall', KEYS[3])
+  for i = 2, #all, 2 do
+    if (tonumber(all[i]) or 0) > now then
+      live = live + 1
+    end
+  end
+  return {t[1], t[2], v or '', redis.call('pttl', KEYS[1]), live}
+end
+
+if op == 'f' then
+  local v, other = get()
+  if other == 'foreign' or (v and not parse(v)) then
+    return {-1}
+  end
+  if other == 'old' then
+    v = old_value()
+  end
+  if v then
+    redis.call('del', KEYS[1])
+  end
+  grant_next()
+  return v or ''
 end
 
 return redis.error_reply('unknown fair mutex operation')

@@ -48,6 +48,14 @@
 --             (nothing changed, nothing is recreated for it).
 -- c  cancel: KEYS W, R, WW, WR, WE. ARGV[2] 'GEN|OWNER'. Leaves the waiting sets (a waiter
 --             that gives up); returns 0.
+-- i  info: KEYS W, R, WW, WR, WE. Returns {S, US, writer, pttl, readers, waiting}: the server
+--             clock (TIME's two fields); the writer's value ('' none; '|OWNER|1|TOKEN' for a
+--             writer hash of the layout before) and its TTL in ms; the live readers as a flat
+--             list of value, lease left in ms (a member 'OWNER/GEN' of the layout before as it
+--             is); how many waiting writers and readers are registered. {-1}: foreign keys.
+-- f  force: KEYS W, R. Frees the writer and every reader, whoever they are, and publishes on
+--             both channels. Returns the values removed (as 'i' gives them), or {-1} when the keys
+--             are foreign (left alone).
 --
 -- Who is woken: a waiter's attempt flags the holders in its way (the writer, or the readers),
 -- and a release publishes only for its flags: a writer's release on `free` for a waiting
@@ -535,6 +543,74 @@ if op == 'c' then
     end
   end
   return 0
+end
+
+-- The writer's value ('' none, or an older client's writer hash as '|OWNER|1|TOKEN') and the
+-- live readers (value, lease left in ms, flat); nil when a key is foreign.
+local function holders(now)
+  local w, wty = get(KEYS[1])
+  if w and not parse(w) then
+    return nil
+  end
+  if w == nil then
+    if wty ~= 'hash' then
+      return nil
+    end
+    local h = redis.call('hmget', KEYS[1], 'owner', 'token')
+    w = '|' .. (h[1] or '') .. '|1|' .. (h[2] or '0')
+  end
+  local out = {}
+  local r, rty = get(KEYS[2])
+  if r then
+    if not parse(r) then
+      return nil
+    end
+    out = {r, redis.call('pttl', KEYS[2])}
+  elseif r == nil then
+    if rty ~= 'zset' then
+      return nil
+    end
+    local all = redis.call('zrangebyscore', KEYS[2], '(' .. now, '(+inf', 'withscores')
+    for i = 1, #all, 2 do
+      out[#out + 1] = all[i]
+      out[#out + 1] = math.floor(tonumber(all[i + 1]) - now)
+    end
+  end
+  return w or '', out
+end
+
+if op == 'i' then
+  local now = clock()
+  if not zsets(3, 5) then
+    return {-1}
+  end
+  local w, readers_ = holders(now)
+  if not w then
+    return {-1}
+  end
+  local waiting = 0
+  for i = 3, 5 do
+    waiting = waiting + redis.call('zcount', KEYS[i], '(' .. now, '+inf')
+  end
+  return {t[1], t[2], w, redis.call('pttl', KEYS[1]), readers_, waiting}
+end
+
+if op == 'f' then
+  local w, readers_ = holders(clock())
+  if not w then
+    return {-1}
+  end
+  if w ~= '' or #readers_ > 0 then
+    local root = string.match(KEYS[1], '^(.*:rw)')
+    redis.call('publish', root .. ':free', 'free')
+    redis.call('publish', root .. ':open', 'open')
+    redis.call('del', KEYS[1], KEYS[2])
+  end
+  local out = {w}
+  for i = 1, #readers_, 2 do
+    out[#out + 1] = readers_[i]
+  end
+  return out
 end
 
 return redis.error_reply('unknown read-write lock operation')

@@ -32,6 +32,11 @@
 --             run out, or Redis lost it), -3 foreign.
 -- n  renew    ARGV[2] 'GEN|', ARGV[3] lease. Returns 1 extended, 0 not held any more.
 -- u  used     Returns the permits held by live leases.
+-- i  info     Returns {S, US, holders}: the server clock (TIME's two fields) and the live
+--             holders as a flat list of value, lease left in ms (for a semaphore hash of the
+--             layout before, '|OWNER|N' per acquisition and the key's TTL). {-1}: foreign.
+-- f  force    Frees every permit, whoever holds it, and publishes. Returns the values removed
+--             (as 'i' gives them), or {-1} when the key is foreign (left alone).
 --
 -- A release publishes 'released' on `P{T}:sem:released` only when a waiter flagged the
 -- semaphore: every waiter's wait begins with a failing acquire that flags it. A sorted set's
@@ -295,6 +300,65 @@ if op == 'u' then
     used = used + (permits(e[1]) or 0)
   end
   return used
+end
+
+-- The live holders: a flat list of value, lease left in ms; nil when the key is foreign.
+local function holders(now)
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'string' then
+    if not permits((string.gsub(v, '|w$', ''))) then
+      return nil
+    end
+    return {v, redis.call('pttl', KEYS[1])}
+  end
+  if v == false then
+    return {}
+  end
+  local ty = kind()
+  local out = {}
+  if ty == 'hash' then
+    -- An older client's semaphore: acquisition OWNER/GEN -> permits, one expiry for all.
+    local p = redis.call('pttl', KEYS[1])
+    local all = redis.call('hgetall', KEYS[1])
+    for i = 1, #all, 2 do
+      out[#out + 1] = '|' .. (string.match(all[i], '^(.*)/[^/]*$') or all[i]) .. '|' .. all[i + 1]
+      out[#out + 1] = p
+    end
+    return out
+  end
+  if ty ~= 'zset' then
+    return nil
+  end
+  for _, e in ipairs(members(now, false)) do
+    out[#out + 1] = e[1]
+    out[#out + 1] = math.floor(e[2] - now)
+  end
+  return out
+end
+
+if op == 'i' then
+  local now = clock()
+  local h = holders(now)
+  if not h then
+    return {-1}
+  end
+  return {t[1], t[2], h}
+end
+
+if op == 'f' then
+  local h = holders(clock())
+  if not h then
+    return {-1}
+  end
+  if #h > 0 then
+    redis.call('publish', KEYS[1] .. ':released', 'released')
+    redis.call('del', KEYS[1])
+  end
+  local out = {}
+  for i = 1, #h, 2 do
+    out[#out + 1] = h[i]
+  end
+  return out
 end
 
 return redis.error_reply('unknown semaphore operation')
