@@ -11,7 +11,9 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{AcquireReply, Call, Holder, Level, Live, Which, evalsha, millis};
+use crate::protocol::scripts::{
+    AcquireReply, Call, Holder, LEAD_US, Level, Live, Which, evalsha, millis,
+};
 
 /// The holder string a grant starts with: `GEN|OWNER`.
 fn member(owner: &str, request: &str) -> String {
@@ -381,10 +383,6 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
     }
 }
 
-/// How far ahead of the server clock (µs) a grant's fencing token is: a token is the clock at the
-/// grant in microseconds plus this. The scripts' `LEAD_US`.
-pub(crate) const LEAD_US: u64 = 1_001_024;
-
 /// An acquire reply of one of these scripts for acquisition `request`: the fast reply (a grant
 /// on a free lock) is one integer, the fencing token (`1` where the type has none); the other
 /// replies are the acquire script's (see [`crate::protocol::scripts::parse_acquire`]).
@@ -415,20 +413,6 @@ mod tests {
                 _ => "<cursor>".into(),
             })
             .collect()
-    }
-
-    #[test]
-    fn the_scripts_lead_is_the_tokens_lead() {
-        let line = format!("local LEAD_US = {LEAD_US}");
-        for which in [Which::Fair, Which::Rw] {
-            assert!(which.source().contains(&line), "{which:?}");
-        }
-        // Above every token a Mutex grant of the layout before could have issued: the clock
-        // plus 1 s plus the largest hand-off block.
-        assert_eq!(
-            LEAD_US,
-            1_000_000 + u64::from(crate::client::shared::MAX_HANDOFF_COUNT)
-        );
     }
 
     #[test]
