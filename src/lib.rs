@@ -350,6 +350,7 @@ mod subscriber;
 mod topology;
 mod transport;
 
+pub use client::inspect::{LIST_TIMEOUT, Locks};
 pub use client::shared::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use client::{Client, builder::ClientBuilder};
 pub use error::{Error, Result};

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[Layer] = &[
     Layer::new("counters", &["stats.rs"]),
     Layer::new("error", &["error.rs"]),
-    Layer::new("holder", &["locks/holder.rs"]),
+    Layer::new("holders", &["locks/holder.rs"]),
     Layer::new("transport", &["transport/"]),
     Layer::new("pub/sub", &["subscriber.rs", "subscriber/"]),
     Layer::new("protocol", &["protocol/"]),
@@ -58,6 +58,7 @@ const LAYERS: &[Layer] = &[
         &[
             "client/builder.rs",
             "client/connect.rs",
+            "client/inspect.rs",
             "client/mod.rs",
             "redlock.rs",
             "lib.rs",

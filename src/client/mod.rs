@@ -16,6 +16,7 @@ use shared::Core;
 
 pub(crate) mod builder;
 mod connect;
+pub(crate) mod inspect;
 pub(crate) mod shared;
 
 /// A connection to one Redis server, shared by all locks made from it.

@@ -56,8 +56,6 @@ pub struct Holder {
     pub lease_left: Duration,
 }
 
-// Used by the lock types' holder queries.
-#[allow(dead_code)]
 impl Holder {
     /// A holder from the owner id stored on the server and what the lock type knows of it.
     pub(crate) fn new(
@@ -216,7 +214,6 @@ pub(crate) fn encode_part(s: &str) -> String {
 }
 
 /// Undoes [`encode_part`]; a malformed escape is kept as it is.
-#[allow(dead_code)]
 fn decode_part(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -251,7 +248,6 @@ pub(crate) fn owner_suffix(label_encoded: &str) -> String {
 
 /// The label and the thread of an owner id (see the module docs): the thread's number when
 /// it had no name; an id without label (an older version's) gives an empty label.
-#[allow(dead_code)]
 pub(crate) fn parse_owner(owner: &str) -> (String, String) {
     let (id, rest) = owner.split_once('/').unwrap_or((owner, ""));
     let seq = id

@@ -202,6 +202,18 @@ impl RwLock {
             .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items)))
     }
 
+    /// How many wait for the lock now: the registered waiting writers and readers (both
+    /// kinds), as the server counts them. One script call, within the connect timeout plus the
+    /// command timeout. Used by [`Client::locks`](crate::Client::locks).
+    pub(crate) fn waiting(&self) -> Result<usize> {
+        let (_, items) = self.info()?;
+        items
+            .get(5)
+            .and_then(scripts::int)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| scripts::unexpected("rw waiting", &Value::Array(items)))
+    }
+
     /// The server clock (µs) and `{S, US, writer, ttl, readers, waiting}` (see
     /// `scripts/rw_lock.lua`).
     fn info(&self) -> Result<(u64, Vec<Value>)> {

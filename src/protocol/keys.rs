@@ -124,19 +124,58 @@ pub(crate) fn slot(key: &str) -> u16 {
     crc16(hashed) % SLOTS
 }
 
+/// `name` as it appears inside the hash tag of its keys: `%`, `{` and `}` percent-encoded, so
+/// that two names never share keys and the tag never holds a brace.
+pub(crate) fn encode_name(name: &str) -> String {
+    let mut tag = String::with_capacity(name.len() + 2);
+    for c in name.chars() {
+        match c {
+            '%' => tag.push_str("%25"),
+            '{' => tag.push_str("%7B"),
+            '}' => tag.push_str("%7D"),
+            c => tag.push(c),
+        }
+    }
+    tag
+}
+
+/// Undoes [`encode_name`]: `None` for a tag that no name encodes to (a key locksmith did not
+/// write).
+pub(crate) fn decode_name(tag: &str) -> Option<String> {
+    let mut out = String::with_capacity(tag.len());
+    let mut rest = tag;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let c = match rest.get(i + 1..i + 3)? {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// `s` with the characters a `SCAN ... MATCH` pattern treats as special (`*`, `?`, `[`, `]`,
+/// `\`) escaped, so that it matches itself.
+pub(crate) fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 impl LockKeys {
     /// Derives the keys of `name` under `prefix`; both must already be validated.
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let mut tag = String::with_capacity(name.len() + 2);
-        for c in name.chars() {
-            match c {
-                '%' => tag.push_str("%25"),
-                '{' => tag.push_str("%7B"),
-                '}' => tag.push_str("%7D"),
-                c => tag.push(c),
-            }
-        }
-        let base = format!("{prefix}{{{tag}}}");
+        let base = format!("{prefix}{{{}}}", encode_name(name));
         let lock = format!("{base}:lock");
         LockKeys {
             name: name.to_owned(),
@@ -168,6 +207,16 @@ mod tests {
         ] {
             assert!(validate_name(ok).is_ok(), "{ok:?}");
         }
+    }
+
+    #[test]
+    fn names_decode_from_their_tags() {
+        for name in ["a", "50%", "{x}", "%7B", "é{}%", "*?[]"] {
+            assert_eq!(decode_name(&encode_name(name)).as_deref(), Some(name));
+        }
+        assert_eq!(decode_name("%zz"), None);
+        assert_eq!(decode_name("%2"), None);
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 
     #[test]

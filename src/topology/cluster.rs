@@ -626,6 +626,26 @@ impl Cluster {
             .collect()
     }
 
+    /// The names of the masters, in the order [`on_master`](Self::on_master) counts them.
+    pub(crate) fn master_names(&self) -> Vec<String> {
+        self.masters().into_iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Runs `cmd` on the `i`-th master of [`master_names`](Self::master_names), within `by`.
+    /// The map may change between the two calls: a master that is gone answers as an error.
+    pub(crate) fn on_master(&self, i: usize, cmd: &redis::Cmd, by: Deadline) -> Result<Value> {
+        let node = self
+            .masters()
+            .into_iter()
+            .nth(i)
+            .ok_or(Error::timeout("the cluster map changed during the scan"))?;
+        self.try_on(&node, &cmd.get_packed_command(), false, by)
+            .and_then(|v| match v {
+                Value::ServerError(e) => Err(Error::Redis(e.into())),
+                v => Ok(v),
+            })
+    }
+
     /// Drops every idle connection.
     pub(crate) fn clear(&self) {
         for n in self.nodes.lock().values() {

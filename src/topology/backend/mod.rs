@@ -675,6 +675,60 @@ impl Backend {
             .collect()
     }
 
+    /// The keys that match `pattern` on each master, read with `SCAN` (never `KEYS`: each
+    /// step returns after about `count` keys, so Redis is never busy with one call for long),
+    /// each master with its own cursor, every step within the command timeout and the whole
+    /// within `by`. Each master's name with its keys (a key may come twice; callers dedupe).
+    pub(crate) fn scan(&self, pattern: &str, by: Deadline) -> Vec<(String, Result<Vec<String>>)> {
+        let step = |i: usize, cursor: &str| -> Result<Value> {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            if let Some(c) = &self.cluster {
+                return c.on_master(i, &cmd, by);
+            }
+            let call = Call {
+                which: Which::Renew,
+                cmd,
+            };
+            self.call_all(&call, &[i], by, true)
+                .into_iter()
+                .next()
+                .map_or(Err(Error::timeout("no reply")), |(_, r)| r)
+        };
+        let names: Vec<String> = match &self.cluster {
+            Some(c) => c.master_names(),
+            None => self.nodes.iter().map(|n| n.name.clone()).collect(),
+        };
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mut keys = Vec::new();
+                let mut cursor = "0".to_owned();
+                let result = loop {
+                    if by.passed() {
+                        break Err(Error::timeout("SCAN of the lock keys"));
+                    }
+                    match step(i, &cursor).and_then(scan_reply) {
+                        Ok((next, found)) => {
+                            keys.extend(found);
+                            if next == "0" {
+                                break Ok(keys);
+                            }
+                            cursor = next;
+                        }
+                        Err(e) => break Err(e),
+                    }
+                };
+                (name, result)
+            })
+            .collect()
+    }
+
     /// Whether a quorum of masters has the lock key, asked within `by`: a master whose
     /// connection failed (a pooled connection that died in a restart) is asked once more at
     /// once, on a new connection, within the same bound, as an acquire is.
@@ -832,6 +886,22 @@ fn is_noscript(v: &Value) -> bool {
 }
 
 /// The single reply of a one-command round, with a server error turned into `Err`.
+/// A `SCAN` reply: the next cursor and the keys of this step.
+fn scan_reply(v: Value) -> Result<(String, Vec<String>)> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    if let Value::Array(parts) = &v
+        && let [cursor, Value::Array(keys)] = parts.as_slice()
+        && let Some(cursor) = text(cursor)
+    {
+        return Ok((cursor, keys.iter().filter_map(text).collect()));
+    }
+    Err(crate::protocol::scripts::unexpected("SCAN", &v))
+}
+
 fn one(v: Option<Value>) -> Result<Value> {
     match v {
         Some(Value::ServerError(e)) => Err(Error::Redis(e.into())),
