@@ -310,7 +310,8 @@ fn a_force_keeps_tokens_rising() {
 }
 
 /// On a quorum of masters: `holder()` is the holder a majority agrees on (the lock gone from
-/// one master changes nothing), `force_unlock()` frees it on every master.
+/// one master changes nothing; gone from two, the masters disagree and it says so),
+/// `Client::locks` finds it, `force_unlock()` frees it on every master.
 #[test]
 fn holder_and_force_on_a_quorum() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -331,6 +332,22 @@ fn holder_and_force_on_a_quorum() {
         // three (the one whose key was deleted may have given it).
         assert!(h.fencing_token <= g.fencing_token());
         assert!(g.fencing_token() - h.fencing_token < 1_000_000);
+        // The listing scans every master and reads the holder from the majority.
+        let listed: Vec<_> = quorum.locks(&name).unwrap().map(|l| l.unwrap()).collect();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].holders[0].label, "q-holder");
+        // Gone from a second master: one master alone names the holder, so the masters
+        // disagree, and the answer says so rather than "free".
+        redis::cmd("DEL")
+            .arg(common::lock_key(&name))
+            .exec(&mut conns[1])
+            .unwrap();
+        match m.holder() {
+            Err(locksmith::Error::NoQuorum { reached, needed }) => {
+                assert_eq!((reached, needed), (1, 2));
+            }
+            other => panic!("masters that disagree gave {other:?}"),
+        }
         assert!(m.force_unlock().unwrap());
         for c in &mut conns {
             assert!(common::lock_value(c, &name).is_none());

@@ -198,14 +198,17 @@ impl Mutex {
     /// it has left (both by the server's clock). `None` when nobody holds it.
     ///
     /// Asks the server once (on a quorum of masters, every master at once: the holder a
-    /// majority agrees on, `None` when none does). Returns within the connect timeout plus
+    /// majority agrees on). Returns within the connect timeout plus
     /// the command timeout, a dead pooled connection retried at once on a new one within that
     /// bound.
     ///
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked (with a quorum: when fewer than a majority
-    /// answered); [`Error::ForeignKey`] when the lock's key holds something else.
+    /// answered); [`Error::NoQuorum`] on a quorum client when masters name a holder but no
+    /// majority names the same one (the masters disagree: a split vote, or an acquisition or
+    /// release half done; it settles within a lease); [`Error::ForeignKey`] when the lock's
+    /// key holds something else.
     ///
     /// # Examples
     ///
@@ -243,11 +246,17 @@ impl Mutex {
             }));
         }
         // The acquisition a quorum of masters holds (with one master, the one there).
-        let Some((acquisition, _)) = seen
-            .iter()
-            .find(|(a, _)| seen.iter().filter(|(b, _)| b == a).count() >= quorum)
-        else {
-            return Ok(None);
+        let agree = |a: &String| seen.iter().filter(|(b, _)| b == a).count();
+        let Some((acquisition, _)) = seen.iter().find(|(a, _)| agree(a) >= quorum) else {
+            // Some masters name a holder, but no majority names the same one: the masters
+            // disagree (a split vote, or a holder whose acquisition or release is half done).
+            return match seen.iter().map(|(a, _)| agree(a)).max() {
+                Some(reached) => Err(Error::NoQuorum {
+                    reached,
+                    needed: quorum,
+                }),
+                None => Ok(None),
+            };
         };
         let ours: Vec<&Holder> = seen
             .iter()
