@@ -1,0 +1,207 @@
+//! `unlock`'s decisions: which lock of a name it frees, and whether the operator confirmed.
+
+use std::io::{BufRead, Write};
+
+use crate::args::Kind;
+use crate::exit::Failure;
+use crate::model::LockView;
+use crate::render::{duration, printable, state, who};
+
+/// The lock `unlock NAME [--type T]` frees, among the lock types that use `name` (what
+/// `Client::lock_info` gave).
+///
+/// With `kind`, the lock of that type, held (else not found). Without it, the one held type
+/// (not found when none is held; a usage error listing them when several are).
+pub fn choose<'a>(
+    name: &str,
+    locks: &'a [LockView],
+    kind: Option<Kind>,
+) -> Result<&'a LockView, Failure> {
+    let held: Vec<&LockView> = locks.iter().filter(|l| !l.holders.is_empty()).collect();
+    let shown = printable(name);
+    if let Some(kind) = kind {
+        return held
+            .into_iter()
+            .find(|l| l.kind == kind)
+            .ok_or_else(|| Failure::not_found(format!("nothing holds the {kind} \"{shown}\"")));
+    }
+    match held.as_slice() {
+        [] => Err(Failure::not_found(format!(
+            "nothing holds a lock named \"{shown}\""
+        ))),
+        [one] => Ok(one),
+        many => {
+            let kinds: Vec<&str> = many.iter().map(|l| l.kind.as_str()).collect();
+            Err(Failure::usage(format!(
+                "several lock types named \"{shown}\" are held: {}; say which with --type \
+                 (e.g. --type {})",
+                kinds.join(", "),
+                kinds[0]
+            )))
+        }
+    }
+}
+
+/// The confirmation question for freeing `lock`: its type, name and holder(s).
+pub fn question(lock: &LockView) -> String {
+    let holders = match lock.holders.as_slice() {
+        [] => "nobody".to_owned(),
+        [h] => format!(
+            "{}, token {}, held for {}",
+            who(h),
+            h.fencing_token,
+            duration(h.held_for)
+        ),
+        [h, rest @ ..] => format!("{} and {} more", who(h), rest.len()),
+    };
+    format!(
+        "Force-unlock the {} \"{}\" ({}; held by {})? Its holder loses it at its next \
+         renewal at the latest. [y/N] ",
+        lock.kind,
+        printable(&lock.name),
+        state(lock),
+        holders
+    )
+}
+
+/// Asks `question` on `out` and reads the answer from `input`, unless `yes`.
+///
+/// Without `yes`: refused when stdin is not a terminal (`stdin_is_terminal` false: a script
+/// must say `--yes`), and unless the answer is `y` or `yes` (any case).
+pub fn confirm(
+    yes: bool,
+    stdin_is_terminal: bool,
+    question: &str,
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    if yes {
+        return Ok(());
+    }
+    if !stdin_is_terminal {
+        return Err(Failure::refused(
+            "refusing to force-unlock without a confirmation: stdin is not a terminal; \
+             pass --yes to unlock without asking",
+        ));
+    }
+    let asked = out
+        .write_all(question.as_bytes())
+        .and_then(|()| out.flush());
+    if let Err(e) = asked {
+        return Err(Failure::refused(format!(
+            "could not ask for a confirmation: {e}"
+        )));
+    }
+    let mut answer = String::new();
+    if let Err(e) = input.read_line(&mut answer) {
+        return Err(Failure::refused(format!("could not read the answer: {e}")));
+    }
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => Err(Failure::refused("not unlocked: not confirmed")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::exit;
+    use crate::render::tests::{holder, lock};
+
+    #[test]
+    fn one_held_type_is_chosen_without_type() {
+        let locks = vec![
+            lock("n", Kind::Mutex, vec![holder("a", "t", 1, 1)]),
+            lock("n", Kind::FairMutex, vec![]),
+        ];
+        assert_eq!(choose("n", &locks, None).unwrap().kind, Kind::Mutex);
+        assert_eq!(
+            choose("n", &locks, Some(Kind::Mutex)).unwrap().kind,
+            Kind::Mutex
+        );
+        let f = choose("n", &locks, Some(Kind::FairMutex)).unwrap_err();
+        assert_eq!(f.code, exit::NOT_FOUND);
+        assert!(f.message.contains("fair_mutex"), "{f}");
+    }
+
+    #[test]
+    fn several_held_types_need_type_and_are_listed() {
+        let locks = vec![
+            lock("n", Kind::Mutex, vec![holder("a", "t", 1, 1)]),
+            lock("n", Kind::Semaphore, vec![holder("b", "t", 1, 0)]),
+        ];
+        let f = choose("n", &locks, None).unwrap_err();
+        assert_eq!(f.code, exit::USAGE);
+        assert!(f.message.contains("mutex, semaphore"), "{f}");
+        assert!(f.message.contains("--type"), "{f}");
+        assert_eq!(
+            choose("n", &locks, Some(Kind::Semaphore)).unwrap().kind,
+            Kind::Semaphore
+        );
+    }
+
+    #[test]
+    fn nothing_held_is_not_found() {
+        let f = choose("n", &[], None).unwrap_err();
+        assert_eq!(f.code, exit::NOT_FOUND);
+        assert!(f.message.contains("\"n\""), "{f}");
+    }
+
+    #[test]
+    fn the_question_names_the_holder() {
+        let q = question(&lock(
+            "orders:42",
+            Kind::Mutex,
+            vec![holder("billing-1", "worker-3", 1, 17)],
+        ));
+        assert!(q.contains("mutex \"orders:42\""), "{q}");
+        assert!(q.contains("billing-1 (thread worker-3)"), "{q}");
+        assert!(q.contains("token 17"), "{q}");
+        assert!(q.ends_with("[y/N] "), "{q}");
+        let q = question(&lock(
+            "p",
+            Kind::Semaphore,
+            vec![holder("a", "t", 1, 0), holder("b", "u", 1, 0)],
+        ));
+        assert!(q.contains("a (thread t) and 1 more"), "{q}");
+    }
+
+    #[test]
+    fn yes_skips_the_question() {
+        let mut out = Vec::new();
+        confirm(true, false, "q? ", &mut &b""[..], &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn without_a_terminal_it_refuses_and_asks_nothing() {
+        let mut out = Vec::new();
+        let f = confirm(false, false, "q? ", &mut &b"y\n"[..], &mut out).unwrap_err();
+        assert_eq!(f.code, exit::REFUSED);
+        assert!(f.message.contains("--yes"), "{f}");
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn only_yes_confirms() {
+        for (answer, ok) in [
+            ("y\n", true),
+            ("YES\n", true),
+            (" yes \n", true),
+            ("n\n", false),
+            ("\n", false),
+            ("", false),
+            ("yep\n", false),
+        ] {
+            let mut out = Vec::new();
+            let r = confirm(false, true, "q? ", &mut answer.as_bytes(), &mut out);
+            assert_eq!(r.is_ok(), ok, "{answer:?}");
+            if let Err(f) = r {
+                assert_eq!(f.code, exit::REFUSED);
+            }
+            assert_eq!(out, b"q? ");
+        }
+    }
+}
