@@ -103,6 +103,7 @@ pub struct ConnArgs {
         global = true,
         value_name = "PREFIX",
         env = "LOCKSMITH_PREFIX",
+        hide_env_values = true,
         default_value = DEFAULT_PREFIX
     )]
     pub prefix: String,
@@ -254,16 +255,16 @@ impl WatchArgs {
 /// A lock type, as the command line and the output name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum Kind {
-    /// `Mutex`.
+    /// A Mutex
     #[value(name = "mutex")]
     Mutex,
-    /// `FairMutex`.
+    /// A FairMutex (waiters queue in arrival order)
     #[value(name = "fair_mutex", alias = "fair-mutex")]
     FairMutex,
-    /// `RwLock`.
+    /// An RwLock (readers or one writer)
     #[value(name = "rw_lock", alias = "rw-lock")]
     RwLock,
-    /// `Semaphore`.
+    /// A Semaphore (counted permits)
     #[value(name = "semaphore")]
     Semaphore,
 }

@@ -46,6 +46,7 @@ pub fn choose<'a>(
 pub fn question(lock: &LockView) -> String {
     let holders = match lock.holders.as_slice() {
         [] => "nobody".to_owned(),
+        [h] if h.fencing_token == 0 => format!("{}, held for {}", who(h), duration(h.held_for)),
         [h] => format!(
             "{}, token {}, held for {}",
             who(h),
@@ -54,13 +55,17 @@ pub fn question(lock: &LockView) -> String {
         ),
         [h, rest @ ..] => format!("{} and {} more", who(h), rest.len()),
     };
+    let state = state(lock);
+    let described = if state == "held" {
+        format!("held by {holders}")
+    } else {
+        format!("{state}: {holders}")
+    };
     format!(
-        "Force-unlock the {} \"{}\" ({}; held by {})? Its holder loses it at its next \
-         renewal at the latest. [y/N] ",
+        "Force-unlock the {} \"{}\" ({described})? Its holder loses it at its next renewal at \
+         the latest. [y/N] ",
         lock.kind,
         printable(&lock.name),
-        state(lock),
-        holders
     )
 }
 
