@@ -23,7 +23,8 @@ or Valkey: who holds which lock, since when, with which fencing token and how ma
 view; and a forced unlock for a lock whose holder is stuck.
 
 The servers are named as by the library: --url (or REDIS_URL) for one server, --sentinel with \
---master for a Sentinel deployment, --cluster for a Redis Cluster. TLS and passwords go in the \
+--master for a Sentinel deployment, --cluster for a Redis Cluster, --redlock for the masters of \
+a quorum (RedLock) deployment. TLS and passwords go in the \
 URLs (rediss://user:password@host:port/, valkeys://, a trailing #insecure skips the certificate \
 check); --tls-ca, --tls-cert and --tls-key add a private CA and a client certificate. Without \
 any of them, redis://127.0.0.1:6379/.";
@@ -55,7 +56,7 @@ pub struct ConnArgs {
     /// One Redis or Valkey server: redis://[user:password@]host[:port][/db], rediss://
     /// (TLS), valkey://, valkeys://, redis+unix:///path [env: REDIS_URL; default:
     /// redis://127.0.0.1:6379/]
-    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["sentinel", "cluster"])]
+    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["sentinel", "cluster", "redlock"])]
     pub url: Option<RedisUrl>,
 
     /// The sentinels of a Sentinel deployment, comma-separated (with --master)
@@ -65,7 +66,7 @@ pub struct ConnArgs {
         value_name = "URL,URL",
         value_delimiter = ',',
         requires = "master",
-        conflicts_with = "cluster"
+        conflicts_with_all = ["cluster", "redlock"]
     )]
     pub sentinel: Vec<RedisUrl>,
 
@@ -94,8 +95,18 @@ pub struct ConnArgs {
     pub master_db: Option<i64>,
 
     /// Nodes of a Redis Cluster, comma-separated (one is enough)
-    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',')]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL,URL",
+        value_delimiter = ',',
+        conflicts_with = "redlock"
+    )]
     pub cluster: Vec<RedisUrl>,
+
+    /// The independent masters of a quorum (RedLock) deployment, comma-separated
+    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',')]
+    pub redlock: Vec<RedisUrl>,
 
     /// The key prefix of the locks (ClientBuilder::key_prefix)
     #[arg(
@@ -187,7 +198,7 @@ publishes on (PSUBSCRIBE): a semaphore or rw_lock release, a fair_mutex hand-off
 release when someone waits for it (a mutex released with no waiter publishes nothing: that \
 release shows at the next re-read). The table is re-read at most once a second. On a Redis \
 Cluster, the release channels are sharded per node: the view comes from the once-a-second \
-re-read alone.
+re-read alone, and so it does with --redlock (each release is published on every master).
 
 When stdout is a terminal, each redraw clears the screen (ANSI); otherwise the frames follow \
 each other, each starting with a `locksmith watch` line. Ctrl-C ends it; --once draws one \
@@ -364,10 +375,12 @@ pub enum Target {
     },
     /// A Redis Cluster, through these seeds.
     Cluster(Vec<RedisUrl>),
+    /// Independent masters, a majority of which grant each lock (RedLock).
+    Redlock(Vec<RedisUrl>),
 }
 
 impl ConnArgs {
-    /// The servers: `--sentinel`, `--cluster`, else `--url`, else `env_url` (`REDIS_URL`),
+    /// The servers: `--sentinel`, `--cluster`, `--redlock`, else `--url`, else `env_url` (`REDIS_URL`),
     /// else [`DEFAULT_URL`]. The options of a Sentinel master are refused on the other
     /// topologies.
     pub fn target(&self, env_url: Option<String>) -> Result<Target, Failure> {
@@ -407,6 +420,12 @@ impl ConnArgs {
                 return Err(Failure::usage("--cluster has an empty URL"));
             }
             return Ok(Target::Cluster(self.cluster.clone()));
+        }
+        if !self.redlock.is_empty() {
+            if empty(&self.redlock) {
+                return Err(Failure::usage("--redlock has an empty URL"));
+            }
+            return Ok(Target::Redlock(self.redlock.clone()));
         }
         let url = match &self.url {
             Some(url) => url.clone(),
@@ -512,6 +531,12 @@ mod tests {
                 RedisUrl("redis://b:2".into())
             ])
         );
+        let cli = parse(&["list", "--redlock", "redis://a:1,redis://b:2,redis://c:3"]).unwrap();
+        match cli.conn.target(None).unwrap() {
+            Target::Redlock(urls) => assert_eq!(urls.len(), 3),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["--redlock", "redis://a/", "--cluster", "redis://b/", "list"]).is_err());
     }
 
     #[test]

@@ -200,8 +200,11 @@ pub struct Header {
     pub prefix: String,
     /// The name prefix watched.
     pub name_prefix: String,
-    /// Where the releases come from: the release channels, or the re-read alone (a cluster).
+    /// Where the releases come from: the release channels, or the re-read alone (a cluster,
+    /// a quorum client).
     pub channels: bool,
+    /// The topology, as the frame names it when it has no channels (`cluster`, `redlock`).
+    pub topology: &'static str,
 }
 
 /// One frame: a `locksmith watch` line, the table (or that nothing is held), and the latest
@@ -214,9 +217,9 @@ pub fn frame(
     events: &VecDeque<Event>,
 ) -> String {
     let source = match (header.channels, listening) {
-        (true, true) => "releases heard on the release channels",
-        (true, false) => "release channels not connected; re-read once a second",
-        (false, _) => "cluster: re-read once a second",
+        (true, true) => "releases heard on the release channels".to_owned(),
+        (true, false) => "release channels not connected; re-read once a second".to_owned(),
+        (false, _) => format!("{}: re-read once a second", header.topology),
     };
     let mut out = format!(
         "locksmith watch  prefix \"{}\"  names \"{}*\"  {} UTC  {}\n\n",
@@ -476,6 +479,7 @@ mod tests {
             prefix: "locksmith:".into(),
             name_prefix: "or".into(),
             channels: true,
+            topology: "server",
         };
         let mut events = VecDeque::new();
         let text = frame(&header, true, UNIX_EPOCH, &[], &events);
@@ -493,6 +497,7 @@ mod tests {
         let text = frame(
             &Header {
                 channels: false,
+                topology: "cluster",
                 ..header
             },
             false,
@@ -511,6 +516,7 @@ mod tests {
             prefix: "p:".into(),
             name_prefix: String::new(),
             channels: false,
+            topology: "cluster",
         };
         let mut out = Vec::new();
         let mut reads = 0;
@@ -539,6 +545,7 @@ mod tests {
             prefix: "p:".into(),
             name_prefix: String::new(),
             channels: true,
+            topology: "server",
         };
         let (tx, rx) = mpsc::channel();
         tx.send(Heard::Listening).unwrap();
@@ -586,6 +593,7 @@ mod tests {
             prefix: "p:".into(),
             name_prefix: String::new(),
             channels: false,
+            topology: "cluster",
         };
         let f = run(
             &header,
