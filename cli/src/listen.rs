@@ -130,15 +130,6 @@ impl Listener {
         Err(why)
     }
 
-    /// Connects and subscribes to `pattern`.
-    fn subscribe(&self, pattern: &str) -> Result<redis::Connection, String> {
-        let mut con = self.connect(self.server()?)?;
-        con.as_pubsub()
-            .psubscribe(pattern)
-            .map_err(|e| e.to_string())?;
-        Ok(con)
-    }
-
     /// Starts the listener thread: it subscribes to `pattern`, reports
     /// [`Heard::Listening`], then each message on a release channel of key prefix `prefix`,
     /// and [`Heard::Lost`] when the connection fails (then connects again a second later).
@@ -148,16 +139,11 @@ impl Listener {
             .name("locksmith-watch".into())
             .spawn(move || {
                 loop {
-                    let lost = match self.subscribe(&pattern) {
-                        Ok(mut con) => {
-                            if tx.send(Heard::Listening).is_err() {
-                                return;
-                            }
-                            match listen(&mut con, &prefix, &tx) {
-                                Some(why) => why,
-                                None => return,
-                            }
-                        }
+                    let lost = match self.server().and_then(|info| self.connect(info)) {
+                        Ok(mut con) => match listen(&mut con, &prefix, &pattern, &tx) {
+                            Some(why) => why,
+                            None => return,
+                        },
                         Err(why) => why,
                     };
                     if tx.send(Heard::Lost(lost)).is_err() {
@@ -170,9 +156,22 @@ impl Listener {
     }
 }
 
-/// Reads messages until the connection fails (`Some(why)`) or the receiver is gone (`None`).
-fn listen(con: &mut redis::Connection, prefix: &str, tx: &Sender<Heard>) -> Option<String> {
+/// Subscribes to `pattern` (reporting [`Heard::Listening`]) and reads messages until the
+/// connection fails (`Some(why)`) or the receiver is gone (`None`). One `PubSub` throughout:
+/// dropping it unsubscribes.
+fn listen(
+    con: &mut redis::Connection,
+    prefix: &str,
+    pattern: &str,
+    tx: &Sender<Heard>,
+) -> Option<String> {
     let mut pubsub = con.as_pubsub();
+    if let Err(e) = pubsub.psubscribe(pattern) {
+        return Some(e.to_string());
+    }
+    if tx.send(Heard::Listening).is_err() {
+        return None;
+    }
     if let Err(e) = pubsub.set_read_timeout(Some(PING_AFTER)) {
         return Some(e.to_string());
     }
