@@ -194,9 +194,10 @@ A live view of the held locks under the key prefix whose name starts with NAME_P
 table of `list`, redrawn in place, and below it the acquisitions and releases as they happen.
 
 On one server and on Sentinel, the releases are heard on the release channels the library \
-publishes on (PSUBSCRIBE): a semaphore or rw_lock release, a fair_mutex hand-off, and a mutex \
-release when someone waits for it (a mutex released with no waiter publishes nothing: that \
-release shows at the next re-read). The table is re-read at most once a second. On a Redis \
+publishes on (PSUBSCRIBE): a release of any type publishes when someone waits for it (a \
+fair_mutex hands it to the next waiter), and so does a forced unlock; a release nobody \
+waits for publishes nothing and shows at the next re-read. The table is re-read at most once a \
+second. On a Redis \
 Cluster, the release channels are sharded per node: the view comes from the once-a-second \
 re-read alone, and so it does with --redlock (each release is published on every master).
 
