@@ -53,10 +53,16 @@ pub struct Cli {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Connection")]
 pub struct ConnArgs {
-    /// One Redis or Valkey server: redis://[user:password@]host[:port][/db], rediss://
-    /// (TLS), valkey://, valkeys://, redis+unix:///path [env: REDIS_URL; default:
-    /// redis://127.0.0.1:6379/]
-    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["sentinel", "cluster", "redlock"])]
+    /// One Redis or Valkey server (`--url`; `REDIS_URL` when absent).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        conflicts_with_all = ["sentinel", "cluster", "redlock"],
+        help = "One Redis or Valkey server: redis://[user:password@]host[:port][/db], rediss:// \
+                (TLS), valkey://, valkeys://, redis+unix:///path [env: REDIS_URL; default: \
+                redis://127.0.0.1:6379/]"
+    )]
     pub url: Option<RedisUrl>,
 
     /// The sentinels of a Sentinel deployment, comma-separated (with --master)

@@ -179,7 +179,7 @@ pub fn json(lock: &LockView) -> Value {
     obj
 }
 
-/// The locks as JSON Lines: one object ([`json`]) per line.
+/// The locks as JSON Lines: one object ([`json()`]) per line.
 pub fn json_lines(locks: &[LockView]) -> String {
     let mut out = String::new();
     for lock in locks {
