@@ -336,6 +336,10 @@ fn holder_and_force_on_a_quorum() {
         let listed: Vec<_> = quorum.locks(&name).unwrap().map(|l| l.unwrap()).collect();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].holders[0].label, "q-holder");
+        // A quorum client holds only mutexes: lock_info asks for nothing else.
+        let info = quorum.lock_info(&name).unwrap();
+        assert_eq!(info.len(), 1);
+        assert_eq!(info[0].kind, locksmith::LockKind::Mutex);
         // Gone from a second master: one master alone names the holder, so the masters
         // disagree, and the answer says so rather than "free".
         redis::cmd("DEL")

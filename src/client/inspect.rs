@@ -107,7 +107,9 @@ impl Client {
         let mut found = BTreeSet::new();
         for (master, result) in self.core.shared().backend.scan(&pattern, by) {
             for key in result.map_err(|e| e.at(&master))? {
-                if let Some((name, kind)) = classify(config_prefix, &key) {
+                if let Some((name, kind)) = classify(config_prefix, &key)
+                    && self.kinds().contains(&kind)
+                {
                     found.insert((name, kind));
                 }
             }
@@ -120,7 +122,8 @@ impl Client {
 
     /// Everything about the name `name`: each lock type that holds it or has waiters for it,
     /// with its holders and (where the type counts them) its waiters. Empty when no type uses
-    /// the name. Asks each type in turn: a few calls, no `SCAN`.
+    /// the name. Asks each type in turn: a few calls, no `SCAN`. A quorum client asks only
+    /// for the [`Mutex`](crate::Mutex), the one type it can hold.
     ///
     /// # Errors
     ///
@@ -129,7 +132,7 @@ impl Client {
     pub fn lock_info(&self, name: &str) -> Result<Vec<LockInfo>> {
         keys::validate_name(name)?;
         let mut out = Vec::new();
-        for kind in LockKind::ALL {
+        for &kind in self.kinds() {
             let info = self.info_of(name, kind)?;
             if !info.holders.is_empty() || info.waiters.is_some_and(|w| w > 0) {
                 out.push(info);
@@ -154,6 +157,16 @@ impl Client {
             LockKind::FairMutex => self.fair_mutex(name)?.force_unlock(),
             LockKind::RwLock => self.rw_lock(name)?.force_unlock(),
             LockKind::Semaphore => self.semaphore(name, 1)?.force_unlock(),
+        }
+    }
+
+    /// The lock types this client can hold: all of them on one server, Sentinel or a cluster;
+    /// on a quorum client only the [`Mutex`](crate::Mutex) (the others need one server).
+    fn kinds(&self) -> &'static [LockKind] {
+        if self.masters() > 1 {
+            &[LockKind::Mutex]
+        } else {
+            &LockKind::ALL
         }
     }
 
