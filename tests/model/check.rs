@@ -16,7 +16,7 @@
 //! - **Overlap**: two acquisitions of one name by different owners whose `[start, end]`
 //!   windows intersect were both held at one moment, unless the earlier one had been told of
 //!   its loss (`on_lease_lost`) before the later one began, or Redis restarted empty in between
-//!   (a documented loss of every lock).
+//!   (a documented loss of every lock), or a forced unlock removed the one (see below).
 //! - **Token order**: if `X.end < Y.start` then X was granted before Y (or the two overlapped,
 //!   which is a violation anyway), so `X.token < Y.token` must hold, across restarts of Redis
 //!   too, unless Y's own acquiring call spanned a restart (Y may then have been granted by the
@@ -35,19 +35,61 @@
 //!   contain that moment (that one included) must fit in the count, leaving out those lost
 //!   in a restart in between. Each section is one acquisition (permits are not reentrant).
 //!
+//! Sections are judged per lock, a name and a type. A `MultiMutex` set holds each of its
+//! names as a mutex (the same keys): its guard is recorded as one section per name, each
+//! judged with that name's mutex sections.
+//!
+//! # A forced unlock
+//!
+//! The fault plan may call `force_unlock` on one lock (a name and a type): the fault's window
+//! is the call, from its start to its return, so the lock was freed on the server at some
+//! moment within it. The library frees it whoever holds it, and the holder it removed finds
+//! out at its next renewal at the latest. So a forced unlock excuses the overlap with the
+//! holder it removed, and nothing else:
+//!
+//! - **Who it may have removed**: an acquisition of that name and type whose acquiring call
+//!   began before the force returned (it may have been granted before the force ran, however
+//!   late its call returned); and a mutex acquisition handed off locally from one (another
+//!   thread of the same process with the next token: it continues the same acquisition on
+//!   the server, with the same lease).
+//! - **What is excused**: its overlap with an acquisition whose call returned after the
+//!   force began (which may have been granted after it), between holders of one lock as
+//!   between a reader and a writer. Only while it stopped reporting itself held within one
+//!   lease of the force's return: its last renewal that the force did not make fail was sent
+//!   before the force returned and set its local deadline; a holder that believed longer is
+//!   not excused. Two acquisitions granted after the force are judged as ever. For a
+//!   semaphore, at the start of a section that began after the force began, the permits of
+//!   the sections it may have removed (that one's too) do not count; the others do.
+//! - **Tokens keep rising** across a forced unlock. X's token came before Y's for certain when
+//!   X's call returned before Y's token could be allocated (Y's call began, or for a hand-off
+//!   the call of the acquisition it continues), overlapping or not; or, as ever, when X ended
+//!   before Y began, unless Y may have been removed by a force that X may have been granted
+//!   after (Y was granted first, and its call returned late).
+//! - **Releases**: the removed holder's `unlock()` reports the loss (`LeaseLost` or
+//!   `NotOwner`, allowed errors). An `unlock()` that began after the force returned, of an
+//!   acquisition granted before the force began, must not report `Ok` (the release calls
+//!   name the guard they released by its sections' start); except at a read-write lock's
+//!   inner level (counted locally, it does not ask the server) and at a mutex's outermost
+//!   level while another thread of its process was taking that mutex (the lock may have
+//!   passed to it locally, without asking the server: a set never does). A release that
+//!   returned before the force began is fine; one that ran while it did cannot be judged.
+//!
 //! Calls are judged against their documented bound plus a slack, minus the time the calling
 //! process spent stopped (`SIGSTOP`) by the fault plan. An `on_lease_lost` callback comes at
-//! most once per acquisition. Errors other than timeouts, connection failures and lost leases
-//! are findings, and so is any thread, connection, channel or lock key left over at the end.
+//! most once per acquisition (a forced unlock's `force_unlock` call is judged by its bound
+//! too). Errors other than timeouts, connection failures and lost leases are findings, and so is any thread, connection, channel or lock key left over at the end.
 
 use std::collections::HashMap;
 use std::fmt;
+
+use locksmith::LockKind;
 
 /// One guard's critical section (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Section {
     pub name: String,
-    /// `p<process>t<thread>`: one thread of one client, the library's unit of ownership.
+    /// `p<process>t<thread>`: one thread of one client, the library's unit of ownership (the
+    /// part before the `t` names the process: a lock handed off locally stays in it).
     pub owner: String,
     pub token: u64,
     /// Stamped right before the acquiring call.
@@ -68,8 +110,11 @@ pub struct Section {
 /// What a section held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// A mutex's or fair mutex's lock.
+    /// A mutex's lock (alone, or one name of a `MultiMutex` set: a set holds each of its
+    /// names as a mutex).
     Excl,
+    /// A fair mutex's lock.
+    Fair,
     /// A read lock of a read-write lock.
     Read,
     /// The write lock of a read-write lock.
@@ -82,6 +127,7 @@ impl Access {
     pub fn as_string(self) -> String {
         match self {
             Access::Excl => "x".into(),
+            Access::Fair => "f".into(),
             Access::Read => "r".into(),
             Access::Write => "w".into(),
             Access::Permits { n, of } => format!("p{n}/{of}"),
@@ -91,6 +137,7 @@ impl Access {
     pub fn parse(s: &str) -> Option<Access> {
         Some(match s {
             "x" => Access::Excl,
+            "f" => Access::Fair,
             "r" => Access::Read,
             "w" => Access::Write,
             _ => {
@@ -105,7 +152,17 @@ impl Access {
 
     /// Held by one owner at a time (a token, re-entry grouped by it).
     fn exclusive(self) -> bool {
-        matches!(self, Access::Excl | Access::Write)
+        matches!(self, Access::Excl | Access::Fair | Access::Write)
+    }
+
+    /// The type of lock held.
+    pub fn kind(self) -> LockKind {
+        match self {
+            Access::Excl => LockKind::Mutex,
+            Access::Fair => LockKind::FairMutex,
+            Access::Read | Access::Write => LockKind::RwLock,
+            Access::Permits { .. } => LockKind::Semaphore,
+        }
     }
 }
 
@@ -130,6 +187,8 @@ pub enum CallKind {
     TryLockUntil,
     Unlock,
     Drop,
+    /// `Client::force_unlock`, by the fault plan (see [`FaultKind::ForcedUnlock`]).
+    ForceUnlock,
 }
 
 impl CallKind {
@@ -141,6 +200,7 @@ impl CallKind {
             "try_lock_until" => CallKind::TryLockUntil,
             "unlock" => CallKind::Unlock,
             "drop" => CallKind::Drop,
+            "force_unlock" => CallKind::ForceUnlock,
             _ => return None,
         })
     }
@@ -153,6 +213,7 @@ impl CallKind {
             CallKind::TryLockUntil => "try_lock_until",
             CallKind::Unlock => "unlock",
             CallKind::Drop => "drop",
+            CallKind::ForceUnlock => "force_unlock",
         }
     }
 }
@@ -165,7 +226,8 @@ pub struct Call {
     pub method: String,
     pub name: String,
     pub owner: String,
-    /// Index of the process, to subtract the time it was stopped.
+    /// Index of the process, to subtract the time it was stopped (`usize::MAX` for the fault
+    /// driver's own calls).
     pub proc: usize,
     pub start: u64,
     pub end: u64,
@@ -176,6 +238,9 @@ pub struct Call {
     /// without bound for a live holder, and a waiter meets a fault only when it next asks).
     pub bound: u64,
     pub outcome: Outcome,
+    /// For a release (`unlock` or drop): the `start` of the guard's section(s), which with
+    /// the owner names the guard released; 0 for any other call.
+    pub of: u64,
 }
 
 /// An `on_lease_lost` callback.
@@ -187,12 +252,15 @@ pub struct LostReport {
 }
 
 /// The kinds of faults, as far as the checker cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
     /// A process of the model was stopped (`SIGSTOP`) for the whole window.
     ProcessStopped(usize),
     /// Redis was killed and started again empty at the window's start.
     RestartEmpty,
+    /// `force_unlock` of the lock `name` of type `kind`: the window is the call, from its
+    /// start to its return, so the lock was freed on the server at some moment within it.
+    ForcedUnlock { name: String, kind: LockKind },
     /// Anything else (Redis stopped or sleeping, connections killed, replies cut, ...).
     Other,
 }
@@ -254,6 +322,14 @@ pub enum Finding {
     TokenOrder {
         earlier: Vec<Section>,
         later: Vec<Section>,
+    },
+    /// An `unlock()` that began after a forced unlock of its lock had returned reported `Ok`,
+    /// though its acquisition was granted before that force began: the force had freed the
+    /// lock, so the release must report the loss.
+    ReleasedAfterForce {
+        call: Call,
+        section: Section,
+        force: Fault,
     },
     /// A call took longer than its bound plus slack (`took` excludes stopped time).
     Bound {
@@ -339,7 +415,12 @@ impl Finding {
                 let mut out = format!(
                     "OVERCOUNT on `{}`: {n} permits of {count} held at {:+.1} ms:",
                     held[0].name,
-                    ms(held.last().map_or(0, |s| s.start).saturating_sub(t0))
+                    ms(held
+                        .iter()
+                        .map(|s| s.start)
+                        .max()
+                        .unwrap_or(0)
+                        .saturating_sub(t0))
                 );
                 for s in held {
                     out.push_str(&format!(
@@ -356,6 +437,24 @@ impl Finding {
                 earlier[0].name,
                 acq(earlier, t0),
                 acq(later, t0)
+            ),
+            Finding::ReleasedAfterForce {
+                call,
+                section,
+                force,
+            } => format!(
+                "OK AFTER FORCE: {} of `{}` by {} at {:+.1} .. {:+.1} ms returned Ok, but `{}` \
+                 was force-unlocked at {:+.1} .. {:+.1} ms ({}) after this acquisition:\n      {}",
+                call.method,
+                call.name,
+                call.owner,
+                ms(call.start.saturating_sub(t0)),
+                ms(call.end.saturating_sub(t0)),
+                section.name,
+                ms(force.start.saturating_sub(t0)),
+                ms(force.end.saturating_sub(t0)),
+                force.what,
+                sec(section, t0)
             ),
             Finding::Bound {
                 call,
@@ -399,6 +498,10 @@ struct Acq<'a> {
     start: u64,
     end: u64,
     call_start: u64,
+    /// The earliest its token may have been allocated: its acquiring call's start, or for a
+    /// mutex acquisition handed off locally, that of the acquisition it continues (see
+    /// [`handed_off`]).
+    alloc: u64,
 }
 
 impl Acq<'_> {
@@ -406,6 +509,33 @@ impl Acq<'_> {
         let mut v: Vec<Section> = self.all.iter().map(|s| (*s).clone()).collect();
         v.sort_by_key(|s| (s.depth, s.start));
         v
+    }
+
+    fn span(&self) -> Span {
+        Span {
+            alloc: self.alloc,
+            start: self.start,
+            end: self.end,
+        }
+    }
+}
+
+/// What the forced-unlock rules need of a section or an acquisition: when its grant may have
+/// been allocated at the earliest, when its call returned, its last passing check.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    alloc: u64,
+    start: u64,
+    end: u64,
+}
+
+impl Section {
+    fn span(&self) -> Span {
+        Span {
+            alloc: self.call_start,
+            start: self.start,
+            end: self.end,
+        }
     }
 }
 
@@ -415,6 +545,7 @@ pub fn check(h: &History, slack: u64) -> Vec<Finding> {
     check_sections(h, &mut findings);
     check_readers(h, &mut findings);
     check_permits(h, &mut findings);
+    check_forced_releases(h, &mut findings);
     check_calls(h, slack, &mut findings);
     check_lost_reports(h, &mut findings);
     check_leftovers(&h.leftovers, &mut findings);
@@ -427,20 +558,87 @@ fn restart_between(faults: &[Fault], from: u64, to: u64) -> bool {
         .any(|f| f.kind == FaultKind::RestartEmpty && f.start >= from && f.start <= to)
 }
 
+/// The forced unlocks of the lock `name` of type `kind`.
+fn forces<'a>(faults: &'a [Fault], name: &str, kind: LockKind) -> Vec<&'a Fault> {
+    faults
+        .iter()
+        .filter(|f| {
+            matches!(&f.kind, FaultKind::ForcedUnlock { name: n, kind: k }
+                if n == name && *k == kind)
+        })
+        .collect()
+}
+
+/// Whether one of `forces` may have freed `x`'s hold on the server and `y` been granted after
+/// it: `x`'s token may have been allocated before the force returned, and `y`'s acquiring
+/// call returned after the force began.
+///
+/// With `lease`, `x` must moreover have stopped reporting itself held within that lease of
+/// the force's return: its last renewal that the force did not make fail was sent before the
+/// force returned and set its local deadline (a fixed lease's is no later), and the deadline
+/// ends its `is_held()`. A holder that believed longer is not the dispossessed one (or its
+/// renewal wrongly succeeded): it is not excused.
+fn forced(forces: &[&Fault], x: Span, y: Span, lease: Option<u64>) -> bool {
+    forces.iter().any(|f| {
+        x.alloc < f.end
+            && y.start > f.start
+            && lease.is_none_or(|l| x.end <= f.end.saturating_add(l))
+    })
+}
+
+/// The process of an owner: `p<process>` of `p<process>t<thread>`.
+fn process(owner: &str) -> &str {
+    owner.split_once('t').map_or(owner, |(p, _)| p)
+}
+
+/// Finds the mutex acquisitions that were handed off locally and gives each the allocation of
+/// the acquisition it continues. A hold handed off keeps the lock on the server as it is (the
+/// same owner and acquisition there) and gives the receiving thread the next token of the
+/// block its acquisition through Redis reserved: so an acquisition by another thread of the
+/// same process, with the next token, that began no earlier, is taken for its successor. (A
+/// grant through Redis takes the server clock in microseconds, or a token above the last
+/// block: it lands on the next token only when the counter runs ahead of the clock, which
+/// only bursts of empty cycles do.) A set never takes part in a hand-off.
+fn handed_off(list: &mut [Acq<'_>]) {
+    list.sort_by_key(|a| (a.first.token, a.start));
+    for i in 1..list.len() {
+        let (before, rest) = list.split_at_mut(i);
+        let b = &mut rest[0];
+        if b.first.handle == "set" {
+            continue;
+        }
+        let from = before.iter().rev().find(|a| {
+            a.first.token.checked_add(1) == Some(b.first.token)
+                && a.first.handle != "set"
+                && a.first.owner != b.first.owner
+                && process(&a.first.owner) == process(&b.first.owner)
+                && a.start <= b.start
+        });
+        if let Some(a) = from {
+            b.alloc = b.alloc.min(a.alloc);
+        }
+    }
+}
+
+/// A lock: its name and type.
+type LockId<'a> = (&'a str, LockKind);
+
 fn check_sections(h: &History, out: &mut Vec<Finding>) {
-    // Acquisitions per name: sections whose first check passed, grouped by (owner, token).
-    let mut by_name: HashMap<&str, HashMap<(&str, u64), Acq<'_>>> = HashMap::new();
+    // Acquisitions per lock (name and type): sections whose first check passed, grouped by
+    // (owner, token).
+    let mut by_lock: HashMap<LockId<'_>, HashMap<(&str, u64), Acq<'_>>> = HashMap::new();
     for s in h
         .sections
         .iter()
         .filter(|s| s.end != 0 && s.access.exclusive())
     {
-        let acqs = by_name.entry(&s.name).or_default();
+        let acqs = by_lock.entry((&s.name, s.access.kind())).or_default();
         acqs.entry((&s.owner, s.token))
             .and_modify(|a| {
                 a.start = a.start.min(s.start);
                 a.end = a.end.max(s.end);
                 a.call_start = a.call_start.min(s.call_start);
+                a.alloc = a.call_start;
                 if s.depth < a.first.depth {
                     a.first = s;
                 }
@@ -452,37 +650,51 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
                 start: s.start,
                 end: s.end,
                 call_start: s.call_start,
+                alloc: s.call_start,
             });
     }
     let lost = first_lost(h);
-    for (name, acqs) in by_name {
+    for ((name, kind), acqs) in by_lock {
         let mut list: Vec<Acq<'_>> = acqs.into_values().collect();
+        if kind == LockKind::Mutex {
+            handed_off(&mut list);
+        }
+        let forces = forces(&h.faults, name, kind);
         list.sort_by_key(|a| (a.start, a.end));
         for (i, a) in list.iter().enumerate() {
             for b in &list[i + 1..] {
                 // b.start >= a.start: sorted.
-                let excused = |a: &Acq<'_>, b: &Acq<'_>| {
-                    lost.get(&(name, a.first.token))
+                if b.start < a.end {
+                    let excused = lost
+                        .get(&(name, a.first.token))
                         .is_some_and(|&at| at <= b.start)
                         || restart_between(&h.faults, a.call_start.min(b.call_start), b.start)
-                };
-                if b.start < a.end {
-                    if excused(a, b) {
+                        || forced(&forces, a.span(), b.span(), Some(h.lease))
+                        || forced(&forces, b.span(), a.span(), Some(h.lease));
+                    if !excused {
+                        let pair = (a.sections(), b.sections());
+                        out.push(if a.first.owner == b.first.owner {
+                            Finding::TwoAcquisitions {
+                                earlier: pair.0,
+                                later: pair.1,
+                            }
+                        } else {
+                            Finding::Overlap {
+                                earlier: pair.0,
+                                later: pair.1,
+                            }
+                        });
                         continue;
                     }
-                    let pair = (a.sections(), b.sections());
-                    out.push(if a.first.owner == b.first.owner {
-                        Finding::TwoAcquisitions {
-                            earlier: pair.0,
-                            later: pair.1,
-                        }
-                    } else {
-                        Finding::Overlap {
-                            earlier: pair.0,
-                            later: pair.1,
-                        }
-                    });
-                } else if a.end < b.start
+                }
+                // a's token was allocated before b's for certain when a's call returned
+                // before b's token could be allocated; or when a ended before b began,
+                // because b cannot have been granted first and then have waited for a's
+                // release (the two would have overlapped) unless a forced unlock freed b's
+                // hold for a.
+                let ordered = a.start < b.alloc
+                    || (a.end < b.start && !forced(&forces, b.span(), a.span(), None));
+                if ordered
                     && a.first.token >= b.first.token
                     // Tokens increase across a restart too (the server clock is their floor);
                     // only a grant that may predate the restart (one whose acquiring call
@@ -525,6 +737,7 @@ fn check_readers(h: &History, out: &mut Vec<Finding>) {
     };
     let (reads, writes) = (held(Access::Read), held(Access::Write));
     for r in &reads {
+        let forces = forces(&h.faults, &r.name, LockKind::RwLock);
         for w in writes
             .iter()
             .filter(|w| w.name == r.name && w.owner != r.owner)
@@ -541,7 +754,11 @@ fn check_readers(h: &History, out: &mut Vec<Finding>) {
                 && lost
                     .get(&(a.name.as_str(), a.token))
                     .is_some_and(|&at| at <= b.start);
-            if told || restart_between(&h.faults, a.call_start.min(b.call_start), b.start) {
+            if told
+                || restart_between(&h.faults, a.call_start.min(b.call_start), b.start)
+                || forced(&forces, a.span(), b.span(), Some(h.lease))
+                || forced(&forces, b.span(), a.span(), Some(h.lease))
+            {
                 continue;
             }
             out.push(Finding::Overlap {
@@ -568,7 +785,8 @@ fn check_permits(h: &History, out: &mut Vec<Finding>) {
     }
     let mut names: Vec<_> = by_name.into_iter().collect();
     names.sort_by_key(|(n, _)| *n);
-    for (_, mut list) in names {
+    for (name, mut list) in names {
+        let forces = forces(&h.faults, name, LockKind::Semaphore);
         list.sort_by_key(|s| (s.start, s.end));
         for (i, b) in list.iter().enumerate() {
             // Sections that began no later than b and still held at b's start, b included.
@@ -581,6 +799,10 @@ fn check_permits(h: &History, out: &mut Vec<Finding>) {
                 .copied()
                 .collect();
             held.push(b);
+            // A force that began before b returned freed every permit granted before it
+            // returned: those (b's own too) no longer count at b's start, as far as their
+            // holders stopped believing within a lease of it.
+            held.retain(|x| !forced(&forces, x.span(), b.span(), Some(h.lease)));
             let n: u32 = held.iter().filter_map(|s| permits(s)).map(|p| p.0).sum();
             let count = held.iter().filter_map(|s| permits(s)).map(|p| p.1).max();
             if let Some(count) = count
@@ -589,6 +811,70 @@ fn check_permits(h: &History, out: &mut Vec<Finding>) {
                 out.push(Finding::Overcount {
                     count,
                     held: held.into_iter().cloned().collect(),
+                });
+            }
+        }
+    }
+}
+
+/// Whether another thread of `c`'s process was taking the mutex `name` (alone or in a set)
+/// while `c` ran: `c` may then have handed the lock to it without asking the server.
+fn local_waiter(h: &History, c: &Call, name: &str) -> bool {
+    h.calls.iter().any(|w| {
+        matches!(
+            w.kind,
+            CallKind::Lock | CallKind::TryLock | CallKind::TryLockFor | CallKind::TryLockUntil
+        ) && w.proc == c.proc
+            && w.owner != c.owner
+            && w.name.split('+').any(|n| n == name)
+            && w.start <= c.end
+            && w.end >= c.start
+    })
+}
+
+/// No `unlock()` that began after a forced unlock of its lock had returned reports `Ok` for an
+/// acquisition granted before that force began (see the module docs).
+fn check_forced_releases(h: &History, out: &mut Vec<Finding>) {
+    if !h
+        .faults
+        .iter()
+        .any(|f| matches!(f.kind, FaultKind::ForcedUnlock { .. }))
+    {
+        return;
+    }
+    // The sections of each guard: a set's guard has one per name.
+    let mut guards: HashMap<(&str, u64), Vec<&Section>> = HashMap::new();
+    for s in &h.sections {
+        guards.entry((&s.owner, s.start)).or_default().push(s);
+    }
+    for c in h
+        .calls
+        .iter()
+        .filter(|c| c.kind == CallKind::Unlock && c.outcome == Outcome::Ok && c.of != 0)
+    {
+        for s in guards.get(&(c.owner.as_str(), c.of)).into_iter().flatten() {
+            let kind = s.access.kind();
+            // A read-write lock counts its inner levels here: only the outermost asks.
+            if kind == LockKind::RwLock && s.depth > 0 {
+                continue;
+            }
+            // A mutex's outermost level may pass to a waiting thread of its own client,
+            // without asking the server (its successor finds the loss).
+            if s.access == Access::Excl
+                && s.handle != "set"
+                && s.depth == 0
+                && local_waiter(h, c, &s.name)
+            {
+                continue;
+            }
+            if let Some(f) = forces(&h.faults, &s.name, kind)
+                .into_iter()
+                .find(|f| s.start < f.start && c.start > f.end)
+            {
+                out.push(Finding::ReleasedAfterForce {
+                    call: c.clone(),
+                    section: (*s).clone(),
+                    force: f.clone(),
                 });
             }
         }
@@ -608,13 +894,14 @@ fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
 pub fn section_summary(h: &History) -> String {
     fn kind(a: Access) -> &'static str {
         match a {
-            Access::Excl => "mutex or fair mutex",
+            Access::Excl => "mutex",
+            Access::Fair => "fair mutex",
             Access::Read => "read",
             Access::Write => "write",
             Access::Permits { .. } => "permits",
         }
     }
-    ["mutex or fair mutex", "read", "write", "permits"]
+    ["mutex", "fair mutex", "read", "write", "permits"]
         .iter()
         .map(|what| {
             let of: Vec<&Section> = h
@@ -628,7 +915,7 @@ pub fn section_summary(h: &History) -> String {
         .chain(std::iter::once({
             // Sections of names held through a `MultiMutex` (one per name of the set).
             let sets = h.sections.iter().filter(|s| s.handle == "set").count();
-            format!("of which in sets {sets}")
+            format!("mutex sections in sets {sets}")
         }))
         .collect::<Vec<_>>()
         .join(", ")
@@ -645,6 +932,7 @@ pub fn call_summary(h: &History) -> String {
         CallKind::TryLockUntil,
         CallKind::Unlock,
         CallKind::Drop,
+        CallKind::ForceUnlock,
     ] {
         let calls: Vec<&Call> = h.calls.iter().filter(|c| c.kind == kind).collect();
         let worst = calls
@@ -1001,6 +1289,7 @@ mod tests {
     fn access_round_trips() {
         for a in [
             Access::Excl,
+            Access::Fair,
             Access::Read,
             Access::Write,
             Access::Permits { n: 2, of: 3 },
@@ -1021,6 +1310,7 @@ mod tests {
             end: end * MS,
             bound: bound * MS,
             outcome,
+            of: 0,
         }
     }
 
@@ -1081,6 +1371,246 @@ mod tests {
         h.calls[1].start = 3500 * MS;
         h.calls[1].end = 6000 * MS;
         assert_eq!(check(&h, slack).len(), 1);
+    }
+
+    fn force(name: &str, kind: LockKind, start: u64, end: u64) -> Fault {
+        Fault {
+            kind: FaultKind::ForcedUnlock {
+                name: name.into(),
+                kind,
+            },
+            what: format!("ForceUnlock({name:?}, {kind})"),
+            start: start * MS,
+            end: end * MS,
+        }
+    }
+
+    /// A history with a lease of 100 ms (the bound on how long a dispossessed holder may go
+    /// on believing after the force returned).
+    fn forced_history(list: Vec<Section>, faults: Vec<Fault>) -> History {
+        History {
+            sections: list,
+            faults,
+            lease: 100 * MS,
+            ..History::default()
+        }
+    }
+
+    fn owned(owner: &str, token: u64, start: u64, end: u64) -> Section {
+        s(owner, token, start, end)
+    }
+
+    #[test]
+    fn a_forced_unlock_excuses_the_dispossessed_holder_only() {
+        // a held from before the force; b was granted after it began.
+        let overlap = || vec![owned("p0t0", 1, 10, 30), owned("p1t0", 2, 20, 40)];
+        let h = forced_history(overlap(), vec![force("n", LockKind::Mutex, 15, 16)]);
+        assert_eq!(check(&h, 0), vec![]);
+        // No force: an overlap.
+        let h = forced_history(overlap(), vec![]);
+        let f = check(&h, 0);
+        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+        // A force of another name, or of another type of the same name, excuses nothing.
+        for other in [
+            force("m", LockKind::Mutex, 15, 16),
+            force("n", LockKind::FairMutex, 15, 16),
+        ] {
+            let h = forced_history(overlap(), vec![other]);
+            let f = check(&h, 0);
+            assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+        }
+        // Two sections that both began after the force: nothing excuses their overlap.
+        let mut h = forced_history(overlap(), vec![force("n", LockKind::Mutex, 15, 16)]);
+        h.sections.push(owned("p2t0", 3, 35, 50));
+        let f = check(&h, 0);
+        assert!(
+            matches!(f.as_slice(), [Finding::Overlap { earlier, later }]
+                if earlier[0].owner == "p1t0" && later[0].owner == "p2t0"),
+            "{f:?}"
+        );
+        // A section that began after the force returned is no dispossessed holder even when
+        // the other began during the force.
+        let h = forced_history(
+            vec![owned("p0t0", 1, 17, 30), owned("p1t0", 2, 20, 40)],
+            vec![force("n", LockKind::Mutex, 15, 16)],
+        );
+        assert_eq!(check(&h, 0).len(), 1);
+        // The dispossessed holder went on believing past a lease after the force returned:
+        // not what a force explains.
+        let h = History {
+            lease: 10 * MS,
+            ..forced_history(overlap(), vec![force("n", LockKind::Mutex, 15, 16)])
+        };
+        assert_eq!(check(&h, 0).len(), 1);
+        // A holder whose acquiring call began before the force returned may have been granted
+        // before it and removed, whenever its call returned.
+        let mut late = owned("p0t0", 1, 25, 45);
+        late.call_start = 14 * MS;
+        let h = forced_history(
+            vec![owned("p1t0", 2, 20, 40), late],
+            vec![force("n", LockKind::Mutex, 15, 16)],
+        );
+        assert_eq!(check(&h, 0), vec![]);
+    }
+
+    #[test]
+    fn tokens_still_rise_across_a_forced_unlock() {
+        let f16 = || vec![force("n", LockKind::Mutex, 15, 16)];
+        // An excused overlap whose later grant came after the earlier one returned: its
+        // token must be higher.
+        let h = forced_history(
+            vec![owned("p0t0", 5, 10, 30), owned("p1t0", 4, 20, 40)],
+            f16(),
+        );
+        let f = check(&h, 0);
+        assert!(
+            matches!(f.as_slice(), [Finding::TokenOrder { .. }]),
+            "{f:?}"
+        );
+        // One after the other across the force.
+        let h = forced_history(
+            vec![owned("p0t0", 5, 10, 14), owned("p1t0", 4, 20, 30)],
+            f16(),
+        );
+        let f = check(&h, 0);
+        assert!(
+            matches!(f.as_slice(), [Finding::TokenOrder { .. }]),
+            "{f:?}"
+        );
+        // A grant from before the force whose call returned after a later holder was done:
+        // granted first, so its lower token is right.
+        let mut early = owned("p0t0", 4, 40, 41);
+        early.call_start = 12 * MS;
+        let h = forced_history(vec![owned("p1t0", 5, 18, 30), early], f16());
+        assert_eq!(check(&h, 0), vec![]);
+    }
+
+    #[test]
+    fn a_local_successor_of_a_dispossessed_holder_is_dispossessed_too() {
+        let f16 = || vec![force("n", LockKind::Mutex, 15, 16)];
+        // p0t0 held from before the force and handed the lock to p0t1 (the next token) after
+        // it; p1t0 was granted after the force began.
+        let successor = || {
+            let mut x = owned("p0t1", 8, 21, 30);
+            x.call_start = 17 * MS;
+            x
+        };
+        let h = forced_history(
+            vec![
+                owned("p0t0", 7, 10, 20),
+                successor(),
+                owned("p1t0", 100, 19, 40),
+            ],
+            f16(),
+        );
+        assert_eq!(check(&h, 0), vec![]);
+        // The same in another process: no hand-off, a new holder overlapping another.
+        let mut other = successor();
+        other.owner = "p2t0".into();
+        let h = forced_history(
+            vec![owned("p0t0", 7, 10, 20), other, owned("p1t0", 100, 19, 40)],
+            f16(),
+        );
+        let f = check(&h, 0);
+        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+    }
+
+    #[test]
+    fn a_forced_unlock_frees_the_permits_granted_before_it() {
+        let p = |owner, n, start, end| with(Access::Permits { n, of: 3 }, s(owner, 0, start, end));
+        let f16 = || vec![force("n", LockKind::Semaphore, 15, 16)];
+        let h = forced_history(vec![p("p0t0", 2, 10, 30), p("p1t0", 2, 20, 40)], f16());
+        assert_eq!(check(&h, 0), vec![]);
+        let h = forced_history(vec![p("p0t0", 2, 10, 30), p("p1t0", 2, 20, 40)], vec![]);
+        assert_eq!(check(&h, 0).len(), 1);
+        // Those granted after it still count.
+        let h = forced_history(
+            vec![
+                p("p0t0", 2, 10, 30),
+                p("p1t0", 2, 20, 40),
+                p("p2t0", 2, 25, 35),
+            ],
+            f16(),
+        );
+        let f = check(&h, 0);
+        assert!(
+            matches!(f.as_slice(), [Finding::Overcount { count: 3, held }] if held.len() == 2),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn a_forced_unlock_of_a_rw_lock_frees_its_readers() {
+        let r = with(Access::Read, owned("p0t0", 0, 10, 30));
+        let w = with(Access::Write, owned("p1t0", 3, 20, 40));
+        let h = forced_history(
+            vec![r.clone(), w.clone()],
+            vec![force("n", LockKind::RwLock, 15, 16)],
+        );
+        assert_eq!(check(&h, 0), vec![]);
+        let h = forced_history(vec![r, w], vec![force("n", LockKind::Mutex, 15, 16)]);
+        let f = check(&h, 0);
+        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+    }
+
+    #[test]
+    fn a_release_after_a_forced_unlock_must_not_report_ok() {
+        let section = owned("p0t0", 1, 10, 20);
+        let unlock = |start: u64, end: u64, outcome: Outcome| Call {
+            owner: "p0t0".into(),
+            of: 10 * MS,
+            ..call(CallKind::Unlock, start, end, 250, outcome)
+        };
+        let h = |sec: Section, calls: Vec<Call>| History {
+            calls,
+            ..forced_history(vec![sec], vec![force("n", LockKind::Mutex, 15, 16)])
+        };
+        // Began after the force returned: Ok is a finding, the loss is the right answer.
+        let f = check(&h(section.clone(), vec![unlock(21, 22, Outcome::Ok)]), 0);
+        assert!(
+            matches!(f.as_slice(), [Finding::ReleasedAfterForce { .. }]),
+            "{f:?}"
+        );
+        let lost = Outcome::Expected("lease lost".into());
+        assert_eq!(
+            check(&h(section.clone(), vec![unlock(21, 22, lost)]), 0),
+            vec![]
+        );
+        // Returned before the force began, or ran while it did: nothing to tell.
+        assert_eq!(
+            check(&h(section.clone(), vec![unlock(12, 14, Outcome::Ok)]), 0),
+            vec![]
+        );
+        assert_eq!(
+            check(&h(section.clone(), vec![unlock(15, 17, Outcome::Ok)]), 0),
+            vec![]
+        );
+        // Another thread of the process was waiting for the mutex: a local hand-off, Ok.
+        let waiter = Call {
+            owner: "p0t1".into(),
+            ..call(CallKind::Lock, 18, 23, 2000, Outcome::Ok)
+        };
+        let ok = unlock(21, 22, Outcome::Ok);
+        assert_eq!(
+            check(&h(section.clone(), vec![ok.clone(), waiter.clone()]), 0),
+            vec![]
+        );
+        // A set never hands off.
+        let set = Section {
+            handle: "set".into(),
+            ..section.clone()
+        };
+        assert_eq!(check(&h(set, vec![ok.clone(), waiter]), 0).len(), 1);
+        // A read-write lock's inner level is released without asking the server.
+        let inner = Section {
+            depth: 1,
+            ..with(Access::Read, section)
+        };
+        let mut hist = h(inner, vec![ok]);
+        hist.faults = vec![force("n", LockKind::RwLock, 15, 16)];
+        assert_eq!(check(&hist, 0), vec![]);
+        hist.sections[0].depth = 0;
+        assert_eq!(check(&hist, 0).len(), 1);
     }
 
     #[test]

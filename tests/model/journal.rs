@@ -3,7 +3,7 @@
 //! | record | fields |
 //! |---|---|
 //! | `S` section | name, owner, token, call start, start, end, told, depth, handle, access |
-//! | `C` call | kind, method, name, owner, process, start, end, bound, outcome, message |
+//! | `C` call | kind, method, name, owner, process, start, end, bound, outcome, message, of |
 //! | `L` lost-lease callback | name, token, at |
 //! | `X` threads | process, before, after |
 //!
@@ -69,6 +69,7 @@ impl Journal {
             c.bound.to_string(),
             tag.into(),
             msg.into(),
+            c.of.to_string(),
         ]);
     }
 
@@ -142,6 +143,7 @@ pub fn read_into(text: &str, h: &mut History) -> bool {
                 bound,
                 tag,
                 msg,
+                of,
             ] => h.calls.push(Call {
                 kind: CallKind::parse(kind).expect("call kind"),
                 method: (*method).into(),
@@ -157,6 +159,7 @@ pub fn read_into(text: &str, h: &mut History) -> bool {
                     "expected" => Outcome::Expected((*msg).into()),
                     _ => Outcome::Unexpected((*msg).into()),
                 },
+                of: num(of),
             }),
             ["L", name, token, at] => h.lost.push(LostReport {
                 name: (*name).into(),
@@ -205,6 +208,7 @@ mod tests {
             end: 6,
             bound: 7,
             outcome: Outcome::Expected("redis error: timed out".into()),
+            of: 8,
         };
         log.section(&s);
         log.call(&c);

@@ -277,6 +277,7 @@ impl Ctx<'_> {
         ns(self.settings.command_timeout + self.settings.connect_timeout)
     }
 
+    /// The record of a call that returned now (not of a release: `of` is 0).
     fn call(
         &self,
         kind: CallKind,
@@ -285,8 +286,8 @@ impl Ctx<'_> {
         start: u64,
         bound: u64,
         outcome: Outcome,
-    ) {
-        self.log.call(&Call {
+    ) -> Call {
+        Call {
             kind,
             method: method.to_string(),
             name: name.to_string(),
@@ -296,7 +297,8 @@ impl Ctx<'_> {
             end: mono_ns(),
             bound,
             outcome,
-        });
+            of: 0,
+        }
     }
 
     /// Takes `lock` as the level says, logging the call.
@@ -335,11 +337,13 @@ impl Ctx<'_> {
             Ok(None) => (Outcome::NotAcquired, None),
             Err(e) => (classify(&e), None),
         };
-        self.call(kind, &method, &lock.name(), start, bound, outcome);
+        self.log
+            .call(&self.call(kind, &method, &lock.name(), start, bound, outcome));
         guard
     }
 
-    fn release(&self, name: &str, guard: Guard, unlock: bool) {
+    /// Releases `guard`, whose section(s) began at `of`, logging the call.
+    fn release(&self, name: &str, guard: Guard, unlock: bool, of: u64) {
         let start = mono_ns();
         if unlock {
             let (method, result) = guard.unlock();
@@ -347,24 +351,30 @@ impl Ctx<'_> {
                 Ok(()) => Outcome::Ok,
                 Err(e) => classify(&e),
             };
-            self.call(
-                CallKind::Unlock,
-                method,
-                name,
-                start,
-                self.one_round_trip(),
-                outcome,
-            );
+            self.log.call(&Call {
+                of,
+                ..self.call(
+                    CallKind::Unlock,
+                    method,
+                    name,
+                    start,
+                    self.one_round_trip(),
+                    outcome,
+                )
+            });
         } else {
             drop(guard);
-            self.call(
-                CallKind::Drop,
-                "drop",
-                name,
-                start,
-                self.one_round_trip(),
-                Outcome::Ok,
-            );
+            self.log.call(&Call {
+                of,
+                ..self.call(
+                    CallKind::Drop,
+                    "drop",
+                    name,
+                    start,
+                    self.one_round_trip(),
+                    Outcome::Ok,
+                )
+            });
         }
     }
 }
@@ -435,6 +445,7 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
         return;
     };
     let access = match level.mode {
+        Mode::Excl if matches!(base, Lock::Fair(_)) => Access::Fair,
         Mode::Excl => Access::Excl,
         Mode::Read => Access::Read,
         Mode::Write => Access::Write,
@@ -477,7 +488,7 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
         panic::panic_any(PlannedPanic);
     }
     drop(rec);
-    ctx.release(&lock.name(), guard, level.unlock);
+    ctx.release(&lock.name(), guard, level.unlock, start);
 }
 
 /// Runs one operation; a planned panic is caught here (the guards were dropped on the way).
