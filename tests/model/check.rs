@@ -45,7 +45,8 @@
 //! is the call, from its start to its return, so the lock was freed on the server at some
 //! moment within it. The library frees it whoever holds it, and the holder it removed finds
 //! out at its next renewal at the latest. So a forced unlock excuses the overlap with the
-//! holder it removed, and nothing else:
+//! holder it removed, and nothing else (one that returned `false` found nobody holding, and
+//! excuses nothing):
 //!
 //! - **Who it may have removed**: an acquisition of that name and type whose acquiring call
 //!   began before the force returned (it may have been granted before the force ran, however
@@ -260,7 +261,13 @@ pub enum FaultKind {
     RestartEmpty,
     /// `force_unlock` of the lock `name` of type `kind`: the window is the call, from its
     /// start to its return, so the lock was freed on the server at some moment within it.
-    ForcedUnlock { name: String, kind: LockKind },
+    /// `freed`: it returned `true` (it removed a holder) or an error (it may have run);
+    /// `false` says nobody held the lock, so it removed nobody and excuses nothing.
+    ForcedUnlock {
+        name: String,
+        kind: LockKind,
+        freed: bool,
+    },
     /// Anything else (Redis stopped or sleeping, connections killed, replies cut, ...).
     Other,
 }
@@ -558,13 +565,14 @@ fn restart_between(faults: &[Fault], from: u64, to: u64) -> bool {
         .any(|f| f.kind == FaultKind::RestartEmpty && f.start >= from && f.start <= to)
 }
 
-/// The forced unlocks of the lock `name` of type `kind`.
-fn forces<'a>(faults: &'a [Fault], name: &str, kind: LockKind) -> Vec<&'a Fault> {
+/// The forced unlocks of the lock `name` of type `kind`; with `freed`, only those that may
+/// have removed a holder.
+fn forces<'a>(faults: &'a [Fault], name: &str, kind: LockKind, freed: bool) -> Vec<&'a Fault> {
     faults
         .iter()
         .filter(|f| {
-            matches!(&f.kind, FaultKind::ForcedUnlock { name: n, kind: k }
-                if n == name && *k == kind)
+            matches!(&f.kind, FaultKind::ForcedUnlock { name: n, kind: k, freed: r }
+                if n == name && *k == kind && (*r || !freed))
         })
         .collect()
 }
@@ -659,7 +667,7 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
         if kind == LockKind::Mutex {
             handed_off(&mut list);
         }
-        let forces = forces(&h.faults, name, kind);
+        let forces = forces(&h.faults, name, kind, true);
         list.sort_by_key(|a| (a.start, a.end));
         for (i, a) in list.iter().enumerate() {
             for b in &list[i + 1..] {
@@ -737,7 +745,7 @@ fn check_readers(h: &History, out: &mut Vec<Finding>) {
     };
     let (reads, writes) = (held(Access::Read), held(Access::Write));
     for r in &reads {
-        let forces = forces(&h.faults, &r.name, LockKind::RwLock);
+        let forces = forces(&h.faults, &r.name, LockKind::RwLock, true);
         for w in writes
             .iter()
             .filter(|w| w.name == r.name && w.owner != r.owner)
@@ -786,7 +794,7 @@ fn check_permits(h: &History, out: &mut Vec<Finding>) {
     let mut names: Vec<_> = by_name.into_iter().collect();
     names.sort_by_key(|(n, _)| *n);
     for (name, mut list) in names {
-        let forces = forces(&h.faults, name, LockKind::Semaphore);
+        let forces = forces(&h.faults, name, LockKind::Semaphore, true);
         list.sort_by_key(|s| (s.start, s.end));
         for (i, b) in list.iter().enumerate() {
             // Sections that began no later than b and still held at b's start, b included.
@@ -867,7 +875,8 @@ fn check_forced_releases(h: &History, out: &mut Vec<Finding>) {
             {
                 continue;
             }
-            if let Some(f) = forces(&h.faults, &s.name, kind)
+            // One that found nobody holding contradicts the release as much.
+            if let Some(f) = forces(&h.faults, &s.name, kind, false)
                 .into_iter()
                 .find(|f| s.start < f.start && c.start > f.end)
             {
@@ -935,6 +944,9 @@ pub fn call_summary(h: &History) -> String {
         CallKind::ForceUnlock,
     ] {
         let calls: Vec<&Call> = h.calls.iter().filter(|c| c.kind == kind).collect();
+        if kind == CallKind::ForceUnlock && calls.is_empty() {
+            continue;
+        }
         let worst = calls
             .iter()
             .filter_map(|c| {
@@ -1378,6 +1390,7 @@ mod tests {
             kind: FaultKind::ForcedUnlock {
                 name: name.into(),
                 kind,
+                freed: true,
             },
             what: format!("ForceUnlock({name:?}, {kind})"),
             start: start * MS,
@@ -1406,10 +1419,18 @@ mod tests {
         let overlap = || vec![owned("p0t0", 1, 10, 30), owned("p1t0", 2, 20, 40)];
         let h = forced_history(overlap(), vec![force("n", LockKind::Mutex, 15, 16)]);
         assert_eq!(check(&h, 0), vec![]);
-        // No force: an overlap.
-        let h = forced_history(overlap(), vec![]);
-        let f = check(&h, 0);
-        assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+        // No force, or one that found nobody holding: an overlap.
+        let mut found_none = force("n", LockKind::Mutex, 15, 16);
+        found_none.kind = FaultKind::ForcedUnlock {
+            name: "n".into(),
+            kind: LockKind::Mutex,
+            freed: false,
+        };
+        for faults in [vec![], vec![found_none]] {
+            let h = forced_history(overlap(), faults);
+            let f = check(&h, 0);
+            assert!(matches!(f.as_slice(), [Finding::Overlap { .. }]), "{f:?}");
+        }
         // A force of another name, or of another type of the same name, excuses nothing.
         for other in [
             force("m", LockKind::Mutex, 15, 16),
@@ -1571,6 +1592,14 @@ mod tests {
             matches!(f.as_slice(), [Finding::ReleasedAfterForce { .. }]),
             "{f:?}"
         );
+        // As when the force said nobody held it: the one or the other is wrong.
+        let mut none = h(section.clone(), vec![unlock(21, 22, Outcome::Ok)]);
+        none.faults[0].kind = FaultKind::ForcedUnlock {
+            name: "n".into(),
+            kind: LockKind::Mutex,
+            freed: false,
+        };
+        assert_eq!(check(&none, 0).len(), 1);
         let lost = Outcome::Expected("lease lost".into());
         assert_eq!(
             check(&h(section.clone(), vec![unlock(21, 22, lost)]), 0),
