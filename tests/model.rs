@@ -23,6 +23,10 @@
 //!   (default 1000, for a busy machine).
 //! - `LOCKSMITH_MODEL_MUTEX_ONLY=1`: plain mutex operations only, the plans of the seeds
 //!   found before the model knew the other lock types (part of the plan, as the seconds).
+//! - `LOCKSMITH_MODEL_FORCE=0`: no forced unlocks. Otherwise the fault plan now and then
+//!   calls `Client::force_unlock` on a lock the run uses, in a gap between its other faults
+//!   (part of the plan; also in the mixed-lease and hot mixes; never with plain mutexes only,
+//!   in the blocks mix, or in the cluster and Sentinel runs).
 //!
 //! Two more mixes run the same model with other fault classes (one seed each in a plain
 //! `cargo test`; `LOCKSMITH_MODEL_MIX_SEED=<seed>` replays one, `LOCKSMITH_MODEL_MIX_SEEDS=<n>`
@@ -141,9 +145,19 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
     } else {
         " LOCKSMITH_MODEL_MUTEX_ONLY=1"
     };
+    // Forced unlocks turned off where the mix has them.
+    let force_off = if !settings.force
+        && (settings.family || settings.hot)
+        && !settings.cluster
+        && !settings.sentinel
+    {
+        " LOCKSMITH_MODEL_FORCE=0"
+    } else {
+        ""
+    };
     let mut failed = Vec::new();
     for &seed in seeds {
-        println!("model: seed {seed}, {secs} s{only}");
+        println!("model: seed {seed}, {secs} s{only}{force_off}");
         let replay = if settings.frozen {
             format!(
                 "  replay: LOCKSMITH_MODEL_FROZEN_SEED={seed} LOCKSMITH_MODEL_FROZEN_SECS={secs} \
@@ -162,15 +176,18 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
             )
         } else if !settings.mix.is_empty() {
             format!(
-                "  replay: LOCKSMITH_MODEL_MIX_SEED={seed} LOCKSMITH_MODEL_SECS={secs} cargo test \
-                 --test model -- {}",
+                "  replay: LOCKSMITH_MODEL_MIX_SEED={seed} LOCKSMITH_MODEL_SECS={secs}{force_off} \
+                 cargo test --test model -- {}",
                 mix_test(settings.mix)
             )
         } else if settings.hot {
-            format!("  replay: LOCKSMITH_MODEL_HOT_SEED={seed} cargo test --test model -- hot_name")
+            format!(
+                "  replay: LOCKSMITH_MODEL_HOT_SEED={seed}{force_off} cargo test --test model -- \
+                 hot_name"
+            )
         } else {
             format!(
-                "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs}{only} \
+                "  replay: LOCKSMITH_MODEL_SEED={seed} LOCKSMITH_MODEL_SECS={secs}{only}{force_off} \
                  cargo test --test model -- model_seeds"
             )
         };
@@ -388,7 +405,12 @@ fn seed_1795419263006_lock_past_its_retry_timeout() {
 /// process's writer took the lock (an overlap). Shows about 2 runs in 3 before the fix.
 #[test]
 fn seed_1795630959026_read_reentry_after_an_empty_restart_overlaps() {
-    run_seeds_with(&[1_795_630_959_026], &Settings::new(10));
+    // Found before forced unlocks were part of the plan.
+    let settings = Settings {
+        force: false,
+        ..Settings::new(10)
+    };
+    run_seeds_with(&[1_795_630_959_026], &settings);
 }
 
 /// A section recorded by hand around one `lock()`. `work` runs while the guard is held; it

@@ -12,6 +12,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use locksmith::LockKind;
+
 use crate::checker::Rng;
 
 /// The settings of a run. The same for every seed unless the environment says otherwise.
@@ -63,6 +65,12 @@ pub struct Settings {
     pub bursts: bool,
     /// The fault plan restarts Redis empty far more often.
     pub restarts: bool,
+    /// The fault plan also force-unlocks a lock now and then ([`FaultOp::ForceUnlock`]), in
+    /// the gaps between the other faults, drawn from a stream of their own (so the other
+    /// faults of a seed are those it had without). On in the default mix, the mixed-lease
+    /// one and the hot one unless `LOCKSMITH_MODEL_FORCE=0`; off with plain mutexes only (the
+    /// regression seeds found so replay as they were found) and in the blocks mix.
+    pub force: bool,
 }
 
 impl Settings {
@@ -97,6 +105,7 @@ impl Settings {
             block: None,
             bursts: false,
             restarts: false,
+            force: std::env::var("LOCKSMITH_MODEL_FORCE").map_or(true, |v| v.trim() != "0"),
         }
     }
 
@@ -158,6 +167,8 @@ impl Settings {
     pub fn cluster(secs: u64) -> Settings {
         Settings {
             cluster: true,
+            // The cluster's node faults are a plan of their own.
+            force: false,
             ..Settings::new(secs)
         }
     }
@@ -175,16 +186,21 @@ impl Settings {
     pub fn sentinel(secs: u64) -> Settings {
         Settings {
             sentinel: true,
+            // The sentinel faults are a plan of their own.
+            force: false,
             ..Settings::new(secs)
         }
     }
 
     /// The hot mix: 3 processes x 4 threads, all on one plain mutex name.
     pub fn hot(secs: u64) -> Settings {
+        let forced = Settings::new(secs).force;
         Settings {
             threads: 4,
             names: vec!["model:hot".into()],
             hot: true,
+            // Forced unlocks meet runs of local hand-offs here.
+            force: forced,
             ..Settings::mutex_only(secs)
         }
     }
@@ -194,8 +210,25 @@ impl Settings {
         Settings {
             family: false,
             multi: false,
+            force: false,
             ..Settings::new(secs)
         }
+    }
+
+    /// The locks a run uses: each plain mutex name (a set holds its names as mutexes), and,
+    /// with the other types, the fair mutex's, the read-write lock's and the semaphore's.
+    pub fn locks(&self) -> Vec<(&str, LockKind)> {
+        let mut out: Vec<(&str, LockKind)> = self
+            .names
+            .iter()
+            .map(|n| (n.as_str(), LockKind::Mutex))
+            .collect();
+        if self.family {
+            out.push((&self.fair_name, LockKind::FairMutex));
+            out.push((&self.rw_name, LockKind::RwLock));
+            out.push((&self.sem_name, LockKind::Semaphore));
+        }
+        out
     }
 
     /// The name an operation on `target` takes.
@@ -578,6 +611,9 @@ pub enum FaultOp {
     BlackHole(Duration),
     /// The proxy closes every open connection.
     ProxyKillAll,
+    /// `Client::force_unlock(name, kind)` by the fault driver's own client, straight to Redis
+    /// (see [`Settings::force`]).
+    ForceUnlock(String, LockKind),
 }
 
 impl FaultOp {
@@ -593,8 +629,60 @@ impl FaultOp {
     }
 }
 
-/// The faults of a run: `(offset from the start, fault)`, in order, none overlapping.
+/// The faults of a run: `(offset from the start, fault)`, in order, none overlapping; with
+/// [`Settings::force`], forced unlocks in the gaps between them.
 pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
+    let mut plan = other_faults(seed, settings);
+    if settings.force {
+        plan.extend(forced_unlocks(seed, settings, &plan));
+        plan.sort_by_key(|(at, _)| *at);
+    }
+    plan
+}
+
+/// How often a gap between two faults gets a forced unlock (percent).
+const FORCE_PERCENT: u64 = 40;
+
+/// The forced unlocks of a run, from a stream of their own: in about two in five of the gaps
+/// between `faults` (and the one after the last), at least 50 ms from either end, one forced
+/// unlock of a lock the run uses, mostly of its own type, now and then of another type of
+/// the same name (which holds nothing: the lock's holders must not notice).
+fn forced_unlocks(
+    seed: u64,
+    settings: &Settings,
+    faults: &[(Duration, FaultOp)],
+) -> Vec<(Duration, FaultOp)> {
+    let mut rng = Rng::new(sub_seed(seed, 300_000));
+    let locks = settings.locks();
+    let kinds = LockKind::ALL;
+    let end = ms(settings.secs * 1000).saturating_sub(ms(1000));
+    let mut gaps = Vec::new();
+    let mut from = Duration::ZERO;
+    for (at, op) in faults {
+        gaps.push((from, *at));
+        from = *at + op.duration();
+    }
+    gaps.push((from, end));
+    let mut out = Vec::new();
+    for (from, to) in gaps {
+        let (lo, hi) = (from + ms(50), to.saturating_sub(ms(50)));
+        if rng.range(0, 100) >= FORCE_PERCENT || hi <= lo {
+            continue;
+        }
+        let at = lo + ms(rng.range(0, (hi - lo).as_millis() as u64));
+        let (name, own) = locks[rng.range(0, locks.len() as u64) as usize];
+        let kind = if rng.range(0, 100) < 85 {
+            own
+        } else {
+            kinds[rng.range(0, kinds.len() as u64) as usize]
+        };
+        out.push((at, FaultOp::ForceUnlock(name.to_owned(), kind)));
+    }
+    out
+}
+
+/// The faults of a run but the forced unlocks.
+fn other_faults(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
     let mut rng = Rng::new(sub_seed(seed, 0));
     let lease = settings.max_lease();
     // Every fault is over at least a second before the processes stop.
@@ -697,6 +785,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn forced_unlocks_come_between_the_other_faults() {
+        let on = Settings {
+            force: true,
+            ..Settings::new(10)
+        };
+        let off = Settings {
+            force: false,
+            ..on.clone()
+        };
+        let (mut forced, mut own_type) = (0, 0);
+        for seed in 0..50 {
+            let plan = fault_plan(seed, &on);
+            assert_eq!(plan, fault_plan(seed, &on));
+            let others: Vec<(Duration, FaultOp)> = plan
+                .iter()
+                .filter(|(_, f)| !matches!(f, FaultOp::ForceUnlock(..)))
+                .cloned()
+                .collect();
+            // The other faults are those the seed has without forced unlocks.
+            assert_eq!(others, fault_plan(seed, &off));
+            assert!(plan.windows(2).all(|w| w[0].0 <= w[1].0));
+            for (at, f) in &plan {
+                let FaultOp::ForceUnlock(name, kind) = f else {
+                    continue;
+                };
+                forced += 1;
+                let (_, own) = on.locks().into_iter().find(|(n, _)| n == name).unwrap();
+                own_type += usize::from(own == *kind);
+                assert!(*at + ms(1000) < ms(10_000), "{seed}: {at:?}");
+                assert!(
+                    others
+                        .iter()
+                        .all(|(o, g)| *at + ms(50) <= *o || *at >= *o + g.duration() + ms(50)),
+                    "{seed}: {at:?} {f:?} in {others:?}"
+                );
+            }
+        }
+        // About two in five of some 8 gaps per seed; mostly of the lock's own type.
+        assert!((100..=300).contains(&forced), "{forced}");
+        assert!(own_type * 10 >= forced * 7, "{own_type} of {forced}");
+        assert!(own_type < forced, "never another type");
+        // Off in the plain mutex mixes (their seeds replay as found).
+        assert!(!Settings::mutex_only(10).force && !Settings::blocks(8).force);
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::check::{self, Fault, FaultKind, Finding, History};
+use locksmith::Client;
+
+use crate::check::{self, Call, CallKind, Fault, FaultKind, Finding, History};
 use crate::checker::mono_ns;
 use crate::common::{self, RedisServer, TestChild};
 use crate::plan::{FaultOp, Settings, fault_plan};
@@ -45,6 +47,21 @@ impl Outcome {
         );
         s.push_str(&format!("\n  sections: {}", check::section_summary(h)));
         s.push_str(&format!("\n  calls: {}", check::call_summary(h)));
+        let forced: Vec<&Fault> = h
+            .faults
+            .iter()
+            .filter(|f| matches!(f.kind, FaultKind::ForcedUnlock { .. }))
+            .collect();
+        if !forced.is_empty() {
+            let freed = forced
+                .iter()
+                .filter(|f| f.what.ends_with("-> true"))
+                .count();
+            s.push_str(&format!(
+                "\n  forced unlocks: {} ({freed} freed a held lock)",
+                forced.len()
+            ));
+        }
         for f in self.findings.iter().take(max) {
             s.push_str("\n  ");
             s.push_str(&f.describe(self.t0));
@@ -70,8 +87,69 @@ fn temp_dir(seed: u64) -> PathBuf {
     dir
 }
 
-/// Carries out one fault; returns its record.
-fn inflict(op: &FaultOp, server: &mut RedisServer, proxy: &Proxy, children: &[TestChild]) -> Fault {
+/// The fault driver's own client, for forced unlocks: straight to Redis (not through the
+/// proxy, whose faults are the processes'), with the model's timeouts.
+fn driver(server: &RedisServer, settings: &Settings) -> Client {
+    Client::builder(&server.url())
+        .label("model-fault-driver")
+        .command_timeout(settings.command_timeout)
+        .connect_timeout(settings.connect_timeout)
+        .retry_timeout(settings.retry_timeout)
+        .build()
+        .expect("the fault driver's client")
+}
+
+/// `Client::force_unlock(name, kind)` by the fault driver: the fault's kind and description,
+/// and the call's record (judged by its bound, one command and connect timeout, as any
+/// call; and an error other than a timeout or a connection's is a finding).
+fn force_unlock(
+    driver: &Client,
+    settings: &Settings,
+    name: &str,
+    kind: locksmith::LockKind,
+) -> (FaultKind, String, Call) {
+    let start = mono_ns();
+    let result = driver.force_unlock(name, kind);
+    let end = mono_ns();
+    let (outcome, told) = match &result {
+        Ok(freed) => (check::Outcome::Ok, freed.to_string()),
+        Err(e) => (crate::worker::classify(e), e.to_string()),
+    };
+    let call = Call {
+        kind: CallKind::ForceUnlock,
+        method: format!("force_unlock({kind})"),
+        name: name.to_owned(),
+        owner: "driver".into(),
+        proc: usize::MAX,
+        start,
+        end,
+        bound: u64::try_from((settings.command_timeout + settings.connect_timeout).as_nanos())
+            .unwrap(),
+        outcome,
+        of: 0,
+    };
+    let fault = FaultKind::ForcedUnlock {
+        name: name.to_owned(),
+        kind,
+        freed: !matches!(result, Ok(false)),
+    };
+    (
+        fault,
+        format!("ForceUnlock({name:?}, {kind}) -> {told}"),
+        call,
+    )
+}
+
+/// Carries out one fault; returns its record, and the record of the call it made (a forced
+/// unlock's).
+fn inflict(
+    op: &FaultOp,
+    server: &mut RedisServer,
+    proxy: &Proxy,
+    children: &[TestChild],
+    driver: Option<&Client>,
+    settings: &Settings,
+) -> (Fault, Option<Call>) {
     let start = mono_ns();
     let mut kind = FaultKind::Other;
     let query = |server: &RedisServer, args: &[&str]| {
@@ -112,13 +190,26 @@ fn inflict(op: &FaultOp, server: &mut RedisServer, proxy: &Proxy, children: &[Te
             proxy.pass();
         }
         FaultOp::ProxyKillAll => proxy.kill_all(),
+        FaultOp::ForceUnlock(name, lock) => {
+            let driver = driver.expect("a client for forced unlocks");
+            let (kind, what, call) = force_unlock(driver, settings, name, *lock);
+            // The window is the call's.
+            let fault = Fault {
+                kind,
+                what,
+                start: call.start,
+                end: call.end,
+            };
+            return (fault, Some(call));
+        }
     }
-    Fault {
+    let fault = Fault {
         kind,
         what: format!("{op:?}"),
         start,
         end: mono_ns(),
-    }
+    };
+    (fault, None)
 }
 
 /// Redis clients other than `conn` itself and the links between a master and its replicas,
@@ -262,12 +353,25 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         lease: u64::try_from(settings.max_lease().as_nanos()).unwrap(),
         ..History::default()
     };
+    let driver = faults
+        .iter()
+        .any(|(_, op)| matches!(op, FaultOp::ForceUnlock(..)))
+        .then(|| driver(&server, settings));
     for (at, op) in &faults {
         thread::sleep((procs.start + *at).saturating_duration_since(Instant::now()));
-        history
-            .faults
-            .push(inflict(op, &mut server, &proxy, procs.children()));
+        let (fault, call) = inflict(
+            op,
+            &mut server,
+            &proxy,
+            procs.children(),
+            driver.as_ref(),
+            settings,
+        );
+        history.faults.push(fault);
+        history.calls.extend(call);
     }
+    // Its connection must be gone before the inspection below.
+    drop(driver);
 
     procs.wait_drained(settings);
     // Through the proxy, a connection a client left open stays open upstream: look before the
