@@ -58,8 +58,9 @@ impl Outcome {
                 .filter(|f| f.what.ends_with("-> true"))
                 .count();
             s.push_str(&format!(
-                "\n  forced unlocks: {} ({freed} freed a held lock)",
-                forced.len()
+                "\n  forced unlocks: {} ({freed} freed a held lock; {} findings excused)",
+                forced.len(),
+                check::excused_by_forces(h)
             ));
         }
         for f in self.findings.iter().take(max) {
