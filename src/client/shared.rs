@@ -62,7 +62,7 @@ pub(crate) struct HandoffBound {
 /// each acquisition through Redis reserves that many fencing tokens.
 ///
 /// [`ClientBuilder::local_handoff_max_count`]: crate::ClientBuilder::local_handoff_max_count
-pub const MAX_HANDOFF_COUNT: u32 = 1024;
+pub const MAX_HANDOFF_COUNT: u32 = crate::protocol::scripts::MAX_BLOCK;
 
 impl Config {
     /// The client's own terms: its lease, renewed while held, up to its maximum hold time.

@@ -55,7 +55,7 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::family::{self, ask, eval_twice, family_keys};
+use crate::locks::family::{self, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
@@ -165,7 +165,7 @@ impl Drop for Place<'_> {
 impl FairMutex {
     pub(crate) fn new(client: Core, prefix: &str, name: &str) -> Self {
         FairMutex {
-            keys: Arc::new(family_keys(prefix, name, "fair", "grant:")),
+            keys: Arc::new(LockKeys::family(prefix, name, "fair", "grant:")),
             client,
         }
     }

@@ -1,5 +1,5 @@
 //! What the lock types other than the plain mutex (fair mutex, read-write lock, semaphore)
-//! share: their key names, their one script call retried once on a new connection, and what
+//! share: their one script call retried once on a new connection, and what
 //! their holders look like to an operator.
 
 use std::time::Duration;
@@ -13,25 +13,6 @@ use crate::protocol::family::{Shape, parse_held};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, int, text, unexpected};
 use crate::transport::conn::Deadline;
-
-/// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key, and
-/// the channel prefix `P{T}:<suffix>:<channel>` (`fence` names the plain mutex's counter: these
-/// types take their tokens from the server clock and write no counter).
-pub(crate) fn family_keys(prefix: &str, name: &str, suffix: &str, channel: &str) -> LockKeys {
-    let base = LockKeys::new(prefix, name);
-    let root = base
-        .fence
-        .strip_suffix(":fence")
-        .unwrap_or(&base.fence)
-        .to_owned();
-    LockKeys {
-        name: base.name,
-        lock: format!("{root}:{suffix}"),
-        fence: base.fence,
-        channel: format!("{root}:{suffix}:{channel}"),
-        slot: base.slot,
-    }
-}
 
 /// Runs a script call once, and once more at once (on a new connection: a failure clears the
 /// pool) when the connection failed; both within one connect plus one command timeout, and
@@ -147,17 +128,4 @@ pub(crate) fn log_forced(
         if who.len() == 1 { "" } else { "s" },
         who.join(", ")
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn family_keys_share_the_hash_tag_and_the_fence() {
-        let k = family_keys("p:", "a{b}", "fair", "grant:");
-        assert_eq!(k.lock, "p:{a%7Bb%7D}:fair");
-        assert_eq!(k.fence, "p:{a%7Bb%7D}:fence");
-        assert_eq!(k.channel, "p:{a%7Bb%7D}:fair:grant:");
-    }
 }

@@ -44,7 +44,7 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::family::{self as shared_calls, ask, eval_twice, family_keys};
+use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
@@ -132,7 +132,7 @@ enum Attempt {
 
 impl RwLock {
     pub(crate) fn new(client: Core, prefix: &str, name: &str) -> Self {
-        let write_keys = family_keys(prefix, name, "rw", "free");
+        let write_keys = LockKeys::family(prefix, name, "rw", "free");
         let read_keys = LockKeys {
             lock: format!("{}:readers", write_keys.lock),
             channel: format!("{}:open", write_keys.lock),

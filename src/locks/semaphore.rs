@@ -26,7 +26,7 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::family::{self as shared_calls, ask, eval_twice, family_keys};
+use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
 use crate::locks::time::{after, hard_limit, min_instant, past};
@@ -123,7 +123,7 @@ impl Semaphore {
             return Err(Error::config("permits", "must be at least 1"));
         }
         Ok(Semaphore {
-            keys: Arc::new(family_keys(prefix, name, "sem", "released")),
+            keys: Arc::new(LockKeys::family(prefix, name, "sem", "released")),
             client,
             permits,
         })

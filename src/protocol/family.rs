@@ -422,7 +422,7 @@ mod tests {
             acquisition: "g",
         };
         let lease = Duration::from_secs(3);
-        let fair = crate::locks::family::family_keys("p:", "a", "fair", "grant:");
+        let fair = LockKeys::family("p:", "a", "fair", "grant:");
         assert_eq!(
             &args(&fair_acquire(&fair, "o", "g", lease, false, None))[2..],
             [
@@ -451,7 +451,7 @@ mod tests {
             &args(&fair_acquire(&fair, "o", "g", lease, false, Some(live)))[6..],
             ["a", "g|o", "3000", "0", "l", "1500"]
         );
-        let sem = crate::locks::family::family_keys("p:", "a", "sem", "released");
+        let sem = LockKeys::family("p:", "a", "sem", "released");
         assert_eq!(
             &args(&sem_acquire(&sem, "o", "g", 2, 4, lease, false))[2..],
             ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
@@ -460,7 +460,7 @@ mod tests {
             &args(&sem_release(&sem, holder))[2..],
             ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
         );
-        let rw = crate::locks::family::family_keys("p:", "a", "rw", "free");
+        let rw = LockKeys::family("p:", "a", "rw", "free");
         assert_eq!(
             &args(&rw_read(&rw, "o", "g", lease, true, false))[2..],
             [

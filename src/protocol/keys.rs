@@ -172,10 +172,30 @@ pub(crate) fn glob_escape(s: &str) -> String {
     out
 }
 
+/// `P{T}`: the part every key and channel of the name `name` starts with.
+fn base(prefix: &str, name: &str) -> String {
+    format!("{prefix}{{{}}}", encode_name(name))
+}
+
 impl LockKeys {
+    /// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key,
+    /// and the channel prefix `P{T}:<suffix>:<channel>` (`fence` names the plain mutex's
+    /// counter: these types take their tokens from the server clock and write no counter).
+    pub(crate) fn family(prefix: &str, name: &str, suffix: &str, channel: &str) -> Self {
+        let root = base(prefix, name);
+        let lock = format!("{root}:{suffix}");
+        LockKeys {
+            name: name.to_owned(),
+            slot: slot(&lock),
+            channel: format!("{lock}:{channel}"),
+            lock,
+            fence: format!("{root}:fence"),
+        }
+    }
+
     /// Derives the keys of `name` under `prefix`; both must already be validated.
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let base = format!("{prefix}{{{}}}", encode_name(name));
+        let base = base(prefix, name);
         let lock = format!("{base}:lock");
         LockKeys {
             name: name.to_owned(),
@@ -207,6 +227,15 @@ mod tests {
         ] {
             assert!(validate_name(ok).is_ok(), "{ok:?}");
         }
+    }
+
+    #[test]
+    fn family_keys_share_the_hash_tag_and_the_fence() {
+        let k = LockKeys::family("p:", "a{b}", "fair", "grant:");
+        assert_eq!(k.lock, "p:{a%7Bb%7D}:fair");
+        assert_eq!(k.fence, "p:{a%7Bb%7D}:fence");
+        assert_eq!(k.channel, "p:{a%7Bb%7D}:fair:grant:");
+        assert_eq!(k.slot, LockKeys::new("p:", "a{b}").slot);
     }
 
     #[test]
