@@ -8,6 +8,7 @@
 //! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
 //!   client made of it.
 //! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
+//! - [`library`]: the Mutex acquire and release scripts as a function library (`FCALL`).
 //! - [`lock_value`]: a `Mutex`'s lock value on the server, parsed.
 //!
 //! The topologies below run these calls on their masters; nothing here opens a connection,
@@ -17,5 +18,6 @@ pub(crate) mod family;
 pub(crate) mod grant;
 pub(crate) mod hold;
 pub(crate) mod keys;
+pub(crate) mod library;
 pub(crate) mod lock_value;
 pub(crate) mod scripts;

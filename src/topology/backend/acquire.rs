@@ -176,7 +176,7 @@ impl Backend {
         }
         Some(Primed {
             con,
-            packed: call.cmd.get_packed_command(),
+            packed: self.pack(call),
             which: call.which,
             acquire: None,
             _slot: slot,
@@ -370,7 +370,7 @@ impl Backend {
     /// fewer replicas confirmed than asked for is undone at once (within one more command
     /// timeout) and reported as [`Error::NotReplicated`].
     fn acquire_replicated(&self, call: &Call, a: &AcquireCall<'_>) -> Result<Acquired> {
-        let mut packed = call.cmd.get_packed_command();
+        let mut packed = self.pack(call);
         self.push_wait(&mut packed);
         let needed = self.wait.map_or(0, |(n, _)| n);
         let replies = self

@@ -22,7 +22,7 @@
 //! The acquire (and the primed acquire of a sleeping leader) is in `acquire.rs`; here are the
 //! masters, the rounds every call makes, release, renewal and the other calls.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -33,6 +33,7 @@ use std::sync::Arc;
 use super::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
+use crate::protocol::library::{self, PLAIN};
 use crate::protocol::scripts::{self, Call, Level, Publish, ReleaseReply, Which};
 use crate::transport::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
 
@@ -77,6 +78,9 @@ pub(crate) struct Backend {
     cluster: Option<Arc<Cluster>>,
     /// How many primed acquires hold a connection now (at most [`MAX_PRIMED`]).
     primed: Arc<AtomicUsize>,
+    /// Whether the Mutex acquire and release go as `FCALL` of the function library (every
+    /// master reached at `build()` loaded and ran it; see `protocol/library.rs`).
+    functions: AtomicBool,
 }
 
 /// The most acquires one client keeps primed at once (see [`Backend::prime_acquire`]): each
@@ -107,7 +111,13 @@ impl Backend {
             drift_factor,
             wait: None,
             cluster: None,
+            functions: AtomicBool::new(false),
         }
+    }
+
+    /// `call` packed as this backend sends it: `FCALL` where the function library runs.
+    pub(crate) fn pack(&self, call: &Call) -> Vec<u8> {
+        PLAIN.pack(call, self.functions.load(Ordering::Relaxed))
     }
 
     /// A backend on a Redis Cluster: each lock lives on its slot's master, as on one master.
@@ -279,13 +289,17 @@ impl Backend {
     ) -> Result<Vec<Value>> {
         let result = self.receive(&mut con, replies, read_by);
         let result = match result {
-            Ok(values) if values.iter().any(is_noscript) => {
-                // After a restart or SCRIPT FLUSH: load, and resend on this master alone,
-                // still within the call's bound.
+            Ok(values) if values.iter().any(|v| is_noscript(v) || library::is_no_function(v)) => {
+                // After a restart, SCRIPT FLUSH or FUNCTION FLUSH: load, and resend on this
+                // master alone, still within the call's bound.
                 let again = by.min(Deadline::after(step));
+                let scripts = values.iter().any(is_noscript);
                 by.cap(self.command_timeout)
                     .and_then(|t| con.set_timeouts(t))
-                    .and_then(|()| which.load(con.raw()))
+                    .and_then(|()| match scripts {
+                        true => which.load(con.raw()),
+                        false => PLAIN.load().exec(con.raw()).map_err(Error::from),
+                    })
                     .and_then(|()| con.send(packed, self.command_timeout, again))
                     .and_then(|()| self.receive(&mut con, replies, again))
             }
@@ -362,7 +376,7 @@ impl Backend {
         if let Some(c) = &self.cluster {
             return vec![(0, c.call(call, by).and_then(|v| one(Some(v))))];
         }
-        let packed = call.cmd.get_packed_command();
+        let packed = self.pack(call);
         self.round(
             targets,
             &packed,
@@ -550,8 +564,9 @@ impl Backend {
             return outcomes;
         }
         let mut packed = Vec::new();
+        let functions = self.functions.load(Ordering::Relaxed);
         for (c, _) in calls {
-            c.cmd.write_packed_command(&mut packed);
+            PLAIN.write(c, functions, None, &mut packed);
         }
         let waits = self.push_wait(&mut packed);
         let by = Deadline::after(budget);
@@ -811,8 +826,9 @@ impl Backend {
     }
 
     /// Checks that every master answers and loads the scripts into their caches, so that the
-    /// first calls (and the first renewal batch) do not meet `NOSCRIPT`. Used once, when the
-    /// client is built; within `by`.
+    /// first calls (and the first renewal batch) do not meet `NOSCRIPT`, and the function
+    /// library: the Mutex acquire and release go as `FCALL` when every master that answered
+    /// loaded it and ran its `ping` function. Used once, when the client is built; within `by`.
     pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
         if let Some(c) = &self.cluster {
             return c.start(by);
@@ -826,31 +842,61 @@ impl Backend {
                 .arg(which.source())
                 .write_packed_command(&mut packed);
         }
+        PLAIN.load().write_packed_command(&mut packed);
         let replies = self.round(
             &self.all(),
             &packed,
-            1 + Which::ALL.len(),
+            2 + Which::ALL.len(),
             Which::Renew,
             self.call_timeout,
             by,
             false,
         );
+        let mut loaded = None;
         for (i, r) in replies {
             // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
-            // which then report the server's error by name.
+            // which then report the server's error by name, and a refused FUNCTION LOAD (an
+            // ACL, a server before 7.0) leaves the calls on EVALSHA.
             let r = r.and_then(|mut values| {
+                let library = values.split_off(values.len().min(1 + Which::ALL.len()));
+                let library = one(library.into_iter().next());
+                if let Err(e) = &library {
+                    log::debug!("function library not loaded on {}: {e}", self.nodes[i].name);
+                }
                 let loads = values.split_off(1.min(values.len()));
                 if let Some(e) = loads.into_iter().find_map(|v| one(Some(v)).err()) {
                     log::debug!("scripts not loaded on {}: {e}", self.nodes[i].name);
                 }
-                one(values.pop()).map(drop)
+                one(values.pop()).map(|_| library.is_ok())
             });
-            if let Err(e) = r {
-                if self.single() {
-                    return Err(e);
+            match r {
+                Ok(ok) => loaded = Some(loaded.unwrap_or(true) && ok),
+                Err(e) => {
+                    if self.single() {
+                        return Err(e);
+                    }
+                    log::warn!("master {} did not answer: {e}", self.nodes[i].name);
                 }
-                log::warn!("master {} did not answer: {e}", self.nodes[i].name);
             }
+        }
+        if loaded == Some(true) {
+            // FCALL may still be refused where FUNCTION LOAD was not (an ACL).
+            let ping = PLAIN.ping().get_packed_command();
+            let runs = self
+                .round(&self.all(), &ping, 1, Which::Renew, self.call_timeout, by, false)
+                .into_iter()
+                .all(|(i, r)| match r.and_then(|mut v| one(v.pop())) {
+                    Ok(Value::Int(1)) => true,
+                    Ok(_) => false,
+                    // A master that does not answer now is judged by its FUNCTION LOAD.
+                    Err(Error::Redis(e)) if e.code().is_none() => true,
+                    Err(Error::Timeout { .. }) => true,
+                    Err(e) => {
+                        log::debug!("FCALL refused on {}: {e}", self.nodes[i].name);
+                        false
+                    }
+                });
+            self.functions.store(runs, Ordering::Relaxed);
         }
         Ok(())
     }
