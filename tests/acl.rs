@@ -36,6 +36,11 @@ const RULE_COMMANDS: &[&str] = &[
 /// Creates user `user` (password `pw`) with the minimal rule for the prefix `locksmith:`,
 /// less the commands in `without`.
 fn set_user(server: &RedisServer, user: &str, without: &[&str]) {
+    set_user_plus(server, user, without, &[]);
+}
+
+/// Like [`set_user`], with the commands in `plus` allowed as well.
+fn set_user_plus(server: &RedisServer, user: &str, without: &[&str], plus: &[&str]) {
     let mut conn = server.conn();
     let mut c = redis::cmd("ACL");
     c.arg("SETUSER").arg(user).arg("reset").arg("on").arg(">pw");
@@ -45,7 +50,19 @@ fn set_user(server: &RedisServer, user: &str, without: &[&str]) {
     for cmd in RULE_COMMANDS.iter().filter(|c| !without.contains(c)) {
         c.arg(format!("+{cmd}"));
     }
+    for cmd in plus {
+        c.arg(format!("+{cmd}"));
+    }
     c.exec(&mut conn).unwrap();
+}
+
+/// Whether a denial is of an optional command, which the client is refused quietly:
+/// `CONFIG GET` (the eviction-policy warning), `CLIENT SETNAME` (the pub/sub connection's
+/// name) and `FUNCTION LOAD` (the function library; the scripts go as `EVALSHA` without it).
+fn optional(denial: &str) -> bool {
+    ["config|get", "client|setname", "function|load"]
+        .iter()
+        .any(|c| denial.contains(c))
 }
 
 /// The commands of the `ACL LOG` entries (denials), oldest last.
@@ -160,13 +177,46 @@ fn whole_core_under_the_minimal_rule() {
     set_user(&server, "locksmith", &[]);
     run_core(&server, "locksmith", true).unwrap();
     let denials = acl_denials(&server);
-    // `CONFIG GET` (the eviction-policy warning) and `CLIENT SETNAME` (the pub/sub
-    // connection's name) are optional: refused quietly.
-    let unexpected: Vec<_> = denials
-        .iter()
+    let unexpected: Vec<_> = denials.iter().filter(|d| !optional(d)).collect();
+    assert!(unexpected.is_empty(), "{unexpected:?}");
+    // Without `FUNCTION LOAD` and `FCALL`, every script went as EVALSHA.
+    let stats = common::commandstats(&mut server.conn());
+    assert_eq!(common::calls(&stats, "cmdstat_fcall"), 0);
+}
+
+/// With `+function|load +fcall` added to the rule, the Mutex acquire and release go as
+/// `FCALL` of the function library, and nothing is denied.
+#[test]
+fn functions_run_where_the_rule_allows_them() {
+    let server = RedisServer::start();
+    set_user_plus(&server, "locksmith", &[], &["function|load", "fcall"]);
+    run_core(&server, "locksmith", true).unwrap();
+    let unexpected: Vec<_> = acl_denials(&server)
+        .into_iter()
         .filter(|d| !d.contains("config|get") && !d.contains("client|setname"))
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:?}");
+    let stats = common::commandstats(&mut server.conn());
+    // Two acquires and a re-entry, two releases; the renewals stay EVALSHA.
+    assert!(common::calls(&stats, "cmdstat_fcall") >= 4, "{stats:?}");
+    assert!(common::calls(&stats, "cmdstat_evalsha") >= 1, "{stats:?}");
+}
+
+/// With `FUNCTION LOAD` allowed but `FCALL` refused, the client stays on EVALSHA: the core
+/// works, and the only denial is the one `FCALL` it tried at `build()`.
+#[test]
+fn a_refused_fcall_leaves_the_scripts_on_evalsha() {
+    let server = RedisServer::start();
+    set_user_plus(&server, "locksmith", &[], &["function|load"]);
+    run_core(&server, "locksmith", false).unwrap();
+    let stats = common::commandstats(&mut server.conn());
+    assert_eq!(common::calls(&stats, "cmdstat_fcall"), 0, "{stats:?}");
+    let fcall_denials = acl_denials(&server)
+        .iter()
+        .filter(|d| d.contains("fcall"))
+        .count();
+    // One per client built (run_core builds two).
+    assert!(fcall_denials <= 2, "{fcall_denials}");
 }
 
 /// The pub/sub handshake authenticates as the URL's user (it would be `default` otherwise).
@@ -243,7 +293,7 @@ fn acl_user_over_tls() {
     m.lock().unwrap().unlock().unwrap();
     let unexpected: Vec<_> = acl_denials(&server)
         .into_iter()
-        .filter(|d| !d.contains("config|get") && !d.contains("client|setname"))
+        .filter(|d| !optional(d))
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:?}");
 }

@@ -121,8 +121,8 @@ fn s14_key_expired_behind_the_holder() {
     key_vanishes(KeyFault::Pexpire);
 }
 
-/// 15. `SCRIPT FLUSH` under load is handled transparently (NOSCRIPT seen by Redis, no error
-///     seen by callers); a key of another type at the lock's key gives a clear error, is not
+/// 15. `SCRIPT FLUSH` and `FUNCTION FLUSH` under load are handled transparently (NOSCRIPT and
+///     "Function not found" seen by Redis, no error seen by callers); a key of another type at the lock's key gives a clear error, is not
 ///     deleted, and nothing is reported acquired.
 #[test]
 fn s15_script_flush_and_foreign_keys() {
@@ -168,6 +168,7 @@ fn s15_script_flush_and_foreign_keys() {
     for _ in 0..10 {
         thread::sleep(Duration::from_millis(250));
         redis::cmd("SCRIPT").arg("FLUSH").exec(&mut conn).unwrap();
+        redis::cmd("FUNCTION").arg("FLUSH").exec(&mut conn).unwrap();
     }
     stop.store(true, Ordering::SeqCst);
     for w in workers {
@@ -176,10 +177,11 @@ fn s15_script_flush_and_foreign_keys() {
     assert!(h.lost_at().is_none(), "a flush cost a holder its lease");
     h.unlock().0.unwrap();
     let noscript = errorstats(&mut conn).get("NOSCRIPT").copied().unwrap_or(0);
+    let no_function = common::stat(&common::failed_by_command(&mut conn), "fcall");
     let errors = errors.lock().unwrap().clone();
     println!(
-        "s15: {} lock/unlock cycles across 10 SCRIPT FLUSHes: {} errors, {noscript} NOSCRIPT \
-         replies handled",
+        "s15: {} lock/unlock cycles across 10 SCRIPT and FUNCTION FLUSHes: {} errors, \
+         {noscript} NOSCRIPT and {no_function} \"Function not found\" replies handled",
         ops.load(Ordering::Relaxed),
         errors.len()
     );
@@ -187,6 +189,10 @@ fn s15_script_flush_and_foreign_keys() {
     assert!(
         noscript >= 1,
         "no NOSCRIPT was ever seen: the fault was not hit"
+    );
+    assert!(
+        no_function >= 1,
+        "no \"Function not found\" was ever seen: the fault was not hit"
     );
     assert_eq!(lost.load(Ordering::SeqCst), 0);
 

@@ -40,11 +40,11 @@ fn acl_server(user: &str, denied: &[&str]) -> (RedisServer, String) {
     (server, url)
 }
 
-/// An ACL user without `EVAL`/`EVALSHA`: `lock()` gives the server's permission error, and
-/// nothing is acquired.
+/// An ACL user without `EVAL`/`EVALSHA` and `FCALL`: `lock()` gives the server's permission
+/// error, and nothing is acquired.
 #[test]
 fn bad_acl_user_without_eval() {
-    let (server, u) = acl_server("noeval", &["eval", "evalsha"]);
+    let (server, u) = acl_server("noeval", &["eval", "evalsha", "fcall"]);
     let mut conn = server.conn();
     let name = common::unique_name("acl-noeval");
     let n = name.clone();
@@ -64,6 +64,34 @@ fn bad_acl_user_without_eval() {
         assert!(msg.contains("perm") || msg.contains("evalsha"), "{e}");
     }
     assert!(!common::exists(&mut conn, &common::lock_key(&name)));
+}
+
+/// An ACL user with `FCALL` but without `EVAL`/`EVALSHA`: the function library runs the
+/// Mutex's acquire and release, and the calls that are scripts only (here the renewal) give
+/// the server's permission error; nothing hangs.
+#[test]
+fn acl_user_with_fcall_but_without_eval() {
+    let (server, u) = acl_server("fcallonly", &["eval", "evalsha"]);
+    let name = common::unique_name("acl-fcallonly");
+    let lost = with_deadline(Duration::from_secs(20), move || {
+        let (tx, rx) = mpsc::channel();
+        let c = Client::builder(u.as_str())
+            .lease(Duration::from_millis(600))
+            .command_timeout(Duration::from_secs(1))
+            .on_lease_lost(move |_| {
+                let _ = tx.send(());
+            })
+            .build()
+            .unwrap();
+        let m = c.mutex(&name).unwrap();
+        let g = m.lock().unwrap();
+        let lost = rx.recv_timeout(Duration::from_secs(10)).is_ok();
+        (lost, g.unlock())
+    });
+    // The renewal (EVALSHA) is refused, so the hold is lost: it is not pretended held.
+    assert!(lost.0, "the refused renewal was not reported");
+    assert!(lost.1.is_err(), "{:?}", lost.1);
+    drop(server);
 }
 
 /// An ACL user without `PUBLISH`: a release that must publish (a waiter's attempt flagged the

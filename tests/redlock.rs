@@ -82,13 +82,13 @@ impl Masters {
         self.server(i).conn()
     }
 
-    /// `cmdstat_evalsha` calls summed over the masters `which`.
+    /// Script calls (`EVALSHA` and `FCALL`) summed over the masters `which`.
     fn evalsha(&self, which: impl IntoIterator<Item = usize>) -> u64 {
         which
             .into_iter()
             .map(|i| {
                 let stats = common::commandstats(&mut self.conn(i));
-                common::calls(&stats, "cmdstat_evalsha")
+                common::calls(&stats, "cmdstat_evalsha") + common::calls(&stats, "cmdstat_fcall")
             })
             .sum()
     }
@@ -833,7 +833,7 @@ fn a_late_grant_on_a_minority_master_is_undone() {
             .build()
             .unwrap();
         let lb = b.mutex(&name).unwrap();
-        proxy.delay_reply_to(&[b"EVALSHA"], MASTER_TIMEOUT * 6, 1);
+        proxy.delay_script_replies(MASTER_TIMEOUT * 6, 1);
         assert!(lb.try_lock().unwrap().is_none(), "B got a lock A holds");
         assert_eq!(proxy.delays(), 1, "B's acquire reply was not held back");
         // The undo's reply may itself come late on this busy machine; its command does not.

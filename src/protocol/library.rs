@@ -92,7 +92,10 @@ impl Library {
     /// it, its own `EVALSHA` otherwise (`sha`, when given, replacing the script's SHA1).
     pub(crate) fn write(&self, call: &Call, functions: bool, sha: Option<&str>, out: &mut Vec<u8>) {
         let function = self.function(call.which).filter(|_| functions);
-        if function.is_none() && sha.is_none() {
+        let evalsha = call.cmd.args_iter().next().is_some_and(
+            |a| matches!(a, redis::Arg::Simple(b) if b.eq_ignore_ascii_case(b"EVALSHA")),
+        );
+        if !evalsha || (function.is_none() && sha.is_none()) {
             call.cmd.write_packed_command(out);
             return;
         }
@@ -132,6 +135,7 @@ pub(crate) fn is_no_function(v: &Value) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::protocol::keys::LockKeys;
@@ -154,7 +158,10 @@ mod tests {
         let acquire = lib.function(Which::Acquire).unwrap();
         assert_eq!(
             acquire,
-            format!("locksmith_{}", Script::new(Which::Acquire.source()).get_hash())
+            format!(
+                "locksmith_{}",
+                Script::new(Which::Acquire.source()).get_hash()
+            )
         );
         assert!(lib.function(Which::Renew).is_none());
         assert!(lib.source.starts_with("#!lua name=locksmith_"));

@@ -61,6 +61,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::{self, SLOTS};
+use crate::protocol::library;
 use crate::protocol::scripts::Call;
 use crate::subscriber::ShardMap;
 use crate::transport::conn::{self, Deadline, Pool, Timeouts, is_connection_error};
@@ -69,7 +70,7 @@ use crate::transport::tls::Tls;
 mod scripts;
 mod slots;
 
-use scripts::{load_scripts, packed};
+use scripts::{LIBRARY, load_library, load_scripts, packed};
 use slots::redirect;
 use slots::{Range, call_slot, parse_shards, parse_slots};
 
@@ -123,6 +124,9 @@ pub(crate) struct Cluster {
     epoch: AtomicU64,
     last_refresh: Mutex<Option<Instant>>,
     on_change: Mutex<Option<OnChange>>,
+    /// Whether the Mutex acquire and release go as `FCALL` of the sharded function library
+    /// (every master loaded and ran it at `start`).
+    functions: AtomicBool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -192,6 +196,7 @@ impl Cluster {
             epoch: AtomicU64::new(0),
             last_refresh: Mutex::new(None),
             on_change: Mutex::new(None),
+            functions: AtomicBool::new(false),
         })
     }
 
@@ -432,8 +437,14 @@ impl Cluster {
                 con.recv(t, by)?;
             }
             let v = con.recv(t, by)?;
-            if matches!(&v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript)) {
-                load_scripts(&mut con, t, by)?;
+            let noscript =
+                matches!(&v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
+            if noscript || library::is_no_function(&v) {
+                if noscript {
+                    load_scripts(&mut con, t, by)?;
+                } else {
+                    load_library(&mut con, t, by)?;
+                }
                 con.send(&out, t, by)?;
                 if asking {
                     con.recv(t, by)?;
@@ -517,7 +528,7 @@ impl Cluster {
 
     /// Runs a script call on its slot's master (the sharded script), within `by`.
     pub(crate) fn call(&self, call: &Call, by: Deadline) -> Result<Value> {
-        self.run(call_slot(&call.cmd), &packed(call), by)
+        self.run(call_slot(&call.cmd), &self.packed(call), by)
     }
 
     /// Renews: each call (one slot each) with the number of leases it covers. Calls are
@@ -544,7 +555,7 @@ impl Cluster {
         for (node, idx) in groups {
             let mut packed_all = Vec::new();
             for &i in &idx {
-                packed_all.extend_from_slice(&packed(&calls[i].0));
+                packed_all.extend_from_slice(&self.packed(&calls[i].0));
             }
             let con = match node.pool.idle() {
                 Some(c) => Ok(c),
@@ -587,7 +598,7 @@ impl Cluster {
             if out[i].is_some() || by.passed() {
                 continue;
             }
-            match self.run(slots[i], &packed(&calls[i].0), by) {
+            match self.run(slots[i], &self.packed(&calls[i].0), by) {
                 Ok(v) => out[i] = Some(v),
                 // At `debug`: a lease that is lost is reported once, by the renewal thread.
                 Err(e) => log::debug!("renewal of {} lease(s) failed: {e}", calls[i].1),
@@ -597,9 +608,12 @@ impl Cluster {
     }
 
     /// Reads the map and checks that every master answers `PING` and has the scripts
-    /// loaded, within `by`. Fails when no node gives a map, or a master does not answer.
+    /// loaded, and the function library (the Mutex acquire and release go as `FCALL` when every
+    /// master loaded and ran it), within `by`. Fails when no node gives a map, or a master does
+    /// not answer.
     pub(crate) fn start(&self, by: Deadline) -> Result<()> {
         self.refresh(by, true)?;
+        let mut functions = true;
         for node in self.masters() {
             let mut con = node.pool.connect(by)?;
             let ping = redis::cmd("PING").get_packed_command();
@@ -611,9 +625,32 @@ impl Cluster {
                 // An ACL may refuse SCRIPT LOAD: the calls report it by name.
                 log::debug!("scripts not loaded on {}: {e}", node.name);
             }
+            // A refused FUNCTION LOAD or FCALL (an ACL) leaves the calls on EVALSHA.
+            let runs = load_library(&mut con, self.timeouts.command, by).and_then(|()| {
+                con.send(
+                    &LIBRARY.ping().get_packed_command(),
+                    self.timeouts.command,
+                    by,
+                )?;
+                match con.recv(self.timeouts.command, by)? {
+                    Value::Int(1) => Ok(true),
+                    Value::ServerError(e) => Err(Error::Redis(e.into())),
+                    _ => Ok(false),
+                }
+            });
+            if let Err(e) = &runs {
+                log::debug!("functions not used on {}: {e}", node.name);
+            }
+            functions &= runs.unwrap_or(false);
             node.pool.put(con);
         }
+        self.functions.store(functions, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `call` packed as this cluster sends it (see `cluster/scripts.rs`).
+    fn packed(&self, call: &Call) -> Vec<u8> {
+        packed(call, self.functions.load(Ordering::Relaxed))
     }
 
     /// Runs `cmd` on every master, all within one connect and one command timeout.

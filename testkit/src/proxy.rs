@@ -34,13 +34,27 @@ enum Action {
     Delay(Duration),
 }
 
-/// A one-shot (or n-shot) rule: commands containing every pattern get `action`.
+/// A one-shot (or n-shot) rule: commands containing every pattern (and one of `any`, when
+/// given) get `action`.
 #[derive(Debug)]
 struct Rule {
     patterns: Vec<Vec<u8>>,
+    any: Vec<Vec<u8>>,
     action: Action,
     remaining: usize,
 }
+
+impl Rule {
+    fn matches(&self, chunk: &[u8]) -> bool {
+        self.remaining > 0
+            && self.patterns.iter().all(|p| contains(chunk, p))
+            && (self.any.is_empty() || self.any.iter().any(|p| contains(chunk, p)))
+    }
+}
+
+/// What a script call contains, whichever way the client sends it: `EVALSHA`, or `FCALL` of
+/// the function library.
+pub const SCRIPT_CALLS: [&[u8]; 2] = [b"EVALSHA", b"FCALL"];
 
 #[derive(Debug)]
 struct Conn {
@@ -117,18 +131,31 @@ impl Proxy {
     /// The next `times` commands containing every one of `patterns` reach Redis, but their
     /// replies are cut: the connection is closed instead.
     pub fn cut_reply_to(&self, patterns: &[&[u8]], times: usize) {
-        self.add_rule(patterns, Action::Cut, times);
+        self.add_rule(patterns, &[], Action::Cut, times);
+    }
+
+    /// The next `times` script calls (`EVALSHA` or `FCALL`) reach Redis, but their replies are
+    /// cut: the connection is closed instead.
+    pub fn cut_script_replies(&self, times: usize) {
+        self.add_rule(&[], &SCRIPT_CALLS, Action::Cut, times);
+    }
+
+    /// The replies to the next `times` script calls (`EVALSHA` or `FCALL`) are held back for
+    /// `delay`.
+    pub fn delay_script_replies(&self, delay: Duration, times: usize) {
+        self.add_rule(&[], &SCRIPT_CALLS, Action::Delay(delay), times);
     }
 
     /// The replies to the next `times` commands containing every one of `patterns` are held
     /// back for `delay`.
     pub fn delay_reply_to(&self, patterns: &[&[u8]], delay: Duration, times: usize) {
-        self.add_rule(patterns, Action::Delay(delay), times);
+        self.add_rule(patterns, &[], Action::Delay(delay), times);
     }
 
-    fn add_rule(&self, patterns: &[&[u8]], action: Action, times: usize) {
+    fn add_rule(&self, patterns: &[&[u8]], any: &[&[u8]], action: Action, times: usize) {
         self.shared.rules.lock().unwrap().push(Rule {
             patterns: patterns.iter().map(|p| p.to_vec()).collect(),
+            any: any.iter().map(|p| p.to_vec()).collect(),
             action,
             remaining: times,
         });
@@ -279,10 +306,7 @@ fn client_to_server(conn: &Conn, sh: &Shared) {
         let chunk = &buf[..n];
         {
             let mut rules = sh.rules.lock().unwrap();
-            if let Some(rule) = rules
-                .iter_mut()
-                .find(|r| r.remaining > 0 && r.patterns.iter().all(|p| contains(chunk, p)))
-            {
+            if let Some(rule) = rules.iter_mut().find(|r| r.matches(chunk)) {
                 rule.remaining -= 1;
                 // Armed before forwarding, so the reply cannot overtake the arming.
                 *conn.armed.lock().unwrap() = Some(rule.action);

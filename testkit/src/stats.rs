@@ -34,7 +34,8 @@ pub fn calls(stats: &HashMap<String, u64>, cmd: &str) -> u64 {
     stats.get(cmd).copied().unwrap_or(0)
 }
 
-/// All script executions Redis has seen: EVALSHA, EVAL and their read-only forms.
+/// All script executions Redis has seen: EVALSHA, EVAL, function calls (FCALL) and their
+/// read-only forms.
 pub fn script_calls(conn: &mut redis::Connection) -> u64 {
     let stats = commandstats(conn);
     [
@@ -42,6 +43,8 @@ pub fn script_calls(conn: &mut redis::Connection) -> u64 {
         "cmdstat_eval",
         "cmdstat_evalsha_ro",
         "cmdstat_eval_ro",
+        "cmdstat_fcall",
+        "cmdstat_fcall_ro",
     ]
     .iter()
     .map(|c| calls(&stats, c))
@@ -149,8 +152,8 @@ impl Monitor {
         })
     }
 
-    /// Of `lines`, the script calls (EVALSHA/EVAL sent by a client, not commands run inside a
-    /// script) naming `key`.
+    /// Of `lines`, the script calls (EVALSHA/EVAL/FCALL sent by a client, not commands run
+    /// inside a script) naming `key`.
     pub fn script_calls_on(lines: &[String], key: &str) -> usize {
         let quoted = format!("\"{key}\"");
         lines
@@ -158,7 +161,7 @@ impl Monitor {
             .filter(|l| !l.contains(" lua] "))
             .filter(|l| {
                 let l = l.to_ascii_lowercase();
-                l.contains("\"evalsha\"") || l.contains("\"eval\"")
+                l.contains("\"evalsha\"") || l.contains("\"eval\"") || l.contains("\"fcall\"")
             })
             .filter(|l| l.contains(&quoted))
             .count()
@@ -433,8 +436,10 @@ pub fn client_level(d: &Stats) -> u64 {
     d.iter()
         .filter(|(k, _)| {
             k.starts_with("eval")
+                || k.starts_with("fcall")
                 || k.starts_with("client|")
                 || k.starts_with("script|")
+                || k.starts_with("function|")
                 || matches!(
                     k.as_str(),
                     "subscribe" | "unsubscribe" | "ping" | "hello" | "select" | "auth"

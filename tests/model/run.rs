@@ -183,8 +183,8 @@ fn inflict(
             let secs = format!("{:.3}", d.as_secs_f64());
             query(server, &["DEBUG", "SLEEP", &secs]);
         }
-        FaultOp::CutReplies(n) => proxy.cut_reply_to(&[b"EVALSHA"], *n),
-        FaultOp::DelayReplies(n, d) => proxy.delay_reply_to(&[b"EVALSHA"], *d, *n),
+        FaultOp::CutReplies(n) => proxy.cut_script_replies(*n),
+        FaultOp::DelayReplies(n, d) => proxy.delay_script_replies(*d, *n),
         FaultOp::BlackHole(d) => {
             proxy.black_hole();
             thread::sleep(*d);

@@ -289,7 +289,11 @@ impl Backend {
     ) -> Result<Vec<Value>> {
         let result = self.receive(&mut con, replies, read_by);
         let result = match result {
-            Ok(values) if values.iter().any(|v| is_noscript(v) || library::is_no_function(v)) => {
+            Ok(values)
+                if values
+                    .iter()
+                    .any(|v| is_noscript(v) || library::is_no_function(v)) =>
+            {
                 // After a restart, SCRIPT FLUSH or FUNCTION FLUSH: load, and resend on this
                 // master alone, still within the call's bound.
                 let again = by.min(Deadline::after(step));
@@ -883,7 +887,15 @@ impl Backend {
             // FCALL may still be refused where FUNCTION LOAD was not (an ACL).
             let ping = PLAIN.ping().get_packed_command();
             let runs = self
-                .round(&self.all(), &ping, 1, Which::Renew, self.call_timeout, by, false)
+                .round(
+                    &self.all(),
+                    &ping,
+                    1,
+                    Which::Renew,
+                    self.call_timeout,
+                    by,
+                    false,
+                )
                 .into_iter()
                 .all(|(i, r)| match r.and_then(|mut v| one(v.pop())) {
                     Ok(Value::Int(1)) => true,

@@ -1,6 +1,7 @@
 //! The scripts as a cluster runs them: each lock script with `publish` made a sharded
-//! `spublish` (under its own SHA1), a call packed as `EVALSHA` of that script, and the
-//! loading of them all on a node's connection after `NOSCRIPT`.
+//! `spublish` (under its own SHA1), a call packed as `EVALSHA` of that script (or `FCALL` of
+//! its function in the sharded function library), and the loading of them all on a node's
+//! connection after `NOSCRIPT` (or "Function not found").
 //!
 //! Apart from the routing (the parent module) because it is the one place where the
 //! cluster's scripts differ from the protocol's; the routing only sends what it packs.
@@ -11,6 +12,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::protocol::library::Library;
 use crate::protocol::scripts::{Call, Which};
 use crate::transport::conn::{Conn, Deadline};
 
@@ -37,23 +39,30 @@ fn sharded(which: Which) -> &'static (Which, redis::Script, String) {
         .unwrap_or(&SHARDED[0])
 }
 
-/// `call` as a cluster runs it: `EVALSHA` of the sharded script.
-pub(super) fn packed(call: &Call) -> Vec<u8> {
-    let mut cmd = redis::Cmd::new();
-    for (i, a) in call.cmd.args_iter().enumerate() {
-        if let redis::Arg::Simple(b) = a {
-            if i == 1 && call.cmd.args_iter().next().is_some_and(is_evalsha) {
-                cmd.arg(sharded(call.which).1.get_hash());
-            } else {
-                cmd.arg(b);
-            }
-        }
-    }
-    cmd.get_packed_command()
+/// The function library of the sharded scripts.
+pub(super) static LIBRARY: LazyLock<Library> =
+    LazyLock::new(|| Library::new(|w| sharded_source(w.source())));
+
+/// `call` as a cluster runs it: `FCALL` of the sharded function when `functions` and the
+/// library holds it, `EVALSHA` of the sharded script otherwise.
+pub(super) fn packed(call: &Call, functions: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    LIBRARY.write(
+        call,
+        functions,
+        Some(sharded(call.which).1.get_hash()),
+        &mut out,
+    );
+    out
 }
 
-fn is_evalsha(a: redis::Arg<&[u8]>) -> bool {
-    matches!(a, redis::Arg::Simple(b) if b.eq_ignore_ascii_case(b"EVALSHA"))
+/// Loads the sharded function library on `con`.
+pub(super) fn load_library(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<()> {
+    con.send(&LIBRARY.load().get_packed_command(), timeout, by)?;
+    match con.recv(timeout, by)? {
+        Value::ServerError(e) => Err(Error::Redis(e.into())),
+        _ => Ok(()),
+    }
 }
 
 /// Loads every sharded script on `con`.
