@@ -135,6 +135,25 @@ fn locks_route_by_slot_and_wait_on_sharded_pubsub() {
         assert!(b.mutex(name).unwrap().try_lock().unwrap().is_some());
     }
 
+    // 1a. Every master ran the Mutex's acquire and release as functions (FCALL of the sharded
+    // library); after FUNCTION FLUSH on every master, the library is loaded again where a call
+    // finds it missing, and the calls go on.
+    for m in cluster.masters() {
+        let stats = common::commandstats(&mut cluster.conn(m));
+        assert!(common::calls(&stats, "cmdstat_fcall") >= 2, "{m}: {stats:?}");
+        redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .exec(&mut cluster.conn(m))
+            .unwrap();
+    }
+    for name in &names {
+        a.mutex(name).unwrap().lock().unwrap().unlock().unwrap();
+    }
+    for m in cluster.masters() {
+        let failed = common::stat(&common::failed_by_command(&mut cluster.conn(m)), "fcall");
+        assert!(failed >= 1, "{m}: no call met the flushed library");
+    }
+
     // 1b. Many held locks over every master, renewed: each renewal call covers one slot
     // (pipelined per master), so every guard stays held through several renewals of a short
     // lease, and no master ever answered CROSSSLOT.

@@ -18,7 +18,7 @@ use crate::handoff_runs::{Monitor, ls_handoffs};
 use crate::naive::{self, NaiveLock};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    calls_by_command, connect, micros, pct, realtime_ns, s, sorted, stat, stats_delta,
+    calls_by_command, connect, micros, pct, realtime_ns, s, script_stat, sorted, stats_delta,
     usec_by_command,
 };
 
@@ -70,8 +70,8 @@ pub(crate) fn handoff(ctx: &mut Ctx) -> Result<(), String> {
         None,
     )?;
     let (calls1, usec1) = (calls_by_command(&mut con), usec_by_command(&mut con));
-    let script_us = stat(&stats_delta(&usec0, &usec1), "evalsha") as f64
-        / stat(&stats_delta(&calls0, &calls1), "evalsha").max(1) as f64;
+    let script_us = script_stat(&stats_delta(&usec0, &usec1)) as f64
+        / script_stat(&stats_delta(&calls0, &calls1)).max(1) as f64;
     let mut monitor = Monitor::open(&url)?;
     let spied = ls_handoffs(
         &mut ctx.rng,
@@ -259,7 +259,7 @@ pub(crate) fn handoff(ctx: &mut Ctx) -> Result<(), String> {
             Unit::Us,
         )
         .floor("EVALSHA `return 1`", ctx.floors.evalsha_exec_us, Unit::Us)
-        .note("commandstats usec / calls of EVALSHA during the uninstrumented handoffs (acquire attempts and releases)"),
+        .note("commandstats usec / calls of script calls (EVALSHA, FCALL) during the uninstrumented handoffs (acquire attempts and releases)"),
     );
     let pubp = pct(&oneway, 0.5);
     let unp = pct(&unpark, 0.5);

@@ -12,7 +12,7 @@ use locksmith::{Client, Mutex as LockMutex};
 
 use crate::child::{ChildProc, Waiter, arg, say};
 use crate::context::STEP;
-use crate::support::{Rng, calls_by_command, micros, numsub, realtime_ns, s, stat};
+use crate::support::{Rng, calls_by_command, micros, numsub, realtime_ns, s, script_stat};
 
 /// A RedLock client over `urls`, as the bench uses it in both processes.
 pub(crate) fn build_redlock<S: AsRef<str>>(urls: &[S]) -> Result<Client, String> {
@@ -58,14 +58,14 @@ pub(crate) fn ls_handoffs(
             .try_lock_for(Duration::from_secs(10))
             .map_err(s)?
             .ok_or("holder could not lock")?;
-        let ev0 = stat(&calls_by_command(con), "evalsha");
+        let ev0 = script_stat(&calls_by_command(con));
         child.send("go")?;
         // The waiter is blocked once it subscribed and made its two attempts (the fast path
         // and the one after the subscription was confirmed).
         let until = Instant::now() + Duration::from_secs(2);
         let mut verified = false;
         while Instant::now() < until {
-            if numsub(con, channel) >= 1 && stat(&calls_by_command(con), "evalsha") >= ev0 + 2 {
+            if numsub(con, channel) >= 1 && script_stat(&calls_by_command(con)) >= ev0 + 2 {
                 verified = true;
                 break;
             }
@@ -156,7 +156,8 @@ impl Monitor {
                 continue;
             }
             let lower = rest.to_ascii_lowercase();
-            let evalsha = lower.contains("\"evalsha\"") && rest.contains(&lock_key);
+            let evalsha = (lower.contains("\"evalsha\"") || lower.contains("\"fcall\""))
+                && rest.contains(&lock_key);
             let names_channel = rest.contains(&format!("\"{channel}\""));
             match (rel, publ) {
                 (None, _) if evalsha && names_channel => rel = Some(at),

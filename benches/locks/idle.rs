@@ -12,8 +12,8 @@ use crate::context::{Ctx, NAIVE_LEASE, STEP, THREADS};
 use crate::naive::NaiveLock;
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    LOG, calls_by_command, client_level, connect, failed_by_command, numsub, s, stat, stats_brief,
-    stats_delta,
+    LOG, calls_by_command, client_level, connect, failed_by_command, numsub, s, script_stat, stat,
+    stats_brief, stats_delta,
 };
 
 pub(crate) fn idle(ctx: &mut Ctx) -> Result<(), String> {
@@ -122,7 +122,7 @@ fn idle_one(ctx: &mut Ctx, kind: &str, lease: Option<Duration>) -> Result<(), St
     }
     drop(children);
     let d = stats_delta(&s0, &s1);
-    let noscript = stat(&stats_delta(&f0, &f1), "evalsha");
+    let noscript = script_stat(&stats_delta(&f0, &f1));
     // The holder's part: its renewals (counted from the renewal thread's log) and, on the
     // first renewal on this server, the NOSCRIPT reply and SCRIPT LOAD before the resend.
     let holder = renewed1 - renewed0 + noscript + stat(&d, "script|load");
@@ -150,7 +150,7 @@ fn idle_one(ctx: &mut Ctx, kind: &str, lease: Option<Duration>) -> Result<(), St
     }
     ctx.row(r);
     if kind == "ls" {
-        let attempts = stat(&d, "evalsha").saturating_sub(renewed1 - renewed0 + noscript);
+        let attempts = script_stat(&d).saturating_sub(renewed1 - renewed0 + noscript);
         ctx.row(Row::new(
             W,
             &format!("{label}: waiter acquire attempts in the window"),

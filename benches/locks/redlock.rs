@@ -11,7 +11,7 @@ use crate::context::{Ctx, STEP};
 use crate::handoff_runs::{build_redlock, ls_handoffs};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    RedisServer, calls_by_command, connect, micros, pct, s, sorted, stat, stats_delta,
+    RedisServer, calls_by_command, connect, micros, pct, s, script_stat, sorted, stats_delta,
     usec_by_command,
 };
 
@@ -158,12 +158,12 @@ pub(crate) fn redlock(ctx: &mut Ctx) -> Result<(), String> {
     let usec1: Vec<_> = cons.iter_mut().map(usec_by_command).collect();
     let exec: Vec<f64> = (0..MASTERS)
         .map(|i| {
-            stat(&stats_delta(&usec0[i], &usec1[i]), "evalsha") as f64
-                / stat(&stats_delta(&calls0[i], &calls1[i]), "evalsha").max(1) as f64
+            script_stat(&stats_delta(&usec0[i], &usec1[i])) as f64
+                / script_stat(&stats_delta(&calls0[i], &calls1[i])).max(1) as f64
         })
         .collect();
     let exec_calls = (0..MASTERS)
-        .map(|i| stat(&stats_delta(&calls0[i], &calls1[i]), "evalsha"))
+        .map(|i| script_stat(&stats_delta(&calls0[i], &calls1[i])))
         .sum::<u64>() as f64
         / (MASTERS * exec_cycles) as f64;
     drop(m);
@@ -205,7 +205,7 @@ pub(crate) fn redlock(ctx: &mut Ctx) -> Result<(), String> {
         .iter()
         .zip(&after)
         .map(|(b, a)| {
-            stat(&stats_delta(b, a), "evalsha") as f64 / (ctx.plan.redlock_handoff + warm) as f64
+            script_stat(&stats_delta(b, a)) as f64 / (ctx.plan.redlock_handoff + warm) as f64
         })
         .collect();
     let hs = sorted(handoffs.total);

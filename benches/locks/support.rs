@@ -7,8 +7,8 @@ use std::time::Duration;
 
 pub use locksmith_testkit::{
     RedisServer, Rng, Stats, calls_by_command, client_level, connect, failed_by_command,
-    new_thread_named, numsub, pin, realtime_ns, rss_kib, stat, stats_brief, stats_delta,
-    stats_total, tasks, thread_count, thread_cpu_ns, usec_by_command,
+    new_thread_named, numsub, pin, realtime_ns, rss_kib, script_stat, stat, stats_brief,
+    stats_delta, stats_total, tasks, thread_count, thread_cpu_ns, usec_by_command,
 };
 
 // ---------------------------------------------------------------------------------------------

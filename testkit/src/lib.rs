@@ -66,7 +66,8 @@ pub use stats::{
 };
 pub use stats::{
     Monitor, Stats, calls, calls_by_command, client_level, commandstats, exists, failed_by_command,
-    hget, numsub, pttl, script_calls, stat, stats_brief, stats_delta, stats_total, usec_by_command,
+    hget, numsub, pttl, script_calls, script_stat, stat, stats_brief, stats_delta, stats_total,
+    usec_by_command,
 };
 pub use threads::{new_thread_named, rss_kib, tasks, thread_count, thread_cpu_ns};
 pub use tls::{ServerCert, TlsFiles};

@@ -430,6 +430,12 @@ pub fn stats_total(d: &Stats) -> u64 {
     d.values().sum()
 }
 
+/// Script calls in a delta, whichever way they were sent: `EVALSHA` and `FCALL` (a client
+/// runs the Mutex acquire and release as functions where the server takes them).
+pub fn script_stat(d: &Stats) -> u64 {
+    stat(d, "evalsha") + stat(d, "fcall")
+}
+
 /// Commands that only a client sends (never run inside locksmith's or the naive lock's
 /// scripts): script calls, pub/sub, pings and connection set-up.
 pub fn client_level(d: &Stats) -> u64 {
