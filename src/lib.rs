@@ -177,7 +177,8 @@
 //! or behind a network that swallows packets), is a black hole (accepts connections and
 //! never answers), or refuses connections. A call's bound covers everything it may do: a
 //! try on a pooled connection, a retry on a new one, opening it (TCP connect and the `AUTH`
-//! / `SELECT` handshake), loading a script after `NOSCRIPT`, waiting for the pub/sub
+//! / `SELECT` handshake), loading a script after `NOSCRIPT` (or the function library after
+//! "Function not found"), waiting for the pub/sub
 //! subscription, backoff sleeps. Each step takes the smaller of its own timeout and what is
 //! left of the call's bound (give or take the kernel's timer granularity, a few
 //! milliseconds). With `connect` and `command` the client's

@@ -140,7 +140,10 @@ fn locks_route_by_slot_and_wait_on_sharded_pubsub() {
     // finds it missing, and the calls go on.
     for m in cluster.masters() {
         let stats = common::commandstats(&mut cluster.conn(m));
-        assert!(common::calls(&stats, "cmdstat_fcall") >= 2, "{m}: {stats:?}");
+        assert!(
+            common::calls(&stats, "cmdstat_fcall") >= 2,
+            "{m}: {stats:?}"
+        );
         redis::cmd("FUNCTION")
             .arg("FLUSH")
             .exec(&mut cluster.conn(m))

@@ -10,17 +10,18 @@ use locksmith::Client;
 use crate::context::{Ctx, NAIVE_LEASE, THREADS};
 use crate::naive::NaiveLock;
 use crate::report::{Bar, Row, Unit};
-use crate::support::s;
+use crate::support::{connect, process_cpu_us, redis_cpu_us, s};
 
 pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "many names";
     let d = ctx.plan.many;
+    let mut admin = connect(&ctx.url, Duration::from_secs(5)).map_err(s)?;
     let client = Client::open(&ctx.url).map_err(s)?;
     let one = ls_cycles(&client, 1, d)?;
-    let eight = ls_cycles(&client, THREADS, d)?;
+    let (eight, ls_cpu) = cpu_per_cycle(&mut admin, d, || ls_cycles(&client, THREADS, d))?;
     drop(client);
     let n_one = naive_cycles(&ctx.url, 1, d)?;
-    let n_eight = naive_cycles(&ctx.url, THREADS, d)?;
+    let (n_eight, naive_cpu) = cpu_per_cycle(&mut admin, d, || naive_cycles(&ctx.url, THREADS, d))?;
     ctx.row(Row::new(
         W,
         "locksmith 1 thread, 1 name: cycles/s",
@@ -36,7 +37,9 @@ pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
         )
         .floor("1 thread", one, Unit::PerSec)
         .bar(Bar::RatioAtLeast(1.8))
-        .note("one client shared by the threads; uncontended lock+unlock cycles"),
+        .note(format!(
+            "one client shared by the threads; uncontended lock+unlock cycles; {ls_cpu}"
+        )),
     );
     ctx.row(Row::new(
         W,
@@ -52,7 +55,7 @@ pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
             Unit::PerSec,
         )
         .floor("1 thread", n_one, Unit::PerSec)
-        .note("one connection per thread"),
+        .note(format!("one connection per thread; {naive_cpu}")),
     );
     ctx.row(
         Row::new(
@@ -69,6 +72,33 @@ pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
         ),
     );
     Ok(())
+}
+
+/// Runs `f` (cycles per second over `d`) and says what one cycle cost in CPU: Redis's
+/// (`INFO cpu`, socket I/O and event loop included) and this process's, each also as the
+/// share of one core over the window, so that a reader sees which side was the bottleneck.
+fn cpu_per_cycle(
+    admin: &mut redis::Connection,
+    d: Duration,
+    f: impl FnOnce() -> Result<f64, String>,
+) -> Result<(f64, String), String> {
+    let (r0, p0, t0) = (redis_cpu_us(admin)?, process_cpu_us(), Instant::now());
+    let rate = f()?;
+    let (r1, p1, t1) = (redis_cpu_us(admin)?, process_cpu_us(), Instant::now());
+    // The window is `d` of cycles plus the threads' set-up; per cycle over the cycles counted.
+    let cycles = (rate * d.as_secs_f64()).max(1.0);
+    let wall = (t1 - t0).as_secs_f64() * 1e6;
+    Ok((
+        rate,
+        format!(
+            "per cycle: Redis CPU {:.1} µs (one core {:.0}% busy), bench process CPU {:.1} µs \
+             ({:.0}% of a core), set-up included",
+            (r1 - r0) / cycles,
+            100.0 * (r1 - r0) / wall,
+            (p1 - p0) / cycles,
+            100.0 * (p1 - p0) / wall
+        ),
+    ))
 }
 
 /// Cycles per second of `threads` threads, each locking and unlocking its own name.

@@ -14,8 +14,8 @@ use crate::context::Ctx;
 use crate::naive::{self, NaiveLock};
 use crate::report::{Bar, Row, Unit};
 use crate::support::{
-    LOG, calls_by_command, connect, failed_by_command, new_thread_named, s, stat, stats_brief,
-    stats_delta, tasks, thread_count, thread_cpu_ns, usec_by_command,
+    LOG, calls_by_command, connect, failed_by_command, new_thread_named, redis_cpu_us, s, stat,
+    stats_brief, stats_delta, tasks, thread_count, thread_cpu_ns, usec_by_command,
 };
 
 /// What the hand-written renewal thread did: round trips, leases it found lost, the locks.
@@ -292,24 +292,6 @@ pub(crate) fn renewal(ctx: &mut Ctx) -> Result<(), String> {
         Unit::Count,
     ));
     Ok(())
-}
-
-/// Redis's CPU time so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), in µs.
-fn redis_cpu_us(con: &mut redis::Connection) -> Result<f64, String> {
-    let info: String = redis::cmd("INFO").arg("cpu").query(con).map_err(s)?;
-    let field = |name: &str| {
-        info.lines().find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(':')?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-    };
-    match (field("used_cpu_user"), field("used_cpu_sys")) {
-        (Some(u), Some(y)) => Ok((u + y) * 1e6),
-        _ => Err("INFO cpu without used_cpu_user/used_cpu_sys".into()),
-    }
 }
 
 /// What the per-lock renewal path cost Redis.

@@ -125,3 +125,36 @@ impl log::Log for LogTap {
 pub fn s<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
+
+/// Redis's CPU time so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), in µs.
+pub(crate) fn redis_cpu_us(con: &mut redis::Connection) -> Result<f64, String> {
+    let info: String = redis::cmd("INFO").arg("cpu").query(con).map_err(s)?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    match (field("used_cpu_user"), field("used_cpu_sys")) {
+        (Some(u), Some(y)) => Ok((u + y) * 1e6),
+        _ => Err("INFO cpu without used_cpu_user/used_cpu_sys".into()),
+    }
+}
+
+/// This process's CPU time so far (user + system, all threads), in µs; 0 where `/proc` does not
+/// tell.
+pub(crate) fn process_cpu_us() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the comm: utime and stime are fields 14 and 15 of stat(5), in clock ticks (100/s).
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) * 1e4
+}

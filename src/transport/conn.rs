@@ -282,10 +282,25 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     /// Sets both socket timeouts to `t` (no system call when they already are).
     pub(crate) fn set_timeouts(&mut self, t: Duration) -> Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+
+    /// Sets the socket's read timeout to `t` (no system call when it already is). A write
+    /// and a read usually want different timeouts (the command's, the reply's), so each sets
+    /// only its own: a command then costs no `setsockopt` at all.
+    pub(crate) fn set_read_timeout(&mut self, t: Duration) -> Result<()> {
+        let t = coarse(t);
         if self.read != t {
             self.con.set_read_timeout(Some(t))?;
             self.read = t;
         }
+        Ok(())
+    }
+
+    /// Sets the socket's write timeout to `t` (no system call when it already is).
+    fn set_write_timeout(&mut self, t: Duration) -> Result<()> {
+        let t = coarse(t);
         if self.write != t {
             self.con.set_write_timeout(Some(t))?;
             self.write = t;
@@ -296,7 +311,7 @@ impl Conn {
     /// Writes `packed`, waiting at most `timeout` for the socket (shortened by `by`).
     pub(crate) fn send(&mut self, packed: &[u8], timeout: Duration, by: Deadline) -> Result<()> {
         let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
-        self.set_timeouts(t)?;
+        self.set_write_timeout(t)?;
         self.send_now(packed)
     }
 
@@ -310,7 +325,7 @@ impl Conn {
     /// Reads one reply, waiting at most `timeout` (shortened by `by`).
     pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value> {
         let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
-        self.set_timeouts(t)?;
+        self.set_read_timeout(t)?;
         self.recv_now()
     }
 
@@ -329,6 +344,17 @@ impl Conn {
     /// False once the connection read an end of stream or a protocol error.
     pub(crate) fn is_open(&self) -> bool {
         self.con.is_open()
+    }
+}
+
+/// `t` rounded down to whole milliseconds (or `t` itself when shorter than one): a timeout cut
+/// by a call's deadline differs by microseconds from one call to the next, and would otherwise
+/// cost a `setsockopt` on every command. The kernel's timers are coarser still.
+fn coarse(t: Duration) -> Duration {
+    match u64::try_from(t.as_millis()) {
+        Ok(0) => t,
+        Ok(ms) => Duration::from_millis(ms),
+        Err(_) => t,
     }
 }
 

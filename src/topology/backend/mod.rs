@@ -336,7 +336,7 @@ impl Backend {
                 let t = by
                     .cap(self.reply_timeout())
                     .unwrap_or(Duration::from_millis(1));
-                con.set_timeouts(t)?;
+                con.set_read_timeout(t)?;
             }
             values.push(con.recv_now()?);
         }
