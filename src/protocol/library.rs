@@ -24,6 +24,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use crate::error::Result;
 use crate::protocol::scripts::{Call, Which};
 
 /// The scripts the library holds.
@@ -73,11 +74,22 @@ impl Library {
             .map(|(_, n)| n.as_str())
     }
 
-    /// `FUNCTION LOAD REPLACE` of the library (the same text replaces itself harmlessly).
+    /// `FUNCTION LOAD` of the library. Without `REPLACE`: a server that has it already (the
+    /// name is its text's hash) answers "already exists" (see [`loaded`]), and neither compiles
+    /// it again nor writes it to its AOF and replicas for every client that starts.
     pub(crate) fn load(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("FUNCTION");
-        cmd.arg("LOAD").arg("REPLACE").arg(&self.source);
+        cmd.arg("LOAD").arg(&self.source);
         cmd
+    }
+
+    /// Loads the library on `con` (see [`load`](Self::load)).
+    pub(crate) fn load_on(&self, con: &mut redis::Connection) -> Result<()> {
+        match self.load().query::<Value>(con) {
+            Ok(_) => Ok(()),
+            Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A call of the library's `ping` function, which answers 1: whether `FCALL` of this
@@ -125,6 +137,15 @@ impl Library {
         let mut out = Vec::new();
         self.write(call, functions, None, &mut out);
         out
+    }
+}
+
+/// Whether `v`, the reply to [`Library::load`], means the server has the library now: its
+/// name, or "already exists".
+pub(crate) fn loaded(v: &Value) -> bool {
+    match v {
+        Value::ServerError(e) => e.details().is_some_and(|d| d.contains("already exists")),
+        _ => true,
     }
 }
 
@@ -208,5 +229,8 @@ mod tests {
         assert!(is_no_function(&v));
         let other = redis::parse_redis_value(b"-ERR unknown command 'FCALL'\r\n").unwrap();
         assert!(!is_no_function(&other));
+        let exists =
+            redis::parse_redis_value(b"-ERR Library 'locksmith_x' already exists\r\n").unwrap();
+        assert!(loaded(&exists) && !loaded(&other));
     }
 }

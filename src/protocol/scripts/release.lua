@@ -41,7 +41,7 @@
 
 -- The fast path: the holder's outermost release, one master. Nothing else runs before it.
 local v = redis.pcall('get', KEYS[1])
-if #ARGV == 1 and type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+if #ARGV == 1 and type(v) == 'string' and string.find(v, ARGV[1], 1, true) == 1 then
   -- Publish before the value moves: a server that refuses PUBLISH (an ACL) then fails the
   -- script before anything changed, so the error the caller sees matches the state.
   if string.byte(v, -1) == 119 then

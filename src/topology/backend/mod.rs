@@ -302,7 +302,7 @@ impl Backend {
                     .and_then(|t| con.set_timeouts(t))
                     .and_then(|()| match scripts {
                         true => which.load(con.raw()),
-                        false => PLAIN.load().exec(con.raw()).map_err(Error::from),
+                        false => PLAIN.load_on(con.raw()),
                     })
                     .and_then(|()| con.send(packed, self.command_timeout, again))
                     .and_then(|()| self.receive(&mut con, replies, again))
@@ -863,7 +863,10 @@ impl Backend {
             // ACL, a server before 7.0) leaves the calls on EVALSHA.
             let r = r.and_then(|mut values| {
                 let library = values.split_off(values.len().min(1 + Which::ALL.len()));
-                let library = one(library.into_iter().next());
+                let library = match library.into_iter().next() {
+                    Some(v) if library::loaded(&v) => Ok(()),
+                    other => one(other).map(drop),
+                };
                 if let Err(e) = &library {
                     log::debug!("function library not loaded on {}: {e}", self.nodes[i].name);
                 }

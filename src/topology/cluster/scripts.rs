@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::protocol::library::Library;
+use crate::protocol::library::{self, Library};
 use crate::protocol::scripts::{Call, Which};
 use crate::transport::conn::{Conn, Deadline};
 
@@ -60,6 +60,7 @@ pub(super) fn packed(call: &Call, functions: bool) -> Vec<u8> {
 pub(super) fn load_library(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<()> {
     con.send(&LIBRARY.load().get_packed_command(), timeout, by)?;
     match con.recv(timeout, by)? {
+        v if library::loaded(&v) => Ok(()),
         Value::ServerError(e) => Err(Error::Redis(e.into())),
         _ => Ok(()),
     }
