@@ -288,7 +288,8 @@ impl Conn {
 
     /// Sets the socket's read timeout to `t` (no system call when it already is). A write
     /// and a read usually want different timeouts (the command's, the reply's), so each sets
-    /// only its own: a command then costs no `setsockopt` at all.
+    /// only its own (and the other where it was never set: a TLS handshake both writes and
+    /// reads): a command then costs no `setsockopt` at all.
     pub(crate) fn set_read_timeout(&mut self, t: Duration) -> Result<()> {
         let t = coarse(t);
         if self.read != t {
@@ -312,6 +313,10 @@ impl Conn {
     pub(crate) fn send(&mut self, packed: &[u8], timeout: Duration, by: Deadline) -> Result<()> {
         let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
         self.set_write_timeout(t)?;
+        if self.read.is_zero() {
+            // A new connection's first write runs the TLS handshake, which reads too.
+            self.set_read_timeout(t)?;
+        }
         self.send_now(packed)
     }
 
@@ -326,6 +331,9 @@ impl Conn {
     pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value> {
         let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
         self.set_read_timeout(t)?;
+        if self.write.is_zero() {
+            self.set_write_timeout(t)?;
+        }
         self.recv_now()
     }
 
