@@ -298,11 +298,17 @@ impl Backend {
                 // master alone, still within the call's bound.
                 let again = by.min(Deadline::after(step));
                 let scripts = values.iter().any(is_noscript);
+                let functions = values.iter().any(library::is_no_function);
                 by.cap(self.command_timeout)
                     .and_then(|t| con.set_timeouts(t))
-                    .and_then(|()| match scripts {
-                        true => which.load(con.raw()),
-                        false => PLAIN.load_on(con.raw()),
+                    .and_then(|()| {
+                        if scripts {
+                            which.load(con.raw())?;
+                        }
+                        if functions {
+                            PLAIN.load_on(con.raw())?;
+                        }
+                        Ok(())
                     })
                     .and_then(|()| con.send(packed, self.command_timeout, again))
                     .and_then(|()| self.receive(&mut con, replies, again))
