@@ -5,9 +5,9 @@
 //! less than `EVALSHA` of the same code (no SHA to look up, and a Lua state of its own that holds
 //! this library alone, so the garbage collector's step after each call has less to walk). On
 //! Redis 7.0.15 the cycle took about 8 % fewer instructions (77,900 → 71,900, benches/callgrind;
-//! docs/performance.md). Only these two
-//! scripts are in the library: every other call is rare next to them, and each script added to
-//! the library's Lua state makes its collector's step dearer.
+//! docs/performance.md). Only these two scripts are in the library: every other call is rare
+//! next to them, and each script added to the library's Lua state makes its collector's step
+//! dearer.
 //!
 //! The functions run the scripts' own source (`scripts/acquire.lua`, `scripts/release.lua`),
 //! each wrapped as `function(KEYS, ARGV) ... end`, so both paths answer alike. A function is
