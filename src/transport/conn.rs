@@ -596,7 +596,10 @@ mod tests {
         assert_eq!(coarse(Duration::from_micros(4_999_001)), ms(4_999));
         assert_eq!(coarse(ms(1_000)), ms(1_000));
         // Below a millisecond: as it is (a zero timeout would mean none at all).
-        assert_eq!(coarse(Duration::from_micros(700)), Duration::from_micros(700));
+        assert_eq!(
+            coarse(Duration::from_micros(700)),
+            Duration::from_micros(700)
+        );
         for us in [1_u64, 999, 1_000, 1_001, 123_456_789] {
             let t = Duration::from_micros(us);
             assert!(coarse(t) <= t && !coarse(t).is_zero(), "{t:?}");
