@@ -7,8 +7,8 @@ use std::time::Duration;
 
 pub use locksmith_testkit::{
     RedisServer, Rng, Stats, calls_by_command, client_level, connect, failed_by_command,
-    new_thread_named, numsub, pin, realtime_ns, rss_kib, script_stat, stat, stats_brief,
-    stats_delta, stats_total, tasks, thread_count, thread_cpu_ns, usec_by_command,
+    new_thread_named, numsub, pin, process_cpu_ns, realtime_ns, rss_kib, script_stat, stat,
+    stats_brief, stats_delta, stats_total, tasks, thread_count, thread_cpu_ns, usec_by_command,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -147,14 +147,5 @@ pub(crate) fn redis_cpu_us(con: &mut redis::Connection) -> Result<f64, String> {
 /// This process's CPU time so far (user + system, all threads), in µs; 0 where `/proc` does not
 /// tell.
 pub(crate) fn process_cpu_us() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the comm: utime and stime are fields 14 and 15 of stat(5), in clock ticks (100/s).
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) * 1e4
+    process_cpu_ns().map_or(0.0, |ns| ns as f64 / 1e3)
 }

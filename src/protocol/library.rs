@@ -88,7 +88,7 @@ impl Library {
     pub(crate) fn load_on(&self, con: &mut redis::Connection) -> Result<()> {
         match self.load().query::<Value>(con) {
             Ok(_) => Ok(()),
-            Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => Ok(()),
+            Err(e) if already_exists(e.detail()) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -145,9 +145,14 @@ impl Library {
 /// name, or "already exists".
 pub(crate) fn loaded(v: &Value) -> bool {
     match v {
-        Value::ServerError(e) => e.details().is_some_and(|d| d.contains("already exists")),
+        Value::ServerError(e) => already_exists(e.details()),
         _ => true,
     }
+}
+
+/// Whether a `FUNCTION LOAD` error's text says the library is there already.
+fn already_exists(detail: Option<&str>) -> bool {
+    detail.is_some_and(|d| d.contains("already exists"))
 }
 
 /// Whether `v` is the error of an `FCALL` whose function the server does not have.

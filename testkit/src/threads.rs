@@ -59,7 +59,18 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
     {
         return Some(ns);
     }
-    let stat = std::fs::read_to_string(format!("{base}/stat")).ok()?;
+    stat_cpu_ns(&format!("{base}/stat"))
+}
+
+/// CPU time (user + system, every thread) of this process, in ns, from `/proc/self/stat`
+/// (clock ticks, assumed 100 Hz: 10 ms steps).
+pub fn process_cpu_ns() -> Option<u64> {
+    stat_cpu_ns("/proc/self/stat")
+}
+
+/// utime + stime of a `stat` file of `/proc` (a process's or a thread's), in ns.
+fn stat_cpu_ns(path: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // Fields after the comm: state is field 3 of stat(5), utime 14, stime 15.
