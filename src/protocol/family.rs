@@ -31,12 +31,14 @@ fn call(which: Which, keys: &[&str], args: &[&str]) -> Call {
     Call { which, cmd }
 }
 
-/// The fair mutex's keys: the lock, the queue and the waiters' heartbeats.
-fn fair_keys(keys: &LockKeys) -> [String; 3] {
+/// The fair mutex's keys: the lock, the queue, the waiters' heartbeats and the name's fencing
+/// mark (every operation may grant the lock to a waiter).
+fn fair_keys(keys: &LockKeys) -> [String; 4] {
     [
         keys.lock.clone(),
         format!("{}:queue", keys.lock),
         format!("{}:waiters", keys.lock),
+        keys.fence.clone(),
     ]
 }
 
@@ -50,7 +52,7 @@ pub(crate) fn fair_acquire(
     enqueue: bool,
     live: Option<Live<'_>>,
 ) -> Call {
-    let [lock, queue, waiters] = fair_keys(keys);
+    let [lock, queue, waiters, fence] = fair_keys(keys);
     let who = member(owner, request);
     let lease = millis(lease).to_string();
     let mut args = vec!["a", who.as_str(), lease.as_str()];
@@ -68,7 +70,7 @@ pub(crate) fn fair_acquire(
         None if enqueue => args.push("1"),
         None => {}
     }
-    call(Which::Fair, &[&lock, &queue, &waiters], &args)
+    call(Which::Fair, &[&lock, &queue, &waiters, &fence], &args)
 }
 
 /// A fair mutex release of `level` of `holder`'s acquisition; `request` names an inner level's
@@ -79,33 +81,41 @@ pub(crate) fn fair_release(
     level: Level,
     request: &str,
 ) -> Call {
-    let [lock, queue, waiters] = fair_keys(keys);
+    let [lock, queue, waiters, fence] = fair_keys(keys);
     let marker = format!("{}:released", keys.lock);
     let named = acquisition(holder);
     let mut args = vec!["r", named.as_str()];
     if level == Level::Inner {
         args.extend([request, "1"]);
     }
-    call(Which::Fair, &[&lock, &queue, &waiters, &marker], &args)
+    call(
+        Which::Fair,
+        &[&lock, &queue, &waiters, &fence, &marker],
+        &args,
+    )
 }
 
 /// A fair mutex renewal: the caller's lock, or its place in the queue (its heartbeat).
 pub(crate) fn fair_renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
-    let [lock, queue, waiters] = fair_keys(keys);
+    let [lock, queue, waiters, fence] = fair_keys(keys);
     let who = member(holder.owner, holder.acquisition);
     let lease = millis(lease).to_string();
     call(
         Which::Fair,
-        &[&lock, &queue, &waiters],
+        &[&lock, &queue, &waiters, &fence],
         &["n", &who, &lease],
     )
 }
 
 /// A waiter leaves the fair mutex's queue.
 pub(crate) fn fair_cancel(keys: &LockKeys, owner: &str, request: &str) -> Call {
-    let [lock, queue, waiters] = fair_keys(keys);
+    let [lock, queue, waiters, fence] = fair_keys(keys);
     let who = member(owner, request);
-    call(Which::Fair, &[&lock, &queue, &waiters], &["c", &who])
+    call(
+        Which::Fair,
+        &[&lock, &queue, &waiters, &fence],
+        &["c", &who],
+    )
 }
 
 /// The read-write lock's keys, from the writer's `P{T}:rw`: the writer, the readers, and the
@@ -136,7 +146,8 @@ pub(crate) fn rw_write(
     if register {
         args.push("1");
     }
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    keys.push(&write.fence);
     call(Which::Rw, &keys, &args)
 }
 
@@ -253,14 +264,14 @@ pub(crate) fn sem_used(keys: &LockKeys) -> Call {
 
 /// The fair mutex's holder (and its TTL), its live waiters and the server clock.
 pub(crate) fn fair_info(keys: &LockKeys) -> Call {
-    let [lock, queue, waiters] = fair_keys(keys);
-    call(Which::Fair, &[&lock, &queue, &waiters], &["i"])
+    let [lock, queue, waiters, fence] = fair_keys(keys);
+    call(Which::Fair, &[&lock, &queue, &waiters, &fence], &["i"])
 }
 
 /// Frees the fair mutex whoever holds it; the first live waiter is granted it.
 pub(crate) fn fair_force(keys: &LockKeys) -> Call {
-    let [lock, queue, waiters] = fair_keys(keys);
-    call(Which::Fair, &[&lock, &queue, &waiters], &["f"])
+    let [lock, queue, waiters, fence] = fair_keys(keys);
+    call(Which::Fair, &[&lock, &queue, &waiters, &fence], &["f"])
 }
 
 /// The read-write lock's writer (and its TTL), readers, registered waiters and the server clock.
@@ -426,21 +437,22 @@ mod tests {
         assert_eq!(
             &args(&fair_acquire(&fair, "o", "g", lease, false, None))[2..],
             [
-                "3",
+                "4",
                 "p:{a}:fair",
                 "p:{a}:fair:queue",
                 "p:{a}:fair:waiters",
+                "p:{a}:fence",
                 "a",
                 "g|o",
                 "3000"
             ]
         );
         assert_eq!(
-            &args(&fair_release(&fair, holder, Level::Outermost, "r"))[6..],
+            &args(&fair_release(&fair, holder, Level::Outermost, "r"))[7..],
             ["p:{a}:fair:released", "r", "g|"]
         );
         assert_eq!(
-            &args(&fair_release(&fair, holder, Level::Inner, "r"))[7..],
+            &args(&fair_release(&fair, holder, Level::Inner, "r"))[8..],
             ["r", "g|", "r", "1"]
         );
         let live = Live {
@@ -448,7 +460,7 @@ mod tests {
             extend: Duration::from_millis(1500),
         };
         assert_eq!(
-            &args(&fair_acquire(&fair, "o", "g", lease, false, Some(live)))[6..],
+            &args(&fair_acquire(&fair, "o", "g", lease, false, Some(live)))[7..],
             ["a", "g|o", "3000", "0", "l", "1500"]
         );
         let sem = LockKeys::family("p:", "a", "sem", "released");
@@ -473,7 +485,8 @@ mod tests {
                 "3000"
             ]
         );
-        assert_eq!(args(&rw_write(&rw, "o", "g", lease, true))[2], "5");
+        let write = args(&rw_write(&rw, "o", "g", lease, true));
+        assert_eq!((write[2].as_str(), write[8].as_str()), ("6", "p:{a}:fence"));
         let readers = LockKeys {
             lock: "p:{a}:rw:readers".into(),
             ..rw.clone()

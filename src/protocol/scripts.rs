@@ -183,9 +183,15 @@ impl Which {
             Which::Release => include_str!("scripts/release.lua"),
             Which::Renew => include_str!("scripts/renew.lua"),
             Which::RenewBatch => include_str!("scripts/renew_batch.lua"),
-            Which::Fair => include_str!("scripts/fair_mutex.lua"),
+            Which::Fair => concat!(
+                include_str!("scripts/fence.lua"),
+                include_str!("scripts/fair_mutex.lua")
+            ),
             Which::Sem => include_str!("scripts/sem_permits.lua"),
-            Which::Rw => include_str!("scripts/rw_lock.lua"),
+            Which::Rw => concat!(
+                include_str!("scripts/fence.lua"),
+                include_str!("scripts/rw_lock.lua")
+            ),
             Which::MultiAcquire => include_str!("scripts/multi_acquire.lua"),
             Which::MultiRelease => include_str!("scripts/multi_release.lua"),
             Which::MutexAdmin => include_str!("scripts/mutex_admin.lua"),
@@ -276,11 +282,7 @@ impl Acquire<'_> {
 
 /// The acquire script call (see [`Acquire`]).
 pub(crate) fn acquire(keys: &LockKeys, a: &Acquire<'_>) -> Call {
-    let mut cmd = if a.quorum {
-        evalsha(Which::Acquire, &[&keys.lock, &keys.fence])
-    } else {
-        evalsha(Which::Acquire, &[&keys.lock])
-    };
+    let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
     debug_assert!(!a.owner.contains('|') && !a.request.contains('|'));
     cmd.arg(format!("{}|{}|{}", a.request, a.owner, a.block()))
         .arg(millis(a.lease));
@@ -317,7 +319,11 @@ pub(crate) struct Member<'a> {
 /// The set acquire script (`multi_acquire.lua`): every member, or none; a new acquisition of a
 /// member gets a lease of `lease` and reserves no token for local hand-offs.
 pub(crate) fn multi_acquire(members: &[Member<'_>], lease: Duration, request: &str) -> Call {
-    let keys: Vec<&str> = members.iter().map(|m| m.keys.lock.as_str()).collect();
+    let keys: Vec<&str> = members
+        .iter()
+        .map(|m| m.keys.lock.as_str())
+        .chain(members.iter().map(|m| m.keys.fence.as_str()))
+        .collect();
     let mut cmd = evalsha(Which::MultiAcquire, &keys);
     cmd.arg(millis(lease)).arg(request);
     for m in members {
@@ -1025,7 +1031,7 @@ mod tests {
         };
         assert_eq!(
             &args(&acquire(&k, &a))[2..],
-            ["1", "p:{a}:lock", "q|o|16", "3000"]
+            ["2", "p:{a}:lock", "p:{a}:fence", "q|o|16", "3000"]
         );
         let fresh = parse_mutex_acquire(&Value::Int(1_000), &a);
         assert_eq!(
@@ -1040,7 +1046,7 @@ mod tests {
         a.waited = true;
         assert_eq!(
             &args(&acquire(&k, &a))[3..],
-            ["p:{a}:lock", "q|o|16", "3000", "", "0", "w"]
+            ["p:{a}:lock", "p:{a}:fence", "q|o|16", "3000", "", "0", "w"]
         );
         a.waited = false;
         a.live = Some(Live {
@@ -1049,9 +1055,9 @@ mod tests {
         });
         assert_eq!(
             &args(&acquire(&k, &a))[3..],
-            ["p:{a}:lock", "q|o|16", "3000", "g", "3000"]
+            ["p:{a}:lock", "p:{a}:fence", "q|o|16", "3000", "g", "3000"]
         );
-        // A quorum reserves no block, and its counter takes part.
+        // A quorum reserves no block.
         a.quorum = true;
         a.live = None;
         assert_eq!(

@@ -109,8 +109,9 @@ pub struct Shard {
 /// Starts the `redis-server` of a cluster node on `port`, in `dir` (where its `nodes.conf`
 /// lives), logging to `log`.
 fn spawn_node(port: u16, dir: &std::path::Path, log: &std::path::Path) -> Child {
-    Command::new(server_program())
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+    let mut cmd = Command::new(server_program());
+    crate::clock_shift::apply(&mut cmd, port);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .args(["--cluster-enabled", "yes"])
         .args(["--cluster-config-file", "nodes.conf"])

@@ -35,6 +35,7 @@
 pub mod checker;
 mod child;
 mod clock;
+pub mod clock_shift;
 pub mod cluster;
 mod lock_value;
 mod names;

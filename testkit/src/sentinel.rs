@@ -85,9 +85,10 @@ pub struct SentinelSet {
     secure: bool,
 }
 
-fn spawn(args: &[String], log: &Path) -> Child {
-    Command::new(server_program())
-        .args(args)
+fn spawn(port: u16, args: &[String], log: &Path) -> Child {
+    let mut cmd = Command::new(server_program());
+    crate::clock_shift::apply(&mut cmd, port);
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -230,7 +231,7 @@ impl SentinelSet {
                     "+@all".into(),
                 ]);
             }
-            let child = spawn(&args, &log);
+            let child = spawn(port, &args, &log);
             set.servers.push(Proc {
                 port,
                 tls_port,
@@ -267,6 +268,7 @@ impl SentinelSet {
             }
             std::fs::write(&conf, text).unwrap();
             let child = spawn(
+                port,
                 &[conf.to_str().unwrap().to_owned(), "--sentinel".to_owned()],
                 &log,
             );

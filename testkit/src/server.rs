@@ -257,6 +257,7 @@ impl RedisServer {
             }
             None => Command::new(server_program()),
         };
+        crate::clock_shift::apply(&mut cmd, self.port);
         if let Some(tls) = &self.tls {
             cmd.args(["--tls-port", &tls.port.to_string()])
                 .arg("--tls-cert-file")

@@ -1,7 +1,9 @@
 -- Acquire, or re-enter, a Mutex. One round trip, atomic.
 --
 -- KEYS[1]  the lock: one string (see "The value" below), expiring with the lease
--- KEYS[2]  only with a quorum of masters (RedLock): the fencing counter (see "Quorum")
+-- KEYS[2]  the name's fencing mark `P{T}:fence`: the highest token any grant of the name
+--          issued or reserved (see "Tokens"); with a quorum of masters also raised by
+--          renewals and releases (see "Quorum")
 -- ARGV[1]  'REQ|OWNER|B': the request id (unique per acquire call across every client and
 --          process, the same on a retry of that call; a new acquisition is named after it,
 --          its 'gen'), the owner id (client id and thread; never contains '|'), and how many
@@ -35,27 +37,47 @@
 -- The value, free:  #C  a tombstone, with a short expiry: tokens up to C were issued, so the
 --                   next grant's token exceeds C (release.lua writes it when it must).
 --
--- Tokens. A grant on a free lock gets the server clock in microseconds + LEAD; no counter is
--- read. Grants of one name are at least a release apart (more than a microsecond), and the
--- server clock does not go back, so tokens strictly rise; a grant's hand-off block (at most
--- MAX_BLOCK tokens) keeps every token issued at most its grant's clock + LEAD + MAX_BLOCK.
--- After an empty restart (or an expired lock) the next token is the clock then + LEAD, above
--- every earlier one as long as the restart took more than MAX_BLOCK microseconds. Where that
--- does not hold by itself (a hand-off run that issued tokens faster than the clock moved), the
--- release leaves a tombstone, and a grant over a tombstone C (or over an orphan whose block
--- ends at C) takes max(C + 1, clock + LEAD), and reserves a block only when that is the clock
--- + LEAD. LEAD is the lead the fencing counter of the other lock types may have over the
--- clock (MAX_LEAD_US + MAX_BLOCK; fair_mutex.lua and rw_lock.lua seed a lost counter by it),
--- src/client/shared.rs holds the same MAX_BLOCK (unit tests compare them).
+-- Tokens. A grant's token is the server clock in microseconds + LEAD, unless the name's mark
+-- (KEYS[2]) says that a token that high was already issued or reserved: then it is the mark + 1,
+-- and the grant reserves no hand-off block. Every grant raises the mark to its last token (its
+-- own + its block), with an expiry of FENCE_TTL_MS. So tokens strictly rise per name whatever
+-- the server clock does: a clock stepped back (an NTP step, a VM restored from a snapshot)
+-- only makes grants take the mark + 1 until the clock passes it again. The common path costs
+-- one more write and no read: SET ... GET raises the mark and returns the old one, which is
+-- below the new token unless the clock went back (then the grant is redone above it). Without
+-- the mark (an empty restart, or a name idle for FENCE_TTL_MS, which expires by the same
+-- clock), the next token is the clock + LEAD: above every earlier one as long as the clock
+-- did not go back in between (a restart takes more than MAX_BLOCK microseconds). LEAD (1 s +
+-- MAX_BLOCK) keeps these tokens above those of clients of the layout before, whose counters
+-- led the clock by at most that; src/client/shared.rs holds the same MAX_BLOCK (unit tests
+-- compare them). A hold whose hand-off run issued tokens faster than the clock moved may
+-- still leave a tombstone (release.lua); a grant over a tombstone C (or over an orphan whose
+-- block ends at C) takes its token above C too.
 --
--- Quorum. With KEYS[2], the token is also above the fencing counter (max(clock + LEAD,
--- counter + 1)), which releases and renewals raise to the holder's token, and the counter is
--- set to the token: so tokens rise across masters whose clocks differ.
+-- Quorum. With a quorum of masters the mark is also the counter that releases and renewals
+-- raise to the holder's token, so a token is above every token a majority has seen, whatever
+-- the masters' clocks say (no block is reserved there).
 
--- The fast path: a free lock, one master. Nothing else runs before it.
+-- The fast path: a free lock. Nothing else runs before it. The new value is the short form
+-- (flagged when the caller waited); the mark is raised to its last token, and the old mark
+-- must lie below its token, else (the clock went back) the slow path grants again above it.
 local t = redis.call('time')
-if #KEYS == 1 and #ARGV < 5 and redis.call('set', KEYS[1], ARGV[1] .. '|' .. t[1] .. '|' .. t[2], 'nx', 'px', ARGV[2]) then
-  return t[1] * 1000000 + t[2] + 1001024
+if #ARGV < 5 or ARGV[5] == 'w' then
+  local v = ARGV[1] .. '|' .. t[1] .. '|' .. t[2]
+  if ARGV[5] == 'w' then
+    v = v .. '|w'
+  end
+  if redis.call('set', KEYS[1], v, 'nx', 'px', ARGV[2]) then
+    local token = t[1] * 1000000 + t[2] + 1001024
+    local m = redis.pcall('set', KEYS[2],
+      string.format('%.0f', token + (tonumber(string.match(ARGV[1], '%d+$', -4) or 0) or 0)), 'get', 'px', 86400000)
+    if not m or type(m) == 'table' or (tonumber(m) or 0) < token then
+      return token
+    end
+    -- The clock is behind the mark: undo, and grant above the old mark.
+    redis.call('set', KEYS[2], m, 'px', 86400000)
+    redis.call('del', KEYS[1])
+  end
 end
 
 local MAX_LEAD_US = 1000000
@@ -69,14 +91,8 @@ if not req then
   return redis.error_reply('ERR acquire: a malformed request')
 end
 block = math.min(tonumber(block), MAX_BLOCK)
-local quorum = #KEYS == 2
 local flagged = ARGV[5] == 'w'
 local live = ARGV[3] or ''
-
--- A waiter's acquire on a free lock: flagged at once.
-if flagged and not quorum and redis.call('set', KEYS[1], ARGV[1] .. '|' .. t[1] .. '|' .. t[2] .. '|w', 'nx', 'px', ARGV[2]) then
-  return now + LEAD
-end
 
 -- The fields of a held value, or nil when it is not one.
 local function parse(v)
@@ -142,19 +158,17 @@ local function extend(ms)
 end
 
 -- A new acquisition, above `floor` (the last token a tombstone or an orphan says was issued;
--- nil: none), flagged when `w`.
+-- nil: none) and above the name's mark, flagged when `w`; raises the mark.
 local function grant(floor, w)
   local token, b = now + LEAD, block
-  if quorum then
-    local c = redis.pcall('get', KEYS[2])
-    c = type(c) == 'string' and tonumber(c) or 0
-    if not floor or c > floor then
-      floor = c
-    end
-    b = 0
+  local m = redis.pcall('get', KEYS[2])
+  local foreign = type(m) == 'table'
+  m = not foreign and tonumber(m or '') or 0
+  if not floor or m > floor then
+    floor = m
   end
   local v
-  if floor and floor >= token then
+  if floor >= token then
     token, b = floor + 1, 0
     v = table.concat({req, owner, b, t[1], t[2], 1, req, '', string.format('%.0f', token)}, '|')
   else
@@ -164,8 +178,8 @@ local function grant(floor, w)
     v = v .. '|w'
   end
   redis.call('set', KEYS[1], v, 'px', ARGV[2])
-  if quorum then
-    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', FENCE_TTL_MS)
+  if not foreign then
+    redis.call('set', KEYS[2], string.format('%.0f', token + b), 'px', FENCE_TTL_MS)
   end
   return {1, token, 1, req, token + b}
 end

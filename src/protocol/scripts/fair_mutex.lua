@@ -10,10 +10,14 @@
 --            REQ: the request id of the last acquire call that counted a level; REL: the
 --            request id of the last inner release.
 --          Either ends in '|w' when the queue may hold waiters: its release grants the lock to
---          the first live one. The fencing token is S * 1000000 + US + LEAD_US.
+--          the first live one. The fencing token is S * 1000000 + US + LEAD_US: S and US are
+--          the server clock at the grant, or, where the mark was already that high (the clock
+--          went back), the time just above the mark's token, so that tokens strictly rise.
 -- KEYS[2]  queue: a list of waiter ids in arrival order (id = OWNER .. '/' .. GEN)
 -- KEYS[3]  waiters: a hash, waiter id -> heartbeat deadline in server milliseconds
--- KEYS[4]  release only: the release marker `P{T}:fair:released`. A release moves the lock
+-- KEYS[4]  the name's fencing mark `P{T}:fence` (see acquire.lua): every grant takes a token
+--          above it, and raises it to that token
+-- KEYS[5]  release only: the release marker `P{T}:fair:released`. A release moves the lock
 --          there (RENAME: it lives as long as the lease had left), or copies it there for as
 --          long when it grants the lock on, so that a retried release tells "my first attempt
 --          released it" (the marker starts with 'GEN|') from "it was gone".
@@ -57,21 +61,22 @@
 -- does not queue behind it. Time is the server's clock (TIME): a waiter's heartbeat deadline is
 -- never a client's clock.
 
-local LEAD_US = 1001024
-
 local op = ARGV[1]
 local t
 if op == 'a' then
   t = redis.call('time')
   if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-    redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'px', ARGV[3])
-    return t[1] * 1000000 + t[2] + LEAD_US
+    local token = t[1] * 1000000 + t[2] + LEAD_US
+    if raise_mark(KEYS[4], token) then
+      redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'px', ARGV[3])
+      return token
+    end
   end
 elseif op == 'r' then
   local v = redis.pcall('get', KEYS[1])
   if type(v) == 'string' and ARGV[4] ~= '1' and string.sub(v, 1, #ARGV[2]) == ARGV[2]
       and string.byte(v, -1) ~= 119 then
-    redis.call('rename', KEYS[1], KEYS[4])
+    redis.call('rename', KEYS[1], KEYS[5])
     return 0
   end
 end
@@ -150,15 +155,19 @@ local function live_head()
   end
 end
 
--- Grants the lock (missing now) to acquisition `gen` of `owner` for ttl ms under a new token;
--- flagged when waiters remain queued.
-local function take(gen, owner, ttl, flagged)
-  local v = gen .. '|' .. owner .. '|' .. t[1] .. '|' .. t[2]
+-- Grants the lock (missing now) to acquisition `gen` of `owner` for ttl ms under the token of
+-- `stamp` (s, us and token: a stamp taken already), flagged when waiters remain queued.
+local function take(gen, owner, ttl, flagged, s, us, token)
+  if not s then
+    t = t or redis.call('time')
+    s, us, token = stamp(KEYS[4], t)
+  end
+  local v = gen .. '|' .. owner .. '|' .. s .. '|' .. us
   if flagged then
     v = v .. '|w'
   end
   redis.call('set', KEYS[1], v, 'px', ttl)
-  return t[1] * 1000000 + t[2] + LEAD_US
+  return token
 end
 
 -- The lock is free (or is being freed: `free` runs first, after the message): grant it to the
@@ -175,15 +184,18 @@ local function grant_next(free, more)
     return nil
   end
   local who_owner, who_gen = string.match(head, '^(.*)/([^/]*)$')
-  -- Published first: a server that refuses PUBLISH fails the script before anything changed.
-  redis.call('publish', KEYS[1] .. ':grant:' .. head,
-    string.format('%.0f', t[1] * 1000000 + t[2] + LEAD_US))
+  -- Published first: a server that refuses PUBLISH fails the script before anything changed
+  -- (the mark raised by the stamp too: a raised mark is harmless).
+  t = t or redis.call('time')
+  local s, us, token = stamp(KEYS[4], t)
+  redis.call('publish', KEYS[1] .. ':grant:' .. head, string.format('%.0f', token))
   if free then
     free()
   end
   redis.call('lpop', KEYS[2])
   redis.call('hdel', KEYS[3], head)
-  take(who_gen, who_owner, math.max(dl - now, 1), more or redis.call('exists', KEYS[2]) == 1)
+  take(who_gen, who_owner, math.max(dl - now, 1), more or redis.call('exists', KEYS[2]) == 1,
+    s, us, token)
   return head
 end
 
@@ -313,7 +325,7 @@ if op == 'r' then
     -- The outermost level frees the lock whatever the count says: levels the server counts
     -- beyond the holder's own (an inner release that never arrived) must not keep it.
     grant_next(function()
-      redis.call('rename', KEYS[1], KEYS[4])
+      redis.call('rename', KEYS[1], KEYS[5])
     end)
     return 0
   end
@@ -322,7 +334,7 @@ if op == 'r' then
     grant_next()
   end
   -- Gone, or another acquisition's: did an earlier attempt of this release release it?
-  local marker = redis.call('get', KEYS[4])
+  local marker = redis.call('get', KEYS[5])
   if marker and string.sub(marker, 1, #ARGV[2]) == ARGV[2] then
     return -4
   end

@@ -4,6 +4,8 @@
 -- exclude each other.
 --
 -- KEYS[i]     the lock of name i (i = 1..n)
+-- KEYS[n+i]   the fencing mark of name i (see acquire.lua): a new acquisition's token is above
+--             it, and raises it
 -- ARGV[1]     lease in milliseconds of a new acquisition
 -- ARGV[2]     request id: unique per acquire call, the same on a retry of that call (see
 --             acquire.lua); a new acquisition of any name is named ('gen') after it
@@ -27,8 +29,9 @@
 
 -- See acquire.lua.
 local LEAD = 1000000 + 1024
+local FENCE_TTL_MS = 86400000
 
-local n = #KEYS
+local n = #KEYS / 2
 local request = ARGV[2]
 local t = redis.call('time')
 local now = t[1] * 1000000 + t[2]
@@ -132,9 +135,12 @@ for i = 1, n do
   local token, count, gen
   if p[1] == 'grant' then
     token, count, gen = now + LEAD, 1, request
+    local m = redis.pcall('get', KEYS[n + i])
+    local foreign = type(m) == 'table'
+    local floor = math.max(p[2] or 0, not foreign and tonumber(m or '') or 0)
     local v
-    if p[2] and p[2] >= token then
-      token = p[2] + 1
+    if floor >= token then
+      token = floor + 1
       v = table.concat({request, owner, 0, t[1], t[2], 1, request, '', string.format('%.0f', token)}, '|')
     else
       v = table.concat({request, owner, 0, t[1], t[2]}, '|')
@@ -143,6 +149,9 @@ for i = 1, n do
       v = v .. '|w'
     end
     redis.call('set', KEYS[i], v, 'px', ARGV[1])
+    if not foreign then
+      redis.call('set', KEYS[n + i], string.format('%.0f', token), 'px', FENCE_TTL_MS)
+    end
   elseif p[1] == 'retry' then
     -- A retry of this very call: answer as the first time, extend as the first time did.
     local h = p[2]

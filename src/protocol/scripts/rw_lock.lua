@@ -5,10 +5,11 @@
 -- Keys (the operations below say which they take, in this order):
 --   W   the writer `P{T}:rw`: a string 'GEN|OWNER|S|US' expiring with its lease (GEN: the
 --       acquisition, the request id of the acquire call; OWNER: the owner id; S, US: the
---       server clock at the grant, TIME's two fields; the fencing token is S * 1000000 + US +
---       LEAD_US). It may end in flags: '|' and letters, 'w' a writer waits, 'd' a reader that
---       defers to waiting writers waits, 'e' a reader that does not defer waits; the release
---       publishes for them.
+--       server clock at the grant, TIME's two fields, or just above the fencing mark where the
+--       clock went back, see fence.lua; the fencing token is S * 1000000 + US + LEAD_US). It
+--       may end in flags: '|' and letters, 'w' a writer waits, 'd' a reader that defers to
+--       waiting writers waits, 'e' a reader that does not defer waits; the release publishes
+--       for them.
 --   R   the readers `P{T}:rw:readers`: one reader as a string 'GEN|OWNER|S|US' expiring with its
 --       lease (ending in '|w' when a writer waits); several as a sorted set of such members
 --       scored by their lease deadlines in server milliseconds, with the member 'w' (score +inf)
@@ -25,7 +26,8 @@
 -- per client asks) and `P{T}:rw:open` (published when readers may enter: every reader wakes).
 --
 -- ARGV[1]  operation:
--- w  write    KEYS W, R, WW, WR, WE. ARGV[2] 'GEN|OWNER', ARGV[3] lease in ms, ARGV[4] '1' to
+-- w  write    KEYS W, R, WW, WR, WE, F (the name's fencing mark `P{T}:fence`, see fence.lua:
+--             the writer's token is above it, and raises it). ARGV[2] 'GEN|OWNER', ARGV[3] lease in ms, ARGV[4] '1' to
 --             register as a waiting writer when not granted (and to leave the registration when
 --             granted).
 --             Returns the token (held, nothing was in the way), {1, token, 1, GEN} (held; also
@@ -66,15 +68,16 @@
 -- A hash at W is a writer of the layout before (an older client's): held, busy.
 -- Time is the server's clock (TIME). Expired readers and waiters are dropped on the slow paths.
 
-local LEAD_US = 1001024
-
 local op = ARGV[1]
 local t
 if op == 'w' then
   t = redis.call('time')
   if redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0 then
-    redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'px', ARGV[3])
-    return t[1] * 1000000 + t[2] + LEAD_US
+    local token = t[1] * 1000000 + t[2] + LEAD_US
+    if raise_mark(KEYS[6], token) then
+      redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'px', ARGV[3])
+      return token
+    end
   end
 elseif op == 'r' or op == 'R' then
   t = redis.call('time')
@@ -328,8 +331,9 @@ if op == 'w' then
   if flags ~= '' then
     flags = '|' .. flags
   end
-  redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2] .. flags, 'px', lease)
-  return {1, t[1] * 1000000 + t[2] + LEAD_US, 1, gen}
+  local s, us, token = stamp(KEYS[6], t)
+  redis.call('set', KEYS[1], ARGV[2] .. '|' .. s .. '|' .. us .. flags, 'px', lease)
+  return {1, token, 1, gen}
 end
 
 if op == 'r' or op == 'R' then
