@@ -56,6 +56,7 @@ pub(crate) struct Counters {
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
     reconnects: AtomicU64,
+    clock_jumps: AtomicU64,
     wait: Buckets,
     hold: Buckets,
     /// The metrics carry a `name` label (unbounded cardinality).
@@ -161,6 +162,12 @@ impl Counters {
         metrics::reconnected();
     }
 
+    /// Counts a step of a master's wall clock seen between two renewals.
+    pub(crate) fn clock_jumped(&self) {
+        bump(&self.clock_jumps);
+        metrics::clock_jumped();
+    }
+
     /// A snapshot of the counters.
     pub(crate) fn snapshot(&self) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -176,6 +183,7 @@ impl Counters {
             renewals: get(&self.renewals),
             renewal_failures: get(&self.renewal_failures),
             reconnects: get(&self.reconnects),
+            clock_jumps: get(&self.clock_jumps),
             wait: self.wait.snapshot(),
             hold: self.hold.snapshot(),
         }
@@ -274,6 +282,12 @@ pub struct Stats {
     /// Times a pub/sub connection was opened again after it was lost or could not be opened
     /// (a server restart, a failover, a network fault, `CLIENT KILL`).
     pub reconnects: u64,
+    /// Steps of a master's wall clock, seen by the renewal thread: between two renewal rounds
+    /// the server's clock (`TIME`, read in each round) moved more than 500 ms + 1 % away from
+    /// this host's monotonic clock. One per step and master, however many locks it holds;
+    /// each is logged at `warn`. A forward step may end leases there early (Redis expires
+    /// keys by its wall clock); a backward one makes them last longer than asked.
+    pub clock_jumps: u64,
     /// How long acquire calls that acquired took, from the call to the guard: for an
     /// uncontended lock, one round trip; for a contended one, the wait too.
     pub wait: Histogram,
@@ -480,6 +494,10 @@ mod metrics {
     pub(super) fn reconnected() {
         ::metrics::counter!("locksmith_reconnects_total").increment(1);
     }
+
+    pub(super) fn clock_jumped() {
+        ::metrics::counter!("locksmith_clock_jumps_total").increment(1);
+    }
 }
 
 /// Without the `metrics` feature: nothing to report.
@@ -493,6 +511,7 @@ mod metrics {
     pub(super) fn held(_: &Counters, _: LockType, _: &str, _: f64) {}
     pub(super) fn released(_: &Counters, _: LockType, _: Option<&str>, _: Duration) {}
     pub(super) fn reconnected() {}
+    pub(super) fn clock_jumped() {}
 }
 
 #[cfg(test)]

@@ -186,10 +186,48 @@ fn a_forward_step_ends_a_lease_and_the_holder_is_told() {
         seen < Duration::from_millis(2500),
         "the holder learned of the loss {seen:?} after the step (renewal interval 1 s)"
     );
+    // Said in the round that found the loss.
+    assert_eq!(holder.stats().clock_jumps, 1, "one jump, counted once");
+    println!("loss seen {seen:?} after a 20 s forward step; lease 3 s");
+}
+
+/// A step back of 10 s under held leases: nothing is lost (the keys now expire later by the
+/// server's clock), the client says once that the clock jumped, and the holder's next token
+/// after a release is still above the old one.
+#[test]
+fn a_step_back_is_said_once_and_leases_are_kept() {
+    let server = server();
+    let lease = Duration::from_millis(1500);
+    let holder = Client::builder(server.url().as_str())
+        .lease(lease)
+        .build()
+        .unwrap();
+    let names: Vec<String> = (0..3)
+        .map(|i| common::unique_name(&format!("clock-back-held-{i}")))
+        .collect();
+    let locks: Vec<_> = names.iter().map(|n| holder.mutex(n).unwrap()).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
     assert!(common::wait_until(Duration::from_secs(5), || holder
         .stats()
         .renewals
-        >= 1));
-    assert_eq!(holder.stats().renewals, 1, "one jump, counted once");
-    println!("loss seen {seen:?} after a 20 s forward step; lease 3 s");
+        >= 3));
+    clock_shift::step_back(server.port(), Duration::from_secs(10));
+    let renewed = holder.stats().renewals;
+    // Two more rounds after the step (one renewal interval is 500 ms here).
+    assert!(common::wait_until(Duration::from_secs(5), || holder
+        .stats()
+        .renewals
+        >= renewed + 6));
+    let stats = holder.stats();
+    assert_eq!(stats.clock_jumps, 1, "one jump for three leases: {stats:?}");
+    assert_eq!(stats.leases_lost, 0);
+    let tokens: Vec<u64> = guards.iter().map(|g| g.fencing_token()).collect();
+    for g in guards {
+        g.check().unwrap();
+        g.unlock().unwrap();
+    }
+    for (lock, old) in locks.iter().zip(tokens) {
+        let g = lock.try_lock().unwrap().expect("free");
+        assert!(g.fencing_token() > old);
+    }
 }

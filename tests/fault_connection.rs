@@ -236,8 +236,12 @@ fn s11_lost_replies() {
     assert_eq!(proxy.cuts(), 4);
     assert!(!common::exists(&mut conn, &key), "orphan lock key");
     let keys = keys_matching(&mut conn, "locksmith:*");
-    // The release marker stays for what the lease had left.
-    assert_eq!(keys, vec![common::release_channel(&name)], "extra keys");
+    // The fencing mark stays for a day, the release marker for what the lease had left.
+    assert_eq!(
+        keys,
+        vec![common::fence_key(&name), common::release_channel(&name)],
+        "extra keys"
+    );
     monitor.sync(&mut conn);
     let lines = monitor.since(mark);
     let calls = common::Monitor::script_calls_on(&lines, &key);

@@ -28,7 +28,7 @@
 //!   (part of the plan; also in the mixed-lease and hot mixes; never with plain mutexes only,
 //!   in the blocks mix, or in the cluster and Sentinel runs).
 //!
-//! Two more mixes run the same model with other fault classes (one seed each in a plain
+//! Three more mixes run the same model with other fault classes (one seed each in a plain
 //! `cargo test`; `LOCKSMITH_MODEL_MIX_SEED=<seed>` replays one, `LOCKSMITH_MODEL_MIX_SEEDS=<n>`
 //! or `<a>,<b>,...` runs several, `LOCKSMITH_MODEL_SECS` gives the seconds, default 8):
 //!
@@ -37,6 +37,10 @@
 //! - `largest_blocks_across_empty_restarts`: `local_handoff_max_count(1024)`, bursts of
 //!   empty cycles that run the fencing counter ahead of the server clock, frequent empty
 //!   restarts; tokens must rise across them.
+//! - `server_clock_steps`: the server's wall clock stepped back and forward between the other
+//!   faults (the harness's clock library, `testkit/src/clock_shift.rs`); tokens must rise
+//!   across every step, and only a forward step excuses an overlap, as a forced unlock of
+//!   every lock would.
 //!
 //! `cluster_with_node_faults` runs the same model against a Redis Cluster of 3 masters and 3
 //! replicas whose nodes are failed over, killed and restarted, and paused (see
@@ -330,6 +334,7 @@ fn hot_name_with_local_handoff() {
 fn mix_test(mix: &str) -> &'static str {
     match mix {
         "leases" => "mixed_leases_on_one_lock",
+        "clocks" => "server_clock_steps",
         _ => "largest_blocks_across_empty_restarts",
     }
 }
@@ -367,6 +372,20 @@ fn largest_blocks_across_empty_restarts() {
         &[1],
     );
     run_seeds_with(&seeds, &Settings::blocks(mix_secs()));
+}
+
+/// Every lock type while the server's wall clock is stepped back (0.2 to 4 s) and forward
+/// (0.2 to 5 s) between the other faults: tokens rise across every step, and only a forward
+/// step excuses an overlap (it ends leases early, as a forced unlock of every lock would; the
+/// holder must learn of it within a lease). Seeds as for [`mixed_leases_on_one_lock`].
+#[test]
+fn server_clock_steps() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_MIX_SEED",
+        "LOCKSMITH_MODEL_MIX_SEEDS",
+        &[1],
+    );
+    run_seeds_with(&seeds, &Settings::clock_steps(mix_secs()));
 }
 
 // Regression seeds: each found a defect of the library. The run time and the lock types are

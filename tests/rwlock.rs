@@ -627,7 +627,12 @@ fn readers_recover_from_a_redis_restart() {
 // Waking all readers at once; faults on the wire; fence expiry
 // ---------------------------------------------------------------------------------------------
 
-const RW_LUA: &str = include_str!("../src/protocol/scripts/rw_lock.lua");
+/// The read-write lock's script as the client loads it: the fencing-mark prelude, then the
+/// script.
+const RW_LUA: &str = concat!(
+    include_str!("../src/protocol/scripts/fence.lua"),
+    include_str!("../src/protocol/scripts/rw_lock.lua")
+);
 
 /// The read-write lock script's calls of operation `op` on lock `name` (the operation travels
 /// as a one-letter bulk string of its own).
@@ -763,10 +768,10 @@ fn cut_rw_replies_count_once_and_leave_nothing() {
     });
 }
 
-/// Write tokens come from the server clock (no counter key is written): they rise from one
-/// writer to the next, across an empty restart too, and nothing of the lock is left behind.
+/// Write tokens rise from one writer to the next, raise the name's fencing mark (which
+/// expires within a day), and rise across an empty restart too.
 #[test]
-fn rw_tokens_rise_without_a_counter() {
+fn rw_tokens_rise_and_raise_the_mark() {
     let mut server = RedisServer::start();
     let url = server.url();
     with_deadline(Duration::from_secs(20), move || {
@@ -780,10 +785,7 @@ fn rw_tokens_rise_without_a_counter() {
             last = w.fencing_token();
             w.unlock().unwrap();
         }
-        assert!(!common::exists(
-            &mut server.conn(),
-            &common::fence_key(&name)
-        ));
+        common::assert_mark_covers(&mut server.conn(), &name, last);
         server.restart();
         let w = l.write().unwrap();
         assert!(
@@ -791,11 +793,16 @@ fn rw_tokens_rise_without_a_counter() {
             "not above the token before the restart"
         );
         w.unlock().unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
+        let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("locksmith:{{{}}}*", common::encode_name(&name)))
             .query(&mut server.conn())
             .unwrap();
-        assert_eq!(keys, vec![key(&name, ":released")], "keys left behind");
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec![common::fence_key(&name), key(&name, ":released")],
+            "keys left behind"
+        );
     });
 }
 

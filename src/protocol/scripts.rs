@@ -776,6 +776,12 @@ pub(crate) fn parse_renews(v: &Value, n: usize) -> Vec<Option<bool>> {
     }
 }
 
+/// The server clock of a `TIME` reply, in microseconds since the epoch.
+pub(crate) fn parse_time(v: &Value) -> Option<u64> {
+    let (s, us): (u64, u64) = redis::from_redis_value(v.clone()).ok()?;
+    s.checked_mul(1_000_000)?.checked_add(us)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

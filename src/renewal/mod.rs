@@ -27,6 +27,7 @@
 //! that, whatever the command timeout.
 
 mod batch;
+mod clock_watch;
 mod wheel;
 
 use std::sync::Arc;
@@ -40,6 +41,7 @@ use crate::protocol::hold::{self, Begin, Hold, Status};
 use crate::protocol::scripts::{self, Kind};
 use crate::stats::Counters;
 use crate::topology::backend::Backend;
+use clock_watch::ClockWatch;
 use wheel::Wheel;
 
 /// Why a lease that ran out unrenewed was lost, in the `warn` line that reports it.
@@ -187,6 +189,7 @@ pub(crate) fn renewer(
         stale: 0,
         on_lost,
         stats,
+        clocks: ClockWatch::default(),
     };
     (inbox, renewer)
 }
@@ -208,6 +211,8 @@ pub(crate) struct Renewer {
     stale: usize,
     on_lost: Option<LostHook>,
     stats: Arc<Counters>,
+    /// Each master's last clock reading, to see its wall clock step.
+    clocks: ClockWatch,
 }
 
 impl std::fmt::Debug for Renewer {
@@ -438,7 +443,15 @@ impl Renewer {
                 }
             })
             .collect();
-        let flat = self.backend.renew(&calls, self.timeout);
+        let renewed = self.backend.renew(&calls, self.timeout);
+        let now = Instant::now();
+        for (master, us) in &renewed.clocks {
+            if let Some(jump) = self.clocks.observe(master, now, *us) {
+                log::warn!("{}", jump.describe(master));
+                self.stats.clock_jumped();
+            }
+        }
+        let flat = renewed.outcomes;
         log::trace!(
             "renewed a batch of {} leases in {} script calls",
             batch.len(),

@@ -62,7 +62,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 use crate::error::{Error, Result};
 use crate::protocol::keys::{self, SLOTS};
 use crate::protocol::library;
-use crate::protocol::scripts::Call;
+use crate::protocol::scripts::{Call, parse_time};
 use crate::subscriber::ShardMap;
 use crate::transport::conn::{self, Deadline, Pool, Timeouts, is_connection_error};
 use crate::transport::tls::Tls;
@@ -534,11 +534,16 @@ impl Cluster {
     /// Renews: each call (one slot each) with the number of leases it covers. Calls are
     /// pipelined per master (reading for at most half the budget), and a call that failed or
     /// was redirected is retried alone within what is left. One reply per call.
-    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Vec<Option<Value>> {
+    pub(crate) fn renew(
+        &self,
+        calls: &[(Call, usize)],
+        budget: Duration,
+    ) -> (Vec<Option<Value>>, Vec<(String, u64)>) {
         let by = Deadline::after(budget);
         let first = by.min(Deadline::after(budget / 2));
         let t = self.timeouts.command;
         let mut out: Vec<Option<Value>> = vec![None; calls.len()];
+        let mut clocks = Vec::new();
         let slots: Vec<u16> = calls.iter().map(|(c, _)| call_slot(&c.cmd)).collect();
         let mut groups: Vec<(Arc<ClusterNode>, Vec<usize>)> = Vec::new();
         // A slot without a known master is left to the one-by-one pass below.
@@ -557,6 +562,8 @@ impl Cluster {
             for &i in &idx {
                 packed_all.extend_from_slice(&self.packed(&calls[i].0));
             }
+            // The master's clock, read in the same round: see `renewal::clock_watch`.
+            packed_all.extend_from_slice(&redis::cmd("TIME").get_packed_command());
             let con = match node.pool.idle() {
                 Some(c) => Ok(c),
                 None => node.pool.connect(first),
@@ -586,6 +593,19 @@ impl Cluster {
                     }
                 }
             }
+            if ok {
+                match con.recv(t, first) {
+                    Ok(v) => {
+                        if let Some(us) = parse_time(&v) {
+                            clocks.push((node.name.clone(), us));
+                        }
+                    }
+                    Err(e) => {
+                        log::debug!("renewal pipeline on {} failed: {e}", node.name);
+                        ok = false;
+                    }
+                }
+            }
             if ok && con.is_open() {
                 node.pool.put(con);
             } else {
@@ -604,7 +624,7 @@ impl Cluster {
                 Err(e) => log::debug!("renewal of {} lease(s) failed: {e}", calls[i].1),
             }
         }
-        out
+        (out, clocks)
     }
 
     /// Reads the map and checks that every master answers `PING` and has the scripts

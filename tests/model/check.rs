@@ -268,7 +268,12 @@ pub enum FaultKind {
         kind: LockKind,
         freed: bool,
     },
-    /// Anything else (Redis stopped or sleeping, connections killed, replies cut, ...).
+    /// The server's wall clock stepped forward (at once, within the window): Redis expires
+    /// keys by that clock, so every lock whose lease had less left than the step was freed,
+    /// as if force-unlocked (see below): it excuses what a forced unlock of every lock would.
+    ClockForward,
+    /// Anything else (Redis stopped or sleeping, connections killed, replies cut, the clock
+    /// stepped back, ...).
     Other,
 }
 
@@ -567,12 +572,21 @@ fn restart_between(faults: &[Fault], from: u64, to: u64) -> bool {
 
 /// The forced unlocks of the lock `name` of type `kind`; with `freed`, only those that may
 /// have removed a holder.
+///
+/// With `freed`, a forward step of the server's clock counts as a force of every lock: it may
+/// have freed any of them. Without it (a force that may have found nobody holding) it does not:
+/// a lock whose lease outlasted the step is still held, and its release is rightly `Ok`.
 fn forces<'a>(faults: &'a [Fault], name: &str, kind: LockKind, freed: bool) -> Vec<&'a Fault> {
     faults
         .iter()
-        .filter(|f| {
-            matches!(&f.kind, FaultKind::ForcedUnlock { name: n, kind: k, freed: r }
-                if n == name && *k == kind && (*r || !freed))
+        .filter(|f| match &f.kind {
+            FaultKind::ForcedUnlock {
+                name: n,
+                kind: k,
+                freed: r,
+            } => n == name && *k == kind && (*r || !freed),
+            FaultKind::ClockForward => freed,
+            _ => false,
         })
         .collect()
 }

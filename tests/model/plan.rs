@@ -71,6 +71,11 @@ pub struct Settings {
     /// one and the hot one unless `LOCKSMITH_MODEL_FORCE=0`; off with plain mutexes only (the
     /// regression seeds found so replay as they were found) and in the blocks mix.
     pub force: bool,
+    /// The fault plan also steps the server's wall clock back and forward now and then
+    /// ([`FaultOp::StepClock`]), in the gaps between the other faults, drawn from a stream of
+    /// their own; the server runs with the harness's clock library (see
+    /// `testkit/src/clock_shift.rs`). Only in the clock mix.
+    pub clock_steps: bool,
 }
 
 impl Settings {
@@ -106,6 +111,7 @@ impl Settings {
             bursts: false,
             restarts: false,
             force: std::env::var("LOCKSMITH_MODEL_FORCE").map_or(true, |v| v.trim() != "0"),
+            clock_steps: false,
         }
     }
 
@@ -133,11 +139,24 @@ impl Settings {
         }
     }
 
+    /// Every lock type, with the server's wall clock stepped back and forward between the
+    /// other faults (forced unlocks as in the default mix): tokens must rise across the steps,
+    /// and only a forward step may end a lease early (an overlap with a holder that learns
+    /// of its loss within a lease, as after a forced unlock).
+    pub fn clock_steps(secs: u64) -> Settings {
+        Settings {
+            mix: "clocks",
+            clock_steps: true,
+            ..Settings::new(secs)
+        }
+    }
+
     /// The settings of the mix named `mix` (see [`Settings::mix`]).
     pub fn of_mix(mix: &str, secs: u64) -> Option<Settings> {
         match mix {
             "leases" => Some(Settings::mixed_leases(secs)),
             "blocks" => Some(Settings::blocks(secs)),
+            "clocks" => Some(Settings::clock_steps(secs)),
             _ => None,
         }
     }
@@ -614,6 +633,9 @@ pub enum FaultOp {
     /// `Client::force_unlock(name, kind)` by the fault driver's own client, straight to Redis
     /// (see [`Settings::force`]).
     ForceUnlock(String, LockKind),
+    /// Steps the server's wall clock by this many microseconds (negative: back), at once (see
+    /// [`Settings::clock_steps`]).
+    StepClock(i64),
 }
 
 impl FaultOp {
@@ -637,7 +659,68 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
         plan.extend(forced_unlocks(seed, settings, &plan));
         plan.sort_by_key(|(at, _)| *at);
     }
+    if settings.clock_steps {
+        plan.extend(clock_steps(seed, settings, &plan));
+        plan.sort_by_key(|(at, _)| *at);
+    }
     plan
+}
+
+/// The gaps between `faults` (and the one after the last, up to a second before the run's
+/// end), as `(from, to)` offsets.
+fn gaps(settings: &Settings, faults: &[(Duration, FaultOp)]) -> Vec<(Duration, Duration)> {
+    let end = ms(settings.secs * 1000).saturating_sub(ms(1000));
+    let mut gaps = Vec::new();
+    let mut from = Duration::ZERO;
+    for (at, op) in faults {
+        gaps.push((from, *at));
+        from = *at + op.duration();
+    }
+    gaps.push((from, end));
+    gaps
+}
+
+/// The clock steps of a run, from a stream of their own: in about half the gaps between
+/// `faults`, at least 50 ms from either end, a step of the server's wall clock back (0.2 to
+/// 4 s) or forward (0.2 to 5 s). A step back never leaves the clock behind by more than 4 s
+/// at once, and the last step brings the clock back to where it started, so the leftover
+/// check at the end (keys gone a lease after the processes) is judged on the real clock.
+fn clock_steps(
+    seed: u64,
+    settings: &Settings,
+    faults: &[(Duration, FaultOp)],
+) -> Vec<(Duration, FaultOp)> {
+    let mut rng = Rng::new(sub_seed(seed, 400_000));
+    let mut out = Vec::new();
+    let mut offset: i64 = 0;
+    let gaps = gaps(settings, faults);
+    let last = gaps.len() - 1;
+    for (i, (from, to)) in gaps.into_iter().enumerate() {
+        let (lo, hi) = (from + ms(50), to.saturating_sub(ms(50)));
+        if hi <= lo {
+            continue;
+        }
+        let at = lo + ms(rng.range(0, (hi - lo).as_millis() as u64));
+        if i == last {
+            if offset != 0 {
+                out.push((at, FaultOp::StepClock(-offset)));
+            }
+            break;
+        }
+        if rng.range(0, 100) >= 50 {
+            continue;
+        }
+        let step = if rng.range(0, 100) < 50 {
+            (rng.range(200, 5000) * 1000) as i64
+        } else {
+            -((rng.range(200, 4000) * 1000) as i64)
+        };
+        // Never more than 4 s behind the real clock.
+        let step = step.max(-4_000_000 - offset);
+        offset += step;
+        out.push((at, FaultOp::StepClock(step)));
+    }
+    out
 }
 
 /// How often a gap between two faults gets a forced unlock (percent).
@@ -655,16 +738,8 @@ fn forced_unlocks(
     let mut rng = Rng::new(sub_seed(seed, 300_000));
     let locks = settings.locks();
     let kinds = LockKind::ALL;
-    let end = ms(settings.secs * 1000).saturating_sub(ms(1000));
-    let mut gaps = Vec::new();
-    let mut from = Duration::ZERO;
-    for (at, op) in faults {
-        gaps.push((from, *at));
-        from = *at + op.duration();
-    }
-    gaps.push((from, end));
     let mut out = Vec::new();
-    for (from, to) in gaps {
+    for (from, to) in gaps(settings, faults) {
         let (lo, hi) = (from + ms(50), to.saturating_sub(ms(50)));
         if rng.range(0, 100) >= FORCE_PERCENT || hi <= lo {
             continue;

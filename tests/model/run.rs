@@ -191,6 +191,12 @@ fn inflict(
             proxy.pass();
         }
         FaultOp::ProxyKillAll => proxy.kill_all(),
+        FaultOp::StepClock(us) => {
+            if *us > 0 {
+                kind = FaultKind::ClockForward;
+            }
+            common::clock_shift::step(server.port(), *us);
+        }
         FaultOp::ForceUnlock(name, lock) => {
             let driver = driver.expect("a client for forced unlocks");
             let (kind, what, call) = force_unlock(driver, settings, name, *lock);
@@ -346,6 +352,9 @@ impl Procs {
 /// that crashed or hung); violations of the library's promises are returned as findings.
 pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let faults = fault_plan(seed, settings);
+    if settings.clock_steps {
+        common::clock_shift::enable().expect("the clock library builds (needs cc)");
+    }
     let mut server = RedisServer::start();
     let mut proxy = Proxy::start(server.port());
     let mut procs = Procs::spawn(seed, settings, &proxy.url());

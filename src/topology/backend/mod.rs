@@ -561,9 +561,9 @@ impl Backend {
     /// a new connection, within what is left, unless the outcome of every lease is known
     /// already. One outcome per lease, in the order of the calls: `Some(true)` kept,
     /// `Some(false)` lost, `None` unknown.
-    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Vec<Option<bool>> {
+    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
         if let Some(c) = &self.cluster {
-            let replies = c.renew(calls, budget);
+            let (replies, clocks) = c.renew(calls, budget);
             let mut outcomes = Vec::new();
             for ((_, count), v) in calls.iter().zip(replies) {
                 match v {
@@ -571,19 +571,21 @@ impl Backend {
                     None => outcomes.extend(std::iter::repeat_n(None, *count)),
                 }
             }
-            return outcomes;
+            return Renewed { outcomes, clocks };
         }
         let mut packed = Vec::new();
         let functions = self.functions.load(Ordering::Relaxed);
         for (c, _) in calls {
             PLAIN.write(c, functions, None, &mut packed);
         }
+        // Each master's clock, read in the same round: see `renewal::clock_watch`.
+        packed.extend_from_slice(&redis::cmd("TIME").get_packed_command());
         let waits = self.push_wait(&mut packed);
         let by = Deadline::after(budget);
         let first = (budget / 2).min(self.reply_timeout());
         let counts: Vec<usize> = calls.iter().map(|c| c.1).collect();
         let n: usize = counts.iter().sum();
-        let expected = calls.len() + usize::from(waits);
+        let expected = calls.len() + 1 + usize::from(waits);
         let which = Which::RenewBatch;
         let mut replies = self.round(&self.all(), &packed, expected, which, first, by, false);
         let mut outcomes = self.renewed(&counts, &replies);
@@ -634,7 +636,14 @@ impl Backend {
                 Ok(_) => {}
             }
         }
-        outcomes
+        let clocks = replies
+            .iter()
+            .filter_map(|(i, r)| {
+                let v = r.as_ref().ok()?.get(calls.len())?;
+                Some((self.nodes[*i].name.clone(), scripts::parse_time(v)?))
+            })
+            .collect();
+        Renewed { outcomes, clocks }
     }
 
     /// The outcome of each renewed lease from the masters' replies: reply `k` of a master
@@ -975,4 +984,15 @@ fn one(v: Option<Value>) -> Result<Value> {
         Some(v) => Ok(v),
         None => Err(Error::timeout("no reply")),
     }
+}
+
+/// What a renewal round learned: each lease's outcome, and each master's clock.
+#[derive(Debug)]
+pub(crate) struct Renewed {
+    /// One outcome per lease, in the order of the calls: `Some(true)` extended, `Some(false)`
+    /// not held any more, `None` unknown (no answer in time).
+    pub(crate) outcomes: Vec<Option<bool>>,
+    /// Each master that answered, by name, with its clock (`TIME`, in microseconds since the
+    /// epoch) as read in the round.
+    pub(crate) clocks: Vec<(String, u64)>,
 }
