@@ -913,6 +913,20 @@ fn stopped(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
         .sum()
 }
 
+/// How many findings the forward steps of the server clock excused: those a check finds once
+/// every forward step is taken for a fault that excuses nothing (bounds aside).
+pub fn excused_by_clock_steps(h: &History) -> usize {
+    let mut without = h.clone();
+    for f in &mut without.faults {
+        if f.kind == FaultKind::ClockForward {
+            f.kind = FaultKind::Other;
+        }
+    }
+    check(&without, u64::MAX)
+        .len()
+        .saturating_sub(check(h, u64::MAX).len())
+}
+
 /// How many findings the forced unlocks that removed a holder excused: those a check finds
 /// once every force is taken for one that found nobody holding (bounds aside). Shows that the
 /// forces met holders that went on believing, and what the excuse covered.

@@ -680,7 +680,7 @@ fn gaps(settings: &Settings, faults: &[(Duration, FaultOp)]) -> Vec<(Duration, D
     gaps
 }
 
-/// The clock steps of a run, from a stream of their own: in about half the gaps between
+/// The clock steps of a run, from a stream of their own: in about seven in ten gaps between
 /// `faults`, at least 50 ms from either end, a step of the server's wall clock back (0.2 to
 /// 4 s) or forward (0.2 to 5 s). A step back never leaves the clock behind by more than 4 s
 /// at once, and the last step brings the clock back to where it started, so the leftover
@@ -707,7 +707,7 @@ fn clock_steps(
             }
             break;
         }
-        if rng.range(0, 100) >= 50 {
+        if rng.range(0, 100) >= 70 {
             continue;
         }
         let step = if rng.range(0, 100) < 50 {

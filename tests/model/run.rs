@@ -63,6 +63,22 @@ impl Outcome {
                 check::excused_by_forces(h)
             ));
         }
+        let steps: Vec<&Fault> = h
+            .faults
+            .iter()
+            .filter(|f| f.what.starts_with("StepClock"))
+            .collect();
+        if !steps.is_empty() {
+            let forward = steps
+                .iter()
+                .filter(|f| f.kind == FaultKind::ClockForward)
+                .count();
+            s.push_str(&format!(
+                "\n  server clock steps: {} back, {forward} forward ({} findings excused)",
+                steps.len() - forward,
+                check::excused_by_clock_steps(h)
+            ));
+        }
         for f in self.findings.iter().take(max) {
             s.push_str("\n  ");
             s.push_str(&f.describe(self.t0));
@@ -196,6 +212,13 @@ fn inflict(
                 kind = FaultKind::ClockForward;
             }
             common::clock_shift::step(server.port(), *us);
+            let fault = Fault {
+                kind,
+                what: format!("StepClock({:+.3} s)", *us as f64 / 1e6),
+                start,
+                end: mono_ns(),
+            };
+            return (fault, None);
         }
         FaultOp::ForceUnlock(name, lock) => {
             let driver = driver.expect("a client for forced unlocks");
