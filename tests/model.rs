@@ -318,6 +318,37 @@ fn sentinel_with_frozen_sentinels() {
     run_seeds_with(&seeds, &Settings::sentinel(secs));
 }
 
+/// The cluster model with the masters' wall clocks stepped back (0.2 to 4 s) and forward
+/// (0.2 to 0.9 s, under the node timeout) between the node faults, so that failovers also
+/// move locks to a replica whose clock differs: tokens rise across every step and failover.
+/// One seed in a plain `cargo test` (`LOCKSMITH_MODEL_CLUSTER_SEED`,
+/// `LOCKSMITH_MODEL_CLUSTER_SEEDS`, `LOCKSMITH_MODEL_CLUSTER_SECS` as for
+/// [`cluster_with_node_faults`]).
+#[test]
+fn cluster_with_clock_steps() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_CLUSTER_SEED",
+        "LOCKSMITH_MODEL_CLUSTER_SEEDS",
+        &[DEFAULT_CLUSTER_SEED],
+    );
+    let secs = env_u64("LOCKSMITH_MODEL_CLUSTER_SECS").unwrap_or(DEFAULT_CLUSTER_SECS);
+    run_seeds_with(&seeds, &Settings::cluster_clock_steps(secs));
+}
+
+/// The Sentinel model with the master's wall clock stepped back and forward between the
+/// frozen sentinels (`LOCKSMITH_MODEL_SENTINEL_SEED`, `LOCKSMITH_MODEL_SENTINEL_SEEDS`,
+/// `LOCKSMITH_MODEL_SENTINEL_SECS` as for [`sentinel_with_frozen_sentinels`]).
+#[test]
+fn sentinel_with_clock_steps() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_SENTINEL_SEED",
+        "LOCKSMITH_MODEL_SENTINEL_SEEDS",
+        &[DEFAULT_SENTINEL_SEED],
+    );
+    let secs = env_u64("LOCKSMITH_MODEL_SENTINEL_SECS").unwrap_or(DEFAULT_SENTINEL_SECS);
+    run_seeds_with(&seeds, &Settings::sentinel_clock_steps(secs));
+}
+
 /// The hot mix: 3 processes x 4 threads on one name, so that locks pass between the threads
 /// of a process by local hand-off (the default) under the same faults and checks. Replay a
 /// seed with `LOCKSMITH_MODEL_HOT_SEED=<seed> cargo test --test model -- hot_name`.

@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 use crate::check::{Fault, FaultKind, History};
 use crate::checker::{Rng, mono_ns};
 use crate::common::{self, RedisCluster, TestChild};
-use crate::plan::{Settings, sub_seed};
+use crate::plan::{self, Settings, sub_seed};
 use crate::run::{Outcome, Procs, lock_keys, other_clients};
 
 /// How long one step of a fault (a promotion, a restart, a resync) may take before the run
@@ -91,6 +91,8 @@ pub enum NodeFault {
     KillNormal,
     /// `CLIENT KILL TYPE pubsub` on every master.
     KillPubsub,
+    /// Steps the wall clock of the master by this many microseconds (negative: back).
+    StepClock(usize, i64),
 }
 
 impl NodeFault {
@@ -103,7 +105,9 @@ impl NodeFault {
             NodeFault::PauseMaster(_, d) | NodeFault::StopProcess(_, d) => *d,
             // The thaw: every node hears from the frozen ones, and the timeout is set back.
             NodeFault::FreezeShard(_, d) => *d + ms(1000),
-            NodeFault::KillNormal | NodeFault::KillPubsub => Duration::ZERO,
+            NodeFault::KillNormal | NodeFault::KillPubsub | NodeFault::StepClock(..) => {
+                Duration::ZERO
+            }
         }
     }
 }
@@ -146,6 +150,17 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, NodeFault)> 
         }
         plan.push((at, op));
         at += d + ms(rng.range(300, 1500));
+    }
+    if settings.clock_steps {
+        // Forward by less than the node timeout (1 s), so that the stepped node's view of the
+        // others' silence fails nobody (one master's report is no majority anyway).
+        let spans: Vec<_> = plan.iter().map(|(at, op)| (*at, op.estimate())).collect();
+        let gaps = plan::gaps_between(settings, &spans);
+        let mut rng = Rng::new(sub_seed(seed, 0xC10C));
+        for (at, us) in plan::clock_steps_in(sub_seed(seed, 0xC1C), &gaps, 900) {
+            plan.push((at, NodeFault::StepClock(rng.range(0, masters) as usize, us)));
+        }
+        plan.sort_by_key(|(at, _)| *at);
     }
     plan
 }
@@ -294,6 +309,14 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
         }
         NodeFault::KillNormal => on_masters(cluster, &["CLIENT", "KILL", "TYPE", "normal"]),
         NodeFault::KillPubsub => on_masters(cluster, &["CLIENT", "KILL", "TYPE", "pubsub"]),
+        NodeFault::StepClock(i, us) => {
+            let (port, _) = master(cluster, i);
+            what = format!("StepClock({:+.3} s) of {port}", us as f64 / 1e6);
+            if us > 0 {
+                kind = FaultKind::ClockForward;
+            }
+            common::clock_shift::step(port, us);
+        }
     }
     Fault {
         kind,
@@ -301,6 +324,38 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
         start,
         end: mono_ns(),
     }
+}
+
+/// Steps the wall clock of every server on `ports` that is behind the real clock forward to
+/// it (the end of a run with clock steps, before the leftover checks). A clock ahead is left
+/// so: stepping it back would make keys written meanwhile outlive the check.
+pub fn reset_clocks(ports: &[u16]) -> Fault {
+    let start = mono_ns();
+    for &port in ports {
+        let off = common::clock_shift::offset_us(port);
+        if off < 0 {
+            common::clock_shift::step(port, -off);
+        }
+    }
+    Fault {
+        kind: FaultKind::ClockForward,
+        what: "StepClock: every server behind the real clock forward to it".into(),
+        start,
+        end: mono_ns(),
+    }
+}
+
+/// The total of the steps back among the clock steps of `plan`: how much longer than its
+/// lease a key may live.
+fn back_steps(plan: &[(Duration, NodeFault)]) -> Duration {
+    let us: i64 = plan
+        .iter()
+        .filter_map(|(_, f)| match f {
+            NodeFault::StepClock(_, us) if *us < 0 => Some(-us),
+            _ => None,
+        })
+        .sum();
+    Duration::from_micros(us.unsigned_abs())
 }
 
 /// What every live node still has of the clients: connections (but the replication links)
@@ -341,6 +396,9 @@ fn leftovers(cluster: &RedisCluster, history: &mut History) {
 pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let faults = fault_plan(seed, settings);
     let begun = Instant::now();
+    if settings.clock_steps {
+        common::clock_shift::enable().expect("the clock library builds (needs cc)");
+    }
     let mut cluster = RedisCluster::start();
     println!("model: cluster of 3 + 3 up in {:?}", begun.elapsed());
     let mut procs = Procs::spawn(seed, settings, &cluster.seed_urls().join(","));
@@ -366,12 +424,17 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         history.faults.push(fault);
     }
 
+    if settings.clock_steps {
+        history.faults.push(reset_clocks(&cluster.live_ports()));
+    }
     procs.wait_drained(settings);
     leftovers(&cluster, &mut history);
     procs.exit();
-    // A release that never reached Redis leaves a key for one lease at most.
+    // A release that never reached Redis leaves a key for one lease at most (plus the steps
+    // back of the clocks since it was written).
     let mut keys = Vec::new();
-    common::wait_until(settings.lease + Duration::from_secs(1), || {
+    let outlive = back_steps(&faults);
+    common::wait_until(settings.lease + outlive + Duration::from_secs(1), || {
         keys = cluster
             .masters()
             .into_iter()

@@ -192,6 +192,22 @@ impl Settings {
         }
     }
 
+    /// [`Settings::cluster`] with the masters' wall clocks stepped between the node faults.
+    pub fn cluster_clock_steps(secs: u64) -> Settings {
+        Settings {
+            clock_steps: true,
+            ..Settings::cluster(secs)
+        }
+    }
+
+    /// [`Settings::sentinel`] with the master's wall clock stepped between the other faults.
+    pub fn sentinel_clock_steps(secs: u64) -> Settings {
+        Settings {
+            clock_steps: true,
+            ..Settings::sentinel(secs)
+        }
+    }
+
     /// [`Settings::cluster`] with frozen nodes in the fault plan.
     pub fn cluster_frozen(secs: u64) -> Settings {
         Settings {
@@ -669,12 +685,23 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
 /// The gaps between `faults` (and the one after the last, up to a second before the run's
 /// end), as `(from, to)` offsets.
 fn gaps(settings: &Settings, faults: &[(Duration, FaultOp)]) -> Vec<(Duration, Duration)> {
+    let spans: Vec<(Duration, Duration)> =
+        faults.iter().map(|(at, op)| (*at, op.duration())).collect();
+    gaps_between(settings, &spans)
+}
+
+/// The gaps between faults given as `(start, duration)` (and the one after the last, up to a
+/// second before the run's end), as `(from, to)` offsets.
+pub fn gaps_between(
+    settings: &Settings,
+    spans: &[(Duration, Duration)],
+) -> Vec<(Duration, Duration)> {
     let end = ms(settings.secs * 1000).saturating_sub(ms(1000));
     let mut gaps = Vec::new();
     let mut from = Duration::ZERO;
-    for (at, op) in faults {
-        gaps.push((from, *at));
-        from = *at + op.duration();
+    for &(at, d) in spans {
+        gaps.push((from, at));
+        from = at + d;
     }
     gaps.push((from, end));
     gaps
@@ -683,27 +710,43 @@ fn gaps(settings: &Settings, faults: &[(Duration, FaultOp)]) -> Vec<(Duration, D
 /// The clock steps of a run, from a stream of their own: in about seven in ten gaps between
 /// `faults`, at least 50 ms from either end, a step of the server's wall clock back (0.2 to
 /// 4 s) or forward (0.2 to 5 s). A step back never leaves the clock behind by more than 4 s
-/// at once, and the last step brings the clock back to where it started, so the leftover
-/// check at the end (keys gone a lease after the processes) is judged on the real clock.
+/// at once, and the last step brings a clock left behind back to the real one. A key written
+/// before a step back outlives its lease by the step: the leftover check at the end waits for
+/// the steps back too (see [`back_steps`]).
 fn clock_steps(
     seed: u64,
     settings: &Settings,
     faults: &[(Duration, FaultOp)],
 ) -> Vec<(Duration, FaultOp)> {
-    let mut rng = Rng::new(sub_seed(seed, 400_000));
+    let gaps = gaps(settings, faults);
+    clock_steps_in(sub_seed(seed, 400_000), &gaps, 5000)
+        .into_iter()
+        .map(|(at, us)| (at, FaultOp::StepClock(us)))
+        .collect()
+}
+
+/// Clock steps in `gaps` (see [`clock_steps`]), from the stream `stream`: forward by at most
+/// `max_forward_ms`; the last gap brings a clock left behind back to the real one.
+pub fn clock_steps_in(
+    stream: u64,
+    gaps: &[(Duration, Duration)],
+    max_forward_ms: u64,
+) -> Vec<(Duration, i64)> {
+    let mut rng = Rng::new(stream);
     let mut out = Vec::new();
     let mut offset: i64 = 0;
-    let gaps = gaps(settings, faults);
-    let last = gaps.len() - 1;
-    for (i, (from, to)) in gaps.into_iter().enumerate() {
+    for (i, &(from, to)) in gaps.iter().enumerate() {
         let (lo, hi) = (from + ms(50), to.saturating_sub(ms(50)));
         if hi <= lo {
             continue;
         }
         let at = lo + ms(rng.range(0, (hi - lo).as_millis() as u64));
-        if i == last {
-            if offset != 0 {
-                out.push((at, FaultOp::StepClock(-offset)));
+        if i + 1 == gaps.len() {
+            // Back to the real clock, when behind it: a step forward. (A clock left ahead is
+            // not stepped back: that would make keys written meanwhile outlive the leftover
+            // check by the step.)
+            if offset < 0 {
+                out.push((at, -offset));
             }
             break;
         }
@@ -711,16 +754,29 @@ fn clock_steps(
             continue;
         }
         let step = if rng.range(0, 100) < 50 {
-            (rng.range(200, 5000) * 1000) as i64
+            (rng.range(200, max_forward_ms) * 1000) as i64
         } else {
             -((rng.range(200, 4000) * 1000) as i64)
         };
         // Never more than 4 s behind the real clock.
         let step = step.max(-4_000_000 - offset);
         offset += step;
-        out.push((at, FaultOp::StepClock(step)));
+        out.push((at, step));
     }
     out
+}
+
+/// The total of the steps back among `faults`' clock steps: how much longer than its lease a
+/// key may live.
+pub fn back_steps(faults: &[(Duration, FaultOp)]) -> Duration {
+    let us: i64 = faults
+        .iter()
+        .filter_map(|(_, op)| match op {
+            FaultOp::StepClock(us) if *us < 0 => Some(-us),
+            _ => None,
+        })
+        .sum();
+    Duration::from_micros(us.unsigned_abs())
 }
 
 /// How often a gap between two faults gets a forced unlock (percent).

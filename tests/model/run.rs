@@ -12,7 +12,7 @@ use locksmith::Client;
 use crate::check::{self, Call, CallKind, Fault, FaultKind, Finding, History};
 use crate::checker::mono_ns;
 use crate::common::{self, RedisServer, TestChild};
-use crate::plan::{FaultOp, Settings, fault_plan};
+use crate::plan::{self, FaultOp, Settings, fault_plan};
 use crate::proxy::Proxy;
 
 /// The role of a model process (see [`common::ROLE_VAR`]).
@@ -424,12 +424,17 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     history.leftovers.channels = channels;
     proxy.stop();
     procs.exit();
-    // A release that never reached Redis leaves a key for one lease at most.
+    // A release that never reached Redis leaves a key for one lease at most (plus the steps
+    // back of the server's clock since it was written).
     let mut keys = Vec::new();
-    common::wait_until(settings.max_lease() + Duration::from_secs(1), || {
-        keys = lock_keys(&mut conn);
-        keys.is_empty()
-    });
+    let outlive = plan::back_steps(&faults);
+    common::wait_until(
+        settings.max_lease() + outlive + Duration::from_secs(1),
+        || {
+            keys = lock_keys(&mut conn);
+            keys.is_empty()
+        },
+    );
     history.leftovers.keys = keys;
     procs.outcome(seed, settings, history)
 }
