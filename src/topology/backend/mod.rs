@@ -61,6 +61,36 @@ impl Node {
     }
 }
 
+/// What one round of renewals found: one outcome per lease, in the order of the calls
+/// (`Some(true)` kept, `Some(false)` lost, `None` unknown), and a refusal for a permission if a
+/// call met one.
+#[derive(Debug)]
+pub(crate) struct Renewed {
+    pub(crate) outcomes: Vec<Option<bool>>,
+    pub(crate) refused: Option<Refusal>,
+}
+
+/// A renewal the server refused for a missing permission: not a lost race, a rule to fix.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    /// The server's error.
+    pub(crate) message: String,
+    /// The command refused, when the server names it (Redis 7.2 and later, Valkey).
+    pub(crate) command: Option<String>,
+    /// Where (`host:port`).
+    pub(crate) server: String,
+}
+
+impl Refusal {
+    fn of(v: &Value, server: &str) -> Option<Refusal> {
+        scripts::permission_refusal(v).map(|(message, command)| Refusal {
+            message,
+            command,
+            server: server.to_owned(),
+        })
+    }
+}
+
 /// The masters, the quorum, and the bounds of one call.
 #[derive(Debug)]
 pub(crate) struct Backend {
@@ -561,17 +591,23 @@ impl Backend {
     /// a new connection, within what is left, unless the outcome of every lease is known
     /// already. One outcome per lease, in the order of the calls: `Some(true)` kept,
     /// `Some(false)` lost, `None` unknown.
-    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Vec<Option<bool>> {
+    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
         if let Some(c) = &self.cluster {
             let replies = c.renew(calls, budget);
             let mut outcomes = Vec::new();
+            let mut refused = None;
             for ((_, count), v) in calls.iter().zip(replies) {
                 match v {
-                    Some(v) => outcomes.extend(scripts::parse_renews(&v, *count)),
+                    Some(v) => {
+                        if refused.is_none() {
+                            refused = Refusal::of(&v, "a cluster master");
+                        }
+                        outcomes.extend(scripts::parse_renews(&v, *count));
+                    }
                     None => outcomes.extend(std::iter::repeat_n(None, *count)),
                 }
             }
-            return outcomes;
+            return Renewed { outcomes, refused };
         }
         let mut packed = Vec::new();
         let functions = self.functions.load(Ordering::Relaxed);
@@ -609,7 +645,13 @@ impl Backend {
             }
             outcomes = self.renewed(&counts, &replies);
         }
+        let mut refused = None;
         for (i, r) in &replies {
+            if let (None, Ok(values)) = (&refused, r) {
+                refused = values
+                    .iter()
+                    .find_map(|v| Refusal::of(v, &self.nodes[*i].name));
+            }
             match r {
                 // At `debug`: a renewal is retried until the lease runs out, and a lease
                 // that is lost is reported once, at `warn`, by the renewal thread.
@@ -634,7 +676,7 @@ impl Backend {
                 Ok(_) => {}
             }
         }
-        outcomes
+        Renewed { outcomes, refused }
     }
 
     /// The outcome of each renewed lease from the masters' replies: reply `k` of a master
