@@ -176,7 +176,8 @@
 //! Every blocking call returns within its own bound, also while Redis is stalled (frozen,
 //! or behind a network that swallows packets), is a black hole (accepts connections and
 //! never answers), or refuses connections. A call's bound covers everything it may do: a
-//! try on a pooled connection, a retry on a new one, opening it (TCP connect and the `AUTH`
+//! try on a pooled connection, a retry on a new one, opening it (the DNS lookup of a host
+//! name, on a short-lived thread the call waits for within its bound; TCP connect; the `AUTH`
 //! / `SELECT` handshake), loading a script after `NOSCRIPT` (or the function library after
 //! "Function not found"), waiting for the pub/sub
 //! subscription, backoff sleeps. Each step takes the smaller of its own timeout and what is
