@@ -55,8 +55,8 @@
 //! - [`Client::semaphore`] gives a [`Semaphore`]: at most N permits held at once across
 //!   processes, each acquisition a lease renewed while held. Use it to cap how many workers
 //!   use a resource at once.
-//! - These three work on one server, directly or through Sentinel, with the same machinery
-//!   as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
+//! - These three work on one server, through Sentinel and on a Redis Cluster, with the same
+//!   machinery as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
 //!   A quorum client refuses them ([`Error::InvalidConfig`] from every call that would reach
 //!   Redis): a queue, a set of readers or a permit count cannot be kept by majority vote
 //!   across independent masters (each type's "Topologies" section says why).
@@ -102,7 +102,8 @@
 //!   fencing token and a lease (key expiry); when this owner already holds it, the count goes
 //!   up; otherwise it answers how long the current lease has left.
 //! - **Release** is one Lua script, owner- and acquisition-checked: an inner guard counts one
-//!   level down; the outermost guard deletes the key whatever count the server holds, and
+//!   level down; the outermost guard renames the key to the lock's release marker (so that a
+//!   retried release can tell that it released) whatever count the server holds, and
 //!   publishes on the lock's release channel. A holder whose lease ran out never deletes the
 //!   next holder's lock.
 //! - **Waiting never polls.** A waiter subscribes to the lock's release channel (through the
@@ -229,7 +230,8 @@
 //!
 //! # Log levels
 //!
-//! Through the [`log`] crate; never a token, an owner id or a password (a URL is shown as
+//! Through the [`log`] crate; never an owner id or a password (the one fencing token logged
+//! is that of a holder removed by `force_unlock`, in its `warn`; a URL is shown as
 //! `host:port`, or with its credentials replaced by `***`). Each line's target is the module
 //! that logs it (a file split out of a module for reading keeps that module's target), under
 //! `locksmith` (`locksmith::renewal`, `locksmith::subscriber`, ...), so `locksmith=debug`
@@ -262,6 +264,7 @@
 //! | `warn` | `locksmith::client::builder` | `a rediss:// URL ends in #insecure: the server's certificate is NOT verified, ...` | At start. Remove `#insecure` and trust the server's CA with `tls_root_cert`. |
 //! | `warn` | `locksmith::topology::backend` | `master HOST:PORT did not answer: ERROR` (quorum client, at start) | A minority of masters down is survived; bring it back. |
 //! | `warn` | `locksmith::topology::backend` | `renewal of N leases on HOST:PORT confirmed by A of R replicas in time; the leases are kept` | With `wait_replicas`: replicas lag or are down. |
+//! | `error` | `locksmith::renewal` | ``renewal refused by HOST:PORT for a permission (ERROR): add `+CMD` to the ACL user's rule, and check it with `ACL DRYRUN`; ...`` | Once per client. The ACL user's rule lacks a command a renewal script calls (on Redis 7.0 the server does not name it: the line lists what the scripts call): its leases will be lost. Give it the rule of `docs/deployments.md` ("ACL users"). |
 //! | `error` | `locksmith::renewal` | `the on_lease_lost callback panicked` | Fix the callback. |
 //!
 //! - `debug`: every reconnect try, every failed renewal before a loss, retries of a call,

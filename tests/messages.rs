@@ -455,3 +455,125 @@ fn force_unlock_names_the_holders_it_removed() {
         assert!(l.text.contains("app-7 (thread holding-thread)"), "{l}");
     }
 }
+
+/// The lines at `level` since `from` whose text contains `what`.
+fn lines_with(from: usize, level: log::Level, what: &str) -> Vec<Line> {
+    since(from)
+        .into_iter()
+        .filter(|l| l.level == level && l.text.contains(what))
+        .collect()
+}
+
+/// A guard dropped while Redis is stalled: its release fails within the bound, and says so
+/// in one `warn` (target `locksmith::locks::lease`) naming the lock.
+#[test]
+fn a_release_on_drop_that_fails_is_one_warn() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .build()
+        .unwrap();
+    let name = unique_name("msg-drop");
+    let m = client.mutex(&name).unwrap();
+    let g = m.lock().unwrap();
+    let from = capture::lines().len();
+    server.pause();
+    drop(g);
+    server.resume();
+    let warns = lines_with(from, log::Level::Warn, "on drop failed");
+    assert_eq!(warns.len(), 1, "{warns:#?}");
+    assert_eq!(warns[0].target, "locksmith::locks::lease");
+    assert!(
+        warns[0]
+            .text
+            .starts_with(&format!("releasing lock `{name}` on drop failed: ")),
+        "{}",
+        warns[0]
+    );
+}
+
+/// A holder past its maximum hold time: one `info` (target `locksmith::renewal`) says that
+/// renewal stopped.
+#[test]
+fn the_maximum_hold_time_is_one_info() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let name = unique_name("msg-max-hold");
+    let m = client
+        .mutex(&name)
+        .unwrap()
+        .with_max_hold(Duration::from_millis(600))
+        .unwrap();
+    let from = capture::lines().len();
+    let g = m.lock().unwrap();
+    let said = "reached its maximum hold time; renewal stopped";
+    assert!(
+        wait_until(Duration::from_secs(5), || !lines_with(
+            from,
+            log::Level::Info,
+            said
+        )
+        .is_empty()),
+        "{:#?}",
+        since(from)
+    );
+    drop(g);
+    let infos = lines_with(from, log::Level::Info, said);
+    assert_eq!(infos.len(), 1, "{infos:#?}");
+    assert_eq!(infos[0].target, "locksmith::renewal");
+    assert_eq!(infos[0].text, format!("lock `{name}` {said}"));
+}
+
+/// A user without `SUBSCRIBE`: the refusal is one `warn` (target `locksmith::subscriber`)
+/// naming the channel, and the waiter still gets the lock by re-checking.
+#[test]
+fn a_refused_subscribe_is_one_warn() {
+    let _one = serial();
+    let server = RedisServer::start();
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nosub")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-subscribe")
+        .exec(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://nosub:pw@127.0.0.1:{}/", server.port());
+    let holder = Client::open(&server.url()).unwrap();
+    let waiter = Client::open(&url).unwrap();
+    let name = unique_name("msg-nosub");
+    let g = holder.mutex(&name).unwrap().lock().unwrap();
+    let from = capture::lines().len();
+    let m = waiter.mutex(&name).unwrap();
+    let w = thread::spawn(move || m.try_lock_for(Duration::from_secs(10)).unwrap().is_some());
+    let said = "refused: ";
+    assert!(
+        wait_until(Duration::from_secs(5), || !lines_with(
+            from,
+            log::Level::Warn,
+            said
+        )
+        .is_empty()),
+        "{:#?}",
+        since(from)
+    );
+    g.unlock().unwrap();
+    assert!(w.join().unwrap());
+    let warns = lines_with(from, log::Level::Warn, said);
+    assert_eq!(warns.len(), 1, "{warns:#?}");
+    assert_eq!(warns[0].target, "locksmith::subscriber");
+    assert!(
+        warns[0].text.starts_with("SUBSCRIBE ") && warns[0].text.ends_with("its waiters re-check"),
+        "{}",
+        warns[0]
+    );
+}
