@@ -577,3 +577,39 @@ fn a_refused_subscribe_is_one_warn() {
         warns[0]
     );
 }
+
+/// No line, at any level, shows an owner id (the client's random id, which a release or a
+/// renewal is checked against): a lock held, renewed, forced out, lost and dropped logs
+/// the label and the thread of its holder, never the id.
+#[test]
+fn no_line_shows_an_owner_id() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .lease(Duration::from_millis(600))
+        .label("app-9")
+        .build()
+        .unwrap();
+    let operator = Client::open(&server.url()).unwrap();
+    let name = unique_name("msg-owner");
+    let from = capture::lines().len();
+    let m = client.mutex(&name).unwrap();
+    let g = m.lock().unwrap();
+    let owner = common::lock_value(&mut server.conn(), &name).unwrap().owner;
+    // The client's random id: the part of the owner id that is a UUID.
+    let id: String = owner
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .find(|p| p.len() == 36 && p.matches('-').count() == 4)
+        .unwrap_or_else(|| panic!("no UUID in the owner id {owner}"))
+        .to_owned();
+    assert!(operator.mutex(&name).unwrap().force_unlock().unwrap());
+    assert!(wait_until(Duration::from_secs(5), || !g.is_held()));
+    assert!(g.unlock().is_err());
+    let lines = since(from);
+    assert!(
+        lines.iter().any(|l| l.text.contains("freed by force")),
+        "{lines:#?}"
+    );
+    let shown: Vec<&Line> = lines.iter().filter(|l| l.text.contains(&id)).collect();
+    assert!(shown.is_empty(), "the owner id {id} in {shown:#?}");
+}
