@@ -392,6 +392,8 @@ mod markdown_snippets {
     struct KeyLayout;
     #[doc = include_str!("../docs/lock-types.md")]
     struct LockTypes;
+    #[doc = include_str!("../docs/operating.md")]
+    struct Operating;
     #[doc = include_str!("../docs/performance.md")]
     struct Performance;
     #[doc = include_str!("../docs/testing.md")]

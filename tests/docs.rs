@@ -206,3 +206,90 @@ fn every_bench_row_named_in_the_docs_exists() {
     assert!(named > 0, "no --only in the docs");
     assert!(faults.is_empty(), "{faults:#?} (workloads: {workloads:?})");
 }
+
+/// A heading's anchor, as GitHub makes it.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of the headings of `text` (outside fenced blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for l in text.lines() {
+        if l.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && l.starts_with('#') {
+            out.push(slug(l.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// The front page stays a front page (at most 350 lines), and every relative link of the
+/// README and the docs reaches a file that exists, and a heading of it where it names one.
+#[test]
+fn the_readme_is_short_and_every_link_works() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 350, "README.md has {lines} lines");
+    let mut docs = vec!["README.md".to_owned()];
+    for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(format!("docs/{}", p.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    let mut faults = Vec::new();
+    for d in &docs {
+        let text = read(d);
+        let dir = Path::new(d).parent().unwrap();
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let link = &rest[..end];
+            if link.starts_with("http") || link.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() {
+                d.clone()
+            } else {
+                let p = dir.join(file);
+                let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(&p);
+                if !full.exists() {
+                    faults.push(format!("{d}: `{link}`: no {}", p.display()));
+                    continue;
+                }
+                p.to_string_lossy().into_owned()
+            };
+            if !anchor.is_empty() && target.ends_with(".md") {
+                let normal = Path::new(&target).components().fold(
+                    std::path::PathBuf::new(),
+                    |mut acc, c| {
+                        match c {
+                            std::path::Component::ParentDir => {
+                                acc.pop();
+                            }
+                            other => acc.push(other),
+                        }
+                        acc
+                    },
+                );
+                if !anchors(&read(&normal.to_string_lossy()))
+                    .iter()
+                    .any(|a| a == anchor)
+                {
+                    faults.push(format!("{d}: `{link}`: no heading `#{anchor}`"));
+                }
+            }
+        }
+    }
+    assert!(faults.is_empty(), "{faults:#?}");
+}
