@@ -464,6 +464,15 @@ fn lines_with(from: usize, level: log::Level, what: &str) -> Vec<Line> {
         .collect()
 }
 
+/// The one line at `level` since `from` whose text contains `what`; its target must be
+/// `target`.
+fn the_one(from: usize, level: log::Level, what: &str, target: &str) -> Line {
+    let found = lines_with(from, level, what);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].target, target, "{}", found[0]);
+    found[0].clone()
+}
+
 /// A guard dropped while Redis is stalled: its release fails within the bound, and says so
 /// in one `warn` (target `locksmith::locks::lease`) naming the lock.
 #[test]
@@ -482,16 +491,14 @@ fn a_release_on_drop_that_fails_is_one_warn() {
     server.pause();
     drop(g);
     server.resume();
-    let warns = lines_with(from, log::Level::Warn, "on drop failed");
-    assert_eq!(warns.len(), 1, "{warns:#?}");
-    assert_eq!(warns[0].target, "locksmith::locks::lease");
-    assert!(
-        warns[0]
-            .text
-            .starts_with(&format!("releasing lock `{name}` on drop failed: ")),
-        "{}",
-        warns[0]
+    let warn = the_one(
+        from,
+        log::Level::Warn,
+        "on drop failed",
+        "locksmith::locks::lease",
     );
+    let expected = format!("releasing lock `{name}` on drop failed: ");
+    assert!(warn.text.starts_with(&expected), "{warn}");
 }
 
 /// A holder past its maximum hold time: one `info` (target `locksmith::renewal`) says that
@@ -524,10 +531,8 @@ fn the_maximum_hold_time_is_one_info() {
         since(from)
     );
     drop(g);
-    let infos = lines_with(from, log::Level::Info, said);
-    assert_eq!(infos.len(), 1, "{infos:#?}");
-    assert_eq!(infos[0].target, "locksmith::renewal");
-    assert_eq!(infos[0].text, format!("lock `{name}` {said}"));
+    let info = the_one(from, log::Level::Info, said, "locksmith::renewal");
+    assert_eq!(info.text, format!("lock `{name}` {said}"));
 }
 
 /// A user without `SUBSCRIBE`: the refusal is one `warn` (target `locksmith::subscriber`)
@@ -568,13 +573,11 @@ fn a_refused_subscribe_is_one_warn() {
     );
     g.unlock().unwrap();
     assert!(w.join().unwrap());
-    let warns = lines_with(from, log::Level::Warn, said);
-    assert_eq!(warns.len(), 1, "{warns:#?}");
-    assert_eq!(warns[0].target, "locksmith::subscriber");
+    let warn = the_one(from, log::Level::Warn, said, "locksmith::subscriber");
+    let text = &warn.text;
     assert!(
-        warns[0].text.starts_with("SUBSCRIBE ") && warns[0].text.ends_with("its waiters re-check"),
-        "{}",
-        warns[0]
+        text.starts_with("SUBSCRIBE ") && text.ends_with("its waiters re-check"),
+        "{warn}"
     );
 }
 
