@@ -29,8 +29,9 @@
 //! - A [`Client`] locks on one deployment. It owns a small pool of command connections, one
 //!   pub/sub connection and exactly two threads, whatever the number of locks and waiters:
 //!   `locksmith-pubsub` wakes local waiters when a lock is released, `locksmith-renew`
-//!   extends every held lease in pipelined batches driven by a timer wheel. Clones share all
-//!   of it. One [`ClientBuilder`] with the same options serves every deployment:
+//!   extends every held lease in pipelined batches driven by a timer wheel (opening a
+//!   connection to a host name, not an IP address, adds a short-lived `locksmith-dns` thread
+//!   so that the lookup keeps the call's bound). Clones share all of it. One [`ClientBuilder`] with the same options serves every deployment:
 //!   [`Client::builder`] (one server; or [`Client::open`] with the defaults),
 //!   [`Client::sentinel`] (a master found and followed through Redis Sentinel),
 //!   [`Client::redlock`] (a quorum of independent masters) and [`Client::cluster`] (Redis

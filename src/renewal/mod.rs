@@ -8,12 +8,11 @@
 //! Renewals sent together are due together from then on, so holds taken at different times
 //! settle into a few batches per interval (each hold renewed early, by less than the window,
 //! once: when it joins a batch). Few large batches cost Redis less per lease than many small
-//! ones: with 10,000 leases renewed once a second, Redis spent about 2.6 µs per lease in
-//! bursts of 5,000 or 10,000 leases and 3.1 µs in bursts of 1,250 (and 4.8 µs in bursts of
-//! 250), on a busy 2-vCPU VM. The pipeline holds few script calls, each renewing up to
-//! [`batch::MAX_PER_CALL`] leases (grouped by [`batch::group`]), so Redis runs one script per
-//! call, not one per lease; each lease still gets its own outcome (extended, lost, unknown),
-//! and a loss is reported once, by this thread.
+//! ones (Redis pays for every burst of work after an idle stretch; `cargo bench --bench locks
+//! -- --only renewal` measures the Redis CPU per renewed lock). The pipeline holds few script
+//! calls, each renewing up to [`batch::MAX_PER_CALL`] leases (grouped by [`batch::group`]), so
+//! Redis runs one script per call, not one per lease; each lease still gets its own outcome
+//! (extended, lost, unknown), and a loss is reported once, by this thread.
 //!
 //! Cancellation is lazy: a released hold stays in the wheel until its slot fires and is then
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
