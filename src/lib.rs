@@ -29,8 +29,9 @@
 //! - A [`Client`] locks on one deployment. It owns a small pool of command connections, one
 //!   pub/sub connection and exactly two threads, whatever the number of locks and waiters:
 //!   `locksmith-pubsub` wakes local waiters when a lock is released, `locksmith-renew`
-//!   extends every held lease in pipelined batches driven by a timer wheel. Clones share all
-//!   of it. One [`ClientBuilder`] with the same options serves every deployment:
+//!   extends every held lease in pipelined batches driven by a timer wheel (opening a
+//!   connection to a host name, not an IP address, adds a short-lived `locksmith-dns` thread
+//!   so that the lookup keeps the call's bound). Clones share all of it. One [`ClientBuilder`] with the same options serves every deployment:
 //!   [`Client::builder`] (one server; or [`Client::open`] with the defaults),
 //!   [`Client::sentinel`] (a master found and followed through Redis Sentinel),
 //!   [`Client::redlock`] (a quorum of independent masters) and [`Client::cluster`] (Redis
@@ -55,8 +56,8 @@
 //! - [`Client::semaphore`] gives a [`Semaphore`]: at most N permits held at once across
 //!   processes, each acquisition a lease renewed while held. Use it to cap how many workers
 //!   use a resource at once.
-//! - These three work on one server, directly or through Sentinel, with the same machinery
-//!   as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
+//! - These three work on one server, through Sentinel and on a Redis Cluster, with the same
+//!   machinery as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
 //!   A quorum client refuses them ([`Error::InvalidConfig`] from every call that would reach
 //!   Redis): a queue, a set of readers or a permit count cannot be kept by majority vote
 //!   across independent masters (each type's "Topologies" section says why).
@@ -102,7 +103,8 @@
 //!   fencing token and a lease (key expiry); when this owner already holds it, the count goes
 //!   up; otherwise it answers how long the current lease has left.
 //! - **Release** is one Lua script, owner- and acquisition-checked: an inner guard counts one
-//!   level down; the outermost guard deletes the key whatever count the server holds, and
+//!   level down; the outermost guard renames the key to the lock's release marker (so that a
+//!   retried release can tell that it released) whatever count the server holds, and
 //!   publishes on the lock's release channel. A holder whose lease ran out never deletes the
 //!   next holder's lock.
 //! - **Waiting never polls.** A waiter subscribes to the lock's release channel (through the
@@ -176,7 +178,8 @@
 //! Every blocking call returns within its own bound, also while Redis is stalled (frozen,
 //! or behind a network that swallows packets), is a black hole (accepts connections and
 //! never answers), or refuses connections. A call's bound covers everything it may do: a
-//! try on a pooled connection, a retry on a new one, opening it (TCP connect and the `AUTH`
+//! try on a pooled connection, a retry on a new one, opening it (the DNS lookup of a host
+//! name, on a short-lived thread the call waits for within its bound; TCP connect; the `AUTH`
 //! / `SELECT` handshake), loading a script after `NOSCRIPT` (or the function library after
 //! "Function not found"), waiting for the pub/sub
 //! subscription, backoff sleeps. Each step takes the smaller of its own timeout and what is
@@ -228,7 +231,8 @@
 //!
 //! # Log levels
 //!
-//! Through the [`log`] crate; never a token, an owner id or a password (a URL is shown as
+//! Through the [`log`] crate; never an owner id or a password (the one fencing token logged
+//! is that of a holder removed by `force_unlock`, in its `warn`; a URL is shown as
 //! `host:port`, or with its credentials replaced by `***`). Each line's target is the module
 //! that logs it (a file split out of a module for reading keeps that module's target), under
 //! `locksmith` (`locksmith::renewal`, `locksmith::subscriber`, ...), so `locksmith=debug`
@@ -261,6 +265,7 @@
 //! | `warn` | `locksmith::client::builder` | `a rediss:// URL ends in #insecure: the server's certificate is NOT verified, ...` | At start. Remove `#insecure` and trust the server's CA with `tls_root_cert`. |
 //! | `warn` | `locksmith::topology::backend` | `master HOST:PORT did not answer: ERROR` (quorum client, at start) | A minority of masters down is survived; bring it back. |
 //! | `warn` | `locksmith::topology::backend` | `renewal of N leases on HOST:PORT confirmed by A of R replicas in time; the leases are kept` | With `wait_replicas`: replicas lag or are down. |
+//! | `error` | `locksmith::renewal` | ``renewal refused by HOST:PORT for a permission (ERROR): add `+CMD` to the ACL user's rule, and check it with `ACL DRYRUN`; ...`` | Once per client. The ACL user's rule lacks a command a renewal script calls (on Redis 7.0 the server does not name it: the line lists what the scripts call): its leases will be lost. Give it the rule of `docs/deployments.md` ("ACL users"). |
 //! | `error` | `locksmith::renewal` | `the on_lease_lost callback panicked` | Fix the callback. |
 //!
 //! - `debug`: every reconnect try, every failed renewal before a loss, retries of a call,
@@ -388,6 +393,8 @@ mod markdown_snippets {
     struct KeyLayout;
     #[doc = include_str!("../docs/lock-types.md")]
     struct LockTypes;
+    #[doc = include_str!("../docs/operating.md")]
+    struct Operating;
     #[doc = include_str!("../docs/performance.md")]
     struct Performance;
     #[doc = include_str!("../docs/testing.md")]

@@ -354,3 +354,42 @@ fn fencing_tokens_survive_restart() {
     println!("token before restart {before}, after {after}");
     assert!(after > before, "token went backwards: {before} -> {after}");
 }
+
+/// The local lease deadline is the send time of the acquire plus the lease, less the stated
+/// margin of `clock_drift_factor` × lease + 2 ms (1 % + 2 ms by default): a fresh guard's
+/// validity is just under it, by no more than the acquire's round trip. The margin is what
+/// allows for the two clocks' rates (a 1 % difference by default); no test can make this
+/// host's clock run at another rate, so the margin is what is checked.
+#[test]
+fn the_local_deadline_keeps_the_stated_margin() {
+    let server = RedisServer::start();
+    let url = server.url();
+    with_deadline(Duration::from_secs(30), move || {
+        let lease = Duration::from_secs(10);
+        for (factor, margin) in [
+            (None, lease / 100 + Duration::from_millis(2)),
+            (Some(0.1), lease / 10 + Duration::from_millis(2)),
+        ] {
+            let mut b = Client::builder(&url).lease(lease);
+            if let Some(f) = factor {
+                b = b.clock_drift_factor(f);
+            }
+            let client = b.build().unwrap();
+            let m = client.mutex(&common::unique_name("margin")).unwrap();
+            let before = Instant::now();
+            let g = m.lock().unwrap();
+            let validity = g.validity();
+            let round_trip = before.elapsed();
+            let most = lease - margin;
+            println!(
+                "factor {factor:?}: validity {validity:?}, at most {most:?}, round trip {round_trip:?}"
+            );
+            assert!(validity <= most, "{validity:?} > {most:?}");
+            assert!(
+                validity + round_trip + Duration::from_millis(1) >= most,
+                "{validity:?}"
+            );
+            g.unlock().unwrap();
+        }
+    });
+}

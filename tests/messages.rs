@@ -455,3 +455,164 @@ fn force_unlock_names_the_holders_it_removed() {
         assert!(l.text.contains("app-7 (thread holding-thread)"), "{l}");
     }
 }
+
+/// The lines at `level` since `from` whose text contains `what`.
+fn lines_with(from: usize, level: log::Level, what: &str) -> Vec<Line> {
+    since(from)
+        .into_iter()
+        .filter(|l| l.level == level && l.text.contains(what))
+        .collect()
+}
+
+/// The one line at `level` since `from` whose text contains `what`; its target must be
+/// `target`.
+fn the_one(from: usize, level: log::Level, what: &str, target: &str) -> Line {
+    let found = lines_with(from, level, what);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].target, target, "{}", found[0]);
+    found[0].clone()
+}
+
+/// A guard dropped while Redis is stalled: its release fails within the bound, and says so
+/// in one `warn` (target `locksmith::locks::lease`) naming the lock.
+#[test]
+fn a_release_on_drop_that_fails_is_one_warn() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .build()
+        .unwrap();
+    let name = unique_name("msg-drop");
+    let m = client.mutex(&name).unwrap();
+    let g = m.lock().unwrap();
+    let from = capture::lines().len();
+    server.pause();
+    drop(g);
+    server.resume();
+    let warn = the_one(
+        from,
+        log::Level::Warn,
+        "on drop failed",
+        "locksmith::locks::lease",
+    );
+    let expected = format!("releasing lock `{name}` on drop failed: ");
+    assert!(warn.text.starts_with(&expected), "{warn}");
+}
+
+/// A holder past its maximum hold time: one `info` (target `locksmith::renewal`) says that
+/// renewal stopped.
+#[test]
+fn the_maximum_hold_time_is_one_info() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let name = unique_name("msg-max-hold");
+    let m = client
+        .mutex(&name)
+        .unwrap()
+        .with_max_hold(Duration::from_millis(600))
+        .unwrap();
+    let from = capture::lines().len();
+    let g = m.lock().unwrap();
+    let said = "reached its maximum hold time; renewal stopped";
+    assert!(
+        wait_until(Duration::from_secs(5), || !lines_with(
+            from,
+            log::Level::Info,
+            said
+        )
+        .is_empty()),
+        "{:#?}",
+        since(from)
+    );
+    drop(g);
+    let info = the_one(from, log::Level::Info, said, "locksmith::renewal");
+    assert_eq!(info.text, format!("lock `{name}` {said}"));
+}
+
+/// A user without `SUBSCRIBE`: the refusal is one `warn` (target `locksmith::subscriber`)
+/// naming the channel, and the waiter still gets the lock by re-checking.
+#[test]
+fn a_refused_subscribe_is_one_warn() {
+    let _one = serial();
+    let server = RedisServer::start();
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nosub")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-subscribe")
+        .exec(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://nosub:pw@127.0.0.1:{}/", server.port());
+    let holder = Client::open(&server.url()).unwrap();
+    let waiter = Client::open(&url).unwrap();
+    let name = unique_name("msg-nosub");
+    let g = holder.mutex(&name).unwrap().lock().unwrap();
+    let from = capture::lines().len();
+    let m = waiter.mutex(&name).unwrap();
+    let w = thread::spawn(move || m.try_lock_for(Duration::from_secs(10)).unwrap().is_some());
+    let said = "refused: ";
+    assert!(
+        wait_until(Duration::from_secs(5), || !lines_with(
+            from,
+            log::Level::Warn,
+            said
+        )
+        .is_empty()),
+        "{:#?}",
+        since(from)
+    );
+    g.unlock().unwrap();
+    assert!(w.join().unwrap());
+    let warn = the_one(from, log::Level::Warn, said, "locksmith::subscriber");
+    let text = &warn.text;
+    assert!(
+        text.starts_with("SUBSCRIBE ") && text.ends_with("its waiters re-check"),
+        "{warn}"
+    );
+}
+
+/// No line, at any level, shows an owner id (the client's random id, which a release or a
+/// renewal is checked against): a lock held, renewed, forced out, lost and dropped logs
+/// the label and the thread of its holder, never the id.
+#[test]
+fn no_line_shows_an_owner_id() {
+    let _one = serial();
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .lease(Duration::from_millis(600))
+        .label("app-9")
+        .build()
+        .unwrap();
+    let operator = Client::open(&server.url()).unwrap();
+    let name = unique_name("msg-owner");
+    let from = capture::lines().len();
+    let m = client.mutex(&name).unwrap();
+    let g = m.lock().unwrap();
+    let owner = common::lock_value(&mut server.conn(), &name).unwrap().owner;
+    // The client's random id: the part of the owner id that is a UUID.
+    let id: String = owner
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .find(|p| p.len() == 36 && p.matches('-').count() == 4)
+        .unwrap_or_else(|| panic!("no UUID in the owner id {owner}"))
+        .to_owned();
+    assert!(operator.mutex(&name).unwrap().force_unlock().unwrap());
+    assert!(wait_until(Duration::from_secs(5), || !g.is_held()));
+    assert!(g.unlock().is_err());
+    let lines = since(from);
+    assert!(
+        lines.iter().any(|l| l.text.contains("freed by force")),
+        "{lines:#?}"
+    );
+    let shown: Vec<&Line> = lines.iter().filter(|l| l.text.contains(&id)).collect();
+    assert!(shown.is_empty(), "the owner id {id} in {shown:#?}");
+}

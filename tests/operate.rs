@@ -151,10 +151,13 @@ fn holders_of_every_type_are_seen_from_another_process() {
 
 /// `Client::locks` lists every held lock under a name prefix, each type once, with its
 /// holders; `lock_info` tells everything about one name.
+///
+/// It reads the keys with `SCAN`, never `KEYS` (which blocks Redis for the whole keyspace).
 #[test]
 fn locks_lists_every_type_under_a_prefix() {
     let server = RedisServer::start();
     let url = server.url();
+    let mut stats_conn = server.conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("listing");
         let mut child = spawn_every_type(&url, &name, None, false);
@@ -192,6 +195,10 @@ fn locks_lists_every_type_under_a_prefix() {
         let all = by_name(ops.locks("").unwrap());
         assert!(all.len() >= 5);
         assert!(all.contains_key(other.name()));
+
+        let stats = common::commandstats(&mut stats_conn);
+        assert_eq!(common::calls(&stats, "cmdstat_keys"), 0, "{stats:?}");
+        assert!(common::calls(&stats, "cmdstat_scan") >= 2, "{stats:?}");
 
         let info = ops.lock_info(&format!("{name}:m")).unwrap();
         assert_eq!(info.len(), 1);

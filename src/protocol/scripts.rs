@@ -755,6 +755,30 @@ pub(crate) fn parse_renew(v: &Value) -> Option<bool> {
     int(v).map(|n| n == 1)
 }
 
+/// A refusal for a missing permission (an ACL rule without a command the script calls), from
+/// a script call's reply: the server's message, and the command when the server names it.
+///
+/// Redis 7.2 and Valkey answer `NOPERM User U has no permissions to run the 'CMD' command`
+/// (inside a script too); Redis 7.0 answers a command called by a script with `ERR The user
+/// executing the script can't run this command or subcommand`, naming none.
+pub(crate) fn permission_refusal(v: &Value) -> Option<(String, Option<String>)> {
+    let Value::ServerError(e) = v else {
+        return None;
+    };
+    let details = e.details().unwrap_or("");
+    let refused = e.code() == "NOPERM"
+        || details.contains("can't run this command")
+        || details.contains("no permissions to run");
+    if !refused {
+        return None;
+    }
+    let command = details
+        .split_once("to run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(cmd, _)| cmd.to_ascii_lowercase());
+    Some((format!("{} {details}", e.code()), command))
+}
+
 /// The outcomes of a renew call that covers `n` leases: for several, the batch script's array
 /// of the (1-based) positions NOT extended, every other lease extended; for one lease, the
 /// per-lock script's reply. `None` for each lease where the reply says nothing sure about it
@@ -785,6 +809,27 @@ pub(crate) fn parse_time(v: &Value) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn permission_refusals_are_told_apart() {
+        let err = |code: &str, detail: &str| {
+            redis::parse_redis_value(format!("-{code} {detail}\r\n").as_bytes()).unwrap()
+        };
+        let newer = err(
+            "NOPERM",
+            "User u has no permissions to run the 'pexpireat' command script: 1f, on @user_script:1.",
+        );
+        let (_, cmd) = permission_refusal(&newer).unwrap();
+        assert_eq!(cmd.as_deref(), Some("pexpireat"));
+        let older = err(
+            "ERR",
+            "The user executing the script can't run this command or subcommand script: 1f",
+        );
+        assert_eq!(permission_refusal(&older).unwrap().1, None);
+        assert!(permission_refusal(&err("ERR", "renew_batch: 2 keys and 3 arguments")).is_none());
+        assert!(permission_refusal(&Value::Int(1)).is_none());
+    }
 
     #[test]
     fn acquire_replies_parse() {

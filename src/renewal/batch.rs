@@ -15,13 +15,11 @@
 
 /// The most leases one renew call covers.
 ///
-/// Measured with Redis 7.0 (instructions counted by callgrind, 2,000 locks of the hash layout
-/// before the string one renewed in pipelined calls of `renew_batch.lua`): about 14,300
-/// instructions per lease in calls of 64, 14,100 in calls of 128, 14,000 in calls of 256,
-/// against 43,300 for one `renew.lua` call per lease. The lease's own work (its two arguments,
-/// one `HGET`, now a `GET`, one `PEXPIREAT`) is nearly all of it, so calls larger than 128 gain little, and 128 keeps Redis busy with one call for
-/// about 0.3 ms (about 2.5 µs per lease on a busy 2-vCPU VM): other clients' commands wait
-/// no longer than that for a renewal.
+/// A lease's own work in `renew_batch.lua` (its two arguments, one `GET`, one `PEXPIREAT`) is
+/// nearly all of a call's cost once a call covers a few dozen leases, so larger calls gain
+/// little, while other clients' commands wait for as long as one call runs (a few hundred
+/// microseconds for 128 leases; `cargo bench --bench locks -- --only renewal` measures the Redis
+/// CPU per renewed lock).
 pub(crate) const MAX_PER_CALL: usize = 128;
 
 /// Splits leases (given by their slots, in any order) into calls: each call is a list of

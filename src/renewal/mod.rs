@@ -8,12 +8,11 @@
 //! Renewals sent together are due together from then on, so holds taken at different times
 //! settle into a few batches per interval (each hold renewed early, by less than the window,
 //! once: when it joins a batch). Few large batches cost Redis less per lease than many small
-//! ones: with 10,000 leases renewed once a second, Redis spent about 2.6 µs per lease in
-//! bursts of 5,000 or 10,000 leases and 3.1 µs in bursts of 1,250 (and 4.8 µs in bursts of
-//! 250), on a busy 2-vCPU VM. The pipeline holds few script calls, each renewing up to
-//! [`batch::MAX_PER_CALL`] leases (grouped by [`batch::group`]), so Redis runs one script per
-//! call, not one per lease; each lease still gets its own outcome (extended, lost, unknown),
-//! and a loss is reported once, by this thread.
+//! ones (Redis pays for every burst of work after an idle stretch; `cargo bench --bench locks
+//! -- --only renewal` measures the Redis CPU per renewed lock). The pipeline holds few script
+//! calls, each renewing up to [`batch::MAX_PER_CALL`] leases (grouped by [`batch::group`]), so
+//! Redis runs one script per call, not one per lease; each lease still gets its own outcome
+//! (extended, lost, unknown), and a loss is reported once, by this thread.
 //!
 //! Cancellation is lazy: a released hold stays in the wheel until its slot fires and is then
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
@@ -40,7 +39,7 @@ use parking_lot::Mutex;
 use crate::protocol::hold::{self, Begin, Hold, Status};
 use crate::protocol::scripts::{self, Kind};
 use crate::stats::Counters;
-use crate::topology::backend::Backend;
+use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;
 use wheel::Wheel;
 
@@ -49,6 +48,9 @@ const UNRENEWED: &str = concat!(
     "its lease ran out before a renewal succeeded ",
     "(Redis unreachable or slow, or this process paused)"
 );
+
+/// Why a lease was lost while the server refused its renewals for a permission.
+const REFUSED: &str = "the server refused its renewal for a permission (see the `error` line)";
 
 /// A lease that was lost while its guard still existed, as told to the
 /// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost) callback.
@@ -190,6 +192,8 @@ pub(crate) fn renewer(
         on_lost,
         stats,
         clocks: ClockWatch::default(),
+        refusal_logged: false,
+        refusing: false,
     };
     (inbox, renewer)
 }
@@ -213,6 +217,10 @@ pub(crate) struct Renewer {
     stats: Arc<Counters>,
     /// Each master's last clock reading, to see its wall clock step.
     clocks: ClockWatch,
+    /// Whether a renewal refused for a permission was logged at `error` (once per client).
+    refusal_logged: bool,
+    /// Whether the last batch with an answer met a refusal for a permission.
+    refusing: bool,
 }
 
 impl std::fmt::Debug for Renewer {
@@ -283,7 +291,7 @@ impl Renewer {
             if hold.is_held() {
                 self.register(hold);
             } else if hold.mark_lost() {
-                self.lost(&hold, UNRENEWED);
+                self.lost(&hold, self.unrenewed());
             }
         }
         log::trace!("renewal wheel compacted to {} leases", self.wheel.len());
@@ -328,7 +336,7 @@ impl Renewer {
         for hold in due.drain(..) {
             match hold.begin_renewal() {
                 Begin::Send => batch.push(hold),
-                Begin::Expired => self.lost(&hold, UNRENEWED),
+                Begin::Expired => self.lost(&hold, self.unrenewed()),
                 Begin::Skip => {}
             }
         }
@@ -336,7 +344,12 @@ impl Renewer {
             return;
         }
         let sent = Instant::now();
-        let outcomes = self.send(&batch);
+        let (outcomes, refused) = self.send(&batch);
+        if refused {
+            self.refusing = true;
+        } else if outcomes.iter().any(Option::is_some) {
+            self.refusing = false;
+        }
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
             if let Some(ty) = hold.kind.lock_type() {
                 self.stats
@@ -358,6 +371,8 @@ impl Renewer {
                     &hold,
                     if outcome == Some(false) {
                         "the key expired, was deleted, or has another owner"
+                    } else if self.refusing {
+                        REFUSED
                     } else {
                         "Redis could not be reached before the lease ran out"
                     },
@@ -366,6 +381,12 @@ impl Renewer {
                 Some(Status::Released) | None => {}
             }
         }
+    }
+
+    /// Why a lease ran out unrenewed: the server's refusal while the last answered batch met
+    /// one, else no renewal in time.
+    fn unrenewed(&self) -> &'static str {
+        if self.refusing { REFUSED } else { UNRENEWED }
     }
 
     /// Reports a lost lease: a warning, and the application's callback.
@@ -402,8 +423,9 @@ impl Renewer {
     }
 
     /// Sends the renewals, many leases to a script call (see [`batch`]); one outcome per hold,
-    /// in the order of `batch` (`None` where it is unknown).
-    fn send(&mut self, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+    /// in the order of `batch` (`None` where it is unknown), and whether the server refused a
+    /// call for a permission.
+    fn send(&mut self, batch: &[Arc<Hold>]) -> (Vec<Option<bool>>, bool) {
         // Mutex leases share calls of the batch script; other lock types' holds keep their
         // own renew script, one call each.
         let (mut mutexes, others): (Vec<usize>, Vec<usize>) =
@@ -451,6 +473,9 @@ impl Renewer {
                 self.stats.clock_jumped();
             }
         }
+        if let Some(refusal) = &renewed.refused {
+            self.refused(refusal);
+        }
         let flat = renewed.outcomes;
         log::trace!(
             "renewed a batch of {} leases in {} script calls",
@@ -462,6 +487,34 @@ impl Renewer {
         for (&i, outcome) in groups.iter().flatten().zip(flat) {
             outcomes[i] = outcome;
         }
-        outcomes
+        (outcomes, renewed.refused.is_some())
+    }
+
+    /// Reports a renewal that the server refused for a missing permission: at `error`, once
+    /// per client (then at `debug`), naming the command when the server does and the rule to
+    /// add. Not a lost race: the leases of that call run out unrenewed.
+    fn refused(&mut self, refusal: &Refusal) {
+        if self.refusal_logged {
+            log::debug!(
+                "renewal refused by {} for a permission: {}",
+                refusal.server,
+                refusal.message
+            );
+            return;
+        }
+        self.refusal_logged = true;
+        let add = match &refusal.command {
+            Some(cmd) => format!("add `+{cmd}` to the ACL user's rule"),
+            None => "the server does not name the command; the renewal scripts call `GET`, \
+                     `SET`, `PEXPIRE` and `PEXPIREAT` (the lock types' own scripts more): give \
+                     the ACL user the rule of docs/deployments.md"
+                .to_owned(),
+        };
+        log::error!(
+            "renewal refused by {} for a permission ({}): {add}, and check it with \
+             `ACL DRYRUN`; the leases it would have renewed will be lost",
+            refusal.server,
+            refusal.message
+        );
     }
 }

@@ -171,7 +171,7 @@ impl Sentinel {
     fn ask(&self, i: usize, by: Deadline) -> Result<Option<ConnectionAddr>> {
         let by = by.min(Deadline::after(per_sentinel(self.timeouts)));
         let (_, client) = &self.sentinels[i];
-        let mut con = client.get_connection_with_timeout(by.cap(self.timeouts.connect)?)?;
+        let mut con = conn::open(client, by.cap(self.timeouts.connect)?)?;
         let t = by.cap(self.timeouts.command)?;
         con.set_read_timeout(Some(t))?;
         con.set_write_timeout(Some(t))?;

@@ -15,6 +15,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
+use crate::transport::dns;
 use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
@@ -469,9 +470,7 @@ impl Pool {
         let client = moved.as_ref().unwrap_or(&self.client);
         let server = server_name(client.get_connection_info());
         let connect = by.cap(self.timeouts.connect).map_err(|e| e.at(&server))?;
-        let con = client
-            .get_connection_with_timeout(connect)
-            .map_err(|e| Error::from(e).at(&server))?;
+        let con = open(client, connect).map_err(|e| e.at(&server))?;
         // `redis` leaves the socket without timeouts; `Conn` records that as zero.
         let mut con = Conn {
             generation,
@@ -529,6 +528,29 @@ impl Pool {
 
 /// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
 /// the builder's certificates (the system's roots when none were given).
+/// Opens `client`'s TCP (or TLS, or Unix) connection within `connect`. The `redis` crate looks
+/// a host name up itself, with no bound: a connection to a host name is opened on a
+/// short-lived thread waited for at most `connect` (see [`dns`]), so that the lookup keeps the
+/// call's bound. An IP address or a Unix socket is opened on the caller's thread.
+pub(crate) fn open(client: &redis::Client, connect: Duration) -> Result<redis::Connection> {
+    let name = match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => {
+            !dns::is_address(host)
+        }
+        _ => false,
+    };
+    if !name {
+        return client
+            .get_connection_with_timeout(connect)
+            .map_err(Error::from);
+    }
+    let client = client.clone();
+    dns::within(Some(connect), dns::LOOKUP_TIMED_OUT, move || {
+        client.get_connection_with_timeout(connect)
+    })?
+    .map_err(Error::from)
+}
+
 pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
     match (info.addr(), tls) {
         (ConnectionAddr::TcpTls { .. }, Some(tls))

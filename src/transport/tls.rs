@@ -12,7 +12,7 @@
 //! for the default one).
 
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
 
 use crate::error::{Error, Result};
+use crate::transport::dns;
 
 /// The certificates given to the builder: a private CA to trust instead of the system's
 /// roots, and a client certificate with its key for mutual TLS (all PEM).
@@ -553,10 +554,9 @@ pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
         return false;
     };
     let until = Instant::now() + connect;
-    let Some(tcp) = (host, port)
-        .to_socket_addrs()
+    let Some(tcp) = dns::lookup(host, port, Some(connect))
         .ok()
-        .and_then(|mut a| a.next())
+        .and_then(|a| a.into_iter().next())
         .and_then(|a| TcpStream::connect_timeout(&a, connect).ok())
     else {
         return false;

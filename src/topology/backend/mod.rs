@@ -61,6 +61,39 @@ impl Node {
     }
 }
 
+/// What one round of renewals found: one outcome per lease, in the order of the calls
+/// (`Some(true)` kept, `Some(false)` lost, `None` unknown), a refusal for a permission if a
+/// call met one, and each master's clock.
+#[derive(Debug)]
+pub(crate) struct Renewed {
+    pub(crate) outcomes: Vec<Option<bool>>,
+    pub(crate) refused: Option<Refusal>,
+    /// Each master that answered, by name, with its clock (`TIME`, in microseconds since the
+    /// epoch) as read in the round: see `renewal::clock_watch`.
+    pub(crate) clocks: Vec<(String, u64)>,
+}
+
+/// A renewal the server refused for a missing permission: not a lost race, a rule to fix.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    /// The server's error.
+    pub(crate) message: String,
+    /// The command refused, when the server names it (Redis 7.2 and later, Valkey).
+    pub(crate) command: Option<String>,
+    /// Where (`host:port`).
+    pub(crate) server: String,
+}
+
+impl Refusal {
+    fn of(v: &Value, server: &str) -> Option<Refusal> {
+        scripts::permission_refusal(v).map(|(message, command)| Refusal {
+            message,
+            command,
+            server: server.to_owned(),
+        })
+    }
+}
+
 /// The masters, the quorum, and the bounds of one call.
 #[derive(Debug)]
 pub(crate) struct Backend {
@@ -565,13 +598,23 @@ impl Backend {
         if let Some(c) = &self.cluster {
             let (replies, clocks) = c.renew(calls, budget);
             let mut outcomes = Vec::new();
+            let mut refused = None;
             for ((_, count), v) in calls.iter().zip(replies) {
                 match v {
-                    Some(v) => outcomes.extend(scripts::parse_renews(&v, *count)),
+                    Some(v) => {
+                        if refused.is_none() {
+                            refused = Refusal::of(&v, "a cluster master");
+                        }
+                        outcomes.extend(scripts::parse_renews(&v, *count));
+                    }
                     None => outcomes.extend(std::iter::repeat_n(None, *count)),
                 }
             }
-            return Renewed { outcomes, clocks };
+            return Renewed {
+                outcomes,
+                refused,
+                clocks,
+            };
         }
         let mut packed = Vec::new();
         let functions = self.functions.load(Ordering::Relaxed);
@@ -611,7 +654,13 @@ impl Backend {
             }
             outcomes = self.renewed(&counts, &replies);
         }
+        let mut refused = None;
         for (i, r) in &replies {
+            if let (None, Ok(values)) = (&refused, r) {
+                refused = values
+                    .iter()
+                    .find_map(|v| Refusal::of(v, &self.nodes[*i].name));
+            }
             match r {
                 // At `debug`: a renewal is retried until the lease runs out, and a lease
                 // that is lost is reported once, at `warn`, by the renewal thread.
@@ -643,7 +692,11 @@ impl Backend {
                 Some((self.nodes[*i].name.clone(), scripts::parse_time(v)?))
             })
             .collect();
-        Renewed { outcomes, clocks }
+        Renewed {
+            outcomes,
+            refused,
+            clocks,
+        }
     }
 
     /// The outcome of each renewed lease from the masters' replies: reply `k` of a master
@@ -986,13 +1039,3 @@ fn one(v: Option<Value>) -> Result<Value> {
     }
 }
 
-/// What a renewal round learned: each lease's outcome, and each master's clock.
-#[derive(Debug)]
-pub(crate) struct Renewed {
-    /// One outcome per lease, in the order of the calls: `Some(true)` extended, `Some(false)`
-    /// not held any more, `None` unknown (no answer in time).
-    pub(crate) outcomes: Vec<Option<bool>>,
-    /// Each master that answered, by name, with its clock (`TIME`, in microseconds since the
-    /// epoch) as read in the round.
-    pub(crate) clocks: Vec<(String, u64)>,
-}

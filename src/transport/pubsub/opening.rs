@@ -21,7 +21,7 @@
 //! blocking; nodes are usually announced by IP address, which resolves without I/O.
 
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
@@ -32,6 +32,7 @@ use rustls::ClientConnection;
 use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
 use crate::error::{Error, Result};
 use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
+use crate::transport::dns;
 use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
 
 /// Where an opening connection is.
@@ -141,10 +142,8 @@ impl Opening {
                 });
             }
         };
-        let mut addrs: Vec<SocketAddr> = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(Error::io)?
-            .collect();
+        // A host name is looked up within the connect timeout (an IP address needs none).
+        let mut addrs: Vec<SocketAddr> = dns::lookup(host, port, Some(timeouts.connect))?;
         addrs.reverse();
         let Some(first) = addrs.pop() else {
             return Err(Error::InvalidUrl {
