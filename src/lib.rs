@@ -141,11 +141,12 @@
 //!   the last successful acquire or renewal, plus the lease, minus 1% + 2 ms for clock
 //!   drift), even when Redis cannot be reached; a guard is never handed out whose validity
 //!   has already passed.
-//! - **Fencing tokens** strictly increase per lock name, across owners and across a restart
-//!   of Redis with an empty dataset (a `Mutex` token is the server clock in microseconds plus
-//!   1 s + 1024 µs, and no token runs further ahead of the clock; see
-//!   [`MutexGuard::fencing_token`]), local hand-offs included, whatever
-//!   `local_handoff_max_count`.
+//! - **Fencing tokens** strictly increase per lock name, across owners, lock types and
+//!   clients, local hand-offs included, whatever `local_handoff_max_count`, and whatever the
+//!   server's wall clock does: every grant takes a token above the name's fencing mark (the
+//!   highest token issued) and raises it (see [`MutexGuard::fencing_token`]). Across a
+//!   restart of Redis with an empty dataset, which loses the marks, they rise as long as the
+//!   server's clock did not go back meanwhile.
 //! - **Bounded local hand-off**: a waiter in another process is kept out by one run of local
 //!   hand-offs at most (the count and time bounds above, plus the critical section of the
 //!   run's last holder); then the lock is released through Redis, and waiters in other
@@ -170,8 +171,12 @@
 //!   persistence loses every lock. Two owners can then hold the same lock; fencing tokens let
 //!   the resource tell them apart.
 //! - Clocks: the lease is measured by Redis's clock and, conservatively, by this host's
-//!   monotonic clock; wall-clock jumps do not matter, but the two clocks must *run* at about
-//!   the same rate (1% is allowed for).
+//!   monotonic clock; the two must *run* at about the same rate (1% is allowed for). Redis
+//!   expires keys by its wall clock: a step forward of the server's clock may end leases
+//!   there early (the holder learns at its next renewal, and the renewal thread logs the
+//!   jump at `warn` and counts it in [`Stats::clock_jumps`]); a step back makes them last
+//!   longer, so a holder that died blocks its lock for its lease + the step. Tokens are not
+//!   affected (see `docs/guarantees.md`, "Clocks").
 //!
 //! ## Time bounds
 //!

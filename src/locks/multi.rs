@@ -6,8 +6,8 @@
 //! through Sentinel), in one global order: by slot, then by name. Each part is taken by one
 //! script (`multi_acquire.lua`) that looks at every lock of the part first and writes nothing
 //! unless all of them can be had; then it takes them all. The locks are the very keys of
-//! [`Mutex`](crate::Mutex) (same hash, same fencing counter, same owner ids and re-entry
-//! rules), so the two exclude each other name by name.
+//! [`Mutex`](crate::Mutex) (same key, same fencing mark, same owner ids and re-entry rules),
+//! so the two exclude each other name by name.
 //!
 //! A part that cannot be had names the lock that blocked it and that lock's remaining lease.
 //! The caller then waits as a `Mutex` waiter of that lock does: in the lock's local queue (one
@@ -715,7 +715,7 @@ impl std::fmt::Debug for MultiGuard {
 
 impl MultiGuard {
     /// The fencing token of `name`'s acquisition: strictly increasing per name across all
-    /// owners (the same counter as [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)),
+    /// owners (the same rule as [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)),
     /// the same for a name this thread already held and re-entered. `None` when `name` is
     /// not in the set.
     pub fn fencing_token(&self, name: &str) -> Option<u64> {

@@ -6,7 +6,7 @@
 //! | what | name |
 //! |---|---|
 //! | lock (a string: acquisition, owner, hand-off block, grant time, and after a re-entry the count and the last calls; see `scripts/acquire.lua`) | `P{T}:lock` |
-//! | fencing counter (integer, expires [`FENCE_TTL`] after its last write): the other lock types', and a quorum's | `P{T}:fence` |
+//! | fencing mark (integer, the highest token any grant of the name issued; every lock type's grants raise it; expires [`FENCE_TTL`] after its last write) | `P{T}:fence` |
 //! | release channel, and the release marker key (the last released value) | `P{T}:released` |
 //!
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// How long a lock's fencing counter outlives its last write (a grant, or with a quorum a
+/// How long a name's fencing mark outlives its last write (a grant, or with a quorum a
 /// renewal or release that raised it). The scripts hold the same value (`FENCE_TTL_MS`), and
-/// `acquire.lua` explains why tokens stay strictly increasing after the counter expired: a
-/// token leads the granting server's clock by far less than this, and the counter expires by
+/// `acquire.lua` explains why tokens stay strictly increasing after the mark expired: a
+/// token leads the granting server's clock by far less than this, and the mark expires by
 /// that same clock.
 #[cfg_attr(not(test), allow(dead_code))] // the scripts carry it; a unit test checks they agree
 pub(crate) const FENCE_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -68,7 +68,7 @@ pub(crate) struct LockKeys {
     /// The lock: a string holding the acquisition, its owner, its grant time (its token) and
     /// its re-entry count.
     pub(crate) lock: String,
-    /// The fencing counter.
+    /// The name's fencing mark, shared by every lock type of the name.
     pub(crate) fence: String,
     /// The channel a release is published on; also the key of a Mutex's release marker.
     pub(crate) channel: String,
@@ -179,8 +179,8 @@ fn base(prefix: &str, name: &str) -> String {
 
 impl LockKeys {
     /// The keys of a lock type other than the plain mutex: `P{T}:<suffix>` for the main key,
-    /// and the channel prefix `P{T}:<suffix>:<channel>` (`fence` names the plain mutex's
-    /// counter: these types take their tokens from the server clock and write no counter).
+    /// and the channel prefix `P{T}:<suffix>:<channel>` (`fence` is the name's fencing mark,
+    /// which the plain mutex's grants raise too).
     pub(crate) fn family(prefix: &str, name: &str, suffix: &str, channel: &str) -> Self {
         let root = base(prefix, name);
         let lock = format!("{root}:{suffix}");

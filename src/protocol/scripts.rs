@@ -228,9 +228,9 @@ pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
 /// `MAX_BLOCK`; the client's `MAX_HANDOFF_COUNT` is defined as this one).
 pub(crate) const MAX_BLOCK: u32 = 1024;
 
-/// The lead of a new Mutex acquisition's fencing token over the server clock in microseconds
-/// (the largest lead the other lock types' fencing counter may have: 1 s plus the largest
-/// hand-off block). The scripts hold the same value (a unit test compares them).
+/// The lead of a new acquisition's fencing token over the server clock in microseconds (the
+/// largest lead the counters of the layout before could have: 1 s plus the largest hand-off
+/// block). The scripts hold the same value (a unit test compares them).
 #[cfg_attr(not(test), allow(dead_code))] // the scripts carry it; a unit test checks they agree
 pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
 

@@ -272,8 +272,12 @@ pub enum FaultKind {
     /// keys by that clock, so every lock whose lease had less left than the step was freed,
     /// as if force-unlocked (see below): it excuses what a forced unlock of every lock would.
     ClockForward,
-    /// Anything else (Redis stopped or sleeping, connections killed, replies cut, the clock
-    /// stepped back, ...).
+    /// The server's wall clock stepped back by this many microseconds. It excuses nothing by
+    /// itself; with an empty restart after it, which loses the fencing marks, a token granted
+    /// after the restart may be below one granted before by up to the steps back (the limit
+    /// `docs/guarantees.md` states).
+    ClockBack(u64),
+    /// Anything else (Redis stopped or sleeping, connections killed, replies cut, ...).
     Other,
 }
 
@@ -564,6 +568,33 @@ pub fn check(h: &History, slack: u64) -> Vec<Finding> {
     findings
 }
 
+/// The steps back of the server clock (microseconds) before the last empty restart between
+/// `from` and `to`; 0 without such a restart.
+fn back_before_restart(faults: &[Fault], from: u64, to: u64) -> u64 {
+    let Some(restart) = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::RestartEmpty && f.start >= from && f.start <= to)
+        .map(|f| f.start)
+        .max()
+    else {
+        return 0;
+    };
+    faults
+        .iter()
+        .filter_map(|f| match f.kind {
+            FaultKind::ClockBack(us) if f.start <= restart => Some(us),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Whether `b`'s token, not above `a`'s, is excused by an empty restart after a step back of
+/// the clock: a restart between them, and `b`'s token below `a`'s by no more than the steps.
+fn excused_by_a_step_back(faults: &[Fault], a: &Acq<'_>, b: &Acq<'_>) -> bool {
+    let back = back_before_restart(faults, a.call_start.min(b.call_start), b.start);
+    back > 0 && a.first.token - b.first.token <= back
+}
+
 fn restart_between(faults: &[Fault], from: u64, to: u64) -> bool {
     faults
         .iter()
@@ -722,6 +753,8 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
                     // only a grant that may predate the restart (one whose acquiring call
                     // spanned it) may carry a lower token than a section after it.
                     && !restart_between(&h.faults, b.call_start, b.start)
+                    // A restart after a step back of the clock: lower by up to the step.
+                    && !excused_by_a_step_back(&h.faults, a, b)
                 {
                     out.push(Finding::TokenOrder {
                         earlier: a.sections(),
@@ -1233,6 +1266,40 @@ mod tests {
         assert_eq!(check(&h, 0).len(), 1);
         // b's acquiring call spanned the restart: it may have been granted before a.
         h.sections[1].call_start = 5 * MS;
+        assert_eq!(check(&h, 0), vec![]);
+    }
+
+    #[test]
+    fn a_restart_after_a_step_back_excuses_tokens_lower_by_up_to_the_step() {
+        let mut h = sections(vec![s("a", 500, 10, 20), s("b", 200, 30, 40)]);
+        let restart = Fault {
+            kind: FaultKind::RestartEmpty,
+            what: "restart".into(),
+            start: 25 * MS,
+            end: 26 * MS,
+        };
+        h.faults.push(restart.clone());
+        assert_eq!(check(&h, 0).len(), 1, "a restart alone excuses nothing");
+        // A step back after the restart excuses nothing either.
+        h.faults.push(Fault {
+            kind: FaultKind::ClockBack(1_000),
+            what: "StepClock(-0.001 s)".into(),
+            start: 27 * MS,
+            end: 27 * MS,
+        });
+        assert_eq!(check(&h, 0).len(), 1);
+        // One before it: lower by up to the step (300 of 299 is too much, of 300 is not).
+        h.faults = vec![
+            Fault {
+                kind: FaultKind::ClockBack(299),
+                what: "StepClock(-0.000299 s)".into(),
+                start: 22 * MS,
+                end: 22 * MS,
+            },
+            restart,
+        ];
+        assert_eq!(check(&h, 0).len(), 1);
+        h.faults[0].kind = FaultKind::ClockBack(300);
         assert_eq!(check(&h, 0), vec![]);
     }
 

@@ -312,9 +312,11 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
         NodeFault::StepClock(i, us) => {
             let (port, _) = master(cluster, i);
             what = format!("StepClock({:+.3} s) of {port}", us as f64 / 1e6);
-            if us > 0 {
-                kind = FaultKind::ClockForward;
-            }
+            kind = if us > 0 {
+                FaultKind::ClockForward
+            } else {
+                FaultKind::ClockBack(us.unsigned_abs())
+            };
             common::clock_shift::step(port, us);
         }
     }

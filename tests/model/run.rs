@@ -208,9 +208,11 @@ fn inflict(
         }
         FaultOp::ProxyKillAll => proxy.kill_all(),
         FaultOp::StepClock(us) => {
-            if *us > 0 {
-                kind = FaultKind::ClockForward;
-            }
+            kind = if *us > 0 {
+                FaultKind::ClockForward
+            } else {
+                FaultKind::ClockBack(us.unsigned_abs())
+            };
             common::clock_shift::step(server.port(), *us);
             let fault = Fault {
                 kind,

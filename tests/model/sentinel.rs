@@ -137,9 +137,11 @@ fn inflict(op: &SentinelFault, set: &SentinelSet, master: u16, children: &[TestC
         SentinelFault::KillNormal => kill_clients(set, master, "normal"),
         SentinelFault::KillPubsub => kill_clients(set, master, "pubsub"),
         SentinelFault::StepClock(us) => {
-            if us > 0 {
-                kind = FaultKind::ClockForward;
-            }
+            kind = if us > 0 {
+                FaultKind::ClockForward
+            } else {
+                FaultKind::ClockBack(us.unsigned_abs())
+            };
             common::clock_shift::step(master, us);
             return Fault {
                 kind,

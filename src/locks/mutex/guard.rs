@@ -94,29 +94,27 @@ impl MutexGuard {
     /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
     /// partitioned, or behind a failover) from overwriting a newer owner's work.
     ///
-    /// Tokens come from the server's clock, by this rule (`LEAD` is 1 s +
-    /// [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
+    /// Tokens come from the server's clock and the name's fencing mark `P{T}:fence`, by this
+    /// rule (`LEAD` is 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
     ///
     /// - An acquisition through Redis that finds the lock free gets the server's clock in
-    ///   microseconds + `LEAD`; no counter is read or kept. Acquisitions of one name are at
-    ///   least a release apart (more than a microsecond), so their tokens strictly rise while
-    ///   the server's clock does not go back.
+    ///   microseconds + `LEAD`, or the mark + 1 when the mark is that high already (the
+    ///   server's clock went back), and raises the mark to its last token. So tokens strictly
+    ///   rise per name whatever the server's clock does.
     /// - It reserves the next tokens, at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)
     ///   of them (its [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count)),
-    ///   for local hand-offs: each hand-off takes the next one. So every token ever issued is
-    ///   at most the clock at its acquisition + `LEAD` + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT),
-    ///   below the next acquisition's token as long as the clock moved on by more than the
-    ///   hand-offs issued. Where it did not (a run of hand-offs faster than a token per
-    ///   microsecond), the release leaves a short-lived tombstone of the last token issued,
-    ///   and the next acquisition starts above it.
-    /// - After Redis restarted empty (or the lease expired) the next token is the clock then
-    ///   plus `LEAD`, above every token issued before, as long as the server's clock does not go
-    ///   back and the restart took more than [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
+    ///   for local hand-offs: each hand-off takes the next one. The mark covers the whole
+    ///   block, so the next acquisition through Redis, anywhere, starts above it.
+    /// - After Redis restarted empty (which loses the mark) the next token is the clock then
+    ///   plus `LEAD`, above every token issued before as long as the server's clock did not go
+    ///   back meanwhile and the restart took more than
+    ///   [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs. The mark expires a day after the
+    ///   name's last grant.
     ///
-    /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) the token is also
-    /// above each granting master's fencing counter, which releases and renewals raise (see
-    /// [`Redlock`](crate::Redlock)). The other lock types of one name keep a counter of their
-    /// own (`P{T}:fence`), which starts by the same lead.
+    /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) releases and
+    /// renewals also raise each master's mark to the holder's token (see
+    /// [`Redlock`](crate::Redlock)). The other lock types of one name share the mark, so their
+    /// tokens and the `Mutex`'s rise together.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }

@@ -18,7 +18,7 @@
 //!   other owner can take it; locally, a hold passes to exactly one thread (the gift slot of
 //!   the queue holds one baton, taken by one leader).
 //! - Fencing: the acquisition through Redis reserved a block of tokens after its own (the
-//!   acquire script set the counter to the block's last), and each hand-off takes the next
+//!   acquire script raised the name's fencing mark to the block's last), and each hand-off takes the next
 //!   one; a run stops when the block is used up. Any later acquisition, anywhere, gets a
 //!   token above the block.
 //! - Other processes: a run ends after `local_handoff_max_count` hand-offs or once

@@ -1038,4 +1038,3 @@ fn one(v: Option<Value>) -> Result<Value> {
         None => Err(Error::timeout("no reply")),
     }
 }
-
