@@ -184,19 +184,13 @@ fn timed_out_waiter_leaves_the_queue() {
     g.unlock().unwrap();
     assert!(!la.is_locked().unwrap(), "granted to a waiter that left");
     // Nothing of the waiter is left, only the release marker (which expires with the lease the
-    // holder had left) and the name's fencing mark (which expires within a day).
+    // holder had left); the slot's fencing mark is not the name's.
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", tag(&name)))
         .query(&mut conn)
         .unwrap();
     keys.sort();
-    assert_eq!(
-        keys,
-        vec![
-            format!("{}:released", fair_key(&name)),
-            common::fence_key(&name)
-        ]
-    );
+    assert_eq!(keys, vec![format!("{}:released", fair_key(&name))]);
 }
 
 /// A queued waiter keeps its place for longer than a lease: the renewal thread renews its

@@ -236,7 +236,7 @@ fn s11_lost_replies() {
     assert_eq!(proxy.cuts(), 4);
     assert!(!common::exists(&mut conn, &key), "orphan lock key");
     let keys = keys_matching(&mut conn, "locksmith:*");
-    // The fencing mark stays for a day, the release marker for what the lease had left.
+    // The slot's fencing mark stays, the release marker for what the lease had left.
     assert_eq!(
         keys,
         vec![common::fence_key(&name), common::release_channel(&name)],

@@ -402,8 +402,8 @@ fn s05_timed_out_waiters_leave_nothing() {
         "a timeout overshot by {late:?}"
     );
     assert_eq!(after, before, "renewals reached Redis after the release");
-    // The release marker lived for what the lease had left; only the name's fencing mark
-    // stays (for a day).
+    // The release marker lived for what the lease had left; only the fencing mark of the
+    // name's slot stays.
     assert_eq!(
         keys,
         vec![common::fence_key(&name)],

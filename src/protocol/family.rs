@@ -441,7 +441,7 @@ mod tests {
                 "p:{a}:fair",
                 "p:{a}:fair:queue",
                 "p:{a}:fair:waiters",
-                "p:{a}:fence",
+                "p:{#17817}:fence",
                 "a",
                 "g|o",
                 "3000"
@@ -486,7 +486,10 @@ mod tests {
             ]
         );
         let write = args(&rw_write(&rw, "o", "g", lease, true));
-        assert_eq!((write[2].as_str(), write[8].as_str()), ("6", "p:{a}:fence"));
+        assert_eq!(
+            (write[2].as_str(), write[8].as_str()),
+            ("6", "p:{#17817}:fence")
+        );
         let readers = LockKeys {
             lock: "p:{a}:rw:readers".into(),
             ..rw.clone()

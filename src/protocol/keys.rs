@@ -6,7 +6,7 @@
 //! | what | name |
 //! |---|---|
 //! | lock (a string: acquisition, owner, hand-off block, grant time, and after a re-entry the count and the last calls; see `scripts/acquire.lua`) | `P{T}:lock` |
-//! | fencing mark (integer, the highest token any grant of the name issued; every lock type's grants raise it; expires [`FENCE_TTL`] after its last write) | `P{T}:fence` |
+//! | fencing mark of the name's hash slot (integer, the highest token any grant of a name of that slot issued; every lock type's grants raise it) | `P{#N}:fence` (see [`mark_tag`]) |
 //! | release channel, and the release marker key (the last released value) | `P{T}:released` |
 //!
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
@@ -17,17 +17,34 @@
 //! [`slot`] is the Redis Cluster hash slot of a tag (CRC16/XMODEM mod 16384, as Redis
 //! computes it), so that calls covering several locks can be grouped by slot.
 
-use std::time::Duration;
+use std::sync::LazyLock;
 
 use crate::error::{Error, Result};
 
-/// How long a name's fencing mark outlives its last write (a grant, or with a quorum a
-/// renewal or release that raised it). The scripts hold the same value (`FENCE_TTL_MS`), and
-/// `acquire.lua` explains why tokens stay strictly increasing after the mark expired: a
-/// token leads the granting server's clock by far less than this, and the mark expires by
-/// that same clock.
-#[cfg_attr(not(test), allow(dead_code))] // the scripts carry it; a unit test checks they agree
-pub(crate) const FENCE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// For each Redis Cluster hash slot, the smallest `N` whose tag `#N` hashes to it: the
+/// slot's fencing mark is `P{#N}:fence`, in the same slot as every name's keys there, so the
+/// scripts may touch it on a cluster too. One mark per slot (at most 16,384 keys per prefix,
+/// never expiring) rather than one per name: a name used once leaves no key behind for
+/// long, and a grant raises the mark with one `GETSET`, without an expiry to set.
+static MARK_TAGS: LazyLock<Vec<u32>> = LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; usize::from(SLOTS)];
+    let mut left = tags.len();
+    let mut n = 0u32;
+    while left > 0 {
+        let s = usize::from(crc16(format!("#{n}").as_bytes()) % SLOTS);
+        if tags[s] == u32::MAX {
+            tags[s] = n;
+            left -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+/// The hash tag of the fencing mark of `slot`: `#N`, the first such tag that hashes to it.
+pub(crate) fn mark_tag(slot: u16) -> String {
+    format!("#{}", MARK_TAGS[usize::from(slot % SLOTS)])
+}
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;
@@ -68,7 +85,8 @@ pub(crate) struct LockKeys {
     /// The lock: a string holding the acquisition, its owner, its grant time (its token) and
     /// its re-entry count.
     pub(crate) lock: String,
-    /// The name's fencing mark, shared by every lock type of the name.
+    /// The fencing mark of the name's hash slot (see [`mark_tag`]), shared by every lock type
+    /// and every name of the slot.
     pub(crate) fence: String,
     /// The channel a release is published on; also the key of a Mutex's release marker.
     pub(crate) channel: String,
@@ -172,6 +190,11 @@ pub(crate) fn glob_escape(s: &str) -> String {
     out
 }
 
+/// `P{#N}:fence`: the fencing mark of `slot` under `prefix` (see [`mark_tag`]).
+pub(crate) fn mark_key(prefix: &str, slot: u16) -> String {
+    format!("{prefix}{{{}}}:fence", mark_tag(slot))
+}
+
 /// `P{T}`: the part every key and channel of the name `name` starts with.
 fn base(prefix: &str, name: &str) -> String {
     format!("{prefix}{{{}}}", encode_name(name))
@@ -184,12 +207,13 @@ impl LockKeys {
     pub(crate) fn family(prefix: &str, name: &str, suffix: &str, channel: &str) -> Self {
         let root = base(prefix, name);
         let lock = format!("{root}:{suffix}");
+        let slot = slot(&lock);
         LockKeys {
             name: name.to_owned(),
-            slot: slot(&lock),
+            slot,
             channel: format!("{lock}:{channel}"),
             lock,
-            fence: format!("{root}:fence"),
+            fence: mark_key(prefix, slot),
         }
     }
 
@@ -197,11 +221,12 @@ impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let base = base(prefix, name);
         let lock = format!("{base}:lock");
+        let slot = slot(&lock);
         LockKeys {
             name: name.to_owned(),
-            slot: slot(&lock),
+            slot,
             lock,
-            fence: format!("{base}:fence"),
+            fence: mark_key(prefix, slot),
             channel: format!("{base}:released"),
         }
     }
@@ -233,7 +258,7 @@ mod tests {
     fn family_keys_share_the_hash_tag_and_the_fence() {
         let k = LockKeys::family("p:", "a{b}", "fair", "grant:");
         assert_eq!(k.lock, "p:{a%7Bb%7D}:fair");
-        assert_eq!(k.fence, "p:{a%7Bb%7D}:fence");
+        assert_eq!(k.fence, LockKeys::new("p:", "a{b}").fence);
         assert_eq!(k.channel, "p:{a%7Bb%7D}:fair:grant:");
         assert_eq!(k.slot, LockKeys::new("p:", "a{b}").slot);
     }
@@ -260,8 +285,19 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let k = LockKeys::new("locksmith:", "account:42");
         assert_eq!(k.lock, "locksmith:{account:42}:lock");
-        assert_eq!(k.fence, "locksmith:{account:42}:fence");
+        assert_eq!(k.fence, format!("locksmith:{{{}}}:fence", mark_tag(k.slot)));
         assert_eq!(k.channel, "locksmith:{account:42}:released");
+    }
+
+    #[test]
+    fn every_slot_has_a_mark_in_it() {
+        for s in 0..SLOTS {
+            let tag = mark_tag(s);
+            assert_eq!(slot(&format!("p:{{{tag}}}:fence")), s);
+        }
+        // The harness computes the same tags (testkit's `fence_key`).
+        assert_eq!(mark_tag(slot("x")), "#2329");
+        assert_eq!(mark_tag(0), "#4549");
     }
 
     #[test]

@@ -916,22 +916,6 @@ mod tests {
     }
 
     #[test]
-    fn scripts_keep_the_fence_ttl_of_keys_rs() {
-        let line = format!(
-            "local FENCE_TTL_MS = {}",
-            crate::protocol::keys::FENCE_TTL.as_millis()
-        );
-        for which in [
-            Which::Acquire,
-            Which::Release,
-            Which::Renew,
-            Which::RenewBatch,
-        ] {
-            assert!(which.source().contains(&line), "{which:?}");
-        }
-    }
-
-    #[test]
     fn scripts_keep_the_lead_and_the_largest_block() {
         // The Mutex scripts give a new token the clock + LEAD_US; the largest block is the
         // client's bound.
@@ -991,7 +975,7 @@ mod tests {
                 "3",
                 "p:{a}:lock",
                 "p:{a}:released",
-                "p:{a}:fence",
+                "p:{#17817}:fence",
                 "g|",
                 "p",
                 "",
@@ -1082,7 +1066,7 @@ mod tests {
         };
         assert_eq!(
             &args(&acquire(&k, &a))[2..],
-            ["2", "p:{a}:lock", "p:{a}:fence", "q|o|16", "3000"]
+            ["2", "p:{a}:lock", "p:{#17817}:fence", "q|o|16", "3000"]
         );
         let fresh = parse_mutex_acquire(&Value::Int(1_000), &a);
         assert_eq!(
@@ -1097,7 +1081,15 @@ mod tests {
         a.waited = true;
         assert_eq!(
             &args(&acquire(&k, &a))[3..],
-            ["p:{a}:lock", "p:{a}:fence", "q|o|16", "3000", "", "0", "w"]
+            [
+                "p:{a}:lock",
+                "p:{#17817}:fence",
+                "q|o|16",
+                "3000",
+                "",
+                "0",
+                "w"
+            ]
         );
         a.waited = false;
         a.live = Some(Live {
@@ -1106,14 +1098,21 @@ mod tests {
         });
         assert_eq!(
             &args(&acquire(&k, &a))[3..],
-            ["p:{a}:lock", "p:{a}:fence", "q|o|16", "3000", "g", "3000"]
+            [
+                "p:{a}:lock",
+                "p:{#17817}:fence",
+                "q|o|16",
+                "3000",
+                "g",
+                "3000"
+            ]
         );
         // A quorum reserves no block.
         a.quorum = true;
         a.live = None;
         assert_eq!(
             &args(&acquire(&k, &a))[2..],
-            ["2", "p:{a}:lock", "p:{a}:fence", "q|o|0", "3000"]
+            ["2", "p:{a}:lock", "p:{#17817}:fence", "q|o|0", "3000"]
         );
         assert_eq!(
             parse_mutex_acquire(&Value::Int(1_000), &a).map(|r| match r {
@@ -1158,7 +1157,7 @@ mod tests {
         let quorum = renew_many(&[renewing(&k, "g", 7)]);
         assert_eq!(
             &args(&quorum)[2..],
-            ["2", "p:{a}:lock", "p:{a}:fence", "g|", "3000", "7"]
+            ["2", "p:{a}:lock", "p:{#17817}:fence", "g|", "3000", "7"]
         );
     }
 
@@ -1188,8 +1187,8 @@ mod tests {
                 "4",
                 "p:{a}:lock",
                 "p:{b}:lock",
-                "p:{a}:fence",
-                "p:{b}:fence",
+                "p:{#17817}:fence",
+                "p:{#17814}:fence",
                 "1",
                 "1",
                 "3000",

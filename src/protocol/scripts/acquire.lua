@@ -1,9 +1,9 @@
 -- Acquire, or re-enter, a Mutex. One round trip, atomic.
 --
 -- KEYS[1]  the lock: one string (see "The value" below), expiring with the lease
--- KEYS[2]  the name's fencing mark `P{T}:fence`: the highest token any grant of the name
---          issued or reserved (see "Tokens"); with a quorum of masters also raised by
---          renewals and releases (see "Quorum")
+-- KEYS[2]  the fencing mark of the name's hash slot `P{#N}:fence` (src/protocol/keys.rs): the
+--          highest token any grant of a name of that slot issued or reserved (see "Tokens");
+--          with a quorum of masters also raised by renewals and releases (see "Quorum")
 -- ARGV[1]  'REQ|OWNER|B': the request id (unique per acquire call across every client and
 --          process, the same on a retry of that call; a new acquisition is named after it,
 --          its 'gen'), the owner id (client id and thread; never contains '|'), and how many
@@ -37,17 +37,18 @@
 -- The value, free:  #C  a tombstone, with a short expiry: tokens up to C were issued, so the
 --                   next grant's token exceeds C (release.lua writes it when it must).
 --
--- Tokens. A grant's token is the server clock in microseconds + LEAD, unless the name's mark
+-- Tokens. A grant's token is the server clock in microseconds + LEAD, unless the slot's mark
 -- (KEYS[2]) says that a token that high was already issued or reserved: then it is the mark + 1,
 -- and the grant reserves no hand-off block. Every grant raises the mark to its last token (its
--- own + its block), with an expiry of FENCE_TTL_MS. So tokens strictly rise per name whatever
--- the server clock does: a clock stepped back (an NTP step, a VM restored from a snapshot)
--- only makes grants take the mark + 1 until the clock passes it again. The common path costs
--- one more write and no read: SET ... GET raises the mark and returns the old one, which is
--- below the new token unless the clock went back (then the grant is redone above it). Without
--- the mark (an empty restart, or a name idle for FENCE_TTL_MS, which expires by the same
--- clock), the next token is the clock + LEAD: above every earlier one as long as the clock
--- did not go back in between (a restart takes more than MAX_BLOCK microseconds). LEAD (1 s +
+-- own + its block). So tokens strictly rise per name whatever the server clock does: a clock
+-- stepped back (an NTP step, a VM restored from a snapshot) only makes grants take the mark + 1
+-- until the clock passes it again. The common path costs one more command and no read: GETSET
+-- raises the mark and returns the old one, which is below the new token unless the clock went
+-- back (or another name of the slot was granted within its block's microseconds): then the
+-- mark is put back and the grant is made again above it. The mark is one key per hash slot
+-- (at most 16,384), so it needs no expiry. Without it (an empty restart), the next token is
+-- the clock + LEAD: above every earlier one as long as the clock did not go back in between
+-- (a restart takes more than MAX_BLOCK microseconds). LEAD (1 s +
 -- MAX_BLOCK) keeps these tokens above those of clients of the layout before, whose counters
 -- led the clock by at most that; src/client/shared.rs holds the same MAX_BLOCK (unit tests
 -- compare them). A hold whose hand-off run issued tokens faster than the clock moved may
@@ -69,13 +70,13 @@ if #ARGV < 5 or ARGV[5] == 'w' then
   end
   if redis.call('set', KEYS[1], v, 'nx', 'px', ARGV[2]) then
     local token = t[1] * 1000000 + t[2] + 1001024
-    local m = redis.pcall('set', KEYS[2],
-      string.format('%.0f', token + (tonumber(string.match(ARGV[1], '%d+$', -4) or 0) or 0)), 'get', 'px', 86400000)
+    -- A number argument reaches Redis as its integer digits (never `1.7e+15`).
+    local m = redis.pcall('getset', KEYS[2], token + (tonumber(string.match(ARGV[1], '%d+$', -4) or 0) or 0))
     if not m or type(m) == 'table' or (tonumber(m) or 0) < token then
       return token
     end
-    -- The clock is behind the mark: undo, and grant above the old mark.
-    redis.call('set', KEYS[2], m, 'px', 86400000)
+    -- The mark is at or above this token (the clock went back): undo, and grant above it.
+    redis.call('set', KEYS[2], m)
     redis.call('del', KEYS[1])
   end
 end
@@ -83,7 +84,6 @@ end
 local MAX_LEAD_US = 1000000
 local MAX_BLOCK = 1024
 local LEAD = MAX_LEAD_US + MAX_BLOCK
-local FENCE_TTL_MS = 86400000
 
 local now = t[1] * 1000000 + t[2]
 local req, owner, block = string.match(ARGV[1], '^([^|]+)|([^|]+)|(%d+)$')
@@ -179,7 +179,7 @@ local function grant(floor, w)
   end
   redis.call('set', KEYS[1], v, 'px', ARGV[2])
   if not foreign then
-    redis.call('set', KEYS[2], string.format('%.0f', token + b), 'px', FENCE_TTL_MS)
+    redis.call('set', KEYS[2], token + b)
   end
   return {1, token, 1, req, token + b}
 end

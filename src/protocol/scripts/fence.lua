@@ -1,25 +1,24 @@
--- The fencing mark of a name, for the lock types whose token is their grant time (the fair
+-- The fencing mark of a hash slot, for the lock types whose token is their grant time (the fair
 -- mutex and the read-write lock's writer): this text is put before fair_mutex.lua and
--- rw_lock.lua. acquire.lua explains the mark; in short, `P{T}:fence` holds the highest token
--- any grant of the name issued, every grant takes a token above it and raises it, so tokens
--- strictly rise per name whatever the server clock does.
+-- rw_lock.lua. acquire.lua explains the mark; in short, `P{#N}:fence` holds the highest token
+-- any grant of a name of that slot issued, every grant takes a token above it and raises it,
+-- so tokens strictly rise per name whatever the server clock does.
 --
 -- A token is S * 1000000 + US + LEAD_US, where S and US are the grant time as the lock's value
 -- stores it: the server clock (TIME's two fields), or, where the mark is at or above the
 -- clock's token (the clock went back), the time whose token is the mark + 1.
 
 local LEAD_US = 1001024
-local FENCE_TTL_MS = 86400000
 
--- The fast path's mark: raised to `token` by one write; when it was at or above `token`
+-- The fast path's mark: raised to `token` by one GETSET; when it was at or above `token`
 -- already (the clock went back), it is put back and false returned: the grant then takes
 -- `stamp`. A key of another type is left alone.
 local function raise_mark(key, token)
-  local m = redis.pcall('set', key, string.format('%.0f', token), 'get', 'px', FENCE_TTL_MS)
+  local m = redis.pcall('getset', key, token)
   if not m or type(m) == 'table' or (tonumber(m) or 0) < token then
     return true
   end
-  redis.call('set', key, m, 'px', FENCE_TTL_MS)
+  redis.call('set', key, m)
   return false
 end
 
@@ -39,7 +38,7 @@ local function stamp(key, t)
     s, us = string.format('%.0f', math.floor(at / 1000000)), string.format('%.0f', at % 1000000)
     token = m + 1
   end
-  redis.call('set', key, string.format('%.0f', token), 'px', FENCE_TTL_MS)
+  redis.call('set', key, token)
   return s, us, token
 end
 

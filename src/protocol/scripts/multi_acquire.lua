@@ -4,8 +4,8 @@
 -- exclude each other.
 --
 -- KEYS[i]     the lock of name i (i = 1..n)
--- KEYS[n+i]   the fencing mark of name i (see acquire.lua): a new acquisition's token is above
---             it, and raises it
+-- KEYS[n+i]   the fencing mark of name i's hash slot (see acquire.lua): a new acquisition's
+--             token is above it, and raises it (names of one slot share it)
 -- ARGV[1]     lease in milliseconds of a new acquisition
 -- ARGV[2]     request id: unique per acquire call, the same on a retry of that call (see
 --             acquire.lua); a new acquisition of any name is named ('gen') after it
@@ -29,7 +29,6 @@
 
 -- See acquire.lua.
 local LEAD = 1000000 + 1024
-local FENCE_TTL_MS = 86400000
 
 local n = #KEYS / 2
 local request = ARGV[2]
@@ -150,7 +149,7 @@ for i = 1, n do
     end
     redis.call('set', KEYS[i], v, 'px', ARGV[1])
     if not foreign then
-      redis.call('set', KEYS[n + i], string.format('%.0f', token), 'px', FENCE_TTL_MS)
+      redis.call('set', KEYS[n + i], token)
     end
   elseif p[1] == 'retry' then
     -- A retry of this very call: answer as the first time, extend as the first time did.

@@ -4,7 +4,8 @@
 -- KEYS[1]  the lock
 -- KEYS[2]  the release marker, and the release channel (the same name: keys and channels
 --          are separate namespaces)
--- KEYS[3]  only with a quorum of masters: the fencing counter, raised to ARGV[4]
+-- KEYS[3]  only with a quorum of masters: the slot's fencing mark (see acquire.lua), raised to
+--          ARGV[4]
 -- ARGV[1]  'GEN|': the acquisition the caller's guard belongs to, and the separator
 -- The common outermost release sends nothing more. Otherwise, each '' where it does not apply:
 -- ARGV[2]  how: any of 'i' (an inner level: the caller still holds outer levels of this
@@ -54,7 +55,6 @@ if #ARGV == 1 and type(v) == 'string' and string.find(v, ARGV[1], 1, true) == 1 
 end
 
 local LEAD = 1001024
-local FENCE_TTL_MS = 86400000
 
 local how = ARGV[2] or ''
 local inner = string.find(how, 'i', 1, true)
@@ -72,7 +72,7 @@ local function raise_fence()
     return
   end
   if (tonumber(c or '0') or 0) < token then
-    redis.call('set', KEYS[3], ARGV[4], 'px', FENCE_TTL_MS)
+    redis.call('set', KEYS[3], ARGV[4])
   end
 end
 

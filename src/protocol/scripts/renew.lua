@@ -2,7 +2,7 @@
 -- renew_batch.lua for several locks in one call, and acquire.lua for the value.
 --
 -- KEYS[1]  the lock
--- KEYS[2]  only with a quorum of masters: the fencing counter, raised to ARGV[3] (see
+-- KEYS[2]  only with a quorum of masters: the slot's fencing mark, raised to ARGV[3] (see
 --          release.lua)
 -- ARGV[1]  'GEN|': the acquisition being renewed, and the separator
 -- ARGV[2]  lease in milliseconds
@@ -12,9 +12,6 @@
 --         0  not held by that acquisition any more (expired, deleted, another owner, or a key
 --            of another type); nothing changed
 
--- See acquire.lua: the counter's lifetime after its last write.
-local FENCE_TTL_MS = 86400000
-
 local v = redis.pcall('get', KEYS[1])
 if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
   return 0
@@ -23,7 +20,7 @@ redis.call('pexpire', KEYS[1], ARGV[2])
 if #KEYS == 2 then
   local c = redis.pcall('get', KEYS[2])
   if type(c) ~= 'table' and (tonumber(c or '0') or 0) < tonumber(ARGV[3]) then
-    redis.call('set', KEYS[2], ARGV[3], 'px', FENCE_TTL_MS)
+    redis.call('set', KEYS[2], ARGV[3])
   end
 end
 return 1

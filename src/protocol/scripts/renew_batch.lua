@@ -3,7 +3,8 @@
 -- renew.lua for one lock.
 --
 -- KEYS[1..n]     the locks (see acquire.lua for the value)
--- KEYS[n+1..2n]  their fencing counters, in the same order; only when ARGV[1] is '1'
+-- KEYS[n+1..2n]  their slots' fencing marks (see acquire.lua), in the same order; only when
+--                ARGV[1] is '1'
 -- ARGV[1]        '1': raise each counter to its holder's token (a quorum of masters, see
 --                release.lua); '0': leave the counters alone (a single master), and pass
 --                no counter keys
@@ -32,9 +33,6 @@
 --
 -- One call covers at most a few hundred locks (the caller's bound), so that Redis is never
 -- busy with one call for long.
-
--- See acquire.lua: the counter's lifetime after its last write.
-local FENCE_TTL_MS = 86400000
 
 local fence = ARGV[1] == '1'
 local runs = tonumber(ARGV[2]) or -1
@@ -69,7 +67,7 @@ for r = 1, runs do
         local v = pcall('get', KEYS[n + i])
         local last = type(v) == 'table' and math.huge or tonumber(v or '0') or 0
         if last < tonumber(ARGV[tokens + i]) then
-          call('set', KEYS[n + i], ARGV[tokens + i], 'px', FENCE_TTL_MS)
+          call('set', KEYS[n + i], ARGV[tokens + i])
         end
       end
     else
