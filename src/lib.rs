@@ -143,8 +143,8 @@
 //!   has already passed.
 //! - **Fencing tokens** strictly increase per lock name, across owners, lock types and
 //!   clients, local hand-offs included, whatever `local_handoff_max_count`, and whatever the
-//!   server's wall clock does: every grant takes a token above the name's fencing mark (the
-//!   highest token issued) and raises it (see [`MutexGuard::fencing_token`]). Across a
+//!   server's wall clock does: every grant takes a token above the fencing mark of the name's
+//!   hash slot (the highest token issued there) and raises it (see [`MutexGuard::fencing_token`]). Across a
 //!   restart of Redis with an empty dataset, which loses the marks, they rise as long as the
 //!   server's clock did not go back meanwhile.
 //! - **Bounded local hand-off**: a waiter in another process is kept out by one run of local

@@ -13,10 +13,10 @@
 //! them when they finish. Their lock names start with `example:`; each lock taken leaves one
 //! small key behind for a while: a `Mutex` (or `MultiMutex`) its release marker
 //! `locksmith:{example:...}:released`, which lives as long as the lease had left when it was
-//! released, the other lock types their fencing counter `locksmith:{example:...}:fence`, which
-//! expires a day after its last write (tokens keep rising meanwhile).
-//! [`Redis::tell_what_is_left`] prints those keys at the end of each example; on a throwaway
-//! server nothing is left at all.
+//! released. Every grant also raises the fencing mark of its name's hash slot,
+//! `locksmith:{#N}:fence` (one small key per slot used, at most 16,384, kept so that tokens
+//! keep rising). [`Redis::tell_what_is_left`] prints the markers at the end of each example; on
+//! a throwaway server nothing is left at all.
 
 use std::error::Error;
 use std::io::{Read, Write};
@@ -57,9 +57,9 @@ impl Redis {
 }
 
 impl Redis {
-    /// Prints what the example leaves on the server: the release marker or the fencing counter
-    /// of each of `locks` that exists, with the time until it expires. Nothing on a throwaway
-    /// server, which is stopped when the example ends.
+    /// Prints what the example leaves on the server: the release marker of each of `locks` that
+    /// exists, with the time until it expires (and says that the slots' fencing marks stay).
+    /// Nothing on a throwaway server, which is stopped when the example ends.
     pub fn tell_what_is_left(&self, locks: &[&str]) -> Result<()> {
         if self.server.is_some() {
             println!("left behind: nothing (the throwaway server is stopped)");
@@ -69,21 +69,21 @@ impl Redis {
         let mut left = Vec::new();
         for name in locks {
             // The default key prefix and hash tag; the example names have no `%`, `{` or `}`.
-            for suffix in ["released", "fence"] {
-                let key = format!("locksmith:{{{name}}}:{suffix}");
-                let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn)?;
-                if ttl_ms >= 0 {
-                    left.push(format!("{key} (expires in {:.1} s)", ttl_ms as f64 / 1e3));
-                }
+            let key = format!("locksmith:{{{name}}}:released");
+            let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn)?;
+            if ttl_ms >= 0 {
+                left.push(format!("{key} (expires in {:.1} s)", ttl_ms as f64 / 1e3));
             }
         }
-        if left.is_empty() {
-            println!("left behind on {}: nothing", redact(&self.url));
-        } else {
+        println!(
+            "left behind on {}: the fencing marks `locksmith:{{#N}}:fence` of the hash slots \
+             used (one small key per slot, kept so that tokens keep rising)",
+            redact(&self.url)
+        );
+        if !left.is_empty() {
             println!(
-                "left behind on {}: the release marker or the fencing counter of each lock \
-                 taken, each expiring by itself (the example's own data is deleted):",
-                redact(&self.url)
+                "and the release marker of each lock taken, each expiring by itself (the \
+                 example's own data is deleted):"
             );
             for key in left {
                 println!("  {key}");

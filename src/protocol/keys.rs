@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 /// slot's fencing mark is `P{#N}:fence`, in the same slot as every name's keys there, so the
 /// scripts may touch it on a cluster too. One mark per slot (at most 16,384 keys per prefix,
 /// never expiring) rather than one per name: a name used once leaves no key behind for
-/// long, and a grant raises the mark with one `GETSET`, without an expiry to set.
+/// long, and a grant raises the mark with one `SET ... GET`, without an expiry to set.
 static MARK_TAGS: LazyLock<Vec<u32>> = LazyLock::new(|| {
     let mut tags = vec![u32::MAX; usize::from(SLOTS)];
     let mut left = tags.len();

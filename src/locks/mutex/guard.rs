@@ -94,7 +94,7 @@ impl MutexGuard {
     /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
     /// partitioned, or behind a failover) from overwriting a newer owner's work.
     ///
-    /// Tokens come from the server's clock and the name's fencing mark `P{T}:fence`, by this
+    /// Tokens come from the server's clock and the fencing mark of the name's hash slot, by this
     /// rule (`LEAD` is 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
     ///
     /// - An acquisition through Redis that finds the lock free gets the server's clock in
@@ -108,8 +108,7 @@ impl MutexGuard {
     /// - After Redis restarted empty (which loses the mark) the next token is the clock then
     ///   plus `LEAD`, above every token issued before as long as the server's clock did not go
     ///   back meanwhile and the restart took more than
-    ///   [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs. The mark expires a day after the
-    ///   name's last grant.
+    ///   [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
     ///
     /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) releases and
     /// renewals also raise each master's mark to the holder's token (see

@@ -42,8 +42,8 @@
 -- and the grant reserves no hand-off block. Every grant raises the mark to its last token (its
 -- own + its block). So tokens strictly rise per name whatever the server clock does: a clock
 -- stepped back (an NTP step, a VM restored from a snapshot) only makes grants take the mark + 1
--- until the clock passes it again. The common path costs one more command and no read: GETSET
--- raises the mark and returns the old one, which is below the new token unless the clock went
+-- until the clock passes it again. The common path costs one more command and no read: SET ...
+-- GET raises the mark and returns the old one, which is below the new token unless the clock went
 -- back (or another name of the slot was granted within its block's microseconds): then the
 -- mark is put back and the grant is made again above it. The mark is one key per hash slot
 -- (at most 16,384), so it needs no expiry. Without it (an empty restart), the next token is
@@ -71,8 +71,13 @@ if #ARGV < 5 or ARGV[5] == 'w' then
   if redis.call('set', KEYS[1], v, 'nx', 'px', ARGV[2]) then
     local token = t[1] * 1000000 + t[2] + 1001024
     -- A number argument reaches Redis as its integer digits (never `1.7e+15`).
-    local m = redis.pcall('getset', KEYS[2], token + (tonumber(string.match(ARGV[1], '%d+$', -4) or 0) or 0))
-    if not m or type(m) == 'table' or (tonumber(m) or 0) < token then
+    local m = redis.pcall('set', KEYS[2], token + (tonumber(string.match(ARGV[1], '%d+$', -4) or 0) or 0), 'get')
+    if type(m) == 'table' then
+      -- Refused (an ACL), or a key of another type at the mark: nothing granted, say why.
+      redis.call('del', KEYS[1])
+      return m
+    end
+    if not m or (tonumber(m) or 0) < token then
       return token
     end
     -- The mark is at or above this token (the clock went back): undo, and grant above it.
@@ -161,9 +166,7 @@ end
 -- nil: none) and above the name's mark, flagged when `w`; raises the mark.
 local function grant(floor, w)
   local token, b = now + LEAD, block
-  local m = redis.pcall('get', KEYS[2])
-  local foreign = type(m) == 'table'
-  m = not foreign and tonumber(m or '') or 0
+  local m = tonumber(redis.call('get', KEYS[2]) or '') or 0
   if not floor or m > floor then
     floor = m
   end
@@ -178,9 +181,7 @@ local function grant(floor, w)
     v = v .. '|w'
   end
   redis.call('set', KEYS[1], v, 'px', ARGV[2])
-  if not foreign then
-    redis.call('set', KEYS[2], token + b)
-  end
+  redis.call('set', KEYS[2], token + b)
   return {1, token, 1, req, token + b}
 end
 

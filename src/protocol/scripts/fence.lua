@@ -10,12 +10,13 @@
 
 local LEAD_US = 1001024
 
--- The fast path's mark: raised to `token` by one GETSET; when it was at or above `token`
+-- The fast path's mark: raised to `token` by one SET ... GET; when it was at or above `token`
 -- already (the clock went back), it is put back and false returned: the grant then takes
--- `stamp`. A key of another type is left alone.
+-- `stamp`. Runs before the lock is written, so a refusal (an ACL) or a key of another type at
+-- the mark fails the script with nothing changed.
 local function raise_mark(key, token)
-  local m = redis.pcall('getset', key, token)
-  if not m or type(m) == 'table' or (tonumber(m) or 0) < token then
+  local m = redis.call('set', key, token, 'get')
+  if not m or (tonumber(m) or 0) < token then
     return true
   end
   redis.call('set', key, m)
@@ -28,11 +29,7 @@ end
 local function stamp(key, t)
   local s, us = t[1], t[2]
   local token = s * 1000000 + us + LEAD_US
-  local m = redis.pcall('get', key)
-  if type(m) == 'table' then
-    return s, us, token
-  end
-  m = tonumber(m or '') or 0
+  local m = tonumber(redis.call('get', key) or '') or 0
   if m >= token then
     local at = m + 1 - LEAD_US
     s, us = string.format('%.0f', math.floor(at / 1000000)), string.format('%.0f', at % 1000000)

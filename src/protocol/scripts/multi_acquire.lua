@@ -134,9 +134,7 @@ for i = 1, n do
   local token, count, gen
   if p[1] == 'grant' then
     token, count, gen = now + LEAD, 1, request
-    local m = redis.pcall('get', KEYS[n + i])
-    local foreign = type(m) == 'table'
-    local floor = math.max(p[2] or 0, not foreign and tonumber(m or '') or 0)
+    local floor = math.max(p[2] or 0, tonumber(redis.call('get', KEYS[n + i]) or '') or 0)
     local v
     if floor >= token then
       token = floor + 1
@@ -148,9 +146,7 @@ for i = 1, n do
       v = v .. '|w'
     end
     redis.call('set', KEYS[i], v, 'px', ARGV[1])
-    if not foreign then
-      redis.call('set', KEYS[n + i], token)
-    end
+    redis.call('set', KEYS[n + i], token)
   elseif p[1] == 'retry' then
     -- A retry of this very call: answer as the first time, extend as the first time did.
     local h = p[2]
