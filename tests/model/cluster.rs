@@ -350,14 +350,10 @@ pub fn reset_clocks(ports: &[u16]) -> Fault {
 /// The total of the steps back among the clock steps of `plan`: how much longer than its
 /// lease a key may live.
 fn back_steps(plan: &[(Duration, NodeFault)]) -> Duration {
-    let us: i64 = plan
-        .iter()
-        .filter_map(|(_, f)| match f {
-            NodeFault::StepClock(_, us) if *us < 0 => Some(-us),
-            _ => None,
-        })
-        .sum();
-    Duration::from_micros(us.unsigned_abs())
+    plan::sum_back(plan.iter().filter_map(|(_, f)| match f {
+        NodeFault::StepClock(_, us) => Some(*us),
+        _ => None,
+    }))
 }
 
 /// What every live node still has of the clients: connections (but the replication links)

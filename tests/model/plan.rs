@@ -769,14 +769,15 @@ pub fn clock_steps_in(
 /// The total of the steps back among `faults`' clock steps: how much longer than its lease a
 /// key may live.
 pub fn back_steps(faults: &[(Duration, FaultOp)]) -> Duration {
-    let us: i64 = faults
-        .iter()
-        .filter_map(|(_, op)| match op {
-            FaultOp::StepClock(us) if *us < 0 => Some(-us),
-            _ => None,
-        })
-        .sum();
-    Duration::from_micros(us.unsigned_abs())
+    sum_back(faults.iter().filter_map(|(_, op)| match op {
+        FaultOp::StepClock(us) => Some(*us),
+        _ => None,
+    }))
+}
+
+/// The total of the steps back (negative microseconds) among `steps`.
+pub fn sum_back(steps: impl Iterator<Item = i64>) -> Duration {
+    Duration::from_micros(steps.filter(|us| *us < 0).map(i64::unsigned_abs).sum())
 }
 
 /// How often a gap between two faults gets a forced unlock (percent).

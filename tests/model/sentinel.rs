@@ -228,14 +228,10 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let mut conn = set.conn(master);
     let mut keys = Vec::new();
     // Plus the steps back of the master's clock since a key was written.
-    let outlive: i64 = faults
-        .iter()
-        .filter_map(|(_, f)| match f {
-            SentinelFault::StepClock(us) if *us < 0 => Some(-us),
-            _ => None,
-        })
-        .sum();
-    let outlive = Duration::from_micros(outlive.unsigned_abs());
+    let outlive = plan::sum_back(faults.iter().filter_map(|(_, f)| match f {
+        SentinelFault::StepClock(us) => Some(*us),
+        _ => None,
+    }));
     common::wait_until(settings.lease + outlive + Duration::from_secs(1), || {
         keys = lock_keys(&mut conn);
         keys.is_empty()
