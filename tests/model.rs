@@ -35,7 +35,7 @@
 //! - `mixed_leases_on_one_lock`: each process's client has another lease (3 s, 1.5 s, 6 s),
 //!   so waiters of every lock type queue behind holders with other leases.
 //! - `largest_blocks_across_empty_restarts`: `local_handoff_max_count(1024)`, bursts of
-//!   empty cycles that run the fencing counter ahead of the server clock, frequent empty
+//!   empty cycles that run the tokens ahead of the server clock, frequent empty
 //!   restarts; tokens must rise across them.
 //! - `server_clock_steps`: the server's wall clock stepped back and forward between the other
 //!   faults (the harness's clock library, `testkit/src/clock_shift.rs`); tokens must rise
@@ -392,8 +392,7 @@ fn mixed_leases_on_one_lock() {
 }
 
 /// Plain mutexes with the largest local hand-off block (`local_handoff_max_count(1024)`),
-/// bursts of empty lock/unlock cycles that run the fencing counter up to a second ahead of
-/// the server clock, and frequent empty restarts of Redis: the token check holds across
+/// bursts of empty lock/unlock cycles that run the tokens ahead of the server clock, and frequent empty restarts of Redis: the token check holds across
 /// them. Seeds as for [`mixed_leases_on_one_lock`].
 #[test]
 fn largest_blocks_across_empty_restarts() {

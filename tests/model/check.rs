@@ -650,8 +650,8 @@ fn process(owner: &str) -> &str {
 /// block its acquisition through Redis reserved: so an acquisition by another thread of the
 /// same process, with the next token, that began no earlier, is taken for its successor. (A
 /// grant through Redis takes the server clock in microseconds, or a token above the last
-/// block: it lands on the next token only when the counter runs ahead of the clock, which
-/// only bursts of empty cycles do.) A set never takes part in a hand-off.
+/// block: it lands on the next token only when the slot's fencing mark runs ahead of the
+/// clock, which only bursts of empty cycles do.) A set never takes part in a hand-off.
 fn handed_off(list: &mut [Acq<'_>]) {
     list.sort_by_key(|a| (a.first.token, a.start));
     for i in 1..list.len() {

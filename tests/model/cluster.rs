@@ -14,7 +14,7 @@
 //!   command's reply, in the same pass of its event loop (a replica joins the head of the
 //!   pending-write list after the client that caused the write), and on one host bytes
 //!   written to a socket arrive even if the writer is killed right after. So the lock a
-//!   client was told it has is on the promoted replica, its fencing counter too. And the
+//!   client was told it has is on the promoted replica, its slot's fencing mark too. And the
 //!   restarted node does not serve the slots it remembers: a master starting in a cluster
 //!   waits 2 s before its state turns `ok` (Redis's `CLUSTER_WRITABLE_DELAY`), long enough to
 //!   learn that it was replaced.

@@ -61,7 +61,7 @@ pub struct Settings {
     /// `local_handoff_max_count` of every client (`None`: the default).
     pub block: Option<u32>,
     /// Threads now and then run bursts of hundreds of empty lock/unlock cycles on one name,
-    /// so that the fencing counter runs ahead of the server clock (by a block per grant).
+    /// so that tokens run ahead of the server clock (by a block per grant).
     pub bursts: bool,
     /// The fault plan restarts Redis empty far more often.
     pub restarts: bool,

@@ -268,7 +268,7 @@ pub fn other_clients(conn: &mut redis::Connection) -> Vec<String> {
         .collect()
 }
 
-/// Every key of the library but the fencing counters (which outlive their locks by design):
+/// Every key of the library but the fencing marks (one per hash slot, kept by design):
 /// the mutexes' lock keys, the fair mutex's lock, queue and waiters, the read-write lock's
 /// writer, readers and waiters, the semaphore's holders and leases.
 pub fn lock_keys(conn: &mut redis::Connection) -> Vec<String> {
