@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, clock_shift, with_deadline};
+use common::{RedisCluster, RedisServer, SentinelSet, clock_shift, with_deadline};
 use locksmith::Client;
 
 /// A server whose wall clock the test can step.
@@ -229,5 +229,55 @@ fn a_step_back_is_said_once_and_leases_are_kept() {
     for (lock, old) in locks.iter().zip(tokens) {
         let g = lock.try_lock().unwrap().expect("free");
         assert!(g.fencing_token() > old);
+    }
+}
+
+/// Through Sentinel: the master's clock stepped back 10 s, tokens of every lock type keep rising
+/// (the slot marks are on the master, and replicate).
+#[test]
+fn tokens_rise_across_a_step_back_through_sentinel() {
+    clock_shift::enable().expect("the clock library builds (needs cc)");
+    let set = SentinelSet::start();
+    let client = |()| {
+        Client::sentinel(set.sentinel_urls(), set.master_name())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (client(()), client(()));
+    let name = common::unique_name("clock-sentinel");
+    let before = tokens(&a, &b, &name);
+    clock_shift::step_back(set.master_port(), Duration::from_secs(10));
+    let after = tokens(&a, &b, &name);
+    for ((what, old), (_, new)) in before.iter().zip(&after) {
+        assert!(
+            new > old,
+            "{what}: {new} after {old}, with the master's clock stepped back"
+        );
+    }
+    assert!(after[0].1 > before[4].1);
+}
+
+/// On a cluster: the clock of every master stepped back 10 s, tokens of names on every master
+/// keep rising.
+#[test]
+fn tokens_rise_across_a_step_back_on_a_cluster() {
+    clock_shift::enable().expect("the clock library builds (needs cc)");
+    let cluster = RedisCluster::start();
+    let client = || Client::cluster(cluster.seed_urls()).build().unwrap();
+    let (a, b) = (client(), client());
+    // Names on different masters.
+    let names: Vec<String> = (0..6)
+        .map(|i| common::unique_name(&format!("clock-cluster-{i}")))
+        .collect();
+    let before: Vec<_> = names.iter().map(|n| tokens(&a, &b, n)).collect();
+    for port in cluster.masters() {
+        clock_shift::step_back(port, Duration::from_secs(10));
+    }
+    for (name, before) in names.iter().zip(before) {
+        let after = tokens(&a, &b, name);
+        assert!(
+            after[0].1 > before[4].1,
+            "{name}: {after:?} after {before:?}, with the masters' clocks stepped back"
+        );
     }
 }

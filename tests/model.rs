@@ -176,7 +176,12 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
         } else if settings.cluster {
             format!(
                 "  replay: LOCKSMITH_MODEL_CLUSTER_SEED={seed} LOCKSMITH_MODEL_CLUSTER_SECS={secs} \
-                 cargo test --test model -- cluster_with_node_faults"
+                 cargo test --test model -- {}",
+                if settings.clock_steps {
+                    "cluster_with_clock_steps"
+                } else {
+                    "cluster_with_node_faults"
+                }
             )
         } else if !settings.mix.is_empty() {
             format!(
@@ -333,20 +338,6 @@ fn cluster_with_clock_steps() {
     );
     let secs = env_u64("LOCKSMITH_MODEL_CLUSTER_SECS").unwrap_or(DEFAULT_CLUSTER_SECS);
     run_seeds_with(&seeds, &Settings::cluster_clock_steps(secs));
-}
-
-/// The Sentinel model with the master's wall clock stepped back and forward between the
-/// frozen sentinels (`LOCKSMITH_MODEL_SENTINEL_SEED`, `LOCKSMITH_MODEL_SENTINEL_SEEDS`,
-/// `LOCKSMITH_MODEL_SENTINEL_SECS` as for [`sentinel_with_frozen_sentinels`]).
-#[test]
-fn sentinel_with_clock_steps() {
-    let seeds = seeds_from_env(
-        "LOCKSMITH_MODEL_SENTINEL_SEED",
-        "LOCKSMITH_MODEL_SENTINEL_SEEDS",
-        &[DEFAULT_SENTINEL_SEED],
-    );
-    let secs = env_u64("LOCKSMITH_MODEL_SENTINEL_SECS").unwrap_or(DEFAULT_SENTINEL_SECS);
-    run_seeds_with(&seeds, &Settings::sentinel_clock_steps(secs));
 }
 
 /// The hot mix: 3 processes x 4 threads on one name, so that locks pass between the threads

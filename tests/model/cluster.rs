@@ -157,7 +157,7 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, NodeFault)> 
         let spans: Vec<_> = plan.iter().map(|(at, op)| (*at, op.estimate())).collect();
         let gaps = plan::gaps_between(settings, &spans);
         let mut rng = Rng::new(sub_seed(seed, 0xC10C));
-        for (at, us) in plan::clock_steps_in(sub_seed(seed, 0xC1C), &gaps, 900) {
+        for (at, us) in plan::clock_steps_in(sub_seed(seed, 0xC1C), &gaps, 4000, 900) {
             plan.push((at, NodeFault::StepClock(rng.range(0, masters) as usize, us)));
         }
         plan.sort_by_key(|(at, _)| *at);

@@ -200,14 +200,6 @@ impl Settings {
         }
     }
 
-    /// [`Settings::sentinel`] with the master's wall clock stepped between the other faults.
-    pub fn sentinel_clock_steps(secs: u64) -> Settings {
-        Settings {
-            clock_steps: true,
-            ..Settings::sentinel(secs)
-        }
-    }
-
     /// [`Settings::cluster`] with frozen nodes in the fault plan.
     pub fn cluster_frozen(secs: u64) -> Settings {
         Settings {
@@ -719,17 +711,19 @@ fn clock_steps(
     faults: &[(Duration, FaultOp)],
 ) -> Vec<(Duration, FaultOp)> {
     let gaps = gaps(settings, faults);
-    clock_steps_in(sub_seed(seed, 400_000), &gaps, 5000)
+    clock_steps_in(sub_seed(seed, 400_000), &gaps, 4000, 5000)
         .into_iter()
         .map(|(at, us)| (at, FaultOp::StepClock(us)))
         .collect()
 }
 
-/// Clock steps in `gaps` (see [`clock_steps`]), from the stream `stream`: forward by at most
-/// `max_forward_ms`; the last gap brings a clock left behind back to the real one.
+/// Clock steps in `gaps` (see [`clock_steps`]), from the stream `stream`: back by at most
+/// `max_back_ms` (0: never back), forward by at most `max_forward_ms`; the last gap brings a
+/// clock left behind back to the real one.
 pub fn clock_steps_in(
     stream: u64,
     gaps: &[(Duration, Duration)],
+    max_back_ms: u64,
     max_forward_ms: u64,
 ) -> Vec<(Duration, i64)> {
     let mut rng = Rng::new(stream);
@@ -753,10 +747,10 @@ pub fn clock_steps_in(
         if rng.range(0, 100) >= 70 {
             continue;
         }
-        let step = if rng.range(0, 100) < 50 {
+        let step = if max_back_ms == 0 || rng.range(0, 100) < 50 {
             (rng.range(200, max_forward_ms) * 1000) as i64
         } else {
-            -((rng.range(200, 4000) * 1000) as i64)
+            -((rng.range(200, max_back_ms) * 1000) as i64)
         };
         // Never more than 4 s behind the real clock.
         let step = step.max(-4_000_000 - offset);

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::check::{Fault, FaultKind, History};
 use crate::checker::{Rng, mono_ns};
 use crate::common::{self, SentinelSet, TestChild};
-use crate::plan::{self, Settings, sub_seed};
+use crate::plan::{Settings, sub_seed};
 use crate::run::{Outcome, Procs, lock_keys};
 
 fn ms(v: u64) -> Duration {
@@ -43,17 +43,13 @@ pub enum SentinelFault {
     KillNormal,
     /// `CLIENT KILL TYPE pubsub` on the master.
     KillPubsub,
-    /// Steps the master's wall clock by this many microseconds (negative: back).
-    StepClock(i64),
 }
 
 impl SentinelFault {
     fn estimate(&self) -> Duration {
         match self {
             SentinelFault::FreezeSentinel { d, .. } | SentinelFault::StopProcess(_, d) => *d,
-            SentinelFault::KillNormal | SentinelFault::KillPubsub | SentinelFault::StepClock(_) => {
-                Duration::ZERO
-            }
+            SentinelFault::KillNormal | SentinelFault::KillPubsub => Duration::ZERO,
         }
     }
 }
@@ -88,14 +84,6 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, SentinelFaul
         }
         plan.push((at, op));
         at += d + ms(rng.range(300, 1500));
-    }
-    if settings.clock_steps {
-        let spans: Vec<_> = plan.iter().map(|(at, op)| (*at, op.estimate())).collect();
-        let gaps = plan::gaps_between(settings, &spans);
-        for (at, us) in plan::clock_steps_in(sub_seed(seed, 0x5EC), &gaps, 5000) {
-            plan.push((at, SentinelFault::StepClock(us)));
-        }
-        plan.sort_by_key(|(at, _)| *at);
     }
     plan
 }
@@ -136,20 +124,6 @@ fn inflict(op: &SentinelFault, set: &SentinelSet, master: u16, children: &[TestC
         }
         SentinelFault::KillNormal => kill_clients(set, master, "normal"),
         SentinelFault::KillPubsub => kill_clients(set, master, "pubsub"),
-        SentinelFault::StepClock(us) => {
-            kind = if us > 0 {
-                FaultKind::ClockForward
-            } else {
-                FaultKind::ClockBack(us.unsigned_abs())
-            };
-            common::clock_shift::step(master, us);
-            return Fault {
-                kind,
-                what: format!("StepClock({:+.3} s) of the master", us as f64 / 1e6),
-                start,
-                end: mono_ns(),
-            };
-        }
     }
     Fault {
         kind,
@@ -186,9 +160,6 @@ fn leftovers(set: &SentinelSet, master: u16, history: &mut History) {
 /// harness itself.
 pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let faults = fault_plan(seed, settings);
-    if settings.clock_steps {
-        common::clock_shift::enable().expect("the clock library builds (needs cc)");
-    }
     let set = SentinelSet::start();
     let master = set.master_port();
     let url = format!("{}|{}", set.master_name(), set.sentinel_urls().join(","));
@@ -215,11 +186,6 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         history.faults.push(fault);
     }
 
-    if settings.clock_steps {
-        history
-            .faults
-            .push(crate::cluster::reset_clocks(&set.server_ports()));
-    }
     procs.wait_drained(settings);
     leftovers(&set, master, &mut history);
     procs.exit();
@@ -227,12 +193,7 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     assert_eq!(set.master_port(), master, "the master moved");
     let mut conn = set.conn(master);
     let mut keys = Vec::new();
-    // Plus the steps back of the master's clock since a key was written.
-    let outlive = plan::sum_back(faults.iter().filter_map(|(_, f)| match f {
-        SentinelFault::StepClock(us) => Some(*us),
-        _ => None,
-    }));
-    common::wait_until(settings.lease + outlive + Duration::from_secs(1), || {
+    common::wait_until(settings.lease + Duration::from_secs(1), || {
         keys = lock_keys(&mut conn);
         keys.is_empty()
     });
