@@ -245,6 +245,7 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
             let (old, slot) = master(cluster, i);
             let replica = cluster.replica_of_slot(slot);
             what = format!("{op:?}: {old} -> {replica}");
+            kind = clock_ahead(old, replica);
             cluster.failover(replica, STEP);
             cluster.wait_replicas_synced(STEP);
             assert_eq!(
@@ -257,6 +258,7 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
             let (old, slot) = master(cluster, i);
             cluster.kill(old);
             let new = cluster.wait_new_master(slot, old, STEP);
+            kind = clock_ahead(old, new);
             let promoted = mono_ns();
             cluster.restart(old);
             cluster.wait_ok(STEP);
@@ -325,6 +327,18 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
         what,
         start,
         end: mono_ns(),
+    }
+}
+
+/// What a move of a slot's mastership from `old` to `new` is to the leases there: Redis
+/// replicates an expiry as an absolute time of the old master's clock, so where the new
+/// master's clock is ahead of it, leases end early there, as after a forward step of the clock
+/// ([`FaultKind::ClockForward`]); otherwise nothing the checker excuses.
+fn clock_ahead(old: u16, new: u16) -> FaultKind {
+    if common::clock_shift::offset_us(new) > common::clock_shift::offset_us(old) {
+        FaultKind::ClockForward
+    } else {
+        FaultKind::Other
     }
 }
 
