@@ -254,7 +254,7 @@ impl Shared {
                 return if h.enter(sent) {
                     Adopted::Held(Arc::clone(h))
                 } else {
-                    Adopted::Stale
+                    Adopted::Unusable
                 };
             }
             self.report_lost(h);
@@ -262,7 +262,7 @@ impl Shared {
         if count > 1 {
             // Levels of an acquisition no local hold knows (its hold is gone): never handed
             // out as a new one.
-            return Adopted::Stale;
+            return Adopted::Unusable;
         }
         let renewal = terms.watchdog.then(|| Renewal {
             every: self.config.renew_every,

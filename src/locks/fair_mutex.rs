@@ -58,8 +58,7 @@ use crate::error::{Error, Result};
 use crate::locks::family::{self, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
-use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::{retrying, sleep_on};
+use crate::locks::driver::{self, Attempt, Protocol};
 use crate::protocol::family::{self as calls, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
@@ -68,6 +67,7 @@ use crate::protocol::scripts::{
     self, AcquireReply, Holder as Who, Kind, Level, Live, ReleaseReply,
 };
 use crate::stats::LockType;
+use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
 /// A distributed, reentrant, *fair* lock: waiters get it in the order they asked for it,
@@ -322,7 +322,7 @@ impl FairMutex {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self) -> Result<FairMutexGuard> {
-        match self.acquire(None)? {
+        match self.acquire(Deadline::NONE)? {
             Some(g) => Ok(g),
             None => Err(Error::timeout("lock() ended without the lock")),
         }
@@ -338,7 +338,7 @@ impl FairMutex {
     ///
     /// As [`lock`](FairMutex::lock).
     pub fn try_lock(&self) -> Result<Option<FairMutexGuard>> {
-        self.acquire(Some(Instant::now()))
+        self.acquire(Deadline::at(Instant::now()))
     }
 
     /// Waits at most `timeout` for the lock, in the queue. `Ok(None)` when it was not granted
@@ -353,7 +353,7 @@ impl FairMutex {
     ///
     /// As [`lock`](FairMutex::lock).
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FairMutexGuard>> {
-        self.acquire(after(timeout))
+        self.acquire(Deadline::after(timeout))
     }
 
     /// Waits until `deadline` at most for the lock, as [`try_lock_for`](FairMutex::try_lock_for).
@@ -365,7 +365,7 @@ impl FairMutex {
     ///
     /// As [`lock`](FairMutex::lock).
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairMutexGuard>> {
-        self.acquire(Some(deadline))
+        self.acquire(Deadline::at(deadline))
     }
 
     fn terms(&self) -> Terms {
@@ -412,7 +412,7 @@ impl FairMutex {
 
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
     /// passed (a very late reply or message), or it is an acquisition no local hold may use
-    /// (see [`Adopted::Stale`]): then the lock is given back (to the next waiter) and `None`
+    /// (see [`Adopted::Unusable`]): then the lock is given back (to the next waiter) and `None`
     /// returned.
     fn take(
         &self,
@@ -439,7 +439,7 @@ impl FairMutex {
             self.terms(),
         ) {
             Adopted::Held(hold) => hold,
-            Adopted::Stale => {
+            Adopted::Unusable => {
                 // Free the acquisition nobody may use (owner- and acquisition-checked), so
                 // that the next attempt makes a new one.
                 let holder = Who { owner, acquisition };
@@ -459,165 +459,200 @@ impl FairMutex {
         None
     }
 
-    /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
-    /// one attempt.
-    /// [`acquire_uncounted`](FairMutex::acquire_uncounted), counted in the client's
-    /// [`Stats`](crate::Stats).
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard>> {
-        let stats = &self.client.shared().stats;
-        stats.acquire(LockType::FairMutex, &self.keys.name, deadline, || {
-            self.acquire_uncounted(deadline)
-        })
+    /// An acquire call by `deadline`, through the driver (see `locks/driver.rs`).
+    fn acquire(&self, deadline: Deadline) -> Result<Option<FairMutexGuard>> {
+        let owner = self.client.shared().owner();
+        let request = request_id();
+        let mut call = Acquire {
+            mutex: self,
+            // Grants to this waiter are published on a channel of its own.
+            channel: format!("{}{owner}/{request}", self.keys.channel),
+            owner,
+            request,
+            place: Place {
+                client: &self.client,
+                hold: None,
+            },
+        };
+        driver::acquire(&mut call, LockType::FairMutex, deadline)
     }
 
-    fn acquire_uncounted(&self, deadline: Option<Instant>) -> Result<Option<FairMutexGuard>> {
+    /// A waiter's place on the server, kept by the renewal thread from `sent`, the send time
+    /// of the call that made it (a place lost while paused is made anew).
+    fn keep_place(&self, place: &mut Place<'_>, owner: &str, request: &str, sent: Instant) {
+        if place.hold.as_ref().is_some_and(|h| h.is_held()) {
+            return;
+        }
         let shared = self.client.shared();
-        let owner = shared.owner();
-        let request = request_id();
-        let live = shared.live_hold(&self.keys);
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        if let Some(h) = place.hold.take() {
+            shared.unwatch(&h, Duration::ZERO);
+        }
+        let terms = self.terms();
+        let identity = Identity {
+            owner: owner.to_owned(),
+            acquisition: request.to_owned(),
+            token: 0,
+        };
+        let renewal = Renewal {
+            every: shared.config.renew_every,
+            until: None,
+        };
+        let drift = shared.backend.drift(terms.lease);
+        let hold = Hold::new(
+            Arc::clone(&self.keys),
+            identity,
+            terms.lease,
+            drift,
+            Some(renewal),
+            sent,
+        );
+        let hold = Arc::new(hold.with_kind(Kind::FairPlace));
+        shared.watch(&hold);
+        place.hold = Some(hold);
+    }
+}
 
-        // First, one attempt without queueing: it succeeds when the lock is free with nobody
-        // queued, or for a re-entry. A re-entry keeps the terms of the acquisition it enters
-        // (it never shortens the lease on the server).
+/// One acquire call of a [`FairMutex`]: the first attempt without queueing (it succeeds when
+/// the lock is free with nobody queued, or for a re-entry), then the queue on the server,
+/// whose grant to this waiter comes as a message on a channel of its own.
+struct Acquire<'a> {
+    mutex: &'a FairMutex,
+    owner: String,
+    request: String,
+    channel: String,
+    place: Place<'a>,
+}
+
+impl Protocol for Acquire<'_> {
+    type Held = FairMutexGuard;
+
+    fn core(&self) -> &Core {
+        &self.mutex.client
+    }
+
+    fn name(&self) -> &str {
+        &self.mutex.keys.name
+    }
+
+    /// The grant channel is subscribed, and confirmed (bounded), before this waiter joins
+    /// the queue: no grant can be published before it listens.
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn lease(&self) -> Duration {
+        self.mutex.terms().lease
+    }
+
+    /// The queue is on the server: the first attempt never waits in a local one.
+    fn defers(&self) -> bool {
+        false
+    }
+
+    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+        if waiting {
+            self.queue(by)
+        } else {
+            self.first(by)
+        }
+    }
+
+    /// A grant message for this waiter, taken while its place is known valid.
+    fn woken(&mut self, reg: &Registration, by: Deadline) -> Option<FairMutexGuard> {
+        let token = reg.take_message().and_then(|m| parse_token(&m))?;
+        let since = self.place.granted_since()?;
+        let (owner, request) = (&self.owner, &self.request);
+        self.mutex.take(owner, request, token, 1, since, by)
+    }
+
+    /// Leaves the queue; a grant that came in the meantime is kept.
+    fn cancel(&mut self, by: Deadline) -> Result<Option<FairMutexGuard>> {
+        let since = self.place.granted_since();
+        if let Some(h) = self.place.hold.take() {
+            self.mutex.client.shared().unwatch(&h, Duration::ZERO);
+        }
+        let v = self.mutex.cancel(&self.owner, &self.request, by)?;
+        Ok(match (self.mutex.parse(&v, &self.request, "fair cancel")?, since) {
+            (
+                AcquireReply::Held {
+                    token,
+                    count,
+                    acquisition,
+                    ..
+                },
+                Some(since),
+            ) => self
+                .mutex
+                .take(&self.owner, &acquisition, token, count, since, by),
+            _ => None,
+        })
+    }
+}
+
+impl Acquire<'_> {
+    /// The first attempt. A re-entry keeps the terms of the acquisition it enters (it never
+    /// shortens the lease on the server).
+    fn first(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+        let shared = self.mutex.client.shared();
+        let live = shared.live_hold(&self.mutex.keys);
         let sent = Instant::now();
         let live_arg = live.as_ref().map(|h| Live {
             acquisition: &h.acquisition,
             extend: h.reentry_extension(sent),
         });
-        let first = if past(deadline) {
-            self.attempt(&owner, &request, live_arg, false, limit)?
-        } else {
-            retrying(&self.client, &self.keys.name, deadline, limit, |by| {
-                self.attempt(&owner, &request, live_arg, false, by)
-            })?
-        };
-        match first {
+        let reply = self
+            .mutex
+            .attempt(&self.owner, &self.request, live_arg, false, by)?;
+        match reply {
+            AcquireReply::Held {
+                token,
+                count,
+                acquisition,
+                ..
+            } => Ok(self
+                .mutex
+                .take(&self.owner, &acquisition, token, count, sent, by)
+                .map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+            // Another owner holds the lock, or the server no longer has the live hold's
+            // acquisition: that hold is lost, and learns it now rather than at its next
+            // renewal (its guards then say so).
+            other => {
+                if let Some(h) = &live {
+                    shared.report_lost(h);
+                }
+                let ttl = match other {
+                    AcquireReply::Busy { ttl } => ttl,
+                    _ => Duration::ZERO,
+                };
+                Ok(Attempt::busy(ttl))
+            }
+        }
+    }
+
+    /// A waiter's attempt: granted, or its place in the queue kept from the call's send time.
+    fn queue(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+        let sent = Instant::now();
+        let reply = self
+            .mutex
+            .attempt(&self.owner, &self.request, None, true, by)?;
+        let ttl = match reply {
             AcquireReply::Held {
                 token,
                 count,
                 acquisition,
                 ..
             } => {
-                if let Some(g) = self.take(&owner, &acquisition, token, count, sent, limit) {
-                    return Ok(Some(g));
-                }
+                let guard = self
+                    .mutex
+                    .take(&self.owner, &acquisition, token, count, sent, by);
+                return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held));
             }
-            // Another owner holds the lock, or the server no longer has the live hold's
-            // acquisition: that hold is lost, and learns it now rather than at its next
-            // renewal (its guards then say so).
-            _ => {
-                if let Some(h) = &live {
-                    shared.report_lost(h);
-                }
-            }
-        }
-        if past(deadline) {
-            return Ok(None);
-        }
-
-        // Then the queue. The grant channel is subscribed, and confirmed (bounded), before
-        // this waiter joins the queue: no grant can be published before it listens.
-        let channel = format!("{}{owner}/{request}", self.keys.channel);
-        let reg = shared.subscriber.join(&channel);
-        reg.wait_confirmed(shared.config.confirm_by(deadline));
-        let mut place = Place {
-            client: &self.client,
-            hold: None,
+            AcquireReply::Busy { ttl } => ttl,
+            _ => Duration::ZERO,
         };
-        let terms = self.terms();
-        loop {
-            let seen = reg.epoch();
-            let sent = Instant::now();
-            let reply = retrying(&self.client, &self.keys.name, deadline, limit, |by| {
-                self.attempt(&owner, &request, None, true, by)
-            });
-            let ttl = match reply {
-                Ok(AcquireReply::Held {
-                    token,
-                    count,
-                    ref acquisition,
-                    ..
-                }) => {
-                    if let Some(g) = self.take(&owner, acquisition, token, count, sent, limit) {
-                        return Ok(Some(g));
-                    }
-                    Duration::ZERO
-                }
-                Ok(_) => {
-                    if !place.hold.as_ref().is_some_and(|h| h.is_held()) {
-                        // A new place (or one lost while paused): its heartbeat lease started
-                        // no earlier than this call's send time.
-                        if let Some(h) = place.hold.take() {
-                            shared.unwatch(&h, Duration::ZERO);
-                        }
-                        let hold = Arc::new(
-                            Hold::new(
-                                Arc::clone(&self.keys),
-                                Identity {
-                                    owner: owner.clone(),
-                                    acquisition: request.clone(),
-                                    token: 0,
-                                },
-                                terms.lease,
-                                shared.backend.drift(terms.lease),
-                                Some(Renewal {
-                                    every: shared.config.renew_every,
-                                    until: None,
-                                }),
-                                sent,
-                            )
-                            .with_kind(Kind::FairPlace),
-                        );
-                        shared.watch(&hold);
-                        place.hold = Some(hold);
-                    }
-                    match reply {
-                        Ok(AcquireReply::Busy { ttl }) => ttl,
-                        _ => Duration::ZERO,
-                    }
-                }
-                Err(e) => {
-                    // Leave the queue if Redis can be asked; otherwise the place runs out by
-                    // itself one lease after its last heartbeat, which stops now.
-                    drop(place);
-                    let _ = self.cancel(&owner, &request, limit);
-                    return Err(e);
-                }
-            };
-            // Sleep until the grant message, or until the lock's TTL runs out (a crashed
-            // holder or a dead granted waiter publishes nothing); re-check sooner while the
-            // subscription is not confirmed. The epoch snapshot was taken before the call, so
-            // a grant published since then ends the sleep at once.
-            let wait = sleep_on(ttl, reg.confirmed());
-            reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
-            if let Some(token) = reg.take_message().and_then(|m| parse_token(&m))
-                && let Some(since) = place.granted_since()
-            {
-                if let Some(g) = self.take(&owner, &request, token, 1, since, limit) {
-                    return Ok(Some(g));
-                }
-                continue;
-            }
-            if past(deadline) {
-                // Leave the queue; a grant that came in the meantime is kept.
-                let since = place.granted_since();
-                drop(place);
-                let v = self.cancel(&owner, &request, limit)?;
-                return match (self.parse(&v, &request, "fair cancel")?, since) {
-                    (
-                        AcquireReply::Held {
-                            token,
-                            count,
-                            acquisition,
-                            ..
-                        },
-                        Some(since),
-                    ) => Ok(self.take(&owner, &acquisition, token, count, since, limit)),
-                    _ => Ok(None),
-                };
-            }
-        }
+        let (owner, request) = (&self.owner, &self.request);
+        self.mutex.keep_place(&mut self.place, owner, request, sent);
+        Ok(Attempt::busy(ttl))
     }
 }
 

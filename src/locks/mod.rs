@@ -10,6 +10,7 @@
 //! - `holder.rs`: who holds a lock, as the server tells it, and the owner id that says so;
 //! - `lease.rs`: what every guard shows of its lease, and its release once.
 
+pub(crate) mod driver;
 pub(crate) mod fair_mutex;
 pub(crate) mod family;
 pub(crate) mod holder;

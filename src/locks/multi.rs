@@ -51,8 +51,9 @@ use std::time::{Duration, Instant};
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::family::eval_twice;
-use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
+use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::time::Budget;
+use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::{self, LockKeys};
@@ -60,7 +61,7 @@ use crate::protocol::scripts::{
     self, Holder, Leaving, Level, Live, Member, MultiReply, ReleaseReply,
 };
 use crate::stats::{Held, LockType};
-use crate::subscriber::{Registration, Turn};
+use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
 
 /// Several named locks taken at once, all or none, without deadlock whatever order callers
@@ -151,7 +152,7 @@ pub struct MultiMutex {
 }
 
 /// What one attempt at a part came to.
-enum Attempt {
+enum Taken {
     /// Every lock of the part is held: one hold per lock, in the part's order.
     Held(Vec<Arc<Hold>>),
     /// Lock `index` of the part is held by another owner, for `ttl` more at most.
@@ -220,7 +221,7 @@ impl MultiMutex {
     /// [`Error::ForeignKey`] when a name's key holds something else;
     /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
     pub fn lock(&self) -> Result<MultiGuard> {
-        match self.acquire(None)? {
+        match self.acquire(Deadline::NONE)? {
             Some(g) => Ok(g),
             None => Err(Error::timeout("lock() ended without the set")),
         }
@@ -235,7 +236,7 @@ impl MultiMutex {
     ///
     /// As [`lock`](MultiMutex::lock).
     pub fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(Instant::now()))
+        self.acquire(Deadline::at(Instant::now()))
     }
 
     /// Waits at most `timeout` for the whole set. `Ok(None)` when it could not be had in
@@ -247,7 +248,7 @@ impl MultiMutex {
     ///
     /// As [`lock`](MultiMutex::lock).
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
-        self.acquire(after(timeout))
+        self.acquire(Deadline::after(timeout))
     }
 
     /// Waits until `deadline` at most for the whole set. `Ok(None)` when it could not be had
@@ -259,21 +260,20 @@ impl MultiMutex {
     ///
     /// As [`lock`](MultiMutex::lock).
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(deadline))
+        self.acquire(Deadline::at(deadline))
     }
 
-    /// Takes the parts in order; gives back what was taken when a later part cannot be had.
-    /// [`acquire_uncounted`](MultiMutex::acquire_uncounted), counted in the client's
+    /// Takes the parts in order, each through the driver (see `locks/driver.rs`); gives back
+    /// what was taken when a later part cannot be had. Counted in the client's
     /// [`Stats`](crate::Stats) under the names joined by `,`.
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
-        let stats = &self.client.shared().stats;
-        let name = self.names().collect::<Vec<_>>().join(",");
-        stats.acquire(LockType::MultiMutex, &name, deadline, || {
-            self.acquire_uncounted(deadline)
+    fn acquire(&self, deadline: Deadline) -> Result<Option<MultiGuard>> {
+        let names = self.names().collect::<Vec<_>>().join(",");
+        driver::counted(&self.client, LockType::MultiMutex, &names, deadline, || {
+            self.acquire_parts(&names, deadline)
         })
     }
 
-    fn acquire_uncounted(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
+    fn acquire_parts(&self, names: &str, deadline: Deadline) -> Result<Option<MultiGuard>> {
         let shared = self.client.shared();
         if shared.backend.masters() > 1 {
             return Err(Error::config(
@@ -282,11 +282,17 @@ impl MultiMutex {
             ));
         }
         let owner = shared.mutex_owner();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
+        let budget = Budget::new(shared, deadline);
         let mut holds: Vec<Arc<Hold>> = Vec::new();
         for part in self.parts.iter() {
-            let taken = self.take_part(part, &owner, deadline, limit);
-            match taken {
+            let mut call = Part {
+                set: self,
+                part,
+                owner: &owner,
+                request: request_id(),
+                blocked: 0,
+            };
+            match driver::drive(&mut call, &budget) {
                 Ok(Some(h)) => holds.extend(h),
                 other => {
                     if !holds.is_empty() {
@@ -299,9 +305,8 @@ impl MultiMutex {
                 }
             }
         }
-        let names = self.names().collect::<Vec<_>>().join(",");
         Ok(Some(MultiGuard {
-            _held: shared.stats.held(LockType::MultiMutex, &names),
+            _held: shared.stats.held(LockType::MultiMutex, names),
             client: self.client.clone(),
             holds,
             released: false,
@@ -309,177 +314,15 @@ impl MultiMutex {
         }))
     }
 
-    /// Takes one part (locks in one slot), waiting as a `Mutex` waiter of the lock that
-    /// blocked it does.
-    fn take_part(
-        &self,
-        part: &[Arc<LockKeys>],
-        owner: &str,
-        deadline: Option<Instant>,
-        limit: Deadline,
-    ) -> Result<Option<Vec<Arc<Hold>>>> {
-        let shared = self.client.shared();
-        let request = request_id();
-        let lease = shared.config.lease;
-        // Fast path: one attempt, unless threads of this client already queue for one of the
-        // names (they go first). A thread that holds one of them re-enters at once: waiting
-        // in the queue behind threads that wait for its own lock would never end.
-        let queued = part
-            .iter()
-            .any(|k| shared.subscriber.has_waiters(&k.channel));
-        let reentry = part.iter().any(|k| shared.holds_locally(k));
-        let mut blocked = 0;
-        if !queued || reentry || past(deadline) {
-            let attempt = if past(deadline) {
-                self.attempt(part, owner, &request, limit)?
-            } else {
-                self.attempt_retrying(part, owner, &request, deadline, limit)?
-            };
-            match attempt {
-                Attempt::Held(h) => return Ok(Some(h)),
-                Attempt::Busy { .. } if past(deadline) => return Ok(None),
-                Attempt::Busy { index, .. } => blocked = index,
-            }
-        }
-        loop {
-            // Wait in the local queue of the lock that blocked the set, as its waiters do.
-            let reg = shared.subscriber.join(&part[blocked].channel);
-            let Some(turn) = reg.wait_turn(deadline, lease) else {
-                return Ok(None);
-            };
-            if let Turn::WaitFrom(seen) = turn {
-                // The previous leader just took the lock: wait for its release.
-                reg.wait_release(seen, min_instant(deadline, Instant::now() + lease));
-            }
-            'attempts: loop {
-                // A lock handed to this thread by a `Mutex` holder of this client cannot be
-                // part of a set: dropping the baton releases it through Redis (publishing).
-                drop(reg.take_gift());
-                // A release before the SUBSCRIBE took effect would be missed: wait (bounded)
-                // for the confirmation before an attempt whose failure leads to sleeping.
-                let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
-                let mut seen = reg.epoch();
-                let mut attempt = self.attempt_retrying(part, owner, &request, deadline, limit)?;
-                loop {
-                    let (index, ttl) = match attempt {
-                        Attempt::Held(h) => {
-                            drop(reg.leave_acquired_quietly(seen));
-                            return Ok(Some(h));
-                        }
-                        Attempt::Busy { .. } if past(deadline) => return Ok(None),
-                        Attempt::Busy { index, ttl } => (index, ttl),
-                    };
-                    if part[index].channel != part[blocked].channel {
-                        // Another lock blocks it now: wait on that one's release.
-                        blocked = index;
-                        break 'attempts;
-                    }
-                    let until = after(sleep_on(ttl, confirmed && reg.confirmed()))
-                        .map_or(Instant::now() + lease, |b| min_instant(deadline, b));
-                    // The release that ends this wait fires the next attempt at once.
-                    match self.wait_release_primed(&reg, part, owner, &request, seen, until, limit)
-                    {
-                        Some(fired) => {
-                            // The fired attempt belongs to the release after `seen`.
-                            attempt = fired;
-                            seen += 1;
-                        }
-                        None if past(deadline) && reg.epoch() == seen => return Ok(None),
-                        None => continue 'attempts,
-                    }
-                }
-            }
-            drop(reg);
-        }
-    }
-
-    /// Waits for a release after epoch `seen`, a gift or `until`, with the part's next
-    /// attempt primed: the subscriber thread writes it the moment the release message
-    /// arrives, before it wakes this thread (the wake and the round trip overlap). Returns the
-    /// fired attempt's outcome; `None` when nothing was fired or the fired call failed (the
-    /// caller then tries the same request on the plain path, which answers as the first did).
-    /// Only on a single plain master, for a thread without a live hold of any of the part's
-    /// locks, when an idle pooled connection is at hand.
-    #[allow(clippy::too_many_arguments)]
-    fn wait_release_primed(
-        &self,
-        reg: &Registration,
-        part: &[Arc<LockKeys>],
-        owner: &str,
-        request: &str,
-        seen: u64,
-        until: Instant,
-        limit: Deadline,
-    ) -> Option<Attempt> {
-        let shared = self.client.shared();
-        let members: Vec<Member<'_>> = part
-            .iter()
-            .map(|keys| Member {
-                keys,
-                owner,
-                live: None,
-            })
-            .collect();
-        let primed = if part.iter().any(|k| shared.live_hold(k).is_some()) {
-            None
-        } else {
-            let call = scripts::multi_acquire(&members, shared.config.lease, request);
-            shared.backend.prime_script(&call)
-        };
-        let Some(primed) = primed else {
-            reg.wait_release(seen, until);
-            return None;
-        };
-        let Fired {
-            primed,
-            sent,
-            wrote,
-        } = wait_release_firing(shared, reg, primed, seen, until)?;
-        let live = vec![None; part.len()];
-        let outcome = shared
-            .backend
-            .finish_script(primed, wrote, limit)
-            .and_then(|v| self.settle(part, &members, &live, &v, sent, limit));
-        match outcome {
-            Ok(attempt) => Some(attempt),
-            Err(e) => {
-                log::debug!("a primed set acquire failed: {e}");
-                None
-            }
-        }
-    }
-
-    /// Attempts until one gets an answer, retrying connection-level failures with backoff.
-    fn attempt_retrying(
-        &self,
-        part: &[Arc<LockKeys>],
-        owner: &str,
-        request: &str,
-        deadline: Option<Instant>,
-        limit: Deadline,
-    ) -> Result<Attempt> {
-        let name = &part[0].name;
-        retrying(&self.client, name, deadline, limit, |by| {
-            self.attempt(part, owner, request, by)
-        })
-    }
-
-    /// One set acquire round trip for the part (retried once on a new connection when the
-    /// connection failed, with the same request id), within `by` and one call's bound.
-    fn attempt(
-        &self,
-        part: &[Arc<LockKeys>],
-        owner: &str,
-        request: &str,
-        by: Deadline,
-    ) -> Result<Attempt> {
-        let shared = self.client.shared();
-        let terms = shared.config.terms();
-        let sent = Instant::now();
-        let live: Vec<Option<Arc<Hold>>> = part.iter().map(|k| shared.live_hold(k)).collect();
-        let members: Vec<Member<'_>> = part
-            .iter()
-            .zip(&live)
+    /// The part's members: their keys and owners, and `live` holds (a re-entry).
+    fn members<'a>(
+        part: &'a [Arc<LockKeys>],
+        owner: &'a str,
+        live: &'a [Option<Arc<Hold>>],
+        sent: Instant,
+    ) -> Vec<Member<'a>> {
+        part.iter()
+            .zip(live)
             .map(|(keys, h)| Member {
                 keys,
                 // A re-entry speaks for the owner on the server (after a local hand-off, the
@@ -490,7 +333,23 @@ impl MultiMutex {
                     extend: h.reentry_extension(sent),
                 }),
             })
-            .collect();
+            .collect()
+    }
+
+    /// One set acquire round trip for the part (retried once on a new connection when the
+    /// connection failed, with the same request id), within `by` and one call's bound.
+    fn attempt(
+        &self,
+        part: &[Arc<LockKeys>],
+        owner: &str,
+        request: &str,
+        by: Deadline,
+    ) -> Result<Taken> {
+        let shared = self.client.shared();
+        let terms = shared.config.terms();
+        let sent = Instant::now();
+        let live: Vec<Option<Arc<Hold>>> = part.iter().map(|k| shared.live_hold(k)).collect();
+        let members = Self::members(part, owner, &live, sent);
         let call = scripts::multi_acquire(&members, terms.lease, request);
         let v = eval_twice(&self.client, &call, by)?;
         self.settle(part, &members, &live, &v, sent, by)
@@ -507,7 +366,7 @@ impl MultiMutex {
         v: &redis::Value,
         sent: Instant,
         by: Deadline,
-    ) -> Result<Attempt> {
+    ) -> Result<Taken> {
         let shared = self.client.shared();
         let terms = shared.config.terms();
         let reply = scripts::parse_multi_acquire(v, part.len())
@@ -518,7 +377,7 @@ impl MultiMutex {
                 if let Some(h) = &live[index] {
                     shared.report_lost(h);
                 }
-                return Ok(Attempt::Busy { index, ttl });
+                return Ok(Taken::Busy { index, ttl });
             }
             MultiReply::Foreign { index } => {
                 return Err(Error::ForeignKey {
@@ -540,11 +399,11 @@ impl MultiMutex {
             let who = members[i].owner.to_owned();
             match shared.adopt(&part[i], who, grant, terms) {
                 Adopted::Held(h) => holds.push(h),
-                Adopted::Stale => stale.push((i, acquisition.clone())),
+                Adopted::Unusable => stale.push((i, acquisition.clone())),
             }
         }
         if stale.is_empty() && holds.iter().all(|h| h.is_held()) {
-            return Ok(Attempt::Held(holds));
+            return Ok(Taken::Held(holds));
         }
         // Part of the grant cannot be used (an acquisition this thread counts as lost, or a
         // reply so late that a lease may have run out): give back every level this attempt
@@ -568,10 +427,93 @@ impl MultiMutex {
                 log::debug!("freeing a stale grant of `{}`: {e}", part[i].name);
             }
         }
-        Ok(Attempt::Busy {
+        Ok(Taken::Busy {
             index: 0,
             ttl: Duration::ZERO,
         })
+    }
+}
+
+/// One acquire call of a part of a set (its locks in one slot): it waits as a `Mutex` waiter
+/// of the lock that blocked it last does.
+struct Part<'a> {
+    set: &'a MultiMutex,
+    part: &'a [Arc<LockKeys>],
+    owner: &'a str,
+    request: String,
+    /// The lock that blocked the part last.
+    blocked: usize,
+}
+
+impl Part<'_> {
+    fn taken(&mut self, taken: Taken) -> Attempt<Vec<Arc<Hold>>> {
+        match taken {
+            Taken::Held(h) => Attempt::Held(h),
+            Taken::Busy { index, ttl } => {
+                self.blocked = index;
+                Attempt::busy(ttl)
+            }
+        }
+    }
+}
+
+impl Protocol for Part<'_> {
+    type Held = Vec<Arc<Hold>>;
+
+    fn core(&self) -> &Core {
+        &self.set.client
+    }
+
+    fn name(&self) -> &str {
+        &self.part[0].name
+    }
+
+    fn channel(&self) -> &str {
+        &self.part[self.blocked].channel
+    }
+
+    fn lease(&self) -> Duration {
+        self.set.client.shared().config.lease
+    }
+
+    /// Threads of this client that queue for one of the names go first, unless this thread
+    /// holds one of them: waiting behind threads that wait for its own lock would never end.
+    fn defers(&self) -> bool {
+        let shared = self.set.client.shared();
+        let queued = self.part.iter().any(|k| shared.subscriber.has_waiters(&k.channel));
+        queued && !self.part.iter().any(|k| shared.holds_locally(k))
+    }
+
+    fn attempt(&mut self, _waiting: bool, by: Deadline) -> Result<Attempt<Vec<Arc<Hold>>>> {
+        let taken = self.set.attempt(self.part, self.owner, &self.request, by)?;
+        Ok(self.taken(taken))
+    }
+
+    /// Only on a single plain master, for a thread without a live hold of any of the part's
+    /// locks, when an idle pooled connection is at hand.
+    fn prime(&mut self, _by: Deadline) -> Option<Primed> {
+        let shared = self.set.client.shared();
+        if self.part.iter().any(|k| shared.live_hold(k).is_some()) {
+            return None;
+        }
+        let live = vec![None; self.part.len()];
+        let members = MultiMutex::members(self.part, self.owner, &live, Instant::now());
+        let call = scripts::multi_acquire(&members, shared.config.lease, &self.request);
+        shared.backend.prime_script(&call)
+    }
+
+    fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<Vec<Arc<Hold>>>> {
+        let Fired {
+            primed,
+            sent,
+            wrote,
+        } = fired;
+        let shared = self.set.client.shared();
+        let v = shared.backend.finish_script(primed, wrote, by)?;
+        let live = vec![None; self.part.len()];
+        let members = MultiMutex::members(self.part, self.owner, &live, sent);
+        let taken = self.set.settle(self.part, &members, &live, &v, sent, by)?;
+        Ok(self.taken(taken))
     }
 }
 

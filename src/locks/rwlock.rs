@@ -47,7 +47,8 @@ use crate::error::{Error, Result};
 use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
-use crate::locks::time::{after, hard_limit, min_instant, past};
+use crate::locks::driver::{self, Attempt, Protocol, Queue};
+use crate::locks::time::Budget;
 use crate::locks::wait::{retrying, sleep_on};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -55,6 +56,7 @@ use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Kind};
 use crate::stats::LockType;
+use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
 /// A distributed read-write lock: many readers at once, or one writer, across processes.
@@ -123,11 +125,6 @@ pub struct RwLock {
     read_keys: Arc<LockKeys>,
     write_keys: Arc<LockKeys>,
     prefer_writers: bool,
-}
-
-enum Attempt {
-    Held(Arc<Hold>),
-    Busy(Duration),
 }
 
 impl RwLock {
@@ -292,7 +289,7 @@ impl RwLock {
     /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
     /// something else; [`Error::InvalidConfig`] on a client over several masters.
     pub fn read(&self) -> Result<RwLockReadGuard> {
-        self.read_until(None)?
+        self.read_until(Deadline::NONE)?
             .ok_or(Error::timeout("read() ended without the lock"))
     }
 
@@ -306,7 +303,7 @@ impl RwLock {
     ///
     /// As [`read`](RwLock::read).
     pub fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
-        self.read_until(Some(Instant::now()))
+        self.read_until(Deadline::at(Instant::now()))
     }
 
     /// Waits at most `timeout` for a read lock.
@@ -318,7 +315,7 @@ impl RwLock {
     ///
     /// As [`read`](RwLock::read).
     pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard>> {
-        self.read_until(after(timeout))
+        self.read_until(Deadline::after(timeout))
     }
 
     /// Waits until `deadline` at most for a read lock.
@@ -330,7 +327,7 @@ impl RwLock {
     ///
     /// As [`read`](RwLock::read).
     pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard>> {
-        self.read_until(Some(deadline))
+        self.read_until(Deadline::at(deadline))
     }
 
     /// Blocks until the calling thread holds the write lock.
@@ -344,7 +341,7 @@ impl RwLock {
     /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
     /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
     pub fn write(&self) -> Result<RwLockWriteGuard> {
-        self.write_until(None)?
+        self.write_until(Deadline::NONE)?
             .ok_or(Error::timeout("write() ended without the lock"))
     }
 
@@ -358,7 +355,7 @@ impl RwLock {
     ///
     /// As [`write`](RwLock::write).
     pub fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
-        self.write_until(Some(Instant::now()))
+        self.write_until(Deadline::at(Instant::now()))
     }
 
     /// Waits at most `timeout` for the write lock.
@@ -370,7 +367,7 @@ impl RwLock {
     ///
     /// As [`write`](RwLock::write).
     pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard>> {
-        self.write_until(after(timeout))
+        self.write_until(Deadline::after(timeout))
     }
 
     /// Waits until `deadline` at most for the write lock.
@@ -382,7 +379,7 @@ impl RwLock {
     ///
     /// As [`write`](RwLock::write).
     pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard>> {
-        self.write_until(Some(deadline))
+        self.write_until(Deadline::at(deadline))
     }
 
     fn terms(&self) -> Terms {
@@ -397,12 +394,7 @@ impl RwLock {
     /// out, the key was deleted, Redis restarted empty) is marked lost at once and reported,
     /// and `None` is returned: the caller makes a new acquisition, which another owner's grant
     /// keeps out. A re-entry counted on the lost hold would say "held" beside that owner.
-    fn reenter(
-        &self,
-        read: bool,
-        deadline: Option<Instant>,
-        limit: Deadline,
-    ) -> Result<Option<Arc<Hold>>> {
+    fn reenter(&self, read: bool, budget: &Budget) -> Result<Option<Arc<Hold>>> {
         let shared = self.client.shared();
         let keys = if read {
             &self.read_keys
@@ -420,10 +412,10 @@ impl RwLock {
             hold.reentry_extension(sent),
         );
         let once = |by| eval_twice(&self.client, &call, by);
-        let reply = if past(deadline) {
-            once(limit)?
+        let reply = if budget.past() {
+            once(budget.limit)?
         } else {
-            retrying(&self.client, self.name(), deadline, limit, once)?
+            retrying(&self.client, self.name(), budget, once)?
         };
         match reply {
             // Held by this acquisition: one more level (lost or released locally meanwhile:
@@ -444,7 +436,7 @@ impl RwLock {
         request: &str,
         register: bool,
         by: Deadline,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<Arc<Hold>>> {
         let sent = Instant::now();
         let lease = self.terms().lease;
         let call = if read {
@@ -490,7 +482,7 @@ impl RwLock {
                     Adopted::Held(hold) => hold,
                     // Cannot happen for a new acquisition (count 1, a request id no hold
                     // has); answered as not held, and the entry runs out by its lease.
-                    Adopted::Stale => return Ok(Attempt::Busy(Duration::ZERO)),
+                    Adopted::Unusable => return Ok(Attempt::busy(Duration::ZERO)),
                 };
                 if hold.is_held() {
                     return Ok(Attempt::Held(hold));
@@ -499,9 +491,9 @@ impl RwLock {
                 if let Err(e) = release(self, read, &hold, by) {
                     log::debug!("releasing a late grant of `{}`: {e}", self.name());
                 }
-                Ok(Attempt::Busy(Duration::ZERO))
+                Ok(Attempt::busy(Duration::ZERO))
             }
-            Some(AcquireReply::Busy { ttl }) => Ok(Attempt::Busy(ttl)),
+            Some(AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
             Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.write_keys.lock.clone(),
             }),
@@ -509,139 +501,120 @@ impl RwLock {
         }
     }
 
-    /// How long a waiter may sleep: the time its attempt named, at most a renewal interval
-    /// (its registration as a waiter must be refreshed); see [`sleep_on`].
-    fn sleep_bound(&self, wait: Duration, confirmed: bool) -> Duration {
-        sleep_on(wait.min(self.client.shared().config.renew_every), confirmed)
+    /// A read call by `deadline`, through the driver (see `locks/driver.rs`).
+    fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
+        let mut call = Acquire::new(self, true);
+        let hold = driver::acquire(&mut call, LockType::RwLock, deadline)?;
+        Ok(hold.map(|h| RwLockReadGuard::new(self, h)))
     }
 
-    /// [`read_uncounted`](RwLock::read_uncounted), counted in the client's
-    /// [`Stats`](crate::Stats).
-    fn read_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
-        let stats = &self.client.shared().stats;
-        stats.acquire(LockType::RwLock, self.name(), deadline, || {
-            self.read_uncounted(deadline)
-        })
+    /// A write call by `deadline`, through the driver (see `locks/driver.rs`).
+    fn write_until(&self, deadline: Deadline) -> Result<Option<RwLockWriteGuard>> {
+        let mut call = Acquire::new(self, false);
+        let hold = driver::acquire(&mut call, LockType::RwLock, deadline)?;
+        Ok(hold.map(|h| RwLockWriteGuard::new(self, h)))
     }
+}
 
-    fn read_uncounted(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
-        let shared = self.client.shared();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
-        if let Some(h) = self.reenter(true, deadline, limit)? {
-            return Ok(Some(RwLockReadGuard::new(self, h)));
+/// One read (`read`) or write call of an [`RwLock`], as acquisition `request` of `owner`.
+struct Acquire<'a> {
+    lock: &'a RwLock,
+    read: bool,
+    owner: String,
+    request: String,
+}
+
+impl<'a> Acquire<'a> {
+    fn new(lock: &'a RwLock, read: bool) -> Self {
+        Acquire {
+            lock,
+            read,
+            owner: lock.client.shared().owner(),
+            request: request_id(),
         }
-        let owner = shared.owner();
-        let request = request_id();
-        let first = if past(deadline) {
-            self.attempt(true, &owner, &request, false, limit)?
+    }
+}
+
+impl Protocol for Acquire<'_> {
+    type Held = Arc<Hold>;
+
+    fn core(&self) -> &Core {
+        &self.lock.client
+    }
+
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// Readers wait on the readers' channel, writers on the writers'.
+    fn channel(&self) -> &str {
+        if self.read {
+            &self.lock.read_keys.channel
         } else {
-            retrying(&self.client, self.name(), deadline, limit, |by| {
-                self.attempt(true, &owner, &request, false, by)
-            })?
-        };
-        if let Attempt::Held(h) = first {
-            return Ok(Some(RwLockReadGuard::new(self, h)));
-        }
-        if past(deadline) {
-            return Ok(None);
-        }
-        // Every waiting reader of this client wakes on each message: they may all proceed.
-        let reg = shared.subscriber.join_all(&self.read_keys.channel);
-        loop {
-            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
-            let seen = reg.epoch();
-            match retrying(&self.client, self.name(), deadline, limit, |by| {
-                self.attempt(true, &owner, &request, true, by)
-            })? {
-                Attempt::Held(h) => return Ok(Some(RwLockReadGuard::new(self, h))),
-                Attempt::Busy(wait) => {
-                    let wait = self.sleep_bound(wait, confirmed && reg.confirmed());
-                    reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
-                }
-            }
-            if past(deadline) {
-                // A stale registration would only cost a spurious wake-up; it expires alone.
-                return Ok(None);
-            }
+            &self.lock.write_keys.channel
         }
     }
 
-    /// [`write_uncounted`](RwLock::write_uncounted), counted in the client's
-    /// [`Stats`](crate::Stats).
-    fn write_until(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
-        let stats = &self.client.shared().stats;
-        stats.acquire(LockType::RwLock, self.name(), deadline, || {
-            self.write_uncounted(deadline)
-        })
+    /// Every waiting reader of this client wakes on each message: they may all proceed. One
+    /// writer per client asks Redis at a time; the others queue locally.
+    fn queue(&self) -> Queue {
+        if self.read { Queue::Together } else { Queue::Line }
     }
 
-    fn write_uncounted(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
-        let shared = self.client.shared();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
-        if let Some(h) = self.reenter(false, deadline, limit)? {
-            return Ok(Some(RwLockWriteGuard::new(self, h)));
+    fn lease(&self) -> Duration {
+        self.lock.terms().lease
+    }
+
+    /// A re-entry of the thread's live hold. A thread that holds a read lock but not the
+    /// write lock cannot write: it would wait for itself.
+    fn enter(&mut self, budget: &Budget) -> Result<Option<Arc<Hold>>> {
+        if let Some(h) = self.lock.reenter(self.read, budget)? {
+            return Ok(Some(h));
         }
-        if shared.holds_locally(&self.read_keys) {
+        if !self.read && self.lock.client.shared().holds_locally(&self.lock.read_keys) {
             return Err(Error::config(
                 "write",
                 "the calling thread holds a read lock of this RwLock; release it before writing",
             ));
         }
-        let owner = shared.owner();
-        let request = request_id();
-        let queued = shared.subscriber.has_waiters(&self.write_keys.channel);
-        if !queued || past(deadline) {
-            let first = if past(deadline) {
-                self.attempt(false, &owner, &request, false, limit)?
-            } else {
-                retrying(&self.client, self.name(), deadline, limit, |by| {
-                    self.attempt(false, &owner, &request, false, by)
-                })?
-            };
-            if let Attempt::Held(h) = first {
-                return Ok(Some(RwLockWriteGuard::new(self, h)));
-            }
-            if past(deadline) {
-                return Ok(None);
+        Ok(None)
+    }
+
+    /// A reader tries at once whoever waits: readers do not exclude one another.
+    fn defers(&self) -> bool {
+        !self.read && self.lock.client.shared().subscriber.has_waiters(self.channel())
+    }
+
+    /// A waiter's attempt registers it as a waiter on the server.
+    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Arc<Hold>>> {
+        self.lock
+            .attempt(self.read, &self.owner, &self.request, waiting, by)
+    }
+
+    /// At most a renewal interval: a waiter's registration on the server must be refreshed.
+    fn sleep(&self, ttl: Duration, confirmed: bool) -> Duration {
+        let every = self.lock.client.shared().config.renew_every;
+        sleep_on(ttl.min(every), confirmed)
+    }
+
+    fn leave(&self, reg: Registration, seen: u64) {
+        if self.read {
+            drop(reg);
+        } else {
+            drop(reg.leave_acquired(seen));
+        }
+    }
+
+    /// A waiting writer that gives up must not keep deferring readers out. A reader's
+    /// registration would only cost a spurious wake-up; it expires alone.
+    fn cancel(&mut self, by: Deadline) -> Result<Option<Arc<Hold>>> {
+        if !self.read {
+            let call = family::rw_cancel(&self.lock.write_keys, &self.owner, &self.request);
+            if let Err(e) = eval_twice(&self.lock.client, &call, by) {
+                log::debug!("leaving the writers' queue of `{}`: {e}", self.lock.name());
             }
         }
-        // One writer per client asks Redis at a time; the others queue locally.
-        let reg = shared.subscriber.join(&self.write_keys.channel);
-        let cancel = || {
-            // A waiting writer that gives up must not keep deferring readers out.
-            let call = family::rw_cancel(&self.write_keys, &owner, &request);
-            if let Err(e) = eval_twice(&self.client, &call, limit) {
-                log::debug!("leaving the writers' queue of `{}`: {e}", self.name());
-            }
-        };
-        if reg.wait_turn(deadline, self.terms().lease).is_none() {
-            return Ok(None);
-        }
-        loop {
-            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
-            let seen = reg.epoch();
-            let attempt = retrying(&self.client, self.name(), deadline, limit, |by| {
-                self.attempt(false, &owner, &request, true, by)
-            });
-            match attempt {
-                Ok(Attempt::Held(h)) => {
-                    drop(reg.leave_acquired(seen));
-                    return Ok(Some(RwLockWriteGuard::new(self, h)));
-                }
-                Ok(Attempt::Busy(wait)) => {
-                    let wait = self.sleep_bound(wait, confirmed && reg.confirmed());
-                    reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
-                }
-                Err(e) => {
-                    cancel();
-                    return Err(e);
-                }
-            }
-            if past(deadline) {
-                cancel();
-                return Ok(None);
-            }
-        }
+        Ok(None)
     }
 }
 

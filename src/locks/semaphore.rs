@@ -29,14 +29,14 @@ use crate::error::{Error, Result};
 use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release};
-use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::{retrying, sleep_on};
+use crate::locks::driver::{self, Attempt, Protocol};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, Kind};
 use crate::stats::LockType;
+use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
 /// A distributed counting semaphore with leased permits: at most `permits` permits are held
@@ -107,13 +107,6 @@ pub struct Semaphore {
     client: Core,
     keys: Arc<LockKeys>,
     permits: u32,
-}
-
-/// Why an attempt did not get its permits.
-enum Attempt {
-    Held(Arc<Hold>),
-    /// Not enough free permits; the first lease ends in this time at the latest.
-    Busy(Duration),
 }
 
 impl Semaphore {
@@ -266,10 +259,10 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
-        match self.acquire_n(n, None)? {
-            Some(p) => Ok(p),
-            None => Err(Error::timeout("acquire() ended without a permit")),
-        }
+        driver::held(
+            self.acquire_n(n, Deadline::NONE),
+            "acquire() ended without a permit",
+        )
     }
 
     /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
@@ -281,7 +274,7 @@ impl Semaphore {
     ///
     /// As [`acquire`](Semaphore::acquire).
     pub fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(1, Some(Instant::now()))
+        self.acquire_n(1, Deadline::at(Instant::now()))
     }
 
     /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
@@ -294,7 +287,7 @@ impl Semaphore {
     ///
     /// As [`acquire`](Semaphore::acquire).
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(1, after(timeout))
+        self.acquire_n(1, Deadline::after(timeout))
     }
 
     /// Waits until `deadline` at most for one permit.
@@ -306,7 +299,7 @@ impl Semaphore {
     ///
     /// As [`acquire`](Semaphore::acquire).
     pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(1, Some(deadline))
+        self.acquire_n(1, Deadline::at(deadline))
     }
 
     /// Waits at most `timeout` for `n` permits together.
@@ -322,7 +315,7 @@ impl Semaphore {
         n: u32,
         timeout: Duration,
     ) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(n, after(timeout))
+        self.acquire_n(n, Deadline::after(timeout))
     }
 
     fn lease(&self) -> Duration {
@@ -338,7 +331,7 @@ impl Semaphore {
         n: u32,
         waits: bool,
         by: Deadline,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<SemaphorePermit>> {
         let shared = self.client.shared();
         let lease = self.lease();
         let sent = Instant::now();
@@ -367,15 +360,18 @@ impl Semaphore {
                 );
                 shared.watch(&hold);
                 if hold.is_held() {
-                    return Ok(Attempt::Held(hold));
+                    return Ok(Attempt::Held(SemaphorePermit {
+                        lease: Lease::new(self, hold, "a permit of"),
+                        n,
+                    }));
                 }
                 // The reply came so late that the lease may have run out: give it back.
                 if let Err(e) = self.give_back(&hold, by) {
                     log::debug!("releasing a late permit of `{}`: {e}", self.keys.name);
                 }
-                Ok(Attempt::Busy(Duration::ZERO))
+                Ok(Attempt::busy(Duration::ZERO))
             }
-            Some(scripts::AcquireReply::Busy { ttl }) => Ok(Attempt::Busy(ttl)),
+            Some(scripts::AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
             Some(scripts::AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.keys.lock.clone(),
             }),
@@ -383,73 +379,60 @@ impl Semaphore {
         }
     }
 
-    /// [`acquire_n_uncounted`](Semaphore::acquire_n_uncounted), counted in the client's
-    /// [`Stats`](crate::Stats).
-    fn acquire_n(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit>> {
-        let stats = &self.client.shared().stats;
-        stats.acquire(LockType::Semaphore, self.name(), deadline, || {
-            self.acquire_n_uncounted(n, deadline)
-        })
-    }
-
-    fn acquire_n_uncounted(
-        &self,
-        n: u32,
-        deadline: Option<Instant>,
-    ) -> Result<Option<SemaphorePermit>> {
+    /// An acquire call for `n` permits by `deadline`, through the driver (see
+    /// `locks/driver.rs`).
+    fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
         if n == 0 || n > self.permits {
             return Err(Error::config(
                 "n",
                 format!("must be from 1 to the permit count ({})", self.permits),
             ));
         }
-        let shared = self.client.shared();
-        let owner = shared.owner();
-        let request = request_id();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
-        let permit = |hold| SemaphorePermit {
-            lease: Lease::new(self, hold, "a permit of"),
+        let mut call = Acquire {
+            sem: self,
+            owner: self.client.shared().owner(),
+            request: request_id(),
             n,
         };
-        // Fast path: one attempt, unless threads of this client already wait (they go first).
-        if !shared.subscriber.has_waiters(&self.keys.channel) || past(deadline) {
-            let attempt = if past(deadline) {
-                self.attempt(&owner, &request, n, false, limit)?
-            } else {
-                retrying(&self.client, self.name(), deadline, limit, |by| {
-                    self.attempt(&owner, &request, n, false, by)
-                })?
-            };
-            match attempt {
-                Attempt::Held(h) => return Ok(Some(permit(h))),
-                Attempt::Busy(_) if past(deadline) => return Ok(None),
-                Attempt::Busy(_) => {}
-            }
-        }
-        let reg = shared.subscriber.join(&self.keys.channel);
-        if reg.wait_turn(deadline, self.lease()).is_none() {
-            return Ok(None);
-        }
-        loop {
-            // Confirmed subscription before the attempt whose failure leads to sleeping, and
-            // the epoch snapshot before it too: no release after the attempt is missed.
-            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
-            let seen = reg.epoch();
-            match retrying(&self.client, self.name(), deadline, limit, |by| {
-                self.attempt(&owner, &request, n, true, by)
-            })? {
-                // Dropping the registration lets the next local waiter try at once: more
-                // permits may be free.
-                Attempt::Held(h) => return Ok(Some(permit(h))),
-                Attempt::Busy(wait) => {
-                    let wait = sleep_on(wait, confirmed && reg.confirmed());
-                    reg.wait_release(seen, min_instant(deadline, Instant::now() + wait));
-                }
-            }
-            if past(deadline) {
-                return Ok(None);
-            }
-        }
+        driver::acquire(&mut call, LockType::Semaphore, deadline)
+    }
+}
+
+/// One acquire call of a [`Semaphore`] for `n` permits, as acquisition `request` of `owner`.
+struct Acquire<'a> {
+    sem: &'a Semaphore,
+    owner: String,
+    request: String,
+    n: u32,
+}
+
+impl Protocol for Acquire<'_> {
+    type Held = SemaphorePermit;
+
+    fn core(&self) -> &Core {
+        &self.sem.client
+    }
+
+    fn name(&self) -> &str {
+        self.sem.name()
+    }
+
+    fn channel(&self) -> &str {
+        &self.sem.keys.channel
+    }
+
+    fn lease(&self) -> Duration {
+        self.sem.lease()
+    }
+
+    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<SemaphorePermit>> {
+        self.sem
+            .attempt(&self.owner, &self.request, self.n, waiting, by)
+    }
+
+    /// The next waiter tries at once: more permits may be free.
+    fn leave(&self, reg: Registration, _seen: u64) {
+        drop(reg);
     }
 }
 

@@ -1,30 +1,41 @@
-//! Time for lock calls: the deadline of a call (`None`: none), and the hard bound of its I/O.
+//! The budget of a lock call: its deadline (never, for `lock()`; passed, for one attempt), and
+//! the hard bound of its I/O.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::client::shared::Shared;
 use crate::transport::conn::{Deadline, Timeouts};
 
-/// Whether `deadline` has passed (`None`: never).
-pub(crate) fn past(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
+/// What a lock call may spend: it waits until `deadline`, and its I/O ends by `limit`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    /// Until when the call waits for the lock.
+    pub(crate) deadline: Deadline,
+    /// By when its I/O ends, whatever Redis does (see [`hard_limit`]).
+    pub(crate) limit: Deadline,
 }
 
-/// `d` from now; `None` when that is beyond what an `Instant` holds.
-pub(crate) fn after(d: Duration) -> Option<Instant> {
-    Instant::now().checked_add(d)
-}
+impl Budget {
+    /// The budget of a call that starts now and waits until `deadline`.
+    pub(crate) fn new(shared: &Shared, deadline: Deadline) -> Budget {
+        Budget {
+            deadline,
+            limit: hard_limit(deadline, Instant::now(), shared.config.timeouts),
+        }
+    }
 
-/// The earlier of a deadline (`None`: none) and `b`.
-pub(crate) fn min_instant(a: Option<Instant>, b: Instant) -> Instant {
-    a.map_or(b, |a| a.min(b))
+    /// Whether the deadline has passed: the call makes no attempt more.
+    pub(crate) fn past(&self) -> bool {
+        self.deadline.passed()
+    }
 }
 
 /// The hard bound of a lock call started at `start` that waits until `deadline`: its I/O
 /// ends by `max(deadline, start + connect timeout) + command timeout`. So an attempt made at
 /// the deadline still gets one command timeout, and one that must connect first gets a
-/// connect timeout more. `None` (no deadline, as `lock()`): each attempt is bounded alone.
-pub(crate) fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts) -> Deadline {
-    let Some(d) = deadline else {
+/// connect timeout more. Never (as `lock()`): each attempt is bounded alone.
+pub(crate) fn hard_limit(deadline: Deadline, start: Instant, t: Timeouts) -> Deadline {
+    let Some(d) = deadline.instant() else {
         return Deadline::NONE;
     };
     start
@@ -36,6 +47,7 @@ pub(crate) fn hard_limit(deadline: Option<Instant>, start: Instant, t: Timeouts)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_lock_call_ends_by_its_deadline_plus_one_command_or_connect_plus_command() {
@@ -47,24 +59,24 @@ mod tests {
         let ms = Duration::from_millis;
         // try_lock: the deadline is the start.
         assert_eq!(
-            hard_limit(Some(start), start, t),
+            hard_limit(Deadline::at(start), start, t),
             Deadline::at(start + ms(1300))
         );
         // A short wait still gets the connect timeout; a long one its deadline + one command.
         assert_eq!(
-            hard_limit(Some(start + ms(500)), start, t),
+            hard_limit(Deadline::at(start + ms(500)), start, t),
             Deadline::at(start + ms(1300))
         );
         assert_eq!(
-            hard_limit(Some(start + ms(5000)), start, t),
+            hard_limit(Deadline::at(start + ms(5000)), start, t),
             Deadline::at(start + ms(5300))
         );
         // lock(): each attempt is bounded alone.
-        assert_eq!(hard_limit(None, start, t), Deadline::NONE);
+        assert_eq!(hard_limit(Deadline::NONE, start, t), Deadline::NONE);
         let huge = Timeouts {
             connect: Duration::MAX,
             command: Duration::MAX,
         };
-        assert_eq!(hard_limit(Some(start), start, huge), Deadline::NONE);
+        assert_eq!(hard_limit(Deadline::at(start), start, huge), Deadline::NONE);
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
+use crate::locks::time::Budget;
 use crate::subscriber::{Registration, Shot};
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
@@ -77,15 +78,15 @@ pub(crate) fn wait_release_firing(
 /// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
 /// answer, retrying connection-level failures with backoff until `deadline` or for the
 /// client's retry timeout, counted from the start of the first attempt that failed; no
-/// attempt's I/O runs past that, nor past `limit`. Every lock type's acquire loop uses it, so
+/// attempt's I/O runs past that, nor past the budget's limit. Every lock type's acquire loop uses it, so
 /// they all keep the same bounds.
 pub(crate) fn retrying<T>(
     client: &Core,
     name: &str,
-    deadline: Option<Instant>,
-    limit: Deadline,
+    budget: &Budget,
     mut attempt: impl FnMut(Deadline) -> Result<T>,
 ) -> Result<T> {
+    let Budget { deadline, limit } = *budget;
     let mut backoff = Duration::from_millis(10);
     let mut retry_until: Option<Deadline> = None;
     // The failed tries in a row, and when the first of them started: a call that gives up
@@ -104,7 +105,7 @@ pub(crate) fn retrying<T>(
                         .checked_add(client.shared().config.retry_timeout)
                         .map_or(Deadline::NONE, Deadline::at)
                 });
-                let stop = deadline.map_or(retry_until, |d| retry_until.min(Deadline::at(d)));
+                let stop = deadline.min(retry_until);
                 // Sleep the backoff, or what is left of the bound, then try once more.
                 let left = stop.left().unwrap_or(backoff);
                 if left.is_zero() {

@@ -65,7 +65,7 @@ pub(crate) enum Adopted {
     /// The server answered for an acquisition that this thread's guards already count as
     /// lost (its local deadline passed while the call was on its way): no guard may be
     /// handed out for it. The caller frees it and tries again.
-    Stale,
+    Unusable,
 }
 
 #[cfg(test)]

@@ -216,6 +216,11 @@ impl Deadline {
         }
     }
 
+    /// The instant (`None`: no bound).
+    pub(crate) fn instant(self) -> Option<Instant> {
+        self.0
+    }
+
     /// Whether the deadline has passed.
     pub(crate) fn passed(self) -> bool {
         self.0.is_some_and(|t| Instant::now() >= t)

@@ -1,4 +1,5 @@
-//! [`Mutex`]: a named distributed lock, and the acquire loop behind its four lock methods.
+//! [`Mutex`]: a named distributed lock, and its protocol under the waiting driver (an
+//! attempt, the primed attempt, and a lock handed over by a thread of this client).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,16 +8,16 @@ use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::locks::holder::Holder;
 use crate::locks::lease::Release;
-use crate::locks::time::{after, hard_limit, min_instant, past};
-use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
+use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::{self, LockValue};
 use crate::protocol::scripts::{self, Admin, AdminReply, Level, Live};
 use crate::stats::LockType;
-use crate::subscriber::{Registration, Turn};
-use crate::topology::backend::{AcquireCall, Acquired, jitter};
+use crate::subscriber::Gift;
+use crate::topology::backend::{AcquireCall, Acquired, Primed};
 use crate::transport::conn::Deadline;
 use guard::MutexGuard;
 
@@ -31,21 +32,6 @@ enum Lease {
     /// A fixed lease, never renewed: the lock frees itself when it runs out.
     Fixed(Duration),
 }
-
-/// The outcome of one acquire attempt.
-enum Attempt {
-    Held(Arc<Hold>),
-    /// Not held: try again after this long at the latest; `split` as in [`Acquired::Busy`].
-    Busy {
-        wait: Duration,
-        split: bool,
-    },
-}
-
-/// How many quick retries a quorum waiter makes after a release message when the lock is in
-/// transition (granted by some masters only): the release it heard may not have reached the
-/// other masters yet.
-const SPLIT_RETRIES: u32 = 4;
 
 /// A distributed, reentrant lock on a name, shared by every process that uses the same Redis
 /// and key prefix.
@@ -392,11 +378,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self) -> Result<MutexGuard> {
-        match self.acquire(None)? {
-            Some(g) => Ok(g),
-            // Without a deadline the loop only ends holding the lock or with an error.
-            None => Err(Error::timeout("lock() ended without the lock")),
-        }
+        driver::held(self.acquire(Deadline::NONE), "lock() ended without the lock")
     }
 
     /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
@@ -408,7 +390,7 @@ impl Mutex {
     ///
     /// As [`lock`](Mutex::lock).
     pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        self.acquire(Some(Instant::now()))
+        self.acquire(Deadline::at(Instant::now()))
     }
 
     /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
@@ -423,7 +405,7 @@ impl Mutex {
     ///
     /// As [`lock`](Mutex::lock).
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        self.acquire(after(timeout))
+        self.acquire(Deadline::after(timeout))
     }
 
     /// Waits until `deadline` at most for the lock. `Ok(None)` when another owner held it
@@ -436,7 +418,7 @@ impl Mutex {
     ///
     /// As [`lock`](Mutex::lock).
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
-        self.acquire(Some(deadline))
+        self.acquire(Deadline::at(deadline))
     }
 
     fn terms(&self) -> Terms {
@@ -457,7 +439,13 @@ impl Mutex {
     /// acquire whose reply was lost, so a re-entry is never counted twice). Both fit in one
     /// connect plus one command timeout, and in `by`. `waited`: the caller waited for the
     /// lock (see [`AcquireCall::waited`]).
-    fn attempt(&self, owner: &str, request: &str, waited: bool, by: Deadline) -> Result<Attempt> {
+    fn attempt(
+        &self,
+        owner: &str,
+        request: &str,
+        waited: bool,
+        by: Deadline,
+    ) -> Result<Attempt<MutexGuard>> {
         let by = by.min(Deadline::after(self.client.shared().config.one_call()));
         match self.attempt_once(owner, request, waited, by) {
             Err(e) if e.is_retriable() && !by.passed() => {
@@ -469,21 +457,6 @@ impl Mutex {
             }
             other => other,
         }
-    }
-
-    /// Attempts until one gets an answer, retrying connection-level failures with backoff
-    /// (see [`retrying`]).
-    fn attempt_retrying(
-        &self,
-        owner: &str,
-        request: &str,
-        waited: bool,
-        deadline: Option<Instant>,
-        limit: Deadline,
-    ) -> Result<Attempt> {
-        retrying(&self.client, &self.keys.name, deadline, limit, |by| {
-            self.attempt(owner, request, waited, by)
-        })
     }
 
     /// One acquire script round trip for `owner`, within `by`.
@@ -500,7 +473,7 @@ impl Mutex {
         request: &str,
         waited: bool,
         by: Deadline,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<MutexGuard>> {
         let shared = self.client.shared();
         let sent = Instant::now();
         // Levels of this owner on the server without a live local guard are orphans (a release
@@ -558,10 +531,9 @@ impl Mutex {
         sent: Instant,
         live: Option<&Arc<Hold>>,
         by: Deadline,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<MutexGuard>> {
         let shared = self.client.shared();
-        let terms = self.terms();
-        match reply {
+        let (token, count, acquisition, last) = match reply {
             Acquired::Busy { wait, split } => {
                 // Another owner holds the lock on the server (on a quorum of masters, unless
                 // split): the live hold is lost, and learns it now rather than at its next
@@ -571,262 +543,143 @@ impl Mutex {
                 {
                     shared.report_lost(h);
                 }
-                Ok(Attempt::Busy { wait, split })
+                return Ok(Attempt::Busy { ttl: wait, split });
             }
             Acquired::Held {
                 token,
                 count,
                 acquisition,
                 last,
-            } => {
-                let grant = Grant {
-                    token,
-                    count,
-                    sent,
-                    acquisition: &acquisition,
-                    last,
-                };
-                let hold = match shared.adopt(&self.keys, owner.to_owned(), grant, terms) {
-                    Adopted::Held(hold) => hold,
-                    Adopted::Stale => {
-                        // Free the acquisition nobody may use (acquisition-checked), so that
-                        // the next attempt makes a new one. Its hand-off tokens were never
-                        // issued; whoever waits for it is told.
-                        if let Err(e) = shared.backend.release(
-                            &self.keys,
-                            &acquisition,
-                            &request_id(),
-                            token,
-                            None,
-                            Level::Outermost,
-                            false,
-                            by,
-                        ) {
-                            log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
-                        }
-                        return Ok(Attempt::Busy {
-                            wait: Duration::ZERO,
-                            split: false,
-                        });
-                    }
-                };
-                if hold.is_held() {
-                    return Ok(Attempt::Held(hold));
-                }
-                // The reply came so late that the lease may already have run out: never hand
-                // out a guard whose validity has passed. Give the level back and try again.
-                let guard = MutexGuard::new(self, hold);
-                if let Err(e) = guard.unlock_by(by) {
-                    log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
-                }
-                Ok(Attempt::Busy {
-                    wait: Duration::ZERO,
-                    split: false,
-                })
-            }
-        }
-    }
-
-    /// The acquire loop. `deadline`: `None` waits without bound; a past deadline makes exactly
-    /// one attempt.
-    /// [`acquire_uncounted`](Mutex::acquire_uncounted), counted in the client's
-    /// [`Stats`](crate::Stats).
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
-        let stats = &self.client.shared().stats;
-        stats.acquire(LockType::Mutex, &self.keys.name, deadline, || {
-            self.acquire_uncounted(deadline)
-        })
-    }
-
-    fn acquire_uncounted(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
-        let shared = self.client.shared();
-        let owner = shared.mutex_owner();
-        let request = request_id();
-        let limit = hard_limit(deadline, Instant::now(), shared.config.timeouts);
-
-        // Fast path: one attempt, unless threads of this client already queue for the lock
-        // (they go first) and this thread is not re-entering.
-        let queued = shared.subscriber.has_waiters(&self.keys.channel);
-        if !queued || past(deadline) || shared.holds_locally(&self.keys) {
-            let attempt = if past(deadline) {
-                self.attempt(&owner, &request, false, limit)?
-            } else {
-                self.attempt_retrying(&owner, &request, false, deadline, limit)?
-            };
-            match attempt {
-                Attempt::Held(hold) => return Ok(Some(MutexGuard::new(self, hold))),
-                Attempt::Busy { .. } if past(deadline) => return Ok(None),
-                Attempt::Busy { .. } => {}
-            }
-        }
-
-        let reg = shared.subscriber.join(&self.keys.channel);
-        let lease = self.terms().lease;
-        let Some(mut turn) = reg.wait_turn(deadline, lease) else {
-            return Ok(self.give_up(reg, limit));
+            } => (token, count, acquisition, last),
         };
-        // Until when a leader sleeps without news: the TTL its last attempt returned.
-        let mut bound = after(lease);
-        let mut split_retries = 0;
-        loop {
-            // A thread of this client may have handed the lock to this leader (its turn began
-            // with it, or it came while the leader waited or asked Redis).
-            if let Some(hold) = self.received(&reg, limit) {
-                return Ok(Some(self.took(reg, hold)));
-            }
-            if let Turn::WaitFrom(seen) = turn {
-                let until = match bound {
-                    Some(b) => min_instant(deadline, b),
-                    None => match deadline {
-                        Some(d) => d,
-                        None => Instant::now() + crate::transport::conn::MAX_SOCKET_TIMEOUT,
-                    },
-                };
-                // The release that ends this wait fires this leader's acquire at once.
-                let fired = self.wait_release_primed(&reg, &owner, &request, seen, until, limit);
-                if let Some(Attempt::Held(hold)) = fired {
-                    // Any gift that came meanwhile is stale, as on the plain path below.
-                    drop(reg.leave_acquired_quietly(seen + 1));
-                    return Ok(Some(MutexGuard::new(self, hold)));
-                }
-                if let Some(hold) = self.received(&reg, limit) {
-                    return Ok(Some(self.took(reg, hold)));
-                }
-                if past(deadline) {
-                    return Ok(self.give_up(reg, limit));
-                }
-                if let Some(Attempt::Busy { wait: ttl, .. }) = fired {
-                    // Another owner took it first: wait for the next release.
-                    bound = after(sleep_on(ttl, reg.confirmed()));
-                    turn = Turn::WaitFrom(seen + 1);
-                    continue;
-                }
-                if reg.epoch() != seen {
-                    split_retries = SPLIT_RETRIES;
-                }
-            }
-            // A release before our SUBSCRIBE took effect would be missed: wait (bounded) for
-            // the confirmation before an attempt whose failure leads to sleeping.
-            let confirmed = reg.wait_confirmed(shared.config.confirm_by(deadline));
-            // A release of this client that gives way to other processes' waiters: they go
-            // first (bounded by the give-way; see `handoff.rs`).
-            reg.wait_give_way(min_instant(deadline, Instant::now() + lease));
-            if let Some(hold) = self.received(&reg, limit) {
-                return Ok(Some(self.took(reg, hold)));
-            }
-            let seen = reg.epoch();
-            // A waiter's attempt: a grant starts flagged, so that its release publishes for
-            // whoever else waits (a leader of another client that gives way sleeps until it).
-            let attempt = match self.attempt_retrying(&owner, &request, true, deadline, limit) {
-                Ok(a) => a,
-                // A lock handed to this leader meanwhile is held all the same.
-                Err(e) => return self.give_up(reg, limit).map(Some).ok_or(e),
-            };
-            match attempt {
-                Attempt::Held(hold) => {
-                    // A hand-off that reached this leader meanwhile passes a lock that is not
-                    // on the server any more (this attempt found it free): dropping it
-                    // changes nothing there.
-                    drop(reg.leave_acquired_quietly(seen));
-                    return Ok(Some(MutexGuard::new(self, hold)));
-                }
-                Attempt::Busy { wait: ttl, split } => {
-                    // The holder's TTL bounds the sleep (see `sleep_on`). A quorum lock seen in
-                    // transition right after a release message is retried after a short random
-                    // delay, a few times: the release may still be on its way to the other
-                    // masters, whose messages this client does not listen to.
-                    let wait = if split && split_retries > 0 {
-                        split_retries -= 1;
-                        jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - split_retries)))
-                    } else {
-                        sleep_on(ttl, confirmed && reg.confirmed())
-                    };
-                    bound = after(wait);
-                    turn = Turn::WaitFrom(seen);
-                }
-            }
-            if past(deadline) {
-                return Ok(self.give_up(reg, limit));
-            }
+        let grant = Grant {
+            token,
+            count,
+            sent,
+            acquisition: &acquisition,
+            last,
+        };
+        let Adopted::Held(hold) = shared.adopt(&self.keys, owner.to_owned(), grant, self.terms())
+        else {
+            self.free_unusable(&acquisition, token, by);
+            return Ok(Attempt::busy(Duration::ZERO));
+        };
+        let guard = MutexGuard::new(self, hold);
+        if guard.is_held() {
+            return Ok(Attempt::Held(guard));
+        }
+        // The reply came so late that the lease may already have run out: never hand out a
+        // guard whose validity has passed. Give the level back and try again.
+        if let Err(e) = guard.unlock_by(by) {
+            log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
+        }
+        Ok(Attempt::busy(Duration::ZERO))
+    }
+
+    /// Frees an acquisition that no hold of this thread may use (see [`Adopted::Unusable`]),
+    /// acquisition-checked, so that the next attempt makes a new one. Its hand-off tokens were
+    /// never issued; whoever waits for it is told.
+    fn free_unusable(&self, acquisition: &str, token: u64, by: Deadline) {
+        let shared = self.client.shared();
+        if let Err(e) = shared.backend.release(
+            &self.keys,
+            acquisition,
+            &request_id(),
+            token,
+            None,
+            Level::Outermost,
+            false,
+            by,
+        ) {
+            log::debug!("freeing an unusable grant of `{}`: {e}", self.keys.name);
         }
     }
 
-    /// Waits for a release after epoch `seen`, a gift or `until`, like
-    /// [`Registration::wait_release`], with this leader's next acquire primed: the subscriber
-    /// thread writes it the moment the release message arrives, before it wakes this thread,
-    /// so the acquire does not wait for that thread hop (the wake and the round trip overlap).
-    /// Returns the fired acquire's outcome; `None` when nothing was fired, or the fired call
-    /// failed (the plain path then retries the same request, which answers as the first did).
-    ///
-    /// Only on a single master, for a thread without a live hold of this lock, and when an idle
-    /// pooled connection is at hand; the fired acquire belongs to the epoch after `seen`.
-    fn wait_release_primed(
-        &self,
-        reg: &Registration,
-        owner: &str,
-        request: &str,
-        seen: u64,
-        until: Instant,
-        limit: Deadline,
-    ) -> Option<Attempt> {
+    /// An acquire call by `deadline`, through the driver (see `locks/driver.rs`).
+    fn acquire(&self, deadline: Deadline) -> Result<Option<MutexGuard>> {
         let shared = self.client.shared();
-        let primed = if shared.live_hold(&self.keys).is_some() {
-            None
-        } else {
-            shared.backend.prime_acquire(&self.acquire_call(
-                owner,
-                request,
-                None,
-                true,
-                Instant::now(),
-                limit,
-            ))
+        let mut call = Acquire {
+            mutex: self,
+            owner: shared.mutex_owner(),
+            request: request_id(),
         };
-        let Some(primed) = primed else {
-            reg.wait_release(seen, until);
+        driver::acquire(&mut call, LockType::Mutex, deadline)
+    }
+}
+
+/// One acquire call of a [`Mutex`]: its owner and request id, the same in every attempt (the
+/// script recognises a retry of an acquire whose reply was lost).
+struct Acquire<'a> {
+    mutex: &'a Mutex,
+    owner: String,
+    request: String,
+}
+
+impl Protocol for Acquire<'_> {
+    type Held = MutexGuard;
+
+    fn core(&self) -> &Core {
+        &self.mutex.client
+    }
+
+    fn name(&self) -> &str {
+        &self.mutex.keys.name
+    }
+
+    fn channel(&self) -> &str {
+        &self.mutex.keys.channel
+    }
+
+    fn lease(&self) -> Duration {
+        self.mutex.terms().lease
+    }
+
+    /// Threads of this client that queue for the lock go first, unless this thread
+    /// re-enters: waiting behind threads that wait for its own lock would never end.
+    fn defers(&self) -> bool {
+        let shared = self.mutex.client.shared();
+        shared.subscriber.has_waiters(&self.mutex.keys.channel)
+            && !shared.holds_locally(&self.mutex.keys)
+    }
+
+    /// A waiter's attempt flags the grant, so that its release publishes for whoever else
+    /// waits (a leader of another client that gives way sleeps until it).
+    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
+        self.mutex.attempt(&self.owner, &self.request, waiting, by)
+    }
+
+    /// Only on a single master, for a thread without a live hold of this lock, and when an
+    /// idle pooled connection is at hand.
+    fn prime(&mut self, by: Deadline) -> Option<Primed> {
+        let shared = self.mutex.client.shared();
+        if shared.live_hold(&self.mutex.keys).is_some() {
             return None;
-        };
+        }
+        let call =
+            self.mutex
+                .acquire_call(&self.owner, &self.request, None, true, Instant::now(), by);
+        shared.backend.prime_acquire(&call)
+    }
+
+    fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
         let Fired {
             primed,
             sent,
             wrote,
-        } = wait_release_firing(shared, reg, primed, seen, until)?;
-        let outcome = shared
+        } = fired;
+        let shared = self.mutex.client.shared();
+        let reply = shared
             .backend
-            .finish_acquire(primed, wrote, &self.keys, limit)
-            .and_then(|reply| self.settle(reply, owner, sent, None, limit));
-        match outcome {
-            Ok(attempt) => Some(attempt),
-            Err(e) => {
-                log::debug!("a primed acquire of `{}` failed: {e}", self.keys.name);
-                None
-            }
-        }
+            .finish_acquire(primed, wrote, &self.mutex.keys, by)?;
+        self.mutex.settle(reply, &self.owner, sent, None, by)
     }
 
-    /// The lock's hold, if a thread of this client handed it to this leader.
-    /// Taking it does no I/O, unless it cannot be taken (then it is released through Redis
-    /// within `limit`, the call's bound).
-    fn received(&self, reg: &Registration, limit: Deadline) -> Option<Arc<Hold>> {
-        let gift = reg.take_gift()?;
-        handoff::receive(self.client.shared(), gift, self.terms(), limit)
-    }
-
-    /// Leaves the queue holding `hold` (handed to this leader): the next leader waits for
-    /// the next release or hand-off.
-    fn took(&self, reg: Registration, hold: Arc<Hold>) -> MutexGuard {
-        let seen = reg.epoch();
-        drop(reg.leave_acquired_quietly(seen));
-        MutexGuard::new(self, hold)
-    }
-
-    /// Leaves the queue without having acquired (a deadline or an error), unless a hand-off
-    /// reached this thread in the meantime and nobody else can take it: then the lock is
-    /// held all the same.
-    fn give_up(&self, reg: Registration, limit: Deadline) -> Option<MutexGuard> {
-        let gift = reg.leave_giving_up()?;
-        let hold = handoff::receive(self.client.shared(), gift, self.terms(), limit)?;
-        Some(MutexGuard::new(self, hold))
+    /// A lock handed over by a thread of this client (see `handoff.rs`). Taking it does no
+    /// I/O, unless it cannot be taken (then it is released through Redis within `by`).
+    fn gift(&mut self, gift: Gift, by: Deadline) -> Option<MutexGuard> {
+        let shared = self.mutex.client.shared();
+        let hold = handoff::receive(shared, gift, self.mutex.terms(), by)?;
+        Some(MutexGuard::new(self.mutex, hold))
     }
 }
 

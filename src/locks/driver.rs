@@ -1,0 +1,438 @@
+//! The one waiting driver under every lock type.
+//!
+//! A lock type says how one acquire call talks to Redis: its [`Protocol`] (one attempt, where
+//! its waiters listen, what a wake may bring, how a waiter leaves the server's queue). The
+//! driver owns the rest, the same for every type: the four forms of a call (through its
+//! [`Budget`]), the fast path, the local queue, the sleep until a release (with the next
+//! attempt primed for the subscriber thread where the protocol can prime one), the retries
+//! while Redis cannot be reached, the give-up, and the stats.
+//!
+//! One call goes:
+//!
+//! 1. [`Protocol::enter`]: a re-entry that needs no attempt of the driver's;
+//! 2. the fast path, one attempt, unless threads of this client wait for the lock already
+//!    ([`Protocol::defers`]: they go first) and the call may wait;
+//! 3. the queue: the waiter joins the lock's local queue ([`Queue`]) on its channel, and then,
+//!    in turn: takes what a wake brought (a lock handed over by a thread of this client, a
+//!    grant message), sleeps until a release (bounded by the holder's lease), waits for its
+//!    subscription's confirmation and makes a waiter's attempt, until it holds the lock or its
+//!    deadline passes. A waiter that gives up or fails leaves the server's queue
+//!    ([`Protocol::cancel`]).
+
+use std::time::{Duration, Instant};
+
+use crate::client::shared::Core;
+use crate::error::{Error, Result};
+use crate::locks::time::Budget;
+use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
+use crate::stats::LockType;
+use crate::subscriber::{Gift, Registration, Turn};
+use crate::topology::backend::{Primed, jitter};
+use crate::transport::conn::Deadline;
+
+/// The outcome of one attempt.
+pub(crate) enum Attempt<H> {
+    /// Granted.
+    Held(H),
+    /// Another owner holds the lock for at most `ttl` (or this waiter waits in the server's
+    /// queue). `split`: a quorum lock seen in transition, granted by some masters only.
+    Busy { ttl: Duration, split: bool },
+}
+
+impl<H> Attempt<H> {
+    /// Not granted; try again within `ttl` at the latest.
+    pub(crate) fn busy(ttl: Duration) -> Self {
+        Attempt::Busy { ttl, split: false }
+    }
+}
+
+/// How the waiters of one lock wait in this client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// In line: one waiter at a time asks Redis, the others wait their turn (a mutex, a
+    /// writer, a semaphore, a part of a set, a fair waiter on its own channel).
+    Line,
+    /// Together: every waiter wakes on each release and asks (readers, who may all proceed).
+    Together,
+}
+
+/// What a lock type does in one acquire call; the driver calls it. The defaults are those of
+/// a lock with no hand-off, no priming and no queue on the server.
+pub(crate) trait Protocol {
+    /// What a grant gives the caller (a guard).
+    type Held;
+
+    /// The client the lock was made from.
+    fn core(&self) -> &Core;
+
+    /// The lock's name, in logs.
+    fn name(&self) -> &str;
+
+    /// The channel where the releases this waiter waits for (or its grant) are published.
+    /// A set of locks waits on the lock that blocked it last, so this may change.
+    fn channel(&self) -> &str;
+
+    /// How its waiters queue in this client.
+    fn queue(&self) -> Queue {
+        Queue::Line
+    }
+
+    /// How long a waiter waits at most for its turn before it tries anyway, and sleeps after
+    /// its turn began with a release to wait for (the lease a holder has).
+    fn lease(&self) -> Duration;
+
+    /// Before any attempt: a re-entry that the driver need not try for, or an error.
+    fn enter(&mut self, _budget: &Budget) -> Result<Option<Self::Held>> {
+        Ok(None)
+    }
+
+    /// Whether the first attempt waits in line: threads of this client wait already.
+    fn defers(&self) -> bool {
+        let shared = self.core().shared();
+        shared.subscriber.has_waiters(self.channel())
+    }
+
+    /// One attempt within `by` (and one call's bound). `waiting`: the caller waits for a
+    /// release when it is not granted (it queues, or flags the lock for a publish).
+    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Self::Held>>;
+
+    /// The next waiter's attempt, ready for the subscriber thread to write the moment a
+    /// release message comes; `None` where this protocol or this call cannot prime one.
+    fn prime(&mut self, _by: Deadline) -> Option<Primed> {
+        None
+    }
+
+    /// What the primed attempt that was written says.
+    fn fired(&mut self, fired: Fired, _by: Deadline) -> Result<Attempt<Self::Held>> {
+        self.core().shared().backend.unprime(fired.primed);
+        Ok(Attempt::busy(Duration::ZERO))
+    }
+
+    /// A lock handed to this waiter by a thread of this client; `None` when it cannot take
+    /// it (the gift then goes back through Redis when dropped).
+    fn gift(&mut self, _gift: Gift, _by: Deadline) -> Option<Self::Held> {
+        None
+    }
+
+    /// What a wake brought besides a release: a grant addressed to this waiter.
+    fn woken(&mut self, _reg: &Registration, _by: Deadline) -> Option<Self::Held> {
+        None
+    }
+
+    /// How long a waiter sleeps without news after the holder said `ttl` (see [`sleep_on`]).
+    fn sleep(&self, ttl: Duration, confirmed: bool) -> Duration {
+        sleep_on(ttl, confirmed)
+    }
+
+    /// Leaves the local queue after a grant; `seen`: the release epoch the grant belongs to.
+    fn leave(&self, reg: Registration, seen: u64) {
+        drop(reg.leave_acquired_quietly(seen));
+    }
+
+    /// A waiter that gives up, or fails, leaves the server's queue within `by`: the grant it
+    /// got meanwhile, if any.
+    fn cancel(&mut self, _by: Deadline) -> Result<Option<Self::Held>> {
+        Ok(None)
+    }
+}
+
+/// An acquire call of `p`, by `deadline` (never: waits until held; passed: one attempt),
+/// counted in the client's [`Stats`](crate::Stats) as a lock of type `ty` called `name`.
+pub(crate) fn acquire<P: Protocol>(
+    p: &mut P,
+    ty: LockType,
+    deadline: Deadline,
+) -> Result<Option<P::Held>> {
+    let core = p.core().clone();
+    let name = p.name().to_owned();
+    counted(&core, ty, &name, deadline, || {
+        let budget = Budget::new(core.shared(), deadline);
+        drive(p, &budget)
+    })
+}
+
+/// `call`, counted as an acquire of a lock of type `ty` called `name` by `deadline`.
+pub(crate) fn counted<H>(
+    core: &Core,
+    ty: LockType,
+    name: &str,
+    deadline: Deadline,
+    call: impl FnOnce() -> Result<Option<H>>,
+) -> Result<Option<H>> {
+    core.shared()
+        .stats
+        .acquire(ty, name, deadline.instant(), call)
+}
+
+/// The outcome of a call that waits without a deadline: it ends holding the lock or with an
+/// error.
+pub(crate) fn held<H>(outcome: Result<Option<H>>, what: &'static str) -> Result<H> {
+    outcome?.ok_or(Error::timeout(what))
+}
+
+/// One acquire call of `p` within `budget`: the fast path, then the queue.
+pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
+    if let Some(h) = p.enter(budget)? {
+        return Ok(Some(h));
+    }
+    if budget.past() || !p.defers() {
+        match first(p, budget)? {
+            Attempt::Held(h) => return Ok(Some(h)),
+            Attempt::Busy { .. } if budget.past() => return Ok(None),
+            Attempt::Busy { .. } => {}
+        }
+    }
+    wait(p, budget)
+}
+
+/// The first attempt: exactly one when the deadline has passed, else retried while Redis
+/// cannot be reached.
+fn first<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Attempt<P::Held>> {
+    if budget.past() {
+        p.attempt(false, budget.limit)
+    } else {
+        attempt_retrying(p, false, budget)
+    }
+}
+
+/// Attempts until one gets an answer (see [`retrying`]).
+fn attempt_retrying<P: Protocol>(
+    p: &mut P,
+    waiting: bool,
+    budget: &Budget,
+) -> Result<Attempt<P::Held>> {
+    let core = p.core().clone();
+    let name = p.name().to_owned();
+    retrying(&core, &name, budget, |by| p.attempt(waiting, by))
+}
+
+/// Leaves without the lock (a deadline), unless a lock handed over or granted meanwhile
+/// cannot go to anyone else: then the call holds it all the same.
+fn give_up<P: Protocol>(
+    p: &mut P,
+    reg: Option<Registration>,
+    budget: &Budget,
+) -> Result<Option<P::Held>> {
+    if let Some(gift) = reg.and_then(Registration::leave_giving_up)
+        && let Some(h) = p.gift(gift, budget.limit)
+    {
+        return Ok(Some(h));
+    }
+    p.cancel(budget.limit)
+}
+
+/// How many quick retries a quorum waiter makes after a release message when the lock is in
+/// transition (granted by some masters only): the release it heard may not have reached the
+/// other masters yet.
+const SPLIT_RETRIES: u32 = 4;
+
+/// A waiter in a lock's local queue.
+struct Waiter {
+    reg: Registration,
+    /// The channel it joined.
+    channel: String,
+    /// What it does next: wait for a release after an epoch, or try at once.
+    turn: Turn,
+    /// Until when it sleeps without news: the TTL its last attempt returned.
+    bound: Deadline,
+    /// Quick retries left for a quorum lock seen in transition.
+    split_retries: u32,
+}
+
+/// How a waiter leaves the local queue.
+enum Exit<H> {
+    /// Holding the lock; the grant belongs to the release after this epoch.
+    Held(H, u64),
+    /// Without it: the deadline passed.
+    GiveUp,
+    /// Without it: an attempt failed.
+    Failed(Error),
+    /// To wait in another lock's queue (a set of locks blocked by another of its locks).
+    Moved,
+}
+
+/// What a sleep until a release ended with.
+enum Woke<H> {
+    /// Leave the queue.
+    Exit(Exit<H>),
+    /// A primed attempt found the lock taken again: sleep until the next release.
+    Busy(Duration),
+    /// Try now.
+    Try,
+}
+
+/// Waits in the local queue until the call is done, on one channel or, for a set of locks,
+/// on the channel of the lock that blocks it.
+fn wait<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
+    loop {
+        let Some(mut w) = Waiter::join(p, budget) else {
+            return give_up(p, None, budget);
+        };
+        match w.run(p, budget) {
+            Exit::Held(h, seen) => {
+                p.leave(w.reg, seen);
+                return Ok(Some(h));
+            }
+            Exit::GiveUp => return give_up(p, Some(w.reg), budget),
+            // A lock handed over or granted meanwhile is held all the same.
+            Exit::Failed(e) => {
+                return match give_up(p, Some(w.reg), budget) {
+                    Ok(Some(h)) => Ok(Some(h)),
+                    _ => Err(e),
+                };
+            }
+            Exit::Moved => {}
+        }
+    }
+}
+
+impl Waiter {
+    /// Joins the queue on the protocol's channel and waits for its turn; `None` when the
+    /// deadline passed first.
+    fn join<P: Protocol>(p: &P, budget: &Budget) -> Option<Waiter> {
+        let shared = p.core().shared();
+        let channel = p.channel().to_owned();
+        let (reg, turn) = match p.queue() {
+            Queue::Together => (shared.subscriber.join_all(&channel), Turn::TryNow),
+            Queue::Line => {
+                let reg = shared.subscriber.join(&channel);
+                let turn = reg.wait_turn(budget.deadline.instant(), p.lease())?;
+                (reg, turn)
+            }
+        };
+        Some(Waiter {
+            reg,
+            channel,
+            turn,
+            bound: Deadline::after(p.lease()),
+            split_retries: 0,
+        })
+    }
+
+    /// Waits in turn until it leaves the queue.
+    fn run<P: Protocol>(&mut self, p: &mut P, budget: &Budget) -> Exit<P::Held> {
+        loop {
+            if let Some(h) = self.received(p, budget) {
+                return Exit::Held(h, self.reg.epoch());
+            }
+            if let Turn::WaitFrom(seen) = self.turn {
+                match self.sleep(p, seen, budget) {
+                    Woke::Exit(exit) => return exit,
+                    Woke::Busy(ttl) => {
+                        self.bound = Deadline::after(p.sleep(ttl, self.reg.confirmed()));
+                        self.turn = Turn::WaitFrom(seen + 1);
+                        continue;
+                    }
+                    Woke::Try => {}
+                }
+            }
+            if let Some(exit) = self.try_once(p, budget) {
+                return exit;
+            }
+            if budget.past() {
+                return Exit::GiveUp;
+            }
+            if p.channel() != self.channel {
+                return Exit::Moved;
+            }
+        }
+    }
+
+    /// A lock handed to this waiter (by a thread of this client, or a grant addressed to it).
+    fn received<P: Protocol>(&self, p: &mut P, budget: &Budget) -> Option<P::Held> {
+        if let Some(gift) = self.reg.take_gift()
+            && let Some(h) = p.gift(gift, budget.limit)
+        {
+            return Some(h);
+        }
+        p.woken(&self.reg, budget.limit)
+    }
+
+    /// Sleeps until a release after epoch `seen`, bounded by the holder's lease and the
+    /// deadline, with the next attempt primed where the protocol can prime one.
+    fn sleep<P: Protocol>(&mut self, p: &mut P, seen: u64, budget: &Budget) -> Woke<P::Held> {
+        let until = budget.deadline.min(self.bound);
+        let fired = self.wait_release(p, seen, until, budget);
+        if let Some(Attempt::Held(h)) = fired {
+            // Any gift that came meanwhile is stale, as after a waiter's attempt.
+            return Woke::Exit(Exit::Held(h, seen + 1));
+        }
+        if let Some(h) = self.received(p, budget) {
+            return Woke::Exit(Exit::Held(h, self.reg.epoch()));
+        }
+        if budget.past() {
+            return Woke::Exit(Exit::GiveUp);
+        }
+        if let Some(Attempt::Busy { ttl, .. }) = fired {
+            return Woke::Busy(ttl);
+        }
+        if self.reg.epoch() != seen {
+            self.split_retries = SPLIT_RETRIES;
+        }
+        Woke::Try
+    }
+
+    /// [`Registration::wait_release`] until `until` (a far bound when none), with the
+    /// protocol's next attempt primed. The fired attempt's outcome; `None` when nothing was
+    /// fired, or the fired call failed (the plain path then retries the same request, which
+    /// answers as the first did).
+    fn wait_release<P: Protocol>(
+        &self,
+        p: &mut P,
+        seen: u64,
+        until: Deadline,
+        budget: &Budget,
+    ) -> Option<Attempt<P::Held>> {
+        let until = until.instant().unwrap_or_else(|| Instant::now() + FAR);
+        let Some(primed) = p.prime(budget.limit) else {
+            self.reg.wait_release(seen, until);
+            return None;
+        };
+        let fired = wait_release_firing(p.core().shared(), &self.reg, primed, seen, until)?;
+        match p.fired(fired, budget.limit) {
+            Ok(attempt) => Some(attempt),
+            Err(e) => {
+                log::debug!("a primed acquire of `{}` failed: {e}", p.name());
+                None
+            }
+        }
+    }
+
+    /// A waiter's attempt, once its subscription is confirmed (a release before the
+    /// SUBSCRIBE took effect would be missed) and no release of this client gives way to
+    /// other processes' waiters. `Some` when the waiter leaves the queue.
+    fn try_once<P: Protocol>(&mut self, p: &mut P, budget: &Budget) -> Option<Exit<P::Held>> {
+        let shared = p.core().shared();
+        let confirmed = self
+            .reg
+            .wait_confirmed(shared.config.confirm_by(budget.deadline.instant()));
+        let give_way = budget.deadline.min(Deadline::after(p.lease()));
+        let give_way = give_way.instant().unwrap_or_else(|| Instant::now() + FAR);
+        self.reg.wait_give_way(give_way);
+        if let Some(h) = self.received(p, budget) {
+            return Some(Exit::Held(h, self.reg.epoch()));
+        }
+        let seen = self.reg.epoch();
+        match attempt_retrying(p, true, budget) {
+            // A hand-off that reached this waiter meanwhile passes a lock that is not on the
+            // server any more (this attempt found it free): leaving drops it, which changes
+            // nothing there.
+            Ok(Attempt::Held(h)) => Some(Exit::Held(h, seen)),
+            Ok(Attempt::Busy { ttl, split }) => {
+                let wait = if split && self.split_retries > 0 {
+                    self.split_retries -= 1;
+                    jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - self.split_retries)))
+                } else {
+                    p.sleep(ttl, confirmed && self.reg.confirmed())
+                };
+                self.bound = Deadline::after(wait);
+                self.turn = Turn::WaitFrom(seen);
+                None
+            }
+            Err(e) => Some(Exit::Failed(e)),
+        }
+    }
+}
+
+/// A bound far enough to mean "until woken" for a sleep without a deadline.
+const FAR: Duration = crate::transport::conn::MAX_SOCKET_TIMEOUT;
