@@ -318,11 +318,12 @@ impl Waiter {
             if let Turn::WaitFrom(seen) = self.turn {
                 match self.sleep(p, seen, budget) {
                     Woke::Exit(exit) => return exit,
-                    Woke::Busy(ttl) => {
+                    Woke::Busy(ttl) if p.channel() == self.channel => {
                         self.bound = Deadline::after(p.sleep(ttl, self.reg.confirmed()));
                         self.turn = Turn::WaitFrom(seen + 1);
                         continue;
                     }
+                    Woke::Busy(_) => return Exit::Moved,
                     Woke::Try => {}
                 }
             }

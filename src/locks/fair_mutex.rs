@@ -55,17 +55,15 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::family::{self, ask, eval_twice};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release};
-use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::lease::{Lease, Release, release_by_script};
 use crate::protocol::family::{self as calls, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{
-    self, AcquireReply, Holder as Who, Kind, Level, Live, ReleaseReply,
-};
+use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Kind, Level, Live};
 use crate::stats::LockType;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
@@ -572,20 +570,22 @@ impl Protocol for Acquire<'_> {
             self.mutex.client.shared().unwatch(&h, Duration::ZERO);
         }
         let v = self.mutex.cancel(&self.owner, &self.request, by)?;
-        Ok(match (self.mutex.parse(&v, &self.request, "fair cancel")?, since) {
-            (
-                AcquireReply::Held {
-                    token,
-                    count,
-                    acquisition,
-                    ..
-                },
-                Some(since),
-            ) => self
-                .mutex
-                .take(&self.owner, &acquisition, token, count, since, by),
-            _ => None,
-        })
+        Ok(
+            match (self.mutex.parse(&v, &self.request, "fair cancel")?, since) {
+                (
+                    AcquireReply::Held {
+                        token,
+                        count,
+                        acquisition,
+                        ..
+                    },
+                    Some(since),
+                ) => self
+                    .mutex
+                    .take(&self.owner, &acquisition, token, count, since, by),
+                _ => None,
+            },
+        )
     }
 }
 
@@ -776,43 +776,19 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     } else {
         Level::Inner
     };
-    let call = release_call(&mutex.keys, hold.holder(), level);
-    let backend = &shared.backend;
-    // The retry takes a new connection (a failure clears the pool), within the same bound.
     // The first attempt may have released the last level before its reply was lost (the lock
-    // then moved to the release marker, or was granted to the next waiter with a copy there),
-    // or never ran (Redis restarted empty): the same call, retried, tells them apart by the
-    // marker, and what it cannot tell is a loss.
-    let reply = match backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by),
-        other => other,
-    };
-    let reply = match reply {
-        Err(e) if !was_held => {
-            log::debug!("release of a lost lock `{}` failed: {e}", mutex.name());
-            return Err(Error::LeaseLost);
-        }
-        other => other?,
-    };
-    match scripts::parse_release(&reply) {
-        Some(ReleaseReply::Released { .. }) => Ok(()),
-        Some(ReleaseReply::ReleasedBefore) if was_held => Ok(()),
-        Some(ReleaseReply::ReleasedBefore) => Err(Error::LeaseLost),
-        // An inner level finds the lease lost while outer guards still live: they are told,
-        // and the loss is reported once.
-        Some(ReleaseReply::Missing) => {
-            shared.report_lost(hold);
-            Err(Error::LeaseLost)
-        }
-        Some(ReleaseReply::OtherOwner) => {
-            shared.report_lost(hold);
-            Err(Error::NotOwner)
-        }
-        Some(ReleaseReply::Foreign) => Err(Error::ForeignKey {
-            key: mutex.keys.lock.clone(),
-        }),
-        None => Err(scripts::unexpected("fair release", &reply)),
-    }
+    // then moved to the release marker, or was granted to the next waiter with a copy there).
+    let call = release_call(&mutex.keys, hold.holder(), level);
+    let key = &mutex.keys.lock;
+    release_by_script(
+        &mutex.client,
+        &call,
+        "fair release",
+        hold,
+        was_held,
+        key,
+        by,
+    )
 }
 
 // A handle is shared across threads by design; a guard is not (see above).

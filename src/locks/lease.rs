@@ -2,14 +2,17 @@
 //! [`Hold`] (`is_held`, `check`, `validity`), and released exactly once, by `unlock` or, best
 //! effort, on drop (a failure then logged at `warn`). The lock type says how a level is
 //! released ([`Release`]); the guard types add what is their own (a fencing token, a permit
-//! count) and their docs.
+//! count) and their docs. A release's reply means the same for every lock type
+//! ([`released`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::shared::Core;
-use crate::error::Result;
+use crate::client::shared::{Core, Shared};
+use crate::error::{Error, Result};
+use crate::locks::family::eval_twice;
 use crate::protocol::hold::Hold;
+use crate::protocol::scripts::{self, Call, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
 
@@ -120,4 +123,64 @@ impl Drop for Lease {
 /// The bound of a release: one connect and one command timeout.
 fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
+}
+
+/// Runs the release `call` of the script `what` for `hold` within `by`, retried once on a new
+/// connection (a failure clears the pool): the first attempt may have released before its reply
+/// was lost, or never ran (Redis restarted empty), and the same call, retried, tells them apart
+/// by the release marker the first attempt left; what it cannot tell is a loss. `was_held`:
+/// the lease was known valid before the release; `foreign`: the lock's key, named when it holds
+/// something else.
+pub(crate) fn release_by_script(
+    core: &Core,
+    call: &Call,
+    what: &str,
+    hold: &Arc<Hold>,
+    was_held: bool,
+    foreign: &str,
+    by: Deadline,
+) -> Result<()> {
+    let reply = eval_twice(core, call, by)
+        .and_then(|v| scripts::parse_release(&v).ok_or_else(|| scripts::unexpected(what, &v)));
+    released(core.shared(), hold, was_held, foreign, reply)
+}
+
+/// What a release's `reply` means for `hold` (see [`release_by_script`] for the rest): `Ok`
+/// only where the server shows this acquisition's level released, by this call or by its first
+/// attempt; a loss is reported once.
+pub(crate) fn released(
+    shared: &Shared,
+    hold: &Arc<Hold>,
+    was_held: bool,
+    foreign: &str,
+    reply: Result<ReleaseReply>,
+) -> Result<()> {
+    let reply = match reply {
+        // Redis could not be asked, but the lease was known lost already: that is the news.
+        Err(e) if !was_held => {
+            log::debug!("release of a lost lock `{}` failed: {e}", hold.keys.name);
+            return Err(Error::LeaseLost);
+        }
+        other => other?,
+    };
+    match reply {
+        ReleaseReply::Released { .. } => Ok(()),
+        // A retry after a lost reply: the first attempt released it, and nobody held the lock
+        // in between; unless the lease was known lost before.
+        ReleaseReply::ReleasedBefore if was_held => Ok(()),
+        ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
+        // An inner level finds the lease lost while outer guards still live: they are told,
+        // and the loss is reported once.
+        ReleaseReply::Missing => {
+            shared.report_lost(hold);
+            Err(Error::LeaseLost)
+        }
+        ReleaseReply::OtherOwner => {
+            shared.report_lost(hold);
+            Err(Error::NotOwner)
+        }
+        ReleaseReply::Foreign => Err(Error::ForeignKey {
+            key: foreign.to_owned(),
+        }),
+    }
 }

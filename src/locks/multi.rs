@@ -50,16 +50,15 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
-use crate::locks::family::eval_twice;
 use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::family::eval_twice;
+use crate::locks::lease::released;
 use crate::locks::time::Budget;
 use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::{self, LockKeys};
-use crate::protocol::scripts::{
-    self, Holder, Leaving, Level, Live, Member, MultiReply, ReleaseReply,
-};
+use crate::protocol::scripts::{self, Holder, Leaving, Level, Live, Member, MultiReply};
 use crate::stats::{Held, LockType};
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
@@ -480,7 +479,10 @@ impl Protocol for Part<'_> {
     /// holds one of them: waiting behind threads that wait for its own lock would never end.
     fn defers(&self) -> bool {
         let shared = self.set.client.shared();
-        let queued = self.part.iter().any(|k| shared.subscriber.has_waiters(&k.channel));
+        let queued = self
+            .part
+            .iter()
+            .any(|k| shared.subscriber.has_waiters(&k.channel));
         queued && !self.part.iter().any(|k| shared.holds_locally(k))
     }
 
@@ -595,25 +597,7 @@ fn release_part(
         .ok_or_else(|| scripts::unexpected("multi_release", &v))?;
     let mut first = None;
     for ((h, _, was_held), reply) in levels.iter().zip(replies) {
-        let outcome = match reply {
-            ReleaseReply::Released { .. } => Ok(()),
-            // A retry after a lost reply: the first attempt released it; unless the lease was
-            // known lost before.
-            ReleaseReply::ReleasedBefore if *was_held => Ok(()),
-            ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
-            ReleaseReply::Missing => {
-                shared.report_lost(h);
-                Err(Error::LeaseLost)
-            }
-            ReleaseReply::OtherOwner => {
-                shared.report_lost(h);
-                Err(Error::NotOwner)
-            }
-            ReleaseReply::Foreign => Err(Error::ForeignKey {
-                key: h.keys.lock.clone(),
-            }),
-        };
-        if let Err(e) = outcome {
+        if let Err(e) = released(shared, h, *was_held, &h.keys.lock, Ok(reply)) {
             first.get_or_insert(e);
         }
     }

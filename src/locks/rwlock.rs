@@ -44,10 +44,10 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::locks::driver::{self, Attempt, Protocol, Queue};
 use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release};
-use crate::locks::driver::{self, Attempt, Protocol, Queue};
+use crate::locks::lease::{Lease, Release, release_by_script};
 use crate::locks::time::Budget;
 use crate::locks::wait::{retrying, sleep_on};
 use crate::protocol::family::{self, Shape};
@@ -558,7 +558,11 @@ impl Protocol for Acquire<'_> {
     /// Every waiting reader of this client wakes on each message: they may all proceed. One
     /// writer per client asks Redis at a time; the others queue locally.
     fn queue(&self) -> Queue {
-        if self.read { Queue::Together } else { Queue::Line }
+        if self.read {
+            Queue::Together
+        } else {
+            Queue::Line
+        }
     }
 
     fn lease(&self) -> Duration {
@@ -571,7 +575,13 @@ impl Protocol for Acquire<'_> {
         if let Some(h) = self.lock.reenter(self.read, budget)? {
             return Ok(Some(h));
         }
-        if !self.read && self.lock.client.shared().holds_locally(&self.lock.read_keys) {
+        if !self.read
+            && self
+                .lock
+                .client
+                .shared()
+                .holds_locally(&self.lock.read_keys)
+        {
             return Err(Error::config(
                 "write",
                 "the calling thread holds a read lock of this RwLock; release it before writing",
@@ -582,7 +592,13 @@ impl Protocol for Acquire<'_> {
 
     /// A reader tries at once whoever waits: readers do not exclude one another.
     fn defers(&self) -> bool {
-        !self.read && self.lock.client.shared().subscriber.has_waiters(self.channel())
+        !self.read
+            && self
+                .lock
+                .client
+                .shared()
+                .subscriber
+                .has_waiters(self.channel())
     }
 
     /// A waiter's attempt registers it as a waiter on the server.
@@ -645,38 +661,8 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
         &lock.write_keys
     };
     let call = family::rw_release(keys, hold.holder(), read);
-    let backend = &shared.backend;
-    // The retry takes a new connection (a failure clears the pool), within the same bound.
-    // The first attempt may have released before its reply was lost, or never ran (Redis
-    // restarted empty): the same call, retried, tells them apart by the release marker the
-    // first attempt left, and what it cannot tell is a loss.
-    let reply = match backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by),
-        other => other,
-    };
-    match reply {
-        Err(e) if !was_held => {
-            log::debug!("release of a lost lock `{}` failed: {e}", lock.name());
-            Err(Error::LeaseLost)
-        }
-        Err(e) => Err(e),
-        Ok(Value::Int(0)) => Ok(()),
-        // A retry after a lost reply: the first attempt released it; unless the lease was
-        // known lost before.
-        Ok(Value::Int(-4)) if was_held => Ok(()),
-        Ok(Value::Int(-1 | -4)) => {
-            shared.report_lost(hold);
-            Err(Error::LeaseLost)
-        }
-        Ok(Value::Int(-2)) => {
-            shared.report_lost(hold);
-            Err(Error::NotOwner)
-        }
-        Ok(Value::Int(-3)) => Err(Error::ForeignKey {
-            key: lock.write_keys.lock.clone(),
-        }),
-        Ok(v) => Err(scripts::unexpected("rw release", &v)),
-    }
+    let key = &lock.write_keys.lock;
+    release_by_script(&lock.client, &call, "rw release", hold, was_held, key, by)
 }
 
 macro_rules! guard {

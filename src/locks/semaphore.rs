@@ -26,10 +26,10 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release};
-use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::lease::{Lease, Release, release_by_script};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
@@ -522,40 +522,21 @@ impl Release for Semaphore {
 impl Semaphore {
     /// Gives the permits of `hold` back within `by`.
     fn give_back(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        let sem = self;
-        let shared = sem.client.shared();
+        let shared = self.client.shared();
         let was_held = hold.is_held();
         // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
         shared.unwatch(hold, by.left().unwrap_or(Duration::MAX));
-        let call = family::sem_release(&sem.keys, hold.holder());
-        let backend = &shared.backend;
-        // The retry takes a new connection (a failure clears the pool), within the same bound.
-        // The first attempt may have released before its reply was lost, or never ran (Redis
-        // restarted empty): the same call, retried, tells them apart by the release marker the
-        // first attempt left, and what it cannot tell is a loss.
-        let reply = match backend.eval_single(&call, by) {
-            Err(e) if e.is_retriable() && !by.passed() => backend.eval_single(&call, by),
-            other => other,
-        };
-        match reply {
-            Err(e) if !was_held => {
-                log::debug!("release of a lost permit of `{}` failed: {e}", sem.name());
-                Err(Error::LeaseLost)
-            }
-            Err(e) => Err(e),
-            Ok(Value::Int(0)) => Ok(()),
-            // A retry after a lost reply: the first attempt released it; unless the lease
-            // was known lost before.
-            Ok(Value::Int(-4)) if was_held => Ok(()),
-            Ok(Value::Int(-1 | -4)) => {
-                shared.report_lost(hold);
-                Err(Error::LeaseLost)
-            }
-            Ok(Value::Int(-3)) => Err(Error::ForeignKey {
-                key: sem.keys.lock.clone(),
-            }),
-            Ok(v) => Err(scripts::unexpected("semaphore release", &v)),
-        }
+        let call = family::sem_release(&self.keys, hold.holder());
+        let key = &self.keys.lock;
+        release_by_script(
+            &self.client,
+            &call,
+            "semaphore release",
+            hold,
+            was_held,
+            key,
+            by,
+        )
     }
 }
 

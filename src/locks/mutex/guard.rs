@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::handoff::{self, GivingWay};
 use crate::client::shared::Shared;
-use crate::error::{Error, Result};
-use crate::locks::lease::{Lease, Release};
+use crate::error::Result;
+use crate::locks::lease::{Lease, Release, released};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
@@ -220,7 +220,7 @@ pub(crate) fn release(
     // Threads of this client wait for the lock: their waits did not all begin with an
     // acquire that flagged it, so the release publishes for them (see `handoff.rs`).
     let publish = level == Level::Outermost && shared.subscriber.has_waiters(&keys.channel);
-    let reply = match shared.backend.release(
+    let reply = shared.backend.release(
         keys,
         &hold.acquisition,
         &request,
@@ -229,41 +229,16 @@ pub(crate) fn release(
         level,
         publish,
         by,
-    ) {
-        // Redis could not be asked, but the lease was known lost already: that is the news.
-        Err(e) if !was_held => {
-            log::debug!("release of a lost lock `{}` failed: {e}", keys.name);
-            return Err(Error::LeaseLost);
-        }
-        other => other?,
-    };
-    match reply {
-        ReleaseReply::Released {
+    );
+    if let (
+        Ok(ReleaseReply::Released {
             remaining: 0,
             listeners,
-        } => {
-            if let Some(g) = giving_way {
-                g.settle(listeners);
-            }
-            Ok(())
-        }
-        ReleaseReply::Released { .. } => Ok(()),
-        // A retry after a lost reply: the first attempt released it, and nobody held the lock
-        // between this acquisition and that release; unless the lease was known lost before.
-        ReleaseReply::ReleasedBefore if was_held => Ok(()),
-        ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
-        // An inner level finds the lease lost while outer guards still live: they are told,
-        // and the loss is reported once.
-        ReleaseReply::Missing => {
-            shared.report_lost(hold);
-            Err(Error::LeaseLost)
-        }
-        ReleaseReply::OtherOwner => {
-            shared.report_lost(hold);
-            Err(Error::NotOwner)
-        }
-        ReleaseReply::Foreign => Err(Error::ForeignKey {
-            key: keys.lock.clone(),
         }),
+        Some(g),
+    ) = (&reply, giving_way)
+    {
+        g.settle(*listeners);
     }
+    released(shared, hold, was_held, &keys.lock, reply)
 }

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
+use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::holder::Holder;
 use crate::locks::lease::Release;
-use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
@@ -378,7 +378,10 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self) -> Result<MutexGuard> {
-        driver::held(self.acquire(Deadline::NONE), "lock() ended without the lock")
+        driver::held(
+            self.acquire(Deadline::NONE),
+            "lock() ended without the lock",
+        )
     }
 
     /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
