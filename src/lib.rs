@@ -353,6 +353,7 @@
 
 mod client;
 mod error;
+mod kind;
 mod locks;
 mod protocol;
 mod redlock;

@@ -8,29 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The lock types, as the `type` label of the metrics names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LockType {
-    Mutex,
-    FairMutex,
-    RwLock,
-    Semaphore,
-    MultiMutex,
-}
-
-impl LockType {
-    /// The `type` label's value.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            LockType::Mutex => "mutex",
-            LockType::FairMutex => "fair_mutex",
-            LockType::RwLock => "rw_lock",
-            LockType::Semaphore => "semaphore",
-            LockType::MultiMutex => "multi_mutex",
-        }
-    }
-}
+use crate::kind::Kind;
 
 thread_local! {
     /// Set when the calling thread joins a lock's wait queue: its acquire call had to wait.
@@ -78,15 +56,15 @@ impl Counters {
         }
     }
 
-    /// Runs one acquire call of a lock of type `ty` called `name`, whose deadline is
-    /// `deadline`, and counts its outcome: an acquisition (with its wait, and whether it
-    /// waited in a queue), a deadline that passed (`timed_out`, or `busy` for a call whose
-    /// deadline had passed when it began), or an error.
+    /// Runs one acquire call of a lock of kind `kind` called `name` and counts its outcome: an
+    /// acquisition (with its wait, and whether it waited in a queue), a deadline that passed
+    /// (`timed_out` for a call that `may_wait`, or `busy` for one whose deadline had passed
+    /// when it began), or an error.
     pub(crate) fn acquire<G, E>(
         &self,
-        ty: LockType,
+        kind: Kind,
         name: &str,
-        deadline: Option<Instant>,
+        may_wait: bool,
         call: impl FnOnce() -> Result<Option<G>, E>,
     ) -> Result<Option<G>, E> {
         WAITED.with(|w| w.set(false));
@@ -101,19 +79,19 @@ impl Counters {
                     bump(&self.contended);
                 }
                 self.wait.record(wait);
-                metrics::acquired(self, ty, name, waited, wait);
+                metrics::acquired(self, kind, name, waited, wait);
             }
-            Ok(None) if deadline.is_some_and(|d| d > start) => {
+            Ok(None) if may_wait => {
                 bump(&self.timed_out);
-                metrics::counter(self, "locksmith_timed_out_total", ty, name);
+                metrics::counter(self, "locksmith_timed_out_total", kind, name);
             }
             Ok(None) => {
                 bump(&self.busy);
-                metrics::counter(self, "locksmith_busy_total", ty, name);
+                metrics::counter(self, "locksmith_busy_total", kind, name);
             }
             Err(_) => {
                 bump(&self.failed);
-                metrics::counter(self, "locksmith_failed_total", ty, name);
+                metrics::counter(self, "locksmith_failed_total", kind, name);
             }
         }
         outcome
@@ -121,38 +99,38 @@ impl Counters {
 
     /// Counts an acquisition by local hand-off (made within an acquire call, which counts it
     /// as an acquisition too).
-    pub(crate) fn acquired_locally(&self, ty: LockType, name: &str) {
+    pub(crate) fn acquired_locally(&self, kind: Kind, name: &str) {
         bump(&self.acquired_locally);
-        metrics::counter(self, "locksmith_acquired_locally_total", ty, name);
+        metrics::counter(self, "locksmith_acquired_locally_total", kind, name);
     }
 
-    /// Starts the hold of a guard of a lock of type `ty` called `name`: counted as held until
+    /// Starts the hold of a guard of a lock of kind `kind` called `name`: counted as held until
     /// the returned [`Held`] is dropped, which records the hold time.
-    pub(crate) fn held(self: &Arc<Self>, ty: LockType, name: &str) -> Held {
-        metrics::held(self, ty, name, 1.0);
+    pub(crate) fn held(self: &Arc<Self>, kind: Kind, name: &str) -> Held {
+        metrics::held(self, kind, name, 1.0);
         Held {
             counters: Arc::clone(self),
-            ty,
+            kind,
             name: self.name_label.then(|| name.to_owned()),
             since: Instant::now(),
         }
     }
 
     /// Counts a lease lost while held.
-    pub(crate) fn lease_lost(&self, ty: LockType, name: &str) {
+    pub(crate) fn lease_lost(&self, kind: Kind, name: &str) {
         bump(&self.leases_lost);
-        metrics::counter(self, "locksmith_leases_lost_total", ty, name);
+        metrics::counter(self, "locksmith_leases_lost_total", kind, name);
     }
 
     /// Counts one renewal of a lease: `extended`, or failed (no answer in time, or the lease
     /// was gone).
-    pub(crate) fn renewal(&self, ty: LockType, name: &str, extended: bool) {
+    pub(crate) fn renewal(&self, kind: Kind, name: &str, extended: bool) {
         if extended {
             bump(&self.renewals);
-            metrics::counter(self, "locksmith_renewals_total", ty, name);
+            metrics::counter(self, "locksmith_renewals_total", kind, name);
         } else {
             bump(&self.renewal_failures);
-            metrics::counter(self, "locksmith_renewal_failures_total", ty, name);
+            metrics::counter(self, "locksmith_renewal_failures_total", kind, name);
         }
     }
 
@@ -195,7 +173,7 @@ impl Counters {
 pub(crate) struct Held {
     counters: Arc<Counters>,
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    ty: LockType,
+    kind: Kind,
     /// The lock's name, kept only for a `name` label.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     name: Option<String>,
@@ -216,7 +194,7 @@ impl Drop for Held {
         let c = &self.counters;
         bump(&c.released);
         c.hold.record(hold);
-        metrics::released(c, self.ty, self.name.as_deref(), hold);
+        metrics::released(c, self.kind, self.name.as_deref(), hold);
     }
 }
 
@@ -454,11 +432,12 @@ impl Histogram {
 /// application installed; none: they cost a check of the global recorder).
 #[cfg(feature = "metrics")]
 mod metrics {
-    use crate::stats::{Counters, LockType};
+    use crate::kind::Kind;
+    use crate::stats::Counters;
     use std::time::Duration;
 
-    fn labels(c: &Counters, ty: LockType, name: Option<&str>) -> Vec<::metrics::Label> {
-        let mut l = vec![::metrics::Label::new("type", ty.label())];
+    fn labels(c: &Counters, kind: Kind, name: Option<&str>) -> Vec<::metrics::Label> {
+        let mut l = vec![::metrics::Label::new("type", kind.label())];
         if c.name_label
             && let Some(n) = name
         {
@@ -467,12 +446,12 @@ mod metrics {
         l
     }
 
-    pub(super) fn counter(c: &Counters, metric: &'static str, ty: LockType, name: &str) {
-        ::metrics::counter!(metric, labels(c, ty, Some(name))).increment(1);
+    pub(super) fn counter(c: &Counters, metric: &'static str, kind: Kind, name: &str) {
+        ::metrics::counter!(metric, labels(c, kind, Some(name))).increment(1);
     }
 
-    pub(super) fn acquired(c: &Counters, ty: LockType, name: &str, waited: bool, wait: Duration) {
-        let l = labels(c, ty, Some(name));
+    pub(super) fn acquired(c: &Counters, kind: Kind, name: &str, waited: bool, wait: Duration) {
+        let l = labels(c, kind, Some(name));
         ::metrics::counter!("locksmith_acquired_total", l.clone()).increment(1);
         if waited {
             ::metrics::counter!("locksmith_contended_total", l.clone()).increment(1);
@@ -480,12 +459,12 @@ mod metrics {
         ::metrics::histogram!("locksmith_wait_seconds", l).record(wait.as_secs_f64());
     }
 
-    pub(super) fn held(c: &Counters, ty: LockType, name: &str, by: f64) {
-        ::metrics::gauge!("locksmith_held", labels(c, ty, Some(name))).increment(by);
+    pub(super) fn held(c: &Counters, kind: Kind, name: &str, by: f64) {
+        ::metrics::gauge!("locksmith_held", labels(c, kind, Some(name))).increment(by);
     }
 
-    pub(super) fn released(c: &Counters, ty: LockType, name: Option<&str>, hold: Duration) {
-        let l = labels(c, ty, name);
+    pub(super) fn released(c: &Counters, kind: Kind, name: Option<&str>, hold: Duration) {
+        let l = labels(c, kind, name);
         ::metrics::gauge!("locksmith_held", l.clone()).decrement(1.0);
         ::metrics::counter!("locksmith_released_total", l.clone()).increment(1);
         ::metrics::histogram!("locksmith_hold_seconds", l).record(hold.as_secs_f64());
@@ -503,13 +482,14 @@ mod metrics {
 /// Without the `metrics` feature: nothing to report.
 #[cfg(not(feature = "metrics"))]
 mod metrics {
-    use crate::stats::{Counters, LockType};
+    use crate::kind::Kind;
+    use crate::stats::Counters;
     use std::time::Duration;
 
-    pub(super) fn counter(_: &Counters, _: &'static str, _: LockType, _: &str) {}
-    pub(super) fn acquired(_: &Counters, _: LockType, _: &str, _: bool, _: Duration) {}
-    pub(super) fn held(_: &Counters, _: LockType, _: &str, _: f64) {}
-    pub(super) fn released(_: &Counters, _: LockType, _: Option<&str>, _: Duration) {}
+    pub(super) fn counter(_: &Counters, _: &'static str, _: Kind, _: &str) {}
+    pub(super) fn acquired(_: &Counters, _: Kind, _: &str, _: bool, _: Duration) {}
+    pub(super) fn held(_: &Counters, _: Kind, _: &str, _: f64) {}
+    pub(super) fn released(_: &Counters, _: Kind, _: Option<&str>, _: Duration) {}
     pub(super) fn reconnected() {}
     pub(super) fn clock_jumped() {}
 }
@@ -558,20 +538,14 @@ mod tests {
     #[test]
     fn an_acquire_call_counts_once() {
         let c = Counters::new(false);
-        let now = Instant::now();
-        let _ = c.acquire(LockType::Mutex, "a", None, || Ok::<_, ()>(Some(())));
-        let _ = c.acquire(LockType::Mutex, "a", None, || {
+        let _ = c.acquire(Kind::Mutex, "a", true, || Ok::<_, ()>(Some(())));
+        let _ = c.acquire(Kind::Mutex, "a", true, || {
             note_wait();
             Ok::<_, ()>(Some(()))
         });
-        let later = now + Duration::from_secs(60);
-        let _ = c.acquire(LockType::Mutex, "a", Some(later), || {
-            Ok::<Option<()>, ()>(None)
-        });
-        let _ = c.acquire(LockType::Mutex, "a", Some(now), || {
-            Ok::<Option<()>, ()>(None)
-        });
-        let _ = c.acquire(LockType::Mutex, "a", None, || Err::<Option<()>, ()>(()));
+        let _ = c.acquire(Kind::Mutex, "a", true, || Ok::<Option<()>, ()>(None));
+        let _ = c.acquire(Kind::Mutex, "a", false, || Ok::<Option<()>, ()>(None));
+        let _ = c.acquire(Kind::Mutex, "a", true, || Err::<Option<()>, ()>(()));
         let s = c.snapshot();
         assert_eq!(
             (s.acquired, s.contended, s.timed_out, s.busy, s.failed),

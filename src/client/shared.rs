@@ -7,21 +7,21 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex as PlMutex;
 
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::holder;
 use crate::protocol::grant::{Adopted, Grant, Terms};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::Kind;
 use crate::renewal::{self, Inbox, LostHook};
-use crate::stats::{Counters, LockType};
+use crate::stats::Counters;
 use crate::subscriber::{Reader, Subscriber};
 use crate::topology::backend::Backend;
-use crate::transport::conn::Timeouts;
+use crate::transport::conn::{Deadline, Timeouts};
 
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_millis(30);
@@ -87,9 +87,10 @@ impl Config {
     /// How long a waiter waits for its subscription's confirmation before an attempt whose
     /// failure leads to sleeping: one command timeout (at most an hour) from now, never past
     /// `deadline`.
-    pub(crate) fn confirm_by(&self, deadline: Option<Instant>) -> Instant {
-        let by = Instant::now() + self.timeouts.command.min(Duration::from_secs(3600));
-        deadline.map_or(by, |d| d.min(by))
+    pub(crate) fn confirm_by(&self, deadline: Deadline) -> Deadline {
+        deadline.min(Deadline::after(
+            self.timeouts.command.min(Duration::from_secs(3600)),
+        ))
     }
 }
 
@@ -176,8 +177,7 @@ impl Shared {
     /// server names one acquisition only) and is reported.
     pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) {
         let slot = (hold.keys.lock.clone(), thread_seq());
-        self.stats
-            .acquired_locally(LockType::Mutex, &hold.keys.name);
+        self.stats.acquired_locally(Kind::Mutex, &hold.keys.name);
         let old = self.holds.lock().insert(slot, Arc::downgrade(hold));
         if let Some(old) = old.and_then(|w| w.upgrade()) {
             self.report_lost(&old);

@@ -19,13 +19,13 @@
 //!    deadline passes. A waiter that gives up or fails leaves the server's queue
 //!    ([`Protocol::cancel`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::time::Budget;
 use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
-use crate::stats::LockType;
 use crate::subscriber::{Gift, Registration, Turn};
 use crate::topology::backend::{Primed, jitter};
 use crate::transport::conn::Deadline;
@@ -137,31 +137,30 @@ pub(crate) trait Protocol {
 }
 
 /// An acquire call of `p`, by `deadline` (never: waits until held; passed: one attempt),
-/// counted in the client's [`Stats`](crate::Stats) as a lock of type `ty` called `name`.
+/// counted in the client's [`Stats`](crate::Stats) as a call of kind `kind` on `name`.
 pub(crate) fn acquire<P: Protocol>(
     p: &mut P,
-    ty: LockType,
+    kind: Kind,
     deadline: Deadline,
 ) -> Result<Option<P::Held>> {
     let core = p.core().clone();
     let name = p.name().to_owned();
-    counted(&core, ty, &name, deadline, || {
+    counted(&core, kind, &name, deadline, || {
         let budget = Budget::new(core.shared(), deadline);
         drive(p, &budget)
     })
 }
 
-/// `call`, counted as an acquire of a lock of type `ty` called `name` by `deadline`.
+/// `call`, counted as an acquire call of kind `kind` on `name` by `deadline`.
 pub(crate) fn counted<H>(
     core: &Core,
-    ty: LockType,
+    kind: Kind,
     name: &str,
     deadline: Deadline,
     call: impl FnOnce() -> Result<Option<H>>,
 ) -> Result<Option<H>> {
-    core.shared()
-        .stats
-        .acquire(ty, name, deadline.instant(), call)
+    let may_wait = !deadline.passed();
+    core.shared().stats.acquire(kind, name, may_wait, call)
 }
 
 /// The outcome of a call that waits without a deadline: it ends holding the lock or with an
@@ -296,7 +295,7 @@ impl Waiter {
             Queue::Together => (shared.subscriber.join_all(&channel), Turn::TryNow),
             Queue::Line => {
                 let reg = shared.subscriber.join(&channel);
-                let turn = reg.wait_turn(budget.deadline.instant(), p.lease())?;
+                let turn = reg.wait_turn(budget.deadline, p.lease())?;
                 (reg, turn)
             }
         };
@@ -373,7 +372,7 @@ impl Waiter {
         Woke::Try
     }
 
-    /// [`Registration::wait_release`] until `until` (a far bound when none), with the
+    /// [`Registration::wait_release`] until `until`, with the
     /// protocol's next attempt primed. The fired attempt's outcome; `None` when nothing was
     /// fired, or the fired call failed (the plain path then retries the same request, which
     /// answers as the first did).
@@ -384,7 +383,6 @@ impl Waiter {
         until: Deadline,
         budget: &Budget,
     ) -> Option<Attempt<P::Held>> {
-        let until = until.instant().unwrap_or_else(|| Instant::now() + FAR);
         let Some(primed) = p.prime(budget.limit) else {
             self.reg.wait_release(seen, until);
             return None;
@@ -406,9 +404,8 @@ impl Waiter {
         let shared = p.core().shared();
         let confirmed = self
             .reg
-            .wait_confirmed(shared.config.confirm_by(budget.deadline.instant()));
+            .wait_confirmed(shared.config.confirm_by(budget.deadline));
         let give_way = budget.deadline.min(Deadline::after(p.lease()));
-        let give_way = give_way.instant().unwrap_or_else(|| Instant::now() + FAR);
         self.reg.wait_give_way(give_way);
         if let Some(h) = self.received(p, budget) {
             return Some(Exit::Held(h, self.reg.epoch()));
@@ -434,6 +431,3 @@ impl Waiter {
         }
     }
 }
-
-/// A bound far enough to mean "until woken" for a sleep without a deadline.
-const FAR: Duration = crate::transport::conn::MAX_SOCKET_TIMEOUT;

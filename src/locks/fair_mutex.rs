@@ -55,6 +55,7 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::family::{self, ask, eval_twice};
 use crate::locks::holder::Holder;
@@ -63,8 +64,7 @@ use crate::protocol::family::{self as calls, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Kind, Level, Live};
-use crate::stats::LockType;
+use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -430,7 +430,7 @@ impl FairMutex {
         };
         let shared = self.client.shared();
         let hold = match shared.adopt_as(
-            Kind::Fair,
+            Kind::FairMutex,
             &self.keys,
             owner.to_owned(),
             grant,
@@ -472,7 +472,7 @@ impl FairMutex {
                 hold: None,
             },
         };
-        driver::acquire(&mut call, LockType::FairMutex, deadline)
+        driver::acquire(&mut call, Kind::FairMutex, deadline)
     }
 
     /// A waiter's place on the server, kept by the renewal thread from `sent`, the send time

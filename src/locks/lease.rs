@@ -48,7 +48,7 @@ impl Lease {
         what: &'static str,
     ) -> Self {
         let stats = &lock.core().shared().stats;
-        let held = (hold.kind.lock_type()).map(|ty| stats.held(ty, &hold.keys.name));
+        let held = (hold.kind.is_lease()).then(|| stats.held(hold.kind, &hold.keys.name));
         Lease {
             lock: Box::new(lock.clone()),
             hold,

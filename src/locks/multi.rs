@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::family::eval_twice;
 use crate::locks::lease::released;
@@ -59,7 +60,7 @@ use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts::{self, Holder, Leaving, Level, Live, Member, MultiReply};
-use crate::stats::{Held, LockType};
+use crate::stats::Held;
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
 
@@ -267,7 +268,7 @@ impl MultiMutex {
     /// [`Stats`](crate::Stats) under the names joined by `,`.
     fn acquire(&self, deadline: Deadline) -> Result<Option<MultiGuard>> {
         let names = self.names().collect::<Vec<_>>().join(",");
-        driver::counted(&self.client, LockType::MultiMutex, &names, deadline, || {
+        driver::counted(&self.client, Kind::MultiMutex, &names, deadline, || {
             self.acquire_parts(&names, deadline)
         })
     }
@@ -305,7 +306,7 @@ impl MultiMutex {
             }
         }
         Ok(Some(MultiGuard {
-            _held: shared.stats.held(LockType::MultiMutex, names),
+            _held: shared.stats.held(Kind::MultiMutex, names),
             client: self.client.clone(),
             holds,
             released: false,
@@ -354,6 +355,21 @@ impl MultiMutex {
         self.settle(part, &members, &live, &v, sent, by)
     }
 
+    /// Frees acquisition `acquisition` of `owner` of the lock `keys`, which no hold of this
+    /// thread may use (see [`Adopted::Unusable`]), within `by`.
+    fn free_unusable(&self, keys: &LockKeys, owner: &str, acquisition: &str, by: Deadline) {
+        let leaving = [Leaving {
+            keys,
+            holder: Holder { owner, acquisition },
+            level: Level::Outermost,
+            publish: false,
+        }];
+        let call = scripts::multi_release(&leaving, &request_id(), false);
+        if let Err(e) = eval_twice(&self.client, &call, by) {
+            log::debug!("freeing an unusable grant of `{}`: {e}", keys.name);
+        }
+    }
+
     /// What a set acquire's reply `v` means, for the part's `members` (with the caller's
     /// `live` holds; the call was written at `sent`): the holds, or where it is blocked. A
     /// grant that cannot be used is given back within `by`.
@@ -386,7 +402,7 @@ impl MultiMutex {
             MultiReply::Held(granted) => granted,
         };
         let mut holds = Vec::with_capacity(part.len());
-        let mut stale: Vec<(usize, String)> = Vec::new();
+        let mut unusable: Vec<(usize, String)> = Vec::new();
         for (i, (token, count, acquisition)) in granted.iter().enumerate() {
             let grant = Grant {
                 token: *token,
@@ -398,10 +414,10 @@ impl MultiMutex {
             let who = members[i].owner.to_owned();
             match shared.adopt(&part[i], who, grant, terms) {
                 Adopted::Held(h) => holds.push(h),
-                Adopted::Unusable => stale.push((i, acquisition.clone())),
+                Adopted::Unusable => unusable.push((i, acquisition.clone())),
             }
         }
-        if stale.is_empty() && holds.iter().all(|h| h.is_held()) {
+        if unusable.is_empty() && holds.iter().all(|h| h.is_held()) {
             return Ok(Taken::Held(holds));
         }
         // Part of the grant cannot be used (an acquisition this thread counts as lost, or a
@@ -410,21 +426,8 @@ impl MultiMutex {
         if let Err(e) = release_holds(shared, &holds, by) {
             log::debug!("giving back a late set acquisition: {e}");
         }
-        for (i, acquisition) in stale {
-            let holder = Holder {
-                owner: members[i].owner,
-                acquisition: &acquisition,
-            };
-            let leaving = [Leaving {
-                keys: &part[i],
-                holder,
-                level: Level::Outermost,
-                publish: false,
-            }];
-            let call = scripts::multi_release(&leaving, &request_id(), false);
-            if let Err(e) = eval_twice(&self.client, &call, by) {
-                log::debug!("freeing a stale grant of `{}`: {e}", part[i].name);
-            }
+        for (i, acquisition) in unusable {
+            self.free_unusable(&part[i], members[i].owner, &acquisition, by);
         }
         Ok(Taken::Busy {
             index: 0,

@@ -44,6 +44,7 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::driver::{self, Attempt, Protocol, Queue};
 use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
@@ -54,8 +55,7 @@ use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Kind};
-use crate::stats::LockType;
+use crate::protocol::scripts::{self, AcquireReply};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -429,6 +429,8 @@ impl RwLock {
         }
     }
 
+    /// One read (`read`) or write attempt as acquisition `request` of `owner` within `by`;
+    /// `register`: as a waiter, which the server counts (writers defer new readers).
     fn attempt(
         &self,
         read: bool,
@@ -439,79 +441,80 @@ impl RwLock {
     ) -> Result<Attempt<Arc<Hold>>> {
         let sent = Instant::now();
         let lease = self.terms().lease;
+        let keys = &self.write_keys;
         let call = if read {
-            family::rw_read(
-                &self.write_keys,
-                owner,
-                request,
-                lease,
-                self.prefer_writers,
-                register,
-            )
+            family::rw_read(keys, owner, request, lease, self.prefer_writers, register)
         } else {
-            family::rw_write(&self.write_keys, owner, request, lease, register)
+            family::rw_write(keys, owner, request, lease, register)
         };
         let v = eval_twice(&self.client, &call, by)?;
-        let keys = if read {
-            &self.read_keys
-        } else {
-            &self.write_keys
-        };
         match family::parse_acquire(&v, request) {
+            // One server entry per acquisition (re-entry is counted here), named by the server
+            // after this call's request id.
             Some(AcquireReply::Held {
                 token, acquisition, ..
-            }) => {
-                // A read grant has no fencing token (its fast reply is 1).
-                let token = if read { 0 } else { token };
-                // One server entry per acquisition (re-entry is counted here), named by the
-                // server after this call's request id.
-                if acquisition != request {
-                    return Err(scripts::unexpected("rw acquire", &v));
-                }
-                let grant = Grant {
-                    token,
-                    count: 1,
-                    sent,
-                    acquisition: &acquisition,
-                    last: 0,
-                };
-                let shared = self.client.shared();
-                let kind = if read { Kind::Read } else { Kind::Write };
-                let hold = match shared.adopt_as(kind, keys, owner.to_owned(), grant, self.terms())
-                {
-                    Adopted::Held(hold) => hold,
-                    // Cannot happen for a new acquisition (count 1, a request id no hold
-                    // has); answered as not held, and the entry runs out by its lease.
-                    Adopted::Unusable => return Ok(Attempt::busy(Duration::ZERO)),
-                };
-                if hold.is_held() {
-                    return Ok(Attempt::Held(hold));
-                }
-                // A reply so late that the lease may have run out: give it back.
-                if let Err(e) = release(self, read, &hold, by) {
-                    log::debug!("releasing a late grant of `{}`: {e}", self.name());
-                }
-                Ok(Attempt::busy(Duration::ZERO))
-            }
+            }) if acquisition == request => self.adopt(read, owner, request, token, sent, by),
             Some(AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
             Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.write_keys.lock.clone(),
             }),
-            None => Err(scripts::unexpected("rw acquire", &v)),
+            _ => Err(scripts::unexpected("rw acquire", &v)),
         }
+    }
+
+    /// The hold of a grant of `token` to acquisition `request` of `owner`, asked for at
+    /// `sent`; a grant whose reply came so late that the lease may have run out is given
+    /// back within `by`.
+    fn adopt(
+        &self,
+        read: bool,
+        owner: &str,
+        request: &str,
+        token: u64,
+        sent: Instant,
+        by: Deadline,
+    ) -> Result<Attempt<Arc<Hold>>> {
+        let (keys, kind) = if read {
+            (&self.read_keys, Kind::Read)
+        } else {
+            (&self.write_keys, Kind::Write)
+        };
+        let grant = Grant {
+            // A read grant has no fencing token (its fast reply is 1).
+            token: if read { 0 } else { token },
+            count: 1,
+            sent,
+            acquisition: request,
+            last: 0,
+        };
+        let shared = self.client.shared();
+        let Adopted::Held(hold) =
+            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.terms())
+        else {
+            // Cannot happen for a new acquisition (count 1, a request id no hold has);
+            // answered as not held, and the entry runs out by its lease.
+            return Ok(Attempt::busy(Duration::ZERO));
+        };
+        if hold.is_held() {
+            return Ok(Attempt::Held(hold));
+        }
+        if let Err(e) = release(self, read, &hold, by) {
+            log::debug!("releasing a late grant of `{}`: {e}", self.name());
+        }
+        Ok(Attempt::busy(Duration::ZERO))
     }
 
     /// A read call by `deadline`, through the driver (see `locks/driver.rs`).
     fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
         let mut call = Acquire::new(self, true);
-        let hold = driver::acquire(&mut call, LockType::RwLock, deadline)?;
+        let hold = driver::acquire(&mut call, Kind::Read, deadline)?;
         Ok(hold.map(|h| RwLockReadGuard::new(self, h)))
     }
 
     /// A write call by `deadline`, through the driver (see `locks/driver.rs`).
     fn write_until(&self, deadline: Deadline) -> Result<Option<RwLockWriteGuard>> {
         let mut call = Acquire::new(self, false);
-        let hold = driver::acquire(&mut call, LockType::RwLock, deadline)?;
+        let hold = driver::acquire(&mut call, Kind::Write, deadline)?;
         Ok(hold.map(|h| RwLockWriteGuard::new(self, h)))
     }
 }

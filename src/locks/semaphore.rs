@@ -26,6 +26,7 @@ use redis::Value;
 
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
@@ -34,8 +35,7 @@ use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, Kind};
-use crate::stats::LockType;
+use crate::protocol::scripts;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -356,7 +356,7 @@ impl Semaphore {
                         }),
                         sent,
                     )
-                    .with_kind(Kind::Sem),
+                    .with_kind(Kind::Permits),
                 );
                 shared.watch(&hold);
                 if hold.is_held() {
@@ -394,7 +394,7 @@ impl Semaphore {
             request: request_id(),
             n,
         };
-        driver::acquire(&mut call, LockType::Semaphore, deadline)
+        driver::acquire(&mut call, Kind::Permits, deadline)
     }
 }
 

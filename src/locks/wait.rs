@@ -39,7 +39,7 @@ pub(crate) fn wait_release_firing(
     reg: &Registration,
     primed: Primed,
     seen: u64,
-    until: Instant,
+    until: Deadline,
 ) -> Option<Fired> {
     let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
     let shot = {

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::kind::Kind;
 use crate::protocol::family;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, Call, Holder, Kind};
+use crate::protocol::scripts::{self, Call, Holder};
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]
@@ -384,14 +385,16 @@ impl Hold {
 /// The renew call of a registered hold, by its lock type.
 pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
     match hold.kind {
-        Kind::Mutex => scripts::renew(
+        Kind::Mutex | Kind::MultiMutex => scripts::renew(
             &hold.keys,
             &hold.acquisition,
             hold.lease,
             (fence != 0).then_some(fence),
         ),
-        Kind::Fair | Kind::FairPlace => family::fair_renew(&hold.keys, hold.holder(), hold.lease),
-        Kind::Sem => family::sem_renew(&hold.keys, hold.holder(), hold.lease),
+        Kind::FairMutex | Kind::FairPlace => {
+            family::fair_renew(&hold.keys, hold.holder(), hold.lease)
+        }
+        Kind::Permits => family::sem_renew(&hold.keys, hold.holder(), hold.lease),
         Kind::Read => family::rw_renew(&hold.keys, hold.holder(), hold.lease, true),
         Kind::Write => family::rw_renew(&hold.keys, hold.holder(), hold.lease, false),
     }

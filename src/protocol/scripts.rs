@@ -12,7 +12,6 @@ use redis::{Connection, Script, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
-use crate::stats::LockType;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
@@ -26,38 +25,6 @@ static MULTI_ACQUIRE: LazyLock<Script> =
 static MULTI_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(Which::MultiRelease.source()));
 static MUTEX_ADMIN: LazyLock<Script> = LazyLock::new(|| Script::new(Which::MutexAdmin.source()));
-
-/// Which lock type a hold belongs to, so that the renewal thread sends its renew script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// A [`Mutex`](crate::Mutex) (also on a quorum).
-    Mutex,
-    /// A [`FairMutex`](crate::FairMutex)'s lock.
-    Fair,
-    /// A waiter's place in a [`FairMutex`](crate::FairMutex)'s queue (its heartbeat): not a
-    /// lease the application holds, so its loss is not reported as one.
-    FairPlace,
-    /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
-    Sem,
-    /// A reader of an [`RwLock`](crate::RwLock).
-    Read,
-    /// The writer of an [`RwLock`](crate::RwLock).
-    Write,
-}
-
-impl Kind {
-    /// The lock type a hold of this kind is counted under (a [`MultiMutex`](crate::MultiMutex)'s
-    /// holds are mutex locks); `None` for a waiter's place, which is not a lock held.
-    pub(crate) fn lock_type(self) -> Option<LockType> {
-        match self {
-            Kind::Mutex => Some(LockType::Mutex),
-            Kind::Fair => Some(LockType::FairMutex),
-            Kind::FairPlace => None,
-            Kind::Sem => Some(LockType::Semaphore),
-            Kind::Read | Kind::Write => Some(LockType::RwLock),
-        }
-    }
-}
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
+use crate::kind::Kind;
 use crate::protocol::hold::{self, Begin, Hold, Status};
-use crate::protocol::scripts::{self, Kind};
+use crate::protocol::scripts;
 use crate::stats::Counters;
 use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;
@@ -351,9 +352,9 @@ impl Renewer {
             self.refusing = false;
         }
         for (hold, outcome) in batch.into_iter().zip(outcomes) {
-            if let Some(ty) = hold.kind.lock_type() {
+            if hold.kind.is_lease() {
                 self.stats
-                    .renewal(ty, &hold.keys.name, outcome == Some(true));
+                    .renewal(hold.kind, &hold.keys.name, outcome == Some(true));
             }
             match hold.end_renewal(sent, outcome) {
                 Some(Status::Valid) => match hold.next_renewal() {
@@ -398,16 +399,16 @@ impl Renewer {
             return;
         }
         log::warn!("lease of lock `{}` lost: {why}", hold.keys.name);
-        if let Some(ty) = hold.kind.lock_type() {
-            self.stats.lease_lost(ty, &hold.keys.name);
+        if hold.kind.is_lease() {
+            self.stats.lease_lost(hold.kind, &hold.keys.name);
         }
         if let Some(hook) = &self.on_lost {
             let kind = match hold.kind {
-                Kind::Mutex => LeaseKind::Mutex,
-                Kind::Fair | Kind::FairPlace => LeaseKind::FairMutex,
+                Kind::Mutex | Kind::MultiMutex => LeaseKind::Mutex,
+                Kind::FairMutex | Kind::FairPlace => LeaseKind::FairMutex,
                 Kind::Read => LeaseKind::Read,
                 Kind::Write => LeaseKind::Write,
-                Kind::Sem => LeaseKind::Permits,
+                Kind::Permits => LeaseKind::Permits,
             };
             let lost = LostLease {
                 name: hold.keys.name.clone(),

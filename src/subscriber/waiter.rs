@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::Subscriber;
 use super::queue::{Channel, ChannelState, Gift, Shot, Waiter, Wake};
+use crate::transport::conn::Deadline;
 
 /// How long a leader parks at a time while its shot is being fired (the subscriber thread
 /// wakes it when the write is done; this only bounds a lost wakeup).
@@ -66,7 +67,7 @@ impl Registration {
     /// finds out at the next release or hand-off, which wakes it, or at the latest `recheck`
     /// after it last parked here, when it tries at once (a holder whose lease ran out
     /// publishes nothing).
-    pub(crate) fn wait_turn(&self, deadline: Option<Instant>, recheck: Duration) -> Option<Turn> {
+    pub(crate) fn wait_turn(&self, deadline: Deadline, recheck: Duration) -> Option<Turn> {
         let mut recheck_at = Instant::now().checked_add(recheck);
         loop {
             let now = Instant::now();
@@ -80,7 +81,7 @@ impl Registration {
                     });
                 }
             }
-            if deadline.is_some_and(|d| now >= d) {
+            if deadline.passed() {
                 return None;
             }
             if due {
@@ -89,14 +90,14 @@ impl Registration {
             // An unpark between the check and the park leaves the token set, so the park
             // returns at once: no lost wakeup. It ends at the earlier of the two (`None`: no
             // bound).
-            park_until(deadline.into_iter().chain(recheck_at).min());
+            park_until(deadline.instant().into_iter().chain(recheck_at).min());
         }
     }
 
     /// Waits (bounded by `until`) until the subscription is confirmed. Returns whether it is.
     /// Returns at once while the connection is down: the caller then re-checks on a short
     /// period instead (a disconnect wakes the leader, so a wait in progress ends too).
-    pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
+    pub(crate) fn wait_confirmed(&self, until: Deadline) -> bool {
         loop {
             {
                 let st = self.channel.state.lock();
@@ -104,7 +105,7 @@ impl Registration {
                     return st.confirmed;
                 }
             }
-            if self.sub.is_down(&self.channel) || !park_until(Some(until)) {
+            if self.sub.is_down(&self.channel) || !park_until(until.instant()) {
                 return false;
             }
         }
@@ -170,7 +171,7 @@ impl Registration {
 
     /// Sleeps until a release after epoch `seen` arrives, a gift is handed to this leader,
     /// or `until` passes.
-    pub(crate) fn wait_release(&self, seen: u64, until: Instant) {
+    pub(crate) fn wait_release(&self, seen: u64, until: Deadline) {
         loop {
             {
                 let st = self.channel.state.lock();
@@ -178,7 +179,7 @@ impl Registration {
                     return;
                 }
             }
-            if !park_until(Some(until)) {
+            if !park_until(until.instant()) {
                 return;
             }
         }
@@ -186,7 +187,7 @@ impl Registration {
 
     /// Sleeps while a release of this client gives way to others (see
     /// [`Subscriber::give_way`]), until a gift is handed to this leader, or until `until`.
-    pub(crate) fn wait_give_way(&self, until: Instant) {
+    pub(crate) fn wait_give_way(&self, until: Deadline) {
         loop {
             let wake = {
                 let st = self.channel.state.lock();
@@ -194,11 +195,11 @@ impl Registration {
                     return;
                 }
                 match st.holding_back(Instant::now()) {
-                    Some(back) => back.min(until),
+                    Some(back) => until.instant().map_or(back, |u| back.min(u)),
                     None => return,
                 }
             };
-            if !park_until(Some(wake)) && wake == until {
+            if !park_until(Some(wake)) && Some(wake) == until.instant() {
                 return;
             }
         }

@@ -51,9 +51,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::shared::Shared;
+use crate::kind::Kind;
 use crate::protocol::grant::{Terms, request_id};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
-use crate::protocol::scripts::{Kind, Level};
+use crate::protocol::scripts::Level;
 use crate::subscriber::{Gift, GiveWay};
 use crate::transport::conn::Deadline;
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::holder::Holder;
 use crate::locks::lease::Release;
@@ -15,7 +16,6 @@ use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::{self, LockValue};
 use crate::protocol::scripts::{self, Admin, AdminReply, Level, Live};
-use crate::stats::LockType;
 use crate::subscriber::Gift;
 use crate::topology::backend::{AcquireCall, Acquired, Primed};
 use crate::transport::conn::Deadline;
@@ -606,7 +606,7 @@ impl Mutex {
             owner: shared.mutex_owner(),
             request: request_id(),
         };
-        driver::acquire(&mut call, LockType::Mutex, deadline)
+        driver::acquire(&mut call, Kind::Mutex, deadline)
     }
 }
 
