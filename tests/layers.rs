@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 /// files of its own layer and of the layers below; in a side-by-side layer, each entry is a
 /// room that names no other room of the layer.
 const LAYERS: &[Layer] = &[
+    Layer::new("kinds", &["kind.rs"]),
     Layer::new("counters", &["stats.rs"]),
     Layer::new("error", &["error.rs"]),
     Layer::new("holders", &["locks/holder.rs"]),
@@ -43,6 +44,7 @@ const LAYERS: &[Layer] = &[
             "locks/lease.rs",
         ],
     ),
+    Layer::new("waiting driver", &["locks/driver.rs"]),
     Layer::side_by_side(
         "lock types",
         &[
@@ -668,6 +670,84 @@ fn src_imports_one_way_by_layers_and_without_cycles() {
             assert!(held, "no file of src/ is `{entry}` (layer {})", layer.name);
         }
     }
+}
+
+/// The lock rooms: each is its protocol and its guard; the driver waits for all of them.
+const LOCK_ROOMS: &[&str] = &[
+    "locks/mutex/mod.rs",
+    "locks/multi.rs",
+    "locks/fair_mutex.rs",
+    "locks/rwlock.rs",
+    "locks/semaphore.rs",
+];
+
+/// What only the waiting driver (and the helpers below it) may do: join a lock's local queue,
+/// wait for a turn, a confirmation, a release or a give-way, retry an attempt.
+const WAITING: &[&str] = &[
+    "subscriber.join",
+    ".wait_turn(",
+    ".wait_confirmed(",
+    ".wait_release(",
+    ".wait_give_way(",
+    "wait_release_firing(",
+    "retrying(",
+    "sleep_on(",
+];
+
+/// The lock rooms that wait on their own instead of through the driver.
+fn rooms_that_wait(krate: &Crate) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (rel, text) in &krate.files {
+        let room = LOCK_ROOMS.contains(&rel.as_str())
+            || (rel.starts_with("locks/mutex/") && LOCK_ROOMS.contains(&"locks/mutex/mod.rs"));
+        if !room {
+            continue;
+        }
+        let code = without_test_modules(&code_of(text));
+        for w in WAITING {
+            if code.contains(w) {
+                bad.push(format!(
+                    "{rel} calls `{w}`: a lock room waits through locks/driver.rs"
+                ));
+            }
+        }
+        if LOCK_ROOMS.contains(&rel.as_str()) && !code.contains("driver::") {
+            bad.push(format!("{rel} does not acquire through locks/driver.rs"));
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_lock_room_waits_through_the_driver() {
+    let krate = read_crate(&repo().join("src"), "lib.rs");
+    let bad = rooms_that_wait(&krate);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_check_finds_a_lock_room_with_a_loop_of_its_own() {
+    let krate = fake_src(
+        "
+--- locks/driver.rs
+pub fn acquire() {}
+--- locks/semaphore.rs
+fn acquire() { let reg = shared.subscriber.join(c); reg.wait_release(0, d); }
+",
+    );
+    let bad = rooms_that_wait(&krate);
+    assert!(
+        bad.iter().any(|b| b.contains("`subscriber.join`")),
+        "{bad:?}"
+    );
+    assert!(
+        bad.iter().any(|b| b.contains("`.wait_release(`")),
+        "{bad:?}"
+    );
+    assert!(
+        bad.iter().any(|b| b.contains("does not acquire")),
+        "{bad:?}"
+    );
 }
 
 /// The support modules of the benchmark: what more than one workload uses. Every other file

@@ -119,9 +119,10 @@ pub(crate) trait Protocol {
         None
     }
 
-    /// How long a waiter sleeps without news after the holder said `ttl` (see [`sleep_on`]).
-    fn sleep(&self, ttl: Duration, confirmed: bool) -> Duration {
-        sleep_on(ttl, confirmed)
+    /// The longest a waiter sleeps without news, whatever the holder's TTL (see
+    /// [`sleep_on`]).
+    fn max_sleep(&self) -> Duration {
+        Duration::MAX
     }
 
     /// Leaves the local queue after a grant; `seen`: the release epoch the grant belongs to.
@@ -187,10 +188,23 @@ pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P:
 /// The first attempt: exactly one when the deadline has passed, else retried while Redis
 /// cannot be reached.
 fn first<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Attempt<P::Held>> {
+    let core = p.core().clone();
+    let name = p.name().to_owned();
+    within(&core, &name, budget, |by| p.attempt(false, by))
+}
+
+/// A call of the lock `name` within `budget`: exactly one when the deadline has passed, else
+/// retried while Redis cannot be reached (see [`retrying`]).
+pub(crate) fn within<T>(
+    core: &Core,
+    name: &str,
+    budget: &Budget,
+    mut call: impl FnMut(Deadline) -> Result<T>,
+) -> Result<T> {
     if budget.past() {
-        p.attempt(false, budget.limit)
+        call(budget.limit)
     } else {
-        attempt_retrying(p, false, budget)
+        retrying(core, name, budget, call)
     }
 }
 
@@ -318,7 +332,8 @@ impl Waiter {
                 match self.sleep(p, seen, budget) {
                     Woke::Exit(exit) => return exit,
                     Woke::Busy(ttl) if p.channel() == self.channel => {
-                        self.bound = Deadline::after(p.sleep(ttl, self.reg.confirmed()));
+                        self.bound =
+                            Deadline::after(sleep_on(ttl.min(p.max_sleep()), self.reg.confirmed()));
                         self.turn = Turn::WaitFrom(seen + 1);
                         continue;
                     }
@@ -421,7 +436,7 @@ impl Waiter {
                     self.split_retries -= 1;
                     jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - self.split_retries)))
                 } else {
-                    p.sleep(ttl, confirmed && self.reg.confirmed())
+                    sleep_on(ttl.min(p.max_sleep()), confirmed && self.reg.confirmed())
                 };
                 self.bound = Deadline::after(wait);
                 self.turn = Turn::WaitFrom(seen);

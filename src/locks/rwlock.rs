@@ -50,7 +50,6 @@ use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, release_by_script};
 use crate::locks::time::Budget;
-use crate::locks::wait::{retrying, sleep_on};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
@@ -411,12 +410,9 @@ impl RwLock {
             read,
             hold.reentry_extension(sent),
         );
-        let once = |by| eval_twice(&self.client, &call, by);
-        let reply = if budget.past() {
-            once(budget.limit)?
-        } else {
-            retrying(&self.client, self.name(), budget, once)?
-        };
+        let reply = driver::within(&self.client, self.name(), budget, |by| {
+            eval_twice(&self.client, &call, by)
+        })?;
         match reply {
             // Held by this acquisition: one more level (lost or released locally meanwhile:
             // a new acquisition).
@@ -610,10 +606,9 @@ impl Protocol for Acquire<'_> {
             .attempt(self.read, &self.owner, &self.request, waiting, by)
     }
 
-    /// At most a renewal interval: a waiter's registration on the server must be refreshed.
-    fn sleep(&self, ttl: Duration, confirmed: bool) -> Duration {
-        let every = self.lock.client.shared().config.renew_every;
-        sleep_on(ttl.min(every), confirmed)
+    /// A renewal interval: a waiter's registration on the server must be refreshed.
+    fn max_sleep(&self) -> Duration {
+        self.lock.client.shared().config.renew_every
     }
 
     fn leave(&self, reg: Registration, seen: u64) {
