@@ -13,10 +13,10 @@
 //! crashed holder publishes nothing). Because the snapshot is taken *before* the attempt, a
 //! release that lands between the attempt and the sleep is never missed.
 //!
-//! A sleeping leader may leave a [`Shot`]: its next acquire, primed on a connection by the
+//! A sleeping leader may leave a [`OnRelease`]: its next acquire, primed on a connection by the
 //! lock layer. The release message fires it on this thread, before the leader is woken, so
 //! the acquire is on the wire while the leader wakes (the two overlap instead of following
-//! each other), and the leader reads the reply. A shot is not fired while a release of this
+//! each other), and the leader reads the reply. A leader's call is not written while a release of this
 //! client gives way to others, and is taken back (or its firing waited for) before the leader
 //! does anything else.
 //!
@@ -74,7 +74,7 @@
 //! and the connection's write half) and the waiters' entry points (`join`, `offer`,
 //! `give_way`). The rest, each apart for the reason its own docs give:
 //!
-//! - `queue.rs`: one lock name's local queue: waiters, release epoch, gift, shot.
+//! - `queue.rs`: one lock name's local queue: waiters, release epoch, a passed lock, the call to write on release.
 //! - `waiter.rs`: how a waiter sleeps: its place in the queue, its waits, how it leaves.
 //! - `outage.rs`: the log lines of a connection's outage.
 //! - `single.rs`: the thread's loop on one server: read, dispatch, probe, reconnect.
@@ -105,7 +105,7 @@ mod waiter;
 
 use outage::Outage;
 use queue::{Channel, ChannelState, Waiter, Yielding};
-pub(crate) use queue::{Gift, Shot};
+pub(crate) use queue::{OnRelease, Passed};
 pub(crate) use waiter::{Registration, Turn};
 
 /// Where a sharded channel lives, as the pub/sub thread of a Redis Cluster client needs to
@@ -379,22 +379,22 @@ impl Subscriber {
         reg
     }
 
-    /// Hands `gift` to the leader of `channel`'s local queue and wakes it. Refused (the gift
-    /// comes back) when nobody queues, when a gift is pending already, or on a channel whose
-    /// waiters all wake at once. The gift is never lost: it stays in the queue until a
-    /// leader takes it ([`Registration::take_gift`]), passes from a leader that leaves to
+    /// Hands `passed` to the leader of `channel`'s local queue and wakes it. Refused (the passed lock
+    /// comes back) when nobody queues, when a passed lock is pending already, or on a channel whose
+    /// waiters all wake at once. The passed lock is never lost: it stays in the queue until a
+    /// leader takes it ([`Registration::take_passed`]), passes from a leader that leaves to
     /// the next, and comes back to the last waiter that leaves (see [`Registration`]).
-    pub(crate) fn offer(&self, channel: &str, gift: Gift) -> std::result::Result<(), Gift> {
+    pub(crate) fn offer(&self, channel: &str, passed: Passed) -> std::result::Result<(), Passed> {
         let Some(ch) = self.table.lock().channels.get(channel).cloned() else {
-            return Err(gift);
+            return Err(passed);
         };
         // The queue is checked under the channel's lock, which a leaving waiter takes too:
-        // the gift lands in a queue that has a waiter, who takes it or passes it on.
+        // the passed lock lands in a queue that has a waiter, who takes it or passes it on.
         let mut st = ch.state.lock();
-        if st.queue.is_empty() || st.gift.is_some() || st.broadcast {
-            return Err(gift);
+        if st.queue.is_empty() || st.passed.is_some() || st.broadcast {
+            return Err(passed);
         }
-        st.gift = Some(gift);
+        st.passed = Some(passed);
         let wake = st.leader_wake();
         drop(st);
         wake.now();

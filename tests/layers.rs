@@ -40,7 +40,7 @@ const LAYERS: &[Layer] = &[
             "locks/mod.rs",
             "locks/time.rs",
             "locks/wait.rs",
-            "locks/family.rs",
+            "locks/calls.rs",
             "locks/lease.rs",
         ],
     ),
@@ -879,7 +879,7 @@ fn the_check_finds_lock_types_that_import_each_other() {
 --- locks/rwlock.rs
 use crate::locks::fair_mutex::eval_twice;
 --- locks/fair_mutex.rs
-use crate::locks::family::family_keys;
+use crate::locks::calls::family_keys;
 --- locks/family.rs
 --- locks/mutex/mod.rs
 mod guard;

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::time::Budget;
 use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
-use crate::subscriber::{Gift, Registration, Turn};
+use crate::subscriber::{Passed, Registration, Turn};
 use crate::topology::backend::{Primed, jitter};
 use crate::transport::conn::Deadline;
 
@@ -109,8 +109,8 @@ pub(crate) trait Protocol {
     }
 
     /// A lock handed to this waiter by a thread of this client; `None` when it cannot take
-    /// it (the gift then goes back through Redis when dropped).
-    fn gift(&mut self, _gift: Gift, _by: Deadline) -> Option<Self::Held> {
+    /// it (the passed lock then goes back through Redis when dropped).
+    fn passed(&mut self, _gift: Passed, _by: Deadline) -> Option<Self::Held> {
         None
     }
 
@@ -226,8 +226,8 @@ fn give_up<P: Protocol>(
     reg: Option<Registration>,
     budget: &Budget,
 ) -> Result<Option<P::Held>> {
-    if let Some(gift) = reg.and_then(Registration::leave_giving_up)
-        && let Some(h) = p.gift(gift, budget.limit)
+    if let Some(passed) = reg.and_then(Registration::leave_giving_up)
+        && let Some(h) = p.passed(passed, budget.limit)
     {
         return Ok(Some(h));
     }
@@ -355,8 +355,8 @@ impl Waiter {
 
     /// A lock handed to this waiter (by a thread of this client, or a grant addressed to it).
     fn received<P: Protocol>(&self, p: &mut P, budget: &Budget) -> Option<P::Held> {
-        if let Some(gift) = self.reg.take_gift()
-            && let Some(h) = p.gift(gift, budget.limit)
+        if let Some(passed) = self.reg.take_passed()
+            && let Some(h) = p.passed(passed, budget.limit)
         {
             return Some(h);
         }
@@ -369,7 +369,7 @@ impl Waiter {
         let until = budget.deadline.min(self.bound);
         let fired = self.wait_release(p, seen, until, budget);
         if let Some(Attempt::Held(h)) = fired {
-            // Any gift that came meanwhile is stale, as after a waiter's attempt.
+            // Any passed lock that came meanwhile is stale, as after a waiter's attempt.
             return Woke::Exit(Exit::Held(h, seen + 1));
         }
         if let Some(h) = self.received(p, budget) {

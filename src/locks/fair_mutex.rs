@@ -56,11 +56,11 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
+use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::driver::{self, Attempt, Protocol};
-use crate::locks::family::{self, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, release_by_script};
-use crate::protocol::family::{self as calls, Shape};
+use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -132,12 +132,12 @@ pub struct FairMutex {
 }
 
 /// A waiter's place in the queue, kept alive by the renewal thread while it waits.
-struct Place<'a> {
+struct QueuePlace<'a> {
     client: &'a Core,
     hold: Option<Arc<Hold>>,
 }
 
-impl Place<'_> {
+impl QueuePlace<'_> {
     /// The earliest time the lock can have been granted to this waiter: the send time of
     /// its last successful heartbeat (the grant came after it, and lasts at least a lease
     /// from it).
@@ -150,7 +150,7 @@ impl Place<'_> {
     }
 }
 
-impl Drop for Place<'_> {
+impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
         if let Some(h) = self.hold.take() {
             // No wait for a heartbeat on the wire: once the place is left, a heartbeat finds
@@ -223,12 +223,12 @@ impl FairMutex {
     /// ```
     pub fn holder(&self) -> Result<Option<Holder>> {
         let items = self.info()?;
-        let now = family::clock_us(&items);
+        let now = calls::clock_us(&items);
         match (items.get(2).and_then(scripts::text), items.get(3), now) {
             (Some(v), _, _) if v.is_empty() => Ok(None),
             (Some(v), Some(ttl), Some(now)) => {
                 let ttl = scripts::int(ttl).unwrap_or(0);
-                match family::holder_of(&v, Shape::Fair, ttl, now) {
+                match calls::holder_of(&v, Shape::Fair, ttl, now) {
                     Some(h) => Ok(Some(h)),
                     None => Err(scripts::unexpected("fair holder", &Value::Array(items))),
                 }
@@ -255,7 +255,7 @@ impl FairMutex {
 
     /// The server's `{S, US, holder, ttl, waiters}` (see `scripts/fair_mutex.lua`).
     fn info(&self) -> Result<Vec<Value>> {
-        let call = calls::fair_info(&self.keys);
+        let call = family::fair_info(&self.keys);
         match ask(&self.client, &call, &self.keys, "fair info")? {
             Value::Array(items) if items.len() == 5 => Ok(items),
             other => Err(scripts::unexpected("fair info", &other)),
@@ -278,15 +278,15 @@ impl FairMutex {
     ///
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = calls::fair_force(&self.keys);
+        let call = family::fair_force(&self.keys);
         let v = ask(&self.client, &call, &self.keys, "fair force_unlock")?;
-        let Some(removed) = family::removed(&v) else {
+        let Some(removed) = calls::removed(&v) else {
             return Err(scripts::unexpected("fair force_unlock", &v));
         };
         if removed.is_empty() {
             return Ok(false);
         }
-        family::log_forced(
+        calls::log_forced(
             module_path!(),
             "fair mutex",
             self.name(),
@@ -380,7 +380,7 @@ impl FairMutex {
         enqueue: bool,
         by: Deadline,
     ) -> Result<AcquireReply> {
-        let call = calls::fair_acquire(
+        let call = family::fair_acquire(
             &self.keys,
             owner,
             request,
@@ -394,12 +394,12 @@ impl FairMutex {
 
     /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
     fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
-        let call = calls::fair_cancel(&self.keys, owner, request);
+        let call = family::fair_cancel(&self.keys, owner, request);
         eval_twice(&self.client, &call, by)
     }
 
     fn parse(&self, v: &Value, request: &str, what: &str) -> Result<AcquireReply> {
-        match calls::parse_acquire(v, request) {
+        match family::parse_acquire(v, request) {
             Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.keys.lock.clone(),
             }),
@@ -467,7 +467,7 @@ impl FairMutex {
             channel: format!("{}{owner}/{request}", self.keys.channel),
             owner,
             request,
-            place: Place {
+            place: QueuePlace {
                 client: &self.client,
                 hold: None,
             },
@@ -477,7 +477,7 @@ impl FairMutex {
 
     /// A waiter's place on the server, kept by the renewal thread from `sent`, the send time
     /// of the call that made it (a place lost while paused is made anew).
-    fn keep_place(&self, place: &mut Place<'_>, owner: &str, request: &str, sent: Instant) {
+    fn keep_place(&self, place: &mut QueuePlace<'_>, owner: &str, request: &str, sent: Instant) {
         if place.hold.as_ref().is_some_and(|h| h.is_held()) {
             return;
         }
@@ -518,7 +518,7 @@ struct Acquire<'a> {
     owner: String,
     request: String,
     channel: String,
-    place: Place<'a>,
+    place: QueuePlace<'a>,
 }
 
 impl Protocol for Acquire<'_> {
@@ -759,7 +759,7 @@ impl Release for FairMutex {
 /// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
 /// of the same call releases nothing twice).
 fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call {
-    calls::fair_release(keys, holder, level, &request_id())
+    family::fair_release(keys, holder, level, &request_id())
 }
 
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops

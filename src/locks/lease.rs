@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
-use crate::locks::family::eval_twice;
+use crate::locks::calls::eval_twice;
 use crate::protocol::hold::Hold;
 use crate::protocol::scripts::{self, Call, ReleaseReply};
 use crate::stats::Held;

@@ -45,8 +45,8 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
+use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::driver::{self, Attempt, Protocol, Queue};
-use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, release_by_script};
 use crate::locks::time::Budget;
@@ -173,7 +173,7 @@ impl RwLock {
             (Some(v), _) if v.is_empty() => Ok(None),
             (Some(v), Some(ttl)) => {
                 let ttl = scripts::int(ttl).unwrap_or(0);
-                shared_calls::holder_of(&v, Shape::Writer, ttl, now)
+                calls::holder_of(&v, Shape::Writer, ttl, now)
                     .map(Some)
                     .ok_or_else(|| scripts::unexpected("rw writer", &Value::Array(items)))
             }
@@ -194,7 +194,7 @@ impl RwLock {
         let (now, items) = self.info()?;
         items
             .get(4)
-            .and_then(|r| shared_calls::holders_of(r, Shape::Reader, now))
+            .and_then(|r| calls::holders_of(r, Shape::Reader, now))
             .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items)))
     }
 
@@ -215,7 +215,7 @@ impl RwLock {
     fn info(&self) -> Result<(u64, Vec<Value>)> {
         let call = family::rw_info(&self.write_keys);
         match ask(&self.client, &call, &self.write_keys, "rw info")? {
-            Value::Array(items) if items.len() == 6 => match shared_calls::clock_us(&items) {
+            Value::Array(items) if items.len() == 6 => match calls::clock_us(&items) {
                 Some(now) => Ok((now, items)),
                 None => Err(scripts::unexpected("rw info", &Value::Array(items))),
             },
@@ -240,7 +240,7 @@ impl RwLock {
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::rw_force(&self.write_keys);
         let v = ask(&self.client, &call, &self.write_keys, "rw force_unlock")?;
-        let Some(removed) = shared_calls::removed(&v) else {
+        let Some(removed) = calls::removed(&v) else {
             return Err(scripts::unexpected("rw force_unlock", &v));
         };
         if removed.is_empty() {
@@ -263,7 +263,7 @@ impl RwLock {
             ("reader", readers, Shape::Reader),
         ] {
             if !removed.is_empty() {
-                shared_calls::log_forced(
+                calls::log_forced(
                     module_path!(),
                     "read-write lock",
                     self.name(),

@@ -27,8 +27,8 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
+use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::driver::{self, Attempt, Protocol};
-use crate::locks::family::{self as shared_calls, ask, eval_twice};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, release_by_script};
 use crate::protocol::family::{self, Shape};
@@ -180,8 +180,8 @@ impl Semaphore {
         let call = family::sem_info(&self.keys);
         let v = ask(&self.client, &call, &self.keys, "semaphore info")?;
         let holders = match &v {
-            Value::Array(items) if items.len() == 3 => shared_calls::clock_us(items)
-                .and_then(|now| shared_calls::holders_of(&items[2], Shape::Permits, now)),
+            Value::Array(items) if items.len() == 3 => calls::clock_us(items)
+                .and_then(|now| calls::holders_of(&items[2], Shape::Permits, now)),
             _ => None,
         };
         holders.ok_or_else(|| scripts::unexpected("semaphore holders", &v))
@@ -204,13 +204,13 @@ impl Semaphore {
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::sem_force(&self.keys);
         let v = ask(&self.client, &call, &self.keys, "semaphore force_unlock")?;
-        let Some(removed) = shared_calls::removed(&v) else {
+        let Some(removed) = calls::removed(&v) else {
             return Err(scripts::unexpected("semaphore force_unlock", &v));
         };
         if removed.is_empty() {
             return Ok(false);
         }
-        shared_calls::log_forced(
+        calls::log_forced(
             module_path!(),
             "semaphore",
             self.name(),

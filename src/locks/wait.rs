@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::time::Budget;
-use crate::subscriber::{Registration, Shot};
+use crate::subscriber::{OnRelease, Registration};
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
 
@@ -22,13 +22,16 @@ pub(crate) struct Fired {
 }
 
 /// A leader's primed call, shared with the shot the subscriber thread fires.
-enum Primer {
-    Primed(Primed),
-    Fired(Fired),
+enum PrimedCall {
+    /// Ready for the subscriber thread to write.
+    Ready(Primed),
+    /// Written when the release came.
+    Written(Fired),
+    /// Taken back, or its outcome taken.
     Spent,
 }
 
-/// Sleeps until a release after epoch `seen`, a gift or `until`, as
+/// Sleeps until a release after epoch `seen`, a passed lock or `until`, as
 /// [`Registration::wait_release`], with `primed` (the leader's next acquire) left for the
 /// subscriber thread to write the moment the release message arrives, before it wakes this
 /// thread: the acquire does not wait for that thread hop (the wake and the round trip
@@ -41,15 +44,15 @@ pub(crate) fn wait_release_firing(
     seen: u64,
     until: Deadline,
 ) -> Option<Fired> {
-    let slot = Arc::new(parking_lot::Mutex::new(Primer::Primed(primed)));
-    let shot = {
+    let slot = Arc::new(parking_lot::Mutex::new(PrimedCall::Ready(primed)));
+    let on_release = {
         let slot = Arc::clone(&slot);
-        Shot(Box::new(move || {
+        OnRelease(Box::new(move || {
             let mut s = slot.lock();
-            if let Primer::Primed(mut primed) = std::mem::replace(&mut *s, Primer::Spent) {
+            if let PrimedCall::Ready(mut primed) = std::mem::replace(&mut *s, PrimedCall::Spent) {
                 let sent = Instant::now();
                 let wrote = primed.fire();
-                *s = Primer::Fired(Fired {
+                *s = PrimedCall::Written(Fired {
                     primed,
                     sent,
                     wrote,
@@ -57,21 +60,21 @@ pub(crate) fn wait_release_firing(
             }
         }))
     };
-    // Not armed (a release or a gift came first): the wait returns at once.
-    let armed = reg.arm(seen, shot).is_ok();
+    // Not armed (a release or a passed lock came first): the wait returns at once.
+    let armed = reg.arm(seen, on_release).is_ok();
     reg.wait_release(seen, until);
     if armed {
         // Takes the shot back, or waits for a firing in progress to end (one write).
         drop(reg.disarm());
     }
-    let primer = std::mem::replace(&mut *slot.lock(), Primer::Spent);
+    let primer = std::mem::replace(&mut *slot.lock(), PrimedCall::Spent);
     match primer {
-        Primer::Primed(p) => {
+        PrimedCall::Ready(p) => {
             shared.backend.unprime(p);
             None
         }
-        Primer::Fired(f) => Some(f),
-        Primer::Spent => None,
+        PrimedCall::Written(f) => Some(f),
+        PrimedCall::Spent => None,
     }
 }
 

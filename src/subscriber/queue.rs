@@ -1,6 +1,6 @@
 //! One lock name's local queue ([`Channel`]): its waiting threads (the front one leads), its
 //! release epoch, whether its subscription is confirmed, and what waits for the leader (a
-//! gift, a shot, a release of this client giving way).
+//! a passed lock, a call to write on release, a release of this client giving way).
 //!
 //! Apart because both sides of the subscriber use it: the waiting threads (`waiter.rs`) sleep
 //! on it, and the thread's loops (`single.rs`, `shards.rs`) deliver release messages and
@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 /// Something a thread hands to the leader of a lock's local queue (a held lock, passed on
 /// without a round trip). Opaque here: the lock layer gives and takes it. Dropping it must
 /// undo it (the lock layer's type releases the lock through Redis when dropped unused).
-pub(crate) type Gift = Box<dyn Any + Send>;
+pub(crate) type Passed = Box<dyn Any + Send>;
 
 /// A write the subscriber thread makes for a leader the moment a release message arrives,
 /// before it wakes the leader (see [`Registration::arm`]): the leader's next acquire, so that
@@ -28,11 +28,11 @@ pub(crate) type Gift = Box<dyn Any + Send>;
 /// reply once woken. It must not block beyond a write on an idle socket.
 ///
 /// [`Registration::arm`]: super::Registration::arm
-pub(crate) struct Shot(pub(crate) Box<dyn FnOnce() + Send>);
+pub(crate) struct OnRelease(pub(crate) Box<dyn FnOnce() + Send>);
 
-impl std::fmt::Debug for Shot {
+impl std::fmt::Debug for OnRelease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Shot")
+        f.write_str("OnRelease")
     }
 }
 
@@ -66,7 +66,7 @@ pub(super) struct ChannelState {
     /// whoever leads the queue, and passes to the next leader when the leader leaves.
     ///
     /// [`Subscriber::offer`]: super::Subscriber::offer
-    pub(super) gift: Option<Gift>,
+    pub(super) passed: Option<Passed>,
     /// On a cluster: the node (`host:port`) the channel is `SSUBSCRIBE`d on (or being).
     pub(super) shard: Option<String>,
     /// On a cluster: the connection to the channel's master could not be opened; leaders
@@ -77,12 +77,12 @@ pub(super) struct ChannelState {
     ///
     /// [`Subscriber::give_way`]: super::Subscriber::give_way
     pub(super) yielding: Option<Yielding>,
-    /// The leader's shot, to fire on the next release message (see [`Registration::arm`]).
+    /// The leader's call, to write on the next release message (see [`Registration::arm`]).
     ///
     /// [`Registration::arm`]: super::Registration::arm
-    pub(super) shot: Option<Shot>,
-    /// The subscriber thread is firing the shot (outside this lock): the leader waits for
-    /// it to end before it reads what the shot left.
+    pub(super) on_release: Option<OnRelease>,
+    /// The subscriber thread is writing the leader's call (outside this lock): the leader
+    /// waits for it to end before it reads what the write left.
     pub(super) firing: bool,
     /// Others than this client heard the last release of this client that could give way
     /// (true on a new entry): the next one holds the leader back from its start, before its
@@ -162,21 +162,21 @@ impl Channel {
     /// A release message arrived (`message` or `smessage`): the epoch moves on and the leader
     /// wakes to try.
     ///
-    /// A leader's shot is fired first, then the leader woken: its acquire is on the wire
+    /// A leader's call is written first, then the leader woken: its acquire is on the wire
     /// before the thread hop. Not while a release of this client gives way to others: their
     /// turn comes first.
     pub(super) fn deliver(&self, payload: Option<Vec<u8>>) {
         let mut st = self.state.lock();
         st.epoch += 1;
         st.message = payload;
-        let shot = match st.holding_back(Instant::now()) {
-            None => st.shot.take(),
+        let on_release = match st.holding_back(Instant::now()) {
+            None => st.on_release.take(),
             Some(_) => None,
         };
-        if let Some(shot) = shot {
+        if let Some(on_release) = on_release {
             st.firing = true;
             drop(st);
-            (shot.0)();
+            (on_release.0)();
             st = self.state.lock();
             st.firing = false;
         }

@@ -1,5 +1,5 @@
 //! How a waiter sleeps: a thread's place in a lock's local queue ([`Registration`]), its
-//! wait for its turn, for the subscription's confirmation, for a release or a gift, the shot
+//! wait for its turn, for the subscription's confirmation, for a release or a passed lock, the call
 //! it leaves for the subscriber thread to fire, and how it leaves the queue (handing over to
 //! the next leader).
 //!
@@ -12,10 +12,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::Subscriber;
-use super::queue::{Channel, ChannelState, Gift, Shot, Waiter, Wake};
+use super::queue::{Channel, ChannelState, OnRelease, Passed, Waiter, Wake};
 use crate::transport::conn::Deadline;
 
-/// How long a leader parks at a time while its shot is being fired (the subscriber thread
+/// How long a leader parks at a time while its call is being written (the subscriber thread
 /// wakes it when the write is done; this only bounds a lost wakeup).
 const FIRING_WAIT: Duration = Duration::from_millis(1);
 
@@ -101,7 +101,7 @@ impl Registration {
         loop {
             {
                 let st = self.channel.state.lock();
-                if st.confirmed || st.refused || st.gift.is_some() {
+                if st.confirmed || st.refused || st.passed.is_some() {
                     return st.confirmed;
                 }
             }
@@ -126,42 +126,46 @@ impl Registration {
         self.channel.state.lock().message.take()
     }
 
-    /// Takes the gift handed to the queue, if this thread leads it.
-    pub(crate) fn take_gift(&self) -> Option<Gift> {
+    /// Takes the passed lock handed to the queue, if this thread leads it.
+    pub(crate) fn take_passed(&self) -> Option<Passed> {
         let mut st = self.channel.state.lock();
         if self.is_leader(&st) {
-            st.gift.take()
+            st.passed.take()
         } else {
             None
         }
     }
 
-    /// Leaves `shot` for the subscriber thread to fire the moment a release message after
+    /// Leaves `on_release` for the subscriber thread to run the moment a release message after
     /// epoch `seen` arrives, before it wakes this leader. Gives it back when such a message
-    /// or a gift already came, a release of this client gives way, or this thread does not
+    /// or a passed lock already came, a release of this client gives way, or this thread does not
     /// lead. The leader takes it back with [`disarm`](Self::disarm) before anything else.
-    pub(crate) fn arm(&self, seen: u64, shot: Shot) -> std::result::Result<(), Shot> {
+    pub(crate) fn arm(
+        &self,
+        seen: u64,
+        on_release: OnRelease,
+    ) -> std::result::Result<(), OnRelease> {
         let mut st = self.channel.state.lock();
         let ready = self.is_leader(&st)
             && st.epoch == seen
-            && st.gift.is_none()
-            && st.shot.is_none()
+            && st.passed.is_none()
+            && st.on_release.is_none()
             && st.holding_back(Instant::now()).is_none();
         if !ready {
-            return Err(shot);
+            return Err(on_release);
         }
-        st.shot = Some(shot);
+        st.on_release = Some(on_release);
         Ok(())
     }
 
-    /// Takes back the shot [`arm`](Self::arm) left, if it was not fired; waits for a firing in
+    /// Takes back what [`arm`](Self::arm) left, if it was not fired; waits for a firing in
     /// progress to end (one write) otherwise, and returns `None`.
-    pub(crate) fn disarm(&self) -> Option<Shot> {
+    pub(crate) fn disarm(&self) -> Option<OnRelease> {
         loop {
             {
                 let mut st = self.channel.state.lock();
                 if !st.firing {
-                    return st.shot.take();
+                    return st.on_release.take();
                 }
             }
             // The subscriber thread wakes the leader once the write is done.
@@ -169,13 +173,13 @@ impl Registration {
         }
     }
 
-    /// Sleeps until a release after epoch `seen` arrives, a gift is handed to this leader,
+    /// Sleeps until a release after epoch `seen` arrives, a passed lock is handed to this leader,
     /// or `until` passes.
     pub(crate) fn wait_release(&self, seen: u64, until: Deadline) {
         loop {
             {
                 let st = self.channel.state.lock();
-                if st.epoch != seen || st.gift.is_some() {
+                if st.epoch != seen || st.passed.is_some() {
                     return;
                 }
             }
@@ -186,12 +190,12 @@ impl Registration {
     }
 
     /// Sleeps while a release of this client gives way to others (see
-    /// [`Subscriber::give_way`]), until a gift is handed to this leader, or until `until`.
+    /// [`Subscriber::give_way`]), until a passed lock is handed to this leader, or until `until`.
     pub(crate) fn wait_give_way(&self, until: Deadline) {
         loop {
             let wake = {
                 let st = self.channel.state.lock();
-                if st.gift.is_some() {
+                if st.passed.is_some() {
                     return;
                 }
                 match st.holding_back(Instant::now()) {
@@ -206,33 +210,33 @@ impl Registration {
     }
 
     /// Leaves the queue after acquiring: the next leader waits for a release after `seen`.
-    /// Returns a gift handed to this leader meanwhile, if any: the caller acquired the lock
-    /// otherwise, so the gift is stale (the lock it passes is not on the server any more)
+    /// Returns a passed lock handed to this leader meanwhile, if any: the caller acquired the lock
+    /// otherwise, so the passed lock is stale (the lock it passes is not on the server any more)
     /// and must not reach the next leader.
-    pub(crate) fn leave_acquired(mut self, seen: u64) -> Option<Gift> {
+    pub(crate) fn leave_acquired(mut self, seen: u64) -> Option<Passed> {
         self.leave(Some(seen), true, false)
     }
 
     /// [`leave_acquired`](Self::leave_acquired), without waking the next leader when it has
-    /// nothing to do but wait for a release after `seen` (no release or gift came meanwhile,
+    /// nothing to do but wait for a release after `seen` (no release or passed came meanwhile,
     /// and the subscription is confirmed and up): the release or hand-off will wake it (see
     /// [`wait_turn`](Self::wait_turn)). For a lock that one holder at a time can take: a
     /// semaphore's next leader must try at once, as more permits may be free.
-    pub(crate) fn leave_acquired_quietly(mut self, seen: u64) -> Option<Gift> {
+    pub(crate) fn leave_acquired_quietly(mut self, seen: u64) -> Option<Passed> {
         self.leave(Some(seen), true, true)
     }
 
-    /// Leaves the queue without the lock (a deadline or an error). Returns a gift that nobody
+    /// Leaves the queue without the lock (a deadline or an error). Returns a passed lock that nobody
     /// else can take (this was the last waiter): the caller takes it or drops it.
-    pub(crate) fn leave_giving_up(mut self) -> Option<Gift> {
+    pub(crate) fn leave_giving_up(mut self) -> Option<Passed> {
         self.leave(None, false, false)
     }
 
-    /// Leaves the queue. A gift pending for this leader is returned when `take` is set or
-    /// no waiter is left; otherwise it stays for the next leader. The gift is returned, not
+    /// Leaves the queue. A passed lock pending for this leader is returned when `take` is set or
+    /// no waiter is left; otherwise it stays for the next leader. The passed lock is returned, not
     /// dropped here, so that no lock of the subscriber is held while it is dropped.
     /// `quiet`: see [`leave_acquired_quietly`](Self::leave_acquired_quietly).
-    fn leave(&mut self, handoff: Option<u64>, take: bool, quiet: bool) -> Option<Gift> {
+    fn leave(&mut self, handoff: Option<u64>, take: bool, quiet: bool) -> Option<Passed> {
         if std::mem::replace(&mut self.left, true) {
             return None;
         }
@@ -241,12 +245,12 @@ impl Registration {
         let was_leader = self.is_leader(&st);
         st.queue.retain(|w| !Arc::ptr_eq(w, &self.me));
         if was_leader {
-            // A shot is the leader's own: never fired for the next one (the lock layer takes
+            // What the leader armed is its own: never run for the next one (the lock layer takes
             // it back before leaving; this only guards against a path that did not).
-            st.shot = None;
+            st.on_release = None;
         }
-        let gift = if (was_leader && take) || st.queue.is_empty() {
-            st.gift.take()
+        let passed = if (was_leader && take) || st.queue.is_empty() {
+            st.passed.take()
         } else {
             None
         };
@@ -270,14 +274,14 @@ impl Registration {
                     table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
                 }
             }
-            return gift;
+            return passed;
         }
         drop(table);
         if was_leader {
             st.handoff = handoff;
             let nothing_to_do = quiet
                 && handoff == Some(st.epoch)
-                && st.gift.is_none()
+                && st.passed.is_none()
                 && st.confirmed
                 && !st.refused
                 && !st.down
@@ -290,13 +294,13 @@ impl Registration {
             drop(st);
             wake.now();
         }
-        gift
+        passed
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // A gift nobody else can take is dropped, which undoes it (after the locks are
+        // A passed lock nobody else can take is dropped, which undoes it (after the locks are
         // released: dropping it may talk to Redis).
         drop(self.leave(None, false, false));
     }

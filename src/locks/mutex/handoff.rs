@@ -15,7 +15,7 @@
 //! # Why it stays safe
 //!
 //! - Exclusion: the lock never becomes free on the server during a run of hand-offs, so no
-//!   other owner can take it; locally, a hold passes to exactly one thread (the gift slot of
+//!   other owner can take it; locally, a hold passes to exactly one thread (the passed lock slot of
 //!   the queue holds one baton, taken by one leader).
 //! - Fencing: the acquisition through Redis reserved a block of tokens after its own (the
 //!   acquire script raised the name's fencing mark to the block's last), and each hand-off takes the next
@@ -55,7 +55,7 @@ use crate::kind::Kind;
 use crate::protocol::grant::{Terms, request_id};
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::scripts::Level;
-use crate::subscriber::{Gift, GiveWay};
+use crate::subscriber::{GiveWay, Passed};
 use crate::transport::conn::Deadline;
 
 /// A hold on its way from one thread to another. Dropped unused, it releases the lock
@@ -129,7 +129,7 @@ pub(crate) fn pass(shared: &Arc<Shared>, hold: &Arc<Hold>) -> bool {
     if !hold.pass() {
         return false;
     }
-    let baton: Gift = Box::new(Baton {
+    let baton: Passed = Box::new(Baton {
         shared: Arc::clone(shared),
         hold: Arc::clone(hold),
         done: false,
@@ -158,11 +158,11 @@ pub(crate) fn pass(shared: &Arc<Shared>, hold: &Arc<Hold>) -> bool {
 /// caller's bound), and the caller goes on as a waiter.
 pub(crate) fn receive(
     shared: &Shared,
-    gift: Gift,
+    passed: Passed,
     terms: Terms,
     by: Deadline,
 ) -> Option<Arc<Hold>> {
-    let mut baton = gift.downcast::<Baton>().ok()?;
+    let mut baton = passed.downcast::<Baton>().ok()?;
     let old = Arc::clone(&baton.hold);
     if !terms.watchdog || terms.lease != old.lease {
         baton.release_by(by);

@@ -16,7 +16,7 @@ use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::{self, LockValue};
 use crate::protocol::scripts::{self, Admin, AdminReply, Level, Live};
-use crate::subscriber::Gift;
+use crate::subscriber::Passed;
 use crate::topology::backend::{AcquireCall, Acquired, Primed};
 use crate::transport::conn::Deadline;
 use guard::MutexGuard;
@@ -679,9 +679,9 @@ impl Protocol for Acquire<'_> {
 
     /// A lock handed over by a thread of this client (see `handoff.rs`). Taking it does no
     /// I/O, unless it cannot be taken (then it is released through Redis within `by`).
-    fn gift(&mut self, gift: Gift, by: Deadline) -> Option<MutexGuard> {
+    fn passed(&mut self, passed: Passed, by: Deadline) -> Option<MutexGuard> {
         let shared = self.mutex.client.shared();
-        let hold = handoff::receive(shared, gift, self.mutex.terms(), by)?;
+        let hold = handoff::receive(shared, passed, self.mutex.terms(), by)?;
         Some(MutexGuard::new(self.mutex, hold))
     }
 }
