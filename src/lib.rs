@@ -339,6 +339,7 @@
 //! above it in this list, never one below, and no file imports a file that imports it back
 //! (`tests/layers.rs` checks both).
 //!
+//! - `kind.rs`: which kind of lock a call or a hold is, one enum for the crate.
 //! - `stats.rs`: the client's counters ([`Stats`]) and their metrics.
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `transport/`: sockets to one server (`tls.rs`, `conn.rs`, `pubsub.rs`, `diagnose.rs`).
@@ -347,8 +348,13 @@
 //! - `topology/`: how a call reaches the masters: one or a quorum, Sentinel, Cluster (`cluster/`).
 //! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
 //! - `client/shared.rs`: the client's core: its settings, shared state and two threads.
-//! - `locks/{time,wait,family,lease}.rs`: deadlines, retries and sleeps, family keys, leases.
-//! - `locks/mutex/`, `locks/{multi,fair_mutex,rwlock,semaphore}.rs`: the lock types, side by side.
+//! - `locks/{time,wait,calls,lease}.rs`: a call's budget, retries and sleeps, one-shot script
+//!   calls, leases and what a release's reply means.
+//! - `locks/driver.rs`: the waiting driver, which runs every acquire call of every lock type
+//!   (the fast path, the local queue, the sleep until a release, retries, the give-up, stats).
+//! - `locks/mutex/`, `locks/{multi,fair_mutex,rwlock,semaphore}.rs`: the lock types, side by
+//!   side, each its protocol under the driver (one attempt, what a wake brings, the cancel of
+//!   a waiter that gives up) and its guard.
 //! - `client/{builder,connect,mod}.rs`, `redlock.rs`: [`ClientBuilder`], [`Client`], [`Redlock`].
 
 mod client;

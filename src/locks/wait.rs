@@ -79,10 +79,10 @@ pub(crate) fn wait_release_firing(
 }
 
 /// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
-/// answer, retrying connection-level failures with backoff until `deadline` or for the
-/// client's retry timeout, counted from the start of the first attempt that failed; no
-/// attempt's I/O runs past that, nor past the budget's limit. Every lock type's acquire loop uses it, so
-/// they all keep the same bounds.
+/// answer, retrying connection-level failures with backoff until the budget's deadline or for
+/// the client's retry timeout, counted from the start of the first attempt that failed; no
+/// attempt's I/O runs past that, nor past the budget's limit. The waiting driver runs every
+/// attempt through it, so all lock types keep the same bounds.
 pub(crate) fn retrying<T>(
     client: &Core,
     name: &str,

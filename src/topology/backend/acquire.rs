@@ -70,7 +70,7 @@ impl AcquireCall<'_> {
 /// An acquire script call packed on a connection, for a thread that does not wait for its
 /// reply to write it: the pub/sub thread writes a leader's acquire the moment the release
 /// message arrives, before it wakes the leader, so that the acquire does not wait for that
-/// thread hop (see `Mutex`'s acquire loop). The leader reads the reply.
+/// thread hop (see the waiting driver, `locks/driver.rs`). The leader reads the reply.
 pub(crate) struct Primed {
     con: Conn,
     packed: Vec<u8>,
