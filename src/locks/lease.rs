@@ -16,6 +16,44 @@ use crate::protocol::scripts::{self, Call, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
 
+/// What every guard shows of its lease, written once: `is_held`, `check` and `validity` of a
+/// guard type whose `lease` field is a [`Lease`]. `$ends` names the method that ends the hold
+/// and asks the server (`unlock`, or `release` for permits).
+macro_rules! lease_view {
+    ($ends:literal) => {
+        /// True while the lease is known to be valid: false once a renewal found the lock gone
+        /// or taken, once it was released, or once the local lease deadline passed without a
+        /// successful renewal (even when Redis cannot be reached at all).
+        ///
+        /// It does not ask the server: it reads the state the renewal thread keeps (no I/O,
+        /// never blocks). So it turns false no later than another owner can get the lock, but
+        /// a lock lost in a way no renewal has seen yet (Redis restarted empty a moment ago)
+        /// still reads true until the next renewal or the local deadline.
+        #[doc = concat!("[`", $ends, "`](Self::", $ends, ") asks the server.")]
+        pub fn is_held(&self) -> bool {
+            self.lease.is_held()
+        }
+
+        /// Checks that the lease is still valid, for use right before a side effect. Like
+        /// [`is_held`](Self::is_held), it does not ask the server (no I/O).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::LeaseLost`](crate::Error::LeaseLost) when [`is_held`](Self::is_held) is
+        /// false.
+        pub fn check(&self) -> crate::Result<()> {
+            self.lease.check()
+        }
+
+        /// How much longer the lease is known to be valid (zero once lost): the time until the
+        /// local deadline, which a successful renewal moves forward.
+        pub fn validity(&self) -> std::time::Duration {
+            self.lease.validity()
+        }
+    };
+}
+pub(crate) use lease_view;
+
 /// How a lock type releases one level of a hold of its own.
 pub(crate) trait Release: Send + Sync {
     /// Releases one level of `hold` within `by`.

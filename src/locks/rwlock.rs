@@ -48,7 +48,7 @@ use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::driver::{self, Attempt, Protocol, Queue};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, release_by_script};
+use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -673,26 +673,7 @@ macro_rules! guard {
                 }
             }
 
-            /// True while the lease is known to be valid. It does not ask the server (no
-            /// I/O): see [`MutexGuard::is_held`](crate::MutexGuard::is_held); `unlock` asks it.
-            pub fn is_held(&self) -> bool {
-                self.lease.is_held()
-            }
-
-            /// Checks that the lease is still valid, for use right before a side effect. It
-            /// does not ask the server (no I/O).
-            ///
-            /// # Errors
-            ///
-            /// [`Error::LeaseLost`] when the lease is not known valid any more.
-            pub fn check(&self) -> Result<()> {
-                self.lease.check()
-            }
-
-            /// How much longer the lease is known to be valid (zero once lost).
-            pub fn validity(&self) -> Duration {
-                self.lease.validity()
-            }
+            lease_view!("unlock");
 
             #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
             ///

@@ -30,7 +30,7 @@ use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::driver::{self, Attempt, Protocol};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, release_by_script};
+use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
@@ -469,27 +469,7 @@ impl SemaphorePermit {
         self.n
     }
 
-    /// True while the lease is known to be valid. It does not ask the server (no I/O): see
-    /// [`MutexGuard::is_held`](crate::MutexGuard::is_held); [`release`](SemaphorePermit::release)
-    /// asks it.
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
-    }
-
-    /// Checks that the lease is still valid, for use right before the guarded work. It does
-    /// not ask the server (no I/O).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when [`is_held`](SemaphorePermit::is_held) is false.
-    pub fn check(&self) -> Result<()> {
-        self.lease.check()
-    }
-
-    /// How much longer the lease is known to be valid (zero once lost).
-    pub fn validity(&self) -> Duration {
-        self.lease.validity()
-    }
+    lease_view!("release");
 
     /// Gives the permits back, waking waiters.
     ///

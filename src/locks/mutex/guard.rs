@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::handoff::{self, GivingWay};
 use crate::client::shared::Shared;
 use crate::error::Result;
-use crate::locks::lease::{Lease, Release, released};
+use crate::locks::lease::{Lease, Release, lease_view, released};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
@@ -118,34 +118,7 @@ impl MutexGuard {
         self.lease.hold().token
     }
 
-    /// True while the lease is known to be valid: false once a renewal found the lock gone or
-    /// taken, once it was released, or once the local lease deadline passed without a
-    /// successful renewal (even when Redis cannot be reached at all).
-    ///
-    /// It does not ask the server: it reads the state the renewal thread keeps (no I/O, never
-    /// blocks). So it turns false no later than another owner can get the lock, but a lock
-    /// lost in a way no renewal has seen yet (Redis restarted empty a moment ago) still reads
-    /// true until the next renewal or the local deadline. [`unlock`](MutexGuard::unlock) asks
-    /// the server.
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
-    }
-
-    /// Checks that the lease is still valid, for use right before a side effect. Like
-    /// [`is_held`](MutexGuard::is_held), it does not ask the server (no I/O).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when [`is_held`](MutexGuard::is_held) is false.
-    pub fn check(&self) -> Result<()> {
-        self.lease.check()
-    }
-
-    /// How much longer the lease is known to be valid (zero once lost): the time until the
-    /// local deadline, which a successful renewal moves forward.
-    pub fn validity(&self) -> Duration {
-        self.lease.validity()
-    }
+    lease_view!("unlock");
 
     /// Releases this level of the lock and reports the outcome. The outermost guard of the
     /// owning thread frees the lock on the server, whatever re-entry count the server has (an
@@ -167,10 +140,11 @@ impl MutexGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the lease had run out (or the key was deleted, or Redis lost
-    /// it in a restart) and nobody holds the lock; [`Error::NotOwner`] when another owner
-    /// holds it now (it is left untouched); [`Error::Redis`] when Redis could not be asked: the lock then frees itself
-    /// when its lease runs out, since renewal stopped. A lock handed to another thread of this
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease had run out (or the key
+    /// was deleted, or Redis lost it in a restart) and nobody holds the lock;
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds it now (it is left
+    /// untouched); [`Error::Redis`](crate::Error::Redis) when Redis could not be asked: the lock
+    /// then frees itself when its lease runs out, since renewal stopped. A lock handed to another thread of this
     /// client (see [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is
     /// released without asking Redis, so this returns `Ok` then; a lease lost on the server
     /// meanwhile is found by the receiving thread's next renewal and reported as its loss.
