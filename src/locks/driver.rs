@@ -137,6 +137,58 @@ pub(crate) trait Protocol {
     }
 }
 
+/// The timed forms of a lock type's acquire, written once: a one-attempt `try_*`, a `try_*_for`
+/// and a `try_*_until`, each calling `self.$call(deadline)` with its [`Deadline`], and their
+/// bounds and errors in their docs. The type gives each form its first paragraph;
+/// `waits` names its waiting form, whose errors they share.
+macro_rules! timed_forms {
+    (
+        guard: $guard:ty, call: $call:ident, waits: $waits:literal;
+        $(#[$try_doc:meta])* fn $try:ident;
+        $(#[$for_doc:meta])* fn $for:ident;
+        $(#[$until_doc:meta])* fn $until:ident;
+    ) => {
+        $(#[$try_doc])*
+        ///
+        /// Returns within the connect timeout plus the command timeout, whatever Redis does:
+        /// the attempt, and its retry on a new connection when a pooled one failed, share that
+        /// bound.
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", $waits, "`](Self::", $waits, ").")]
+        pub fn $try(&self) -> $crate::Result<Option<$guard>> {
+            self.$call($crate::transport::conn::Deadline::at(std::time::Instant::now()))
+        }
+
+        $(#[$for_doc])*
+        ///
+        /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis
+        /// does: an attempt still running at the deadline gets one command timeout more, and
+        /// one that must open a connection first gets the connect timeout.
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", $waits, "`](Self::", $waits, ").")]
+        pub fn $for(&self, timeout: std::time::Duration) -> $crate::Result<Option<$guard>> {
+            self.$call($crate::transport::conn::Deadline::after(timeout))
+        }
+
+        $(#[$until_doc])*
+        ///
+        /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever
+        /// Redis does.
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", $waits, "`](Self::", $waits, ").")]
+        pub fn $until(&self, deadline: std::time::Instant) -> $crate::Result<Option<$guard>> {
+            self.$call($crate::transport::conn::Deadline::at(deadline))
+        }
+    };
+}
+pub(crate) use timed_forms;
+
 /// An acquire call of `p`, by `deadline` (never: waits until held; passed: one attempt),
 /// counted in the client's [`Stats`](crate::Stats) as a call of kind `kind` on `name`.
 pub(crate) fn acquire<P: Protocol>(

@@ -57,7 +57,7 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
-use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
 use crate::protocol::family::{self, Shape};
@@ -326,44 +326,19 @@ impl FairMutex {
         }
     }
 
-    /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
-    /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
-    ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
-    /// attempt and its retry on a new connection share that bound).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairMutex::lock).
-    pub fn try_lock(&self) -> Result<Option<FairMutexGuard>> {
-        self.acquire(Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for the lock, in the queue. `Ok(None)` when it was not granted
-    /// in time (the caller then leaves the queue). A zero timeout is
-    /// [`try_lock`](FairMutex::try_lock); a timeout too large to represent waits without a
-    /// deadline.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
-    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairMutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FairMutexGuard>> {
-        self.acquire(Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for the lock, as [`try_lock_for`](FairMutex::try_lock_for).
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
-    /// does.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairMutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairMutexGuard>> {
-        self.acquire(Deadline::at(deadline))
+    timed_forms! {
+        guard: FairMutexGuard, call: acquire, waits: "lock";
+        /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
+        /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
+        fn try_lock;
+        /// Waits at most `timeout` for the lock, in the queue. `Ok(None)` when it was not granted
+        /// in time (the caller then leaves the queue). A zero timeout is
+        /// [`try_lock`](FairMutex::try_lock); a timeout too large to represent waits without a
+        /// deadline.
+        fn try_lock_for;
+        /// Waits until `deadline` at most for the lock, as
+        /// [`try_lock_for`](FairMutex::try_lock_for).
+        fn try_lock_until;
     }
 
     fn terms(&self) -> Terms {

@@ -52,7 +52,7 @@ use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::eval_twice;
-use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::lease::released;
 use crate::locks::time::Budget;
 use crate::locks::wait::Fired;
@@ -227,40 +227,17 @@ impl MultiMutex {
         }
     }
 
-    /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
-    /// holds one of the names; the call then holds none of them.
-    ///
-    /// Returns within the connect timeout plus the command timeout.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](MultiMutex::lock).
-    pub fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for the whole set. `Ok(None)` when it could not be had in
-    /// time; the call then holds none of it.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](MultiMutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
-        self.acquire(Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for the whole set. `Ok(None)` when it could not be had
-    /// in time; the call then holds none of it.
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](MultiMutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard>> {
-        self.acquire(Deadline::at(deadline))
+    timed_forms! {
+        guard: MultiGuard, call: acquire, waits: "lock";
+        /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
+        /// holds one of the names; the call then holds none of them.
+        fn try_lock;
+        /// Waits at most `timeout` for the whole set. `Ok(None)` when it could not be had in
+        /// time; the call then holds none of it.
+        fn try_lock_for;
+        /// Waits until `deadline` at most for the whole set. `Ok(None)` when it could not be had
+        /// in time; the call then holds none of it.
+        fn try_lock_until;
     }
 
     /// Takes the parts in order, each through the driver (see `locks/driver.rs`); gives back

@@ -46,7 +46,7 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
-use crate::locks::driver::{self, Attempt, Protocol, Queue};
+use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
 use crate::locks::time::Budget;
@@ -292,41 +292,15 @@ impl RwLock {
             .ok_or(Error::timeout("read() ended without the lock"))
     }
 
-    /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
-    /// with writer preference, waits for it).
-    ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
-    /// attempt and its retry on a new connection share that bound).
-    ///
-    /// # Errors
-    ///
-    /// As [`read`](RwLock::read).
-    pub fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
-        self.read_until(Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for a read lock.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
-    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
-    ///
-    /// # Errors
-    ///
-    /// As [`read`](RwLock::read).
-    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard>> {
-        self.read_until(Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for a read lock.
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
-    /// does.
-    ///
-    /// # Errors
-    ///
-    /// As [`read`](RwLock::read).
-    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard>> {
-        self.read_until(Deadline::at(deadline))
+    timed_forms! {
+        guard: RwLockReadGuard, call: read_until, waits: "read";
+        /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
+        /// with writer preference, waits for it).
+        fn try_read;
+        /// Waits at most `timeout` for a read lock.
+        fn try_read_for;
+        /// Waits until `deadline` at most for a read lock.
+        fn try_read_until;
     }
 
     /// Blocks until the calling thread holds the write lock.
@@ -344,41 +318,15 @@ impl RwLock {
             .ok_or(Error::timeout("write() ended without the lock"))
     }
 
-    /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
-    /// lock (a writer, or readers).
-    ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
-    /// attempt and its retry on a new connection share that bound).
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](RwLock::write).
-    pub fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
-        self.write_until(Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for the write lock.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
-    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](RwLock::write).
-    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard>> {
-        self.write_until(Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for the write lock.
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
-    /// does.
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](RwLock::write).
-    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard>> {
-        self.write_until(Deadline::at(deadline))
+    timed_forms! {
+        guard: RwLockWriteGuard, call: write_until, waits: "write";
+        /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
+        /// lock (a writer, or readers).
+        fn try_write;
+        /// Waits at most `timeout` for the write lock.
+        fn try_write_for;
+        /// Waits until `deadline` at most for the write lock.
+        fn try_write_until;
     }
 
     fn terms(&self) -> Terms {

@@ -28,7 +28,7 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
-use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
 use crate::protocol::family::{self, Shape};
@@ -265,41 +265,15 @@ impl Semaphore {
         )
     }
 
-    /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
-    ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does (the
-    /// attempt and its retry on a new connection share that bound).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Semaphore::acquire).
-    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(1, Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
-    /// timeout makes exactly one attempt.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
-    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Semaphore::acquire).
-    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(1, Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for one permit.
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
-    /// does.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Semaphore::acquire).
-    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(1, Deadline::at(deadline))
+    timed_forms! {
+        guard: SemaphorePermit, call: acquire_one, waits: "acquire";
+        /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
+        fn try_acquire;
+        /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
+        /// timeout makes exactly one attempt.
+        fn try_acquire_for;
+        /// Waits until `deadline` at most for one permit.
+        fn try_acquire_until;
     }
 
     /// Waits at most `timeout` for `n` permits together.
@@ -377,6 +351,11 @@ impl Semaphore {
             }),
             None => Err(scripts::unexpected("semaphore acquire", &v)),
         }
+    }
+
+    /// An acquire call for one permit by `deadline`.
+    fn acquire_one(&self, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
+        self.acquire_n(1, deadline)
     }
 
     /// An acquire call for `n` permits by `deadline`, through the driver (see

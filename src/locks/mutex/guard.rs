@@ -144,9 +144,10 @@ impl MutexGuard {
     /// was deleted, or Redis lost it in a restart) and nobody holds the lock;
     /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds it now (it is left
     /// untouched); [`Error::Redis`](crate::Error::Redis) when Redis could not be asked: the lock
-    /// then frees itself when its lease runs out, since renewal stopped. A lock handed to another thread of this
-    /// client (see [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is
-    /// released without asking Redis, so this returns `Ok` then; a lease lost on the server
+    /// then frees itself when its lease runs out, since renewal stopped. A lock handed to
+    /// another thread of this client (see
+    /// [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is released
+    /// without asking Redis, so this returns `Ok` then; a lease lost on the server
     /// meanwhile is found by the receiving thread's next renewal and reported as its loss.
     pub fn unlock(self) -> Result<()> {
         self.lease.unlock()

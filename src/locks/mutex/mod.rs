@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::driver::{self, Attempt, Protocol};
+use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::Release;
 use crate::locks::wait::Fired;
@@ -384,44 +384,18 @@ impl Mutex {
         )
     }
 
-    /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
-    ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does: the
-    /// attempt, and its retry on a new connection when a pooled one failed, share that bound.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Mutex::lock).
-    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        self.acquire(Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
-    /// throughout. A zero timeout makes exactly one attempt, like [`try_lock`](Mutex::try_lock);
-    /// a timeout too large to represent waits without a deadline.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does:
-    /// an attempt still running at the deadline gets one command timeout more, and one that
-    /// must open a connection first gets the connect timeout.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Mutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        self.acquire(Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for the lock. `Ok(None)` when another owner held it
-    /// throughout.
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, as
-    /// [`try_lock_for`](Mutex::try_lock_for).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Mutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
-        self.acquire(Deadline::at(deadline))
+    timed_forms! {
+        guard: MutexGuard, call: acquire, waits: "lock";
+        /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
+        fn try_lock;
+        /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
+        /// throughout. A zero timeout makes exactly one attempt, like
+        /// [`try_lock`](Mutex::try_lock); a timeout too large to represent waits without a
+        /// deadline.
+        fn try_lock_for;
+        /// Waits until `deadline` at most for the lock. `Ok(None)` when another owner held it
+        /// throughout.
+        fn try_lock_until;
     }
 
     fn terms(&self) -> Terms {
