@@ -373,6 +373,7 @@ pub use client::inspect::{LIST_TIMEOUT, Locks};
 pub use client::shared::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use client::{Client, builder::ClientBuilder};
 pub use error::{Error, Result};
+pub use locks::detached::Detached;
 pub use locks::fair_mutex::{FairMutex, FairMutexGuard};
 pub use locks::holder::{Holder, LockInfo, LockKind, MAX_LABEL_LEN};
 pub use locks::multi::{MultiGuard, MultiMutex};

@@ -42,6 +42,7 @@ const LAYERS: &[Layer] = &[
             "locks/wait.rs",
             "locks/calls.rs",
             "locks/lease.rs",
+            "locks/detached.rs",
         ],
     ),
     Layer::new("waiting driver", &["locks/driver.rs"]),

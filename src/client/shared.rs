@@ -121,8 +121,9 @@ pub(crate) struct Shared {
 }
 
 thread_local! {
-    /// Local hand-offs made by this thread (see [`Shared::mutex_owner`]).
-    static PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Holds this thread let go of to other threads: local hand-offs, detached holds (see
+    /// [`Shared::owner`]).
+    static MOVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// A small number that tells the threads of this process apart (`ThreadId` has no stable
@@ -136,40 +137,43 @@ pub(crate) fn thread_seq() -> u64 {
 }
 
 impl Shared {
-    /// The owner id of the calling thread.
+    /// The owner id of the calling thread for a new acquisition, with the number of holds this
+    /// thread let go of to other threads so far when there were any. A thread that handed a
+    /// lock on, or detached a hold, keeps its old id on the server while another thread (or
+    /// none) holds it there; its own later acquisitions must not pass for that owner (the
+    /// acquire script would take the other thread's levels for orphans of its own and replace
+    /// them, or count a re-entry on them). So each move gives the thread a new id.
     pub(crate) fn owner(&self) -> String {
-        format!(
-            "{}:{}{}",
-            self.id,
-            thread_seq(),
-            holder::owner_suffix(&self.config.label)
-        )
-    }
-
-    /// The owner id of the calling thread for a new [`Mutex`] acquisition:
-    /// [`owner`](Self::owner), with the number of local hand-offs this thread made so far
-    /// when there were any. A thread that handed a lock on keeps its old id on the server
-    /// while another thread holds it there; its own later acquisitions must not pass for that
-    /// owner (the acquire script would take the other thread's levels for orphans of its own
-    /// and replace them). So each hand-off gives the handing thread a new id.
-    pub(crate) fn mutex_owner(&self) -> String {
-        match PASSES.with(std::cell::Cell::get) {
-            0 => self.owner(),
-            n => format!(
-                "{}:{}.{n}{}",
-                self.id,
-                thread_seq(),
-                holder::owner_suffix(&self.config.label)
-            ),
+        let suffix = holder::owner_suffix(&self.config.label);
+        match MOVED.with(std::cell::Cell::get) {
+            0 => format!("{}:{}{suffix}", self.id, thread_seq()),
+            n => format!("{}:{}.{n}{suffix}", self.id, thread_seq()),
         }
     }
 
-    /// Forgets the calling thread's slot for `hold` (handed to another thread), keeping it
-    /// renewed, and gives the thread a new owner id for its later Mutex acquisitions (see
-    /// [`mutex_owner`](Shared::mutex_owner)).
+    /// Forgets the calling thread's slot for `hold` (handed to another thread, or detached),
+    /// keeping it renewed, and gives the thread a new owner id for its later acquisitions
+    /// (see [`owner`](Shared::owner)).
     pub(crate) fn passed_on(&self, hold: &Arc<Hold>) {
         self.leave_slot(hold);
-        PASSES.with(|p| p.set(p.get().wrapping_add(1).max(1)));
+        MOVED.with(|p| p.set(p.get().wrapping_add(1).max(1)));
+    }
+
+    /// Records a detached hold attached to the calling thread: its slot, for re-entry. Its
+    /// renewal never stopped. `false` (and nothing changed) when the thread holds the lock
+    /// through another hold already (a reader of the same lock).
+    pub(crate) fn attach(&self, hold: &Arc<Hold>) -> bool {
+        let slot = (hold.keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if holds
+            .get(&slot)
+            .and_then(Weak::upgrade)
+            .is_some_and(|h| !Arc::ptr_eq(&h, hold) && h.is_held())
+        {
+            return false;
+        }
+        holds.insert(slot, Arc::downgrade(hold));
+        true
     }
 
     /// Records a hold handed to the calling thread: its slot for re-entry, and its renewal.

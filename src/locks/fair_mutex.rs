@@ -57,9 +57,10 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
+use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
+use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
@@ -649,8 +650,7 @@ fn parse_token(m: &[u8]) -> Option<u64> {
 #[clippy::has_significant_drop]
 pub struct FairMutexGuard {
     lease: Lease,
-    /// Ownership is per thread: `*const ()` makes the guard neither `Send` nor `Sync`.
-    _not_send: PhantomData<*const ()>,
+    _thread: ThreadBound,
 }
 
 impl std::fmt::Debug for FairMutexGuard {
@@ -667,7 +667,7 @@ impl FairMutexGuard {
     fn new(mutex: &FairMutex, hold: Arc<Hold>) -> Self {
         FairMutexGuard {
             lease: Lease::new(mutex, hold, "lock"),
-            _not_send: PhantomData,
+            _thread: PhantomData,
         }
     }
 
@@ -765,3 +765,5 @@ mod tests {
         assert_eq!(parse_token(b"x"), None);
     }
 }
+
+detachable!(FairMutexGuard);

@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::marker::PhantomData;
+
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::calls::eval_twice;
@@ -15,6 +17,12 @@ use crate::protocol::hold::Hold;
 use crate::protocol::scripts::{self, Call, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
+
+/// What makes a guard belong to the thread that locked: it is `Sync` (other threads may read
+/// it through a reference, as scoped threads do) but not `Send` (its release and re-entry are
+/// that thread's; a hold moves through [`Detached`](crate::Detached)), as
+/// [`std::sync::MutexGuard`].
+pub(crate) type ThreadBound = PhantomData<std::sync::MutexGuard<'static, ()>>;
 
 /// What every guard shows of its lease, written once: `is_held`, `check` and `validity` of a
 /// guard type whose `lease` field is a [`Lease`]. `$ends` names the method that ends the hold
@@ -66,7 +74,7 @@ pub(crate) trait Release: Send + Sync {
 /// One level of a lease held through a guard, released once: by [`unlock`](Lease::unlock),
 /// or when dropped. It owns a clone of the lock's handle (a few `Arc`s), so a guard borrows
 /// nothing: `client.mutex("a")?.lock()?` holds the lock, and a function may return a guard.
-pub(crate) struct Lease {
+pub struct Lease {
     lock: Box<dyn Release>,
     hold: Arc<Hold>,
     /// Set once the level was released (by `unlock`), so `Drop` does nothing.
@@ -76,6 +84,15 @@ pub(crate) struct Lease {
     what: &'static str,
     /// Counts the level as held until it ends (see [`Stats`](crate::Stats)).
     _held: Option<Held>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.hold.keys.name)
+            .field("is_held", &self.hold.is_held())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Lease {
@@ -120,6 +137,29 @@ impl Lease {
     /// How much longer the lease is known to be valid (zero once lost).
     pub(crate) fn validity(&self) -> Duration {
         self.hold.validity()
+    }
+
+    /// Lets the calling thread go of the hold (see `detached.rs`); `Err(self)`, unchanged,
+    /// when it is re-entered (more than one level).
+    pub(crate) fn detach(self) -> std::result::Result<Lease, Lease> {
+        if self.hold.depth() != 1 {
+            return Err(self);
+        }
+        self.lock.core().shared().passed_on(&self.hold);
+        Ok(self)
+    }
+
+    /// Makes the calling thread the owner of a detached hold. When the thread holds the lock
+    /// through another hold already, the hold is released (as dropping it would) and the
+    /// error says why.
+    pub(crate) fn attach(self) -> Result<Lease> {
+        if self.lock.core().shared().attach(&self.hold) {
+            return Ok(self);
+        }
+        Err(Error::config(
+            "attach",
+            "the calling thread holds this lock already, through another guard",
+        ))
     }
 
     /// Releases the level within the bound of a release (one connect and one command

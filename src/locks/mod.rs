@@ -13,9 +13,11 @@
 //!   query of a lock type other than the plain mutex shows;
 //! - `holder.rs`: who holds a lock, as the server tells it, and the owner id that says so;
 //! - `lease.rs`: what every guard shows of its lease, its release once, and what a release's
-//!   reply means.
+//!   reply means;
+//! - `detached.rs`: a hold that moves between threads ([`Detached`](crate::Detached)).
 
 pub(crate) mod calls;
+pub(crate) mod detached;
 pub(crate) mod driver;
 pub(crate) mod fair_mutex;
 pub(crate) mod holder;

@@ -52,8 +52,9 @@ use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::eval_twice;
+use crate::locks::detached::{Detached, Guard, Parts};
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
-use crate::locks::lease::released;
+use crate::locks::lease::{ThreadBound, released};
 use crate::locks::time::Budget;
 use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, request_id};
@@ -258,7 +259,7 @@ impl MultiMutex {
                 "a set of locks needs a client on one Redis server, Sentinel or a Cluster",
             ));
         }
-        let owner = shared.mutex_owner();
+        let owner = shared.owner();
         let budget = Budget::new(shared, deadline);
         let mut holds: Vec<Arc<Hold>> = Vec::new();
         for part in self.parts.iter() {
@@ -283,11 +284,13 @@ impl MultiMutex {
             }
         }
         Ok(Some(MultiGuard {
-            _held: shared.stats.held(Kind::MultiMutex, names),
-            client: self.client.clone(),
-            holds,
-            released: false,
-            _not_send: std::marker::PhantomData,
+            set: HeldSet {
+                _held: shared.stats.held(Kind::MultiMutex, names),
+                client: self.client.clone(),
+                holds,
+                released: false,
+            },
+            _thread: std::marker::PhantomData,
         }))
     }
 
@@ -599,15 +602,20 @@ fn release_part(
 #[must_use = "if unused the locks are released at once"]
 #[clippy::has_significant_drop]
 pub struct MultiGuard {
+    set: HeldSet,
+    _thread: ThreadBound,
+}
+
+/// The holds of a set, one per name in the set's order, released once: by `unlock`, or when
+/// dropped. What a [`MultiGuard`] holds, and what it is while detached.
+#[derive(Debug)]
+pub struct HeldSet {
     client: Core,
-    /// One hold per name, in the set's order.
     holds: Vec<Arc<Hold>>,
     /// Set once released (by `unlock`), so `Drop` does nothing.
     released: bool,
-    /// Counts the set as held until the guard ends (see [`Stats`](crate::Stats)).
+    /// Counts the set as held until it ends (see [`Stats`](crate::Stats)).
     _held: Held,
-    /// The owner id is per thread; `*const ()` makes the guard neither `Send` nor `Sync`.
-    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl std::fmt::Debug for MultiGuard {
@@ -625,7 +633,8 @@ impl MultiGuard {
     /// the same for a name this thread already held and re-entered. `None` when `name` is
     /// not in the set.
     pub fn fencing_token(&self, name: &str) -> Option<u64> {
-        self.holds
+        self.set
+            .holds
             .iter()
             .find(|h| h.keys.name == name)
             .map(|h| h.token)
@@ -633,13 +642,13 @@ impl MultiGuard {
 
     /// The names held, in the order they were taken (by Redis Cluster slot, then by name).
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
-        self.holds.iter().map(|h| h.keys.name.as_str())
+        self.set.holds.iter().map(|h| h.keys.name.as_str())
     }
 
     /// True while every name's lease is known to be valid: false once any one was lost,
     /// released, or passed its local deadline without a successful renewal.
     pub fn is_held(&self) -> bool {
-        !self.released && self.holds.iter().all(|h| h.is_held())
+        self.set.is_held()
     }
 
     /// Checks that every name's lease is still valid, for use right before a side effect.
@@ -648,17 +657,14 @@ impl MultiGuard {
     ///
     /// [`Error::LeaseLost`] when [`is_held`](MultiGuard::is_held) is false.
     pub fn check(&self) -> Result<()> {
-        if self.is_held() {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        }
+        self.set.check()
     }
 
     /// How much longer every lease is known to be valid: the smallest of the names' (zero
     /// once one is lost).
     pub fn validity(&self) -> Duration {
-        self.holds
+        self.set
+            .holds
             .iter()
             .map(|h| h.validity())
             .min()
@@ -678,7 +684,74 @@ impl MultiGuard {
     /// [`Error::Redis`] when Redis could not be asked (the locks then free themselves when
     /// their leases run out, since renewal stopped). Every other name is released all the
     /// same.
-    pub fn unlock(mut self) -> Result<()> {
+    pub fn unlock(self) -> Result<()> {
+        self.set.unlock()
+    }
+
+    /// Lets the calling thread go of the set, so that another thread can take it over: a
+    /// [`Detached`] hold, `Send + 'static`, which any thread may
+    /// [`attach`](Detached::attach) (becoming its owner), [`unlock`](Detached::unlock) or
+    /// drop. Every name's lease keeps being renewed. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// Gives the guard back, unchanged, where the set cannot move: one of its names is
+    /// re-entered (this thread holds more than one level of it).
+    pub fn detach(self) -> std::result::Result<Detached<MultiGuard>, MultiGuard> {
+        if self.set.holds.iter().any(|h| h.depth() != 1) {
+            return Err(self);
+        }
+        let shared = self.set.client.shared();
+        for h in &self.set.holds {
+            shared.passed_on(h);
+        }
+        Ok(Detached::new(self.set))
+    }
+}
+
+impl Guard for MultiGuard {
+    type Parts = HeldSet;
+
+    fn attach(set: HeldSet) -> Result<MultiGuard> {
+        let shared = set.client.shared();
+        let mut attached = 0;
+        for h in &set.holds {
+            if !shared.attach(h) {
+                break;
+            }
+            attached += 1;
+        }
+        if attached < set.holds.len() {
+            for h in &set.holds[..attached] {
+                shared.passed_on(h);
+            }
+            // The set is released as a dropped `Detached` would be.
+            return Err(Error::config(
+                "attach",
+                "the calling thread holds a name of this set already, through another guard",
+            ));
+        }
+        Ok(MultiGuard {
+            set,
+            _thread: std::marker::PhantomData,
+        })
+    }
+}
+
+impl HeldSet {
+    fn is_held(&self) -> bool {
+        !self.released && self.holds.iter().all(|h| h.is_held())
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        }
+    }
+
+    fn unlock(mut self) -> Result<()> {
         self.released = true;
         let shared = self.client.shared();
         release_holds(
@@ -689,7 +762,21 @@ impl MultiGuard {
     }
 }
 
-impl Drop for MultiGuard {
+impl Parts for HeldSet {
+    fn is_held(&self) -> bool {
+        HeldSet::is_held(self)
+    }
+
+    fn check(&self) -> Result<()> {
+        HeldSet::check(self)
+    }
+
+    fn unlock(self) -> Result<()> {
+        HeldSet::unlock(self)
+    }
+}
+
+impl Drop for HeldSet {
     fn drop(&mut self) {
         if self.released {
             return;
@@ -697,7 +784,7 @@ impl Drop for MultiGuard {
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
         if let Err(e) = release_holds(shared, &self.holds, by) {
-            let names: Vec<&str> = self.names().collect();
+            let names: Vec<&str> = self.holds.iter().map(|h| h.keys.name.as_str()).collect();
             log::warn!("releasing the set {names:?} on drop failed: {e}");
         }
     }

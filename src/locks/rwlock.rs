@@ -46,9 +46,10 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
+use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
+use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -617,7 +618,7 @@ macro_rules! guard {
             fn new(lock: &RwLock, hold: Arc<Hold>) -> Self {
                 $name {
                     lease: Lease::new(lock, hold, concat!("the ", $what, " of")),
-                    _not_send: PhantomData,
+                    _thread: PhantomData,
                 }
             }
 
@@ -662,7 +663,7 @@ macro_rules! guard {
 #[clippy::has_significant_drop]
 pub struct RwLockReadGuard {
     lease: Lease,
-    _not_send: PhantomData<*const ()>,
+    _thread: ThreadBound,
 }
 
 /// The held write lock of an [`RwLock`]. Dropping it releases one level;
@@ -674,11 +675,13 @@ pub struct RwLockReadGuard {
 #[clippy::has_significant_drop]
 pub struct RwLockWriteGuard {
     lease: Lease,
-    _not_send: PhantomData<*const ()>,
+    _thread: ThreadBound,
 }
 
 guard!(RwLockReadGuard, "read lock");
 guard!(RwLockWriteGuard, "write lock");
+detachable!(RwLockReadGuard);
+detachable!(RwLockWriteGuard);
 
 impl RwLockWriteGuard {
     /// The fencing token of this write acquisition: strictly increasing per lock name, the

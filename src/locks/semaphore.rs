@@ -28,6 +28,7 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::calls::{self, ask, eval_twice};
+use crate::locks::detached::{Detached, Guard, Parts};
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
@@ -450,6 +451,16 @@ impl SemaphorePermit {
 
     lease_view!("release");
 
+    /// A [`Detached`] hold of these permits, for symmetry with the lock guards: a permit is
+    /// `Send` already, and may be released from any thread as it is. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// Never: the signature is that of every guard's `detach`.
+    pub fn detach(self) -> std::result::Result<Detached<SemaphorePermit>, SemaphorePermit> {
+        Ok(Detached::new(self))
+    }
+
     /// Gives the permits back, waking waiters.
     ///
     /// It asks the server. Returns within the connect timeout plus the command timeout (so
@@ -464,6 +475,29 @@ impl SemaphorePermit {
     /// [`Error::Redis`] when Redis could not be asked (the permits then come back when the
     /// lease runs out, since renewal stopped).
     pub fn release(self) -> Result<()> {
+        self.lease.unlock()
+    }
+}
+
+impl Guard for SemaphorePermit {
+    type Parts = SemaphorePermit;
+
+    /// Permits belong to no thread: attaching changes nothing.
+    fn attach(parts: SemaphorePermit) -> Result<SemaphorePermit> {
+        Ok(parts)
+    }
+}
+
+impl Parts for SemaphorePermit {
+    fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    fn check(&self) -> Result<()> {
+        self.lease.check()
+    }
+
+    fn unlock(self) -> Result<()> {
         self.lease.unlock()
     }
 }

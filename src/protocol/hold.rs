@@ -193,6 +193,11 @@ impl Hold {
             .checked_add(self.lease.saturating_sub(self.drift))
     }
 
+    /// The levels local guards hold (0 while passed on in a local hand-off, or released).
+    pub(crate) fn depth(&self) -> u32 {
+        self.state.lock().depth
+    }
+
     /// The local deadline: after it, the lock may be someone else's.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.deadline_of(&self.state.lock())

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::handoff::{self, GivingWay};
 use crate::client::shared::Shared;
 use crate::error::Result;
-use crate::locks::lease::{Lease, Release, lease_view, released};
+use crate::locks::detached::detachable;
+use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, released};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
@@ -64,9 +65,7 @@ use crate::transport::conn::Deadline;
 #[clippy::has_significant_drop]
 pub struct MutexGuard {
     lease: Lease,
-    /// The owner id is per thread; a guard moved to another thread would release or re-enter
-    /// as the wrong owner. `*const ()` makes the guard neither `Send` nor `Sync`.
-    _not_send: PhantomData<*const ()>,
+    _thread: ThreadBound,
 }
 
 impl std::fmt::Debug for MutexGuard {
@@ -83,7 +82,7 @@ impl MutexGuard {
     pub(crate) fn new<L: Release + Clone + 'static>(mutex: &L, hold: Arc<Hold>) -> Self {
         MutexGuard {
             lease: Lease::new(mutex, hold, "lock"),
-            _not_send: PhantomData,
+            _thread: PhantomData,
         }
     }
 
@@ -217,3 +216,5 @@ pub(crate) fn release(
     }
     released(shared, hold, was_held, &keys.lock, reply)
 }
+
+detachable!(MutexGuard);

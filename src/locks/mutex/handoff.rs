@@ -26,7 +26,7 @@
 //!   goes through Redis and publishes, so remote waiters compete for the lock again.
 //! - The handing thread's owner id stays on the server while another thread holds the lock;
 //!   the handing thread takes a new id for its later acquisitions (see
-//!   [`Shared::mutex_owner`]), so the acquire script never takes the holder's levels for its
+//!   [`Shared::owner`]), so the acquire script never takes the holder's levels for its
 //!   orphans.
 //! - A baton nobody takes (the last waiter left) is dropped, and dropping it releases the
 //!   lock through Redis, owner- and acquisition-checked, as a guard's drop would.

@@ -577,7 +577,7 @@ impl Mutex {
         let shared = self.client.shared();
         let mut call = Acquire {
             mutex: self,
-            owner: shared.mutex_owner(),
+            owner: shared.owner(),
             request: request_id(),
         };
         driver::acquire(&mut call, Kind::Mutex, deadline)
