@@ -33,7 +33,50 @@ use crate::locks::lease::Lease;
 /// ```
 /// fn is_send<T: Send + 'static>() {}
 /// is_send::<locksmith::Detached<locksmith::MutexGuard>>();
+/// is_send::<locksmith::Detached<locksmith::FairMutexGuard>>();
+/// is_send::<locksmith::Detached<locksmith::RwLockReadGuard>>();
+/// is_send::<locksmith::Detached<locksmith::RwLockWriteGuard>>();
 /// is_send::<locksmith::Detached<locksmith::MultiGuard>>();
+/// is_send::<locksmith::Detached<locksmith::SemaphorePermit>>();
+/// ```
+///
+/// The guards themselves stay with their thread:
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<locksmith::FairMutexGuard>();
+/// ```
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<locksmith::RwLockReadGuard>();
+/// ```
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<locksmith::RwLockWriteGuard>();
+/// ```
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<locksmith::MultiGuard>();
+/// ```
+///
+/// # Examples
+///
+/// A dispatcher takes the lock for a job; a pool thread does the work and releases it:
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+/// let job = client.mutex("invoice:2041")?.lock()?.detach().expect("held once");
+/// let worker = std::thread::spawn(move || -> locksmith::Result<()> {
+///     let guard = job.attach()?;
+///     // ... the work, stamped with guard.fencing_token() ...
+///     guard.unlock()
+/// });
+/// worker.join().expect("the worker panicked")?;
+/// # Ok(()) }
 /// ```
 #[must_use = "if unused the lock is released at once"]
 pub struct Detached<G: Guard> {

@@ -645,7 +645,9 @@ fn parse_token(m: &[u8]) -> Option<u64> {
 /// check [`is_held`](FairMutexGuard::is_held) or pass the
 /// [`fencing_token`](FairMutexGuard::fencing_token) to the resource before a side effect.
 ///
-/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked.
+/// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
+/// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see
+/// [`MutexGuard`](crate::MutexGuard) and [`Detached`](crate::Detached)).
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct FairMutexGuard {

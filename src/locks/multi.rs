@@ -598,7 +598,9 @@ fn release_part(
 /// [`check`](MultiGuard::check), and better, pass each name's
 /// [`fencing_token`](MultiGuard::fencing_token) to the resource.
 ///
-/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked.
+/// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
+/// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see
+/// [`MutexGuard`](crate::MutexGuard) and [`Detached`](crate::Detached)).
 #[must_use = "if unused the locks are released at once"]
 #[clippy::has_significant_drop]
 pub struct MultiGuard {

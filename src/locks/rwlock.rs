@@ -658,7 +658,9 @@ macro_rules! guard {
 /// [`unlock`](RwLockReadGuard::unlock) does the same and reports errors. A lease, renewed
 /// while the guard lives: see [`MutexGuard`](crate::MutexGuard) for what that means.
 ///
-/// A guard is `!Send`: ownership and re-entry belong to the thread that locked.
+/// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
+/// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see
+/// [`MutexGuard`](crate::MutexGuard) and [`Detached`](crate::Detached)).
 #[must_use = "if unused the read lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct RwLockReadGuard {
@@ -670,7 +672,9 @@ pub struct RwLockReadGuard {
 /// [`unlock`](RwLockWriteGuard::unlock) does the same and reports errors. A lease, renewed
 /// while the guard lives: see [`MutexGuard`](crate::MutexGuard) for what that means.
 ///
-/// A guard is `!Send`: ownership and re-entry belong to the thread that locked.
+/// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
+/// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see
+/// [`MutexGuard`](crate::MutexGuard) and [`Detached`](crate::Detached)).
 #[must_use = "if unused the write lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct RwLockWriteGuard {

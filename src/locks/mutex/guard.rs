@@ -26,8 +26,13 @@ use crate::transport::conn::Deadline;
 /// better, pass the [`fencing_token`](MutexGuard::fencing_token) to the resource, before a
 /// side effect that must not overlap another owner's.
 ///
-/// A guard is `!Send`: ownership, re-entry and release belong to the thread that locked, as
-/// with [`std::sync::MutexGuard`].
+/// A guard belongs to the thread that locked: its re-entry and its release are that thread's,
+/// as with [`std::sync::MutexGuard`]. So it is not `Send`, but it is `Sync`: threads that
+/// borrow it (scoped threads writing the parts of one job) may call
+/// [`is_held`](MutexGuard::is_held), [`check`](MutexGuard::check),
+/// [`fencing_token`](MutexGuard::fencing_token) and [`validity`](MutexGuard::validity). A
+/// hold moves to another thread through [`detach`](MutexGuard::detach) (see
+/// [`Detached`](crate::Detached)).
 ///
 /// A guard owns what it needs (a clone of the cheap [`Mutex`](crate::Mutex) handle), so it
 /// borrows nothing: a temporary handle is enough, and a function can return guards.
@@ -53,11 +58,21 @@ use crate::transport::conn::Deadline;
 /// # Ok(()) }
 /// ```
 ///
-/// A guard cannot be sent to another thread:
+/// A guard cannot be sent to another thread, but it can be shared with one:
 ///
 /// ```compile_fail
 /// fn is_send<T: Send>() {}
 /// is_send::<locksmith::MutexGuard>();
+/// ```
+///
+/// ```
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<locksmith::MutexGuard>();
+/// is_sync::<locksmith::FairMutexGuard>();
+/// is_sync::<locksmith::RwLockReadGuard>();
+/// is_sync::<locksmith::RwLockWriteGuard>();
+/// is_sync::<locksmith::MultiGuard>();
+/// is_sync::<locksmith::SemaphorePermit>();
 /// ```
 ///
 /// [`Mutex::with_lease`]: crate::Mutex::with_lease
