@@ -1,10 +1,15 @@
-//! Time bounds of the fair mutex, read-write lock and semaphore calls against a stalled
-//! server (`SIGSTOP`): each call is timed and checked against its documented bound, with a
-//! generous allowance for a busy machine.
+//! Time bounds of every lock type's calls against a stalled server (`SIGSTOP`), a black hole
+//! or a closed port: each call is timed and checked against its documented bound, with a
+//! generous allowance for a busy machine. Test files that include it include
+//! `support/kinds.rs` as `kinds` too.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Barrier;
+use std::thread;
 use std::time::{Duration, Instant};
+
+use crate::kinds::Kind;
 
 /// The command timeout of the clients under test.
 pub const COMMAND: Duration = Duration::from_millis(300);
@@ -53,7 +58,7 @@ impl Drop for ContinueOnDrop {
 }
 
 /// Timed calls and their bounds.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Timings(Vec<(String, Duration, Duration, String, bool)>);
 
 impl Timings {
@@ -72,6 +77,11 @@ impl Timings {
         let what = what.into();
         println!("{what}: {outcome} after {took:?} (bound {bound:?} + slack)");
         self.0.push((what, took, bound, outcome, must_fail));
+    }
+
+    /// The calls of `other` after these.
+    pub fn extend(&mut self, other: Timings) {
+        self.0.extend(other.0);
     }
 
     /// Asserts that every call kept its bound (plus [`SLACK`]) and failed where it must.
@@ -102,4 +112,87 @@ pub fn show_opt<T>(r: &locksmith::Result<Option<T>>) -> String {
         Ok(None) => "Ok(None)".into(),
         Err(e) => format!("Err({e})"),
     }
+}
+
+/// Every blocking call of each of `kinds` against a fault: on a client of its own for each kind
+/// (`client()`), four locks are taken (two to unlock, two to drop) and one is left free; then
+/// `fault()` strikes, and twice (the first calls meet the pooled connections, the later ones
+/// open new ones) each kind's calls are timed, the kinds at once: `try_lock` and `is_locked`
+/// within connect + command timeout, the `_for` / `_until` forms by `max(wait, connect) +
+/// command`, `lock()` within `max(retry, connect + command)`, `unlock()` and a guard's drop
+/// within connect + command. All but the drop must fail.
+pub fn time_every_call(
+    kinds: &[Kind],
+    client: impl Fn() -> locksmith::Client + Sync,
+    fault: impl FnOnce(),
+) -> Timings {
+    let ready = Barrier::new(kinds.len() + 1);
+    let struck = Barrier::new(kinds.len() + 1);
+    thread::scope(|s| {
+        let threads: Vec<_> = kinds
+            .iter()
+            .map(|&kind| {
+                let (client, ready, struck) = (&client, &ready, &struck);
+                s.spawn(move || {
+                    let client = client();
+                    let open = |n: &str| kind.open(&client, &locksmith_testkit::unique_name(n));
+                    let held_locks: Vec<_> = ["held-a", "held-b", "held-c", "held-d"]
+                        .iter()
+                        .map(|n| open(n))
+                        .collect();
+                    let mut held: Vec<_> = held_locks.iter().map(|l| l.lock().unwrap()).collect();
+                    let free = open("free");
+                    ready.wait();
+                    struck.wait();
+                    let mut t = Timings::default();
+                    for round in 1..=2 {
+                        let call = |c: &str| format!("{kind:?} {round}: {c}");
+                        t.time(call("try_lock"), ONE, true, || show_opt(&free.try_lock()));
+                        t.time(call("try_lock_for"), waiting(), true, || {
+                            show_opt(&free.try_lock_for(WAIT))
+                        });
+                        t.time(call("try_lock_until"), waiting(), true, || {
+                            show_opt(&free.try_lock_until(Instant::now() + WAIT))
+                        });
+                        t.time(call("lock"), retrying(), true, || show(&free.lock()));
+                        t.time(call("is_locked"), ONE, true, || show(&free.is_locked()));
+                        let g = held.remove(0);
+                        t.time(call("unlock"), ONE, true, || show(&g.unlock()));
+                        let g = held.remove(0);
+                        t.time(call("drop"), ONE, false, || {
+                            drop(g);
+                            "dropped".into()
+                        });
+                    }
+                    t
+                })
+            })
+            .collect();
+        ready.wait();
+        fault();
+        struck.wait();
+        let mut all = Timings::default();
+        for t in threads {
+            all.extend(t.join().unwrap());
+        }
+        all
+    })
+}
+
+/// [`time_every_call`] for `kinds` against a server stalled by `SIGSTOP`, on clients with the
+/// timeouts above; asserts every bound kept.
+pub fn every_call_keeps_its_bound_against_a_stalled_server(kinds: &[Kind]) {
+    let server = locksmith_testkit::RedisServer::start();
+    let pid = server.pid();
+    let _cont = ContinueOnDrop(pid);
+    let url = server.url();
+    let kinds = kinds.to_vec();
+    let timings = locksmith_testkit::with_deadline(Duration::from_secs(90), move || {
+        time_every_call(
+            &kinds,
+            || client(&url),
+            || locksmith_testkit::signal(pid, "STOP"),
+        )
+    });
+    timings.assert_kept();
 }
