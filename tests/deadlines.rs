@@ -444,8 +444,7 @@ fn acquire_and_release_retry_on_a_fresh_connection_within_the_bound() {
 /// Settings under which no renewal can keep a lease are refused, naming the field and bound.
 #[test]
 fn settings_that_cannot_keep_a_lease_are_refused() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     let lease = Duration::from_secs(1);
     // A renewal sent 999 ms after the last one would arrive after the local lease deadline.
     let e = Client::builder(&url)

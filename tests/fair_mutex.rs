@@ -81,9 +81,7 @@ fn lock_reenter_and_try_lock_of_another_owner() {
 /// guard, exactly one script reaches Redis (the release itself).
 #[test]
 fn handoff_is_a_grant_without_an_acquire_round_trip() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-grant");
     let holder = Client::open(&url).unwrap();
     let lock = holder.fair_mutex(&name).unwrap();
@@ -119,12 +117,9 @@ fn handoff_is_a_grant_without_an_acquire_round_trip() {
 /// cannot barge in before the queued waiter (a plain mutex could be taken here).
 #[test]
 fn try_lock_never_barges_past_a_queued_waiter() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-barge");
-    let a = Client::open(&url).unwrap();
-    let c = Client::open(&url).unwrap();
+    let [a, c] = common::clients(&url);
     let la = a.fair_mutex(&name).unwrap();
     let lc = c.fair_mutex(&name).unwrap();
     for _ in 0..5 {
@@ -155,12 +150,9 @@ fn try_lock_never_barges_past_a_queued_waiter() {
 /// A waiter that times out leaves the queue, and the lock is free after the holder's release.
 #[test]
 fn timed_out_waiter_leaves_the_queue() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-timeout");
-    let a = Client::open(&url).unwrap();
-    let b = Client::open(&url).unwrap();
+    let [a, b] = common::clients(&url);
     let la = a.fair_mutex(&name).unwrap();
     let lb = b.fair_mutex(&name).unwrap();
     let g = la.lock().unwrap();
@@ -191,9 +183,7 @@ fn timed_out_waiter_leaves_the_queue() {
 #[test]
 fn a_long_queued_waiter_keeps_its_place() {
     let lease = Duration::from_millis(600);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-heartbeat");
     let a = client_with_lease(&url, lease);
     let la = a.fair_mutex(&name).unwrap();
@@ -278,9 +268,7 @@ fn child_fifo_waiters() {
 /// a holder; the lock goes to them in exactly that order, with increasing tokens.
 #[test]
 fn fifo_order_across_processes() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-fifo");
     let holder = Client::open(&url).unwrap();
     let lock = holder.fair_mutex(&name).unwrap();
@@ -378,9 +366,7 @@ fn killed_holder_frees_the_lock_within_a_lease() {
 #[test]
 fn dead_queued_waiter_is_skipped_within_its_bound() {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-deadwaiter");
     let holder = client_with_lease(&url, lease);
     let lock = holder.fair_mutex(&name).unwrap();
@@ -426,9 +412,7 @@ fn dead_queued_waiter_is_skipped_within_its_bound() {
 fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
     let long = Duration::from_secs(20);
     let short = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-deadwaiter-leases");
     with_deadline(Duration::from_secs(60), move || {
         let holder = client_with_lease(&url, long);
@@ -641,9 +625,7 @@ fn lost_log(url: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<LostLease
 /// extra round trip) on its first use.
 #[test]
 fn every_lock_type_script_is_loaded_at_build() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
         let _client = Client::open(&url).unwrap();
@@ -835,9 +817,7 @@ fn cut_fair_release_reply_leaves_the_next_grant_alone() {
 /// release frees the lock.
 #[test]
 fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url);
         let name = common::unique_name("fair-reenter-replaced");
@@ -868,9 +848,7 @@ fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// reported once.
 #[test]
 fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url);
         let other = Client::open(&url).unwrap();
@@ -904,9 +882,7 @@ fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 /// the server's expiry.
 #[test]
 fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = client_with_lease(&url, Duration::from_secs(5));
         let name = common::unique_name("fair-reenter-expiry");
@@ -939,8 +915,7 @@ fn fair_tokens_rise_and_raise_the_mark() {
     let mut server = RedisServer::start();
     let url = server.url();
     with_deadline(Duration::from_secs(20), move || {
-        let client = Client::open(&url).unwrap();
-        let other = Client::open(&url).unwrap();
+        let [client, other] = common::clients(&url);
         let name = common::unique_name("fair-tokens");
         let m = client.fair_mutex(&name).unwrap();
         let theirs = other.fair_mutex(&name).unwrap();
@@ -986,9 +961,7 @@ fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
 /// still times out as asked.
 #[test]
 fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
         let l = std::sync::Arc::clone(&lost);
@@ -1032,8 +1005,7 @@ fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
 /// waiter's place in it, and a later arrival go first.
 #[test]
 fn a_short_waiter_lease_never_shortens_the_queue() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("fair-mixed-leases");
     let holder = Client::open(&url).unwrap();
     let long = client_with_lease(&url, Duration::from_secs(20));
@@ -1138,9 +1110,7 @@ fn child_fair_long_waiter() {
 /// until the holder's 30 s lease ran out.
 #[test]
 fn a_queued_waiter_is_granted_at_the_release_after_a_reentry() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-flag");
     let client = client_with_lease(&url, Duration::from_secs(30));
     let lock = client.fair_mutex(&name).unwrap();
@@ -1223,9 +1193,7 @@ fn an_older_clients_lock_hash_is_held() {
 /// is an error.
 #[test]
 fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(40), move || {
         let name = common::unique_name("fair-operator");
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));

@@ -108,13 +108,10 @@ fn s09_client_kill_under_load() {
 ///     second, none waits for its timeout.
 #[test]
 fn s10_release_in_resubscribe_gap() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s10");
     let key = common::lock_key(&name);
-    let a = Client::open(url.as_str()).unwrap();
-    let b = Client::open(url.as_str()).unwrap();
+    let [a, b] = common::clients(&url);
     let h = Holder::start(a.mutex(&name).unwrap());
     let (tx, rx) = mpsc::channel();
     let waiters: Vec<_> = (0..10)

@@ -20,9 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use checker::{Store, StoreClient};
-use common::{
-    ChannelSpy, RedisServer, TestChild, keys_matching, token_of, wait_numsub, with_deadline,
-};
+use common::{ChannelSpy, TestChild, keys_matching, token_of, wait_numsub, with_deadline};
 use faults::{SLACK, preload_scripts, spawn_waiter};
 use locksmith::Client;
 
@@ -102,9 +100,7 @@ fn child_fenced_writer() {
 #[test]
 fn s02_killed_holder() {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s02");
     let key = common::lock_key(&name);
     let channel = common::release_channel(&name);
@@ -166,9 +162,7 @@ fn s02_killed_holder() {
 ///    wakes by pub/sub (one acquire attempt after the release) well under the 30 s lease.
 #[test]
 fn s03_panicking_holder() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let monitor = common::Monitor::start(server.port());
     let name = common::unique_name("s03");
     let key = common::lock_key(&name);
@@ -237,9 +231,7 @@ fn s03_panicking_holder() {
 fn s04_paused_holder_is_fenced() {
     let lease = Duration::from_secs(1);
     let renew = lease / 3;
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let store = Store::start();
     let name = common::unique_name("s04");
     let key = common::lock_key(&name);
@@ -330,9 +322,7 @@ fn s05_timed_out_waiters_leave_nothing() {
     const THREADS: usize = 8;
     const PER_THREAD: usize = 50;
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s05");
     let key = common::lock_key(&name);
     let u = url.clone();

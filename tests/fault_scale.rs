@@ -100,9 +100,7 @@ fn s16_many_locks_under_cpu_load() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let out = with_deadline(Duration::from_secs(secs + 120), move || {
         let lost = Arc::new(AtomicUsize::new(0));
         let l2 = Arc::clone(&lost);

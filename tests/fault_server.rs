@@ -185,9 +185,7 @@ fn s06_redis_restarts_empty() {
 fn s07_redis_stalls() {
     let lease = Duration::from_secs(1);
     let cmd_timeout = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s07");
     let lost = Arc::new(AtomicUsize::new(0));
     let l2 = Arc::clone(&lost);
@@ -291,9 +289,7 @@ fn s07_redis_stalls() {
 #[test]
 fn s08_client_pause_write() {
     let lease = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let held = common::unique_name("s08-held");
     let free = common::unique_name("s08-free");
     let lost = Arc::new(AtomicUsize::new(0));

@@ -168,8 +168,7 @@ fn runs(entries: &[Entry]) -> Vec<&[Entry]> {
 /// while the local threads keep contending.
 #[test]
 fn the_count_bound_forces_a_release_through_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let local = Client::builder(&url)
             .local_handoff_max_count(3)
@@ -200,8 +199,7 @@ fn the_count_bound_forces_a_release_through_redis() {
 /// acquisition through Redis, whatever the count allows.
 #[test]
 fn the_time_bound_forces_a_release_through_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let max_time = Duration::from_millis(15);
         let local = Client::builder(&url)
@@ -314,9 +312,7 @@ fn one_handoff_then_give_way(url: &str, give_way: Duration) -> Client {
 /// the lock before the client's own queued thread, and that the last remote release ended
 /// the give-way (long here) at once.
 fn remote_waiters_go_first(remotes: usize) {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let give_way = Duration::from_secs(10);
         let local = one_handoff_then_give_way(&url, give_way);
@@ -389,9 +385,7 @@ fn after_a_bounded_run_every_remote_waiter_goes_first() {
 /// without it (only the client's own subscription heard the release), the thread goes at once.
 #[test]
 fn a_listener_that_does_not_take_the_lock_costs_the_give_way_bound() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let give_way = Duration::from_secs(1);
         let client = one_handoff_then_give_way(&url, give_way);
@@ -476,9 +470,7 @@ fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::Joi
 /// the lock meanwhile; its outermost release frees it.
 #[test]
 fn reentry_after_a_handoff() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-reentry");
@@ -554,9 +546,7 @@ fn reentry_after_a_handoff() {
 /// and gets it with a higher token.
 #[test]
 fn the_handing_thread_locks_again_after_the_receiver() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-again");
@@ -583,9 +573,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
 /// errs.
 #[test]
 fn a_lease_lost_after_a_handoff_is_the_receivers() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let (tx_lost, rx_lost) = mpsc::channel();
         let tx_lost = StdMutex::new(tx_lost);
@@ -637,9 +625,7 @@ fn a_lease_lost_after_a_handoff_is_the_receivers() {
 /// lock from Redis, under its own owner id and a token from the server.
 #[test]
 fn option_off_releases_through_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&url).local_handoff(false).build().unwrap();
         let name = fresh_name(&url, "handoff-off");
@@ -728,9 +714,7 @@ fn bad_handoff_bounds_are_refused() {
 /// passed it yet; and the release script does so, the next grant starting above it.
 #[test]
 fn a_release_after_a_handoff_names_the_last_token_issued() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     with_deadline(Duration::from_secs(30), move || {
         let monitor = common::Monitor::start(port);

@@ -18,8 +18,7 @@ use locksmith::Client;
 fn threads_sharing_one_client_exclude_each_other() {
     const THREADS: usize = 8;
     const ROUNDS: u64 = 100;
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("mutex-threads");
     let counter = format!("counter:{name}");
     let client = Client::open(url.as_str()).unwrap();
@@ -119,11 +118,9 @@ fn processes_exclude_each_other() {
 /// `is_locked` follows.
 #[test]
 fn try_lock_under_contention() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -149,11 +146,9 @@ fn try_lock_under_contention() {
 /// `try_lock_for` on a held lock gives `None` no sooner than asked and not much later.
 #[test]
 fn try_lock_for_times_out() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock-for");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -176,11 +171,9 @@ fn try_lock_for_times_out() {
 /// `try_lock_until` on a held lock gives `None` at its deadline, and `Some` on a free lock.
 #[test]
 fn try_lock_until_deadline() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock-until");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -207,9 +200,7 @@ fn try_lock_until_deadline() {
 /// the release marker.
 #[test]
 fn name_and_key_layout() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("account:42");
@@ -251,12 +242,9 @@ fn name_and_key_layout() {
 /// stale guard's drop does not release the new owner's lock.
 #[test]
 fn fixed_lease_expires_by_itself() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let c = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("fixed-lease");
         let key = common::lock_key(&name);
@@ -311,12 +299,9 @@ fn fixed_lease_expires_by_itself() {
 /// waiter on another client gets it at once, far under the 30 s lease.
 #[test]
 fn panicking_holder_releases() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("panic");
-    let holder_client = Client::open(url.as_str()).unwrap();
-    let waiter_client = Client::open(url.as_str()).unwrap();
+    let [holder_client, waiter_client] = common::clients(&url);
     let holder_lock = holder_client.mutex(&name).unwrap();
     let waiter_lock = waiter_client.mutex(&name).unwrap();
 
@@ -367,9 +352,7 @@ fn panicking_holder_releases() {
 /// like any other key locksmith did not write, is `ForeignKey`.
 #[test]
 fn a_lock_of_the_previous_layout_is_held() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("old-layout");

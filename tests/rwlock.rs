@@ -135,9 +135,7 @@ fn reentry_and_downgrade() {
 /// does not. A writer that gives up lets deferring readers in at once.
 #[test]
 fn writer_preference_and_giving_up() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-pref");
     let a = Client::open(&url).unwrap();
     let la = a.rw_lock(&name).unwrap();
@@ -179,9 +177,7 @@ fn writer_preference_and_giving_up() {
 /// by a writer, all hold the read lock together right after its release.
 #[test]
 fn one_release_wakes_every_reader() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-wakeall");
     let a = Client::open(&url).unwrap();
     let la = a.rw_lock(&name).unwrap();
@@ -315,8 +311,7 @@ fn child_rw_waiting_writer() {
 #[test]
 fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     let name = common::unique_name("rw-deadwriter");
     let a = client_with_lease(&url, lease);
     let la = a.rw_lock(&name).unwrap();
@@ -354,9 +349,7 @@ fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
 fn dead_waiting_writer_is_skipped_by_its_own_lease_whoever_releases() {
     let long = Duration::from_secs(20);
     let short = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-deadwriter-leases");
     with_deadline(Duration::from_secs(60), move || {
         let a = client_with_lease(&url, long);
@@ -442,9 +435,7 @@ fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
 fn one_release_wakes_every_reader_at_once() {
     const READERS: usize = 6;
     const DELAY: Duration = Duration::from_millis(300);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let proxy = Proxy::start(server.port());
     let purl = proxy.url();
     with_deadline(Duration::from_secs(60), move || {
@@ -600,8 +591,7 @@ fn every_rw_call_keeps_its_bound_against_a_stalled_server() {
 /// with it while it still held the read lock, and a writer could get in.
 #[test]
 fn a_short_reader_lease_never_shortens_a_longer_one() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("rw-mixed-leases");
     let long = client_with_lease(&url, Duration::from_secs(20));
     let short = client_with_lease(&url, Duration::from_secs(1));
@@ -749,9 +739,7 @@ fn expiries(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
 /// maximum hold time: a thread re-entering in a loop must not keep the lock for ever.
 #[test]
 fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("rw-reenter-extend");
         let max_hold = Duration::from_millis(1500);
@@ -846,9 +834,7 @@ fn publishes(conn: &mut redis::Connection) -> u64 {
 /// each waiter would sleep until its 10 s renewal interval or the 30 s lease ran out.
 #[test]
 fn waiters_are_woken_at_the_release_that_frees_them() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-flags");
     let a = client_with_lease(&url, Duration::from_secs(30));
     let b = client_with_lease(&url, Duration::from_secs(30));
@@ -913,9 +899,7 @@ fn waiters_are_woken_at_the_release_that_frees_them() {
 /// downgrade does not defer to waiting writers: it would wait for itself).
 #[test]
 fn a_writer_reads_past_a_waiting_writer() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-downgrade-waiting");
     let a = Client::open(&url).unwrap();
     let la = a.rw_lock(&name).unwrap();
@@ -1011,9 +995,7 @@ fn short_lost_log(
 /// an error).
 #[test]
 fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("rw-operator");
         let (a, lost_a) = short_lost_log(&url, "app-a");

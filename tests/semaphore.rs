@@ -126,8 +126,7 @@ fn permits_are_counted() {
 
 #[test]
 fn a_release_wakes_a_waiter_at_once() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("sem-wake");
     let a = Client::open(&url).unwrap();
     let sa = a.semaphore(&name, 1).unwrap();
@@ -386,9 +385,7 @@ fn child_sem_waiter() {
 #[test]
 fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
     let short = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("sem-dead-leases");
     let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
     let mut holder = kinds::spawn_holder(Kind::Semaphore(1), &url, &name, short);
@@ -498,8 +495,7 @@ fn every_semaphore_call_keeps_its_bound_against_a_stalled_server() {
 /// permits vanished from Redis with them, and were counted free, while it still held them.
 #[test]
 fn a_short_lease_never_shortens_a_longer_holders_keys() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("sem-mixed-leases");
     let long = client_with_lease(&url, Duration::from_secs(20));
     let short = client_with_lease(&url, Duration::from_secs(1));
@@ -554,9 +550,7 @@ fn child_sem_long_waiter() {
 /// set). With the flag lost, the waiter would sleep until the first 30 s lease ran out.
 #[test]
 fn a_waiter_is_woken_at_the_release_with_one_holder_or_several() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let client = client_with_lease(&url, Duration::from_secs(30));
     let other = client_with_lease(&url, Duration::from_secs(30));
     for count in [1, 2] {
@@ -649,9 +643,7 @@ fn an_older_clients_semaphore_hash_is_held() {
 /// `on_lease_lost`, its release an error).
 #[test]
 fn another_client_sees_the_holders_and_force_unlock_frees_them() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("sem-operator");
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<locksmith::LostLease>::new()));

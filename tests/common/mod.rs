@@ -88,3 +88,23 @@ pub fn assert_mark_covers(conn: &mut redis::Connection, name: &str, token: u64) 
     assert!(mark >= token, "the mark {mark} is below the token {token}");
     assert_eq!(pttl(conn, &key), -1, "the mark {key} has an expiry");
 }
+
+/// A private `redis-server` and its URL.
+pub fn server_url() -> (RedisServer, String) {
+    let server = RedisServer::start();
+    let url = server.url();
+    (server, url)
+}
+
+/// A private `redis-server`, its URL and a connection to it.
+pub fn server_url_conn() -> (RedisServer, String, redis::Connection) {
+    let (server, url) = server_url();
+    let conn = server.conn();
+    (server, url, conn)
+}
+
+/// `N` clients of `url`, each with the default settings (each its own owner of the locks it
+/// takes).
+pub fn clients<const N: usize>(url: &str) -> [locksmith::Client; N] {
+    std::array::from_fn(|_| locksmith::Client::open(url).unwrap())
+}
