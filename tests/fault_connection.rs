@@ -7,16 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
-#[path = "support/load.rs"]
-mod load;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{checker, faults, load, proxy};
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::thread;
@@ -28,7 +21,7 @@ use faults::{ACQUIRE_LUA, Holder, RELEASE_LUA, SLACK, preload_scripts, sha, spaw
 use locksmith::Client;
 use proxy::Proxy;
 
-/// The load worker (see `support/load.rs`).
+/// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
     if !common::is_child("worker") {

@@ -8,9 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
 
+use common::faults;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};

@@ -7,12 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/load.rs"]
-mod load;
 
+use common::{checker, load};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
@@ -22,7 +19,7 @@ use checker::Store;
 use common::{RedisServer, TestChild, client_list, lock_keys_left, with_deadline};
 use locksmith::Client;
 
-/// The load worker (see `support/load.rs`).
+/// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
     if !common::is_child("worker") {

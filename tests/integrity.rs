@@ -3,14 +3,13 @@
 //! eviction policy, and reporting every lost lease exactly once.
 //!
 //! Every test runs against its own `redis-server`; faults on the wire come from the TCP proxy
-//! of `tests/support/proxy.rs`. Every blocking step runs under a test-side deadline.
+//! of `testkit/src/proxy.rs`. Every blocking step runs under a test-side deadline.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::proxy;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

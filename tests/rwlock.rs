@@ -4,14 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/bounds.rs"]
-mod bounds;
 mod common;
-#[path = "support/kinds.rs"]
-mod kinds;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{bounds, kinds, proxy};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;

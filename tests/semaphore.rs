@@ -4,16 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/bounds.rs"]
-mod bounds;
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/kinds.rs"]
-mod kinds;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{bounds, checker, kinds, proxy};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};

@@ -13,6 +13,11 @@
 //!   `#[test] fn child_xxx()` that returns at once unless [`ROLE_VAR`] names it.
 //! - [`locked_increments`] / [`assert_exact_and_fenced`]: counted critical sections under a
 //!   [`locksmith::Mutex`], and the check that none was lost and tokens increased.
+//!
+//! And the modules some test files share: [`kinds`] (every lock type behind one trait, and the
+//! scenarios written once for all of them), [`bounds`] (calls timed against a stalled server),
+//! [`faults`] (holder and waiter threads of the fault tests), [`load`] (the load worker of the
+//! fault and soak tests), [`capture`] (a logger that keeps every record).
 
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,6 +25,12 @@ use std::thread;
 use std::time::Duration;
 
 pub use locksmith_testkit::*;
+
+pub mod bounds;
+pub mod capture;
+pub mod faults;
+pub mod kinds;
+pub mod load;
 
 /// A read-modify-write increment of `key` (GET, a short pause to widen the race, SET): without
 /// mutual exclusion, concurrent callers lose updates.

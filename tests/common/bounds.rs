@@ -1,7 +1,6 @@
 //! Time bounds of every lock type's calls against a stalled server (`SIGSTOP`), a black hole
 //! or a closed port: each call is timed and checked against its documented bound, with a
-//! generous allowance for a busy machine. Test files that include it include
-//! `support/kinds.rs` as `kinds` too.
+//! generous allowance for a busy machine.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +8,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::kinds::Kind;
+use super::kinds::Kind;
 
 /// The command timeout of the clients under test.
 pub const COMMAND: Duration = Duration::from_millis(300);
