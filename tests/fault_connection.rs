@@ -24,10 +24,7 @@ use proxy::Proxy;
 /// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
-    if !common::is_child("worker") {
-        return;
-    }
-    load::run_worker();
+    load::child_worker();
 }
 
 /// 9. Load as in 1 (2 processes x 4 threads, nested guards) while `CLIENT KILL TYPE normal`

@@ -22,10 +22,7 @@ use locksmith::Client;
 /// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
-    if !common::is_child("worker") {
-        return;
-    }
-    load::run_worker();
+    load::child_worker();
 }
 
 /// 1. 4 processes x 4 threads on one hot lock, read-modify-write counter in the fenced
@@ -48,13 +45,13 @@ fn s01_hot_lock_across_processes() {
         ("LS_HOLD_US", "200".into()),
     ];
     let start = Instant::now();
-    let mut children: Vec<_> = (0..PROCS)
-        .map(|_| TestChild::spawn("child_worker", "worker", &envs))
-        .collect();
-    for c in &mut children {
-        let status = c.wait_timeout(Duration::from_secs(150));
-        assert!(status.success(), "worker failed: {status}");
-    }
+    common::run_children(
+        PROCS,
+        "child_worker",
+        "worker",
+        &envs,
+        Duration::from_secs(150),
+    );
     let elapsed = start.elapsed();
     let total = PROCS as u64 * THREADS * ITERS;
     let t = store.worker_totals();

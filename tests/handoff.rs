@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex as StdMutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error};
 
 /// A child process: `LS_THREADS` threads of one client, each making `LS_ROUNDS` counted
@@ -66,13 +66,13 @@ fn three_processes_of_eight_threads_exclude_and_fence() {
         ("LS_ROUNDS", ROUNDS.to_string()),
         ("LS_THREADS", THREADS.to_string()),
     ];
-    let mut children: Vec<TestChild> = (0..CHILDREN)
-        .map(|_| TestChild::spawn("child_threads_counter", "threads-counter", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(Duration::from_secs(120));
-        assert!(status.success(), "child failed: {status}");
-    }
+    common::run_children(
+        CHILDREN,
+        "child_threads_counter",
+        "threads-counter",
+        &envs,
+        Duration::from_secs(120),
+    );
     let mut conn = server.conn();
     let total = (CHILDREN * THREADS) as u64 * ROUNDS;
     common::assert_exact_and_fenced(&mut conn, &name, total);

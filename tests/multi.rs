@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex as StdMutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisCluster, RedisServer, Rng, TestChild, lock_key, with_deadline};
+use common::{RedisCluster, RedisServer, Rng, lock_key, with_deadline};
 use locksmith::{Client, Error};
 
 /// The accounts of the transfer tests, and the money each starts with.
@@ -358,13 +358,13 @@ fn deadlock_freedom(urls: Vec<String>, cluster: bool, prefix: &str, data_url: &s
         ("LS_DATA", data_url.to_owned()),
         ("LS_RUN_MS", RUN.as_millis().to_string()),
     ];
-    let mut children: Vec<TestChild> = (0..3)
-        .map(|_| TestChild::spawn("child_transfers", "transfers", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(RUN + TRANSFER_BOUND + Duration::from_secs(60));
-        assert!(status.success(), "a transfer process failed: {status}");
-    }
+    common::run_children(
+        3,
+        "child_transfers",
+        "transfers",
+        &envs,
+        RUN + TRANSFER_BOUND + Duration::from_secs(60),
+    );
     let longest: Vec<u64> = redis::cmd("LRANGE")
         .arg(format!("{{{prefix}}}:longest"))
         .arg(0)

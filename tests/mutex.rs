@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::Client;
 
 /// 8 threads x 100 increments, one shared `Client`: the counter is exact, no two critical
@@ -101,13 +101,13 @@ fn processes_exclude_each_other() {
         ("LS_NAME", name.clone()),
         ("LS_ROUNDS", ROUNDS.to_string()),
     ];
-    let mut children: Vec<TestChild> = (0..CHILDREN)
-        .map(|_| TestChild::spawn("child_counter", "counter", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(Duration::from_secs(90));
-        assert!(status.success(), "child failed: {status}");
-    }
+    common::run_children(
+        CHILDREN,
+        "child_counter",
+        "counter",
+        &envs,
+        Duration::from_secs(90),
+    );
 
     let mut conn = server.conn();
     common::assert_exact_and_fenced(&mut conn, &name, CHILDREN as u64 * ROUNDS);

@@ -28,10 +28,7 @@ use common::{RedisServer, TestChild};
 /// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
-    if !common::is_child("worker") {
-        return;
-    }
-    load::run_worker();
+    load::child_worker();
 }
 
 const CHAOS: [&str; 5] = [

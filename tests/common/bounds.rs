@@ -83,18 +83,28 @@ impl Timings {
         self.0.extend(other.0);
     }
 
+    /// What each call returned, in order.
+    pub fn outcomes(&self) -> Vec<&str> {
+        self.0.iter().map(|c| c.3.as_str()).collect()
+    }
+
     /// Asserts that every call kept its bound (plus [`SLACK`]) and failed where it must.
     pub fn assert_kept(&self) {
+        self.assert_kept_under("a stalled server");
+    }
+
+    /// [`Timings::assert_kept`], the fault named `fault` in the failures.
+    pub fn assert_kept_under(&self, fault: &str) {
         let mut failures = Vec::new();
         for (what, took, bound, outcome, must_fail) in &self.0 {
             if *took > *bound + SLACK {
                 failures.push(format!("{what}: took {took:?}, bound {bound:?}"));
             }
             if *must_fail && !outcome.starts_with("Err") {
-                failures.push(format!("{what}: {outcome} against a stalled server"));
+                failures.push(format!("{what}: {outcome} under {fault}"));
             }
         }
-        assert!(failures.is_empty(), "{failures:#?}");
+        assert!(failures.is_empty(), "{fault}: {failures:#?}");
     }
 }
 

@@ -116,20 +116,30 @@ impl Held for locksmith::SemaphorePermit {
     }
 }
 
-/// The four acquire forms of a type whose methods are named `lock`, `try_lock`, ...
-macro_rules! acquire_forms {
-    ($lock:ident, $try:ident, $for:ident, $until:ident) => {
-        fn lock(&self) -> Result<Box<dyn Held>> {
-            boxed(self.0.$lock())
-        }
-        fn try_lock(&self) -> Result<Option<Box<dyn Held>>> {
-            boxed_opt(self.0.$try())
-        }
-        fn try_lock_for(&self, timeout: Duration) -> Result<Option<Box<dyn Held>>> {
-            boxed_opt(self.0.$for(timeout))
-        }
-        fn try_lock_until(&self, deadline: Instant) -> Result<Option<Box<dyn Held>>> {
-            boxed_opt(self.0.$until(deadline))
+/// `TestLock` for a wrapper of a lock handle: its kind, its four acquire forms (the handle's
+/// methods named `$lock`, `$try`, ...), and `is_locked` as `$locked` says.
+macro_rules! test_lock {
+    ($wrapper:ty, $kind:expr, $lock:ident, $try:ident, $for:ident, $until:ident, $locked:expr) => {
+        impl TestLock for $wrapper {
+            fn kind(&self) -> Kind {
+                $kind
+            }
+            fn lock(&self) -> Result<Box<dyn Held>> {
+                boxed(self.0.$lock())
+            }
+            fn try_lock(&self) -> Result<Option<Box<dyn Held>>> {
+                boxed_opt(self.0.$try())
+            }
+            fn try_lock_for(&self, timeout: Duration) -> Result<Option<Box<dyn Held>>> {
+                boxed_opt(self.0.$for(timeout))
+            }
+            fn try_lock_until(&self, deadline: Instant) -> Result<Option<Box<dyn Held>>> {
+                boxed_opt(self.0.$until(deadline))
+            }
+            fn is_locked(&self) -> Result<bool> {
+                let locked: fn(&$wrapper) -> Result<bool> = $locked;
+                locked(self)
+            }
         }
     };
 }
@@ -141,45 +151,59 @@ struct ReaderLock(locksmith::RwLock);
 struct SemLock(locksmith::Semaphore);
 struct MultiLock(locksmith::MultiMutex, Vec<locksmith::Mutex>);
 
-impl TestLock for MutexLock {
-    fn kind(&self) -> Kind {
-        Kind::Mutex
+test_lock!(
+    MutexLock,
+    Kind::Mutex,
+    lock,
+    try_lock,
+    try_lock_for,
+    try_lock_until,
+    |l| { l.0.is_locked() }
+);
+test_lock!(
+    FairLock,
+    Kind::Fair,
+    lock,
+    try_lock,
+    try_lock_for,
+    try_lock_until,
+    |l| { l.0.is_locked() }
+);
+test_lock!(
+    WriterLock,
+    Kind::Writer,
+    write,
+    try_write,
+    try_write_for,
+    try_write_until,
+    |l| { l.0.writer().map(|w| w.is_some()) }
+);
+test_lock!(
+    ReaderLock,
+    Kind::Reader,
+    read,
+    try_read,
+    try_read_for,
+    try_read_until,
+    |l| { l.0.readers().map(|r| !r.is_empty()) }
+);
+test_lock!(
+    MultiLock,
+    Kind::Multi,
+    lock,
+    try_lock,
+    try_lock_for,
+    try_lock_until,
+    |l| {
+        // Any of its names.
+        for m in &l.1 {
+            if m.is_locked()? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
-    acquire_forms!(lock, try_lock, try_lock_for, try_lock_until);
-    fn is_locked(&self) -> Result<bool> {
-        self.0.is_locked()
-    }
-}
-
-impl TestLock for FairLock {
-    fn kind(&self) -> Kind {
-        Kind::Fair
-    }
-    acquire_forms!(lock, try_lock, try_lock_for, try_lock_until);
-    fn is_locked(&self) -> Result<bool> {
-        self.0.is_locked()
-    }
-}
-
-impl TestLock for WriterLock {
-    fn kind(&self) -> Kind {
-        Kind::Writer
-    }
-    acquire_forms!(write, try_write, try_write_for, try_write_until);
-    fn is_locked(&self) -> Result<bool> {
-        self.0.writer().map(|w| w.is_some())
-    }
-}
-
-impl TestLock for ReaderLock {
-    fn kind(&self) -> Kind {
-        Kind::Reader
-    }
-    acquire_forms!(read, try_read, try_read_for, try_read_until);
-    fn is_locked(&self) -> Result<bool> {
-        self.0.readers().map(|r| !r.is_empty())
-    }
-}
+);
 
 impl TestLock for SemLock {
     fn kind(&self) -> Kind {
@@ -215,21 +239,6 @@ impl TestLock for SemLock {
     }
     fn is_locked(&self) -> Result<bool> {
         self.0.available().map(|a| a == 0)
-    }
-}
-
-impl TestLock for MultiLock {
-    fn kind(&self) -> Kind {
-        Kind::Multi
-    }
-    acquire_forms!(lock, try_lock, try_lock_for, try_lock_until);
-    fn is_locked(&self) -> Result<bool> {
-        for m in &self.1 {
-            if m.is_locked()? {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 }
 

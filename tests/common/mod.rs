@@ -119,3 +119,21 @@ pub fn server_url_conn() -> (RedisServer, String, redis::Connection) {
 pub fn clients<const N: usize>(url: &str) -> [locksmith::Client; N] {
     std::array::from_fn(|_| locksmith::Client::open(url).unwrap())
 }
+
+/// Runs `n` copies of the child `test_name` (role `role`, settings `envs`) at once, and waits
+/// until each has exited successfully, within `timeout` each.
+pub fn run_children(
+    n: usize,
+    test_name: &str,
+    role: &str,
+    envs: &[(&str, String)],
+    timeout: Duration,
+) {
+    let mut children: Vec<TestChild> = (0..n)
+        .map(|_| TestChild::spawn(test_name, role, envs))
+        .collect();
+    for child in &mut children {
+        let status = child.wait_timeout(timeout);
+        assert!(status.success(), "a {test_name} process failed: {status}");
+    }
+}
