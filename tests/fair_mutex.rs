@@ -223,11 +223,9 @@ fn a_long_queued_waiter_keeps_its_place() {
 /// list `order:<name>` when it gets the lock.
 #[test]
 fn child_fifo_waiters() {
-    if !common::is_child("fifo") {
+    let Some((url, name)) = common::child_url_name("fifo") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let first: usize = common::child_env("LS_FIRST").parse().unwrap();
     let step: usize = common::child_env("LS_STEP").parse().unwrap();
     let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
@@ -328,11 +326,9 @@ fn child_kind_holder() {
 /// holds it, and waits.
 #[test]
 fn child_fair_waiter() {
-    if !common::is_child("fair-waiter") {
+    let Some((url, name)) = common::child_url_name("fair-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
     let client = client_with_lease(&url, lease);
     let lock = client.fair_mutex(&name).unwrap();
@@ -1086,11 +1082,9 @@ fn the_lock_family_refuses_a_client_over_several_masters() {
 /// it.
 #[test]
 fn child_fair_long_waiter() {
-    if !common::is_child("fair-long-waiter") {
+    let Some((url, name)) = common::child_url_name("fair-long-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let client = client_with_lease(&url, Duration::from_secs(30));
     let lock = client.fair_mutex(&name).unwrap();
     let _g = lock.lock().unwrap();

@@ -44,11 +44,9 @@ fn child_holder() {
 /// `stale-accepted`), then unlocks (prints `unlock-err` or `unlock-ok`).
 #[test]
 fn child_fenced_writer() {
-    if !common::is_child("fenced_writer") {
+    let Some((url, name)) = common::child_url_name("fenced_writer") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
     let mut store = StoreClient::connect(common::child_env("LS_STORE").parse().unwrap());
     let client = Client::builder(url.as_str())

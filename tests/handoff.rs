@@ -19,11 +19,9 @@ use locksmith::{Client, Error};
 /// increments under the lock (see `common::locked_increments`).
 #[test]
 fn child_threads_counter() {
-    if !common::is_child("threads-counter") {
+    let Some((url, name)) = common::child_url_name("threads-counter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
     let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
     let client = Client::open(url.as_str()).unwrap();

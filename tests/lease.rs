@@ -14,11 +14,9 @@ use locksmith::Client;
 /// lease `LS_LEASE_MS`, prints `locked`, then sleeps (at most a minute) until killed.
 #[test]
 fn child_holder() {
-    if !common::is_child("holder") {
+    let Some((url, name)) = common::child_url_name("holder") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease_ms: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease_ms))

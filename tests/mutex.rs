@@ -74,11 +74,9 @@ fn threads_sharing_one_client_exclude_each_other() {
 /// Entry point of the child processes of [`processes_exclude_each_other`].
 #[test]
 fn child_counter() {
-    if !common::is_child("counter") {
+    let Some((url, name)) = common::child_url_name("counter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let counter = format!("counter:{name}");
     let tokens = format!("tokens:{name}");
     let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();

@@ -22,11 +22,9 @@ const LEASE_MS: u64 = 20_000;
 /// labelled `LS_LABEL` when set. Prints `held`, then sleeps until killed.
 #[test]
 fn child_every_type() {
-    if !common::is_child("every_type") {
+    let Some((url, name)) = common::child_url_name("every_type") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let cluster = std::env::var("LS_CLUSTER").is_ok();
     let mut builder = if cluster {
         Client::cluster(url.split(','))

@@ -279,11 +279,9 @@ fn bad_input() {
 /// registered as a waiting writer.
 #[test]
 fn child_rw_waiting_writer() {
-    if !common::is_child("rw-waiting-writer") {
+    let Some((url, name)) = common::child_url_name("rw-waiting-writer") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
     let client = client_with_lease(&url, lease);
     let lock = client.rw_lock(&name).unwrap();
@@ -788,11 +786,9 @@ fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
 /// with a 30 s lease and prints `got` once it holds it.
 #[test]
 fn child_rw_long_waiter() {
-    if !common::is_child("rw-long-waiter") {
+    let Some((url, name)) = common::child_url_name("rw-long-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let client = client_with_lease(&url, Duration::from_secs(30));
     let lock = client.rw_lock(&name).unwrap();
     if common::child_env("LS_MODE") == "write" {

@@ -227,11 +227,9 @@ fn bad_input() {
 /// critical section as an interval.
 #[test]
 fn child_sem_workers() {
-    if !common::is_child("sem-workers") {
+    let Some((url, name)) = common::child_url_name("sem-workers") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let port: u16 = common::child_env("LS_STORE").parse().unwrap();
     let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
     let permits: u32 = common::child_env("LS_PERMITS").parse().unwrap();
@@ -357,11 +355,9 @@ fn child_kind_holder() {
 /// Child: waits for one permit of `LS_NAME` (count 1) with lease `LS_LEASE_MS`.
 #[test]
 fn child_sem_waiter() {
-    if !common::is_child("sem-waiter") {
+    let Some((url, name)) = common::child_url_name("sem-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
     let client = client_with_lease(&url, lease);
     let sem = client.semaphore(&name, 1).unwrap();
@@ -525,11 +521,9 @@ fn a_short_lease_never_shortens_a_longer_holders_keys() {
 /// once it holds it.
 #[test]
 fn child_sem_long_waiter() {
-    if !common::is_child("sem-long-waiter") {
+    let Some((url, name)) = common::child_url_name("sem-long-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let n: u32 = common::child_env("LS_N").parse().unwrap();
     let client = client_with_lease(&url, Duration::from_secs(30));
     let sem = client.semaphore(&name, n).unwrap();

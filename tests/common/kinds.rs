@@ -151,59 +151,27 @@ struct ReaderLock(locksmith::RwLock);
 struct SemLock(locksmith::Semaphore);
 struct MultiLock(locksmith::MultiMutex, Vec<locksmith::Mutex>);
 
-test_lock!(
-    MutexLock,
-    Kind::Mutex,
-    lock,
-    try_lock,
-    try_lock_for,
-    try_lock_until,
-    |l| { l.0.is_locked() }
-);
-test_lock!(
-    FairLock,
-    Kind::Fair,
-    lock,
-    try_lock,
-    try_lock_for,
-    try_lock_until,
-    |l| { l.0.is_locked() }
-);
-test_lock!(
-    WriterLock,
-    Kind::Writer,
-    write,
-    try_write,
-    try_write_for,
-    try_write_until,
-    |l| { l.0.writer().map(|w| w.is_some()) }
-);
-test_lock!(
-    ReaderLock,
-    Kind::Reader,
-    read,
-    try_read,
-    try_read_for,
-    try_read_until,
-    |l| { l.0.readers().map(|r| !r.is_empty()) }
-);
-test_lock!(
-    MultiLock,
-    Kind::Multi,
-    lock,
-    try_lock,
-    try_lock_for,
-    try_lock_until,
-    |l| {
-        // Any of its names.
-        for m in &l.1 {
-            if m.is_locked()? {
-                return Ok(true);
-            }
+test_lock! { MutexLock, Kind::Mutex, lock, try_lock, try_lock_for, try_lock_until, |l| {
+    l.0.is_locked()
+} }
+test_lock! { FairLock, Kind::Fair, lock, try_lock, try_lock_for, try_lock_until, |l| {
+    l.0.is_locked()
+} }
+test_lock! { WriterLock, Kind::Writer, write, try_write, try_write_for, try_write_until, |l| {
+    l.0.writer().map(|w| w.is_some())
+} }
+test_lock! { ReaderLock, Kind::Reader, read, try_read, try_read_for, try_read_until, |l| {
+    l.0.readers().map(|r| !r.is_empty())
+} }
+test_lock! { MultiLock, Kind::Multi, lock, try_lock, try_lock_for, try_lock_until, |l| {
+    // Any of its names.
+    for m in &l.1 {
+        if m.is_locked()? {
+            return Ok(true);
         }
-        Ok(false)
     }
-);
+    Ok(false)
+} }
 
 impl TestLock for SemLock {
     fn kind(&self) -> Kind {

@@ -137,3 +137,9 @@ pub fn run_children(
         assert!(status.success(), "a {test_name} process failed: {status}");
     }
 }
+
+/// In the child process of role `role` (see [`TestChild`]): its `LS_URL` and `LS_NAME`;
+/// `None` in any other process, where the child's `#[test]` returns at once.
+pub fn child_url_name(role: &str) -> Option<(String, String)> {
+    is_child(role).then(|| (child_env("LS_URL"), child_env("LS_NAME")))
+}
