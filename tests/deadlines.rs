@@ -18,7 +18,7 @@ mod common;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::bounds::{
@@ -184,16 +184,8 @@ fn build_against_a_stalled_server_keeps_its_bound() {
 fn a_dead_pooled_connection_does_not_cost_the_lease() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l = Arc::clone(&lost);
     let lease = Duration::from_secs(3);
-    let client = Client::builder(proxy.url().as_str())
-        .lease(lease)
-        .on_lease_lost(move |_| {
-            l.fetch_add(1, Ordering::SeqCst);
-        })
-        .build()
-        .unwrap();
+    let (client, lost) = common::count_losses(Client::builder(proxy.url().as_str()).lease(lease));
     let name = common::unique_name("dead-pooled");
     let key = common::lock_key(&name);
     let renew_sha = sha(RENEW_LUA);

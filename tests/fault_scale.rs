@@ -11,7 +11,7 @@ mod common;
 
 use common::{checker, load};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -96,15 +96,7 @@ fn s16_many_locks_under_cpu_load() {
         .unwrap_or(60);
     let (_server, url, mut conn) = common::server_url_conn();
     let out = with_deadline(Duration::from_secs(secs + 120), move || {
-        let lost = Arc::new(AtomicUsize::new(0));
-        let l2 = Arc::clone(&lost);
-        let client = Client::builder(url.as_str())
-            .lease(lease)
-            .on_lease_lost(move |_| {
-                l2.fetch_add(1, Ordering::SeqCst);
-            })
-            .build()
-            .unwrap();
+        let (client, lost) = common::count_losses(Client::builder(url.as_str()).lease(lease));
         let prefix = common::unique_name("s16");
         let locks: Vec<_> = (0..LOCKS)
             .map(|i| client.mutex(&format!("{prefix}-{i}")).unwrap())

@@ -349,9 +349,7 @@ pub fn spawn_holder(kind: Kind, url: &str, name: &str, lease: Duration) -> TestC
 /// (+ slack).
 pub fn killed_holder_frees_the_lock_within_a_lease(holder: Kind, waiter: Kind, prefix: &str) {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = super::server_url_conn();
     let name = locksmith_testkit::unique_name(prefix);
     let mut child = spawn_holder(holder, &url, &name, lease);
     let c = client_with_lease(&url, lease);
@@ -386,9 +384,7 @@ pub fn killed_holder_frees_the_lock_within_a_lease(holder: Kind, waiter: Kind, p
 /// its unlock is refused, and the new holder still holds.
 pub fn paused_holder_loses_the_lock_and_says_so(holder: Kind, waiter: Kind, prefix: &str) {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = super::server_url_conn();
     let name = locksmith_testkit::unique_name(prefix);
     let child = spawn_holder(holder, &url, &name, lease);
     let (tx, rx) = mpsc::channel();

@@ -143,3 +143,21 @@ pub fn run_children(
 pub fn child_url_name(role: &str) -> Option<(String, String)> {
     is_child(role).then(|| (child_env("LS_URL"), child_env("LS_NAME")))
 }
+
+/// A client built by `builder` that counts the leases it reports lost (`on_lease_lost`).
+pub fn count_losses(
+    builder: locksmith::ClientBuilder,
+) -> (
+    locksmith::Client,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let lost = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let l = std::sync::Arc::clone(&lost);
+    let client = builder
+        .on_lease_lost(move |_| {
+            l.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    (client, lost)
+}
