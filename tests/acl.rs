@@ -7,10 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/capture.rs"]
-mod capture;
 mod common;
 
+use common::capture;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, TryRecvError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, with_deadline};
+use common::with_deadline;
 use locksmith::Client;
 
 /// Commands Redis has seen, leaving out the inspection commands of the test itself.
@@ -28,9 +28,7 @@ fn commands_seen(conn: &mut redis::Connection) -> HashMap<String, u64> {
 /// `is_invalid_name()`, before any I/O. 1 KiB exactly is fine.
 #[test]
 fn invalid_names_are_rejected_before_io() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         thread::sleep(Duration::from_millis(100));
@@ -77,12 +75,9 @@ fn invalid_names_are_rejected_before_io() {
 /// under its documented (percent-encoded) key.
 #[test]
 fn odd_names_work() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let u = common::unique_name("odd");
         let names: Vec<String> = [
             "ключ-🔒-鍵",
@@ -151,13 +146,10 @@ fn odd_names_work() {
 #[test]
 fn release_of_ab_never_wakes_waiters_of_a_star() {
     const CYCLES: usize = 20;
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let monitor = common::Monitor::start(server.port());
     with_deadline(Duration::from_secs(30), move || {
-        let holder = Client::open(url.as_str()).unwrap();
-        let waiter = Client::open(url.as_str()).unwrap();
+        let [holder, waiter] = common::clients(&url);
         let u = common::unique_name("glob");
         let star = format!("{u}a*");
         let ab = format!("{u}ab");
@@ -234,8 +226,7 @@ fn release_of_ab_never_wakes_waiters_of_a_star() {
 /// where documented (lease 30 ms).
 #[test]
 fn invalid_options_are_rejected() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(30), move || {
         let u = url.as_str();
         let config_err = |res: locksmith::Result<Client>, what: &str, word: &str| {
@@ -343,9 +334,7 @@ fn invalid_options_are_rejected() {
 /// A custom key prefix is used for every key.
 #[test]
 fn custom_prefix_is_used() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::builder(url.as_str())
             .key_prefix("my app:")
@@ -372,12 +361,9 @@ fn custom_prefix_is_used() {
 /// return at once, on a held one they wait until the release.
 #[test]
 fn huge_timeouts_do_not_overflow() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("huge-timeout");
         let la = a.mutex(&name).unwrap();
 
@@ -423,12 +409,9 @@ fn huge_timeouts_do_not_overflow() {
 /// attempt each, with no subscription.
 #[test]
 fn zero_timeout_is_one_attempt() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let holder = Client::open(url.as_str()).unwrap();
-        let waiter = Client::open(url.as_str()).unwrap();
+        let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("zero");
         let channel = common::release_channel(&name);
         let hl = holder.mutex(&name).unwrap();

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::checker::{self, Interval, Store, StoreClient};
-use common::{RedisCluster, TestChild, lock_key, mono_ns, release_channel, unique_name};
+use common::{RedisCluster, lock_key, mono_ns, release_channel, unique_name};
 use locksmith::Client;
 
 const CONNECT: Duration = Duration::from_millis(300);
@@ -352,13 +352,13 @@ fn exclusion_across_processes(cluster: &RedisCluster) {
         ("LS_STORE", store.port().to_string()),
     ];
     let t = Instant::now();
-    let mut children: Vec<TestChild> = (0..CHILDREN)
-        .map(|_| TestChild::spawn("child_cluster_counter", "cluster-counter", &envs))
-        .collect();
-    for c in &mut children {
-        let status = c.wait_timeout(Duration::from_secs(60));
-        assert!(status.success(), "child failed: {status}");
-    }
+    common::run_children(
+        CHILDREN,
+        "child_cluster_counter",
+        "cluster-counter",
+        &envs,
+        Duration::from_secs(60),
+    );
     let total: u64 = (0..names.len())
         .map(|i| store.resource(&format!("r{i}")).value)
         .sum();

@@ -15,54 +15,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, with_deadline};
+use common::bounds::{
+    self, COMMAND, CONNECT, ContinueOnDrop, ONE, RETRY, SLACK, Timings, show, show_opt,
+};
+use common::faults::{ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, sha};
+use common::kinds::Kind;
+use common::proxy::Proxy;
+use common::{RedisServer, signal, with_deadline};
 use locksmith::{Client, Error};
-use proxy::Proxy;
 
-/// The command timeout of the clients under test.
-const COMMAND: Duration = Duration::from_millis(300);
-/// The connect timeout: longer than the command timeout, so a bound that counts one where the
-/// other belongs shows.
-const CONNECT: Duration = Duration::from_secs(1);
-/// The retry timeout of `lock()`.
-const RETRY: Duration = Duration::from_secs(1);
-/// Allowance for scheduling delays on a busy 2-core machine running several tests at once.
-const SLACK: Duration = Duration::from_secs(1);
 const PASSWORD: &str = "deadlines-secret";
-
-const ACQUIRE_LUA: &str = include_str!("../src/protocol/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/protocol/scripts/release.lua");
-const RENEW_LUA: &str = include_str!("../src/protocol/scripts/renew.lua");
-
-fn sha(src: &str) -> String {
-    redis::Script::new(src).get_hash().to_string()
-}
-
-/// Sends `SIGCONT` to a process when dropped, so that a failing test never leaves a stopped
-/// `redis-server` behind.
-struct ContinueOnDrop(u32);
-
-impl Drop for ContinueOnDrop {
-    fn drop(&mut self) {
-        signal(self.0, "CONT");
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill -{sig} {pid} failed");
-}
 
 /// Makes the server ask for a password (every new connection then authenticates).
 fn require_password(server: &RedisServer) {
@@ -100,58 +68,13 @@ enum Fault {
     ClosedPort,
 }
 
-/// One timed call: what, how long it took, its bound, and what it returned.
-#[derive(Debug)]
-struct Timed {
-    what: String,
-    took: Duration,
-    bound: Duration,
-    outcome: String,
-    /// The call must have failed (it cannot succeed under the fault).
-    must_fail: bool,
-}
-
-fn time(
-    out: &mut Vec<Timed>,
-    what: impl Into<String>,
-    bound: Duration,
-    must_fail: bool,
-    f: impl FnOnce() -> String,
-) {
-    let start = Instant::now();
-    let outcome = f();
-    let what = what.into();
-    println!("{what}: {outcome} after {:?}", start.elapsed());
-    out.push(Timed {
-        what,
-        took: start.elapsed(),
-        bound,
-        outcome,
-        must_fail,
-    });
-}
-
-fn show<T>(r: &locksmith::Result<T>) -> String {
-    match r {
-        Ok(_) => "Ok".into(),
-        Err(e) => format!("Err({e})"),
-    }
-}
-
-fn show_opt<T>(r: &locksmith::Result<Option<T>>) -> String {
-    match r {
-        Ok(Some(_)) => "Ok(Some)".into(),
-        Ok(None) => "Ok(None)".into(),
-        Err(e) => format!("Err({e})"),
-    }
-}
-
 /// Runs every blocking call of the API under `fault` and checks each against its bound.
 fn every_call_keeps_its_bound(fault: Fault) {
     every_call_keeps_its_bound_at("127.0.0.1", fault);
 }
 
-/// [`every_call_keeps_its_bound`], with the server named `host` in the URL.
+/// [`every_call_keeps_its_bound`], with the server named `host` in the URL: the calls of
+/// [`bounds::time_every_call`] on a mutex, then `Client::build`.
 fn every_call_keeps_its_bound_at(host: &str, fault: Fault) {
     let server = RedisServer::start();
     require_password(&server);
@@ -161,96 +84,20 @@ fn every_call_keeps_its_bound_at(host: &str, fault: Fault) {
     let proxy = (fault != Fault::Stalled).then(|| Proxy::start(server.port()));
     let url = url_to_host(host, proxy.as_ref().map_or(server.port(), Proxy::port));
 
-    let results = with_deadline(Duration::from_secs(120), move || {
+    let timings = with_deadline(Duration::from_secs(120), move || {
         let mut proxy = proxy;
-        let client = client(&url).unwrap();
-        let m = |name: &str| client.mutex(&common::unique_name(name)).unwrap();
-        let (a, b, c, d) = (m("held-a"), m("held-b"), m("held-c"), m("held-d"));
-        // Held before the fault: two to unlock, two to drop.
-        let mut held = vec![
-            a.lock().unwrap(),
-            b.lock().unwrap(),
-            c.lock().unwrap(),
-            d.lock().unwrap(),
-        ];
-        let free = m("free");
-
-        match fault {
+        let strike = || match fault {
             Fault::Stalled => signal(pid, "STOP"),
             Fault::BlackHole => proxy.as_ref().unwrap().black_hole(),
             Fault::ClosedPort => proxy.as_mut().unwrap().stop(),
-        }
-
-        let one = CONNECT + COMMAND;
-        let mut out = Vec::new();
-        // Twice: the first calls meet the pooled connections, the later ones open new ones.
-        for round in 1..=2 {
-            time(&mut out, format!("{round}: try_lock"), one, true, || {
-                show_opt(&free.try_lock())
-            });
-            let wait = Duration::from_millis(500);
-            time(
-                &mut out,
-                format!("{round}: try_lock_for(500ms)"),
-                wait.max(CONNECT) + COMMAND,
-                true,
-                || show_opt(&free.try_lock_for(wait)),
-            );
-            time(
-                &mut out,
-                format!("{round}: try_lock_until(+500ms)"),
-                wait.max(CONNECT) + COMMAND,
-                true,
-                || show_opt(&free.try_lock_until(Instant::now() + wait)),
-            );
-            time(
-                &mut out,
-                format!("{round}: lock"),
-                RETRY.max(one),
-                true,
-                || show(&free.lock()),
-            );
-            time(&mut out, format!("{round}: is_locked"), one, true, || {
-                show(&free.is_locked())
-            });
-            let g = held.remove(0);
-            time(&mut out, format!("{round}: unlock"), one, true, || {
-                show(&g.unlock())
-            });
-            let g = held.remove(0);
-            time(&mut out, format!("{round}: drop"), one, false, || {
-                drop(g);
-                "dropped".into()
-            });
-        }
-        time(
-            &mut out,
-            "Client::build",
-            CONNECT * 2 + COMMAND,
-            true,
-            || show(&client_build(&url)),
-        );
-        drop(client);
-        out
+        };
+        let mut t = bounds::time_every_call(&[Kind::Mutex], || client(&url).unwrap(), strike);
+        t.time("Client::build", CONNECT * 2 + COMMAND, true, || {
+            show(&client_build(&url))
+        });
+        t
     });
-
-    let mut failures = Vec::new();
-    for t in &results {
-        println!(
-            "{fault:?}: {}: {} after {:?} (bound {:?} + slack)",
-            t.what, t.outcome, t.took, t.bound
-        );
-        if t.took > t.bound + SLACK {
-            failures.push(format!(
-                "{}: took {:?}, bound {:?}",
-                t.what, t.took, t.bound
-            ));
-        }
-        if t.must_fail && !t.outcome.starts_with("Err") {
-            failures.push(format!("{}: {} under {fault:?}", t.what, t.outcome));
-        }
-    }
-    assert!(failures.is_empty(), "{fault:?}: {failures:#?}");
+    timings.assert_kept_under(&format!("{fault:?}"));
 }
 
 fn client_build(url: &str) -> locksmith::Result<Client> {
@@ -337,16 +184,8 @@ fn build_against_a_stalled_server_keeps_its_bound() {
 fn a_dead_pooled_connection_does_not_cost_the_lease() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l = Arc::clone(&lost);
     let lease = Duration::from_secs(3);
-    let client = Client::builder(proxy.url().as_str())
-        .lease(lease)
-        .on_lease_lost(move |_| {
-            l.fetch_add(1, Ordering::SeqCst);
-        })
-        .build()
-        .unwrap();
+    let (client, lost) = common::count_losses(Client::builder(proxy.url().as_str()).lease(lease));
     let name = common::unique_name("dead-pooled");
     let key = common::lock_key(&name);
     let renew_sha = sha(RENEW_LUA);
@@ -444,8 +283,7 @@ fn acquire_and_release_retry_on_a_fresh_connection_within_the_bound() {
 /// Settings under which no renewal can keep a lease are refused, naming the field and bound.
 #[test]
 fn settings_that_cannot_keep_a_lease_are_refused() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     let lease = Duration::from_secs(1);
     // A renewal sent 999 ms after the last one would arrive after the local lease deadline.
     let e = Client::builder(&url)
@@ -523,12 +361,11 @@ fn redlock_calls_keep_their_bounds_with_stalled_masters() {
         let m = |name: &str| quorum.mutex(&common::unique_name(name)).unwrap();
         let (held, free) = (m("rl-held"), m("rl-free"));
         let g = held.lock().unwrap();
-        let one = CONNECT + COMMAND;
-        let mut out = Vec::new();
+        let mut t = Timings::default();
 
         // One master of three stalled: a majority still answers.
         signal(pids[0], "STOP");
-        time(&mut out, "one stalled: try_lock", one, false, || {
+        t.time("one stalled: try_lock", ONE, false, || {
             let r = free.try_lock();
             let s = show_opt(&r);
             drop(r);
@@ -538,47 +375,29 @@ fn redlock_calls_keep_their_bounds_with_stalled_masters() {
         // All stalled.
         signal(pids[1], "STOP");
         signal(pids[2], "STOP");
-        time(&mut out, "all stalled: try_lock", one, true, || {
+        t.time("all stalled: try_lock", ONE, true, || {
             show_opt(&free.try_lock())
         });
         let wait = Duration::from_millis(500);
-        time(
-            &mut out,
+        t.time(
             "all stalled: try_lock_for(500ms)",
-            wait.max(CONNECT) + COMMAND,
+            bounds::waiting(),
             true,
             || show_opt(&free.try_lock_for(wait)),
         );
-        time(&mut out, "all stalled: lock", RETRY.max(one), true, || {
+        t.time("all stalled: lock", bounds::retrying(), true, || {
             show(&free.lock())
         });
-        time(&mut out, "all stalled: is_locked", one, true, || {
+        t.time("all stalled: is_locked", ONE, true, || {
             show(&free.is_locked())
         });
-        time(&mut out, "all stalled: unlock", one, true, || {
-            show(&g.unlock())
-        });
-        out
+        t.time("all stalled: unlock", ONE, true, || show(&g.unlock()));
+        t
     });
-    let mut failures = Vec::new();
-    for t in &results {
-        println!(
-            "redlock: {}: {} after {:?} (bound {:?} + slack)",
-            t.what, t.outcome, t.took, t.bound
-        );
-        if t.took > t.bound + SLACK {
-            failures.push(format!(
-                "{}: took {:?}, bound {:?}",
-                t.what, t.took, t.bound
-            ));
-        }
-        if t.must_fail && !t.outcome.starts_with("Err") {
-            failures.push(format!("{}: {}", t.what, t.outcome));
-        }
-    }
     assert_eq!(
-        results[0].outcome, "Ok(Some)",
+        results.outcomes()[0],
+        "Ok(Some)",
         "with one master of three stalled, the lock was not taken"
     );
-    assert!(failures.is_empty(), "{failures:#?}");
+    results.assert_kept_under("stalled masters");
 }

@@ -4,25 +4,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/bounds.rs"]
-mod bounds;
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{bounds, kinds, proxy};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
+use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error, LostLease};
 use proxy::Proxy;
-
-/// Allowance for scheduling delays on a busy 2-core machine.
-const SLACK: Duration = Duration::from_millis(400);
 
 fn tag(name: &str) -> String {
     format!("locksmith:{{{}}}", common::encode_name(name))
@@ -38,10 +30,6 @@ fn fair_key(name: &str) -> String {
 
 fn llen(conn: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("LLEN").arg(key).query(conn).unwrap()
-}
-
-fn client_with_lease(url: &str, lease: Duration) -> Client {
-    Client::builder(url).lease(lease).build().unwrap()
 }
 
 /// Waits until the queue holds `n` waiters (each waiter is in it after its enqueue script).
@@ -88,9 +76,7 @@ fn lock_reenter_and_try_lock_of_another_owner() {
 /// guard, exactly one script reaches Redis (the release itself).
 #[test]
 fn handoff_is_a_grant_without_an_acquire_round_trip() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-grant");
     let holder = Client::open(&url).unwrap();
     let lock = holder.fair_mutex(&name).unwrap();
@@ -126,12 +112,9 @@ fn handoff_is_a_grant_without_an_acquire_round_trip() {
 /// cannot barge in before the queued waiter (a plain mutex could be taken here).
 #[test]
 fn try_lock_never_barges_past_a_queued_waiter() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-barge");
-    let a = Client::open(&url).unwrap();
-    let c = Client::open(&url).unwrap();
+    let [a, c] = common::clients(&url);
     let la = a.fair_mutex(&name).unwrap();
     let lc = c.fair_mutex(&name).unwrap();
     for _ in 0..5 {
@@ -162,12 +145,9 @@ fn try_lock_never_barges_past_a_queued_waiter() {
 /// A waiter that times out leaves the queue, and the lock is free after the holder's release.
 #[test]
 fn timed_out_waiter_leaves_the_queue() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-timeout");
-    let a = Client::open(&url).unwrap();
-    let b = Client::open(&url).unwrap();
+    let [a, b] = common::clients(&url);
     let la = a.fair_mutex(&name).unwrap();
     let lb = b.fair_mutex(&name).unwrap();
     let g = la.lock().unwrap();
@@ -198,9 +178,7 @@ fn timed_out_waiter_leaves_the_queue() {
 #[test]
 fn a_long_queued_waiter_keeps_its_place() {
     let lease = Duration::from_millis(600);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-heartbeat");
     let a = client_with_lease(&url, lease);
     let la = a.fair_mutex(&name).unwrap();
@@ -245,11 +223,9 @@ fn a_long_queued_waiter_keeps_its_place() {
 /// list `order:<name>` when it gets the lock.
 #[test]
 fn child_fifo_waiters() {
-    if !common::is_child("fifo") {
+    let Some((url, name)) = common::child_url_name("fifo") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let first: usize = common::child_env("LS_FIRST").parse().unwrap();
     let step: usize = common::child_env("LS_STEP").parse().unwrap();
     let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
@@ -285,9 +261,7 @@ fn child_fifo_waiters() {
 /// a holder; the lock goes to them in exactly that order, with increasing tokens.
 #[test]
 fn fifo_order_across_processes() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-fifo");
     let holder = Client::open(&url).unwrap();
     let lock = holder.fair_mutex(&name).unwrap();
@@ -331,131 +305,30 @@ fn fifo_order_across_processes() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
 
-/// Child: `LS_THREADS` workers, each doing `LS_ROUNDS` critical sections on the fair mutex:
-/// read-modify-write of the store's resource under the fencing token, logged as intervals.
 #[test]
-fn child_fair_workers() {
-    if !common::is_child("fair-workers") {
-        return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
-    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
-    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
-    let rounds: u32 = common::child_env("LS_ROUNDS").parse().unwrap();
-    fair_workers(&url, &name, port, threads, rounds);
-    println!("done");
-}
-
-fn fair_workers(url: &str, name: &str, port: u16, threads: u32, rounds: u32) {
-    let client = Client::open(url).unwrap();
-    let lock = client.fair_mutex(name).unwrap();
-    let handles: Vec<_> = (0..threads)
-        .map(|worker| {
-            let (lock, name) = (lock.clone(), name.to_string());
-            thread::spawn(move || {
-                let mut store = StoreClient::connect(port);
-                for _ in 0..rounds {
-                    let g = lock.lock().unwrap();
-                    let start = mono_ns();
-                    g.check().unwrap();
-                    let v = store.read(&name);
-                    assert!(store.write(&name, g.fencing_token(), v + 1));
-                    let end = mono_ns();
-                    let held = g.check().is_ok();
-                    store.interval(&Interval {
-                        lock: name.clone(),
-                        pid: std::process::id(),
-                        worker,
-                        token: g.fencing_token(),
-                        start,
-                        end,
-                        held,
-                    });
-                    g.unlock().unwrap();
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+fn child_kind_workers() {
+    kinds::child_workers();
 }
 
 /// Exclusion across 3 processes x 3 threads: no overlapping critical sections, tokens in
 /// acquisition order, and the counter exact.
 #[test]
 fn exclusion_across_processes() {
-    let server = RedisServer::start();
-    let store = Store::start();
-    let name = common::unique_name("fair-excl");
-    let (procs, threads, rounds) = (3, 3, 15);
-    let children: Vec<TestChild> = (0..procs)
-        .map(|_| {
-            TestChild::spawn(
-                "child_fair_workers",
-                "fair-workers",
-                &[
-                    ("LS_URL", server.url()),
-                    ("LS_NAME", name.clone()),
-                    ("LS_STORE", store.port().to_string()),
-                    ("LS_THREADS", threads.to_string()),
-                    ("LS_ROUNDS", rounds.to_string()),
-                ],
-            )
-        })
-        .collect();
-    for c in &children {
-        c.wait_line("done", Duration::from_secs(120));
-    }
-    let intervals = store.intervals();
-    assert_eq!(intervals.len(), procs * threads * rounds);
-    let f = checker::assert_clean(&intervals);
-    assert_eq!(f.lost, 0);
-    assert_eq!(
-        store.resource(&name).value,
-        (procs * threads * rounds) as u64
-    );
-    let gaps = checker::handoff_gaps_ms(&intervals);
-    println!("fair handoff gaps: {}", checker::percentiles(&gaps));
+    kinds::exclusion_across_processes(&[Kind::Fair], 15, "fair-excl");
 }
 
-/// Child: takes the fair mutex, prints `locked`, then every 20 ms prints `lost` (once) when
-/// its guard says the lease is gone; ends after `LS_HOLD_MS`.
 #[test]
-fn child_fair_holder() {
-    if !common::is_child("fair-holder") {
-        return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
-    let client = client_with_lease(&url, lease);
-    let lock = client.fair_mutex(&name).unwrap();
-    let g = lock.lock().unwrap();
-    println!("locked");
-    loop {
-        thread::sleep(Duration::from_millis(20));
-        if !g.is_held() {
-            assert!(g.check().is_err());
-            println!("lost");
-            break;
-        }
-    }
-    let e = g.unlock().unwrap_err();
-    assert!(e.is_lease_lost(), "{e}");
-    println!("unlock refused");
+fn child_kind_holder() {
+    kinds::child_holder();
 }
 
 /// Child: joins the queue of the fair mutex (behind a holder), prints `queued` once the queue
 /// holds it, and waits.
 #[test]
 fn child_fair_waiter() {
-    if !common::is_child("fair-waiter") {
+    let Some((url, name)) = common::child_url_name("fair-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
     let client = client_with_lease(&url, lease);
     let lock = client.fair_mutex(&name).unwrap();
@@ -476,38 +349,7 @@ fn child_fair_waiter() {
 /// A holder killed with SIGKILL: the queued waiter gets the lock within a lease (+ slack).
 #[test]
 fn killed_holder_frees_the_lock_within_a_lease() {
-    let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
-    let name = common::unique_name("fair-kill");
-    let mut child = TestChild::spawn(
-        "child_fair_holder",
-        "fair-holder",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
-    child.wait_line("locked", Duration::from_secs(30));
-    let (tx, rx) = mpsc::channel();
-    let (url2, name2) = (url.clone(), name.clone());
-    let w = thread::spawn(move || {
-        let c = client_with_lease(&url2, lease);
-        let l = c.fair_mutex(&name2).unwrap();
-        let g = l.try_lock_for(Duration::from_secs(20)).unwrap();
-        tx.send((Instant::now(), g.is_some())).unwrap();
-    });
-    wait_queued(&mut conn, &name, 1);
-    let killed = Instant::now();
-    child.kill9();
-    let (at, got) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
-    assert!(got);
-    let waited = at - killed;
-    println!("fair: holder killed, waiter acquired {waited:?} later");
-    assert!(waited <= lease + SLACK, "{waited:?}");
-    w.join().unwrap();
+    kinds::killed_holder_frees_the_lock_within_a_lease(Kind::Fair, Kind::Fair, "fair-kill");
 }
 
 /// A queued waiter killed with SIGKILL is skipped: the holder releases (granting the dead
@@ -515,9 +357,7 @@ fn killed_holder_frees_the_lock_within_a_lease() {
 #[test]
 fn dead_queued_waiter_is_skipped_within_its_bound() {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-deadwaiter");
     let holder = client_with_lease(&url, lease);
     let lock = holder.fair_mutex(&name).unwrap();
@@ -563,9 +403,7 @@ fn dead_queued_waiter_is_skipped_within_its_bound() {
 fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
     let long = Duration::from_secs(20);
     let short = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-deadwaiter-leases");
     with_deadline(Duration::from_secs(60), move || {
         let holder = client_with_lease(&url, long);
@@ -609,44 +447,7 @@ fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
 /// (+ slack); once resumed, the paused holder reports itself lost and its unlock is refused.
 #[test]
 fn paused_holder_loses_the_lock_and_says_so() {
-    let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
-    let name = common::unique_name("fair-pause");
-    let child = TestChild::spawn(
-        "child_fair_holder",
-        "fair-holder",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
-    child.wait_line("locked", Duration::from_secs(30));
-    let (tx, rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let (url2, name2) = (url.clone(), name.clone());
-    let w = thread::spawn(move || {
-        let c = client_with_lease(&url2, lease);
-        let l = c.fair_mutex(&name2).unwrap();
-        let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
-        tx.send(Instant::now()).unwrap();
-        release_rx.recv().unwrap();
-        g.unlock().unwrap();
-    });
-    wait_queued(&mut conn, &name, 1);
-    child.signal("STOP");
-    let stopped = Instant::now();
-    let at = rx.recv_timeout(Duration::from_secs(20)).unwrap();
-    let waited = at - stopped;
-    assert!(waited <= lease + SLACK, "{waited:?}");
-    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
-    child.signal("CONT");
-    child.wait_line("lost", Duration::from_secs(5));
-    child.wait_line("unlock refused", Duration::from_secs(5));
-    release_tx.send(()).unwrap();
-    w.join().unwrap();
+    kinds::paused_holder_loses_the_lock_and_says_so(Kind::Fair, Kind::Fair, "fair-pause");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -698,52 +499,7 @@ fn bad_names_and_foreign_keys() {
 /// with tokens above the old holder's; no call blocks past its bound.
 #[test]
 fn waiters_recover_from_a_redis_restart() {
-    let lease = Duration::from_secs(1);
-    let mut server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
-    let name = common::unique_name("fair-restart");
-    let holder = client_with_lease(&url, lease);
-    let lock = holder.fair_mutex(&name).unwrap();
-    let g = lock.lock().unwrap();
-    let old = g.fencing_token();
-    let (tx, rx) = mpsc::channel();
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
-            thread::spawn(move || {
-                let c = client_with_lease(&url, lease);
-                let l = c.fair_mutex(&name).unwrap();
-                let g = l.try_lock_for(Duration::from_secs(20)).unwrap().unwrap();
-                let (start, token) = (mono_ns(), g.fencing_token());
-                thread::sleep(Duration::from_millis(20));
-                let end = mono_ns();
-                tx.send((Instant::now(), token, start, end, g.is_held()))
-                    .unwrap();
-                g.unlock().unwrap();
-            })
-        })
-        .collect();
-    wait_queued(&mut conn, &name, 3);
-    server.restart();
-    let restarted = Instant::now();
-    let mut got: Vec<_> = (0..3)
-        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
-        .collect();
-    for w in waiters {
-        w.join().unwrap();
-    }
-    let last = got.iter().map(|x| x.0 - restarted).max().unwrap();
-    println!("fair: 3 waiters all served {last:?} after the restart");
-    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
-    got.sort_by_key(|x| x.2);
-    for w in got.windows(2) {
-        assert!(w[0].3 <= w[1].2, "sections overlapped");
-        assert!(w[0].1 < w[1].1, "tokens not increasing");
-    }
-    assert!(got.iter().all(|x| x.1 > old && x.4));
-    assert!(common::wait_until(lease + SLACK, || !g.is_held()));
-    assert!(g.unlock().unwrap_err().is_lease_lost());
+    kinds::waiters_recover_from_a_redis_restart(Kind::Fair, Kind::Fair, 3, "fair-restart");
 }
 
 /// The lock is free but a live waiter is queued (its grant ran out, say): `try_lock` does not
@@ -860,9 +616,7 @@ fn lost_log(url: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<LostLease
 /// extra round trip) on its first use.
 #[test]
 fn every_lock_type_script_is_loaded_at_build() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
         let _client = Client::open(&url).unwrap();
@@ -1054,9 +808,7 @@ fn cut_fair_release_reply_leaves_the_next_grant_alone() {
 /// release frees the lock.
 #[test]
 fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url);
         let name = common::unique_name("fair-reenter-replaced");
@@ -1087,9 +839,7 @@ fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// reported once.
 #[test]
 fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url);
         let other = Client::open(&url).unwrap();
@@ -1123,9 +873,7 @@ fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 /// the server's expiry.
 #[test]
 fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = client_with_lease(&url, Duration::from_secs(5));
         let name = common::unique_name("fair-reenter-expiry");
@@ -1158,8 +906,7 @@ fn fair_tokens_rise_and_raise_the_mark() {
     let mut server = RedisServer::start();
     let url = server.url();
     with_deadline(Duration::from_secs(20), move || {
-        let client = Client::open(&url).unwrap();
-        let other = Client::open(&url).unwrap();
+        let [client, other] = common::clients(&url);
         let name = common::unique_name("fair-tokens");
         let m = client.fair_mutex(&name).unwrap();
         let theirs = other.fair_mutex(&name).unwrap();
@@ -1197,58 +944,7 @@ fn fair_tokens_rise_and_raise_the_mark() {
 /// connections, then on new ones.
 #[test]
 fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
-    let server = RedisServer::start();
-    let pid = server.pid();
-    let _cont = bounds::ContinueOnDrop(pid);
-    let url = server.url();
-    let timings = with_deadline(Duration::from_secs(90), move || {
-        let client = bounds::client(&url);
-        let m = |n: &str| client.fair_mutex(&common::unique_name(n)).unwrap();
-        let (a, b, c, d) = (m("fb-a"), m("fb-b"), m("fb-c"), m("fb-d"));
-        let mut held = vec![
-            a.lock().unwrap(),
-            b.lock().unwrap(),
-            c.lock().unwrap(),
-            d.lock().unwrap(),
-        ];
-        let free = m("fb-free");
-        common::signal(pid, "STOP");
-        let mut t = bounds::Timings::default();
-        for round in 1..=2 {
-            t.time(format!("{round}: try_lock"), bounds::ONE, true, || {
-                bounds::show_opt(&free.try_lock())
-            });
-            t.time(
-                format!("{round}: try_lock_for"),
-                bounds::waiting(),
-                true,
-                || bounds::show_opt(&free.try_lock_for(bounds::WAIT)),
-            );
-            t.time(
-                format!("{round}: try_lock_until"),
-                bounds::waiting(),
-                true,
-                || bounds::show_opt(&free.try_lock_until(Instant::now() + bounds::WAIT)),
-            );
-            t.time(format!("{round}: lock"), bounds::retrying(), true, || {
-                bounds::show(&free.lock())
-            });
-            t.time(format!("{round}: is_locked"), bounds::ONE, true, || {
-                bounds::show(&free.is_locked())
-            });
-            let g = held.remove(0);
-            t.time(format!("{round}: unlock"), bounds::ONE, true, || {
-                bounds::show(&g.unlock())
-            });
-            let g = held.remove(0);
-            t.time(format!("{round}: drop"), bounds::ONE, false, || {
-                drop(g);
-                "dropped".into()
-            });
-        }
-        t
-    });
-    timings.assert_kept();
+    bounds::every_call_keeps_its_bound_against_a_stalled_server(&[Kind::Fair]);
 }
 
 /// A waiter's place in the queue is not a lease the application holds: when its heartbeat
@@ -1256,9 +952,7 @@ fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
 /// still times out as asked.
 #[test]
 fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
         let l = std::sync::Arc::clone(&lost);
@@ -1302,8 +996,7 @@ fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
 /// waiter's place in it, and a later arrival go first.
 #[test]
 fn a_short_waiter_lease_never_shortens_the_queue() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("fair-mixed-leases");
     let holder = Client::open(&url).unwrap();
     let long = client_with_lease(&url, Duration::from_secs(20));
@@ -1389,11 +1082,9 @@ fn the_lock_family_refuses_a_client_over_several_masters() {
 /// it.
 #[test]
 fn child_fair_long_waiter() {
-    if !common::is_child("fair-long-waiter") {
+    let Some((url, name)) = common::child_url_name("fair-long-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let client = client_with_lease(&url, Duration::from_secs(30));
     let lock = client.fair_mutex(&name).unwrap();
     let _g = lock.lock().unwrap();
@@ -1408,9 +1099,7 @@ fn child_fair_long_waiter() {
 /// until the holder's 30 s lease ran out.
 #[test]
 fn a_queued_waiter_is_granted_at_the_release_after_a_reentry() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("fair-flag");
     let client = client_with_lease(&url, Duration::from_secs(30));
     let lock = client.fair_mutex(&name).unwrap();
@@ -1493,9 +1182,7 @@ fn an_older_clients_lock_hash_is_held() {
 /// is an error.
 #[test]
 fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(40), move || {
         let name = common::unique_name("fair-operator");
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));

@@ -7,16 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
-#[path = "support/load.rs"]
-mod load;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{checker, faults, load, proxy};
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::thread;
@@ -28,13 +21,10 @@ use faults::{ACQUIRE_LUA, Holder, RELEASE_LUA, SLACK, preload_scripts, sha, spaw
 use locksmith::Client;
 use proxy::Proxy;
 
-/// The load worker (see `support/load.rs`).
+/// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
-    if !common::is_child("worker") {
-        return;
-    }
-    load::run_worker();
+    load::child_worker();
 }
 
 /// 9. Load as in 1 (2 processes x 4 threads, nested guards) while `CLIENT KILL TYPE normal`
@@ -108,13 +98,10 @@ fn s09_client_kill_under_load() {
 ///     second, none waits for its timeout.
 #[test]
 fn s10_release_in_resubscribe_gap() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s10");
     let key = common::lock_key(&name);
-    let a = Client::open(url.as_str()).unwrap();
-    let b = Client::open(url.as_str()).unwrap();
+    let [a, b] = common::clients(&url);
     let h = Holder::start(a.mutex(&name).unwrap());
     let (tx, rx) = mpsc::channel();
     let waiters: Vec<_> = (0..10)

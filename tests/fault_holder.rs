@@ -7,12 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
 
+use common::{checker, faults};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -20,9 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use checker::{Store, StoreClient};
-use common::{
-    ChannelSpy, RedisServer, TestChild, keys_matching, token_of, wait_numsub, with_deadline,
-};
+use common::{ChannelSpy, TestChild, keys_matching, token_of, wait_numsub, with_deadline};
 use faults::{SLACK, preload_scripts, spawn_waiter};
 use locksmith::Client;
 
@@ -49,11 +44,9 @@ fn child_holder() {
 /// `stale-accepted`), then unlocks (prints `unlock-err` or `unlock-ok`).
 #[test]
 fn child_fenced_writer() {
-    if !common::is_child("fenced_writer") {
+    let Some((url, name)) = common::child_url_name("fenced_writer") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
     let mut store = StoreClient::connect(common::child_env("LS_STORE").parse().unwrap());
     let client = Client::builder(url.as_str())
@@ -102,9 +95,7 @@ fn child_fenced_writer() {
 #[test]
 fn s02_killed_holder() {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s02");
     let key = common::lock_key(&name);
     let channel = common::release_channel(&name);
@@ -166,9 +157,7 @@ fn s02_killed_holder() {
 ///    wakes by pub/sub (one acquire attempt after the release) well under the 30 s lease.
 #[test]
 fn s03_panicking_holder() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let monitor = common::Monitor::start(server.port());
     let name = common::unique_name("s03");
     let key = common::lock_key(&name);
@@ -237,9 +226,7 @@ fn s03_panicking_holder() {
 fn s04_paused_holder_is_fenced() {
     let lease = Duration::from_secs(1);
     let renew = lease / 3;
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let store = Store::start();
     let name = common::unique_name("s04");
     let key = common::lock_key(&name);
@@ -330,9 +317,7 @@ fn s05_timed_out_waiters_leave_nothing() {
     const THREADS: usize = 8;
     const PER_THREAD: usize = 50;
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s05");
     let key = common::lock_key(&name);
     let u = url.clone();

@@ -8,16 +8,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
 
+use common::faults;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{ChannelSpy, RedisServer, errorstats, wait_numsub, with_deadline};
+use common::{ChannelSpy, errorstats, wait_numsub, with_deadline};
 use faults::{Holder, SLACK, WaitOutcome};
 use locksmith::{Client, Error};
 
@@ -34,9 +33,7 @@ enum KeyFault {
 fn key_vanishes(fault: KeyFault) {
     let lease = Duration::from_millis(1500);
     let renew = lease / 3;
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s14");
     let key = common::lock_key(&name);
     let channel = common::release_channel(&name);
@@ -126,9 +123,7 @@ fn s14_key_expired_behind_the_holder() {
 ///     deleted, and nothing is reported acquired.
 #[test]
 fn s15_script_flush_and_foreign_keys() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(900))
         .build()

@@ -8,9 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
 
+use common::faults;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -163,9 +162,7 @@ fn bad_acl_user_without_subscribe() {
 /// works again once memory is available.
 #[test]
 fn bad_maxmemory_reached() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let client = Client::builder(url.as_str())
         .command_timeout(Duration::from_secs(1))
         .build()
@@ -220,12 +217,9 @@ fn bad_maxmemory_reached() {
 /// be written: `unlock` takes the guard by value.)
 #[test]
 fn bad_unlock_errors_are_distinct() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("unlock-errs");
         let key = common::lock_key(&name);
         let la = a.mutex(&name).unwrap();
@@ -269,8 +263,7 @@ fn bad_unlock_errors_are_distinct() {
 /// Option errors name the field and the bound.
 #[test]
 fn bad_option_errors_name_field_and_bound() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
         let cases: [(locksmith::Result<Client>, &str, &str); 3] = [
             (

@@ -7,14 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/load.rs"]
-mod load;
 
+use common::{checker, load};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,13 +19,10 @@ use checker::Store;
 use common::{RedisServer, TestChild, client_list, lock_keys_left, with_deadline};
 use locksmith::Client;
 
-/// The load worker (see `support/load.rs`).
+/// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
-    if !common::is_child("worker") {
-        return;
-    }
-    load::run_worker();
+    load::child_worker();
 }
 
 /// 1. 4 processes x 4 threads on one hot lock, read-modify-write counter in the fenced
@@ -51,13 +45,13 @@ fn s01_hot_lock_across_processes() {
         ("LS_HOLD_US", "200".into()),
     ];
     let start = Instant::now();
-    let mut children: Vec<_> = (0..PROCS)
-        .map(|_| TestChild::spawn("child_worker", "worker", &envs))
-        .collect();
-    for c in &mut children {
-        let status = c.wait_timeout(Duration::from_secs(150));
-        assert!(status.success(), "worker failed: {status}");
-    }
+    common::run_children(
+        PROCS,
+        "child_worker",
+        "worker",
+        &envs,
+        Duration::from_secs(150),
+    );
     let elapsed = start.elapsed();
     let total = PROCS as u64 * THREADS * ITERS;
     let t = store.worker_totals();
@@ -100,19 +94,9 @@ fn s16_many_locks_under_cpu_load() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let out = with_deadline(Duration::from_secs(secs + 120), move || {
-        let lost = Arc::new(AtomicUsize::new(0));
-        let l2 = Arc::clone(&lost);
-        let client = Client::builder(url.as_str())
-            .lease(lease)
-            .on_lease_lost(move |_| {
-                l2.fetch_add(1, Ordering::SeqCst);
-            })
-            .build()
-            .unwrap();
+        let (client, lost) = common::count_losses(Client::builder(url.as_str()).lease(lease));
         let prefix = common::unique_name("s16");
         let locks: Vec<_> = (0..LOCKS)
             .map(|i| client.mutex(&format!("{prefix}-{i}")).unwrap())

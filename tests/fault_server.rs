@@ -8,10 +8,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/faults.rs"]
-mod faults;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use common::faults;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -185,20 +184,13 @@ fn s06_redis_restarts_empty() {
 fn s07_redis_stalls() {
     let lease = Duration::from_secs(1);
     let cmd_timeout = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("s07");
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l2 = Arc::clone(&lost);
-    let holder = Client::builder(url.as_str())
-        .lease(lease)
-        .command_timeout(cmd_timeout)
-        .on_lease_lost(move |_| {
-            l2.fetch_add(1, Ordering::SeqCst);
-        })
-        .build()
-        .unwrap();
+    let (holder, lost) = common::count_losses(
+        Client::builder(url.as_str())
+            .lease(lease)
+            .command_timeout(cmd_timeout),
+    );
     let other = Client::builder(url.as_str())
         .lease(lease)
         .command_timeout(cmd_timeout)
@@ -291,20 +283,10 @@ fn s07_redis_stalls() {
 #[test]
 fn s08_client_pause_write() {
     let lease = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let held = common::unique_name("s08-held");
     let free = common::unique_name("s08-free");
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l2 = Arc::clone(&lost);
-    let a = Client::builder(url.as_str())
-        .lease(lease)
-        .on_lease_lost(move |_| {
-            l2.fetch_add(1, Ordering::SeqCst);
-        })
-        .build()
-        .unwrap();
+    let (a, lost) = common::count_losses(Client::builder(url.as_str()).lease(lease));
     let b = Client::builder(url.as_str()).lease(lease).build().unwrap();
     let c = Client::builder(url.as_str()).lease(lease).build().unwrap();
     let h = Holder::start(a.mutex(&held).unwrap());

@@ -12,18 +12,16 @@ use std::sync::{Arc, Mutex as StdMutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error};
 
 /// A child process: `LS_THREADS` threads of one client, each making `LS_ROUNDS` counted
 /// increments under the lock (see `common::locked_increments`).
 #[test]
 fn child_threads_counter() {
-    if !common::is_child("threads-counter") {
+    let Some((url, name)) = common::child_url_name("threads-counter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
     let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
     let client = Client::open(url.as_str()).unwrap();
@@ -66,13 +64,13 @@ fn three_processes_of_eight_threads_exclude_and_fence() {
         ("LS_ROUNDS", ROUNDS.to_string()),
         ("LS_THREADS", THREADS.to_string()),
     ];
-    let mut children: Vec<TestChild> = (0..CHILDREN)
-        .map(|_| TestChild::spawn("child_threads_counter", "threads-counter", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(Duration::from_secs(120));
-        assert!(status.success(), "child failed: {status}");
-    }
+    common::run_children(
+        CHILDREN,
+        "child_threads_counter",
+        "threads-counter",
+        &envs,
+        Duration::from_secs(120),
+    );
     let mut conn = server.conn();
     let total = (CHILDREN * THREADS) as u64 * ROUNDS;
     common::assert_exact_and_fenced(&mut conn, &name, total);
@@ -168,8 +166,7 @@ fn runs(entries: &[Entry]) -> Vec<&[Entry]> {
 /// while the local threads keep contending.
 #[test]
 fn the_count_bound_forces_a_release_through_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let local = Client::builder(&url)
             .local_handoff_max_count(3)
@@ -200,8 +197,7 @@ fn the_count_bound_forces_a_release_through_redis() {
 /// acquisition through Redis, whatever the count allows.
 #[test]
 fn the_time_bound_forces_a_release_through_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let max_time = Duration::from_millis(15);
         let local = Client::builder(&url)
@@ -314,9 +310,7 @@ fn one_handoff_then_give_way(url: &str, give_way: Duration) -> Client {
 /// the lock before the client's own queued thread, and that the last remote release ended
 /// the give-way (long here) at once.
 fn remote_waiters_go_first(remotes: usize) {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let give_way = Duration::from_secs(10);
         let local = one_handoff_then_give_way(&url, give_way);
@@ -389,9 +383,7 @@ fn after_a_bounded_run_every_remote_waiter_goes_first() {
 /// without it (only the client's own subscription heard the release), the thread goes at once.
 #[test]
 fn a_listener_that_does_not_take_the_lock_costs_the_give_way_bound() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let give_way = Duration::from_secs(1);
         let client = one_handoff_then_give_way(&url, give_way);
@@ -476,9 +468,7 @@ fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::Joi
 /// the lock meanwhile; its outermost release frees it.
 #[test]
 fn reentry_after_a_handoff() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-reentry");
@@ -554,9 +544,7 @@ fn reentry_after_a_handoff() {
 /// and gets it with a higher token.
 #[test]
 fn the_handing_thread_locks_again_after_the_receiver() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-again");
@@ -583,9 +571,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
 /// errs.
 #[test]
 fn a_lease_lost_after_a_handoff_is_the_receivers() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let (tx_lost, rx_lost) = mpsc::channel();
         let tx_lost = StdMutex::new(tx_lost);
@@ -637,9 +623,7 @@ fn a_lease_lost_after_a_handoff_is_the_receivers() {
 /// lock from Redis, under its own owner id and a token from the server.
 #[test]
 fn option_off_releases_through_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&url).local_handoff(false).build().unwrap();
         let name = fresh_name(&url, "handoff-off");
@@ -728,9 +712,7 @@ fn bad_handoff_bounds_are_refused() {
 /// passed it yet; and the release script does so, the next grant starting above it.
 #[test]
 fn a_release_after_a_handoff_names_the_last_token_issued() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     with_deadline(Duration::from_secs(30), move || {
         let monitor = common::Monitor::start(port);

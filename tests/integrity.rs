@@ -3,14 +3,13 @@
 //! eviction policy, and reporting every lost lease exactly once.
 //!
 //! Every test runs against its own `redis-server`; faults on the wire come from the TCP proxy
-//! of `tests/support/proxy.rs`. Every blocking step runs under a test-side deadline.
+//! of `testkit/src/proxy.rs`. Every blocking step runs under a test-side deadline.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::proxy;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,9 +61,7 @@ fn assert_local_deadline_within_server_expiry(
 /// guard says it holds the lock.
 #[test]
 fn reentry_with_a_shorter_fixed_lease_keeps_the_lease() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(5))
@@ -98,9 +95,7 @@ fn reentry_with_a_shorter_fixed_lease_keeps_the_lease() {
 /// the local deadline never passes the server's expiry.
 #[test]
 fn reentry_through_a_watchdog_handle_keeps_a_fixed_lease_fixed() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(10))
@@ -138,9 +133,7 @@ fn reentry_through_a_watchdog_handle_keeps_a_fixed_lease_fixed() {
 /// server's expiry.
 #[test]
 fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(&url).unwrap();
         let name = common::unique_name("reenter-fixed-deadline");
@@ -161,9 +154,7 @@ fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
 /// either, or a holder that re-enters in a loop keeps the lock forever.
 #[test]
 fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(3))
@@ -368,9 +359,7 @@ fn reports_of(lost: &Mutex<Vec<LostLease>>, token: u64) -> usize {
 /// the lock; the outer guard's release then touches nothing.
 #[test]
 fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url, Duration::from_secs(30));
         let name = common::unique_name("reenter-replaced");
@@ -410,9 +399,7 @@ fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// same way is reported once.
 #[test]
 fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url, Duration::from_secs(30));
         let name = common::unique_name("fixed-ran-out");
@@ -437,9 +424,7 @@ fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
 /// once (and is reported once) instead of waiting for its next renewal.
 #[test]
 fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let (client, lost) = lost_log(&url, Duration::from_secs(30));
         let other = Client::open(&url).unwrap();
@@ -514,9 +499,7 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
 /// then dropped in a compaction (after over 1,024 releases), is reported lost exactly once.
 #[test]
 fn holds_dropped_by_compaction_are_reported_once() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let lost = Arc::new(Mutex::new(Vec::<LostLease>::new()));
         // The first report blocks the renewal thread until the test lets it go.
@@ -579,9 +562,7 @@ fn holds_dropped_by_compaction_are_reported_once() {
 /// and tokens keep rising when everything is gone (an empty restart).
 #[test]
 fn tokens_keep_rising_with_the_mark() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(2))
@@ -611,9 +592,7 @@ fn tokens_keep_rising_with_the_mark() {
 /// reserves no hand-off block when it must start above the clock's token.
 #[test]
 fn grants_start_above_a_tombstone_and_an_orphan() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(&url).unwrap();
         let name = common::unique_name("tombstone");

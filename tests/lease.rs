@@ -14,11 +14,9 @@ use locksmith::Client;
 /// lease `LS_LEASE_MS`, prints `locked`, then sleeps (at most a minute) until killed.
 #[test]
 fn child_holder() {
-    if !common::is_child("holder") {
+    let Some((url, name)) = common::child_url_name("holder") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease_ms: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease_ms))
@@ -98,9 +96,7 @@ fn killed_holder_lease_expires() {
 /// renewal reaches Redis any more.
 #[test]
 fn renewal_keeps_lock_alive() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let lease = Duration::from_millis(300);
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
@@ -159,16 +155,13 @@ fn apply(conn: &mut redis::Connection, key: &str, fault: Fault) {
 /// another client can acquire, and the stale guard's `unlock()` errs with `is_lease_lost()`
 /// without touching the new owner's lock.
 fn lease_lost(fault: Fault) {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         // Lease 3 s, renewed every 1 s: a loss must be seen long before the local deadline.
         let lease = Duration::from_secs(3);
         let renew = lease / 3;
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
-        let b = Client::open(url.as_str()).unwrap();
-        let c = Client::open(url.as_str()).unwrap();
+        let [b, c] = common::clients(&url);
         let name = common::unique_name("lost");
         let key = common::lock_key(&name);
         let la = a.mutex(&name).unwrap();
@@ -232,9 +225,7 @@ fn lease_lost_when_key_expired() {
 /// the loss within one renewal interval + slack.
 #[test]
 fn stale_renewal_leaves_new_owner_alone() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let lease = Duration::from_secs(3);
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
@@ -287,8 +278,7 @@ fn stale_renewal_leaves_new_owner_alone() {
 /// strictly increasing fencing tokens.
 #[test]
 fn fencing_tokens_increase_across_owners() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(30), move || {
         let clients: Vec<Client> = (0..4)
             .map(|_| Client::open(url.as_str()).unwrap())
@@ -362,8 +352,7 @@ fn fencing_tokens_survive_restart() {
 /// host's clock run at another rate, so the margin is what is checked.
 #[test]
 fn the_local_deadline_keeps_the_stated_margin() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(30), move || {
         let lease = Duration::from_secs(10);
         for (factor, margin) in [

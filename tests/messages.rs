@@ -6,10 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/capture.rs"]
-mod capture;
 mod common;
 
+use common::capture;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
@@ -402,8 +401,7 @@ fn timeouts_name_the_server_and_the_tries() {
 #[test]
 fn force_unlock_names_the_holders_it_removed() {
     let _one = serial();
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     let app = Client::builder(&url).label("app-7").build().unwrap();
     let operator = Client::open(&url).unwrap();
     let name = unique_name("msg-force");

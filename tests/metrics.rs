@@ -85,12 +85,10 @@ fn reports_the_workload_by_lock_type() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let mut seen = Seen::default();
-        let client = Client::open(url.as_str()).unwrap();
-        let other = Client::open(url.as_str()).unwrap();
+        let [client, other] = common::clients(&url);
         let name = common::unique_name("metrics");
         let mutex = [("type", "mutex")];
 

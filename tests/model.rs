@@ -63,8 +63,6 @@
 
 #[path = "model/check.rs"]
 mod check;
-#[path = "support/checker.rs"]
-mod checker;
 #[path = "model/cluster.rs"]
 mod cluster;
 mod common;
@@ -72,8 +70,6 @@ mod common;
 mod journal;
 #[path = "model/plan.rs"]
 mod plan;
-#[path = "support/proxy.rs"]
-mod proxy;
 #[path = "model/run.rs"]
 mod run;
 #[path = "model/sentinel.rs"]
@@ -81,6 +77,7 @@ mod sentinel;
 #[path = "model/worker.rs"]
 mod worker;
 
+use common::{checker, proxy};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex as StdMutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisCluster, RedisServer, Rng, TestChild, lock_key, with_deadline};
+use common::{RedisCluster, RedisServer, Rng, lock_key, with_deadline};
 use locksmith::{Client, Error};
 
 /// The accounts of the transfer tests, and the money each starts with.
@@ -58,11 +58,9 @@ fn a_set_collapses_duplicates_and_refuses_bad_names() {
 /// counter and rise per name, and a thread that holds one name re-enters it as part of a set.
 #[test]
 fn a_set_and_a_mutex_on_one_of_its_names_exclude_each_other() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(30), move || {
-        let c1 = Client::open(url.as_str()).unwrap();
-        let c2 = Client::open(url.as_str()).unwrap();
+        let [c1, c2] = common::clients(&url);
         let name = common::unique_name("multi-excl");
         let (a, b) = (format!("{name}-a"), format!("{name}-b"));
         let m = c1.mutex(&a).unwrap().lock().unwrap();
@@ -101,9 +99,7 @@ fn a_set_and_a_mutex_on_one_of_its_names_exclude_each_other() {
 /// long before the holder's lease could have run out.
 #[test]
 fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let holder = Client::builder(url.as_str())
             .lease(Duration::from_secs(30))
@@ -170,9 +166,7 @@ fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
 /// A guard with one lost name is not held, and the loss is reported with that name.
 #[test]
 fn a_set_with_one_lost_name_is_not_held() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let lost = Arc::new(StdMutex::new(Vec::<String>::new()));
         let seen = Arc::clone(&lost);
@@ -364,13 +358,13 @@ fn deadlock_freedom(urls: Vec<String>, cluster: bool, prefix: &str, data_url: &s
         ("LS_DATA", data_url.to_owned()),
         ("LS_RUN_MS", RUN.as_millis().to_string()),
     ];
-    let mut children: Vec<TestChild> = (0..3)
-        .map(|_| TestChild::spawn("child_transfers", "transfers", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(RUN + TRANSFER_BOUND + Duration::from_secs(60));
-        assert!(status.success(), "a transfer process failed: {status}");
-    }
+    common::run_children(
+        3,
+        "child_transfers",
+        "transfers",
+        &envs,
+        RUN + TRANSFER_BOUND + Duration::from_secs(60),
+    );
     let longest: Vec<u64> = redis::cmd("LRANGE")
         .arg(format!("{{{prefix}}}:longest"))
         .arg(0)
@@ -419,9 +413,7 @@ fn transfers_across_cluster_masters_never_deadlock() {
 /// for its names (waiting behind them, for its own locks, would never end).
 #[test]
 fn a_holder_re_enters_its_set_past_its_own_queue() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("multi-reenter");

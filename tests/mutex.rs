@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::Client;
 
 /// 8 threads x 100 increments, one shared `Client`: the counter is exact, no two critical
@@ -18,8 +18,7 @@ use locksmith::Client;
 fn threads_sharing_one_client_exclude_each_other() {
     const THREADS: usize = 8;
     const ROUNDS: u64 = 100;
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("mutex-threads");
     let counter = format!("counter:{name}");
     let client = Client::open(url.as_str()).unwrap();
@@ -75,11 +74,9 @@ fn threads_sharing_one_client_exclude_each_other() {
 /// Entry point of the child processes of [`processes_exclude_each_other`].
 #[test]
 fn child_counter() {
-    if !common::is_child("counter") {
+    let Some((url, name)) = common::child_url_name("counter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let counter = format!("counter:{name}");
     let tokens = format!("tokens:{name}");
     let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
@@ -102,13 +99,13 @@ fn processes_exclude_each_other() {
         ("LS_NAME", name.clone()),
         ("LS_ROUNDS", ROUNDS.to_string()),
     ];
-    let mut children: Vec<TestChild> = (0..CHILDREN)
-        .map(|_| TestChild::spawn("child_counter", "counter", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(Duration::from_secs(90));
-        assert!(status.success(), "child failed: {status}");
-    }
+    common::run_children(
+        CHILDREN,
+        "child_counter",
+        "counter",
+        &envs,
+        Duration::from_secs(90),
+    );
 
     let mut conn = server.conn();
     common::assert_exact_and_fenced(&mut conn, &name, CHILDREN as u64 * ROUNDS);
@@ -119,11 +116,9 @@ fn processes_exclude_each_other() {
 /// `is_locked` follows.
 #[test]
 fn try_lock_under_contention() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -149,11 +144,9 @@ fn try_lock_under_contention() {
 /// `try_lock_for` on a held lock gives `None` no sooner than asked and not much later.
 #[test]
 fn try_lock_for_times_out() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock-for");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -176,11 +169,9 @@ fn try_lock_for_times_out() {
 /// `try_lock_until` on a held lock gives `None` at its deadline, and `Some` on a free lock.
 #[test]
 fn try_lock_until_deadline() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock-until");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -207,9 +198,7 @@ fn try_lock_until_deadline() {
 /// the release marker.
 #[test]
 fn name_and_key_layout() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("account:42");
@@ -251,12 +240,9 @@ fn name_and_key_layout() {
 /// stale guard's drop does not release the new owner's lock.
 #[test]
 fn fixed_lease_expires_by_itself() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let c = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("fixed-lease");
         let key = common::lock_key(&name);
@@ -311,12 +297,9 @@ fn fixed_lease_expires_by_itself() {
 /// waiter on another client gets it at once, far under the 30 s lease.
 #[test]
 fn panicking_holder_releases() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("panic");
-    let holder_client = Client::open(url.as_str()).unwrap();
-    let waiter_client = Client::open(url.as_str()).unwrap();
+    let [holder_client, waiter_client] = common::clients(&url);
     let holder_lock = holder_client.mutex(&name).unwrap();
     let waiter_lock = waiter_client.mutex(&name).unwrap();
 
@@ -367,9 +350,7 @@ fn panicking_holder_releases() {
 /// like any other key locksmith did not write, is `ForeignKey`.
 #[test]
 fn a_lock_of_the_previous_layout_is_held() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("old-layout");

@@ -5,10 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/capture.rs"]
-mod capture;
 mod common;
 
+use common::capture;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -57,9 +56,7 @@ fn child_admin_waiter() {
 /// write.
 #[test]
 fn holder_tells_who_holds_and_for_how_long() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("holder");
         let asker = Client::open(url.as_str()).unwrap();
@@ -143,9 +140,7 @@ const SLACK: Duration = Duration::from_secs(2);
 #[test]
 fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
     capture::install();
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     let lease = Duration::from_secs(3);
     with_deadline(Duration::from_secs(60), move || {
@@ -237,9 +232,7 @@ fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
 /// moving it to the release marker, where a retry looks for it.
 #[test]
 fn a_retried_release_after_a_force_is_not_ok() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("force-retry");
         let holder = Client::open(url.as_str()).unwrap();
@@ -276,9 +269,7 @@ fn a_retried_release_after_a_force_is_not_ok() {
 /// force leaves a tombstone of the block's last token, and the next grant starts above it.
 #[test]
 fn a_force_keeps_tokens_rising() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("force-tombstone");
         let key = common::lock_key(&name);

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisCluster, RedisServer, TestChild, with_deadline};
+use common::{RedisCluster, TestChild, with_deadline};
 use locksmith::{Client, LockKind};
 
 /// The lease the child holds with: long enough that nothing expires during a test.
@@ -22,11 +22,9 @@ const LEASE_MS: u64 = 20_000;
 /// labelled `LS_LABEL` when set. Prints `held`, then sleeps until killed.
 #[test]
 fn child_every_type() {
-    if !common::is_child("every_type") {
+    let Some((url, name)) = common::child_url_name("every_type") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let cluster = std::env::var("LS_CLUSTER").is_ok();
     let mut builder = if cluster {
         Client::cluster(url.split(','))
@@ -89,8 +87,7 @@ fn spawn_every_type(url: &str, name: &str, label: Option<&str>, cluster: bool) -
 /// times by the server's clock.
 #[test]
 fn holders_of_every_type_are_seen_from_another_process() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("operate");
         let started = Instant::now();
@@ -155,8 +152,7 @@ fn holders_of_every_type_are_seen_from_another_process() {
 /// It reads the keys with `SCAN`, never `KEYS` (which blocks Redis for the whole keyspace).
 #[test]
 fn locks_lists_every_type_under_a_prefix() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let mut stats_conn = server.conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("listing");
@@ -239,9 +235,7 @@ fn locks_reads_every_master_of_a_cluster() {
 /// a third process has it within 2 s, not a lease of 20 s.
 #[test]
 fn force_unlock_through_the_client_wakes_a_waiter_in_another_process() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("force");
         let mut holder = spawn_every_type(&url, &name, Some("stuck"), false);

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error};
 
 /// Masters per test.
@@ -222,13 +222,13 @@ fn processes_exclude_each_other_over_five_masters() {
         ("LS_ROUNDS", ROUNDS.to_string()),
     ];
     let start = Instant::now();
-    let mut children: Vec<TestChild> = (0..CHILDREN)
-        .map(|_| TestChild::spawn("child_redlock_counter", "redlock-counter", &envs))
-        .collect();
-    for child in &mut children {
-        let status = child.wait_timeout(Duration::from_secs(45));
-        assert!(status.success(), "child failed: {status}");
-    }
+    common::run_children(
+        CHILDREN,
+        "child_redlock_counter",
+        "redlock-counter",
+        &envs,
+        Duration::from_secs(45),
+    );
     println!(
         "{CHILDREN} processes x {ROUNDS} increments over {N} masters took {:?}",
         start.elapsed()

@@ -8,7 +8,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, with_deadline};
+use common::with_deadline;
 use locksmith::Client;
 
 fn count(conn: &mut redis::Connection, name: &str) -> Option<u64> {
@@ -19,12 +19,9 @@ fn count(conn: &mut redis::Connection, name: &str) -> Option<u64> {
 /// released only with the outermost guard, in whatever order they go.
 #[test]
 fn nested_guards_on_one_thread() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let client = Client::open(url.as_str()).unwrap();
-        let other = Client::open(url.as_str()).unwrap();
+        let [client, other] = common::clients(&url);
         let name = common::unique_name("nested");
         let lock = client.mutex(&name).unwrap();
         let same_name = client.mutex(&name).unwrap();
@@ -77,8 +74,7 @@ fn nested_guards_on_one_thread() {
 /// holds the lock at any depth, and gets it once the outermost guard goes.
 #[test]
 fn other_thread_waits_for_outermost_guard() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("other-thread");
@@ -148,11 +144,9 @@ fn other_thread_waits_for_outermost_guard() {
 /// Two clients are two owners, even in one thread.
 #[test]
 fn two_clients_are_two_owners() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(20), move || {
-        let a = Client::open(url.as_str()).unwrap();
-        let b = Client::open(url.as_str()).unwrap();
+        let [a, b] = common::clients(&url);
         let name = common::unique_name("two-clients");
         let la = a.mutex(&name).unwrap();
         let lb = b.mutex(&name).unwrap();
@@ -191,9 +185,7 @@ fn two_clients_are_two_owners() {
 /// One thread may hold several different locks and re-enter each.
 #[test]
 fn several_locks_on_one_thread() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         let names: Vec<String> = (0..3).map(|_| common::unique_name("multi")).collect();
@@ -222,9 +214,7 @@ fn several_locks_on_one_thread() {
 /// and the stale guard's release must not touch the new acquisition.
 #[test]
 fn stale_guard_never_releases_a_later_acquisition() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("stale-guard");

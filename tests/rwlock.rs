@@ -4,30 +4,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/bounds.rs"]
-mod bounds;
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{bounds, kinds, proxy};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
+use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error};
 use proxy::Proxy;
-
-/// Allowance for scheduling delays on a busy 2-core machine.
-const SLACK: Duration = Duration::from_millis(400);
-
-fn client_with_lease(url: &str, lease: Duration) -> Client {
-    Client::builder(url).lease(lease).build().unwrap()
-}
 
 fn key(name: &str, suffix: &str) -> String {
     format!("locksmith:{{{}}}:rw{suffix}", common::encode_name(name))
@@ -142,9 +130,7 @@ fn reentry_and_downgrade() {
 /// does not. A writer that gives up lets deferring readers in at once.
 #[test]
 fn writer_preference_and_giving_up() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-pref");
     let a = Client::open(&url).unwrap();
     let la = a.rw_lock(&name).unwrap();
@@ -186,9 +172,7 @@ fn writer_preference_and_giving_up() {
 /// by a writer, all hold the read lock together right after its release.
 #[test]
 fn one_release_wakes_every_reader() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-wakeall");
     let a = Client::open(&url).unwrap();
     let la = a.rw_lock(&name).unwrap();
@@ -233,185 +217,29 @@ fn one_release_wakes_every_reader() {
 // Across processes
 // ---------------------------------------------------------------------------------------------
 
-/// Child: `LS_THREADS` workers doing `LS_ROUNDS` sections each; every fourth a write (which
-/// increments the store's value under its fencing token), the rest reads. Intervals are
-/// logged with the lock name `<name>:w` or `<name>:r`.
 #[test]
-fn child_rw_workers() {
-    if !common::is_child("rw-workers") {
-        return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
-    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
-    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
-    let rounds: u32 = common::child_env("LS_ROUNDS").parse().unwrap();
-    let client = Client::open(&url).unwrap();
-    let lock = client.rw_lock(&name).unwrap();
-    thread::scope(|s| {
-        for worker in 0..threads {
-            let (lock, name) = (&lock, &name);
-            s.spawn(move || {
-                let mut store = StoreClient::connect(port);
-                for round in 0..rounds {
-                    let write = (round + worker) % 4 == 0;
-                    let (start, end, held, token) = if write {
-                        let g = lock.write().unwrap();
-                        let start = mono_ns();
-                        g.check().unwrap();
-                        let v = store.read(name);
-                        assert!(store.write(name, g.fencing_token(), v + 1));
-                        let end = mono_ns();
-                        let t = g.fencing_token();
-                        (start, end, g.check().is_ok(), t)
-                    } else {
-                        let g = lock.read().unwrap();
-                        let start = mono_ns();
-                        g.check().unwrap();
-                        let _ = store.read(name);
-                        thread::sleep(Duration::from_millis(3));
-                        let end = mono_ns();
-                        (start, end, g.check().is_ok(), 0)
-                    };
-                    store.interval(&Interval {
-                        lock: format!("{name}:{}", if write { "w" } else { "r" }),
-                        pid: std::process::id(),
-                        worker,
-                        token,
-                        start,
-                        end,
-                        held,
-                    });
-                }
-            });
-        }
-    });
-    println!("done");
+fn child_kind_workers() {
+    kinds::child_workers();
 }
 
 /// 3 processes x 3 threads, a quarter of the sections writes: no write overlaps any other
 /// section, writers' tokens increase, readers overlap one another, the count is exact.
 #[test]
 fn exclusion_across_processes() {
-    let server = RedisServer::start();
-    let store = Store::start();
-    let name = common::unique_name("rw-excl");
-    let (procs, threads, rounds) = (3, 3, 16);
-    let children: Vec<TestChild> = (0..procs)
-        .map(|_| {
-            TestChild::spawn(
-                "child_rw_workers",
-                "rw-workers",
-                &[
-                    ("LS_URL", server.url()),
-                    ("LS_NAME", name.clone()),
-                    ("LS_STORE", store.port().to_string()),
-                    ("LS_THREADS", threads.to_string()),
-                    ("LS_ROUNDS", rounds.to_string()),
-                ],
-            )
-        })
-        .collect();
-    for c in &children {
-        c.wait_line("done", Duration::from_secs(120));
-    }
-    let all = store.intervals();
-    assert_eq!(all.len(), procs * threads * rounds);
-    let writes: Vec<&Interval> = all.iter().filter(|i| i.lock.ends_with(":w")).collect();
-    assert!(all.iter().all(|i| i.held));
-    for w in &writes {
-        for o in &all {
-            if std::ptr::eq(*w, o) {
-                continue;
-            }
-            assert!(
-                o.end <= w.start || o.start >= w.end,
-                "a write overlapped another section: {w:?} {o:?}"
-            );
-        }
-    }
-    let mut by_start = writes.clone();
-    by_start.sort_by_key(|i| i.start);
-    assert!(by_start.windows(2).all(|p| p[0].token < p[1].token));
-    assert_eq!(store.resource(&name).value, writes.len() as u64);
-    // Readers did overlap.
-    let mut reads: Vec<&Interval> = all.iter().filter(|i| i.lock.ends_with(":r")).collect();
-    reads.sort_by_key(|i| i.start);
-    let overlapped = reads.windows(2).any(|p| p[1].start < p[0].end);
-    assert!(overlapped, "readers never overlapped");
+    let kinds = [Kind::Writer, Kind::Reader, Kind::Reader, Kind::Reader];
+    kinds::exclusion_across_processes(&kinds, 16, "rw-excl");
 }
 
-/// Child: takes the read or write lock (`LS_MODE`), prints `locked`, then `lost` once its
-/// guard says the lease is gone, then `unlock refused`.
 #[test]
-fn child_rw_holder() {
-    if !common::is_child("rw-holder") {
-        return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
-    let client = client_with_lease(&url, lease);
-    let lock = client.rw_lock(&name).unwrap();
-    if common::child_env("LS_MODE") == "write" {
-        let g = lock.write().unwrap();
-        println!("locked");
-        while g.is_held() {
-            thread::sleep(Duration::from_millis(20));
-        }
-        println!("lost");
-        assert!(g.unlock().unwrap_err().is_lease_lost());
-    } else {
-        let g = lock.read().unwrap();
-        println!("locked");
-        while g.is_held() {
-            thread::sleep(Duration::from_millis(20));
-        }
-        println!("lost");
-        assert!(g.unlock().unwrap_err().is_lease_lost());
-    }
-    println!("unlock refused");
-}
-
-fn spawn_holder(url: &str, name: &str, mode: &str, lease: Duration) -> TestChild {
-    let c = TestChild::spawn(
-        "child_rw_holder",
-        "rw-holder",
-        &[
-            ("LS_URL", url.to_string()),
-            ("LS_NAME", name.to_string()),
-            ("LS_MODE", mode.to_string()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
-    c.wait_line("locked", Duration::from_secs(30));
-    c
+fn child_kind_holder() {
+    kinds::child_holder();
 }
 
 /// A killed writer blocks readers, and a killed reader blocks writers, for at most a lease.
 #[test]
 fn killed_holders_free_the_lock_within_a_lease() {
-    let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    for (mode, other_writes) in [("write", false), ("read", true)] {
-        let name = common::unique_name("rw-kill");
-        let mut holder = spawn_holder(&url, &name, mode, lease);
-        let c = client_with_lease(&url, lease);
-        let l = c.rw_lock(&name).unwrap();
-        let killed = Instant::now();
-        holder.kill9();
-        let got = with_deadline(Duration::from_secs(20), move || {
-            if other_writes {
-                l.try_write_for(Duration::from_secs(10)).unwrap().is_some()
-            } else {
-                l.try_read_for(Duration::from_secs(10)).unwrap().is_some()
-            }
-        });
-        assert!(got);
-        let waited = killed.elapsed();
-        println!("rw: killed {mode} holder, lock taken {waited:?} later");
-        assert!(waited <= lease + SLACK, "{mode}: {waited:?}");
+    for (holder, waiter) in [(Kind::Writer, Kind::Reader), (Kind::Reader, Kind::Writer)] {
+        kinds::killed_holder_frees_the_lock_within_a_lease(holder, waiter, "rw-kill");
     }
 }
 
@@ -419,26 +247,7 @@ fn killed_holders_free_the_lock_within_a_lease() {
 /// writer reports itself lost.
 #[test]
 fn paused_writer_loses_the_lock_and_says_so() {
-    let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let name = common::unique_name("rw-pause");
-    let holder = spawn_holder(&url, &name, "write", lease);
-    holder.signal("STOP");
-    let stopped = Instant::now();
-    let c = client_with_lease(&url, lease);
-    let l = c.rw_lock(&name).unwrap();
-    let r = l.try_read_for(Duration::from_secs(10)).unwrap();
-    let waited = stopped.elapsed();
-    assert!(r.is_some());
-    assert!(waited <= lease + SLACK, "{waited:?}");
-    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
-    holder.signal("CONT");
-    holder.wait_line("lost", Duration::from_secs(5));
-    holder.wait_line("unlock refused", Duration::from_secs(5));
-    let r = r.unwrap();
-    assert!(r.is_held());
-    r.unlock().unwrap();
+    kinds::paused_holder_loses_the_lock_and_says_so(Kind::Writer, Kind::Reader, "rw-pause");
 }
 
 #[test]
@@ -470,11 +279,9 @@ fn bad_input() {
 /// registered as a waiting writer.
 #[test]
 fn child_rw_waiting_writer() {
-    if !common::is_child("rw-waiting-writer") {
+    let Some((url, name)) = common::child_url_name("rw-waiting-writer") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
     let client = client_with_lease(&url, lease);
     let lock = client.rw_lock(&name).unwrap();
@@ -497,8 +304,7 @@ fn child_rw_waiting_writer() {
 #[test]
 fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
     let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
+    let (_server, url) = common::server_url();
     let name = common::unique_name("rw-deadwriter");
     let a = client_with_lease(&url, lease);
     let la = a.rw_lock(&name).unwrap();
@@ -536,9 +342,7 @@ fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
 fn dead_waiting_writer_is_skipped_by_its_own_lease_whoever_releases() {
     let long = Duration::from_secs(20);
     let short = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-deadwriter-leases");
     with_deadline(Duration::from_secs(60), move || {
         let a = client_with_lease(&url, long);
@@ -584,43 +388,7 @@ fn dead_waiting_writer_is_skipped_by_its_own_lease_whoever_releases() {
 /// lost, and every reader gets in soon after the restart.
 #[test]
 fn readers_recover_from_a_redis_restart() {
-    let lease = Duration::from_secs(1);
-    let mut server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
-    let name = common::unique_name("rw-restart");
-    let holder = client_with_lease(&url, lease);
-    let lock = holder.rw_lock(&name).unwrap();
-    let w = lock.write().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let readers: Vec<_> = (0..3)
-        .map(|_| {
-            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
-            thread::spawn(move || {
-                let c = client_with_lease(&url, lease);
-                let l = c.rw_lock(&name).unwrap();
-                let g = l.try_read_for(Duration::from_secs(20)).unwrap().unwrap();
-                tx.send(Instant::now()).unwrap();
-                g.unlock().unwrap();
-            })
-        })
-        .collect();
-    assert!(common::wait_until(Duration::from_secs(10), || {
-        zcard(&mut conn, &key(&name, ":rwait")) == 3
-    }));
-    server.restart();
-    let restarted = Instant::now();
-    let last = (0..3)
-        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap() - restarted)
-        .max()
-        .unwrap();
-    for r in readers {
-        r.join().unwrap();
-    }
-    println!("rw: 3 readers in {last:?} after the restart");
-    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
-    assert!(common::wait_until(lease + SLACK, || !w.is_held()));
-    assert!(w.unlock().unwrap_err().is_lease_lost());
+    kinds::waiters_recover_from_a_redis_restart(Kind::Writer, Kind::Reader, 3, "rw-restart");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -660,9 +428,7 @@ fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
 fn one_release_wakes_every_reader_at_once() {
     const READERS: usize = 6;
     const DELAY: Duration = Duration::from_millis(300);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let proxy = Proxy::start(server.port());
     let purl = proxy.url();
     with_deadline(Duration::from_secs(60), move || {
@@ -802,63 +568,14 @@ fn rw_tokens_rise_and_raise_the_mark() {
 }
 
 /// Every blocking call of a read-write lock keeps its documented bound against a stalled
-/// server (`SIGSTOP`), for readers and writers: the `try_` forms within connect + command
-/// timeout, the `_for` / `_until` forms by `max(wait, connect) + command`, `read()` and
-/// `write()` within `max(retry, connect + command)`, `unlock()` and a guard's drop within
-/// connect + command. Twice: first on pooled connections, then on new ones.
+/// server (`SIGSTOP`), for readers and writers: the `try_` forms and the `writer()` /
+/// `readers()` queries within connect + command timeout, the `_for` / `_until` forms by
+/// `max(wait, connect) + command`, `read()` and `write()` within `max(retry, connect +
+/// command)`, `unlock()` and a guard's drop within connect + command. Twice: first on pooled
+/// connections, then on new ones.
 #[test]
 fn every_rw_call_keeps_its_bound_against_a_stalled_server() {
-    let server = RedisServer::start();
-    let pid = server.pid();
-    let _cont = bounds::ContinueOnDrop(pid);
-    let url = server.url();
-    let timings = with_deadline(Duration::from_secs(120), move || {
-        let client = bounds::client(&url);
-        let l = |n: &str| client.rw_lock(&common::unique_name(n)).unwrap();
-        let (a, b, c, d) = (l("rb-a"), l("rb-b"), l("rb-c"), l("rb-d"));
-        let mut reads = vec![a.read().unwrap(), b.read().unwrap()];
-        let mut writes = vec![c.write().unwrap(), d.write().unwrap()];
-        let free = l("rb-free");
-        common::signal(pid, "STOP");
-        let mut t = bounds::Timings::default();
-        for round in 1..=2 {
-            t.time(format!("{round}: try_read"), bounds::ONE, true, || {
-                bounds::show_opt(&free.try_read())
-            });
-            t.time(format!("{round}: try_write"), bounds::ONE, true, || {
-                bounds::show_opt(&free.try_write())
-            });
-            t.time(
-                format!("{round}: try_read_for"),
-                bounds::waiting(),
-                true,
-                || bounds::show_opt(&free.try_read_for(bounds::WAIT)),
-            );
-            t.time(
-                format!("{round}: try_write_until"),
-                bounds::waiting(),
-                true,
-                || bounds::show_opt(&free.try_write_until(Instant::now() + bounds::WAIT)),
-            );
-            t.time(format!("{round}: read"), bounds::retrying(), true, || {
-                bounds::show(&free.read())
-            });
-            t.time(format!("{round}: write"), bounds::retrying(), true, || {
-                bounds::show(&free.write())
-            });
-            let r = reads.remove(0);
-            t.time(format!("{round}: unlock read"), bounds::ONE, true, || {
-                bounds::show(&r.unlock())
-            });
-            let w = writes.remove(0);
-            t.time(format!("{round}: drop write"), bounds::ONE, false, || {
-                drop(w);
-                "dropped".into()
-            });
-        }
-        t
-    });
-    timings.assert_kept();
+    bounds::every_call_keeps_its_bound_against_a_stalled_server(&[Kind::Reader, Kind::Writer]);
 }
 
 /// Readers with leases of different lengths (clients with different settings): a reader with
@@ -867,8 +584,7 @@ fn every_rw_call_keeps_its_bound_against_a_stalled_server() {
 /// with it while it still held the read lock, and a writer could get in.
 #[test]
 fn a_short_reader_lease_never_shortens_a_longer_one() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("rw-mixed-leases");
     let long = client_with_lease(&url, Duration::from_secs(20));
     let short = client_with_lease(&url, Duration::from_secs(1));
@@ -1016,9 +732,7 @@ fn expiries(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
 /// maximum hold time: a thread re-entering in a loop must not keep the lock for ever.
 #[test]
 fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("rw-reenter-extend");
         let max_hold = Duration::from_millis(1500);
@@ -1072,11 +786,9 @@ fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
 /// with a 30 s lease and prints `got` once it holds it.
 #[test]
 fn child_rw_long_waiter() {
-    if !common::is_child("rw-long-waiter") {
+    let Some((url, name)) = common::child_url_name("rw-long-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let client = client_with_lease(&url, Duration::from_secs(30));
     let lock = client.rw_lock(&name).unwrap();
     if common::child_env("LS_MODE") == "write" {
@@ -1113,9 +825,7 @@ fn publishes(conn: &mut redis::Connection) -> u64 {
 /// each waiter would sleep until its 10 s renewal interval or the 30 s lease ran out.
 #[test]
 fn waiters_are_woken_at_the_release_that_frees_them() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-flags");
     let a = client_with_lease(&url, Duration::from_secs(30));
     let b = client_with_lease(&url, Duration::from_secs(30));
@@ -1180,9 +890,7 @@ fn waiters_are_woken_at_the_release_that_frees_them() {
 /// downgrade does not defer to waiting writers: it would wait for itself).
 #[test]
 fn a_writer_reads_past_a_waiting_writer() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("rw-downgrade-waiting");
     let a = Client::open(&url).unwrap();
     let la = a.rw_lock(&name).unwrap();
@@ -1278,9 +986,7 @@ fn short_lost_log(
 /// an error).
 #[test]
 fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("rw-operator");
         let (a, lost_a) = short_lost_log(&url, "app-a");

@@ -7,10 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/capture.rs"]
-mod capture;
 mod common;
 
+use common::capture;
 use std::time::Duration;
 
 use common::sentinel::{MASTER_PASS, MASTER_USER, SENTINEL_PASS};

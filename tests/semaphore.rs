@@ -4,29 +4,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/bounds.rs"]
-mod bounds;
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
 
+use common::{bounds, checker, kinds, proxy};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
+use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error};
 use proxy::Proxy;
-
-/// Allowance for scheduling delays on a busy 2-core machine.
-const SLACK: Duration = Duration::from_millis(400);
-
-fn client_with_lease(url: &str, lease: Duration) -> Client {
-    Client::builder(url).lease(lease).build().unwrap()
-}
 
 fn holders_key(name: &str) -> String {
     format!("locksmith:{{{}}}:sem", common::encode_name(name))
@@ -130,8 +119,7 @@ fn permits_are_counted() {
 
 #[test]
 fn a_release_wakes_a_waiter_at_once() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("sem-wake");
     let a = Client::open(&url).unwrap();
     let sa = a.semaphore(&name, 1).unwrap();
@@ -239,11 +227,9 @@ fn bad_input() {
 /// critical section as an interval.
 #[test]
 fn child_sem_workers() {
-    if !common::is_child("sem-workers") {
+    let Some((url, name)) = common::child_url_name("sem-workers") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let port: u16 = common::child_env("LS_STORE").parse().unwrap();
     let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
     let permits: u32 = common::child_env("LS_PERMITS").parse().unwrap();
@@ -361,53 +347,17 @@ fn count_holds_while_holders_crash_and_restart() {
     }));
 }
 
-/// Child: takes `LS_N` permits, prints `held`, then prints `lost` once its permit says the
-/// lease is gone, and `release refused` when the release reports it.
 #[test]
-fn child_sem_holder() {
-    if !common::is_child("sem-holder") {
-        return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
-    let n: u32 = common::child_env("LS_N").parse().unwrap();
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
-    let client = client_with_lease(&url, lease);
-    let sem = client.semaphore(&name, n).unwrap();
-    let p = sem.acquire_many(n).unwrap();
-    println!("held");
-    while p.is_held() {
-        thread::sleep(Duration::from_millis(20));
-    }
-    println!("lost");
-    let e = p.release().unwrap_err();
-    assert!(e.is_lease_lost(), "{e}");
-    println!("release refused");
-}
-
-fn spawn_holder(url: &str, name: &str, n: u32, lease: Duration) -> TestChild {
-    let c = TestChild::spawn(
-        "child_sem_holder",
-        "sem-holder",
-        &[
-            ("LS_URL", url.to_string()),
-            ("LS_NAME", name.to_string()),
-            ("LS_N", n.to_string()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
-    c.wait_line("held", Duration::from_secs(30));
-    c
+fn child_kind_holder() {
+    kinds::child_holder();
 }
 
 /// Child: waits for one permit of `LS_NAME` (count 1) with lease `LS_LEASE_MS`.
 #[test]
 fn child_sem_waiter() {
-    if !common::is_child("sem-waiter") {
+    let Some((url, name)) = common::child_url_name("sem-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
     let client = client_with_lease(&url, lease);
     let sem = client.semaphore(&name, 1).unwrap();
@@ -424,12 +374,10 @@ fn child_sem_waiter() {
 #[test]
 fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
     let short = Duration::from_secs(2);
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let name = common::unique_name("sem-dead-leases");
     let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
-    let mut holder = spawn_holder(&url, &name, 1, short);
+    let mut holder = kinds::spawn_holder(Kind::Semaphore(1), &url, &name, short);
     let mut waiter = TestChild::spawn(
         "child_sem_waiter",
         "sem-waiter",
@@ -462,103 +410,27 @@ fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
     live.join().unwrap();
 }
 
+/// A holder of both permits killed with SIGKILL: a waiter for both gets them within a lease.
 #[test]
 fn killed_holder_gives_its_permits_back_within_a_lease() {
-    let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let name = common::unique_name("sem-kill");
-    let mut holder = spawn_holder(&url, &name, 2, lease);
-    let c = client_with_lease(&url, lease);
-    let sem = c.semaphore(&name, 2).unwrap();
-    assert!(sem.try_acquire().unwrap().is_none());
-    let killed = Instant::now();
-    holder.kill9();
-    let p = with_deadline(Duration::from_secs(20), move || {
-        let p = sem
-            .try_acquire_many_for(2, Duration::from_secs(10))
-            .unwrap();
-        (p.is_some(), Instant::now())
-    });
-    assert!(p.0);
-    let waited = p.1 - killed;
-    println!("semaphore: holder killed, permits back {waited:?} later");
-    assert!(waited <= lease + SLACK, "{waited:?}");
+    let both = Kind::Semaphore(2);
+    kinds::killed_holder_frees_the_lock_within_a_lease(both, both, "sem-kill");
 }
 
+/// A holder paused (SIGSTOP) for two leases: a waiter gets the permit within a lease
+/// (+ slack); the resumed holder reports itself lost, and took nothing from the new one.
 #[test]
 fn paused_holder_loses_its_permit_and_says_so() {
-    let lease = Duration::from_secs(1);
-    let server = RedisServer::start();
-    let url = server.url();
-    let name = common::unique_name("sem-pause");
-    let holder = spawn_holder(&url, &name, 1, lease);
-    holder.signal("STOP");
-    let stopped = Instant::now();
-    let c = client_with_lease(&url, lease);
-    let sem = c.semaphore(&name, 1).unwrap();
-    let p = sem.try_acquire_for(Duration::from_secs(10)).unwrap();
-    let waited = stopped.elapsed();
-    assert!(p.is_some());
-    assert!(waited <= lease + SLACK, "{waited:?}");
-    thread::sleep((lease * 2).saturating_sub(stopped.elapsed()));
-    holder.signal("CONT");
-    holder.wait_line("lost", Duration::from_secs(5));
-    holder.wait_line("release refused", Duration::from_secs(5));
-    // The resumed holder took nothing from the new one.
-    let p = p.unwrap();
-    assert!(p.is_held());
-    assert_eq!(sem.available().unwrap(), 0);
-    p.release().unwrap();
+    let one = Kind::Semaphore(1);
+    kinds::paused_holder_loses_the_lock_and_says_so(one, one, "sem-pause");
 }
 
 /// Redis restarts empty while a holder holds the only permit and two threads wait: the holder
 /// reports itself lost, and the waiters get the permit one at a time soon after the restart.
 #[test]
 fn waiters_recover_from_a_redis_restart() {
-    let lease = Duration::from_secs(1);
-    let mut server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
-    let name = common::unique_name("sem-restart");
-    let holder = client_with_lease(&url, lease);
-    let sem = holder.semaphore(&name, 1).unwrap();
-    let p = sem.acquire().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let waiters: Vec<_> = (0..2)
-        .map(|_| {
-            let (url, name, tx) = (url.clone(), name.clone(), tx.clone());
-            thread::spawn(move || {
-                let c = client_with_lease(&url, lease);
-                let s = c.semaphore(&name, 1).unwrap();
-                let p = s.try_acquire_for(Duration::from_secs(20)).unwrap().unwrap();
-                let start = mono_ns();
-                thread::sleep(Duration::from_millis(20));
-                let end = mono_ns();
-                tx.send((Instant::now(), start, end)).unwrap();
-                p.release().unwrap();
-            })
-        })
-        .collect();
-    let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
-    assert!(common::wait_until(Duration::from_secs(10), || {
-        common::numsub(&mut conn, &channel) == 2
-    }));
-    server.restart();
-    let restarted = Instant::now();
-    let mut got: Vec<_> = (0..2)
-        .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
-        .collect();
-    for w in waiters {
-        w.join().unwrap();
-    }
-    let last = got.iter().map(|x| x.0 - restarted).max().unwrap();
-    println!("semaphore: 2 waiters served {last:?} after the restart");
-    assert!(last < Duration::from_secs(2) + SLACK, "{last:?}");
-    got.sort_by_key(|x| x.1);
-    assert!(got[0].2 <= got[1].1, "two holders of one permit");
-    assert!(common::wait_until(lease + SLACK, || !p.is_held()));
-    assert!(p.release().unwrap_err().is_lease_lost());
+    let one = Kind::Semaphore(1);
+    kinds::waiters_recover_from_a_redis_restart(one, one, 2, "sem-restart");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -603,57 +475,7 @@ fn cut_semaphore_replies_count_once() {
 /// pooled connections, then on new ones.
 #[test]
 fn every_semaphore_call_keeps_its_bound_against_a_stalled_server() {
-    let server = RedisServer::start();
-    let pid = server.pid();
-    let _cont = bounds::ContinueOnDrop(pid);
-    let url = server.url();
-    let timings = with_deadline(Duration::from_secs(90), move || {
-        let client = bounds::client(&url);
-        let sem = client.semaphore(&common::unique_name("sb"), 8).unwrap();
-        let mut held: Vec<_> = (0..4).map(|_| sem.acquire().unwrap()).collect();
-        let full = client
-            .semaphore(&common::unique_name("sb-full"), 1)
-            .unwrap();
-        common::signal(pid, "STOP");
-        let mut t = bounds::Timings::default();
-        for round in 1..=2 {
-            t.time(format!("{round}: try_acquire"), bounds::ONE, true, || {
-                bounds::show_opt(&full.try_acquire())
-            });
-            t.time(
-                format!("{round}: try_acquire_for"),
-                bounds::waiting(),
-                true,
-                || bounds::show_opt(&full.try_acquire_for(bounds::WAIT)),
-            );
-            t.time(
-                format!("{round}: try_acquire_until"),
-                bounds::waiting(),
-                true,
-                || bounds::show_opt(&full.try_acquire_until(Instant::now() + bounds::WAIT)),
-            );
-            t.time(
-                format!("{round}: acquire"),
-                bounds::retrying(),
-                true,
-                || bounds::show(&full.acquire()),
-            );
-            t.time(format!("{round}: available"), bounds::ONE, true, || {
-                bounds::show(&full.available())
-            });
-            let p = held.remove(0);
-            t.time(format!("{round}: release"), bounds::ONE, true, || {
-                bounds::show(&p.release())
-            });
-            let p = held.remove(0);
-            t.time(format!("{round}: drop"), bounds::ONE, false, || {
-                drop(p);
-                "dropped".into()
-            });
-        }
-        t
-    });
-    timings.assert_kept();
+    bounds::every_call_keeps_its_bound_against_a_stalled_server(&[Kind::Semaphore(1)]);
 }
 
 /// Holders with leases of different lengths (clients with different settings): an acquire
@@ -662,8 +484,7 @@ fn every_semaphore_call_keeps_its_bound_against_a_stalled_server() {
 /// permits vanished from Redis with them, and were counted free, while it still held them.
 #[test]
 fn a_short_lease_never_shortens_a_longer_holders_keys() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     let name = common::unique_name("sem-mixed-leases");
     let long = client_with_lease(&url, Duration::from_secs(20));
     let short = client_with_lease(&url, Duration::from_secs(1));
@@ -700,11 +521,9 @@ fn a_short_lease_never_shortens_a_longer_holders_keys() {
 /// once it holds it.
 #[test]
 fn child_sem_long_waiter() {
-    if !common::is_child("sem-long-waiter") {
+    let Some((url, name)) = common::child_url_name("sem-long-waiter") else {
         return;
-    }
-    let url = common::child_env("LS_URL");
-    let name = common::child_env("LS_NAME");
+    };
     let n: u32 = common::child_env("LS_N").parse().unwrap();
     let client = client_with_lease(&url, Duration::from_secs(30));
     let sem = client.semaphore(&name, n).unwrap();
@@ -718,9 +537,7 @@ fn child_sem_long_waiter() {
 /// set). With the flag lost, the waiter would sleep until the first 30 s lease ran out.
 #[test]
 fn a_waiter_is_woken_at_the_release_with_one_holder_or_several() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     let client = client_with_lease(&url, Duration::from_secs(30));
     let other = client_with_lease(&url, Duration::from_secs(30));
     for count in [1, 2] {
@@ -813,9 +630,7 @@ fn an_older_clients_semaphore_hash_is_held() {
 /// `on_lease_lost`, its release an error).
 #[test]
 fn another_client_sees_the_holders_and_force_unlock_frees_them() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("sem-operator");
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<locksmith::LostLease>::new()));

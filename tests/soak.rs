@@ -15,12 +15,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/checker.rs"]
-mod checker;
 mod common;
-#[path = "support/load.rs"]
-mod load;
 
+use common::{checker, load};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,13 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use checker::{Rng, Store};
 use common::{RedisServer, TestChild};
 
-/// The load worker (see `support/load.rs`).
+/// The load worker (see `common/load.rs`).
 #[test]
 fn child_worker() {
-    if !common::is_child("worker") {
-        return;
-    }
-    load::run_worker();
+    load::child_worker();
 }
 
 const CHAOS: [&str; 5] = [

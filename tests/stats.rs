@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, wait_numsub, wait_until, with_deadline};
+use common::{wait_numsub, wait_until, with_deadline};
 use locksmith::{Client, Stats};
 
 /// The counts of `s` that a workload sets exactly, in one tuple to compare at once:
@@ -34,9 +34,7 @@ fn counts(s: &Stats) -> (u64, u64, u64, u64, u64, u64, u64) {
 /// client and by no other client; the waits and holds land in their histograms.
 #[test]
 fn counts_a_known_workload() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         // A run of local hand-offs may last long enough for the second thread to get in line.
         let client = Client::builder(url.as_str())
@@ -154,9 +152,7 @@ fn counts_a_known_workload() {
 /// under a waiter counted as one reconnect.
 #[test]
 fn counts_renewals_a_lost_lease_and_a_reconnect() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let client = Client::builder(url.as_str())
             .lease(Duration::from_millis(300))

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, thread_count, with_deadline};
+use common::{thread_count, with_deadline};
 use locksmith::Client;
 
 /// Asserts that the process settles at `expected` threads within 2 s.
@@ -29,8 +29,7 @@ fn assert_threads(expected: usize, what: &str) {
 
 #[test]
 fn threads_per_client() {
-    let server = RedisServer::start();
-    let url = server.url();
+    let (server, url) = common::server_url();
     {
         let url = url.clone();
         let mut conn = server.conn();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, with_deadline};
+use common::with_deadline;
 use locksmith::Client;
 
 /// A waiter blocked behind a lock with a 30 s lease sends no acquire attempts while it waits
@@ -17,14 +17,11 @@ use locksmith::Client;
 /// and acquires well under a second after the holder's release.
 #[test]
 fn waiter_wakes_on_release_without_polling() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     with_deadline(Duration::from_secs(30), move || {
         let monitor = common::Monitor::start(port);
-        let holder = Client::open(url.as_str()).unwrap();
-        let waiter = Client::open(url.as_str()).unwrap();
+        let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("wakeup");
         let channel = common::release_channel(&name);
         let holder_lock = holder.mutex(&name).unwrap();
@@ -88,12 +85,9 @@ fn waiter_wakes_on_release_without_polling() {
 #[test]
 fn handoff_latency_rounds() {
     const ROUNDS: usize = 20;
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
-        let holder = Client::open(url.as_str()).unwrap();
-        let waiter = Client::open(url.as_str()).unwrap();
+        let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("handoff");
         let channel = common::release_channel(&name);
         let hl = holder.mutex(&name).unwrap();
@@ -132,9 +126,7 @@ fn handoff_latency_rounds() {
 /// lock in turn, quickly, with increasing tokens and no overlap.
 #[test]
 fn many_waiters_all_acquire_in_turn() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(30), move || {
         let holder = Client::open(url.as_str()).unwrap();
         let clients = [
@@ -224,9 +216,7 @@ fn thread_sleeps(name: &str) -> bool {
 /// never comes.
 #[test]
 fn a_quiet_leader_tries_again_within_a_lease_when_no_release_comes() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     with_deadline(Duration::from_secs(40), move || {
         let monitor = common::Monitor::start(port);
@@ -301,14 +291,11 @@ fn a_quiet_leader_tries_again_within_a_lease_when_no_release_comes() {
 /// than at its next re-check.
 #[test]
 fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     with_deadline(Duration::from_secs(40), move || {
         let monitor = common::Monitor::start(port);
-        let holder = Client::open(url.as_str()).unwrap();
-        let waiter = Client::open(url.as_str()).unwrap();
+        let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("primed");
         let held = holder.mutex(&name).unwrap();
         let guard = held.lock().unwrap();
@@ -345,13 +332,10 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
 /// command connections (the pool keeps up to 32 idle, and 8 are primed at most).
 #[test]
 fn many_sleeping_leaders_keep_few_connections() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         const NAMES: usize = 100;
-        let holder = Client::open(url.as_str()).unwrap();
-        let waiter = Client::open(url.as_str()).unwrap();
+        let [holder, waiter] = common::clients(&url);
         let names: Vec<String> = (0..NAMES)
             .map(|i| common::unique_name(&format!("few-conns-{i}")))
             .collect();
@@ -441,9 +425,7 @@ fn child_flag_waiter() {
 /// 30 s lease).
 #[test]
 fn a_waiters_flag_survives_reentry_and_inner_release() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let mut conn = server.conn();
+    let (server, url, mut conn) = common::server_url_conn();
     let port = server.port();
     let (released, at) = with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("flag");

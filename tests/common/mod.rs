@@ -13,6 +13,11 @@
 //!   `#[test] fn child_xxx()` that returns at once unless [`ROLE_VAR`] names it.
 //! - [`locked_increments`] / [`assert_exact_and_fenced`]: counted critical sections under a
 //!   [`locksmith::Mutex`], and the check that none was lost and tokens increased.
+//!
+//! And the modules some test files share: [`kinds`] (every lock type behind one trait, and the
+//! scenarios written once for all of them), [`bounds`] (calls timed against a stalled server),
+//! [`faults`] (holder and waiter threads of the fault tests), [`load`] (the load worker of the
+//! fault and soak tests), [`capture`] (a logger that keeps every record).
 
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,6 +25,12 @@ use std::thread;
 use std::time::Duration;
 
 pub use locksmith_testkit::*;
+
+pub mod bounds;
+pub mod capture;
+pub mod faults;
+pub mod kinds;
+pub mod load;
 
 /// A read-modify-write increment of `key` (GET, a short pause to widen the race, SET): without
 /// mutual exclusion, concurrent callers lose updates.
@@ -87,4 +98,66 @@ pub fn assert_mark_covers(conn: &mut redis::Connection, name: &str, token: u64) 
     let mark = mark.unwrap_or_else(|| panic!("no fencing mark at {key}"));
     assert!(mark >= token, "the mark {mark} is below the token {token}");
     assert_eq!(pttl(conn, &key), -1, "the mark {key} has an expiry");
+}
+
+/// A private `redis-server` and its URL.
+pub fn server_url() -> (RedisServer, String) {
+    let server = RedisServer::start();
+    let url = server.url();
+    (server, url)
+}
+
+/// A private `redis-server`, its URL and a connection to it.
+pub fn server_url_conn() -> (RedisServer, String, redis::Connection) {
+    let (server, url) = server_url();
+    let conn = server.conn();
+    (server, url, conn)
+}
+
+/// `N` clients of `url`, each with the default settings (each its own owner of the locks it
+/// takes).
+pub fn clients<const N: usize>(url: &str) -> [locksmith::Client; N] {
+    std::array::from_fn(|_| locksmith::Client::open(url).unwrap())
+}
+
+/// Runs `n` copies of the child `test_name` (role `role`, settings `envs`) at once, and waits
+/// until each has exited successfully, within `timeout` each.
+pub fn run_children(
+    n: usize,
+    test_name: &str,
+    role: &str,
+    envs: &[(&str, String)],
+    timeout: Duration,
+) {
+    let mut children: Vec<TestChild> = (0..n)
+        .map(|_| TestChild::spawn(test_name, role, envs))
+        .collect();
+    for child in &mut children {
+        let status = child.wait_timeout(timeout);
+        assert!(status.success(), "a {test_name} process failed: {status}");
+    }
+}
+
+/// In the child process of role `role` (see [`TestChild`]): its `LS_URL` and `LS_NAME`;
+/// `None` in any other process, where the child's `#[test]` returns at once.
+pub fn child_url_name(role: &str) -> Option<(String, String)> {
+    is_child(role).then(|| (child_env("LS_URL"), child_env("LS_NAME")))
+}
+
+/// A client built by `builder` that counts the leases it reports lost (`on_lease_lost`).
+pub fn count_losses(
+    builder: locksmith::ClientBuilder,
+) -> (
+    locksmith::Client,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let lost = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let l = std::sync::Arc::clone(&lost);
+    let client = builder
+        .on_lease_lost(move |_| {
+            l.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    (client, lost)
 }

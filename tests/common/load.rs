@@ -102,6 +102,14 @@ impl Inspector {
     }
 }
 
+/// The load worker's child entry point (`#[test] fn child_worker()` calls it): runs
+/// [`run_worker`] in the child of role `worker`, returns at once anywhere else.
+pub fn child_worker() {
+    if locksmith_testkit::is_child("worker") {
+        run_worker();
+    }
+}
+
 /// Runs the worker threads described by the environment, then reports the totals.
 pub fn run_worker() {
     let url = env("LS_URL");
