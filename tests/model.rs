@@ -23,6 +23,10 @@
 //!   (default 1000, for a busy machine).
 //! - `LOCKSMITH_MODEL_MUTEX_ONLY=1`: plain mutex operations only, the plans of the seeds
 //!   found before the model knew the other lock types (part of the plan, as the seconds).
+//! - `LOCKSMITH_MODEL_DETACH=0`: no holds moved between threads. Otherwise now and then a
+//!   thread detaches an outermost hold and another thread attaches it (and holds it a while),
+//!   or releases it, or the thread drops it while detached (drawn from a stream of their own;
+//!   part of the plan; never with plain mutexes only).
 //! - `LOCKSMITH_MODEL_FORCE=0`: no forced unlocks. Otherwise the fault plan now and then
 //!   calls `Client::force_unlock` on a lock the run uses, in a gap between its other faults
 //!   (part of the plan; also in the mixed-lease and hot mixes; never with plain mutexes only,
@@ -213,6 +217,10 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
                      previous one's by one)",
                     handoffs(&outcome.history.sections)
                 );
+                println!(
+                    "model: {} holds released while detached (from another thread, or dropped)",
+                    moved(&outcome.history.calls)
+                );
                 if !outcome.findings.is_empty() {
                     failed.push(format!("{}\n{replay}", outcome.report(10)));
                 }
@@ -235,6 +243,14 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
         failed.len(),
         failed.join("\n")
     );
+}
+
+/// How many holds were released while detached: their release calls.
+fn moved(calls: &[check::Call]) -> usize {
+    calls
+        .iter()
+        .filter(|c| c.method.starts_with("detached"))
+        .count()
 }
 
 /// How many outermost sections took the token right after the previous one of their name:

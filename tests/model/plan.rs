@@ -76,6 +76,12 @@ pub struct Settings {
     /// their own; the server runs with the harness's clock library (see
     /// `testkit/src/clock_shift.rs`). Only in the clock mix.
     pub clock_steps: bool,
+    /// Threads now and then move a hold to another thread ([`Move`]): detached and attached
+    /// there, released from there, or dropped while detached. Drawn from a stream of their
+    /// own, so the other operations of a seed are those it had without. On unless
+    /// `LOCKSMITH_MODEL_DETACH=0`; off with plain mutexes only (the regression seeds found so
+    /// replay as they were found).
+    pub detach: bool,
 }
 
 impl Settings {
@@ -112,6 +118,7 @@ impl Settings {
             restarts: false,
             force: std::env::var("LOCKSMITH_MODEL_FORCE").map_or(true, |v| v.trim() != "0"),
             clock_steps: false,
+            detach: detach_default(),
         }
     }
 
@@ -226,8 +233,9 @@ impl Settings {
             threads: 4,
             names: vec!["model:hot".into()],
             hot: true,
-            // Forced unlocks meet runs of local hand-offs here.
+            // Forced unlocks and moved holds meet runs of local hand-offs here.
             force: forced,
+            detach: detach_default(),
             ..Settings::mutex_only(secs)
         }
     }
@@ -238,6 +246,7 @@ impl Settings {
             family: false,
             multi: false,
             force: false,
+            detach: false,
             ..Settings::new(secs)
         }
     }
@@ -349,6 +358,24 @@ pub struct Level {
     pub unlock: bool,
     /// Panics while holding, after `after`.
     pub panic: bool,
+    /// Where an outermost level's hold goes before its release (see [`Move`]).
+    pub moves: Move,
+}
+
+/// Where a hold goes before its release: it stays, or it is detached and then attached on
+/// another thread (held there this long more), released from another thread, or dropped
+/// while detached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    Stay,
+    Attach(Duration),
+    Release,
+    DropDetached,
+}
+
+/// Whether holds move between threads unless the mix says otherwise.
+fn detach_default() -> bool {
+    std::env::var("LOCKSMITH_MODEL_DETACH").map_or(true, |v| v.trim() != "0")
 }
 
 /// One operation: a lock and the levels, outermost first.
@@ -370,6 +397,8 @@ pub struct OpPlan {
     rng: Rng,
     /// Draws whether a plain mutex operation takes a set instead, and which.
     multi: Option<Rng>,
+    /// Draws whether an operation's hold moves to another thread, and how.
+    moves: Option<Rng>,
     names: usize,
     family: bool,
     bursts: bool,
@@ -384,6 +413,9 @@ impl OpPlan {
             multi: settings
                 .multi
                 .then(|| Rng::new(sub_seed(seed, 100_000 + (proc * 64 + thread) as u64))),
+            moves: settings
+                .detach
+                .then(|| Rng::new(sub_seed(seed, 200_000 + (proc * 64 + thread) as u64))),
             names: settings.names.len(),
             family: settings.family,
             bursts: settings.bursts,
@@ -433,6 +465,7 @@ impl OpPlan {
             after: self.hold(handle) / 2,
             unlock: self.pick(50),
             panic: self.pick(2),
+            moves: Move::Stay,
         }
     }
 }
@@ -490,6 +523,23 @@ impl OpPlan {
         }
     }
 
+    /// Now and then, the outermost level's hold moves to another thread before its release.
+    fn maybe_move(&mut self, mut op: Op) -> Op {
+        let Some(rng) = self.moves.as_mut() else {
+            return op;
+        };
+        let moves = match rng.range(0, 100) {
+            0..=9 => Move::Attach(ms(rng.range(0, 150))),
+            10..=17 => Move::Release,
+            18..=21 => Move::DropDetached,
+            _ => Move::Stay,
+        };
+        if let Some(level) = op.levels.first_mut() {
+            level.moves = moves;
+        }
+        op
+    }
+
     /// A level of a family type, on its plain handle.
     fn family_level(&mut self, mode: Mode, handle: Handle, acquire: Acquire) -> Level {
         Level {
@@ -500,6 +550,7 @@ impl OpPlan {
             after: self.hold(handle) / 2,
             unlock: self.pick(50),
             panic: self.pick(2),
+            moves: Move::Stay,
         }
     }
 
@@ -584,9 +635,10 @@ impl Iterator for OpPlan {
             }
         }
         if !self.family {
-            return Some(self.mutex_op());
+            let op = self.mutex_op();
+            return Some(self.maybe_move(op));
         }
-        Some(match self.rng.range(0, 10) {
+        let op = match self.rng.range(0, 10) {
             0..=3 => {
                 let op = self.mutex_op();
                 self.maybe_multi(op)
@@ -594,7 +646,8 @@ impl Iterator for OpPlan {
             4..=5 => self.fair_op(),
             6..=7 => self.rw_op(),
             _ => self.sem_op(),
-        })
+        };
+        Some(self.maybe_move(op))
     }
 }
 
@@ -610,6 +663,7 @@ fn burst_op(name: usize) -> Op {
             after: Duration::ZERO,
             unlock: true,
             panic: false,
+            moves: Move::Stay,
         }],
         pause: Duration::ZERO,
     }

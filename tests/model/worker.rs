@@ -12,14 +12,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use locksmith::{
-    Client, FairMutex, FairMutexGuard, MultiGuard, MultiMutex, Mutex, MutexGuard, RwLock,
+    Client, Detached, FairMutex, FairMutexGuard, MultiGuard, MultiMutex, Mutex, MutexGuard, RwLock,
     RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 
 use crate::check::{Access, Call, CallKind, Outcome, Section};
 use crate::checker::mono_ns;
 use crate::journal::Journal;
-use crate::plan::{Acquire, Handle, Level, Mode, Op, OpPlan, Settings, Target};
+use crate::plan::{Acquire, Handle, Level, Mode, Move, Op, OpPlan, Settings, Target};
 
 /// The payload of a planned panic, so the panic hook can stay quiet about it.
 #[derive(Debug)]
@@ -154,6 +154,56 @@ impl Guard {
             Guard::Write(g) => ("unlock", g.unlock()),
             Guard::Permit(p) => ("release", p.release()),
             Guard::Multi(g) => ("unlock", g.unlock()),
+        }
+    }
+}
+
+impl Guard {
+    /// Lets this thread go of the hold (`Err`: it cannot move, and is given back).
+    fn detach(self) -> Result<Moving, Guard> {
+        match self {
+            Guard::Mutex(g) => g.detach().map(Moving::Mutex).map_err(Guard::Mutex),
+            Guard::Fair(g) => g.detach().map(Moving::Fair).map_err(Guard::Fair),
+            Guard::Read(g) => g.detach().map(Moving::Read).map_err(Guard::Read),
+            Guard::Write(g) => g.detach().map(Moving::Write).map_err(Guard::Write),
+            Guard::Permit(p) => p.detach().map(Moving::Permit).map_err(Guard::Permit),
+            Guard::Multi(g) => g.detach().map(Moving::Multi).map_err(Guard::Multi),
+        }
+    }
+}
+
+/// A detached hold of any type, on its way to another thread.
+enum Moving {
+    Mutex(Detached<MutexGuard>),
+    Fair(Detached<FairMutexGuard>),
+    Read(Detached<RwLockReadGuard>),
+    Write(Detached<RwLockWriteGuard>),
+    Permit(Detached<SemaphorePermit>),
+    Multi(Detached<MultiGuard>),
+}
+
+impl Moving {
+    /// Makes the calling thread the hold's owner.
+    fn attach(self) -> locksmith::Result<Guard> {
+        Ok(match self {
+            Moving::Mutex(d) => Guard::Mutex(d.attach()?),
+            Moving::Fair(d) => Guard::Fair(d.attach()?),
+            Moving::Read(d) => Guard::Read(d.attach()?),
+            Moving::Write(d) => Guard::Write(d.attach()?),
+            Moving::Permit(d) => Guard::Permit(d.attach()?),
+            Moving::Multi(d) => Guard::Multi(d.attach()?),
+        })
+    }
+
+    /// Releases the hold from the calling thread.
+    fn unlock(self) -> locksmith::Result<()> {
+        match self {
+            Moving::Mutex(d) => d.unlock(),
+            Moving::Fair(d) => d.unlock(),
+            Moving::Read(d) => d.unlock(),
+            Moving::Write(d) => d.unlock(),
+            Moving::Permit(d) => d.unlock(),
+            Moving::Multi(d) => d.unlock(),
         }
     }
 }
@@ -379,6 +429,85 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// Moves the hold of `guard` (an outermost level, whose sections `rec` records) to where
+    /// `moves` says, and releases it there (`unlock`, or a drop), logging the call.
+    fn move_hold(&self, name: &str, guard: Guard, rec: Recorder<'_>, level: &Level, of: u64) {
+        let moving = match guard.detach() {
+            Ok(m) => m,
+            Err(g) => {
+                // Not at an outermost level with one guard: cannot happen here.
+                drop(rec);
+                self.release(name, g, level.unlock, of);
+                return;
+            }
+        };
+        match level.moves {
+            Move::Stay | Move::DropDetached => {
+                drop(rec);
+                self.release_moving(name, moving, false, of);
+            }
+            Move::Release => thread::scope(|s| {
+                s.spawn(move || {
+                    drop(rec);
+                    self.release_moving(name, moving, level.unlock, of);
+                });
+            }),
+            Move::Attach(hold) => thread::scope(|s| {
+                s.spawn(move || self.attach_and_release(name, moving, rec, level, hold, of));
+            }),
+        }
+    }
+
+    /// Attaches `moving` on the calling thread, holds it `hold` more (checking now and then),
+    /// and releases it.
+    fn attach_and_release(
+        &self,
+        name: &str,
+        moving: Moving,
+        mut rec: Recorder<'_>,
+        level: &Level,
+        hold: Duration,
+        of: u64,
+    ) {
+        let start = mono_ns();
+        match moving.attach() {
+            Ok(guard) => {
+                let mut step = 0;
+                rec.hold(&guard, hold, &mut step);
+                drop(rec);
+                self.release(name, guard, level.unlock, of);
+            }
+            Err(e) => {
+                drop(rec);
+                self.log.call(&Call {
+                    of,
+                    ..self.call(CallKind::Unlock, "attach", name, start, 0, classify(&e))
+                });
+            }
+        }
+    }
+
+    /// Releases a detached hold from the calling thread: `unlock`, or a drop.
+    fn release_moving(&self, name: &str, moving: Moving, unlock: bool, of: u64) {
+        let start = mono_ns();
+        let (kind, method, outcome) = if unlock {
+            let outcome = match moving.unlock() {
+                Ok(()) => Outcome::Ok,
+                Err(e) => classify(&e),
+            };
+            (CallKind::Unlock, "detached unlock", outcome)
+        } else {
+            drop(moving);
+            (CallKind::Drop, "detached drop", Outcome::Ok)
+        };
+        self.log.call(&Call {
+            of,
+            ..self.call(kind, method, name, start, self.one_round_trip(), outcome)
+        });
+    }
+}
+
 /// A section being recorded. Written to the log when dropped, so that a section left by a
 /// panic is recorded too (it is declared after its guard, so it is written before the guard's
 /// release runs).
@@ -486,6 +615,10 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
     rec.hold(&guard, level.after, step);
     if level.panic {
         panic::panic_any(PlannedPanic);
+    }
+    if i == 0 && level.moves != Move::Stay {
+        ctx.move_hold(&lock.name(), guard, rec, level, start);
+        return;
     }
     drop(rec);
     ctx.release(&lock.name(), guard, level.unlock, start);
