@@ -162,6 +162,32 @@ impl Lease {
         ))
     }
 
+    /// Ends the outermost level without a release: renewal stops, and the key's lease is set
+    /// to end `left` from now (owner-checked: the renew script with that lease), within the
+    /// bound of a release. Nothing is published and nothing passes to a local waiter.
+    pub(crate) fn expire_after(mut self, left: Duration) -> Result<()> {
+        self.released = true;
+        let shared = self.lock.core().shared();
+        let bound = shared.config.one_call();
+        if self.hold.leave(bound) {
+            shared.forget(&self.hold);
+        }
+        let h = &self.hold;
+        let call = scripts::renew(
+            &h.keys,
+            &h.acquisition,
+            left,
+            shared.backend.fence_of(h.token),
+        );
+        match shared.backend.renew(&[(call, 1)], bound).outcomes.first() {
+            Some(Some(true)) => Ok(()),
+            Some(Some(false)) => Err(Error::LeaseLost),
+            _ => Err(Error::timeout(
+                "the server did not answer in time; the lease ends by itself",
+            )),
+        }
+    }
+
     /// Releases the level within the bound of a release (one connect and one command
     /// timeout), and reports the outcome.
     pub(crate) fn unlock(self) -> Result<()> {

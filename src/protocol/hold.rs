@@ -99,6 +99,8 @@ pub(crate) struct Hold {
     pub(crate) kind: Kind,
     /// Its place in a run of local hand-offs (a [`Mutex`](crate::Mutex) hold only).
     pub(crate) chain: Chain,
+    /// When this hold began: the send time of its acquire, or its local hand-off.
+    pub(crate) acquired: Instant,
     state: Mutex<State>,
     renewal_done: Condvar,
 }
@@ -130,6 +132,7 @@ impl Hold {
                 passes: 0,
                 last: token,
             },
+            acquired: sent,
             state: Mutex::new(State {
                 last_ok: sent,
                 status: Status::Valid,
@@ -143,6 +146,13 @@ impl Hold {
     /// The same hold, in this place of a run of local hand-offs.
     pub(crate) fn with_chain(mut self, chain: Chain) -> Self {
         self.chain = chain;
+        self
+    }
+
+    /// The same hold, begun at `at` (a local hand-off: its lease runs from the last renewal
+    /// of the hold it succeeds, its hold from the hand-off).
+    pub(crate) fn acquired_at(mut self, at: Instant) -> Self {
+        self.acquired = at;
         self
     }
 

@@ -167,6 +167,33 @@ impl MutexGuard {
         self.lease.unlock()
     }
 
+    /// Ends the hold no sooner than `min_hold` after it was acquired, for a job that must run
+    /// once per period across instances (ShedLock's `lockAtLeastFor`): when `min_hold` has
+    /// passed since the acquisition, it releases at once, as [`unlock`](MutexGuard::unlock);
+    /// otherwise it stops renewing and sets the lock's lease on the server to end `min_hold`
+    /// after the acquisition, so that a faster instance cannot take the lock, and run the same
+    /// job again, before then. Nothing is published and the lock passes to no local waiter:
+    /// others find it free when it expires (a waiter that saw a longer lease wakes then at the
+    /// latest). An inner level (a re-entry) is released as `unlock` releases it.
+    ///
+    /// It asks the server once. Returns within the connect timeout plus the command timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`unlock`](MutexGuard::unlock): [`Error::LeaseLost`](crate::Error::LeaseLost) when
+    /// the lock was no longer held by this acquisition (the lease had run out, or another owner
+    /// has it); [`Error::Timeout`](crate::Error::Timeout) or [`Error::Redis`](crate::Error::Redis)
+    /// when the server could not be asked: the lease then ends by itself, at most one lease
+    /// after the last renewal, since renewal stopped.
+    pub fn unlock_after(self, min_hold: Duration) -> Result<()> {
+        let hold = self.lease.hold();
+        let left = min_hold.saturating_sub(hold.acquired.elapsed());
+        if left.is_zero() || hold.depth() > 1 {
+            return self.unlock();
+        }
+        self.lease.expire_after(left)
+    }
+
     /// [`unlock`](MutexGuard::unlock) within `by`.
     pub(crate) fn unlock_by(self, by: Deadline) -> Result<()> {
         self.lease.unlock_by(by)

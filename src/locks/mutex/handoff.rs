@@ -196,7 +196,8 @@ pub(crate) fn receive(
             since: old.chain.since,
             passes: old.chain.passes + 1,
             last: old.chain.last,
-        }),
+        })
+        .acquired_at(now),
     );
     shared.adopt_passed(&successor);
     Some(successor)
