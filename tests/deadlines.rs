@@ -38,9 +38,12 @@ const RETRY: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_secs(1);
 const PASSWORD: &str = "deadlines-secret";
 
-const ACQUIRE_LUA: &str = include_str!("../src/protocol/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/protocol/scripts/release.lua");
-const RENEW_LUA: &str = include_str!("../src/protocol/scripts/renew.lua");
+static ACQUIRE_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("acquire.lua").unwrap());
+static RELEASE_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("release.lua").unwrap());
+static RENEW_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("renew.lua").unwrap());
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
@@ -349,7 +352,7 @@ fn a_dead_pooled_connection_does_not_cost_the_lease() {
         .unwrap();
     let name = common::unique_name("dead-pooled");
     let key = common::lock_key(&name);
-    let renew_sha = sha(RENEW_LUA);
+    let renew_sha = sha(&RENEW_LUA);
     let other = Client::open(&server.url()).unwrap();
     let other_m = other.mutex(&name).unwrap();
 
@@ -414,7 +417,7 @@ fn acquire_and_release_retry_on_a_fresh_connection_within_the_bound() {
     let key = common::lock_key(&name);
     // The acquisitions reserve hand-off blocks: the retried acquire must answer with its
     // block, or the retried release takes the lock for another's.
-    let (acquire_sha, release_sha) = (sha(ACQUIRE_LUA), sha(RELEASE_LUA));
+    let (acquire_sha, release_sha) = (sha(&ACQUIRE_LUA), sha(&RELEASE_LUA));
     let proxy = Arc::new(proxy);
     let p = Arc::clone(&proxy);
     let (acquired, released) = with_deadline(Duration::from_secs(60), move || {

@@ -10,6 +10,14 @@
 
 use crate::protocol::scripts::LEAD_US;
 
+/// The last byte of a flagged value (which ends in `|w`): a waiter flagged it, so its release
+/// publishes. The scripts get it as `FLAG_W` (see `lua.rs`).
+pub(crate) const WAITING: u8 = b'w';
+/// The separator of a value's fields (`BAR` in the scripts).
+pub(crate) const SEPARATOR: u8 = b'|';
+/// The first byte of a tombstone (`TOMB` in the scripts).
+pub(crate) const TOMBSTONE: u8 = b'#';
+
 /// A held lock's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Held {
@@ -51,14 +59,14 @@ pub(crate) enum LockValue {
 /// Parses a Mutex lock key's string; `None` when it is neither a held value nor a tombstone
 /// (a key locksmith did not write).
 pub(crate) fn parse(v: &str) -> Option<LockValue> {
-    if let Some(c) = v.strip_prefix('#') {
+    if let Some(c) = v.strip_prefix(char::from(TOMBSTONE)) {
         return c.parse().ok().map(LockValue::Tombstone);
     }
-    let (body, waiters) = match v.strip_suffix("|w") {
-        Some(b) => (b, true),
-        None => (v, false),
+    let (body, waiters) = match v.as_bytes() {
+        [.., SEPARATOR, WAITING] => (&v[..v.len() - 2], true),
+        _ => (v, false),
     };
-    let f: Vec<&str> = body.split('|').collect();
+    let f: Vec<&str> = body.split(char::from(SEPARATOR)).collect();
     if (f.len() != 5 && f.len() != 9) || f[0].is_empty() {
         return None;
     }
