@@ -6,6 +6,9 @@
 //! lock has one script per operation (`scripts/rw_*.lua`). An uncontended acquire and release
 //! take the fewest arguments the scripts accept: the holder as one string (`GEN|OWNER`, or the
 //! prefix `GEN|` that names an acquisition), the lease, and what the operation needs besides.
+//!
+//! The replies these scripts share with no other are parsed here too ([`parse_acquire`],
+//! [`parse_family_release`], [`parse_reenter`], [`parse_used`]).
 
 use std::time::Duration;
 
@@ -13,7 +16,7 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Call, Holder, LEAD_US, Level, Live, Which, evalsha, millis,
+    AcquireReply, Call, Holder, LEAD_US, Level, Live, ReleaseReply, Which, evalsha, int, millis,
 };
 
 /// The holder string a grant starts with: `GEN|OWNER`.
@@ -419,6 +422,50 @@ pub(crate) fn parse_acquire(v: &Value, request: &str) -> Option<AcquireReply> {
     }
 }
 
+/// Parses the release reply of a fair mutex (`scripts/fair_mutex.lua`), a read-write lock
+/// (`rw_release.lua`) or a semaphore (`sem_permits.lua`): `0` released (for a fair mutex's
+/// inner level, `n >= 1` levels are left), `-1` [`ReleaseReply::Missing`], `-2`
+/// [`ReleaseReply::OtherOwner`], `-3` [`ReleaseReply::Foreign`], `-4`
+/// [`ReleaseReply::ReleasedBefore`]. Nothing is published that the caller counts, so
+/// `listeners` is 0. `None` for a reply of another shape.
+#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
+pub(crate) fn parse_family_release(v: &Value) -> Option<ReleaseReply> {
+    match v {
+        Value::Int(n) if *n >= 0 => Some(ReleaseReply::Released {
+            remaining: n.unsigned_abs(),
+            listeners: 0,
+        }),
+        Value::Int(-1) => Some(ReleaseReply::Missing),
+        Value::Int(-2) => Some(ReleaseReply::OtherOwner),
+        Value::Int(-3) => Some(ReleaseReply::Foreign),
+        Value::Int(-4) => Some(ReleaseReply::ReleasedBefore),
+        _ => None,
+    }
+}
+
+/// Parses a read-write lock's re-entry reply ([`rw_reenter`]): `Some(true)` the acquisition
+/// still holds (one more level), `Some(false)` it does not any more; `None` for a reply of
+/// another shape.
+#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
+pub(crate) fn parse_reenter(v: &Value) -> Option<bool> {
+    match v {
+        Value::Int(1) => Some(true),
+        Value::Int(0) => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses a semaphore's permits-used reply ([`sem_used`]): the permits live leases hold
+/// (an older client's semaphore counts as all of them used: `u32::MAX` or near it). `None` for
+/// a reply of another shape.
+#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
+pub(crate) fn parse_used(v: &Value) -> Option<u32> {
+    match v {
+        Value::Int(_) => Some(u32::try_from(int(v)?).unwrap_or(u32::MAX)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,6 +622,47 @@ mod tests {
             parse_acquire(&Value::Array(vec![Value::Int(-1)]), "g"),
             Some(AcquireReply::Foreign)
         );
+    }
+
+    #[test]
+    fn family_releases_reentries_and_permits_parse() {
+        assert_eq!(
+            parse_family_release(&Value::Int(0)),
+            Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 0
+            })
+        );
+        assert_eq!(
+            parse_family_release(&Value::Int(2)),
+            Some(ReleaseReply::Released {
+                remaining: 2,
+                listeners: 0
+            })
+        );
+        for (n, r) in [
+            (-1, ReleaseReply::Missing),
+            (-2, ReleaseReply::OtherOwner),
+            (-3, ReleaseReply::Foreign),
+            (-4, ReleaseReply::ReleasedBefore),
+        ] {
+            assert_eq!(parse_family_release(&Value::Int(n)), Some(r), "{n}");
+        }
+        assert_eq!(parse_family_release(&Value::Int(-5)), None);
+        assert_eq!(parse_family_release(&Value::Nil), None);
+        assert_eq!(
+            parse_family_release(&Value::Array(vec![Value::Int(0), Value::Int(1)])),
+            None
+        );
+        assert_eq!(parse_reenter(&Value::Int(1)), Some(true));
+        assert_eq!(parse_reenter(&Value::Int(0)), Some(false));
+        assert_eq!(parse_reenter(&Value::Int(2)), None);
+        assert_eq!(parse_reenter(&Value::Nil), None);
+        assert_eq!(parse_used(&Value::Int(3)), Some(3));
+        assert_eq!(parse_used(&Value::Int(2_147_483_647)), Some(2_147_483_647));
+        assert_eq!(parse_used(&Value::Int(i64::MAX)), Some(u32::MAX));
+        assert_eq!(parse_used(&Value::Int(-1)), Some(u32::MAX));
+        assert_eq!(parse_used(&Value::Nil), None);
     }
 
     #[test]
