@@ -8,15 +8,7 @@
 //! - either ending in `|w`: a waiter flagged it;
 //! - a tombstone `#C`: the lock is free, and tokens up to `C` were issued.
 
-use crate::protocol::scripts::LEAD_US;
-
-/// The last byte of a flagged value (which ends in `|w`): a waiter flagged it, so its release
-/// publishes. The scripts get it as `FLAG_W` (see `lua.rs`).
-pub(crate) const WAITING: u8 = b'w';
-/// The separator of a value's fields (`BAR` in the scripts).
-pub(crate) const SEPARATOR: u8 = b'|';
-/// The first byte of a tombstone (`TOMB` in the scripts).
-pub(crate) const TOMBSTONE: u8 = b'#';
+use crate::protocol::lua::{LEAD_US, SEPARATOR, TOMBSTONE, WAITING};
 
 /// A held lock's value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,14 +10,32 @@
 //! before that line names comes first, everything else only at that line, so that a fast path
 //! that returns early never builds the slow paths' helpers.
 //!
+//! The constants are defined here, a module that imports nothing of the crate, so that the
+//! value's parser (`lock_value.rs`) and the scripts' calls (`scripts.rs`) both take them from
+//! one place.
+//!
 //! A prelude file is a list of items separated by blank lines: an item is its comment, its
 //! `local` line(s) at the start of a line, and its body, with no blank line inside; a paragraph
 //! without a `local` line (a file's own comment) is left out.
 
 use std::collections::HashSet;
 
-use crate::protocol::lock_value::{SEPARATOR, TOMBSTONE, WAITING};
-use crate::protocol::scripts::{LEAD_US, MAX_BLOCK};
+/// The most tokens a Mutex acquisition reserves for local hand-offs (`MAX_BLOCK` in the
+/// scripts; the client's `MAX_HANDOFF_COUNT` is defined as this one).
+pub(crate) const MAX_BLOCK: u32 = 1024;
+
+/// The lead of a new acquisition's fencing token over the server clock in microseconds (the
+/// largest lead the counters of the layout before could have: 1 s plus the largest hand-off
+/// block); `LEAD` in the scripts.
+pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
+
+/// The last byte of a flagged value (which ends in `|w`): a waiter flagged it, so its release
+/// publishes (`FLAG_W` in the scripts).
+pub(crate) const WAITING: u8 = b'w';
+/// The separator of a value's fields (`BAR` in the scripts).
+pub(crate) const SEPARATOR: u8 = b'|';
+/// The first byte of a Mutex tombstone (`TOMB` in the scripts).
+pub(crate) const TOMBSTONE: u8 = b'#';
 
 /// The line of a body after which its slow paths begin: the helpers that only they need are
 /// put there.

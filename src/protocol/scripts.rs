@@ -275,15 +275,7 @@ pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-/// The most tokens a Mutex acquisition reserves for local hand-offs (the acquire script's
-/// `MAX_BLOCK`; the client's `MAX_HANDOFF_COUNT` is defined as this one).
-pub(crate) const MAX_BLOCK: u32 = 1024;
-
-/// The lead of a new acquisition's fencing token over the server clock in microseconds (the
-/// largest lead the counters of the layout before could have: 1 s plus the largest hand-off
-/// block). The scripts get it as `LEAD` in their generated header (see
-/// [`crate::protocol::lua`]).
-pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
+pub(crate) use crate::protocol::lua::{LEAD_US, MAX_BLOCK};
 
 /// `GEN|`: how the Mutex scripts name an acquisition (the lock's value begins with it).
 fn gen_prefix(acquisition: &str) -> String {
