@@ -381,6 +381,9 @@ pub use locks::mutex::{Mutex, guard::MutexGuard};
 pub use locks::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use locks::semaphore::{Semaphore, SemaphorePermit};
 pub use protocol::keys::MAX_NAME_LEN;
+/// The Lua source the client sends for a script, by its body's file name (for the tests).
+#[doc(hidden)]
+pub use protocol::scripts::lua_source as __lua_source;
 #[allow(deprecated)]
 pub use redlock::{Redlock, RedlockBuilder};
 pub use renewal::{LeaseKind, LostLease};

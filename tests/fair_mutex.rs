@@ -552,18 +552,14 @@ fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
 // recognised, fence counters expire, losses are reported once
 // ---------------------------------------------------------------------------------------------
 
-/// The fair mutex's script as the client loads it: the fencing-mark prelude, then the script.
-const FAIR_LUA: &str = concat!(
-    include_str!("../src/protocol/scripts/fence.lua"),
-    include_str!("../src/protocol/scripts/fair_mutex.lua")
-);
-const SEM_LUA: &str = include_str!("../src/protocol/scripts/sem_permits.lua");
-/// The read-write lock's script as the client loads it: the fencing-mark prelude, then the
-/// script.
-const RW_LUA: &str = concat!(
-    include_str!("../src/protocol/scripts/fence.lua"),
-    include_str!("../src/protocol/scripts/rw_lock.lua")
-);
+/// The fair mutex's script as the client sends it (with its shared helpers).
+static FAIR_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("fair_mutex.lua").unwrap());
+static SEM_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("sem_permits.lua").unwrap());
+/// One of the read-write lock's scripts (its write acquire) as the client sends it.
+static RW_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("rw_write.lua").unwrap());
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
@@ -596,7 +592,7 @@ fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
         other => panic!("no fair mutex operation {other}"),
     };
     [
-        sha(FAIR_LUA).into_bytes(),
+        sha(&FAIR_LUA).into_bytes(),
         fair_key(name).into_bytes(),
         format!("$1\r\n{letter}\r\n").into_bytes(),
     ]
@@ -622,9 +618,9 @@ fn every_lock_type_script_is_loaded_at_build() {
         let _client = Client::open(&url).unwrap();
         let loaded: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
-            .arg(sha(FAIR_LUA))
-            .arg(sha(SEM_LUA))
-            .arg(sha(RW_LUA))
+            .arg(sha(&FAIR_LUA))
+            .arg(sha(&SEM_LUA))
+            .arg(sha(&RW_LUA))
             .query(&mut conn)
             .unwrap();
         assert_eq!(

@@ -126,7 +126,7 @@ fn s10_release_in_resubscribe_gap() {
         .arg("TYPE")
         .arg("pubsub")
         .cmd("EVAL")
-        .arg(RELEASE_LUA)
+        .arg(*RELEASE_LUA)
         .arg(2)
         .arg(&key)
         .arg(common::release_channel(&name))
@@ -179,8 +179,8 @@ fn s11_lost_replies() {
         .lease(Duration::from_secs(2))
         .build()
         .unwrap();
-    let acq = sha(ACQUIRE_LUA);
-    let rel = sha(RELEASE_LUA);
+    let acq = sha(&ACQUIRE_LUA);
+    let rel = sha(&RELEASE_LUA);
     preload_scripts(&mut conn);
     let mark = monitor.sync(&mut conn);
     let m = client.mutex(&n).unwrap();
@@ -263,7 +263,7 @@ fn s11_cut_release_then_taken_at_once() {
     let key = common::lock_key(&name);
     let holder = Client::open(proxy.url().as_str()).unwrap();
     let waiter = Client::open(server.url().as_str()).unwrap();
-    let rel = sha(RELEASE_LUA);
+    let rel = sha(&RELEASE_LUA);
     preload_scripts(&mut conn);
     let hl = holder.mutex(&name).unwrap();
     let g = hl.lock().unwrap();
@@ -358,7 +358,7 @@ fn s12_late_acquire_reply() {
     let purl = proxy.url();
     let name = common::unique_name("s12");
     let key = common::lock_key(&name);
-    let acq = sha(ACQUIRE_LUA);
+    let acq = sha(&ACQUIRE_LUA);
     let client = Client::builder(purl.as_str())
         .lease(lease)
         .command_timeout(Duration::from_secs(3))

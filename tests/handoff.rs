@@ -758,7 +758,7 @@ fn a_release_after_a_handoff_names_the_last_token_issued() {
         let v = common::lock_value_at(&mut conn, &key).unwrap();
         let far = g.fencing_token() + 60_000_000;
         let r: i64 = redis::cmd("EVAL")
-            .arg(include_str!("../src/protocol/scripts/release.lua"))
+            .arg(locksmith::__lua_source("release.lua").unwrap())
             .arg(2)
             .arg(&key)
             .arg(common::release_channel(&name))

@@ -18,15 +18,17 @@ use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error, LostLease};
 use proxy::Proxy;
 
-const ACQUIRE_LUA: &str = include_str!("../src/protocol/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/protocol/scripts/release.lua");
+static ACQUIRE_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("acquire.lua").unwrap());
+static RELEASE_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("release.lua").unwrap());
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
 }
 
 fn preload_scripts(conn: &mut redis::Connection) {
-    for src in [ACQUIRE_LUA, RELEASE_LUA] {
+    for src in [*ACQUIRE_LUA, *RELEASE_LUA] {
         redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(src)
@@ -286,7 +288,7 @@ fn lost_reentry_reply_does_not_keep_the_lock() {
         let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();
         let outer = m.lock().unwrap();
-        let acq = sha(ACQUIRE_LUA);
+        let acq = sha(&ACQUIRE_LUA);
         proxy.cut_reply_to(&[acq.as_bytes(), key.as_bytes()], 2);
         let e = m.try_lock().expect_err("a re-entry whose replies were cut");
         assert_eq!(proxy.cuts(), 2, "the replies were not cut");
@@ -321,7 +323,7 @@ fn outermost_release_retry_is_idempotent() {
         let m = client.mutex(&name).unwrap();
         let outer = m.lock().unwrap();
         let inner = m.lock().unwrap();
-        let rel = sha(RELEASE_LUA);
+        let rel = sha(&RELEASE_LUA);
         proxy.cut_reply_to(&[rel.as_bytes(), key.as_bytes()], 1);
         inner.unlock().unwrap();
         assert_eq!(count(&mut conn, &name).as_deref(), Some("1"));
@@ -456,10 +458,10 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
     let proxy = Proxy::start(server.port());
     let purl = proxy.url();
     preload_scripts(&mut conn);
-    let renew = sha(include_str!("../src/protocol/scripts/renew.lua"));
+    let renew = sha(locksmith::__lua_source("renew.lua").unwrap());
     let _: () = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(include_str!("../src/protocol/scripts/renew.lua"))
+        .arg(locksmith::__lua_source("renew.lua").unwrap())
         .query(&mut conn)
         .unwrap();
     with_deadline(Duration::from_secs(20), move || {

@@ -395,27 +395,24 @@ fn readers_recover_from_a_redis_restart() {
 // Waking all readers at once; faults on the wire; fence expiry
 // ---------------------------------------------------------------------------------------------
 
-/// The read-write lock's script as the client loads it: the fencing-mark prelude, then the
-/// script.
-const RW_LUA: &str = concat!(
-    include_str!("../src/protocol/scripts/fence.lua"),
-    include_str!("../src/protocol/scripts/rw_lock.lua")
-);
-
-/// The read-write lock script's calls of operation `op` on lock `name` (the operation travels
-/// as a one-letter bulk string of its own).
+/// The read-write lock's calls of operation `op` on lock `name`: its script's SHA1, the
+/// writer's key, and for a release which hold it releases (a bulk string of its own).
 fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
-    let letter = match op {
-        "write" => "w",
-        "read" => "r",
-        "release_write" => "x",
-        "release_read" => "y",
+    let (file, side) = match op {
+        "write" => ("rw_write.lua", None),
+        "read" => ("rw_read.lua", None),
+        "release_write" => ("rw_release.lua", Some("write")),
+        "release_read" => ("rw_release.lua", Some("read")),
         other => panic!("no read-write lock operation {other}"),
     };
+    let source = locksmith::__lua_source(file).unwrap();
     [
-        redis::Script::new(RW_LUA).get_hash().as_bytes().to_vec(),
+        redis::Script::new(source).get_hash().as_bytes().to_vec(),
         key(name, "").into_bytes(),
-        format!("$1\r\n{letter}\r\n").into_bytes(),
+        side.map_or_else(
+            || key(name, "").into_bytes(),
+            |s| format!("${}\r\n{s}\r\n", s.len()).into_bytes(),
+        ),
     ]
 }
 

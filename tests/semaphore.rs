@@ -437,7 +437,8 @@ fn waiters_recover_from_a_redis_restart() {
 // Faults on the wire
 // ---------------------------------------------------------------------------------------------
 
-const SEM_LUA: &str = include_str!("../src/protocol/scripts/sem_permits.lua");
+static SEM_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("sem_permits.lua").unwrap());
 
 /// A cut acquire reply is recognised on the retry: the permits are counted once, not twice;
 /// a cut release reply is recognised too: `Ok`, and every permit free again.
@@ -451,7 +452,7 @@ fn cut_semaphore_replies_count_once() {
         let client = Client::open(&purl).unwrap();
         let name = common::unique_name("sem-cut");
         let sem = client.semaphore(&name, 3).unwrap();
-        let sha = redis::Script::new(SEM_LUA).get_hash().to_string();
+        let sha = redis::Script::new(&SEM_LUA).get_hash().to_string();
         let hk = holders_key(&name);
         for op in ["$1\r\na\r\n", "$1\r\nr\r\n"] {
             proxy.cut_reply_to(&[sha.as_bytes(), hk.as_bytes(), op.as_bytes()], 1);

@@ -1,10 +1,14 @@
 //! The script calls of the lock types other than the plain mutex (fair mutex, read-write lock,
 //! semaphore), and what their fast replies mean.
 //!
-//! Each type has one script (`scripts/fair_mutex.lua`, `rw_lock.lua`, `sem_permits.lua`) whose
-//! first argument names the operation in one letter. An uncontended acquire and release take
-//! the fewest arguments the scripts accept: the holder as one string (`GEN|OWNER`, or the
+//! The fair mutex and the semaphore have one script each (`scripts/fair_mutex.lua`,
+//! `sem_permits.lua`) whose first argument names the operation in one letter; the read-write
+//! lock has one script per operation (`scripts/rw_*.lua`). An uncontended acquire and release
+//! take the fewest arguments the scripts accept: the holder as one string (`GEN|OWNER`, or the
 //! prefix `GEN|` that names an acquisition), the lease, and what the operation needs besides.
+//!
+//! The replies these scripts share with no other are parsed here too ([`parse_acquire`],
+//! [`parse_family_release`], [`parse_reenter`], [`parse_used`]).
 
 use std::time::Duration;
 
@@ -12,7 +16,7 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Call, Holder, LEAD_US, Level, Live, Which, evalsha, millis,
+    AcquireReply, Call, Holder, LEAD_US, Level, Live, ReleaseReply, Which, evalsha, int, millis,
 };
 
 /// The holder string a grant starts with: `GEN|OWNER`.
@@ -131,6 +135,11 @@ fn rw_keys(write: &LockKeys) -> [String; 5] {
     ]
 }
 
+/// Which hold of a read-write lock a call concerns, as the scripts name it.
+fn side(read: bool) -> &'static str {
+    if read { "read" } else { "write" }
+}
+
 /// A write acquire (`register`: register as a waiting writer when not granted).
 pub(crate) fn rw_write(
     write: &LockKeys,
@@ -142,13 +151,13 @@ pub(crate) fn rw_write(
     let keys = rw_keys(write);
     let who = member(owner, request);
     let lease = millis(lease).to_string();
-    let mut args = vec!["w", who.as_str(), lease.as_str()];
+    let mut args = vec![who.as_str(), lease.as_str()];
     if register {
         args.push("1");
     }
     let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     keys.push(&write.fence);
-    call(Which::Rw, &keys, &args)
+    call(Which::RwWrite, &keys, &args)
 }
 
 /// A read acquire (`defer`: defer to waiting writers; `register`: register as a waiting reader
@@ -164,9 +173,8 @@ pub(crate) fn rw_read(
     let keys = rw_keys(write);
     let who = member(owner, request);
     let lease = millis(lease).to_string();
-    // Deferring to waiting writers or not is the operation's letter: one argument less.
-    let op = if defer { "r" } else { "R" };
-    let mut args = vec![op, who.as_str(), lease.as_str()];
+    let mode = if defer { "defer" } else { "eager" };
+    let mut args = vec![mode, who.as_str(), lease.as_str()];
     // Only a registering reader needs the waiting readers' sets.
     let keys: Vec<&str> = if register {
         args.push("1");
@@ -174,20 +182,24 @@ pub(crate) fn rw_read(
     } else {
         keys[..3].iter().map(String::as_str).collect()
     };
-    call(Which::Rw, &keys, &args)
+    call(Which::RwRead, &keys, &args)
 }
 
 /// The release of `holder`'s write (`read` false) or read acquisition; `keys` are the hold's
 /// (the writer's `P{T}:rw` or the readers' `P{T}:rw:readers`). A retry sends the same call.
 pub(crate) fn rw_release(keys: &LockKeys, holder: Holder<'_>, read: bool) -> Call {
     let named = acquisition(holder);
-    let (op, marker) = if read {
+    let marker = if read {
         let root = keys.lock.strip_suffix(":readers").unwrap_or(&keys.lock);
-        ("y", format!("{root}:released:{}", holder.acquisition))
+        format!("{root}:released:{}", holder.acquisition)
     } else {
-        ("x", format!("{}:released", keys.lock))
+        format!("{}:released", keys.lock)
     };
-    call(Which::Rw, &[&keys.lock, &marker], &[op, &named])
+    call(
+        Which::RwRelease,
+        &[&keys.lock, &marker],
+        &[side(read), &named],
+    )
 }
 
 /// The renewal of `holder`'s write or read acquisition (`keys`: the hold's, as for
@@ -195,8 +207,7 @@ pub(crate) fn rw_release(keys: &LockKeys, holder: Holder<'_>, read: bool) -> Cal
 pub(crate) fn rw_renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration, read: bool) -> Call {
     let named = acquisition(holder);
     let lease = millis(lease).to_string();
-    let op = if read { "m" } else { "n" };
-    call(Which::Rw, &[&keys.lock], &[op, &named, &lease])
+    call(Which::RwRenew, &[&keys.lock], &[side(read), &named, &lease])
 }
 
 /// A re-entry of `holder`'s write or read acquisition, which must have `extend` left after it
@@ -210,8 +221,7 @@ pub(crate) fn rw_reenter(
     let [w, r, ..] = rw_keys(write);
     let named = acquisition(holder);
     let ms = if extend.is_zero() { 0 } else { millis(extend) }.to_string();
-    let level = if read { "read" } else { "write" };
-    call(Which::Rw, &[&w, &r], &["e", &named, level, &ms])
+    call(Which::RwReenter, &[&w, &r], &[side(read), &named, &ms])
 }
 
 /// A waiter leaves the read-write lock's waiting sets.
@@ -219,7 +229,7 @@ pub(crate) fn rw_cancel(write: &LockKeys, owner: &str, request: &str) -> Call {
     let keys = rw_keys(write);
     let who = member(owner, request);
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    call(Which::Rw, &keys, &["c", &who])
+    call(Which::RwCancel, &keys, &[&who])
 }
 
 /// A semaphore acquire of `n` permits, for a handle of `permits` (`waits`: the caller waits for
@@ -278,13 +288,13 @@ pub(crate) fn fair_force(keys: &LockKeys) -> Call {
 pub(crate) fn rw_info(write: &LockKeys) -> Call {
     let keys = rw_keys(write);
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    call(Which::Rw, &keys, &["i"])
+    call(Which::RwAdmin, &keys, &["info"])
 }
 
 /// Frees the read-write lock's writer and every reader, and wakes every waiter.
 pub(crate) fn rw_force(write: &LockKeys) -> Call {
     let [w, r, ..] = rw_keys(write);
-    call(Which::Rw, &[&w, &r], &["f"])
+    call(Which::RwAdmin, &[&w, &r], &["force"])
 }
 
 /// The semaphore's holders (with their leases left) and the server clock.
@@ -412,6 +422,50 @@ pub(crate) fn parse_acquire(v: &Value, request: &str) -> Option<AcquireReply> {
     }
 }
 
+/// Parses the release reply of a fair mutex (`scripts/fair_mutex.lua`), a read-write lock
+/// (`rw_release.lua`) or a semaphore (`sem_permits.lua`): `0` released (for a fair mutex's
+/// inner level, `n >= 1` levels are left), `-1` [`ReleaseReply::Missing`], `-2`
+/// [`ReleaseReply::OtherOwner`], `-3` [`ReleaseReply::Foreign`], `-4`
+/// [`ReleaseReply::ReleasedBefore`]. Nothing is published that the caller counts, so
+/// `listeners` is 0. `None` for a reply of another shape.
+#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
+pub(crate) fn parse_family_release(v: &Value) -> Option<ReleaseReply> {
+    match v {
+        Value::Int(n) if *n >= 0 => Some(ReleaseReply::Released {
+            remaining: n.unsigned_abs(),
+            listeners: 0,
+        }),
+        Value::Int(-1) => Some(ReleaseReply::Missing),
+        Value::Int(-2) => Some(ReleaseReply::OtherOwner),
+        Value::Int(-3) => Some(ReleaseReply::Foreign),
+        Value::Int(-4) => Some(ReleaseReply::ReleasedBefore),
+        _ => None,
+    }
+}
+
+/// Parses a read-write lock's re-entry reply ([`rw_reenter`]): `Some(true)` the acquisition
+/// still holds (one more level), `Some(false)` it does not any more; `None` for a reply of
+/// another shape.
+#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
+pub(crate) fn parse_reenter(v: &Value) -> Option<bool> {
+    match v {
+        Value::Int(1) => Some(true),
+        Value::Int(0) => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses a semaphore's permits-used reply ([`sem_used`]): the permits live leases hold
+/// (an older client's semaphore counts as all of them used: `u32::MAX` or near it). `None` for
+/// a reply of another shape.
+#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
+pub(crate) fn parse_used(v: &Value) -> Option<u32> {
+    match v {
+        Value::Int(_) => Some(u32::try_from(int(v)?).unwrap_or(u32::MAX)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,7 +534,7 @@ mod tests {
                 "p:{a}:rw",
                 "p:{a}:rw:readers",
                 "p:{a}:rw:wwait",
-                "r",
+                "defer",
                 "g|o",
                 "3000"
             ]
@@ -496,11 +550,11 @@ mod tests {
         };
         assert_eq!(
             &args(&rw_release(&readers, holder, true))[2..],
-            ["2", "p:{a}:rw:readers", "p:{a}:rw:released:g", "y", "g|"]
+            ["2", "p:{a}:rw:readers", "p:{a}:rw:released:g", "read", "g|"]
         );
         assert_eq!(
             &args(&rw_release(&rw, holder, false))[2..],
-            ["2", "p:{a}:rw", "p:{a}:rw:released", "x", "g|"]
+            ["2", "p:{a}:rw", "p:{a}:rw:released", "write", "g|"]
         );
     }
 
@@ -567,6 +621,76 @@ mod tests {
         assert_eq!(
             parse_acquire(&Value::Array(vec![Value::Int(-1)]), "g"),
             Some(AcquireReply::Foreign)
+        );
+    }
+
+    #[test]
+    fn family_releases_reentries_and_permits_parse() {
+        assert_eq!(
+            parse_family_release(&Value::Int(0)),
+            Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 0
+            })
+        );
+        assert_eq!(
+            parse_family_release(&Value::Int(2)),
+            Some(ReleaseReply::Released {
+                remaining: 2,
+                listeners: 0
+            })
+        );
+        for (n, r) in [
+            (-1, ReleaseReply::Missing),
+            (-2, ReleaseReply::OtherOwner),
+            (-3, ReleaseReply::Foreign),
+            (-4, ReleaseReply::ReleasedBefore),
+        ] {
+            assert_eq!(parse_family_release(&Value::Int(n)), Some(r), "{n}");
+        }
+        assert_eq!(parse_family_release(&Value::Int(-5)), None);
+        assert_eq!(parse_family_release(&Value::Nil), None);
+        assert_eq!(
+            parse_family_release(&Value::Array(vec![Value::Int(0), Value::Int(1)])),
+            None
+        );
+        assert_eq!(parse_reenter(&Value::Int(1)), Some(true));
+        assert_eq!(parse_reenter(&Value::Int(0)), Some(false));
+        assert_eq!(parse_reenter(&Value::Int(2)), None);
+        assert_eq!(parse_reenter(&Value::Nil), None);
+        assert_eq!(parse_used(&Value::Int(3)), Some(3));
+        assert_eq!(parse_used(&Value::Int(2_147_483_647)), Some(2_147_483_647));
+        assert_eq!(parse_used(&Value::Int(i64::MAX)), Some(u32::MAX));
+        assert_eq!(parse_used(&Value::Int(-1)), Some(u32::MAX));
+        assert_eq!(parse_used(&Value::Nil), None);
+    }
+
+    #[test]
+    fn read_write_calls_name_their_operation() {
+        let holder = Holder {
+            owner: "o",
+            acquisition: "g",
+        };
+        let rw = LockKeys::family("p:", "a", "rw", "free");
+        let lease = Duration::from_secs(3);
+        let write = rw_write(&rw, "o", "g", lease, false);
+        assert_eq!(write.which, Which::RwWrite);
+        assert_eq!(&args(&write)[9..], ["g|o", "3000"]);
+        let eager = rw_read(&rw, "o", "g", lease, false, true);
+        assert_eq!(eager.which, Which::RwRead);
+        assert_eq!(&args(&eager)[8..], ["eager", "g|o", "3000", "1"]);
+        let renew = rw_renew(&rw, holder, lease, false);
+        assert_eq!(renew.which, Which::RwRenew);
+        assert_eq!(&args(&renew)[2..], ["1", "p:{a}:rw", "write", "g|", "3000"]);
+        let reenter = rw_reenter(&rw, holder, true, Duration::ZERO);
+        assert_eq!(&args(&reenter)[5..], ["read", "g|", "0"]);
+        let cancel = rw_cancel(&rw, "o", "g");
+        assert_eq!(cancel.which, Which::RwCancel);
+        assert_eq!(&args(&cancel)[8..], ["g|o"]);
+        assert_eq!(&args(&rw_info(&rw))[8..], ["info"]);
+        assert_eq!(
+            &args(&rw_force(&rw))[2..],
+            ["2", "p:{a}:rw", "p:{a}:rw:readers", "force"]
         );
     }
 }

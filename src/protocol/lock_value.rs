@@ -8,7 +8,7 @@
 //! - either ending in `|w`: a waiter flagged it;
 //! - a tombstone `#C`: the lock is free, and tokens up to `C` were issued.
 
-use crate::protocol::scripts::LEAD_US;
+use crate::protocol::lua::{LEAD_US, SEPARATOR, TOMBSTONE, WAITING};
 
 /// A held lock's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,14 +51,14 @@ pub(crate) enum LockValue {
 /// Parses a Mutex lock key's string; `None` when it is neither a held value nor a tombstone
 /// (a key locksmith did not write).
 pub(crate) fn parse(v: &str) -> Option<LockValue> {
-    if let Some(c) = v.strip_prefix('#') {
+    if let Some(c) = v.strip_prefix(char::from(TOMBSTONE)) {
         return c.parse().ok().map(LockValue::Tombstone);
     }
-    let (body, waiters) = match v.strip_suffix("|w") {
-        Some(b) => (b, true),
-        None => (v, false),
+    let (body, waiters) = match v.as_bytes() {
+        [.., SEPARATOR, WAITING] => (&v[..v.len() - 2], true),
+        _ => (v, false),
     };
-    let f: Vec<&str> = body.split('|').collect();
+    let f: Vec<&str> = body.split(char::from(SEPARATOR)).collect();
     if (f.len() != 5 && f.len() != 9) || f[0].is_empty() {
         return None;
     }

@@ -9,6 +9,8 @@
 //!   client made of it.
 //! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
 //! - [`library`]: the Mutex acquire and release scripts as a function library (`FCALL`).
+//! - [`lua`]: each script's source: a header generated from the Rust constants, the shared
+//!   helpers it uses (`scripts/prelude/*.lua`), and its body.
 //! - [`lock_value`]: a `Mutex`'s lock value on the server, parsed.
 //!
 //! The topologies below run these calls on their masters; nothing here opens a connection,
@@ -20,4 +22,5 @@ pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod library;
 pub(crate) mod lock_value;
+pub(crate) mod lua;
 pub(crate) mod scripts;

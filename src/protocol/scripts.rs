@@ -1,7 +1,9 @@
 //! The Lua scripts behind acquire, release and renew, and their typed replies.
 //!
-//! Each script lives in `src/protocol/scripts/*.lua`, opening with its KEYS/ARGV contract. They are
-//! hashed once per process ([`LazyLock`]) and sent with `EVALSHA`; a master that answers
+//! Each script lives in `src/protocol/scripts/*.lua`, opening with its KEYS/ARGV contract; its
+//! source is that body with the constants and shared helpers it uses put before it (see
+//! [`crate::protocol::lua`]). They are built and hashed once per process ([`LazyLock`]) and
+//! sent with `EVALSHA`; a master that answers
 //! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`) gets the script loaded and the call resent
 //! (see `topology/backend/`).
 
@@ -13,18 +15,17 @@ use redis::{Connection, Script, Value};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Renew.source()));
-static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(Which::RenewBatch.source()));
-static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Fair.source()));
-static SEM: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Sem.source()));
-static RW: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Rw.source()));
-static MULTI_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(Which::MultiAcquire.source()));
-static MULTI_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(Which::MultiRelease.source()));
-static MUTEX_ADMIN: LazyLock<Script> = LazyLock::new(|| Script::new(Which::MutexAdmin.source()));
+/// Every script's source (see [`crate::protocol::lua`]), in the order of [`Which::ALL`].
+static SOURCES: LazyLock<Vec<String>> = LazyLock::new(|| {
+    Which::ALL
+        .iter()
+        .map(|w| crate::protocol::lua::assemble(w.body()))
+        .collect()
+});
+
+/// Every script, hashed, in the order of [`Which::ALL`].
+static SCRIPTS: LazyLock<Vec<Script>> =
+    LazyLock::new(|| SOURCES.iter().map(|s| Script::new(s)).collect());
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +106,20 @@ pub(crate) enum Which {
     RenewBatch,
     Fair,
     Sem,
-    Rw,
+    /// A read-write lock's write acquire.
+    RwWrite,
+    /// A read-write lock's read acquire.
+    RwRead,
+    /// The release of a read-write lock's writer or reader.
+    RwRelease,
+    /// The renewal of a read-write lock's writer or reader.
+    RwRenew,
+    /// A re-entry of a read-write lock's writer or reader.
+    RwReenter,
+    /// A waiter leaves a read-write lock's waiting sets.
+    RwCancel,
+    /// Reads a read-write lock, or frees it by force, for an operator.
+    RwAdmin,
     /// Acquires several mutex locks at once, all or none.
     MultiAcquire,
     /// Releases one level of several mutex locks at once.
@@ -115,54 +129,81 @@ pub(crate) enum Which {
 }
 
 impl Which {
-    pub(crate) const ALL: [Which; 10] = [
+    pub(crate) const ALL: [Which; 16] = [
         Which::Acquire,
         Which::Release,
         Which::Renew,
         Which::RenewBatch,
         Which::Fair,
         Which::Sem,
-        Which::Rw,
+        Which::RwWrite,
+        Which::RwRead,
+        Which::RwRelease,
+        Which::RwRenew,
+        Which::RwReenter,
+        Which::RwCancel,
+        Which::RwAdmin,
         Which::MultiAcquire,
         Which::MultiRelease,
         Which::MutexAdmin,
     ];
 
+    fn index(self) -> usize {
+        Which::ALL.iter().position(|w| *w == self).unwrap_or(0)
+    }
+
     fn script(self) -> &'static Script {
+        &SCRIPTS[self.index()]
+    }
+
+    /// The file of the script's body, in `src/protocol/scripts/`.
+    pub(crate) fn file(self) -> &'static str {
         match self {
-            Which::Acquire => &ACQUIRE,
-            Which::Release => &RELEASE,
-            Which::Renew => &RENEW,
-            Which::RenewBatch => &RENEW_BATCH,
-            Which::Fair => &FAIR,
-            Which::Sem => &SEM,
-            Which::Rw => &RW,
-            Which::MultiAcquire => &MULTI_ACQUIRE,
-            Which::MultiRelease => &MULTI_RELEASE,
-            Which::MutexAdmin => &MUTEX_ADMIN,
+            Which::Acquire => "acquire.lua",
+            Which::Release => "release.lua",
+            Which::Renew => "renew.lua",
+            Which::RenewBatch => "renew_batch.lua",
+            Which::Fair => "fair_mutex.lua",
+            Which::Sem => "sem_permits.lua",
+            Which::RwWrite => "rw_write.lua",
+            Which::RwRead => "rw_read.lua",
+            Which::RwRelease => "rw_release.lua",
+            Which::RwRenew => "rw_renew.lua",
+            Which::RwReenter => "rw_reenter.lua",
+            Which::RwCancel => "rw_cancel.lua",
+            Which::RwAdmin => "rw_admin.lua",
+            Which::MultiAcquire => "multi_acquire.lua",
+            Which::MultiRelease => "multi_release.lua",
+            Which::MutexAdmin => "mutex_admin.lua",
         }
     }
 
-    /// The script's Lua source.
-    pub(crate) fn source(self) -> &'static str {
+    /// The script's body: its file's text.
+    fn body(self) -> &'static str {
         match self {
             Which::Acquire => include_str!("scripts/acquire.lua"),
             Which::Release => include_str!("scripts/release.lua"),
             Which::Renew => include_str!("scripts/renew.lua"),
             Which::RenewBatch => include_str!("scripts/renew_batch.lua"),
-            Which::Fair => concat!(
-                include_str!("scripts/fence.lua"),
-                include_str!("scripts/fair_mutex.lua")
-            ),
+            Which::Fair => include_str!("scripts/fair_mutex.lua"),
             Which::Sem => include_str!("scripts/sem_permits.lua"),
-            Which::Rw => concat!(
-                include_str!("scripts/fence.lua"),
-                include_str!("scripts/rw_lock.lua")
-            ),
+            Which::RwWrite => include_str!("scripts/rw_write.lua"),
+            Which::RwRead => include_str!("scripts/rw_read.lua"),
+            Which::RwRelease => include_str!("scripts/rw_release.lua"),
+            Which::RwRenew => include_str!("scripts/rw_renew.lua"),
+            Which::RwReenter => include_str!("scripts/rw_reenter.lua"),
+            Which::RwCancel => include_str!("scripts/rw_cancel.lua"),
+            Which::RwAdmin => include_str!("scripts/rw_admin.lua"),
             Which::MultiAcquire => include_str!("scripts/multi_acquire.lua"),
             Which::MultiRelease => include_str!("scripts/multi_release.lua"),
             Which::MutexAdmin => include_str!("scripts/mutex_admin.lua"),
         }
+    }
+
+    /// The script's Lua source, as it is sent: the body with the constants and helpers it
+    /// uses (see [`crate::protocol::lua`]).
+    pub(crate) fn source(self) -> &'static str {
+        &SOURCES[self.index()]
     }
 
     /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
@@ -178,6 +219,16 @@ impl Which {
     }
 }
 
+/// The Lua source the client sends for the script whose body is the file `file` of
+/// `src/protocol/scripts/` (`"acquire.lua"`, `"rw_write.lua"`, ...), or `None` for no such
+/// script. For tests that recognise a script's calls by its SHA1, or run it themselves.
+pub fn lua_source(file: &str) -> Option<&'static str> {
+    Which::ALL
+        .into_iter()
+        .find(|w| w.file() == file)
+        .map(Which::source)
+}
+
 /// A script call: which script, and its `EVALSHA` command.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
@@ -191,15 +242,7 @@ pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-/// The most tokens a Mutex acquisition reserves for local hand-offs (the acquire script's
-/// `MAX_BLOCK`; the client's `MAX_HANDOFF_COUNT` is defined as this one).
-pub(crate) const MAX_BLOCK: u32 = 1024;
-
-/// The lead of a new acquisition's fencing token over the server clock in microseconds (the
-/// largest lead the counters of the layout before could have: 1 s plus the largest hand-off
-/// block). The scripts hold the same value (a unit test compares them).
-#[cfg_attr(not(test), allow(dead_code))] // the scripts carry it; a unit test checks they agree
-pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
+pub(crate) use crate::protocol::lua::{LEAD_US, MAX_BLOCK};
 
 /// `GEN|`: how the Mutex scripts name an acquisition (the lock's value begins with it).
 fn gen_prefix(acquisition: &str) -> String {
@@ -776,6 +819,7 @@ pub(crate) fn parse_time(v: &Value) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::lua::MARKER;
 
     #[test]
     #[allow(clippy::unwrap_used)]
@@ -883,30 +927,35 @@ mod tests {
     }
 
     #[test]
-    fn scripts_keep_the_lead_and_the_largest_block() {
-        // The Mutex scripts give a new token the clock + LEAD_US; the largest block is the
-        // client's bound.
-        assert_eq!(LEAD_US, 1_001_024);
+    fn every_script_is_built_with_what_it_names() {
+        for w in Which::ALL {
+            let source = w.source();
+            let rest = w.body().rsplit(MARKER).next().unwrap_or("");
+            assert!(source.ends_with(rest.trim_start_matches('\n')), "{w:?}");
+            assert!(!source.contains(MARKER), "{w:?}");
+            assert_eq!(lua_source(w.file()), Some(source));
+        }
+        // The Mutex scripts give a new token the clock + LEAD, the generated header's.
         let acquire = Which::Acquire.source();
-        assert!(acquire.contains(&format!("t[1] * 1000000 + t[2] + {LEAD_US}")));
-        assert!(acquire.contains("local MAX_LEAD_US = 1000000"));
-        assert!(acquire.contains(&format!("local MAX_BLOCK = {MAX_BLOCK}")));
-        assert!(acquire.contains("local LEAD = MAX_LEAD_US + MAX_BLOCK"));
-        for which in [Which::Release, Which::MutexAdmin] {
-            let line = format!("local LEAD = {LEAD_US}");
-            assert!(which.source().contains(&line), "{which:?}");
+        assert!(acquire.contains(&format!("local LEAD = {LEAD_US} ")));
+        assert!(acquire.contains(&format!("local MAX_BLOCK = {MAX_BLOCK} ")));
+        assert!(acquire.contains("t[1] * 1000000 + t[2] + LEAD\n"));
+        // The fast path comes before any helper: none is built for a free lock.
+        let fast = acquire
+            .find("if redis.call('set', KEYS[1], v, 'nx'")
+            .unwrap_or(0);
+        assert!(acquire.find("local function").unwrap_or(0) > fast);
+        for w in [
+            Which::Release,
+            Which::MutexAdmin,
+            Which::Fair,
+            Which::RwWrite,
+        ] {
+            assert!(w.source().contains("local LEAD = "), "{w:?}");
         }
-        let seed = format!("1000000 + {MAX_BLOCK}");
-        assert!(
-            Which::MultiAcquire
-                .source()
-                .contains(&format!("local LEAD = {seed}"))
-        );
-        // The fair mutex's and the writer's tokens are the clock + the same lead.
-        for which in [Which::Fair, Which::Rw] {
-            let line = format!("local LEAD_US = {LEAD_US}");
-            assert!(which.source().contains(&line), "{which:?}");
-        }
+        assert_eq!(lua_source("rw_lock.lua"), None);
+        // A script with nothing shared is its body.
+        assert_eq!(Which::Renew.source(), Which::Renew.body());
     }
 
     fn rel<'a>(level: Level, publish: Publish) -> Release<'a> {

@@ -14,11 +14,14 @@ use locksmith::Error;
 pub const SLACK: Duration = Duration::from_millis(400);
 
 /// The acquire script, as the library sends it.
-pub const ACQUIRE_LUA: &str = include_str!("../../src/protocol/scripts/acquire.lua");
+pub static ACQUIRE_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("acquire.lua").unwrap());
 /// The release script.
-pub const RELEASE_LUA: &str = include_str!("../../src/protocol/scripts/release.lua");
+pub static RELEASE_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("release.lua").unwrap());
 /// The renewal script.
-pub const RENEW_LUA: &str = include_str!("../../src/protocol/scripts/renew.lua");
+pub static RENEW_LUA: std::sync::LazyLock<&str> =
+    std::sync::LazyLock::new(|| locksmith::__lua_source("renew.lua").unwrap());
 
 /// The SHA1 of a script.
 pub fn sha(src: &str) -> String {
@@ -27,7 +30,7 @@ pub fn sha(src: &str) -> String {
 
 /// Loads the three scripts, so that no `NOSCRIPT` round trip shows up in a `MONITOR` count.
 pub fn preload_scripts(conn: &mut redis::Connection) {
-    for src in [ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA] {
+    for src in [*ACQUIRE_LUA, *RELEASE_LUA, *RENEW_LUA] {
         redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(src)

@@ -50,8 +50,8 @@
 -- the clock + LEAD: above every earlier one as long as the clock did not go back in between
 -- (a restart takes more than MAX_BLOCK microseconds). LEAD (1 s +
 -- MAX_BLOCK) keeps these tokens above those of clients of the layout before, whose counters
--- led the clock by at most that; src/client/shared.rs holds the same MAX_BLOCK (unit tests
--- compare them). A hold whose hand-off run issued tokens faster than the clock moved may
+-- led the clock by at most that; both come from the Rust constants (the generated header,
+-- src/protocol/lua.rs), as the value's flag and separator bytes FLAG_W and BAR do. A hold whose hand-off run issued tokens faster than the clock moved may
 -- still leave a tombstone (release.lua); a grant over a tombstone C (or over an orphan whose
 -- block ends at C) takes its token above C too.
 --
@@ -69,7 +69,7 @@ if #ARGV < 5 or ARGV[5] == 'w' then
     v = v .. '|w'
   end
   if redis.call('set', KEYS[1], v, 'nx', 'px', ARGV[2]) then
-    local token = t[1] * 1000000 + t[2] + 1001024
+    local token = t[1] * 1000000 + t[2] + LEAD
     -- A number argument reaches Redis as its integer digits (never `1.7e+15`).
     local m = redis.pcall('set', KEYS[2], token + (tonumber(string.match(ARGV[1], '%d+$', -4) or 0) or 0), 'get')
     if type(m) == 'table' then
@@ -86,9 +86,7 @@ if #ARGV < 5 or ARGV[5] == 'w' then
   end
 end
 
-local MAX_LEAD_US = 1000000
-local MAX_BLOCK = 1024
-local LEAD = MAX_LEAD_US + MAX_BLOCK
+-- @helpers
 
 local now = t[1] * 1000000 + t[2]
 local req, owner, block = string.match(ARGV[1], '^([^|]+)|([^|]+)|(%d+)$')
@@ -99,69 +97,6 @@ block = math.min(tonumber(block), MAX_BLOCK)
 local flagged = ARGV[5] == 'w'
 local live = ARGV[3] or ''
 
--- The fields of a held value, or nil when it is not one.
-local function parse(v)
-  local w = string.byte(v, -1) == 119
-  if w then
-    if string.byte(v, -2) ~= 124 then
-      return nil
-    end
-    v = string.sub(v, 1, -3)
-  end
-  local f, i = {}, 1
-  while true do
-    local j = string.find(v, '|', i, true)
-    if not j then
-      f[#f + 1] = string.sub(v, i)
-      break
-    end
-    f[#f + 1] = string.sub(v, i, j - 1)
-    i = j + 1
-  end
-  if #f ~= 5 and #f ~= 9 then
-    return nil
-  end
-  local s, us, b = tonumber(f[4]), tonumber(f[5]), tonumber(f[3])
-  if not s or not us or not b or f[1] == '' then
-    return nil
-  end
-  local h = {gen = f[1], owner = f[2], block = b, s = f[4], us = f[5], w = w,
-    implied = s * 1000000 + us + LEAD, count = 1, req = f[1], rel = ''}
-  h.token = h.implied
-  if #f == 9 then
-    h.count, h.req, h.rel = tonumber(f[6]), f[7], f[8]
-    if f[9] ~= '' then
-      h.token = tonumber(f[9])
-    end
-    if not h.count or not h.token then
-      return nil
-    end
-  end
-  h.upto = h.token + h.block
-  return h
-end
-
--- The long form of h.
-local function encode(h)
-  local token = ''
-  if h.token ~= h.implied then
-    token = string.format('%.0f', h.token)
-  end
-  local v = table.concat({h.gen, h.owner, h.block, h.s, h.us, h.count, h.req, h.rel, token}, '|')
-  if h.w then
-    v = v .. '|w'
-  end
-  return v
-end
-
--- Moves the key's expiry to at least ms milliseconds from now; never earlier.
-local function extend(ms)
-  ms = tonumber(ms) or 0
-  if ms > 0 and redis.call('pttl', KEYS[1]) < ms then
-    redis.call('pexpire', KEYS[1], ms)
-  end
-end
-
 -- A new acquisition, above `floor` (the last token a tombstone or an orphan says was issued;
 -- nil: none) and above the name's mark, flagged when `w`; raises the mark.
 local function grant(floor, w)
@@ -170,17 +105,12 @@ local function grant(floor, w)
   if not floor or m > floor then
     floor = m
   end
-  local v
+  local explicit = nil
   if floor >= token then
     token, b = floor + 1, 0
-    v = table.concat({req, owner, b, t[1], t[2], 1, req, '', string.format('%.0f', token)}, '|')
-  else
-    v = table.concat({req, owner, b, t[1], t[2]}, '|')
+    explicit = token
   end
-  if w then
-    v = v .. '|w'
-  end
-  redis.call('set', KEYS[1], v, 'px', ARGV[2])
+  redis.call('set', KEYS[1], new_held(req, owner, b, t, explicit, w), 'px', ARGV[2])
   redis.call('set', KEYS[2], token + b)
   return {1, token, 1, req, token + b}
 end
@@ -189,7 +119,7 @@ local v = redis.pcall('get', KEYS[1])
 if type(v) == 'table' then
   -- Not a string. A hash with an owner is a lock of the layout before this one (a client not
   -- upgraded yet holds it): busy, so that both kinds of client still exclude each other.
-  if redis.call('type', KEYS[1])['ok'] == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
+  if old_layout(KEYS[1]) then
     return {0, redis.call('pttl', KEYS[1])}
   end
   return {-1}
@@ -197,14 +127,14 @@ end
 if not v then
   return grant(nil, flagged)
 end
-if string.byte(v, 1) == 35 then
+if string.byte(v, 1) == TOMB then
   local c = tonumber(string.sub(v, 2))
   if not c then
     return {-1}
   end
   return grant(c, flagged)
 end
-local h = parse(v)
+local h = parse_held(v)
 if not h then
   return {-1}
 end
@@ -219,9 +149,9 @@ if h.req == req then
   -- A retry of this very call: answer as the first time (a retried grant with its block),
   -- and extend as the first time did (the caller's clock starts the lease at the retry).
   if h.gen == req then
-    extend(ARGV[2])
+    extend(KEYS[1], ARGV[2])
   else
-    extend(ARGV[4])
+    extend(KEYS[1], ARGV[4])
   end
   return {1, h.token, h.count, h.gen, h.upto}
 end
@@ -232,6 +162,6 @@ if live == '' or h.gen ~= live then
 end
 h.count = h.count + 1
 h.req = req
-redis.call('set', KEYS[1], encode(h), 'keepttl', 'xx')
-extend(ARGV[4])
+redis.call('set', KEYS[1], encode_held(h), 'keepttl', 'xx')
+extend(KEYS[1], ARGV[4])
 return {1, h.token, h.count, h.gen, h.upto}

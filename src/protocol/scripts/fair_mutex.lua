@@ -10,7 +10,7 @@
 --            REQ: the request id of the last acquire call that counted a level; REL: the
 --            request id of the last inner release.
 --          Either ends in '|w' when the queue may hold waiters: its release grants the lock to
---          the first live one. The fencing token is S * 1000000 + US + LEAD_US: S and US are
+--          the first live one. The fencing token is S * 1000000 + US + LEAD: S and US are
 --          the server clock at the grant, or, where the mark was already that high (the clock
 --          went back), the time just above the mark's token, so that tokens strictly rise.
 -- KEYS[2]  queue: a list of waiter ids in arrival order (id = OWNER .. '/' .. GEN)
@@ -66,20 +66,20 @@ local t
 if op == 'a' then
   t = redis.call('time')
   if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-    local token = t[1] * 1000000 + t[2] + LEAD_US
-    if raise_mark(KEYS[4], token) then
-      redis.call('set', KEYS[1], ARGV[2] .. '|' .. t[1] .. '|' .. t[2], 'px', ARGV[3])
+    local token = fast_grant(KEYS[1], KEYS[4], ARGV[2], ARGV[3], t)
+    if token then
       return token
     end
   end
 elseif op == 'r' then
   local v = redis.pcall('get', KEYS[1])
   if type(v) == 'string' and ARGV[4] ~= '1' and string.sub(v, 1, #ARGV[2]) == ARGV[2]
-      and string.byte(v, -1) ~= 119 then
+      and string.byte(v, -1) ~= FLAG_W then
     redis.call('rename', KEYS[1], KEYS[5])
     return 0
   end
 end
+-- @helpers
 
 -- The slow paths and the other operations.
 
@@ -127,15 +127,7 @@ local function value(f)
 end
 
 local function token(f)
-  return f.s * 1000000 + f.us + LEAD_US
-end
-
--- Moves the lock's expiry to at least ms milliseconds from now; never earlier.
-local function extend(ms)
-  ms = tonumber(ms) or 0
-  if ms > 0 and redis.call('pttl', KEYS[1]) < ms then
-    redis.call('pexpire', KEYS[1], ms)
-  end
+  return f.s * 1000000 + f.us + LEAD
 end
 
 -- Drops dead waiters (heartbeat deadline passed) from the head of the queue. Returns the first
@@ -217,7 +209,7 @@ local function get()
   if type(v) ~= 'table' then
     return v
   end
-  if redis.call('type', KEYS[1])['ok'] == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
+  if old_layout(KEYS[1]) then
     return nil, 'old'
   end
   return nil, 'foreign'
@@ -241,9 +233,9 @@ if op == 'a' then
       -- Granted to this very call (by a release, or an earlier try of it), or a retry of
       -- this re-entry: answer as the first time, and extend as the first time did.
       if f.gen == gen then
-        extend(lease)
+        extend(KEYS[1], lease)
       else
-        extend(ARGV[6])
+        extend(KEYS[1], ARGV[6])
       end
       return {1, token(f), f.count, f.gen}
     end
@@ -251,7 +243,7 @@ if op == 'a' then
       f.count = f.count + 1
       f.req = gen
       redis.call('set', KEYS[1], value(f), 'keepttl')
-      extend(ARGV[6])
+      extend(KEYS[1], ARGV[6])
       return {1, token(f), f.count, f.gen}
     end
     -- Levels of this owner under another acquisition are orphans (a release whose reply was
@@ -374,20 +366,25 @@ if op == 'c' then
   return {0, 0}
 end
 
--- An older client's lock hash, in the shape of a value without GEN: '|OWNER|COUNT|TOKEN'.
-local function old_value()
-  local h = redis.call('hmget', KEYS[1], 'owner', 'count', 'token')
-  return '|' .. (h[1] or '') .. '|' .. (h[2] or '1') .. '|' .. (h[3] or '0')
+-- The lock's value as 'i' and 'f' show it: a string, '' when free, an older client's lock hash
+-- in the shape of a value without GEN ('|OWNER|COUNT|TOKEN'); nil when the key is foreign.
+local function shown()
+  local v, other = get()
+  if other == 'foreign' or (v and not parse(v)) then
+    return nil
+  end
+  if other == 'old' then
+    local h = redis.call('hmget', KEYS[1], 'owner', 'count', 'token')
+    return '|' .. (h[1] or '') .. '|' .. (h[2] or '1') .. '|' .. (h[3] or '0')
+  end
+  return v or ''
 end
 
 if op == 'i' then
   local now = clock()
-  local v, other = get()
-  if other == 'foreign' or (v and not parse(v)) then
+  local v = shown()
+  if not v then
     return {-1}
-  end
-  if other == 'old' then
-    v = old_value()
   end
   local live = 0
   local all = redis.call('hgetall', KEYS[3])
@@ -396,22 +393,19 @@ if op == 'i' then
       live = live + 1
     end
   end
-  return {t[1], t[2], v or '', redis.call('pttl', KEYS[1]), live}
+  return {t[1], t[2], v, redis.call('pttl', KEYS[1]), live}
 end
 
 if op == 'f' then
-  local v, other = get()
-  if other == 'foreign' or (v and not parse(v)) then
+  local v = shown()
+  if not v then
     return {-1}
   end
-  if other == 'old' then
-    v = old_value()
-  end
-  if v then
+  if v ~= '' then
     redis.call('del', KEYS[1])
   end
   grant_next()
-  return v or ''
+  return v
 end
 
 return redis.error_reply('unknown fair mutex operation')

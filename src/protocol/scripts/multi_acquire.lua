@@ -27,63 +27,10 @@
 --                        is flagged, so that its release publishes for the caller)
 --         {-1, i}        lock i's key is not a locksmith lock; nothing changed
 
--- See acquire.lua.
-local LEAD = 1000000 + 1024
-
 local n = #KEYS / 2
 local request = ARGV[2]
 local t = redis.call('time')
 local now = t[1] * 1000000 + t[2]
-
--- The fields of a held value, or nil (as acquire.lua's parse).
-local function parse(v)
-  local w = string.byte(v, -1) == 119
-  if w then
-    if string.byte(v, -2) ~= 124 then
-      return nil
-    end
-    v = string.sub(v, 1, -3)
-  end
-  local f, i = {}, 1
-  while true do
-    local j = string.find(v, '|', i, true)
-    if not j then
-      f[#f + 1] = string.sub(v, i)
-      break
-    end
-    f[#f + 1] = string.sub(v, i, j - 1)
-    i = j + 1
-  end
-  if #f ~= 5 and #f ~= 9 then
-    return nil
-  end
-  local s, us, b = tonumber(f[4]), tonumber(f[5]), tonumber(f[3])
-  if not s or not us or not b or f[1] == '' then
-    return nil
-  end
-  local h = {gen = f[1], owner = f[2], block = b, s = f[4], us = f[5], w = w,
-    implied = s * 1000000 + us + LEAD, count = 1, req = f[1], rel = ''}
-  h.token = h.implied
-  if #f == 9 then
-    h.count, h.req, h.rel = tonumber(f[6]), f[7], f[8]
-    if f[9] ~= '' then
-      h.token = tonumber(f[9])
-    end
-    if not h.count or not h.token then
-      return nil
-    end
-  end
-  h.upto = h.token + h.block
-  return h
-end
-
--- Moves lock i's expiry to at least ms milliseconds from now; never earlier.
-local function extend(i, ms)
-  ms = tonumber(ms) or 0
-  if ms > 0 and redis.call('pttl', KEYS[i]) < ms then
-    redis.call('pexpire', KEYS[i], ms)
-  end
-end
 
 -- First every lock is looked at, and nothing is written unless all of them can be had.
 -- plan[i]: {'grant', floor, w}, {'retry', h} or {'enter', h}
@@ -92,21 +39,21 @@ for i = 1, n do
   local owner, live = ARGV[3 * i], ARGV[3 * i + 1]
   local v = redis.pcall('get', KEYS[i])
   if type(v) == 'table' then
-    if redis.call('type', KEYS[i])['ok'] == 'hash' and redis.call('hexists', KEYS[i], 'owner') == 1 then
+    if old_layout(KEYS[i]) then
       -- A lock of the layout before this one: busy (see acquire.lua).
       return {0, i, redis.call('pttl', KEYS[i])}
     end
     return {-1, i}
   elseif not v then
     plan[i] = {'grant'}
-  elseif string.byte(v, 1) == 35 then
+  elseif string.byte(v, 1) == TOMB then
     local c = tonumber(string.sub(v, 2))
     if not c then
       return {-1, i}
     end
     plan[i] = {'grant', c}
   else
-    local h = parse(v)
+    local h = parse_held(v)
     if not h then
       return {-1, i}
     end
@@ -135,41 +82,28 @@ for i = 1, n do
   if p[1] == 'grant' then
     token, count, gen = now + LEAD, 1, request
     local floor = math.max(p[2] or 0, tonumber(redis.call('get', KEYS[n + i]) or '') or 0)
-    local v
+    local explicit = nil
     if floor >= token then
       token = floor + 1
-      v = table.concat({request, owner, 0, t[1], t[2], 1, request, '', string.format('%.0f', token)}, '|')
-    else
-      v = table.concat({request, owner, 0, t[1], t[2]}, '|')
+      explicit = token
     end
-    if p[3] then
-      v = v .. '|w'
-    end
-    redis.call('set', KEYS[i], v, 'px', ARGV[1])
+    redis.call('set', KEYS[i], new_held(request, owner, 0, t, explicit, p[3]), 'px', ARGV[1])
     redis.call('set', KEYS[n + i], token)
   elseif p[1] == 'retry' then
     -- A retry of this very call: answer as the first time, extend as the first time did.
     local h = p[2]
     if h.gen == request then
-      extend(i, ARGV[1])
+      extend(KEYS[i], ARGV[1])
     else
-      extend(i, ext)
+      extend(KEYS[i], ext)
     end
     token, count, gen = h.token, h.count, h.gen
   else
     local h = p[2]
     h.count = h.count + 1
     h.req = request
-    local tk = ''
-    if h.token ~= h.implied then
-      tk = string.format('%.0f', h.token)
-    end
-    local v = table.concat({h.gen, h.owner, h.block, h.s, h.us, h.count, h.req, h.rel, tk}, '|')
-    if h.w then
-      v = v .. '|w'
-    end
-    redis.call('set', KEYS[i], v, 'keepttl', 'xx')
-    extend(i, ext)
+    redis.call('set', KEYS[i], encode_held(h), 'keepttl', 'xx')
+    extend(KEYS[i], ext)
     token, count, gen = h.token, h.count, h.gen
   end
   out[#out + 1] = token

@@ -28,15 +28,11 @@ local function one(i)
   local gen, how = ARGV[2 * i], ARGV[2 * i + 1]
   local retry = string.find(how, 'r', 1, true)
   local function released_before()
-    if not retry then
-      return false
-    end
-    local m = redis.pcall('get', marker)
-    return type(m) == 'string' and string.sub(m, 1, #gen) == gen
+    return retry and marker_holds(marker, gen)
   end
   local v = redis.pcall('get', lock)
   if type(v) == 'table' then
-    if redis.call('type', lock)['ok'] == 'hash' and redis.call('hexists', lock, 'owner') == 1 then
+    if old_layout(lock) then
       if released_before() then
         return -4, 0
       end
@@ -44,7 +40,7 @@ local function one(i)
     end
     return -3, 0
   end
-  if not v or string.byte(v, 1) == 35 then
+  if not v or string.byte(v, 1) == TOMB then
     local before = released_before()
     local receivers = redis.call('publish', marker, 'released')
     if before then
@@ -52,21 +48,7 @@ local function one(i)
     end
     return -1, receivers
   end
-  local w = string.byte(v, -1) == 119
-  local body = v
-  if w then
-    body = string.sub(v, 1, -3)
-  end
-  local f, k = {}, 1
-  while true do
-    local j = string.find(body, '|', k, true)
-    if not j then
-      f[#f + 1] = string.sub(body, k)
-      break
-    end
-    f[#f + 1] = string.sub(body, k, j - 1)
-    k = j + 1
-  end
+  local f, w = held_fields(v)
   if #f ~= 5 and #f ~= 9 then
     return -3, 0
   end
@@ -77,23 +59,10 @@ local function one(i)
     return -2, 0
   end
   if string.find(how, 'i', 1, true) then
-    if #f == 5 then
-      f[6], f[7], f[8], f[9] = '1', f[1], '', ''
-    end
-    local count = tonumber(f[6])
+    local count = count_down(lock, f, w, request)
     if not count then
       return -3, 0
     end
-    if f[8] == request then
-      return count, 0
-    end
-    count = math.max(count - 1, 1)
-    f[6], f[8] = count, request
-    local nv = table.concat(f, '|')
-    if w then
-      nv = nv .. '|w'
-    end
-    redis.call('set', lock, nv, 'keepttl', 'xx')
     return count, 0
   end
   local receivers = 0

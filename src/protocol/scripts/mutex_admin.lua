@@ -18,12 +18,10 @@
 -- grant's token would be (the clock + LEAD), a tombstone of its last token is left instead, as
 -- release.lua leaves one. The release is published, so that waiters try at once.
 
-local LEAD = 1001024
-
 local t = redis.call('time')
 local v = redis.pcall('get', KEYS[1])
 if type(v) == 'table' then
-  if redis.call('type', KEYS[1])['ok'] == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
+  if old_layout(KEYS[1]) then
     local f = redis.call('hmget', KEYS[1], 'owner', 'count', 'token')
     local out = {2, f[1], f[2] or '1', f[3] or '0', redis.call('pttl', KEYS[1]), t[1], t[2]}
     if ARGV[1] == 'force' then
@@ -34,24 +32,11 @@ if type(v) == 'table' then
   end
   return {-1}
 end
-if not v or string.byte(v, 1) == 35 then
+if not v or string.byte(v, 1) == TOMB then
   return {0}
 end
 -- A held value: 5 or 9 fields, maybe flagged.
-local body = v
-if string.byte(v, -1) == 119 then
-  body = string.sub(v, 1, -3)
-end
-local f, i = {}, 1
-while true do
-  local j = string.find(body, '|', i, true)
-  if not j then
-    f[#f + 1] = string.sub(body, i)
-    break
-  end
-  f[#f + 1] = string.sub(body, i, j - 1)
-  i = j + 1
-end
+local f = held_fields(v)
 local b, s, us = tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
 if (#f ~= 5 and #f ~= 9) or not b or not s or not us then
   return {-1}
@@ -64,13 +49,8 @@ local token = s * 1000000 + us + LEAD
 if #f == 9 and f[9] ~= '' then
   token = tonumber(f[9]) or token
 end
-local upto = token + b
-local now = t[1] * 1000000 + t[2]
 redis.call('publish', KEYS[2], 'released')
-if upto >= now + LEAD then
-  redis.call('set', KEYS[1], '#' .. string.format('%.0f', upto), 'px',
-    math.ceil((upto - now - LEAD) / 1000) + 1)
-else
+if not tombstone(KEYS[1], token + b, t) then
   redis.call('del', KEYS[1])
 end
 return out

@@ -45,7 +45,7 @@ local v = redis.pcall('get', KEYS[1])
 if #ARGV == 1 and type(v) == 'string' and string.find(v, ARGV[1], 1, true) == 1 then
   -- Publish before the value moves: a server that refuses PUBLISH (an ACL) then fails the
   -- script before anything changed, so the error the caller sees matches the state.
-  if string.byte(v, -1) == 119 then
+  if string.byte(v, -1) == FLAG_W then
     local r = redis.call('publish', KEYS[2], 'released')
     redis.call('rename', KEYS[1], KEYS[2])
     return {0, r}
@@ -54,7 +54,7 @@ if #ARGV == 1 and type(v) == 'string' and string.find(v, ARGV[1], 1, true) == 1 
   return 0
 end
 
-local LEAD = 1001024
+-- @helpers
 
 local how = ARGV[2] or ''
 local inner = string.find(how, 'i', 1, true)
@@ -78,16 +78,12 @@ end
 
 -- On a retry: the first attempt moved this acquisition's value to the marker.
 local function released_before()
-  if not retry then
-    return false
-  end
-  local m = redis.pcall('get', KEYS[2])
-  return type(m) == 'string' and string.sub(m, 1, #ARGV[1]) == ARGV[1]
+  return retry and marker_holds(KEYS[2], ARGV[1])
 end
 
 -- Whether v is a held value (see acquire.lua): 5 or 9 fields, and the flag.
 local function held(v)
-  if string.byte(v, -1) == 119 then
+  if string.byte(v, -1) == FLAG_W then
     v = string.sub(v, 1, -3)
   end
   local _, bars = string.gsub(v, '|', '')
@@ -96,7 +92,7 @@ end
 
 if type(v) == 'table' then
   -- Not a string: a lock of the layout before this one is another owner's.
-  if redis.call('type', KEYS[1])['ok'] == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
+  if old_layout(KEYS[1]) then
     if released_before() then
       return -4
     end
@@ -104,7 +100,7 @@ if type(v) == 'table' then
   end
   return -3
 end
-if not v or string.byte(v, 1) == 35 then
+if not v or string.byte(v, 1) == TOMB then
   -- No lock (gone, or a tombstone after a release).
   local before = released_before()
   raise_fence()
@@ -127,58 +123,20 @@ if string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
 end
 
 if inner then
-  -- One level down, never below 1 (the server counting fewer levels than the holder: its
-  -- outer levels still hold it). The long form: GEN|OWNER|B|S|US|COUNT|REQ|REL|TOKEN.
-  local w = string.byte(v, -1) == 119
-  if w then
-    v = string.sub(v, 1, -3)
-  end
-  local f, i = {}, 1
-  while true do
-    local j = string.find(v, '|', i, true)
-    if not j then
-      f[#f + 1] = string.sub(v, i)
-      break
-    end
-    f[#f + 1] = string.sub(v, i, j - 1)
-    i = j + 1
-  end
-  if #f == 5 then
-    f[6], f[7], f[8], f[9] = '1', f[1], '', ''
-  end
-  local count = tonumber(f[6])
-  if not count then
-    return -3
-  end
-  if f[8] == ARGV[3] then
-    -- A retry of this very call: counted already.
-    return count
-  end
-  count = math.max(count - 1, 1)
-  f[6], f[8] = count, ARGV[3]
-  v = table.concat(f, '|')
-  if w then
-    v = v .. '|w'
-  end
-  redis.call('set', KEYS[1], v, 'keepttl', 'xx')
-  return count
+  -- One level down (see count_down).
+  local f, w = held_fields(v)
+  return count_down(KEYS[1], f, w, ARGV[3]) or -3
 end
 
 local receivers = nil
-if not quiet and (force or string.byte(v, -1) == 119) then
+if not quiet and (force or string.byte(v, -1) == FLAG_W) then
   receivers = redis.call('publish', KEYS[2], 'released')
 end
 redis.call('rename', KEYS[1], KEYS[2])
 local last = tonumber(ARGV[5] or '')
 if last then
-  local t = redis.call('time')
-  local now = t[1] * 1000000 + t[2]
-  if last >= now + LEAD then
-    -- Tokens up to `last` were issued and the clock has not passed them by LEAD yet: the next
-    -- grant must still start above them.
-    redis.call('set', KEYS[1], '#' .. string.format('%.0f', last), 'px',
-      math.ceil((last - now - LEAD) / 1000) + 1)
-  end
+  -- Tokens up to `last` were issued: the next grant must still start above them.
+  tombstone(KEYS[1], last, redis.call('time'))
 end
 raise_fence()
 if receivers == nil then

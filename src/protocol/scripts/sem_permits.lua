@@ -58,7 +58,7 @@ if op == 'a' then
 elseif op == 'r' then
   local v = redis.pcall('get', KEYS[1])
   if type(v) == 'string' and string.sub(v, 1, #ARGV[2]) == ARGV[2] then
-    if string.byte(v, -1) == 119 then
+    if string.byte(v, -1) == FLAG_W then
       -- Published first: a server that refuses PUBLISH fails the script before anything
       -- changed.
       redis.call('publish', KEYS[1] .. ':released', 'released')
@@ -67,22 +67,19 @@ elseif op == 'r' then
     return 0
   end
 end
+-- @helpers
 
 -- The slow paths and the other operations.
 
 local function clock()
   t = t or redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return ms_of(t)
 end
 
 -- The permits of a holder's string or member, or nil when it is not one.
 local function permits(m)
   local n = string.match(m, '^[^|]+|[^|]+|(%d+)|%d+|%d+$')
   return tonumber(n)
-end
-
-local function starts(s, prefix)
-  return string.sub(s, 1, #prefix) == prefix
 end
 
 -- The type of KEYS[1] when it is not a string (a GET failed on it).
@@ -131,7 +128,7 @@ if op == 'a' then
   local waits = ARGV[5] == '1'
   local v = redis.pcall('get', KEYS[1])
   if type(v) == 'string' then
-    local flagged = string.byte(v, -1) == 119
+    local flagged = string.byte(v, -1) == FLAG_W
     local held = v
     if flagged then
       held = string.sub(v, 1, -3)

@@ -1,0 +1,257 @@
+//! Each script's Lua source as the client sends it, built once per process: a header of
+//! `local NAME = value` lines generated from the Rust constants the scripts share with this
+//! crate (the fencing lead, the largest hand-off block, the bytes of the lock value's layout),
+//! the shared helpers of `scripts/prelude/*.lua`, and the script's own body (`scripts/*.lua`).
+//!
+//! Redis runs a script's whole text on every call: every `local` costs an instruction and every
+//! `local function` a closure (an allocation, and work for the collector), each call. So a
+//! script gets only the constants and helpers it names (and those they name in turn), each put
+//! as late as it can be: a body may hold a line [`MARKER`] after its fast path; what the text
+//! before that line names comes first, everything else only at that line, so that a fast path
+//! that returns early never builds the slow paths' helpers.
+//!
+//! The constants are defined here, a module that imports nothing of the crate, so that the
+//! value's parser (`lock_value.rs`) and the scripts' calls (`scripts.rs`) both take them from
+//! one place.
+//!
+//! A prelude file is a list of items separated by blank lines: an item is its comment, its
+//! `local` line(s) at the start of a line, and its body, with no blank line inside; a paragraph
+//! without a `local` line (a file's own comment) is left out.
+
+use std::collections::HashSet;
+
+/// The most tokens a Mutex acquisition reserves for local hand-offs (`MAX_BLOCK` in the
+/// scripts; the client's `MAX_HANDOFF_COUNT` is defined as this one).
+pub(crate) const MAX_BLOCK: u32 = 1024;
+
+/// The lead of a new acquisition's fencing token over the server clock in microseconds (the
+/// largest lead the counters of the layout before could have: 1 s plus the largest hand-off
+/// block); `LEAD` in the scripts.
+pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
+
+/// The last byte of a flagged value (which ends in `|w`): a waiter flagged it, so its release
+/// publishes (`FLAG_W` in the scripts).
+pub(crate) const WAITING: u8 = b'w';
+/// The separator of a value's fields (`BAR` in the scripts).
+pub(crate) const SEPARATOR: u8 = b'|';
+/// The first byte of a Mutex tombstone (`TOMB` in the scripts).
+pub(crate) const TOMBSTONE: u8 = b'#';
+
+/// The line of a body after which its slow paths begin: the helpers that only they need are
+/// put there.
+pub(crate) const MARKER: &str = "-- @helpers";
+
+/// The shared helpers, in the order a script defines them (an item may only name items above
+/// it).
+const PRELUDE: [&str; 4] = [
+    include_str!("scripts/prelude/common.lua"),
+    include_str!("scripts/prelude/held.lua"),
+    include_str!("scripts/prelude/fence.lua"),
+    include_str!("scripts/prelude/rw.lua"),
+];
+
+/// The constants the scripts share with the Rust code: name, value, and what it is.
+pub(crate) fn constants() -> [(&'static str, u64, &'static str); 5] {
+    [
+        (
+            "LEAD",
+            LEAD_US,
+            "a new token's lead over the server clock in microseconds",
+        ),
+        (
+            "MAX_BLOCK",
+            u64::from(MAX_BLOCK),
+            "the most tokens a Mutex grant reserves for local hand-offs",
+        ),
+        (
+            "FLAG_W",
+            u64::from(WAITING),
+            "'w': a flagged value's last byte",
+        ),
+        ("BAR", u64::from(SEPARATOR), "'|': the fields' separator"),
+        (
+            "TOMB",
+            u64::from(TOMBSTONE),
+            "'#': a tombstone's first byte",
+        ),
+    ]
+}
+
+/// One item of the prelude: the names it defines, and its text.
+#[derive(Debug)]
+struct Item {
+    names: Vec<String>,
+    text: String,
+}
+
+/// The generated constants, then the prelude files' items, in order.
+fn pool() -> Vec<Item> {
+    let mut items: Vec<Item> = constants()
+        .into_iter()
+        .map(|(name, value, what)| Item {
+            names: vec![name.to_owned()],
+            text: format!("local {name} = {value} -- {what}\n"),
+        })
+        .collect();
+    for file in PRELUDE {
+        for chunk in file.split("\n\n") {
+            let names = defined(chunk);
+            if !names.is_empty() {
+                items.push(Item {
+                    names,
+                    text: format!("{}\n", chunk.trim_matches('\n')),
+                });
+            }
+        }
+    }
+    items
+}
+
+/// The names a chunk of Lua defines at its top level: its lines `local function NAME` and
+/// `local NAME, ...` that start at the line's start.
+fn defined(chunk: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in chunk.lines() {
+        let Some(rest) = line.strip_prefix("local ") else {
+            continue;
+        };
+        let rest = rest.strip_prefix("function ").unwrap_or(rest);
+        let list = rest.split('=').next().unwrap_or("");
+        let list = list.split('(').next().unwrap_or("");
+        names.extend(
+            list.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    names
+}
+
+/// The identifiers a piece of Lua names, comments left out.
+fn identifiers(lua: &str) -> HashSet<&str> {
+    lua.lines()
+        .map(|l| l.split_once("--").map_or(l, |(code, _)| code))
+        .flat_map(|code| code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// The items (their indexes in `pool`, in order) that `names` need, directly or through other
+/// items, leaving out those of `have`.
+fn needed(pool: &[Item], mut names: HashSet<String>, have: &[usize]) -> Vec<usize> {
+    let mut take = Vec::new();
+    for (i, item) in pool.iter().enumerate().rev() {
+        if have.contains(&i) || !item.names.iter().any(|n| names.contains(n)) {
+            continue;
+        }
+        take.push(i);
+        names.extend(identifiers(&item.text).into_iter().map(str::to_owned));
+    }
+    take.reverse();
+    take
+}
+
+/// The source of the script whose body is `body`: the constants and helpers its fast path (the
+/// text before [`MARKER`], or all of it) names, that text, then at the marker's place those
+/// the rest names and the rest.
+pub(crate) fn assemble(body: &str) -> String {
+    let pool = pool();
+    let (fast, slow) = match body.find(&format!("\n{MARKER}")) {
+        Some(at) => {
+            let rest = &body[at + 1..];
+            let end = rest.find('\n').map_or(rest.len(), |n| n + 1);
+            (&body[..=at], &rest[end..])
+        }
+        None => (body, ""),
+    };
+    let names = |lua: &str| -> HashSet<String> {
+        identifiers(lua).into_iter().map(str::to_owned).collect()
+    };
+    let early = needed(&pool, names(fast), &[]);
+    let late = needed(&pool, names(slow), &early);
+    let mut out = String::with_capacity(body.len() * 2);
+    let put = |items: &[usize], out: &mut String| {
+        for &i in items {
+            out.push_str(&pool[i].text);
+        }
+    };
+    put(&early, &mut out);
+    out.push_str(fast);
+    if !slow.is_empty() {
+        put(&late, &mut out);
+        out.push_str(slow);
+    }
+    out
+}
+
+/// Every generated constant as its `local` line.
+#[cfg(test)]
+pub(crate) fn header() -> String {
+    let pool = pool();
+    let all: Vec<usize> = (0..constants().len()).collect();
+    all.iter().map(|&i| pool[i].text.as_str()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_carries_the_rust_values() {
+        let header = header();
+        assert!(header.contains(&format!("local LEAD = {LEAD_US} ")));
+        assert!(header.contains("local LEAD = 1001024 "));
+        assert_eq!(LEAD_US, 1_000_000 + u64::from(MAX_BLOCK));
+        assert!(header.contains(&format!("local MAX_BLOCK = {MAX_BLOCK} ")));
+        assert!(header.contains(&format!("local FLAG_W = {} ", b'w')));
+        assert!(header.contains(&format!("local BAR = {} ", b'|')));
+        assert!(header.contains(&format!("local TOMB = {} ", b'#')));
+        assert_eq!(header.lines().count(), constants().len());
+    }
+
+    #[test]
+    fn every_prelude_item_defines_names_of_its_own() {
+        let pool = pool();
+        let mut seen = HashSet::new();
+        for item in &pool {
+            for n in &item.names {
+                assert!(seen.insert(n.clone()), "{n} defined twice");
+            }
+            // No blank line inside an item: it would have been cut in two.
+            let opens = item.text.matches("function").count();
+            let ends = item
+                .text
+                .lines()
+                .filter(|l| *l == "end" || l.ends_with(" end"))
+                .count();
+            assert!(opens == 0 || ends >= 1, "{:?} is cut", item.names);
+        }
+        assert!(pool.iter().any(|i| i.names == ["parse_held"]));
+    }
+
+    #[test]
+    fn a_script_gets_what_it_names_and_the_fast_path_first() {
+        let body = "local t = redis.call('time')\nif t then\n  return LEAD\nend\n-- @helpers\nreturn parse_held(ARGV[1])\n";
+        let s = assemble(body);
+        let at = |needle: &str| s.find(needle).unwrap_or(usize::MAX);
+        // The fast path's constant comes first; the slow path's helper, and what it names
+        // (held_fields, FLAG_W, BAR), after the fast path.
+        assert!(at("local LEAD =") < at("local t ="));
+        for late in [
+            "local function parse_held",
+            "local function held_fields",
+            "local FLAG_W",
+            "local BAR",
+        ] {
+            assert!(at("return LEAD") < at(late), "{late}");
+            assert!(at(late) < at("return parse_held"), "{late}");
+        }
+        assert!(at("local function held_fields") < at("local function parse_held"));
+        assert!(!s.contains(MARKER));
+        assert!(!s.contains("local function encode_held"));
+        assert!(!s.contains("local TOMB"));
+        // A body that names nothing of the prelude is sent as it is.
+        assert_eq!(assemble("return 1\n"), "return 1\n");
+    }
+}
