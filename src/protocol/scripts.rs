@@ -13,6 +13,7 @@ use redis::{Connection, Script, Value};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::stats::LockType;
+use crate::transport::fault::Fault;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Acquire.source()));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(Which::Release.source()));
@@ -119,13 +120,10 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// The error for a reply of the wrong shape.
+/// The public error for a reply of the wrong shape: [`Fault::BadReply`] naming `script` and
+/// quoting `v`.
 pub(crate) fn unexpected(script: &str, v: &Value) -> Error {
-    Error::Redis(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected script reply",
-        format!("{script}: {v:?}"),
-    )))
+    Fault::bad_reply(script, v).into()
 }
 
 /// One of the scripts.
