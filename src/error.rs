@@ -138,22 +138,7 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::NoQuorum { .. } => true,
-            Error::Redis(e) if is_not_redis(e) => false,
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || matches!(
-                        e.kind(),
-                        redis::ErrorKind::Server(
-                            redis::ServerErrorKind::ReadOnly
-                                | redis::ServerErrorKind::ClusterDown
-                                | redis::ServerErrorKind::TryAgain
-                                | redis::ServerErrorKind::MasterDown
-                        )
-                    )
-            }
+            Error::Redis(e) => redis_retriable(e),
             _ => false,
         }
     }
@@ -233,10 +218,13 @@ impl std::error::Error for Error {
     }
 }
 
+/// What a socket's timeout says as an [`Error::Timeout`].
+pub(crate) const NO_ANSWER: &str = "no answer from Redis within the timeout";
+
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         if e.is_timeout() {
-            Error::timeout("no answer from Redis within the timeout")
+            Error::timeout(NO_ANSWER)
         } else {
             Error::Redis(e)
         }
@@ -264,23 +252,54 @@ impl std::error::Error for Context {
     }
 }
 
-/// The text of an answer that was not RESP (see [`Error::not_redis`]).
-#[derive(Debug)]
-struct NotRedis(String);
-
-impl fmt::Display for NotRedis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+/// Whether a retry may cure `e` (see [`Error::is_retriable`]): a failed connection, a
+/// timeout, or a passing state of a failover. Not an answer that was not RESP: an I/O error of
+/// kind `InvalidData` that no TLS error explains (bytes that are not TLS are the TLS layer's
+/// to name, and stay retriable as any failed connection).
+pub(crate) fn redis_retriable(e: &redis::RedisError) -> bool {
+    let not_resp = io_error(e).is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+        && rustls_error(e).is_none();
+    if not_resp {
+        return false;
     }
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::ReadOnly
+                    | redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::MasterDown
+            )
+        )
 }
 
-impl std::error::Error for NotRedis {}
-
-/// Whether `r` says the server did not speak RESP (see [`Error::not_redis`]).
-fn is_not_redis(r: &redis::RedisError) -> bool {
-    io_error(r)
-        .and_then(|io| io.get_ref())
-        .is_some_and(|inner| inner.is::<NotRedis>())
+/// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
+pub(crate) fn rustls_error<'a>(
+    mut e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    loop {
+        // `RedisError` keeps its cause as an `Arc<dyn Error>`, whose own `source` skips it.
+        if let Some(inner) = e.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()
+        {
+            let inner: &(dyn std::error::Error + 'static) = inner.as_ref();
+            if let Some(t) = rustls_error(inner) {
+                return Some(t);
+            }
+        }
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(t);
+        }
+        e = e.source()?;
+    }
 }
 
 /// The `io::Error` inside a Redis error, if it is one (`RedisError` keeps it behind an
@@ -336,15 +355,6 @@ impl Error {
                 format!("{server}: {t}")
             }
         })
-    }
-
-    /// A server that answered with something other than RESP: a connection-level error (the
-    /// connection is dropped) that a retry does not cure.
-    pub(crate) fn not_redis(text: String) -> Error {
-        Error::Redis(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            NotRedis(text),
-        )))
     }
 
     /// Says how often and for how long a call tried before it gave up with this

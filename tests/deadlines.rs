@@ -188,7 +188,7 @@ fn a_dead_pooled_connection_does_not_cost_the_lease() {
     let (client, lost) = common::count_losses(Client::builder(proxy.url().as_str()).lease(lease));
     let name = common::unique_name("dead-pooled");
     let key = common::lock_key(&name);
-    let renew_sha = sha(RENEW_LUA);
+    let renew_sha = sha(&RENEW_LUA);
     let other = Client::open(&server.url()).unwrap();
     let other_m = other.mutex(&name).unwrap();
 
@@ -253,7 +253,7 @@ fn acquire_and_release_retry_on_a_fresh_connection_within_the_bound() {
     let key = common::lock_key(&name);
     // The acquisitions reserve hand-off blocks: the retried acquire must answer with its
     // block, or the retried release takes the lock for another's.
-    let (acquire_sha, release_sha) = (sha(ACQUIRE_LUA), sha(RELEASE_LUA));
+    let (acquire_sha, release_sha) = (sha(&ACQUIRE_LUA), sha(&RELEASE_LUA));
     let proxy = Arc::new(proxy);
     let p = Arc::clone(&proxy);
     let (acquired, released) = with_deadline(Duration::from_secs(60), move || {

@@ -14,6 +14,7 @@ use redis::{Connection, Script, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
+use crate::transport::fault::Fault;
 
 /// Every script's source (see [`crate::protocol::lua`]), in the order of [`Which::ALL`].
 static SOURCES: LazyLock<Vec<String>> = LazyLock::new(|| {
@@ -87,13 +88,10 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// The error for a reply of the wrong shape.
+/// The public error for a reply of the wrong shape: [`Fault::BadReply`] naming `script` and
+/// quoting `v`.
 pub(crate) fn unexpected(script: &str, v: &Value) -> Error {
-    Error::Redis(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected script reply",
-        format!("{script}: {v:?}"),
-    )))
+    Fault::bad_reply(script, v).into()
 }
 
 /// One of the scripts.

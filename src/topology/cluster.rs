@@ -64,7 +64,8 @@ use crate::protocol::keys::{self, SLOTS};
 use crate::protocol::library;
 use crate::protocol::scripts::{Call, parse_time};
 use crate::subscriber::ShardMap;
-use crate::transport::conn::{self, Deadline, Pool, Timeouts, is_connection_error};
+use crate::transport::conn::{Deadline, Pool, Timeouts};
+use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
 
 mod scripts;
@@ -146,7 +147,7 @@ enum Tried {
     Moved(u16, String, u16),
     Ask(String, u16),
     /// Worth another try after reading the map again (and a short backoff).
-    Again(Error),
+    Again(Fault),
 }
 
 fn classify(v: Value) -> Tried {
@@ -167,7 +168,7 @@ fn classify(v: Value) -> Tried {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly,
-        ) => Tried::Again(Error::Redis(e.clone().into())),
+        ) => Tried::Again(Fault::Redis(e.clone().into())),
         _ => Tried::Done(v),
     }
 }
@@ -305,7 +306,7 @@ impl Cluster {
     }
 
     /// Asks `node` for the slot map, within `by` and the per-node bound.
-    fn read_map(&self, node: &ClusterNode, by: Deadline) -> Result<Vec<Range>> {
+    fn read_map(&self, node: &ClusterNode, by: Deadline) -> Result<Vec<Range>, Fault> {
         let by = by.min(Deadline::after(per_node(self.timeouts)));
         let mut con = match node.pool.idle() {
             Some(c) => c,
@@ -322,7 +323,7 @@ impl Cluster {
                 con.send(&slots, t, by)?;
                 let v = con.recv(t, by)?;
                 if let Value::ServerError(e) = v {
-                    return Err(Error::Redis(e.into()));
+                    return Err(Fault::Redis(e.into()));
                 }
                 parse_slots(&v)
             }
@@ -343,7 +344,7 @@ impl Cluster {
                 .collect::<Vec<_>>()
         });
         ranges.filter(|r| !r.is_empty()).ok_or_else(|| {
-            Error::Redis(redis::RedisError::from(std::io::Error::other(format!(
+            Fault::from(redis::RedisError::from(std::io::Error::other(format!(
                 "{} gave no usable slot map (is it a cluster node?)",
                 node.name
             ))))
@@ -354,7 +355,7 @@ impl Cluster {
     /// seeds, then other known nodes; nodes whose last map read failed after all of them),
     /// each within the per-node bound, all within `by`. `force`: even if it was read less
     /// than [`REFRESH_GAP`] ago.
-    pub(crate) fn refresh(&self, by: Deadline, force: bool) -> Result<()> {
+    pub(crate) fn refresh(&self, by: Deadline, force: bool) -> Result<(), Fault> {
         {
             let mut last = self.last_refresh.lock();
             if !force && last.is_some_and(|t| t.elapsed() < REFRESH_GAP) {
@@ -387,7 +388,7 @@ impl Cluster {
             let read = self.read_map(&node, by);
             match &read {
                 // The caller's bound ran out: nothing learnt about the node.
-                Err(Error::Timeout { what, .. }) if *what == conn::RAN_OUT => {}
+                Err(Fault::RanOut { .. }) => {}
                 r => node.demoted.store(r.is_err(), Ordering::Relaxed),
             }
             match read {
@@ -409,7 +410,7 @@ impl Cluster {
                 }
             }
         }
-        Err(last_err.unwrap_or(Error::timeout("no cluster node answered")))
+        Err(last_err.unwrap_or(Fault::timeout("no cluster node answered")))
     }
 
     /// Sends `packed` (one command) to `node`, preceded by `ASKING` when `asking`, and reads
@@ -420,7 +421,7 @@ impl Cluster {
         packed: &[u8],
         asking: bool,
         by: Deadline,
-    ) -> Result<Value> {
+    ) -> Result<Value, Fault> {
         let t = self.timeouts.command;
         let mut con = match node.pool.idle() {
             Some(c) => c,
@@ -457,7 +458,7 @@ impl Cluster {
             Ok(_) if con.is_open() => node.pool.put(con),
             Ok(_) => {}
             Err(e) => {
-                if is_broken(e) {
+                if e.is_broken() {
                     node.pool.clear();
                 }
             }
@@ -467,10 +468,10 @@ impl Cluster {
 
     /// Runs one command on the master of `slot`, following redirections and retrying after
     /// transient cluster errors, within `by` (and at most [`MAX_REDIRECTS`] tries).
-    pub(crate) fn run(&self, slot: u16, packed: &[u8], by: Deadline) -> Result<Value> {
+    pub(crate) fn run(&self, slot: u16, packed: &[u8], by: Deadline) -> Result<Value, Fault> {
         let mut ask: Option<Arc<ClusterNode>> = None;
         let mut backoff = BACKOFF_MIN;
-        let mut last: Option<Error> = None;
+        let mut last: Option<Fault> = None;
         for _ in 0..MAX_REDIRECTS {
             if by.passed() {
                 break;
@@ -495,7 +496,7 @@ impl Cluster {
             };
             let tried = match self.try_on(&node, packed, asking, by) {
                 Ok(v) => classify(v),
-                Err(e) if is_broken(&e) => Tried::Again(e),
+                Err(e) if e.is_broken() => Tried::Again(e),
                 Err(e) => return Err(e),
             };
             match tried {
@@ -516,7 +517,7 @@ impl Cluster {
                 }
             }
         }
-        Err(last.unwrap_or(Error::timeout("the cluster kept redirecting the call")))
+        Err(last.unwrap_or(Fault::timeout("the cluster kept redirecting the call")))
     }
 
     /// Sleeps for the backoff (shortened to what is left of `by`) and doubles it.
@@ -527,7 +528,7 @@ impl Cluster {
     }
 
     /// Runs a script call on its slot's master (the sharded script), within `by`.
-    pub(crate) fn call(&self, call: &Call, by: Deadline) -> Result<Value> {
+    pub(crate) fn call(&self, call: &Call, by: Deadline) -> Result<Value, Fault> {
         self.run(call_slot(&call.cmd), &self.packed(call), by)
     }
 
@@ -639,7 +640,7 @@ impl Cluster {
             let ping = redis::cmd("PING").get_packed_command();
             con.send(&ping, self.timeouts.command, by)?;
             if let Value::ServerError(e) = con.recv(self.timeouts.command, by)? {
-                return Err(Error::Redis(e.into()));
+                return Err(Fault::Redis(e.into()).into());
             }
             if let Err(e) = load_scripts(&mut con, self.timeouts.command, by) {
                 // An ACL may refuse SCRIPT LOAD: the calls report it by name.
@@ -654,7 +655,7 @@ impl Cluster {
                 )?;
                 match con.recv(self.timeouts.command, by)? {
                     Value::Int(1) => Ok(true),
-                    Value::ServerError(e) => Err(Error::Redis(e.into())),
+                    Value::ServerError(e) => Err(Fault::Redis(e.into())),
                     _ => Ok(false),
                 }
             });
@@ -674,7 +675,7 @@ impl Cluster {
     }
 
     /// Runs `cmd` on every master, all within one connect and one command timeout.
-    pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value>)> {
+    pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value, Fault>)> {
         let packed = cmd.get_packed_command();
         let by = Deadline::after(self.timeouts.connect.saturating_add(self.timeouts.command));
         self.masters()
@@ -690,15 +691,20 @@ impl Cluster {
 
     /// Runs `cmd` on the `i`-th master of [`master_names`](Self::master_names), within `by`.
     /// The map may change between the two calls: a master that is gone answers as an error.
-    pub(crate) fn on_master(&self, i: usize, cmd: &redis::Cmd, by: Deadline) -> Result<Value> {
+    pub(crate) fn on_master(
+        &self,
+        i: usize,
+        cmd: &redis::Cmd,
+        by: Deadline,
+    ) -> Result<Value, Fault> {
         let node = self
             .masters()
             .into_iter()
             .nth(i)
-            .ok_or(Error::timeout("the cluster map changed during the scan"))?;
+            .ok_or(Fault::timeout("the cluster map changed during the scan"))?;
         self.try_on(&node, &cmd.get_packed_command(), false, by)
             .and_then(|v| match v {
-                Value::ServerError(e) => Err(Error::Redis(e.into())),
+                Value::ServerError(e) => Err(Fault::Redis(e.into())),
                 v => Ok(v),
             })
     }
@@ -711,22 +717,13 @@ impl Cluster {
     }
 }
 
-/// Whether an error means the connection (or the node behind it) is no good.
-fn is_broken(e: &Error) -> bool {
-    match e {
-        Error::Redis(e) => is_connection_error(e),
-        Error::Timeout { what, .. } => *what != conn::RAN_OUT,
-        _ => false,
-    }
-}
-
 impl ShardMap for Cluster {
     fn epoch(&self) -> u64 {
         Cluster::epoch(self)
     }
 
     fn refresh(&self, by: Deadline, force: bool) -> Result<()> {
-        Cluster::refresh(self, by, force)
+        Ok(Cluster::refresh(self, by, force)?)
     }
 
     fn owner_of(&self, channel: &str) -> Option<(String, ConnectionInfo)> {

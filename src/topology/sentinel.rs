@@ -67,6 +67,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 
 use crate::error::{Error, Result};
 use crate::transport::conn::{self, Deadline, Resolve, Timeouts, keepalive};
+use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
 
 /// The most one sentinel may take to answer (connect, TLS handshake, `AUTH` and the answer
@@ -168,7 +169,7 @@ impl Sentinel {
 
     /// Asks sentinel `i` for the master's address, within `by` and the per-sentinel bound.
     /// `Ok(None)`: the sentinel does not know a master of that name.
-    fn ask(&self, i: usize, by: Deadline) -> Result<Option<ConnectionAddr>> {
+    fn ask(&self, i: usize, by: Deadline) -> Result<Option<ConnectionAddr>, Fault> {
         let by = by.min(Deadline::after(per_sentinel(self.timeouts)));
         let (_, client) = &self.sentinels[i];
         let mut con = conn::open(client, by.cap(self.timeouts.connect)?)?;
@@ -183,7 +184,7 @@ impl Sentinel {
             Value::Nil => Ok(None),
             v => {
                 let (host, port): (String, u16) =
-                    redis::from_redis_value(v).map_err(|e| Error::Redis(e.into()))?;
+                    redis::from_redis_value(v).map_err(|e| Fault::Redis(e.into()))?;
                 Ok(Some(match self.master_tls {
                     None => ConnectionAddr::Tcp(host, port),
                     Some(insecure) => ConnectionAddr::TcpTls {
@@ -200,7 +201,7 @@ impl Sentinel {
     /// Asks the sentinels in turn until one names the master, each within the per-sentinel
     /// bound (and all within `by`); moves the one that answered to the front of the order,
     /// and those that failed to the back.
-    fn ask_all(&self, by: Deadline) -> Result<ConnectionAddr> {
+    fn ask_all(&self, by: Deadline) -> Result<ConnectionAddr, Fault> {
         let order = self.order.lock().clone();
         let (mut unknown, mut last_err) = (0, None);
         for i in order {
@@ -231,21 +232,26 @@ impl Sentinel {
             self.demote(i);
         }
         if unknown > 0 && last_err.is_none() {
-            return Err(Error::config(
+            return Err(Fault::Other(Error::config(
                 "master_name",
                 format!(
                     "no sentinel knows a master named `{}` ({unknown} asked)",
                     self.master
                 ),
-            ));
+            )));
         }
         Err(match last_err {
-            Some(e) => conn::auth_hint(
-                e,
+            // A refusal of the credentials says where they go.
+            Some(Fault::Redis(r)) => match conn::auth_hint(
+                Error::Redis(r),
                 "a sentinel",
                 "a sentinel's own user:password go in its URL",
-            ),
-            None => Error::timeout("no sentinel answered"),
+            ) {
+                Error::Redis(r) => Fault::Redis(r),
+                e => Fault::Other(e),
+            },
+            Some(f) => f,
+            None => Fault::timeout("no sentinel answered"),
         })
     }
 }
@@ -286,7 +292,7 @@ impl Sentinel {
 }
 
 impl Resolve for Sentinel {
-    fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo> {
+    fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo, Fault> {
         let cached = if fresh {
             None
         } else {

@@ -16,6 +16,7 @@ use redis::{
 
 use crate::error::{Error, Result};
 use crate::transport::dns;
+use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
@@ -136,18 +137,18 @@ pub(crate) fn server_name(info: &ConnectionInfo) -> String {
     info.addr().to_string()
 }
 
-/// The error of a reply read from `server`: one that is not RESP at all (an HTTP server, an
+/// The fault of a reply read from `server`: one that is not RESP at all (an HTTP server, an
 /// SSH banner on that port) says so in one line, and is not retried; a connection-level
 /// failure names the server.
-pub(crate) fn reply_error(e: redis::RedisError, server: &str) -> Error {
+pub(crate) fn reply_error(e: redis::RedisError, server: &str) -> Fault {
     if e.kind() == redis::ErrorKind::Parse {
         let first = e.to_string();
         let first = first.lines().next().unwrap_or("").trim();
-        return Error::not_redis(format!(
-            "{server} did not answer as a Redis server ({first})"
-        ));
+        return Fault::NotRedis {
+            text: format!("{server} did not answer as a Redis server ({first})"),
+        };
     }
-    Error::from(e).at(server)
+    Fault::from(e).at(server)
 }
 
 /// Connect and command timeouts, clamped so that no system call sees an absurd value.
@@ -176,9 +177,6 @@ pub(crate) fn keepalive() -> TcpKeepalive {
     let k = k.with_retries(KEEPALIVE_RETRIES);
     k
 }
-
-/// Why a step was not even started: the call had no time left. Not a fault of the server.
-pub(crate) const RAN_OUT: &str = "the call's time bound ran out";
 
 /// The instant by which a call must be done; every blocking step of the call takes the
 /// smaller of its own timeout and what is left, so that the bounds of the steps compose into
@@ -231,15 +229,15 @@ impl Deadline {
         self.0.map(|t| t.saturating_duration_since(Instant::now()))
     }
 
-    /// `timeout`, shortened to what is left, for one blocking step; `Err` when nothing is
-    /// left (a socket timeout cannot be zero).
-    pub(crate) fn cap(self, timeout: Duration) -> Result<Duration> {
+    /// `timeout`, shortened to what is left, for one blocking step; [`Fault::RanOut`] when
+    /// nothing is left (a socket timeout cannot be zero).
+    pub(crate) fn cap(self, timeout: Duration) -> Result<Duration, Fault> {
         let t = match self.left() {
             Some(left) => timeout.min(left),
             None => timeout,
         };
         if t.is_zero() {
-            return Err(Error::timeout(RAN_OUT));
+            return Err(Fault::RanOut { server: None });
         }
         Ok(t.min(MAX_SOCKET_TIMEOUT))
     }
@@ -250,7 +248,7 @@ impl Deadline {
 pub(crate) trait Resolve: Send + Sync + std::fmt::Debug {
     /// The master's address (without credentials), within `by`. `fresh`: ask again even when
     /// an answer is cached.
-    fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo>;
+    fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo, Fault>;
     /// The cached address is doubtful (a connection failed, or the server is not a master).
     fn forget(&self);
     /// Asks where the master is now, within `by`, and notes a move (bumping the generation);
@@ -287,7 +285,7 @@ impl std::fmt::Debug for Conn {
 
 impl Conn {
     /// Sets both socket timeouts to `t` (no system call when they already are).
-    pub(crate) fn set_timeouts(&mut self, t: Duration) -> Result<()> {
+    pub(crate) fn set_timeouts(&mut self, t: Duration) -> Result<(), Fault> {
         self.set_read_timeout(t)?;
         self.set_write_timeout(t)
     }
@@ -296,7 +294,7 @@ impl Conn {
     /// and a read usually want different timeouts (the command's, the reply's), so each sets
     /// only its own (and the other where it was never set: a TLS handshake both writes and
     /// reads): a command then costs no `setsockopt` at all.
-    pub(crate) fn set_read_timeout(&mut self, t: Duration) -> Result<()> {
+    pub(crate) fn set_read_timeout(&mut self, t: Duration) -> Result<(), Fault> {
         let t = coarse(t);
         if self.read != t {
             self.con.set_read_timeout(Some(t))?;
@@ -306,7 +304,7 @@ impl Conn {
     }
 
     /// Sets the socket's write timeout to `t` (no system call when it already is).
-    fn set_write_timeout(&mut self, t: Duration) -> Result<()> {
+    fn set_write_timeout(&mut self, t: Duration) -> Result<(), Fault> {
         let t = coarse(t);
         if self.write != t {
             self.con.set_write_timeout(Some(t))?;
@@ -316,7 +314,12 @@ impl Conn {
     }
 
     /// Writes `packed`, waiting at most `timeout` for the socket (shortened by `by`).
-    pub(crate) fn send(&mut self, packed: &[u8], timeout: Duration, by: Deadline) -> Result<()> {
+    pub(crate) fn send(
+        &mut self,
+        packed: &[u8],
+        timeout: Duration,
+        by: Deadline,
+    ) -> Result<(), Fault> {
         let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
         self.set_write_timeout(t)?;
         if self.read.is_zero() {
@@ -327,14 +330,14 @@ impl Conn {
     }
 
     /// Writes a packed command with the timeouts as they are.
-    pub(crate) fn send_now(&mut self, packed: &[u8]) -> Result<()> {
+    pub(crate) fn send_now(&mut self, packed: &[u8]) -> Result<(), Fault> {
         self.con
             .send_packed_command(packed)
-            .map_err(|e| Error::from(e).at(&self.server))
+            .map_err(|e| Fault::from(e).at(&self.server))
     }
 
     /// Reads one reply, waiting at most `timeout` (shortened by `by`).
-    pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value> {
+    pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value, Fault> {
         let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
         self.set_read_timeout(t)?;
         if self.write.is_zero() {
@@ -344,7 +347,7 @@ impl Conn {
     }
 
     /// Reads one reply with the timeouts as they are.
-    pub(crate) fn recv_now(&mut self) -> Result<Value> {
+    pub(crate) fn recv_now(&mut self) -> Result<Value, Fault> {
         self.con
             .recv_response()
             .map_err(|e| reply_error(e, &self.server))
@@ -459,7 +462,7 @@ impl Pool {
 
     /// Opens a new connection: connect and handshake within the connect timeout, all within
     /// `by`.
-    pub(crate) fn connect(&self, by: Deadline) -> Result<Conn> {
+    pub(crate) fn connect(&self, by: Deadline) -> Result<Conn, Fault> {
         let by = by.min(Deadline::after(self.timeouts.connect));
         let generation = self.resolver.as_ref().map_or(0, |r| r.generation());
         let moved = match &self.resolver {
@@ -489,7 +492,7 @@ impl Pool {
             for _ in 0..self.handshake_replies {
                 if let Value::ServerError(e) = con.recv(self.timeouts.connect, by)? {
                     // AUTH or SELECT refused: the connection is of no use.
-                    return Err(Error::Redis(e.into()));
+                    return Err(Fault::Redis(e.into()));
                 }
             }
         }
@@ -537,7 +540,7 @@ impl Pool {
 /// a host name up itself, with no bound: a connection to a host name is opened on a
 /// short-lived thread waited for at most `connect` (see [`dns`]), so that the lookup keeps the
 /// call's bound. An IP address or a Unix socket is opened on the caller's thread.
-pub(crate) fn open(client: &redis::Client, connect: Duration) -> Result<redis::Connection> {
+pub(crate) fn open(client: &redis::Client, connect: Duration) -> Result<redis::Connection, Fault> {
     let name = match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => {
             !dns::is_address(host)
@@ -547,13 +550,13 @@ pub(crate) fn open(client: &redis::Client, connect: Duration) -> Result<redis::C
     if !name {
         return client
             .get_connection_with_timeout(connect)
-            .map_err(Error::from);
+            .map_err(Fault::from);
     }
     let client = client.clone();
     dns::within(Some(connect), dns::LOOKUP_TIMED_OUT, move || {
         client.get_connection_with_timeout(connect)
     })?
-    .map_err(Error::from)
+    .map_err(Fault::from)
 }
 
 pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
@@ -569,7 +572,7 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redi
 
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection
 /// (so that a call retries and the address is resolved again).
-fn check_master(reply: &Value) -> Result<()> {
+fn check_master(reply: &Value) -> Result<(), Fault> {
     let role = match reply {
         Value::Array(items) => match items.first() {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
@@ -581,11 +584,9 @@ fn check_master(reply: &Value) -> Result<()> {
     if role == "master" {
         return Ok(());
     }
-    Err(Error::Redis(redis::RedisError::from(
-        std::io::Error::other(format!(
-            "the server named as master is not one (ROLE: {role:?})"
-        )),
-    )))
+    Err(Fault::from(redis::RedisError::from(std::io::Error::other(
+        format!("the server named as master is not one (ROLE: {role:?})"),
+    ))))
 }
 
 /// `e` with `hint` added when it is a refusal of credentials (`WRONGPASS`, `NOAUTH`, a
@@ -605,11 +606,6 @@ pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
         }
         e => e,
     }
-}
-
-/// True when the error says the connection itself is no good any more.
-pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
 #[cfg(test)]
@@ -674,7 +670,7 @@ mod tests {
         let spent = Deadline::at(Instant::now());
         assert!(spent.passed());
         match spent.cap(step) {
-            Err(Error::Timeout { what, .. }) => assert_eq!(what, RAN_OUT),
+            Err(Fault::RanOut { server: None }) => {}
             other => panic!("{other:?}"),
         }
         assert!(soon.minus(Duration::from_millis(300)).passed());

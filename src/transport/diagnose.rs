@@ -11,14 +11,16 @@ use std::io;
 /// cause: a failed TLS check on a `rediss://` master names the check; a TLS master that does
 /// not answer in time is probed with a handshake of its own, to tell a plain-text port from a
 /// slow server; a plain-text connection that the server closed at once was made to a TLS
-/// port when that port answers a TLS handshake.
+/// port when that port answers a TLS handshake. `e` is a public error, or a fault that
+/// becomes one.
 pub(crate) fn explain(
-    e: Error,
+    e: impl Into<Error>,
     infos: &[redis::ConnectionInfo],
     tls: Option<&Tls>,
     timeouts: crate::transport::conn::Timeouts,
 ) -> Error {
     use redis::ConnectionAddr;
+    let e = e.into();
     let tls_master = infos.iter().find_map(|i| match i.addr() {
         ConnectionAddr::TcpTls { host, .. } => Some((i, host.clone())),
         _ => None,

@@ -3,6 +3,9 @@
 //! - [`conn`]: URL checks, the [`Deadline`](conn::Deadline) every blocking step keeps, the
 //!   connect and command [`Timeouts`](conn::Timeouts), TCP keepalive, the bounded handshake
 //!   (`AUTH`, `SELECT`, `ROLE`) and the pool of command connections.
+//! - [`fault`]: the [`Fault`](fault::Fault) these layers decide on (a bound that ran out, a
+//!   failed connection, an answer that is not RESP, a reply of the wrong shape), and its
+//!   conversion to the public [`Error`](crate::Error).
 //! - [`dns`]: host-name lookups within a call's bound (an IP address needs none).
 //! - [`tls`]: the certificates a client trusts and presents, the TLS stream of the pub/sub
 //!   connection, and errors that say which TLS check failed.
@@ -12,12 +15,13 @@
 //! - [`diagnose`]: what a failed first command means, where TLS is the likely cause (the
 //!   probe tells a plain-text port from a stalled server).
 //!
-//! They import one way: `dns.rs`, then `tls.rs`, then `conn.rs`, then `pubsub.rs`, then `diagnose.rs`.
+//! They import one way: `fault.rs`, then `dns.rs`, then `tls.rs`, then `conn.rs`, then `pubsub.rs`, then `diagnose.rs`.
 //!
 //! Nothing here knows about locks: this layer imports only [`crate::error`].
 
 pub(crate) mod conn;
 pub(crate) mod diagnose;
 pub(crate) mod dns;
+pub(crate) mod fault;
 pub(crate) mod pubsub;
 pub(crate) mod tls;

@@ -23,7 +23,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, rustls_error};
 use crate::transport::dns;
 
 /// The certificates given to the builder: a private CA to trust instead of the system's
@@ -442,30 +442,6 @@ impl Write for TlsStream {
     fn flush(&mut self) -> io::Result<()> {
         let mut conn = self.session.lock();
         flush_tls(&mut conn, &self.tcp)
-    }
-}
-
-/// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
-pub(crate) fn rustls_error<'a>(
-    mut e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a rustls::Error> {
-    loop {
-        // `RedisError` keeps its cause as an `Arc<dyn Error>`, whose own `source` skips it.
-        if let Some(inner) = e.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
-            let inner: &(dyn std::error::Error + 'static) = inner.as_ref();
-            if let Some(t) = rustls_error(inner) {
-                return Some(t);
-            }
-        }
-        if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t);
-        }
-        if let Some(io) = e.downcast_ref::<io::Error>()
-            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(t);
-        }
-        e = e.source()?;
     }
 }
 

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{Backend, MAX_PRIMED, is_marked_down, jitter, one};
+use super::{Backend, MAX_PRIMED, jitter, one};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Call, Level, Live, Publish, Which};
-use crate::transport::conn::{Conn, Deadline, RAN_OUT};
+use crate::transport::conn::{Conn, Deadline};
+use crate::transport::fault::Fault;
 
 /// What an acquire across the masters came to.
 #[derive(Debug, Clone)]
@@ -111,17 +112,17 @@ impl Primed {
     /// Writes the call. Bounded by the command timeout (set when primed); a write on an idle
     /// connection only fills the socket's buffer.
     pub(crate) fn fire(&mut self) -> Result<()> {
-        self.con.send_now(&self.packed)
+        self.con.send_now(&self.packed).map_err(Error::from)
     }
 }
 
 /// An acquire script's reply to `a`, parsed.
-fn acquire_reply(v: Value, a: &scripts::Acquire<'_>) -> Result<AcquireReply> {
-    scripts::parse_mutex_acquire(&v, a).ok_or_else(|| scripts::unexpected("acquire", &v))
+fn acquire_reply(v: Value, a: &scripts::Acquire<'_>) -> Result<AcquireReply, Fault> {
+    scripts::parse_mutex_acquire(&v, a).ok_or_else(|| Fault::bad_reply("acquire", &v))
 }
 
 /// What one master's acquire reply means for the caller.
-fn single_acquired(keys: &LockKeys, reply: Result<AcquireReply>) -> Result<Acquired> {
+fn single_acquired(keys: &LockKeys, reply: Result<AcquireReply, Fault>) -> Result<Acquired> {
     match reply? {
         AcquireReply::Held {
             token,
@@ -209,7 +210,7 @@ impl Backend {
             quorum: false,
         };
         let reply = self
-            .finish_script(p, wrote, by)
+            .finish_primed(p, wrote, by)
             .and_then(|v| acquire_reply(v, &script));
         single_acquired(keys, reply)
     }
@@ -222,7 +223,15 @@ impl Backend {
         wrote: Result<()>,
         by: Deadline,
     ) -> Result<Value> {
+        self.finish_primed(p, wrote, by).map_err(Error::from)
+    }
+
+    /// [`finish_script`](Backend::finish_script), with its fault. A failed write (`wrote`:
+    /// the public error of [`Primed::fire`], an I/O error or a socket's timeout) counts
+    /// against the connection as any other failure does.
+    fn finish_primed(&self, p: Primed, wrote: Result<()>, by: Deadline) -> Result<Value, Fault> {
         if let Err(e) = wrote {
+            let e = Fault::Other(e);
             self.failed(0, &e);
             return Err(e);
         }
@@ -259,7 +268,7 @@ impl Backend {
             by.minus(self.call_timeout)
         };
         let replies = self.call_all(&call, &self.all(), round_by, false);
-        let parsed: Vec<(usize, Result<AcquireReply>)> = replies
+        let parsed: Vec<(usize, Result<AcquireReply, Fault>)> = replies
             .into_iter()
             .map(|(i, r)| (i, r.and_then(|v| acquire_reply(v, &script))))
             .collect();
@@ -289,9 +298,7 @@ impl Backend {
                     failed.push(i);
                     // A master skipped as marked down, or left for lack of time, never got the
                     // command; any other failure may have come after the script ran there.
-                    if !is_marked_down(&e)
-                        && !matches!(e, Error::Timeout { what, .. } if what == RAN_OUT)
-                    {
+                    if !e.nothing_sent() {
                         maybe_ran.push(i);
                     }
                     first_error.get_or_insert(e);
@@ -377,7 +384,7 @@ impl Backend {
             .round(&[0], &packed, 2, call.which, self.call_timeout, a.by, false)
             .pop()
             .map(|(_, r)| r)
-            .unwrap_or(Err(Error::timeout("no reply")));
+            .unwrap_or(Err(Fault::timeout("no reply")));
         let (reply, acked) = match replies {
             Ok(mut values) => {
                 let acked = values.pop();

@@ -35,7 +35,8 @@ use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::library::{self, PLAIN};
 use crate::protocol::scripts::{self, Call, Level, Publish, ReleaseReply, Which};
-use crate::transport::conn::{Conn, Deadline, Pool, RAN_OUT, is_connection_error};
+use crate::transport::conn::{Conn, Deadline, Pool};
+use crate::transport::fault::Fault;
 
 mod acquire;
 
@@ -242,7 +243,7 @@ impl Backend {
         step: Duration,
         by: Deadline,
         fresh: bool,
-    ) -> Vec<(usize, Result<Vec<Value>>)> {
+    ) -> Vec<(usize, Result<Vec<Value>, Fault>)> {
         let read_by = by.min(Deadline::after(step));
         let mut sent: Vec<(usize, Conn)> = Vec::with_capacity(targets.len());
         let mut out = Vec::with_capacity(targets.len());
@@ -256,7 +257,7 @@ impl Backend {
                 && let Some(t) = *node.down_until.lock()
                 && Instant::now() < t
             {
-                out.push((i, Err(Error::timeout(MARKED_DOWN))));
+                out.push((i, Err(Fault::MarkedDown)));
                 continue;
             }
             match node.pool.idle().filter(|_| !fresh) {
@@ -288,12 +289,12 @@ impl Backend {
         packed: &[u8],
         by: Deadline,
         sent: &mut Vec<(usize, Conn)>,
-        out: &mut Vec<(usize, Result<Vec<Value>>)>,
+        out: &mut Vec<(usize, Result<Vec<Value>, Fault>)>,
     ) {
         match con.send(packed, self.command_timeout, by) {
             Ok(()) => sent.push((i, con)),
             Err(e) => {
-                if matches!(e, Error::Timeout { what, .. } if what == RAN_OUT) {
+                if matches!(e, Fault::RanOut { .. }) {
                     // Nothing was written: the connection is as good as before.
                     self.nodes[i].pool.put(con);
                 } else {
@@ -319,7 +320,7 @@ impl Backend {
         step: Duration,
         read_by: Deadline,
         by: Deadline,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<Vec<Value>, Fault> {
         let result = self.receive(&mut con, replies, read_by);
         let result = match result {
             Ok(values)
@@ -353,7 +354,7 @@ impl Backend {
         let result = result.and_then(|values| match values.iter().position(is_readonly) {
             Some(k) => Err(one(values.into_iter().nth(k))
                 .err()
-                .unwrap_or(Error::timeout("no reply"))),
+                .unwrap_or(Fault::timeout("no reply"))),
             None => Ok(values),
         });
         match &result {
@@ -366,7 +367,7 @@ impl Backend {
 
     /// Reads `n` replies, each read bounded by the command timeout and by `by` (checked again
     /// every 256 replies of a long pipeline).
-    fn receive(&self, con: &mut Conn, n: usize, by: Deadline) -> Result<Vec<Value>> {
+    fn receive(&self, con: &mut Conn, n: usize, by: Deadline) -> Result<Vec<Value>, Fault> {
         let mut values = Vec::with_capacity(n);
         for k in 0..n {
             if k % 256 == 0 {
@@ -382,16 +383,11 @@ impl Backend {
         Ok(values)
     }
 
-    /// Notes a failure of master `i`: a broken connection marks it down for a short while.
-    fn failed(&self, i: usize, e: &Error) {
-        let broken = match e {
-            Error::Redis(e) => is_connection_error(e) || is_readonly_error(e),
-            // Out of time before any I/O: the server did nothing wrong.
-            Error::Timeout { what, .. } if *what == RAN_OUT => false,
-            Error::Timeout { .. } => true,
-            _ => false,
-        };
-        if !broken {
+    /// Notes a failure of master `i`: a broken connection (or a master demoted by a failover)
+    /// marks it down for a short while. Out of time before any I/O, the server did nothing
+    /// wrong.
+    fn failed(&self, i: usize, e: &Fault) {
+        if !(e.is_broken() || e.is_readonly()) {
             return;
         }
         // After a restart or a CLIENT KILL every pooled connection is dead: drop them all, so
@@ -415,7 +411,7 @@ impl Backend {
         targets: &[usize],
         by: Deadline,
         fresh: bool,
-    ) -> Vec<(usize, Result<Value>)> {
+    ) -> Vec<(usize, Result<Value, Fault>)> {
         if let Some(c) = &self.cluster {
             return vec![(0, c.call(call, by).and_then(|v| one(Some(v))))];
         }
@@ -446,7 +442,9 @@ impl Backend {
         }
         self.call_all(call, &[0], by, false)
             .pop()
-            .map_or(Err(Error::timeout("no reply")), |(_, r)| r)
+            .map_or(Err(Error::timeout("no reply")), |(_, r)| {
+                r.map_err(Error::from)
+            })
     }
 
     /// Runs one script call on every master at once (on a cluster, the master of its slot),
@@ -460,7 +458,7 @@ impl Backend {
             .filter(|(_, r)| {
                 r.as_ref()
                     .err()
-                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+                    .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
             })
             .map(|(i, _)| *i)
             .collect();
@@ -471,7 +469,10 @@ impl Backend {
                 }
             }
         }
-        replies.into_iter().map(|(_, r)| r).collect()
+        replies
+            .into_iter()
+            .map(|(_, r)| r.map_err(Error::from))
+            .collect()
     }
 
     /// The number of masters whose agreement holds a lock (1 of 1, or a majority).
@@ -513,7 +514,7 @@ impl Backend {
         let mut replies = self.call_all(&call, &self.all(), by, false);
         let retry: Vec<usize> = replies
             .iter()
-            .filter(|(_, r)| r.as_ref().err().is_some_and(Error::is_retriable))
+            .filter(|(_, r)| r.as_ref().err().is_some_and(Fault::is_retriable))
             .map(|(i, _)| *i)
             .collect();
         // The retry takes a new connection (a failure clears the master's idle ones), and
@@ -538,8 +539,9 @@ impl Backend {
         }
         let mut parsed = replies.into_iter().map(|(_, r)| {
             r.and_then(|v| {
-                scripts::parse_release(&v).ok_or_else(|| scripts::unexpected("release", &v))
+                scripts::parse_release(&v).ok_or_else(|| Fault::bad_reply("release", &v))
             })
+            .map_err(Error::from)
         });
         if self.single() {
             return parsed.next().unwrap_or(Err(Error::NoQuorum {
@@ -637,7 +639,7 @@ impl Backend {
             .filter(|(_, r)| {
                 r.as_ref()
                     .err()
-                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+                    .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
             })
             .map(|(i, _)| *i)
             .collect();
@@ -704,7 +706,7 @@ impl Backend {
     fn renewed(
         &self,
         counts: &[usize],
-        replies: &[(usize, Result<Vec<Value>>)],
+        replies: &[(usize, Result<Vec<Value>, Fault>)],
     ) -> Vec<Option<bool>> {
         let masters = self.nodes.len();
         let n: usize = counts.iter().sum();
@@ -749,7 +751,7 @@ impl Backend {
             return c
                 .each_master(&cmd)
                 .into_iter()
-                .map(|(n, r)| (n, r.and_then(|v| one(Some(v)))))
+                .map(|(n, r)| (n, r.and_then(|v| one(Some(v))).map_err(Error::from)))
                 .collect();
         }
         let call = Call {
@@ -758,7 +760,7 @@ impl Backend {
         };
         self.call_all(&call, &self.all(), Deadline::NONE, false)
             .into_iter()
-            .map(|(i, r)| (self.nodes[i].name.clone(), r))
+            .map(|(i, r)| (self.nodes[i].name.clone(), r.map_err(Error::from)))
             .collect()
     }
 
@@ -767,7 +769,7 @@ impl Backend {
     /// each master with its own cursor, every step within the command timeout and the whole
     /// within `by`. Each master's name with its keys (a key may come twice; callers dedupe).
     pub(crate) fn scan(&self, pattern: &str, by: Deadline) -> Vec<(String, Result<Vec<String>>)> {
-        let step = |i: usize, cursor: &str| -> Result<Value> {
+        let step = |i: usize, cursor: &str| -> Result<Value, Fault> {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
                 .arg("MATCH")
@@ -784,7 +786,7 @@ impl Backend {
             self.call_all(&call, &[i], by, true)
                 .into_iter()
                 .next()
-                .map_or(Err(Error::timeout("no reply")), |(_, r)| r)
+                .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
         };
         let names: Vec<String> = match &self.cluster {
             Some(c) => c.master_names(),
@@ -798,7 +800,7 @@ impl Backend {
                 let mut cursor = "0".to_owned();
                 let result = loop {
                     if by.passed() {
-                        break Err(Error::timeout("SCAN of the lock keys"));
+                        break Err(Fault::timeout("SCAN of the lock keys"));
                     }
                     match step(i, &cursor).and_then(scan_reply) {
                         Ok((next, found)) => {
@@ -811,7 +813,7 @@ impl Backend {
                         Err(e) => break Err(e),
                     }
                 };
-                (name, result)
+                (name, result.map_err(Error::from))
             })
             .collect()
     }
@@ -836,7 +838,7 @@ impl Backend {
         &self,
         cmd: redis::Cmd,
         by: Deadline,
-        yes: impl Fn(&Result<Value>) -> Option<bool>,
+        yes: impl Fn(&Result<Value, Fault>) -> Option<bool>,
     ) -> Result<bool> {
         let call = Call {
             which: Which::Renew,
@@ -848,7 +850,7 @@ impl Backend {
             .filter(|(_, r)| {
                 r.as_ref()
                     .err()
-                    .is_some_and(|e| e.is_retriable() && !is_marked_down(e))
+                    .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
             })
             .map(|(i, _)| *i)
             .collect();
@@ -868,15 +870,18 @@ impl Backend {
                     held += usize::from(y);
                 }
                 None => {
-                    first_error.get_or_insert(r.err().unwrap_or(Error::timeout("no reply")));
+                    first_error.get_or_insert(r.err().unwrap_or(Fault::timeout("no reply")));
                 }
             }
         }
         if answered < self.quorum {
-            return Err(first_error.unwrap_or(Error::NoQuorum {
-                reached: answered,
-                needed: self.quorum,
-            }));
+            return Err(first_error.map_or(
+                Error::NoQuorum {
+                    reached: answered,
+                    needed: self.quorum,
+                },
+                Error::from,
+            ));
         }
         Ok(held >= self.quorum)
     }
@@ -892,7 +897,7 @@ impl Backend {
             Ok(Value::SimpleString(s)) => Some(!s.is_empty() && !s.starts_with('#')),
             Ok(_) => Some(false),
             // WRONGTYPE: a key, not a string.
-            Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => Some(true),
+            Err(Fault::Redis(e)) if e.code() == Some("WRONGTYPE") => Some(true),
             Err(_) => None,
         })
     }
@@ -948,7 +953,7 @@ impl Backend {
                 Ok(ok) => loaded = Some(loaded.unwrap_or(true) && ok),
                 Err(e) => {
                     if self.single() {
-                        return Err(e);
+                        return Err(e.into());
                     }
                     log::warn!("master {} did not answer: {e}", self.nodes[i].name);
                 }
@@ -972,8 +977,7 @@ impl Backend {
                     Ok(Value::Int(1)) => true,
                     Ok(_) => false,
                     // A master that does not answer now is judged by its FUNCTION LOAD.
-                    Err(Error::Redis(e)) if e.code().is_none() => true,
-                    Err(Error::Timeout { .. }) => true,
+                    Err(e) if unanswered(&e) => true,
                     Err(e) => {
                         log::debug!("FCALL refused on {}: {e}", self.nodes[i].name);
                         false
@@ -995,28 +999,32 @@ impl Backend {
     }
 }
 
-/// Why a master marked down was skipped.
-const MARKED_DOWN: &str = "master marked down after a failure";
-
-fn is_marked_down(e: &Error) -> bool {
-    matches!(e, Error::Timeout { what, .. } if *what == MARKED_DOWN)
+/// Whether `e` says that a master gave no answer now (a failed connection, a timeout, no
+/// time left, an answer that was not RESP), rather than an error of its own.
+fn unanswered(e: &Fault) -> bool {
+    match e {
+        Fault::Redis(r) | Fault::Other(Error::Redis(r)) => r.code().is_none(),
+        Fault::Other(Error::Timeout { .. }) => true,
+        Fault::Other(_) => false,
+        Fault::RanOut { .. }
+        | Fault::MarkedDown
+        | Fault::Timeout { .. }
+        | Fault::Io { .. }
+        | Fault::NotRedis { .. }
+        | Fault::BadReply { .. } => true,
+    }
 }
 
 fn is_readonly(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::ReadOnly))
 }
 
-fn is_readonly_error(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
-}
-
 fn is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
 }
 
-/// The single reply of a one-command round, with a server error turned into `Err`.
 /// A `SCAN` reply: the next cursor and the keys of this step.
-fn scan_reply(v: Value) -> Result<(String, Vec<String>)> {
+fn scan_reply(v: Value) -> Result<(String, Vec<String>), Fault> {
     let text = |v: &Value| match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -1028,13 +1036,14 @@ fn scan_reply(v: Value) -> Result<(String, Vec<String>)> {
     {
         return Ok((cursor, keys.iter().filter_map(text).collect()));
     }
-    Err(crate::protocol::scripts::unexpected("SCAN", &v))
+    Err(Fault::bad_reply("SCAN", &v))
 }
 
-fn one(v: Option<Value>) -> Result<Value> {
+/// The single reply of a one-command round, with a server error turned into `Err`.
+fn one(v: Option<Value>) -> Result<Value, Fault> {
     match v {
-        Some(Value::ServerError(e)) => Err(Error::Redis(e.into())),
+        Some(Value::ServerError(e)) => Err(Fault::Redis(e.into())),
         Some(v) => Ok(v),
-        None => Err(Error::timeout("no reply")),
+        None => Err(Fault::timeout("no reply")),
     }
 }

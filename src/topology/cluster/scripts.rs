@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::error::{Error, Result};
 use crate::protocol::library::{self, Library};
 use crate::protocol::scripts::{Call, Which};
 use crate::transport::conn::{Conn, Deadline};
+use crate::transport::fault::Fault;
 
 /// The scripts as a cluster runs them: `publish` is `spublish` (sharded pub/sub).
 static SHARDED: LazyLock<Vec<(Which, redis::Script, String)>> = LazyLock::new(|| {
@@ -57,17 +57,17 @@ pub(super) fn packed(call: &Call, functions: bool) -> Vec<u8> {
 }
 
 /// Loads the sharded function library on `con`.
-pub(super) fn load_library(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<()> {
+pub(super) fn load_library(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<(), Fault> {
     con.send(&LIBRARY.load().get_packed_command(), timeout, by)?;
     match con.recv(timeout, by)? {
         v if library::loaded(&v) => Ok(()),
-        Value::ServerError(e) => Err(Error::Redis(e.into())),
+        Value::ServerError(e) => Err(Fault::Redis(e.into())),
         _ => Ok(()),
     }
 }
 
 /// Loads every sharded script on `con`.
-pub(super) fn load_scripts(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<()> {
+pub(super) fn load_scripts(con: &mut Conn, timeout: Duration, by: Deadline) -> Result<(), Fault> {
     let mut packed = Vec::new();
     for (_, _, source) in SHARDED.iter() {
         redis::cmd("SCRIPT")
@@ -78,7 +78,7 @@ pub(super) fn load_scripts(con: &mut Conn, timeout: Duration, by: Deadline) -> R
     con.send(&packed, timeout, by)?;
     for _ in SHARDED.iter() {
         if let Value::ServerError(e) = con.recv(timeout, by)? {
-            return Err(Error::Redis(e.into()));
+            return Err(Fault::Redis(e.into()));
         }
     }
     Ok(())
