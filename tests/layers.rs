@@ -880,8 +880,8 @@ fn the_check_finds_lock_types_that_import_each_other() {
 --- locks/rwlock.rs
 use crate::locks::fair_mutex::eval_twice;
 --- locks/fair_mutex.rs
-use crate::locks::calls::family_keys;
---- locks/family.rs
+use crate::locks::calls::eval_twice;
+--- locks/calls.rs
 --- locks/mutex/mod.rs
 mod guard;
 use guard::MutexGuard;

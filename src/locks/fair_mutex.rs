@@ -740,7 +740,7 @@ fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     release_by_script(
         &mutex.client,
         &call,
-        "fair release",
+        ("fair release", scripts::parse_release),
         hold,
         was_held,
         key,

@@ -229,7 +229,8 @@ fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
 }
 
-/// Runs the release `call` of the script `what` for `hold` within `by`, retried once on a new
+/// Runs the release `call` of the script `what`, whose reply `parse` reads, for `hold` within
+/// `by`, retried once on a new
 /// connection (a failure clears the pool): the first attempt may have released before its reply
 /// was lost, or never ran (Redis restarted empty), and the same call, retried, tells them apart
 /// by the release marker the first attempt left; what it cannot tell is a loss. `was_held`:
@@ -238,14 +239,14 @@ fn release_bound(lock: &dyn Release) -> Deadline {
 pub(crate) fn release_by_script(
     core: &Core,
     call: &Call,
-    what: &str,
+    (what, parse): (&str, fn(&redis::Value) -> Option<ReleaseReply>),
     hold: &Arc<Hold>,
     was_held: bool,
     foreign: &str,
     by: Deadline,
 ) -> Result<()> {
     let reply = eval_twice(core, call, by)
-        .and_then(|v| scripts::parse_release(&v).ok_or_else(|| scripts::unexpected(what, &v)));
+        .and_then(|v| parse(&v).ok_or_else(|| scripts::unexpected(what, &v)));
     released(core.shared(), hold, was_held, foreign, reply)
 }
 

@@ -362,15 +362,15 @@ impl RwLock {
         let reply = driver::within(&self.client, self.name(), budget, |by| {
             eval_twice(&self.client, &call, by)
         })?;
-        match reply {
+        match family::parse_reenter(&reply) {
             // Held by this acquisition: one more level (lost or released locally meanwhile:
             // a new acquisition).
-            Value::Int(1) => Ok(hold.enter(sent).then_some(hold)),
-            Value::Int(0) => {
+            Some(true) => Ok(hold.enter(sent).then_some(hold)),
+            Some(false) => {
                 shared.report_lost(&hold);
                 Ok(None)
             }
-            v => Err(scripts::unexpected("rw reenter", &v)),
+            None => Err(scripts::unexpected("rw reenter", &reply)),
         }
     }
 
@@ -609,7 +609,15 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
     };
     let call = family::rw_release(keys, hold.holder(), read);
     let key = &lock.write_keys.lock;
-    release_by_script(&lock.client, &call, "rw release", hold, was_held, key, by)
+    release_by_script(
+        &lock.client,
+        &call,
+        ("rw release", family::parse_family_release),
+        hold,
+        was_held,
+        key,
+        by,
+    )
 }
 
 macro_rules! guard {

@@ -145,10 +145,8 @@ impl Semaphore {
         let call = family::sem_used(&self.keys);
         let by = Deadline::after(self.client.shared().config.one_call());
         let v = eval_twice(&self.client, &call, by)?;
-        let used = match v {
-            Value::Int(n) => u32::try_from(n).unwrap_or(u32::MAX),
-            other => return Err(scripts::unexpected("semaphore used", &other)),
-        };
+        let used =
+            family::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
         Ok(self.permits.saturating_sub(used))
     }
 
@@ -524,7 +522,7 @@ impl Semaphore {
         release_by_script(
             &self.client,
             &call,
-            "semaphore release",
+            ("semaphore release", family::parse_family_release),
             hold,
             was_held,
             key,

@@ -428,7 +428,6 @@ pub(crate) fn parse_acquire(v: &Value, request: &str) -> Option<AcquireReply> {
 /// [`ReleaseReply::OtherOwner`], `-3` [`ReleaseReply::Foreign`], `-4`
 /// [`ReleaseReply::ReleasedBefore`]. Nothing is published that the caller counts, so
 /// `listeners` is 0. `None` for a reply of another shape.
-#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
 pub(crate) fn parse_family_release(v: &Value) -> Option<ReleaseReply> {
     match v {
         Value::Int(n) if *n >= 0 => Some(ReleaseReply::Released {
@@ -446,7 +445,6 @@ pub(crate) fn parse_family_release(v: &Value) -> Option<ReleaseReply> {
 /// Parses a read-write lock's re-entry reply ([`rw_reenter`]): `Some(true)` the acquisition
 /// still holds (one more level), `Some(false)` it does not any more; `None` for a reply of
 /// another shape.
-#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
 pub(crate) fn parse_reenter(v: &Value) -> Option<bool> {
     match v {
         Value::Int(1) => Some(true),
@@ -458,7 +456,6 @@ pub(crate) fn parse_reenter(v: &Value) -> Option<bool> {
 /// Parses a semaphore's permits-used reply ([`sem_used`]): the permits live leases hold
 /// (an older client's semaphore counts as all of them used: `u32::MAX` or near it). `None` for
 /// a reply of another shape.
-#[cfg_attr(not(test), allow(dead_code))] // for the lock types' replies
 pub(crate) fn parse_used(v: &Value) -> Option<u32> {
     match v {
         Value::Int(_) => Some(u32::try_from(int(v)?).unwrap_or(u32::MAX)),
