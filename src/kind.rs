@@ -21,6 +21,8 @@ pub(crate) enum Kind {
     Write,
     /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
     Permits,
+    /// The leadership of an [`Election`](crate::Election): a Mutex on the election's keys.
+    Election,
 }
 
 impl Kind {
@@ -33,7 +35,14 @@ impl Kind {
             Kind::FairMutex | Kind::FairPlace => "fair_mutex",
             Kind::Read | Kind::Write => "rw_lock",
             Kind::Permits => "semaphore",
+            Kind::Election => "election",
         }
+    }
+
+    /// Whether holds of this kind are Mutex locks, renewed by the Mutex's scripts (in the
+    /// renewal thread's batches): a mutex's, and an election's leadership.
+    pub(crate) fn is_mutex(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::MultiMutex | Kind::Election)
     }
 
     /// Whether a hold of this kind is a lease the application holds (not a waiter's place).

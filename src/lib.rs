@@ -377,6 +377,7 @@ pub use locks::detached::Detached;
 pub use locks::fair_mutex::{FairMutex, FairMutexGuard};
 pub use locks::holder::{Holder, LockInfo, LockKind, MAX_LABEL_LEN};
 pub use locks::multi::{MultiGuard, MultiMutex};
+pub use locks::mutex::election::{Election, Leader, Leadership, MAX_PROCLAIM_LEN, Observer};
 pub use locks::mutex::{Mutex, guard::MutexGuard};
 pub use locks::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use locks::semaphore::{Semaphore, SemaphorePermit};

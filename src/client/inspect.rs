@@ -17,7 +17,7 @@ use crate::transport::conn::Deadline;
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The key suffixes (after the hash tag) that say a lock type holds or waits for a name.
-const SUFFIXES: [(&str, LockKind); 10] = [
+const SUFFIXES: [(&str, LockKind); 11] = [
     (":lock", LockKind::Mutex),
     (":fair", LockKind::FairMutex),
     (":fair:queue", LockKind::FairMutex),
@@ -28,6 +28,7 @@ const SUFFIXES: [(&str, LockKind); 10] = [
     (":rw:eager", LockKind::RwLock),
     (":sem", LockKind::Semaphore),
     (":sem:leases", LockKind::Semaphore),
+    (":elect", LockKind::Election),
 ];
 
 /// The locks held under a client's key prefix: an iterator of [`LockInfo`], from
@@ -144,8 +145,10 @@ impl Client {
     /// Frees the lock `name` of type `kind` on the server, whoever holds it: the
     /// `force_unlock` of [`Mutex`](crate::Mutex::force_unlock),
     /// [`FairMutex`](crate::FairMutex::force_unlock),
-    /// [`RwLock`](crate::RwLock::force_unlock) or
-    /// [`Semaphore`](crate::Semaphore::force_unlock), for tools that have a name and a type.
+    /// [`RwLock`](crate::RwLock::force_unlock),
+    /// [`Semaphore`](crate::Semaphore::force_unlock) or
+    /// [`Election`](crate::Election::force_unlock) (a new election follows), for tools that
+    /// have a name and a type.
     /// `true` when something was held.
     ///
     /// # Errors
@@ -157,14 +160,16 @@ impl Client {
             LockKind::FairMutex => self.fair_mutex(name)?.force_unlock(),
             LockKind::RwLock => self.rw_lock(name)?.force_unlock(),
             LockKind::Semaphore => self.semaphore(name, 1)?.force_unlock(),
+            LockKind::Election => self.election(name)?.force_unlock(),
         }
     }
 
     /// The lock types this client can hold: all of them on one server, Sentinel or a cluster;
-    /// on a quorum client only the [`Mutex`](crate::Mutex) (the others need one server).
+    /// on a quorum client the [`Mutex`](crate::Mutex) and the [`Election`](crate::Election)
+    /// (the others need one server).
     fn kinds(&self) -> &'static [LockKind] {
         if self.masters() > 1 {
-            &[LockKind::Mutex]
+            &[LockKind::Mutex, LockKind::Election]
         } else {
             &LockKind::ALL
         }
@@ -174,6 +179,7 @@ impl Client {
     fn info_of(&self, name: &str, kind: LockKind) -> Result<LockInfo> {
         let mut shared = false;
         let mut waiters = None;
+        let mut value = None;
         let holders = match kind {
             LockKind::Mutex => self.mutex(name)?.holder()?.into_iter().collect(),
             LockKind::FairMutex => {
@@ -194,6 +200,13 @@ impl Client {
                 }
             }
             LockKind::Semaphore => self.semaphore(name, 1)?.holders()?,
+            LockKind::Election => match self.election(name)?.leader()? {
+                Some(leader) => {
+                    value = leader.value.clone();
+                    vec![leader.into_holder()]
+                }
+                None => Vec::new(),
+            },
         };
         Ok(LockInfo {
             name: name.to_owned(),
@@ -201,6 +214,7 @@ impl Client {
             holders,
             shared,
             waiters,
+            value,
         })
     }
 }

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::locks::fair_mutex::FairMutex;
 use crate::locks::multi::MultiMutex;
 use crate::locks::mutex::Mutex;
+use crate::locks::mutex::election::Election;
 use crate::locks::rwlock::RwLock;
 use crate::locks::semaphore::Semaphore;
 use crate::protocol::keys::{self, LockKeys};
@@ -189,6 +190,37 @@ impl Client {
     pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
         keys::validate_name(name)?;
         Ok(RwLock::new(
+            self.core.clone(),
+            &self.core.shared().config.prefix,
+            name,
+        ))
+    }
+
+    /// A handle on the election called `name` (see [`Election`]): one candidate leads at a
+    /// time, and everyone can see which, with its term and the value it proclaimed. On every
+    /// deployment a [`Mutex`] runs on: one server, Sentinel, a cluster, a quorum of masters.
+    /// Cheap: nothing is sent to Redis. An election's keys are its own: a `Mutex` of the same
+    /// name is another lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] as for [`mutex`](Client::mutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// if let Some(leader) = client.election("scheduler")?.leader()? {
+    ///     println!("led by {} (term {}): {:?}", leader.label, leader.term, leader.value);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Error::InvalidName`]: crate::Error::InvalidName
+    pub fn election(&self, name: &str) -> Result<Election> {
+        keys::validate_name(name)?;
+        Ok(Election::new(
             self.core.clone(),
             &self.core.shared().config.prefix,
             name,

@@ -101,6 +101,11 @@ impl<G: Guard> Detached<G> {
         }
     }
 
+    /// What the hold is while detached.
+    pub(crate) fn parts(&self) -> &G::Parts {
+        &self.parts
+    }
+
     /// Makes the calling thread the hold's owner: an ordinary guard, which re-enters and
     /// releases from this thread. No I/O.
     ///

@@ -57,6 +57,25 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// A holder of these parts.
+    pub(crate) fn new_parts(
+        label: String,
+        thread: String,
+        hold_count: u32,
+        fencing_token: u64,
+        held_for: Duration,
+        lease_left: Duration,
+    ) -> Holder {
+        Holder {
+            label,
+            thread,
+            hold_count,
+            fencing_token,
+            held_for,
+            lease_left,
+        }
+    }
+
     /// A holder from the owner id stored on the server and what the lock type knows of it.
     pub(crate) fn new(
         owner: &str,
@@ -91,24 +110,28 @@ pub enum LockKind {
     RwLock,
     /// A [`Semaphore`](crate::Semaphore).
     Semaphore,
+    /// An [`Election`](crate::Election): its holder is the leader.
+    Election,
 }
 
 impl LockKind {
     /// Every kind, in the order listings use.
-    pub const ALL: [LockKind; 4] = [
+    pub const ALL: [LockKind; 5] = [
         LockKind::Mutex,
         LockKind::FairMutex,
         LockKind::RwLock,
         LockKind::Semaphore,
+        LockKind::Election,
     ];
 
-    /// `"mutex"`, `"fair_mutex"`, `"rw_lock"` or `"semaphore"`.
+    /// `"mutex"`, `"fair_mutex"`, `"rw_lock"`, `"semaphore"` or `"election"`.
     pub fn as_str(self) -> &'static str {
         match self {
             LockKind::Mutex => "mutex",
             LockKind::FairMutex => "fair_mutex",
             LockKind::RwLock => "rw_lock",
             LockKind::Semaphore => "semaphore",
+            LockKind::Election => "election",
         }
     }
 }
@@ -130,7 +153,7 @@ impl FromStr for LockKind {
             .ok_or_else(|| {
                 Error::config(
                     "lock type",
-                    "must be one of mutex, fair_mutex, rw_lock, semaphore",
+                    "must be one of mutex, fair_mutex, rw_lock, semaphore, election",
                 )
             })
     }
@@ -155,6 +178,9 @@ pub struct LockInfo {
     /// count on the server (a [`Mutex`](crate::Mutex) or [`Semaphore`](crate::Semaphore),
     /// whose waiters only listen for the release).
     pub waiters: Option<usize>,
+    /// What the leader of an [`Election`](crate::Election) proclaimed (its holder is the
+    /// leader, its fencing token the term); `None` for the other types.
+    pub value: Option<String>,
 }
 
 /// Whether `label` may be a client's label: not empty, at most [`MAX_LABEL_LEN`] bytes, no

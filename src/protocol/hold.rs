@@ -400,7 +400,7 @@ impl Hold {
 /// The renew call of a registered hold, by its lock type.
 pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
     match hold.kind {
-        Kind::Mutex | Kind::MultiMutex => scripts::renew(
+        Kind::Mutex | Kind::MultiMutex | Kind::Election => scripts::renew(
             &hold.keys,
             &hold.acquisition,
             hold.lease,

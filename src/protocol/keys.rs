@@ -195,6 +195,12 @@ pub(crate) fn mark_key(prefix: &str, slot: u16) -> String {
     format!("{prefix}{{{}}}:fence", mark_tag(slot))
 }
 
+/// The key of the value the leader of an election proclaimed: `P{T}:elect:value`, beside
+/// `keys` (see [`LockKeys::election`]).
+pub(crate) fn election_value(keys: &LockKeys) -> String {
+    format!("{}:value", keys.lock)
+}
+
 /// `P{T}`: the part every key and channel of the name `name` starts with.
 fn base(prefix: &str, name: &str) -> String {
     format!("{prefix}{{{}}}", encode_name(name))
@@ -215,6 +221,14 @@ impl LockKeys {
             lock,
             fence: mark_key(prefix, slot),
         }
+    }
+
+    /// The keys of the election `name` under `prefix`: its leadership is a Mutex on
+    /// `P{T}:elect`, whose releases, announcements and proclamations are published on
+    /// `P{T}:elect:changes` (also its release marker's key); the leader's value is
+    /// [`election_value`].
+    pub(crate) fn election(prefix: &str, name: &str) -> Self {
+        LockKeys::family(prefix, name, "elect", "changes")
     }
 
     /// Derives the keys of `name` under `prefix`; both must already be validated.

@@ -124,10 +124,12 @@ pub(crate) enum Which {
     MultiRelease,
     /// Reads a mutex lock, or frees it by force, for an operator.
     MutexAdmin,
+    /// What only an election does: announce a leader, proclaim its value, read both.
+    Election,
 }
 
 impl Which {
-    pub(crate) const ALL: [Which; 16] = [
+    pub(crate) const ALL: [Which; 17] = [
         Which::Acquire,
         Which::Release,
         Which::Renew,
@@ -144,6 +146,7 @@ impl Which {
         Which::MultiAcquire,
         Which::MultiRelease,
         Which::MutexAdmin,
+        Which::Election,
     ];
 
     fn index(self) -> usize {
@@ -173,6 +176,7 @@ impl Which {
             Which::MultiAcquire => "multi_acquire.lua",
             Which::MultiRelease => "multi_release.lua",
             Which::MutexAdmin => "mutex_admin.lua",
+            Which::Election => "election.lua",
         }
     }
 
@@ -195,6 +199,7 @@ impl Which {
             Which::MultiAcquire => include_str!("scripts/multi_acquire.lua"),
             Which::MultiRelease => include_str!("scripts/multi_release.lua"),
             Which::MutexAdmin => include_str!("scripts/mutex_admin.lua"),
+            Which::Election => include_str!("scripts/election.lua"),
         }
     }
 
@@ -699,6 +704,58 @@ pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
         (0, []) => Some(AdminReply::Free),
         (-1, []) => Some(AdminReply::Foreign),
         _ => None,
+    }
+}
+
+/// What an election call does (`scripts/election.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ElectionOp<'a> {
+    /// Announce the leadership of this acquisition.
+    Announce(&'a str),
+    /// Store the value of this acquisition's leadership.
+    Proclaim(&'a str, &'a str),
+    /// Read the leader and its value.
+    Leader,
+}
+
+/// The election call `op` on the election `keys`, whose leader's value is `value_key`.
+pub(crate) fn election(keys: &LockKeys, value_key: &str, op: ElectionOp<'_>) -> Call {
+    let mut cmd = evalsha(Which::Election, &[&keys.lock, value_key, &keys.channel]);
+    match op {
+        ElectionOp::Announce(acquisition) => cmd.arg("announce").arg(acquisition),
+        ElectionOp::Proclaim(acquisition, value) => cmd.arg("proclaim").arg(acquisition).arg(value),
+        ElectionOp::Leader => cmd.arg("leader"),
+    };
+    Call {
+        which: Which::Election,
+        cmd,
+    }
+}
+
+/// The reply of an election's `announce` or `proclaim`: `Some(true)` done, `Some(false)` the
+/// acquisition does not hold the lock; `None` for a foreign key or a reply of another shape.
+pub(crate) fn parse_election_done(v: &Value) -> Option<bool> {
+    match int(v)? {
+        1 => Some(true),
+        0 => Some(false),
+        _ => None,
+    }
+}
+
+/// The reply of an election's `leader`: what the admin script's `holder` would say of the
+/// lock, and the leader's stored value (`GEN|VALUE`) when there is one.
+pub(crate) fn parse_election_leader(v: &Value) -> Option<(AdminReply, Option<String>)> {
+    let Value::Array(items) = v else { return None };
+    match items.as_slice() {
+        [first, rest @ ..] if int(first) == Some(1) && rest.len() == 5 => {
+            let admin = parse_admin(&Value::Array(items[..5].to_vec()))?;
+            let said = match &items[5] {
+                Value::Nil | Value::Int(0) | Value::Boolean(false) => None,
+                other => Some(text(other)?),
+            };
+            Some((admin, said))
+        }
+        _ => Some((parse_admin(v)?, None)),
     }
 }
 

@@ -83,6 +83,8 @@ pub enum LeaseKind {
     Write,
     /// The permits of one [`Semaphore`](crate::Semaphore) acquisition.
     Permits,
+    /// The leadership of an [`Election`](crate::Election).
+    Leadership,
 }
 
 /// The application's callback for lost leases.
@@ -405,6 +407,7 @@ impl Renewer {
         if let Some(hook) = &self.on_lost {
             let kind = match hold.kind {
                 Kind::Mutex | Kind::MultiMutex => LeaseKind::Mutex,
+                Kind::Election => LeaseKind::Leadership,
                 Kind::FairMutex | Kind::FairPlace => LeaseKind::FairMutex,
                 Kind::Read => LeaseKind::Read,
                 Kind::Write => LeaseKind::Write,
@@ -430,7 +433,7 @@ impl Renewer {
         // Mutex leases share calls of the batch script; other lock types' holds keep their
         // own renew script, one call each.
         let (mut mutexes, others): (Vec<usize>, Vec<usize>) =
-            (0..batch.len()).partition(|&i| batch[i].kind == Kind::Mutex);
+            (0..batch.len()).partition(|&i| batch[i].kind.is_mutex());
         // By lease: a call sends each lease once per run of leases that share it.
         mutexes.sort_by_key(|&i| batch[i].lease);
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
@@ -445,7 +448,7 @@ impl Renewer {
             .iter()
             .map(|g| match g.as_slice() {
                 // Another lock type's hold: its own renew script, one per hold.
-                [one] if batch[*one].kind != Kind::Mutex => {
+                [one] if !batch[*one].kind.is_mutex() => {
                     let h = &batch[*one];
                     (hold::renew_hold(h, self.backend.fence(h.token)), 1)
                 }

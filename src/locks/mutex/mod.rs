@@ -21,6 +21,7 @@ use crate::topology::backend::{AcquireCall, Acquired, Primed};
 use crate::transport::conn::Deadline;
 use guard::MutexGuard;
 
+pub(crate) mod election;
 pub(crate) mod guard;
 pub(crate) mod handoff;
 
@@ -100,6 +101,8 @@ pub struct Mutex {
     lease: Lease,
     /// Overrides the client's maximum hold time.
     max_hold: Option<Duration>,
+    /// What its holds are: a mutex's, or an election's leadership (see `election.rs`).
+    kind: Kind,
 }
 
 impl Mutex {
@@ -109,6 +112,7 @@ impl Mutex {
             keys,
             lease: Lease::Watchdog,
             max_hold: None,
+            kind: Kind::Mutex,
         }
     }
 
@@ -207,56 +211,14 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn holder(&self) -> Result<Option<Holder>> {
-        let shared = self.client.shared();
-        let by = Deadline::after(shared.config.one_call());
+        let by = Deadline::after(self.client.shared().config.one_call());
         let call = scripts::mutex_admin(&self.keys, Admin::Holder);
-        let mut seen: Vec<(String, Holder)> = Vec::new();
-        let (mut answered, mut first_error) = (0, None);
-        for reply in shared.backend.eval_each(&call, by) {
-            match reply.and_then(|v| self.admin_reply(&v)) {
-                Ok(found) => {
-                    answered += 1;
-                    seen.extend(found);
-                }
-                Err(e @ Error::ForeignKey { .. }) => return Err(e),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        let quorum = shared.backend.quorum();
-        if answered < quorum {
-            return Err(first_error.unwrap_or(Error::NoQuorum {
-                reached: answered,
-                needed: quorum,
-            }));
-        }
-        // The acquisition a quorum of masters holds (with one master, the one there).
-        let agree = |a: &String| seen.iter().filter(|(b, _)| b == a).count();
-        let Some((acquisition, _)) = seen.iter().find(|(a, _)| agree(a) >= quorum) else {
-            // Some masters name a holder, but no majority names the same one: the masters
-            // disagree (a split vote, or a holder whose acquisition or release is half done).
-            return match seen.iter().map(|(a, _)| agree(a)).max() {
-                Some(reached) => Err(Error::NoQuorum {
-                    reached,
-                    needed: quorum,
-                }),
-                None => Ok(None),
-            };
+        let read = |v: &redis::Value| {
+            Ok(self
+                .admin_reply(v)?
+                .map(|(acquisition, h)| (acquisition, h, ())))
         };
-        let ours: Vec<&Holder> = seen
-            .iter()
-            .filter(|(a, _)| a == acquisition)
-            .map(|(_, h)| h)
-            .collect();
-        let mut holder = ours[0].clone();
-        for h in &ours[1..] {
-            holder.fencing_token = holder.fencing_token.max(h.fencing_token);
-            holder.hold_count = holder.hold_count.max(h.hold_count);
-            holder.held_for = holder.held_for.max(h.held_for);
-            holder.lease_left = holder.lease_left.min(h.lease_left);
-        }
-        Ok(Some(holder))
+        Ok(self.agreed_holder(&call, by, read)?.map(|(_, h, ())| h))
     }
 
     /// Frees the lock on the server whoever holds it, and wakes its waiters. Returns whether
@@ -319,10 +281,47 @@ impl Mutex {
         }
     }
 
-    /// What one master's admin script reply says: the holder there (with its acquisition, or
-    /// its owner for a lock of the layout before), or nobody.
+    /// The holder a quorum of masters agrees on (with one master, the one there), from `call`
+    /// run on each within `by`, whose reply `read` turns into the holder's acquisition, the
+    /// holder, and what else the call read (`X`, taken from a master that agrees).
+    fn agreed_holder<X>(
+        &self,
+        call: &scripts::Call,
+        by: Deadline,
+        read: impl Fn(&redis::Value) -> Result<Option<(String, Holder, X)>>,
+    ) -> Result<Option<(String, Holder, X)>> {
+        let shared = self.client.shared();
+        let mut seen: Vec<(String, Holder, X)> = Vec::new();
+        let (mut answered, mut first_error) = (0, None);
+        for reply in shared.backend.eval_each(call, by) {
+            match reply.and_then(|v| read(&v)) {
+                Ok(found) => {
+                    answered += 1;
+                    seen.extend(found);
+                }
+                Err(e @ Error::ForeignKey { .. }) => return Err(e),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let quorum = shared.backend.quorum();
+        if answered < quorum {
+            return Err(first_error.unwrap_or(Error::NoQuorum {
+                reached: answered,
+                needed: quorum,
+            }));
+        }
+        agree(seen, quorum)
+    }
+
     fn admin_reply(&self, v: &redis::Value) -> Result<Option<(String, Holder)>> {
         let reply = scripts::parse_admin(v).ok_or_else(|| scripts::unexpected("mutex_admin", v))?;
+        self.admin_holder(reply)
+    }
+
+    /// The holder an admin reading names: its acquisition and what it shows.
+    fn admin_holder(&self, reply: AdminReply) -> Result<Option<(String, Holder)>> {
         let foreign = || Error::ForeignKey {
             key: self.keys.lock.clone(),
         };
@@ -536,7 +535,8 @@ impl Mutex {
             acquisition: &acquisition,
             last,
         };
-        let Adopted::Held(hold) = shared.adopt(&self.keys, owner.to_owned(), grant, self.terms())
+        let Adopted::Held(hold) =
+            shared.adopt_as(self.kind, &self.keys, owner.to_owned(), grant, self.terms())
         else {
             self.free_unusable(&acquisition, token, by);
             return Ok(Attempt::busy(Duration::ZERO));
@@ -580,7 +580,7 @@ impl Mutex {
             owner: shared.owner(),
             request: request_id(),
         };
-        driver::acquire(&mut call, Kind::Mutex, deadline)
+        driver::acquire(&mut call, self.kind, deadline)
     }
 }
 
@@ -668,4 +668,40 @@ impl Release for Mutex {
     fn core(&self) -> &Core {
         &self.client
     }
+}
+
+/// The holder a quorum of masters' answers `seen` name, merged: the highest token, count and
+/// time held, the shortest lease left. `None` when none names one.
+///
+/// # Errors
+///
+/// [`Error::NoQuorum`] when some masters name a holder but no majority names the same one
+/// (the masters disagree: a split vote, or a holder whose acquisition or release is half
+/// done).
+fn agree<X>(seen: Vec<(String, Holder, X)>, quorum: usize) -> Result<Option<(String, Holder, X)>> {
+    let agree = |a: &String| seen.iter().filter(|(b, ..)| b == a).count();
+    let Some(acquisition) = seen
+        .iter()
+        .map(|(a, ..)| a.clone())
+        .find(|a| agree(a) >= quorum)
+    else {
+        return match seen.iter().map(|(a, ..)| agree(a)).max() {
+            Some(reached) => Err(Error::NoQuorum {
+                reached,
+                needed: quorum,
+            }),
+            None => Ok(None),
+        };
+    };
+    let mut ours = seen.into_iter().filter(|(a, ..)| *a == acquisition);
+    let Some((_, mut holder, extra)) = ours.next() else {
+        return Ok(None);
+    };
+    for (_, h, _) in ours {
+        holder.fencing_token = holder.fencing_token.max(h.fencing_token);
+        holder.hold_count = holder.hold_count.max(h.hold_count);
+        holder.held_for = holder.held_for.max(h.held_for);
+        holder.lease_left = holder.lease_left.min(h.lease_left);
+    }
+    Ok(Some((acquisition, holder, extra)))
 }
