@@ -122,6 +122,8 @@ pub enum Access {
     Write,
     /// `n` permits of a semaphore of `of` permits.
     Permits { n: u32, of: u32 },
+    /// The leadership of an election (its token is the term).
+    Lead,
 }
 
 impl Access {
@@ -132,6 +134,7 @@ impl Access {
             Access::Read => "r".into(),
             Access::Write => "w".into(),
             Access::Permits { n, of } => format!("p{n}/{of}"),
+            Access::Lead => "l".into(),
         }
     }
 
@@ -141,6 +144,7 @@ impl Access {
             "f" => Access::Fair,
             "r" => Access::Read,
             "w" => Access::Write,
+            "l" => Access::Lead,
             _ => {
                 let (n, of) = s.strip_prefix('p')?.split_once('/')?;
                 Access::Permits {
@@ -153,7 +157,10 @@ impl Access {
 
     /// Held by one owner at a time (a token, re-entry grouped by it).
     fn exclusive(self) -> bool {
-        matches!(self, Access::Excl | Access::Fair | Access::Write)
+        matches!(
+            self,
+            Access::Excl | Access::Fair | Access::Write | Access::Lead
+        )
     }
 
     /// The type of lock held.
@@ -163,6 +170,7 @@ impl Access {
             Access::Fair => LockKind::FairMutex,
             Access::Read | Access::Write => LockKind::RwLock,
             Access::Permits { .. } => LockKind::Semaphore,
+            Access::Lead => LockKind::Election,
         }
     }
 }
@@ -190,6 +198,9 @@ pub enum CallKind {
     Drop,
     /// `Client::force_unlock`, by the fault plan (see [`FaultKind::ForcedUnlock`]).
     ForceUnlock,
+    /// An election's observer, followed to the end of the run: `Unexpected` when the last
+    /// state it yielded is not the election's state then (see `model/worker.rs`).
+    Observe,
 }
 
 impl CallKind {
@@ -202,6 +213,7 @@ impl CallKind {
             "unlock" => CallKind::Unlock,
             "drop" => CallKind::Drop,
             "force_unlock" => CallKind::ForceUnlock,
+            "observe" => CallKind::Observe,
             _ => return None,
         })
     }
@@ -215,6 +227,7 @@ impl CallKind {
             CallKind::Unlock => "unlock",
             CallKind::Drop => "drop",
             CallKind::ForceUnlock => "force_unlock",
+            CallKind::Observe => "observe",
         }
     }
 }
@@ -984,26 +997,34 @@ pub fn section_summary(h: &History) -> String {
             Access::Read => "read",
             Access::Write => "write",
             Access::Permits { .. } => "permits",
+            Access::Lead => "leadership",
         }
     }
-    ["mutex", "fair mutex", "read", "write", "permits"]
-        .iter()
-        .map(|what| {
-            let of: Vec<&Section> = h
-                .sections
-                .iter()
-                .filter(|s| kind(s.access) == *what)
-                .collect();
-            let told = of.iter().filter(|s| s.told != 0).count();
-            format!("{what} {} ({told} told lost)", of.len())
-        })
-        .chain(std::iter::once({
-            // Sections of names held through a `MultiMutex` (one per name of the set).
-            let sets = h.sections.iter().filter(|s| s.handle == "set").count();
-            format!("mutex sections in sets {sets}")
-        }))
-        .collect::<Vec<_>>()
-        .join(", ")
+    [
+        "mutex",
+        "fair mutex",
+        "read",
+        "write",
+        "permits",
+        "leadership",
+    ]
+    .iter()
+    .map(|what| {
+        let of: Vec<&Section> = h
+            .sections
+            .iter()
+            .filter(|s| kind(s.access) == *what)
+            .collect();
+        let told = of.iter().filter(|s| s.told != 0).count();
+        format!("{what} {} ({told} told lost)", of.len())
+    })
+    .chain(std::iter::once({
+        // Sections of names held through a `MultiMutex` (one per name of the set).
+        let sets = h.sections.iter().filter(|s| s.handle == "set").count();
+        format!("mutex sections in sets {sets}")
+    }))
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 /// Per call kind: calls, and the one that came closest to (or went furthest past) its bound
@@ -1018,9 +1039,10 @@ pub fn call_summary(h: &History) -> String {
         CallKind::Unlock,
         CallKind::Drop,
         CallKind::ForceUnlock,
+        CallKind::Observe,
     ] {
         let calls: Vec<&Call> = h.calls.iter().filter(|c| c.kind == kind).collect();
-        if kind == CallKind::ForceUnlock && calls.is_empty() {
+        if matches!(kind, CallKind::ForceUnlock | CallKind::Observe) && calls.is_empty() {
             continue;
         }
         let worst = calls

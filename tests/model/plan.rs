@@ -31,6 +31,8 @@ pub struct Settings {
     pub fair_name: String,
     pub rw_name: String,
     pub sem_name: String,
+    /// The election's name.
+    pub election_name: String,
     /// The semaphore's permit count.
     pub sem_permits: u32,
     pub secs: u64,
@@ -82,6 +84,11 @@ pub struct Settings {
     /// `LOCKSMITH_MODEL_DETACH=0`; off with plain mutexes only (the regression seeds found so
     /// replay as they were found).
     pub detach: bool,
+    /// Threads now and then campaign in the election instead of an operation (a leadership
+    /// held as a level is), drawn from a stream of their own; every process observes the
+    /// election and checks, at the end, that its observer saw the election's last state. On
+    /// with the other lock types.
+    pub elections: bool,
 }
 
 impl Settings {
@@ -95,6 +102,7 @@ impl Settings {
             fair_name: "model:fair".into(),
             rw_name: "model:rw".into(),
             sem_name: "model:sem".into(),
+            election_name: "model:elect".into(),
             sem_permits: 3,
             secs,
             lease: Duration::from_millis(3000),
@@ -119,6 +127,7 @@ impl Settings {
             force: std::env::var("LOCKSMITH_MODEL_FORCE").map_or(true, |v| v.trim() != "0"),
             clock_steps: false,
             detach: detach_default(),
+            elections: true,
         }
     }
 
@@ -247,6 +256,7 @@ impl Settings {
             multi: false,
             force: false,
             detach: false,
+            elections: false,
             ..Settings::new(secs)
         }
     }
@@ -264,6 +274,9 @@ impl Settings {
             out.push((&self.rw_name, LockKind::RwLock));
             out.push((&self.sem_name, LockKind::Semaphore));
         }
+        if self.elections {
+            out.push((&self.election_name, LockKind::Election));
+        }
         out
     }
 
@@ -275,6 +288,7 @@ impl Settings {
             Target::Rw => &self.rw_name,
             Target::Sem => &self.sem_name,
             Target::Multi { names, .. } => &self.names[names[0]],
+            Target::Election => &self.election_name,
         }
     }
 }
@@ -292,6 +306,8 @@ pub enum Target {
         names: [usize; 3],
         len: usize,
     },
+    /// The election: a level is a leadership.
+    Election,
 }
 
 /// What a level holds.
@@ -399,6 +415,8 @@ pub struct OpPlan {
     multi: Option<Rng>,
     /// Draws whether an operation's hold moves to another thread, and how.
     moves: Option<Rng>,
+    /// Draws whether a thread campaigns in the election instead of an operation.
+    elections: Option<Rng>,
     names: usize,
     family: bool,
     bursts: bool,
@@ -416,6 +434,9 @@ impl OpPlan {
             moves: settings
                 .detach
                 .then(|| Rng::new(sub_seed(seed, 200_000 + (proc * 64 + thread) as u64))),
+            elections: settings
+                .elections
+                .then(|| Rng::new(sub_seed(seed, 400_000 + (proc * 64 + thread) as u64))),
             names: settings.names.len(),
             family: settings.family,
             bursts: settings.bursts,
@@ -540,6 +561,34 @@ impl OpPlan {
         op
     }
 
+    /// Now and then, a campaign instead: the operation's outermost level, held as a
+    /// leadership (an election has no re-entry and no other handle).
+    fn maybe_election(&mut self, op: Op) -> Op {
+        let Some(rng) = self.elections.as_mut() else {
+            return op;
+        };
+        if rng.range(0, 100) >= 12 {
+            return op;
+        }
+        let Some(first) = op.levels.into_iter().next() else {
+            return Op {
+                target: Target::Election,
+                levels: Vec::new(),
+                pause: op.pause,
+            };
+        };
+        Op {
+            target: Target::Election,
+            levels: vec![Level {
+                handle: Handle::Plain,
+                mode: Mode::Excl,
+                moves: Move::Stay,
+                ..first
+            }],
+            pause: op.pause,
+        }
+    }
+
     /// A level of a family type, on its plain handle.
     fn family_level(&mut self, mode: Mode, handle: Handle, acquire: Acquire) -> Level {
         Level {
@@ -647,7 +696,8 @@ impl Iterator for OpPlan {
             6..=7 => self.rw_op(),
             _ => self.sem_op(),
         };
-        Some(self.maybe_move(op))
+        let op = self.maybe_move(op);
+        Some(self.maybe_election(op))
     }
 }
 
@@ -961,6 +1011,10 @@ mod tests {
                     Target::Sem => {
                         assert!(op.levels[1..].iter().all(|l| l.acquire != Acquire::Lock));
                         assert!(modes.iter().all(|m| matches!(m, Mode::Permits(1..=2))));
+                    }
+                    Target::Election => {
+                        assert!(op.levels.len() <= 1, "{op:?}");
+                        assert!(modes.iter().all(|m| *m == Mode::Excl));
                     }
                 }
             }

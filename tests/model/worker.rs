@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use locksmith::{
-    Client, Detached, FairMutex, FairMutexGuard, MultiGuard, MultiMutex, Mutex, MutexGuard, RwLock,
-    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+    Client, Detached, Election, FairMutex, FairMutexGuard, Leadership, MultiGuard, MultiMutex,
+    Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 
 use crate::check::{Access, Call, CallKind, Outcome, Section};
@@ -66,6 +66,7 @@ enum Lock {
     Rw(RwLock),
     Sem(Semaphore),
     Multi(MultiMutex),
+    Election(Election),
 }
 
 impl Lock {
@@ -77,6 +78,7 @@ impl Lock {
             Lock::Rw(l) => l.name().to_owned(),
             Lock::Sem(s) => s.name().to_owned(),
             Lock::Multi(m) => m.names().collect::<Vec<_>>().join("+"),
+            Lock::Election(e) => e.name().to_owned(),
         }
     }
 
@@ -101,11 +103,13 @@ enum Guard {
     Write(RwLockWriteGuard),
     Permit(SemaphorePermit),
     Multi(MultiGuard),
+    Leader(Leadership),
 }
 
 macro_rules! each_guard {
     ($g:expr, $v:ident => $e:expr) => {
         match $g {
+            Guard::Leader($v) => $e,
             Guard::Multi($v) => $e,
             Guard::Mutex($v) => $e,
             Guard::Fair($v) => $e,
@@ -118,7 +122,15 @@ macro_rules! each_guard {
 
 impl Guard {
     fn is_held(&self) -> bool {
-        each_guard!(self, g => g.is_held())
+        match self {
+            Guard::Leader(l) => l.is_leader(),
+            Guard::Multi(g) => g.is_held(),
+            Guard::Mutex(g) => g.is_held(),
+            Guard::Fair(g) => g.is_held(),
+            Guard::Read(g) => g.is_held(),
+            Guard::Write(g) => g.is_held(),
+            Guard::Permit(g) => g.is_held(),
+        }
     }
 
     fn check(&self) -> locksmith::Result<()> {
@@ -131,6 +143,7 @@ impl Guard {
             Guard::Mutex(g) => g.fencing_token(),
             Guard::Fair(g) => g.fencing_token(),
             Guard::Write(g) => g.fencing_token(),
+            Guard::Leader(l) => l.term(),
             Guard::Read(_) | Guard::Permit(_) | Guard::Multi(_) => 0,
         }
     }
@@ -154,6 +167,7 @@ impl Guard {
             Guard::Write(g) => ("unlock", g.unlock()),
             Guard::Permit(p) => ("release", p.release()),
             Guard::Multi(g) => ("unlock", g.unlock()),
+            Guard::Leader(l) => ("resign", l.resign()),
         }
     }
 }
@@ -168,6 +182,8 @@ impl Guard {
             Guard::Write(g) => g.detach().map(Moving::Write).map_err(Guard::Write),
             Guard::Permit(p) => p.detach().map(Moving::Permit).map_err(Guard::Permit),
             Guard::Multi(g) => g.detach().map(Moving::Multi).map_err(Guard::Multi),
+            // A leadership is `Send` already: it moves as it is, not through `detach`.
+            Guard::Leader(l) => Err(Guard::Leader(l)),
         }
     }
 }
@@ -252,6 +268,15 @@ fn take(lock: &Lock, mode: Mode, form: Form) -> (String, locksmith::Result<Optio
             try_lock,
             try_lock_for,
             try_lock_until
+        ),
+        (Lock::Election(e), _) => forms!(
+            form,
+            Guard::Leader,
+            e,
+            campaign,
+            try_campaign,
+            campaign_for,
+            campaign_until
         ),
         (Lock::Multi(m), _) => forms!(
             form,
@@ -575,6 +600,7 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
     };
     let access = match level.mode {
         Mode::Excl if matches!(base, Lock::Fair(_)) => Access::Fair,
+        Mode::Excl if matches!(base, Lock::Election(_)) => Access::Lead,
         Mode::Excl => Access::Excl,
         Mode::Read => Access::Read,
         Mode::Write => Access::Write,
@@ -635,6 +661,7 @@ pub fn run_op(ctx: &Ctx<'_>, op: &Op, step: &mut u64) {
         ),
         Target::Mutex(_) => Lock::Mutex(client.mutex(name).expect("valid name")),
         Target::Fair => Lock::Fair(client.fair_mutex(name).expect("valid name")),
+        Target::Election => Lock::Election(client.election(name).expect("valid name")),
         Target::Rw => Lock::Rw(client.rw_lock(name).expect("valid name")),
         Target::Sem => Lock::Sem(
             client
@@ -651,6 +678,81 @@ pub fn run_op(ctx: &Ctx<'_>, op: &Op, step: &mut u64) {
         panic::resume_unwind(payload);
     }
     thread::sleep(op.pause);
+}
+
+/// Follows the election through the run and past its end, and logs (an `observe` call)
+/// whether the last state the observer yielded is the election's state once it settled: a
+/// leadership ends when its holder resigns, at the latest a lease after (a stopped holder's
+/// lease runs out), and the observer must see each end, or the successor, within a lease.
+fn observe_election(
+    log: &Journal,
+    settings: &Settings,
+    client: &Client,
+    proc: usize,
+    stop_at: Instant,
+) {
+    let start = mono_ns();
+    let lease = settings.max_lease();
+    let election = client
+        .election(&settings.election_name)
+        .expect("valid name");
+    let Ok(mut observer) = election.observe() else {
+        return;
+    };
+    let mut last: Option<Option<u64>> = None;
+    let mut follow = |until: Instant, last: &mut Option<Option<u64>>| loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        // An error is a fault's (Redis restarted, a connection killed): the next read retries.
+        if let Ok(Some(state)) = observer.next_timeout(left) {
+            *last = Some(state.map(|l| l.term));
+        }
+    };
+    follow(stop_at + Duration::from_secs(2), &mut last);
+    // Every thread's last operation ends (some after a wait of their own) and every lease runs
+    // out: then the observer's last state must be the election's, within a lease of each
+    // change.
+    let give_up = stop_at + lease * 2 + Duration::from_secs(30);
+    let outcome = loop {
+        let now = match election.leader() {
+            Ok(now) => now.map(|l| l.term),
+            Err(e) => break classify(&e),
+        };
+        if last == Some(now) {
+            follow(Instant::now() + Duration::from_millis(200), &mut last);
+            if last == Some(now) && election.leader().ok().map(|l| l.map(|l| l.term)) == Some(now) {
+                break Outcome::Ok;
+            }
+            continue;
+        }
+        if Instant::now() >= give_up {
+            break Outcome::Unexpected(format!(
+                "the observer's last state is {last:?}, the election's {now:?}"
+            ));
+        }
+        follow(Instant::now() + lease + Duration::from_secs(2), &mut last);
+        if last != Some(now) && election.leader().ok().map(|l| l.map(|l| l.term)) == Some(now) {
+            break Outcome::Unexpected(format!(
+                "the observer did not see the election's state {now:?} within a lease: its \
+                 last state is {last:?}"
+            ));
+        }
+    };
+    let end = mono_ns();
+    log.call(&Call {
+        kind: CallKind::Observe,
+        method: "observe".into(),
+        name: settings.election_name.clone(),
+        owner: format!("p{proc}observer"),
+        proc,
+        start,
+        end,
+        bound: end - start,
+        outcome,
+        of: 0,
+    });
 }
 
 /// The whole process: build the client, run the threads from `begin` until `stop_at`, drop the client,
@@ -697,6 +799,10 @@ pub fn run_process(
             .expect("client");
         thread::sleep(begin.saturating_duration_since(Instant::now()));
         thread::scope(|s| {
+            if settings.elections {
+                let (log, client) = (&*log, &client);
+                s.spawn(move || observe_election(log, settings, client, proc, stop_at));
+            }
             for t in 0..settings.threads {
                 let (log, client) = (&*log, &client);
                 s.spawn(move || {
