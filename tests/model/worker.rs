@@ -174,6 +174,7 @@ impl Guard {
 
 impl Guard {
     /// Lets this thread go of the hold (`Err`: it cannot move, and is given back).
+    #[allow(clippy::result_large_err)] // the guard given back, as the library's `detach`
     fn detach(self) -> Result<Moving, Guard> {
         match self {
             Guard::Mutex(g) => g.detach().map(Moving::Mutex).map_err(Guard::Mutex),
