@@ -43,6 +43,53 @@ pub trait Held {
     fn validity(&self) -> Duration;
     /// `unlock()` (`release()` for permits).
     fn unlock(self: Box<Self>) -> Result<()>;
+    /// `detach()`: the hold, free to move to another thread; the guard back when it cannot
+    /// move (a re-entered hold).
+    fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>>;
+}
+
+/// A hold of any lock type detached from its guard ([`locksmith::Detached`]), which may move
+/// to another thread.
+pub trait Moving: Send {
+    fn is_held(&self) -> bool;
+    /// `attach()`: a guard of the calling thread.
+    fn attach(self: Box<Self>) -> Result<Box<dyn Held>>;
+    /// `unlock()` from the calling thread, without attaching.
+    fn unlock(self: Box<Self>) -> Result<()>;
+}
+
+/// `detach` of a guard type, and `Moving` for its detached hold.
+macro_rules! moving {
+    ($($guard:ty),* $(,)?) => {$(
+        impl Moving for locksmith::Detached<$guard> {
+            fn is_held(&self) -> bool {
+                locksmith::Detached::is_held(self)
+            }
+            fn attach(self: Box<Self>) -> Result<Box<dyn Held>> {
+                boxed(locksmith::Detached::attach(*self))
+            }
+            fn unlock(self: Box<Self>) -> Result<()> {
+                locksmith::Detached::unlock(*self)
+            }
+        }
+    )*};
+}
+
+moving!(
+    locksmith::MutexGuard,
+    locksmith::FairMutexGuard,
+    locksmith::RwLockWriteGuard,
+    locksmith::RwLockReadGuard,
+    locksmith::MultiGuard,
+    locksmith::SemaphorePermit,
+);
+
+/// What [`Held::detach`] gives for a guard of type `G`.
+fn detached<G: Held + 'static, D: Moving + 'static>(
+    r: std::result::Result<D, G>,
+) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
+    r.map(|d| Box::new(d) as Box<dyn Moving>)
+        .map_err(|g| Box::new(g) as Box<dyn Held>)
 }
 
 /// A lock handle of any type: the acquire forms every type has, and whether the server says
@@ -86,6 +133,9 @@ macro_rules! held {
             fn unlock(self: Box<Self>) -> Result<()> {
                 <$guard>::unlock(*self)
             }
+            fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
+                detached(<$guard>::detach(*self))
+            }
         }
     )*};
 }
@@ -113,6 +163,9 @@ impl Held for locksmith::SemaphorePermit {
     }
     fn unlock(self: Box<Self>) -> Result<()> {
         self.release()
+    }
+    fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
+        detached(locksmith::SemaphorePermit::detach(*self))
     }
 }
 
@@ -227,6 +280,17 @@ impl Kind {
         }
     }
 
+    /// Whether `other` could take lock `name` of this kind now (for a reader: a writer, as
+    /// readers share), giving it back at once.
+    pub fn free_for(self, other: &Client, name: &str) -> bool {
+        let taker = if self == Kind::Reader {
+            Kind::Writer
+        } else {
+            self
+        };
+        taker.open(other, name).try_lock().unwrap().is_some()
+    }
+
     /// Whether a guard of this kind excludes every other guard of the same lock.
     pub fn exclusive(self) -> bool {
         self != Kind::Reader
@@ -295,6 +359,16 @@ impl Kind {
         }
     }
 }
+
+/// Every kind, a semaphore of one permit.
+pub const ALL: [Kind; 6] = [
+    Kind::Mutex,
+    Kind::Fair,
+    Kind::Writer,
+    Kind::Reader,
+    Kind::Semaphore(1),
+    Kind::Multi,
+];
 
 /// A client whose leases last `lease`.
 pub fn client_with_lease(url: &str, lease: Duration) -> Client {
