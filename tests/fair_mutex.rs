@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bounds, kinds, proxy};
+use common::{bounds, kinds};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use common::{RedisServer, TestChild, with_deadline};
 use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error, LostLease};
-use proxy::Proxy;
 
 fn tag(name: &str) -> String {
     format!("locksmith:{{{}}}", common::encode_name(name))
@@ -269,12 +268,12 @@ fn fifo_order_across_processes() {
     let (procs, threads) = (3, 3);
     let children: Vec<TestChild> = (0..procs)
         .map(|p| {
-            TestChild::spawn(
+            common::spawn_child(
                 "child_fifo_waiters",
                 "fifo",
+                &url,
+                &name,
                 &[
-                    ("LS_URL", url.clone()),
-                    ("LS_NAME", name.clone()),
                     ("LS_FIRST", p.to_string()),
                     ("LS_STEP", procs.to_string()),
                     ("LS_THREADS", threads.to_string()),
@@ -362,15 +361,7 @@ fn dead_queued_waiter_is_skipped_within_its_bound() {
     let holder = client_with_lease(&url, lease);
     let lock = holder.fair_mutex(&name).unwrap();
     let g = lock.lock().unwrap();
-    let mut dead = TestChild::spawn(
-        "child_fair_waiter",
-        "fair-waiter",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
+    let mut dead = common::spawn_leased("child_fair_waiter", "fair-waiter", &url, &name, lease);
     dead.wait_line("queued", Duration::from_secs(30));
     let (tx, rx) = mpsc::channel();
     let (url2, name2) = (url.clone(), name.clone());
@@ -409,15 +400,7 @@ fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
         let holder = client_with_lease(&url, long);
         let lock = holder.fair_mutex(&name).unwrap();
         let g = lock.lock().unwrap();
-        let mut dead = TestChild::spawn(
-            "child_fair_waiter",
-            "fair-waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_LEASE_MS", short.as_millis().to_string()),
-            ],
-        );
+        let mut dead = common::spawn_leased("child_fair_waiter", "fair-waiter", &url, &name, short);
         dead.wait_line("queued", Duration::from_secs(30));
         let (tx, rx) = mpsc::channel();
         let (url2, name2) = (url.clone(), name.clone());
@@ -640,10 +623,7 @@ fn every_lock_type_script_is_loaded_at_build() {
 /// stays.
 #[test]
 fn lost_inner_release_does_not_keep_the_fair_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&purl)
@@ -684,10 +664,7 @@ fn lost_inner_release_does_not_keep_the_fair_lock() {
 /// were cut) leaves the server one level higher; the outermost `unlock()` frees it.
 #[test]
 fn lost_reentry_reply_does_not_keep_the_fair_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&purl)
@@ -728,10 +705,7 @@ fn lost_reentry_reply_does_not_keep_the_fair_lock() {
 /// orphan left behind; a cut re-entry reply counts one level, not two.
 #[test]
 fn cut_fair_acquire_replies_count_once() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
         let name = common::unique_name("fair-cut-acquire");
@@ -759,10 +733,7 @@ fn cut_fair_acquire_replies_count_once() {
 /// touch the waiter's grant.
 #[test]
 fn cut_fair_release_reply_leaves_the_next_grant_alone() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();

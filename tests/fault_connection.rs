@@ -299,10 +299,7 @@ fn s11_cut_release_then_taken_at_once() {
 ///      level left on the server by the failed release must not turn it into a re-entry.
 #[test]
 fn s11_failed_release_then_relock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     let name = common::unique_name("s11b");
     let key = common::lock_key(&name);
     let client = Client::builder(purl.as_str())
@@ -352,10 +349,7 @@ fn s11_failed_release_then_relock() {
 #[test]
 fn s12_late_acquire_reply() {
     let lease = Duration::from_millis(500);
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     let name = common::unique_name("s12");
     let key = common::lock_key(&name);
     let acq = sha(ACQUIRE_LUA);

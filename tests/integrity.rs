@@ -9,14 +9,12 @@
 
 mod common;
 
-use common::proxy;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error, LostLease};
-use proxy::Proxy;
 
 const ACQUIRE_LUA: &str = include_str!("../src/protocol/scripts/acquire.lua");
 const RELEASE_LUA: &str = include_str!("../src/protocol/scripts/release.lua");
@@ -231,10 +229,7 @@ fn quorum_reentry_with_a_minority_replaced_leaves_no_stray_grant() {
 /// while the key stays.
 #[test]
 fn lost_inner_release_does_not_keep_the_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&purl)
@@ -270,10 +265,7 @@ fn lost_inner_release_does_not_keep_the_lock() {
 /// replies were cut) leaves the server one level higher; the outermost `unlock()` frees it.
 #[test]
 fn lost_reentry_reply_does_not_keep_the_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     preload_scripts(&mut conn);
     with_deadline(Duration::from_secs(30), move || {
@@ -308,10 +300,7 @@ fn lost_reentry_reply_does_not_keep_the_lock() {
 /// gone, and nothing of a new owner touched.
 #[test]
 fn outermost_release_retry_is_idempotent() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     preload_scripts(&mut conn);
     with_deadline(Duration::from_secs(30), move || {
@@ -451,10 +440,7 @@ fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 /// reported once, not once by each.
 #[test]
 fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     preload_scripts(&mut conn);
     let renew = sha(include_str!("../src/protocol/scripts/renew.lua"));
     let _: () = redis::cmd("SCRIPT")

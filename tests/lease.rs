@@ -7,7 +7,7 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::Client;
 
 /// Entry point of the holder process of [`killed_holder_lease_expires`]: acquires with the
@@ -42,15 +42,7 @@ fn killed_holder_lease_expires() {
     let mut conn = server.conn();
     let name = common::unique_name("killed-holder");
     let key = common::lock_key(&name);
-    let mut child = TestChild::spawn(
-        "child_holder",
-        "holder",
-        &[
-            ("LS_URL", server.url()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
+    let mut child = common::spawn_leased("child_holder", "holder", &server.url(), &name, lease);
     child.wait_line("locked", Duration::from_secs(30));
 
     // Hold on well past the first lease: renewal keeps the dead-to-be holder's lock alive.

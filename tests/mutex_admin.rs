@@ -159,15 +159,12 @@ fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
         let m = holder.mutex(&name).unwrap();
         let g = m.lock().unwrap();
         let token = g.fencing_token();
-        let child = common::TestChild::spawn(
+        let child = common::spawn_child(
             "child_admin_waiter",
             "admin_waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_DONE", done.clone()),
-                ("LS_HOLD_MS", "300".into()),
-            ],
+            &url,
+            &name,
+            &[("LS_DONE", done.clone()), ("LS_HOLD_MS", "300".into())],
         );
         assert!(
             monitor.wait_blocked(

@@ -309,14 +309,12 @@ fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
     let a = client_with_lease(&url, lease);
     let la = a.rw_lock(&name).unwrap();
     let r = la.read().unwrap();
-    let mut writer = TestChild::spawn(
+    let mut writer = common::spawn_leased(
         "child_rw_waiting_writer",
         "rw-waiting-writer",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
+        &url,
+        &name,
+        lease,
     );
     writer.wait_line("waiting", Duration::from_secs(30));
     let b = client_with_lease(&url, lease);
@@ -348,14 +346,12 @@ fn dead_waiting_writer_is_skipped_by_its_own_lease_whoever_releases() {
         let a = client_with_lease(&url, long);
         let la = a.rw_lock(&name).unwrap();
         let w = la.write().unwrap();
-        let mut writer = TestChild::spawn(
+        let mut writer = common::spawn_leased(
             "child_rw_waiting_writer",
             "rw-waiting-writer",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_LEASE_MS", short.as_millis().to_string()),
-            ],
+            &url,
+            &name,
+            short,
         );
         writer.wait_line("waiting", Duration::from_secs(30));
         let (tx, rx) = mpsc::channel();
@@ -496,10 +492,7 @@ fn one_release_wakes_every_reader_at_once() {
 /// reader entry, no orphan), and a cut release reply is recognised too (`Ok`, nothing left).
 #[test]
 fn cut_rw_replies_count_once_and_leave_nothing() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
@@ -803,14 +796,12 @@ fn child_rw_long_waiter() {
 }
 
 fn spawn_long_waiter(url: &str, name: &str, mode: &str) -> TestChild {
-    TestChild::spawn(
+    common::spawn_child(
         "child_rw_long_waiter",
         "rw-long-waiter",
-        &[
-            ("LS_URL", url.to_owned()),
-            ("LS_NAME", name.to_owned()),
-            ("LS_MODE", mode.to_owned()),
-        ],
+        url,
+        name,
+        &[("LS_MODE", mode.to_owned())],
     )
 }
 

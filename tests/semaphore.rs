@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bounds, checker, kinds, proxy};
+use common::{bounds, checker, kinds};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,7 +15,6 @@ use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
 use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error};
-use proxy::Proxy;
 
 fn holders_key(name: &str) -> String {
     format!("locksmith:{{{}}}:sem", common::encode_name(name))
@@ -269,12 +268,12 @@ fn child_sem_workers() {
 }
 
 fn spawn_workers(url: &str, name: &str, store: &Store, permits: u32, run_ms: u64) -> TestChild {
-    TestChild::spawn(
+    common::spawn_child(
         "child_sem_workers",
         "sem-workers",
+        url,
+        name,
         &[
-            ("LS_URL", url.to_string()),
-            ("LS_NAME", name.to_string()),
             ("LS_STORE", store.port().to_string()),
             ("LS_THREADS", "3".to_string()),
             ("LS_PERMITS", permits.to_string()),
@@ -378,15 +377,7 @@ fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
     let name = common::unique_name("sem-dead-leases");
     let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
     let mut holder = kinds::spawn_holder(Kind::Semaphore(1), &url, &name, short);
-    let mut waiter = TestChild::spawn(
-        "child_sem_waiter",
-        "sem-waiter",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", short.as_millis().to_string()),
-        ],
-    );
+    let mut waiter = common::spawn_leased("child_sem_waiter", "sem-waiter", &url, &name, short);
     common::wait_numsub(&mut conn, &channel, 1);
     let (tx, rx) = mpsc::channel();
     let (url2, name2) = (url.clone(), name.clone());
@@ -443,10 +434,7 @@ const SEM_LUA: &str = include_str!("../src/protocol/scripts/sem_permits.lua");
 /// a cut release reply is recognised too: `Ok`, and every permit free again.
 #[test]
 fn cut_semaphore_replies_count_once() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
         let name = common::unique_name("sem-cut");
@@ -553,14 +541,12 @@ fn a_waiter_is_woken_at_the_release_with_one_holder_or_several() {
         let theirs =
             (count == 2).then(|| other.semaphore(&name, count).unwrap().acquire().unwrap());
         assert_eq!(holders(&mut conn, &holders_key(&name)), count as usize);
-        let child = TestChild::spawn(
+        let child = common::spawn_child(
             "child_sem_long_waiter",
             "sem-long-waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_N", count.to_string()),
-            ],
+            &url,
+            &name,
+            &[("LS_N", count.to_string())],
         );
         let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
         common::wait_numsub(&mut conn, &channel, 1);

@@ -435,14 +435,12 @@ fn a_waiters_flag_survives_reentry_and_inner_release() {
         let m = holder.mutex(&name).unwrap();
         let g = m.lock().unwrap();
         assert!(!common::lock_value(&mut conn, &name).unwrap().waiters);
-        let child = common::TestChild::spawn(
+        let child = common::spawn_child(
             "child_flag_waiter",
             "flag_waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_DONE", done.clone()),
-            ],
+            &url,
+            &name,
+            &[("LS_DONE", done.clone())],
         );
         // Settled once it has tried again after its SUBSCRIBE: it sleeps until a release.
         assert!(

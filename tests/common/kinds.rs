@@ -404,13 +404,13 @@ pub fn child_holder() {
 
 /// Starts [`child_holder`] and returns once it holds the lock.
 pub fn spawn_holder(kind: Kind, url: &str, name: &str, lease: Duration) -> TestChild {
-    let c = TestChild::spawn(
+    let c = super::spawn_child(
         "child_kind_holder",
         "kind-holder",
+        url,
+        name,
         &[
             ("LS_KIND", kind.env()),
-            ("LS_URL", url.to_string()),
-            ("LS_NAME", name.to_string()),
             ("LS_LEASE_MS", lease.as_millis().to_string()),
         ],
     );
@@ -617,12 +617,12 @@ pub fn exclusion_across_processes(kinds: &[Kind], rounds: usize, prefix: &str) {
     let kinds_env: Vec<String> = kinds.iter().map(|k| k.env()).collect();
     let children: Vec<TestChild> = (0..procs)
         .map(|_| {
-            TestChild::spawn(
+            super::spawn_child(
                 "child_kind_workers",
                 "kind-workers",
+                &server.url(),
+                &name,
                 &[
-                    ("LS_URL", server.url()),
-                    ("LS_NAME", name.clone()),
                     ("LS_KINDS", kinds_env.join(",")),
                     ("LS_STORE", store.port().to_string()),
                     ("LS_THREADS", threads.to_string()),

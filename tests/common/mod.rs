@@ -161,3 +161,39 @@ pub fn count_losses(
         .unwrap();
     (client, lost)
 }
+
+/// A private `redis-server`, a connection to it, and a [`proxy::Proxy`] in front of it with
+/// the proxy's URL.
+pub fn proxied() -> (RedisServer, redis::Connection, proxy::Proxy, String) {
+    let server = RedisServer::start();
+    let conn = server.conn();
+    let proxy = proxy::Proxy::start(server.port());
+    let purl = proxy.url();
+    (server, conn, proxy, purl)
+}
+
+/// Starts the child `test_name` (role `role`) for lock `name` of `url`: `LS_URL`, `LS_NAME`,
+/// then the settings `more`.
+pub fn spawn_child(
+    test_name: &str,
+    role: &str,
+    url: &str,
+    name: &str,
+    more: &[(&str, String)],
+) -> TestChild {
+    let mut envs = vec![("LS_URL", url.to_owned()), ("LS_NAME", name.to_owned())];
+    envs.extend(more.iter().cloned());
+    TestChild::spawn(test_name, role, &envs)
+}
+
+/// [`spawn_child`] with the lease `LS_LEASE_MS`.
+pub fn spawn_leased(
+    test_name: &str,
+    role: &str,
+    url: &str,
+    name: &str,
+    lease: Duration,
+) -> TestChild {
+    let lease_ms = ("LS_LEASE_MS", lease.as_millis().to_string());
+    spawn_child(test_name, role, url, name, &[lease_ms])
+}
