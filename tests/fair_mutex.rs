@@ -585,16 +585,6 @@ fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
     ]
 }
 
-fn lost_log(url: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<LostLease>>>) {
-    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = std::sync::Arc::clone(&lost);
-    let client = Client::builder(url)
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 /// Building a client loads every lock type's script, so that none meets `NOSCRIPT` (and an
 /// extra round trip) on its first use.
 #[test]
@@ -781,7 +771,7 @@ fn cut_fair_release_reply_leaves_the_next_grant_alone() {
 fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url);
+        let (client, lost) = common::lost_log(Client::builder(&url));
         let name = common::unique_name("fair-reenter-replaced");
         let m = client.fair_mutex(&name).unwrap();
         let outer = m.lock().unwrap();
@@ -812,7 +802,7 @@ fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url);
+        let (client, lost) = common::lost_log(Client::builder(&url));
         let other = Client::open(&url).unwrap();
         let name = common::unique_name("fair-reenter-taken");
         let m = client.fair_mutex(&name).unwrap();
@@ -1156,15 +1146,8 @@ fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(40), move || {
         let name = common::unique_name("fair-operator");
-        let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
-        let l = std::sync::Arc::clone(&lost);
         let lease = Duration::from_millis(1500);
-        let app = Client::builder(&url)
-            .label("app-1")
-            .lease(lease)
-            .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-            .build()
-            .unwrap();
+        let (app, lost) = common::lost_log(Client::builder(&url).label("app-1").lease(lease));
         let operator = Client::open(&url).unwrap();
         let seen = operator.fair_mutex(&name).unwrap();
         assert_eq!(seen.holder().unwrap(), None);

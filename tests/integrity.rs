@@ -323,17 +323,6 @@ fn outermost_release_retry_is_idempotent() {
     });
 }
 
-fn lost_log(client_url: &str, lease: Duration) -> (Client, Arc<Mutex<Vec<LostLease>>>) {
-    let lost = Arc::new(Mutex::new(Vec::new()));
-    let l = Arc::clone(&lost);
-    let client = Client::builder(client_url)
-        .lease(lease)
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 fn reports_of(lost: &Mutex<Vec<LostLease>>, token: u64) -> usize {
     lost.lock()
         .unwrap()
@@ -350,7 +339,7 @@ fn reports_of(lost: &Mutex<Vec<LostLease>>, token: u64) -> usize {
 fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+        let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let name = common::unique_name("reenter-replaced");
         let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();
@@ -390,7 +379,7 @@ fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+        let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let name = common::unique_name("fixed-ran-out");
         let m = client.mutex(&name).unwrap();
         let fixed = m.with_lease(Duration::from_millis(100)).unwrap();
@@ -415,7 +404,7 @@ fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
 fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+        let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let other = Client::open(&url).unwrap();
         let name = common::unique_name("reenter-taken");
         let key = common::lock_key(&name);
@@ -449,7 +438,8 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
         .query(&mut conn)
         .unwrap();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&purl, Duration::from_millis(1500));
+        let (client, lost) =
+            common::lost_log(Client::builder(&purl).lease(Duration::from_millis(1500)));
         let name = common::unique_name("lost-twice");
         let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();

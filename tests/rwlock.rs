@@ -601,19 +601,6 @@ fn a_short_reader_lease_never_shortens_a_longer_one() {
     });
 }
 
-/// A client with a 30 s lease (renewed every 10 s: no renewal notices a loss within a test)
-/// that logs its lost leases.
-fn lost_log(url: &str) -> (Client, Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>) {
-    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = Arc::clone(&lost);
-    let client = Client::builder(url)
-        .lease(Duration::from_secs(30))
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 /// Redis restarts empty while a thread holds a read lock; the thread then reads again. Its
 /// read entry is gone from the server, so the re-entry must not be a level of it: the outer
 /// guard learns of its loss at once (and it is reported once), and the re-entry is a new read
@@ -626,7 +613,8 @@ fn a_read_reentry_after_an_empty_restart_is_a_new_acquisition() {
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("rw-reenter-restart");
-        let (a, lost) = lost_log(&url);
+        // A 30 s lease (renewed every 10 s): no renewal notices the loss within the test.
+        let (a, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let b = Client::open(&url).unwrap();
         let (la, lb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
         let outer = la.read().unwrap();
@@ -665,7 +653,8 @@ fn a_reentry_after_an_empty_restart_finds_the_new_owner() {
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("rw-reenter-taken");
-        let (a, lost) = lost_log(&url);
+        // A 30 s lease (renewed every 10 s): no renewal notices the loss within the test.
+        let (a, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let b = Client::open(&url).unwrap();
         let (la, lb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
 
@@ -954,22 +943,6 @@ fn an_older_clients_writer_and_readers_hold() {
 // The operator's view: the writer, the readers, and force_unlock
 // ---------------------------------------------------------------------------------------------
 
-/// A client whose lost leases are logged, with a short lease (renewed every 500 ms).
-fn short_lost_log(
-    url: &str,
-    label: &str,
-) -> (Client, Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>) {
-    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = Arc::clone(&lost);
-    let client = Client::builder(url)
-        .label(label)
-        .lease(Duration::from_millis(1500))
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 /// Another client sees the writer (label, thread, token, held for, lease left) and then two
 /// readers of two clients; `force_unlock` frees the writer and wakes a reader of another
 /// client waiting for it at once, then frees both readers and wakes a waiting writer at once;
@@ -980,8 +953,16 @@ fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
     let (_server, url, mut conn) = common::server_url_conn();
     with_deadline(Duration::from_secs(60), move || {
         let name = common::unique_name("rw-operator");
-        let (a, lost_a) = short_lost_log(&url, "app-a");
-        let (b, lost_b) = short_lost_log(&url, "app-b");
+        let (a, lost_a) = common::lost_log(
+            Client::builder(&url)
+                .label("app-a")
+                .lease(Duration::from_millis(1500)),
+        );
+        let (b, lost_b) = common::lost_log(
+            Client::builder(&url)
+                .label("app-b")
+                .lease(Duration::from_millis(1500)),
+        );
         let operator = Client::open(&url).unwrap();
         let seen = operator.rw_lock(&name).unwrap();
         assert_eq!(seen.writer().unwrap(), None);

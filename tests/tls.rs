@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -113,13 +112,7 @@ fn handoff_between_two_clients_over_tls() {
     let name = common::unique_name("tls-handoff");
     let ma = a.mutex(&name).unwrap();
     let g = ma.lock().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let mb = b.mutex(&name).unwrap();
-    let waiter = thread::spawn(move || {
-        let got = mb.try_lock_for(Duration::from_secs(20)).unwrap();
-        tx.send((Instant::now(), got.map(|g| g.fencing_token())))
-            .unwrap();
-    });
+    let (waiter, rx) = common::await_lock(b.mutex(&name).unwrap(), Duration::from_secs(20));
     let mut conn = inspect(&server);
     common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
     let pubsub: Vec<_> = client_ports(&server)

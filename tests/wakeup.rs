@@ -31,14 +31,7 @@ fn waiter_wakes_on_release_without_polling() {
         // The holder does nothing while holding (its first renewal is 10 s away), so every
         // script call from here on is the waiter's.
         let before = common::script_calls(&mut conn);
-        let (tx, rx) = mpsc::channel();
-        let wl = waiter.mutex(&name).unwrap();
-        let w = thread::spawn(move || {
-            let g = wl.try_lock_for(Duration::from_secs(20)).unwrap();
-            let at = Instant::now();
-            tx.send((at, g.as_ref().map(|g| g.fencing_token())))
-                .unwrap();
-        });
+        let (w, rx) = common::await_lock(waiter.mutex(&name).unwrap(), Duration::from_secs(20));
         // Settled once it has tried again after its SUBSCRIBE (seen by MONITOR), not after a
         // while: on a busy machine that re-check may come late.
         assert!(
@@ -94,12 +87,7 @@ fn handoff_latency_rounds() {
         let mut latencies = Vec::new();
         for _ in 0..ROUNDS {
             let guard = hl.lock().unwrap();
-            let (tx, rx) = mpsc::channel();
-            let wl = waiter.mutex(&name).unwrap();
-            let w = thread::spawn(move || {
-                let g = wl.try_lock_for(Duration::from_secs(10)).unwrap();
-                tx.send((Instant::now(), g.is_some())).unwrap();
-            });
+            let (w, rx) = common::await_lock(waiter.mutex(&name).unwrap(), Duration::from_secs(10));
             assert!(common::wait_until(Duration::from_secs(5), || {
                 common::numsub(&mut conn, &channel) >= 1
             }));
@@ -107,7 +95,7 @@ fn handoff_latency_rounds() {
             let released_at = Instant::now();
             drop(guard);
             let (at, got) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-            assert!(got, "waiter timed out");
+            assert!(got.is_some(), "waiter timed out");
             latencies.push(at.duration_since(released_at));
             w.join().unwrap();
         }
@@ -300,12 +288,7 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
         let held = holder.mutex(&name).unwrap();
         let guard = held.lock().unwrap();
 
-        let (tx, rx) = mpsc::channel();
-        let wl = waiter.mutex(&name).unwrap();
-        let w = thread::spawn(move || {
-            let g = wl.try_lock_for(Duration::from_secs(20)).unwrap();
-            tx.send((Instant::now(), g.is_some())).unwrap();
-        });
+        let (w, rx) = common::await_lock(waiter.mutex(&name).unwrap(), Duration::from_secs(20));
         assert!(blocked(&monitor, &name), "the waiter never blocked");
         // Every command connection but this one (pub/sub ones stay: the release must reach
         // the waiter).
@@ -318,7 +301,7 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
         let released = Instant::now();
         guard.unlock().unwrap();
         let (at, got) = rx.recv_timeout(Duration::from_secs(15)).unwrap();
-        assert!(got, "the waiter timed out");
+        assert!(got.is_some(), "the waiter timed out");
         let waited = at.duration_since(released);
         println!("the waiter got the lock {waited:?} after the release");
         // Its re-check would come only when the holder's 30 s lease ran out.

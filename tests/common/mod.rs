@@ -197,3 +197,36 @@ pub fn spawn_leased(
     let lease_ms = ("LS_LEASE_MS", lease.as_millis().to_string());
     spawn_child(test_name, role, url, name, &[lease_ms])
 }
+
+/// A thread waiting for `lock` (`try_lock_for(wait)`): it sends when its wait ended and the
+/// fencing token it got (`None`: it timed out), then releases.
+pub fn await_lock(
+    lock: locksmith::Mutex,
+    wait: Duration,
+) -> (
+    thread::JoinHandle<()>,
+    std::sync::mpsc::Receiver<(std::time::Instant, Option<u64>)>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = thread::spawn(move || {
+        let g = lock.try_lock_for(wait).unwrap();
+        let at = std::time::Instant::now();
+        tx.send((at, g.as_ref().map(|g| g.fencing_token())))
+            .unwrap();
+    });
+    (w, rx)
+}
+
+/// Every lease a client reports lost (`on_lease_lost`), in order.
+pub type LostLog = std::sync::Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>;
+
+/// A client built by `builder` that keeps every lost lease it reports.
+pub fn lost_log(builder: locksmith::ClientBuilder) -> (locksmith::Client, LostLog) {
+    let lost = LostLog::default();
+    let l = std::sync::Arc::clone(&lost);
+    let client = builder
+        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+        .build()
+        .unwrap();
+    (client, lost)
+}
