@@ -285,7 +285,7 @@ fn s11_cut_release_then_taken_at_once() {
     println!(
         "s11c: unlock() after a cut release reply: {res:?}; waiter got token {taken:?}; owner \
          now {:?}",
-        common::lock_value_at(&mut conn, &key).map(|v| v.owner)
+        common::owner_at(&mut conn, &key)
     );
     assert_eq!(proxy.cuts(), 1, "the reply was not cut");
     assert!(taken.is_some(), "the waiter never got the lock");

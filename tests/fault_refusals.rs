@@ -234,7 +234,7 @@ fn bad_unlock_errors_are_distinct() {
         let g = la.lock().unwrap();
         redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
         let gb = lb.lock().unwrap();
-        let owner = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
+        let owner = common::owner_at(&mut conn, &key);
         let ttl = common::pttl(&mut conn, &key);
         let other = g
             .unlock()
@@ -244,16 +244,7 @@ fn bad_unlock_errors_are_distinct() {
         assert!(matches!(other, Error::NotOwner), "{other:?}");
         assert!(lost.is_lease_lost() && other.is_lease_lost());
         assert_ne!(lost.to_string(), other.to_string());
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner
-        );
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key)
-                .map(|v| v.count.to_string())
-                .as_deref(),
-            Some("1")
-        );
+        common::assert_held_by(&mut conn, &key, owner.as_deref().unwrap(), 1);
         assert!(common::pttl(&mut conn, &key) > ttl - 1000);
         assert!(gb.is_held());
         gb.unlock().unwrap();

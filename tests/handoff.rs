@@ -504,16 +504,7 @@ fn reentry_after_a_handoff() {
         let (_, inner, held) = rx.recv().unwrap();
         assert_eq!(inner, token_b, "a nested guard has the outer guard's token");
         assert!(held);
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            Some(owner_a)
-        );
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key)
-                .map(|v| v.count.to_string())
-                .as_deref(),
-            Some("2")
-        );
+        common::assert_held_by(&mut conn, &key, &owner_a, 2);
 
         // The handing thread is not the owner any more, on the server's owner id or not;
         // nor is any other thread of the client.
@@ -649,10 +640,7 @@ fn option_off_releases_through_redis() {
             token_b > token_a + 1,
             "handed off locally: {token_a} then {token_b}"
         );
-        assert_ne!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            Some(owner_a)
-        );
+        assert_ne!(common::owner_at(&mut conn, &key), Some(owner_a));
         // The release, the waiter's acquire and its release, at least.
         assert!(common::script_calls(&mut conn) >= before + 3);
     });

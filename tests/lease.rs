@@ -231,22 +231,13 @@ fn stale_renewal_leaves_new_owner_alone() {
         let fault_at = Instant::now();
         apply(&mut conn, &key, Fault::Del);
         let gb = lb.try_lock().unwrap().expect("lock free after DEL");
-        let owner_b = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
+        let owner_b = common::owner_at(&mut conn, &key);
         assert!(
             common::wait_until(lease / 3 + Duration::from_millis(500), || !guard.is_held()),
             "holder did not notice the takeover"
         );
         println!("holder saw the takeover after {:?}", fault_at.elapsed());
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner_b
-        );
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key)
-                .map(|v| v.count.to_string())
-                .as_deref(),
-            Some("1")
-        );
+        common::assert_held_by(&mut conn, &key, owner_b.as_deref().unwrap(), 1);
         let ttl = common::pttl(&mut conn, &key);
         // b's lease is 30 s; a's renewal would have set it to at most 3 s.
         assert!(
@@ -257,10 +248,7 @@ fn stale_renewal_leaves_new_owner_alone() {
             .unlock()
             .expect_err("unlock of a lost lease succeeded");
         assert!(err.is_lease_lost(), "unexpected error: {err}");
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner_b
-        );
+        assert_eq!(common::owner_at(&mut conn, &key), owner_b);
         assert!(a.mutex(&name).unwrap().try_lock().unwrap().is_none());
         gb.unlock().unwrap();
     });

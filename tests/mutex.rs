@@ -279,15 +279,12 @@ fn fixed_lease_expires_by_itself() {
         assert!(waited < lease + Duration::from_millis(1500));
         assert!(!guard.is_held(), "guard still held after its lease passed");
 
-        let owner = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
+        let owner = common::owner_at(&mut conn, &key);
         assert!(owner.is_some());
         let res = guard.unlock();
         assert!(res.is_err(), "unlock after the lease passed succeeded");
         assert!(res.unwrap_err().is_lease_lost());
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner
-        );
+        assert_eq!(common::owner_at(&mut conn, &key), owner);
         assert!(c.mutex(&name).unwrap().try_lock().unwrap().is_none());
         gb.unlock().unwrap();
     });

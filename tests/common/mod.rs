@@ -230,3 +230,15 @@ pub fn lost_log(builder: locksmith::ClientBuilder) -> (locksmith::Client, LostLo
         .unwrap();
     (client, lost)
 }
+
+/// The owner of the lock at `key`, as the server has it (`None`: not held).
+pub fn owner_at(conn: &mut redis::Connection, key: &str) -> Option<String> {
+    lock_value_at(conn, key).map(|v| v.owner)
+}
+
+/// Checks that `owner` holds the lock at `key`, `levels` deep, as the server has it.
+pub fn assert_held_by(conn: &mut redis::Connection, key: &str, owner: &str, levels: u64) {
+    let v = lock_value_at(conn, key).unwrap_or_else(|| panic!("{key} is not held"));
+    assert_eq!(v.owner, owner, "{key}: another owner");
+    assert_eq!(v.count, levels, "{key}: another count of levels");
+}
