@@ -28,8 +28,7 @@ fn commands_seen(conn: &mut redis::Connection) -> HashMap<String, u64> {
 /// `is_invalid_name()`, before any I/O. 1 KiB exactly is fine.
 #[test]
 fn invalid_names_are_rejected_before_io() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         thread::sleep(Duration::from_millis(100));
         let before = commands_seen(&mut conn);
@@ -75,8 +74,7 @@ fn invalid_names_are_rejected_before_io() {
 /// under its documented (percent-encoded) key.
 #[test]
 fn odd_names_work() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let u = common::unique_name("odd");
         let names: Vec<String> = [
@@ -221,8 +219,7 @@ fn release_of_ab_never_wakes_waiters_of_a_star() {
 /// where documented (lease 30 ms).
 #[test]
 fn invalid_options_are_rejected() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let u = url.as_str();
         let config_err = |res: locksmith::Result<Client>, what: &str, word: &str| {
             let err = res.err().unwrap_or_else(|| panic!("{what}: accepted"));
@@ -329,8 +326,7 @@ fn invalid_options_are_rejected() {
 /// A custom key prefix is used for every key.
 #[test]
 fn custom_prefix_is_used() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(url.as_str())
             .key_prefix("my app:")
             .build()
@@ -356,8 +352,7 @@ fn custom_prefix_is_used() {
 /// return at once, on a held one they wait until the release.
 #[test]
 fn huge_timeouts_do_not_overflow() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("huge-timeout");
         let la = a.mutex(&name).unwrap();
@@ -399,8 +394,7 @@ fn huge_timeouts_do_not_overflow() {
 /// attempt each, with no subscription.
 #[test]
 fn zero_timeout_is_one_attempt() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("zero");
         let channel = common::release_channel(&name);

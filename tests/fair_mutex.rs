@@ -589,8 +589,7 @@ fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
 /// extra round trip) on its first use.
 #[test]
 fn every_lock_type_script_is_loaded_at_build() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
         let _client = Client::open(&url).unwrap();
         let loaded: Vec<bool> = redis::cmd("SCRIPT")
@@ -769,8 +768,7 @@ fn cut_fair_release_reply_leaves_the_next_grant_alone() {
 /// release frees the lock.
 #[test]
 fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let (client, lost) = common::lost_log(Client::builder(&url));
         let name = common::unique_name("fair-reenter-replaced");
         let m = client.fair_mutex(&name).unwrap();
@@ -800,8 +798,7 @@ fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// reported once.
 #[test]
 fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let (client, lost) = common::lost_log(Client::builder(&url));
         let other = Client::open(&url).unwrap();
         let name = common::unique_name("fair-reenter-taken");
@@ -834,8 +831,7 @@ fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 /// the server's expiry.
 #[test]
 fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = client_with_lease(&url, Duration::from_secs(5));
         let name = common::unique_name("fair-reenter-expiry");
         let m = client.fair_mutex(&name).unwrap();
@@ -913,8 +909,7 @@ fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
 /// still times out as asked.
 #[test]
 fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
         let l = std::sync::Arc::clone(&lost);
         let client = Client::builder(&url)
@@ -1143,8 +1138,7 @@ fn an_older_clients_lock_hash_is_held() {
 /// is an error.
 #[test]
 fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(40), move || {
+    common::on_server(Duration::from_secs(40), move |url, mut conn| {
         let name = common::unique_name("fair-operator");
         let lease = Duration::from_millis(1500);
         let (app, lost) = common::lost_log(Client::builder(&url).label("app-1").lease(lease));

@@ -217,8 +217,7 @@ fn bad_maxmemory_reached() {
 /// be written: `unlock` takes the guard by value.)
 #[test]
 fn bad_unlock_errors_are_distinct() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("unlock-errs");
         let key = common::lock_key(&name);
@@ -254,8 +253,7 @@ fn bad_unlock_errors_are_distinct() {
 /// Option errors name the field and the bound.
 #[test]
 fn bad_option_errors_name_field_and_bound() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
         let cases: [(locksmith::Result<Client>, &str, &str); 3] = [
             (
                 Client::builder(url.as_str())

@@ -166,8 +166,7 @@ fn runs(entries: &[Entry]) -> Vec<&[Entry]> {
 /// while the local threads keep contending.
 #[test]
 fn the_count_bound_forces_a_release_through_redis() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let local = Client::builder(&url)
             .local_handoff_max_count(3)
             .local_handoff_max_time(Duration::from_secs(5))
@@ -197,8 +196,7 @@ fn the_count_bound_forces_a_release_through_redis() {
 /// acquisition through Redis, whatever the count allows.
 #[test]
 fn the_time_bound_forces_a_release_through_redis() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let max_time = Duration::from_millis(15);
         let local = Client::builder(&url)
             .local_handoff_max_count(1024)
@@ -310,8 +308,7 @@ fn one_handoff_then_give_way(url: &str, give_way: Duration) -> Client {
 /// the lock before the client's own queued thread, and that the last remote release ended
 /// the give-way (long here) at once.
 fn remote_waiters_go_first(remotes: usize) {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let give_way = Duration::from_secs(10);
         let local = one_handoff_then_give_way(&url, give_way);
         let name = fresh_name(&url, "handoff-give-way");
@@ -383,8 +380,7 @@ fn after_a_bounded_run_every_remote_waiter_goes_first() {
 /// without it (only the client's own subscription heard the release), the thread goes at once.
 #[test]
 fn a_listener_that_does_not_take_the_lock_costs_the_give_way_bound() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let give_way = Duration::from_secs(1);
         let client = one_handoff_then_give_way(&url, give_way);
 
@@ -468,8 +464,7 @@ fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::Joi
 /// the lock meanwhile; its outermost release frees it.
 #[test]
 fn reentry_after_a_handoff() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-reentry");
         let key = common::lock_key(&name);
@@ -535,8 +530,7 @@ fn reentry_after_a_handoff() {
 /// and gets it with a higher token.
 #[test]
 fn the_handing_thread_locks_again_after_the_receiver() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-again");
         let lock = client.mutex(&name).unwrap();
@@ -562,8 +556,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
 /// errs.
 #[test]
 fn a_lease_lost_after_a_handoff_is_the_receivers() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let (tx_lost, rx_lost) = mpsc::channel();
         let tx_lost = StdMutex::new(tx_lost);
         let client = Client::builder(&url)
@@ -614,8 +607,7 @@ fn a_lease_lost_after_a_handoff_is_the_receivers() {
 /// lock from Redis, under its own owner id and a token from the server.
 #[test]
 fn option_off_releases_through_redis() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = Client::builder(&url).local_handoff(false).build().unwrap();
         let name = fresh_name(&url, "handoff-off");
         let key = common::lock_key(&name);

@@ -59,8 +59,7 @@ fn assert_local_deadline_within_server_expiry(
 /// guard says it holds the lock.
 #[test]
 fn reentry_with_a_shorter_fixed_lease_keeps_the_lease() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(5))
             .build()
@@ -93,8 +92,7 @@ fn reentry_with_a_shorter_fixed_lease_keeps_the_lease() {
 /// the local deadline never passes the server's expiry.
 #[test]
 fn reentry_through_a_watchdog_handle_keeps_a_fixed_lease_fixed() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(10))
             .build()
@@ -131,8 +129,7 @@ fn reentry_through_a_watchdog_handle_keeps_a_fixed_lease_fixed() {
 /// server's expiry.
 #[test]
 fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(&url).unwrap();
         let name = common::unique_name("reenter-fixed-deadline");
         let m = client.mutex(&name).unwrap();
@@ -152,8 +149,7 @@ fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
 /// either, or a holder that re-enters in a loop keeps the lock forever.
 #[test]
 fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(3))
             .build()
@@ -337,8 +333,7 @@ fn reports_of(lost: &Mutex<Vec<LostLease>>, token: u64) -> usize {
 /// the lock; the outer guard's release then touches nothing.
 #[test]
 fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let name = common::unique_name("reenter-replaced");
         let key = common::lock_key(&name);
@@ -377,8 +372,7 @@ fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// same way is reported once.
 #[test]
 fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let name = common::unique_name("fixed-ran-out");
         let m = client.mutex(&name).unwrap();
@@ -402,8 +396,7 @@ fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
 /// once (and is reported once) instead of waiting for its next renewal.
 #[test]
 fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let other = Client::open(&url).unwrap();
         let name = common::unique_name("reenter-taken");
@@ -475,8 +468,7 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
 /// then dropped in a compaction (after over 1,024 releases), is reported lost exactly once.
 #[test]
 fn holds_dropped_by_compaction_are_reported_once() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let lost = Arc::new(Mutex::new(Vec::<LostLease>::new()));
         // The first report blocks the renewal thread until the test lets it go.
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
@@ -538,8 +530,7 @@ fn holds_dropped_by_compaction_are_reported_once() {
 /// and tokens keep rising when everything is gone (an empty restart).
 #[test]
 fn tokens_keep_rising_with_the_mark() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(2))
             .build()
@@ -568,8 +559,7 @@ fn tokens_keep_rising_with_the_mark() {
 /// reserves no hand-off block when it must start above the clock's token.
 #[test]
 fn grants_start_above_a_tombstone_and_an_orphan() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(&url).unwrap();
         let name = common::unique_name("tombstone");
         let key = common::lock_key(&name);

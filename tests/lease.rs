@@ -88,8 +88,7 @@ fn killed_holder_lease_expires() {
 /// renewal reaches Redis any more.
 #[test]
 fn renewal_keeps_lock_alive() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lease = Duration::from_millis(300);
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
         let b = Client::open(url.as_str()).unwrap();
@@ -147,8 +146,7 @@ fn apply(conn: &mut redis::Connection, key: &str, fault: Fault) {
 /// another client can acquire, and the stale guard's `unlock()` errs with `is_lease_lost()`
 /// without touching the new owner's lock.
 fn lease_lost(fault: Fault) {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         // Lease 3 s, renewed every 1 s: a loss must be seen long before the local deadline.
         let lease = Duration::from_secs(3);
         let renew = lease / 3;
@@ -217,8 +215,7 @@ fn lease_lost_when_key_expired() {
 /// the loss within one renewal interval + slack.
 #[test]
 fn stale_renewal_leaves_new_owner_alone() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lease = Duration::from_secs(3);
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
         let b = Client::open(url.as_str()).unwrap();
@@ -258,8 +255,7 @@ fn stale_renewal_leaves_new_owner_alone() {
 /// strictly increasing fencing tokens.
 #[test]
 fn fencing_tokens_increase_across_owners() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let clients: Vec<Client> = (0..4)
             .map(|_| Client::open(url.as_str()).unwrap())
             .collect();
@@ -332,8 +328,7 @@ fn fencing_tokens_survive_restart() {
 /// host's clock run at another rate, so the margin is what is checked.
 #[test]
 fn the_local_deadline_keeps_the_stated_margin() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let lease = Duration::from_secs(10);
         for (factor, margin) in [
             (None, lease / 100 + Duration::from_millis(2)),

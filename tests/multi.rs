@@ -58,8 +58,7 @@ fn a_set_collapses_duplicates_and_refuses_bad_names() {
 /// counter and rise per name, and a thread that holds one name re-enters it as part of a set.
 #[test]
 fn a_set_and_a_mutex_on_one_of_its_names_exclude_each_other() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let [c1, c2] = common::clients(&url);
         let name = common::unique_name("multi-excl");
         let (a, b) = (format!("{name}-a"), format!("{name}-b"));
@@ -99,8 +98,7 @@ fn a_set_and_a_mutex_on_one_of_its_names_exclude_each_other() {
 /// long before the holder's lease could have run out.
 #[test]
 fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let holder = Client::builder(url.as_str())
             .lease(Duration::from_secs(30))
             .build()
@@ -166,8 +164,7 @@ fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
 /// A guard with one lost name is not held, and the loss is reported with that name.
 #[test]
 fn a_set_with_one_lost_name_is_not_held() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lost = Arc::new(StdMutex::new(Vec::<String>::new()));
         let seen = Arc::clone(&lost);
         let client = Client::builder(url.as_str())
@@ -413,8 +410,7 @@ fn transfers_across_cluster_masters_never_deadlock() {
 /// for its names (waiting behind them, for its own locks, would never end).
 #[test]
 fn a_holder_re_enters_its_set_past_its_own_queue() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("multi-reenter");
         let (a, b) = (format!("{name}-a"), format!("{name}-b"));

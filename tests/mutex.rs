@@ -116,8 +116,7 @@ fn processes_exclude_each_other() {
 /// `is_locked` follows.
 #[test]
 fn try_lock_under_contention() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock");
         let la = a.mutex(&name).unwrap();
@@ -144,8 +143,7 @@ fn try_lock_under_contention() {
 /// `try_lock_for` on a held lock gives `None` no sooner than asked and not much later.
 #[test]
 fn try_lock_for_times_out() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock-for");
         let la = a.mutex(&name).unwrap();
@@ -169,8 +167,7 @@ fn try_lock_for_times_out() {
 /// `try_lock_until` on a held lock gives `None` at its deadline, and `Some` on a free lock.
 #[test]
 fn try_lock_until_deadline() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("try-lock-until");
         let la = a.mutex(&name).unwrap();
@@ -198,8 +195,7 @@ fn try_lock_until_deadline() {
 /// the release marker.
 #[test]
 fn name_and_key_layout() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("account:42");
         let lock = client.mutex(&name).unwrap();
@@ -240,8 +236,7 @@ fn name_and_key_layout() {
 /// stale guard's drop does not release the new owner's lock.
 #[test]
 fn fixed_lease_expires_by_itself() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let c = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("fixed-lease");
@@ -347,8 +342,7 @@ fn panicking_holder_releases() {
 /// like any other key locksmith did not write, is `ForeignKey`.
 #[test]
 fn a_lock_of_the_previous_layout_is_held() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("old-layout");
         let key = common::lock_key(&name);

@@ -56,8 +56,7 @@ fn child_admin_waiter() {
 /// write.
 #[test]
 fn holder_tells_who_holds_and_for_how_long() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let name = common::unique_name("holder");
         let asker = Client::open(url.as_str()).unwrap();
         let m = asker.mutex(&name).unwrap();
@@ -229,8 +228,7 @@ fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
 /// moving it to the release marker, where a retry looks for it.
 #[test]
 fn a_retried_release_after_a_force_is_not_ok() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let name = common::unique_name("force-retry");
         let holder = Client::open(url.as_str()).unwrap();
         let m = holder.mutex(&name).unwrap();
@@ -266,8 +264,7 @@ fn a_retried_release_after_a_force_is_not_ok() {
 /// force leaves a tombstone of the block's last token, and the next grant starts above it.
 #[test]
 fn a_force_keeps_tokens_rising() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let name = common::unique_name("force-tombstone");
         let key = common::lock_key(&name);
         let client = Client::open(url.as_str()).unwrap();

@@ -714,8 +714,7 @@ fn expiries(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
 /// maximum hold time: a thread re-entering in a loop must not keep the lock for ever.
 #[test]
 fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let name = common::unique_name("rw-reenter-extend");
         let max_hold = Duration::from_millis(1500);
         let client = Client::builder(&url)
@@ -950,8 +949,7 @@ fn an_older_clients_writer_and_readers_hold() {
 /// an error).
 #[test]
 fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let name = common::unique_name("rw-operator");
         let (a, lost_a) = common::lost_log(
             Client::builder(&url)

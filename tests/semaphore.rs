@@ -616,8 +616,7 @@ fn an_older_clients_semaphore_hash_is_held() {
 /// `on_lease_lost`, its release an error).
 #[test]
 fn another_client_sees_the_holders_and_force_unlock_frees_them() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let name = common::unique_name("sem-operator");
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<locksmith::LostLease>::new()));
         let app = |label: &str| {

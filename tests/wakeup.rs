@@ -78,8 +78,7 @@ fn waiter_wakes_on_release_without_polling() {
 #[test]
 fn handoff_latency_rounds() {
     const ROUNDS: usize = 20;
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("handoff");
         let channel = common::release_channel(&name);
@@ -114,8 +113,7 @@ fn handoff_latency_rounds() {
 /// lock in turn, quickly, with increasing tokens and no overlap.
 #[test]
 fn many_waiters_all_acquire_in_turn() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let holder = Client::open(url.as_str()).unwrap();
         let clients = [
             Client::open(url.as_str()).unwrap(),
@@ -315,8 +313,7 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
 /// command connections (the pool keeps up to 32 idle, and 8 are primed at most).
 #[test]
 fn many_sleeping_leaders_keep_few_connections() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         const NAMES: usize = 100;
         let [holder, waiter] = common::clients(&url);
         let names: Vec<String> = (0..NAMES)

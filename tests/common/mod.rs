@@ -242,3 +242,13 @@ pub fn assert_held_by(conn: &mut redis::Connection, key: &str, owner: &str, leve
     assert_eq!(v.owner, owner, "{key}: another owner");
     assert_eq!(v.count, levels, "{key}: another count of levels");
 }
+
+/// Runs `scenario` with the URL of a private server and a connection to it, failing the test
+/// when it takes longer than `limit`.
+pub fn on_server<T: Send + 'static>(
+    limit: Duration,
+    scenario: impl FnOnce(String, redis::Connection) -> T + Send + 'static,
+) -> T {
+    let (_server, url, conn) = server_url_conn();
+    with_deadline(limit, move || scenario(url, conn))
+}
