@@ -315,15 +315,8 @@ fn child_cluster_counter() {
                     assert!(sc.write(&res, g.fencing_token(), v + 1));
                     let end = mono_ns();
                     let held = g.check().is_ok();
-                    sc.interval(&Interval {
-                        lock: res,
-                        pid: std::process::id(),
-                        worker: w,
-                        token: g.fencing_token(),
-                        start,
-                        end,
-                        held,
-                    });
+                    let token = g.fencing_token();
+                    sc.interval(&common::section(&res, w, token, (start, end), held));
                     g.unlock().unwrap();
                 }
             })
@@ -482,15 +475,9 @@ fn locks_survive_a_failover_and_a_killed_master() {
                 let end = mono_ns();
                 let token = g.fencing_token();
                 let held = g.check().is_ok() & g.unlock().is_ok();
-                intervals.lock().push(Interval {
-                    lock: name.clone(),
-                    pid: std::process::id(),
-                    worker: w,
-                    token,
-                    start,
-                    end,
-                    held,
-                });
+                intervals
+                    .lock()
+                    .push(common::section(&name, w, token, (start, end), held));
             }
         }));
     }

@@ -36,17 +36,7 @@ fn s09_client_kill_under_load() {
     let server = RedisServer::start();
     let store = Store::start();
     let names = [common::unique_name("s09a"), common::unique_name("s09b")];
-    let envs = [
-        ("LS_URL", server.url()),
-        ("LS_STORE", store.port().to_string()),
-        ("LS_LOCKS", names.join(",")),
-        ("LS_THREADS", "4".into()),
-        ("LS_ITERS", "0".into()),
-        ("LS_SECS", "9".into()),
-        ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ("LS_NESTED", "1".into()),
-        ("LS_HOLD_US", "500".into()),
-    ];
+    let envs = load::nested_envs(server.url(), store.port(), &names, 9, lease, 500);
     let mut children: Vec<_> = (0..2)
         .map(|_| TestChild::spawn("child_worker", "worker", &envs))
         .collect();

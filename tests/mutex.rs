@@ -117,10 +117,7 @@ fn processes_exclude_each_other() {
 #[test]
 fn try_lock_under_contention() {
     common::on_server(Duration::from_secs(20), move |url, _conn| {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("try-lock");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+        let (_, _, [la, lb]) = common::two_owners(&url, "try-lock");
         assert!(!la.is_locked().unwrap());
         assert!(!lb.is_locked().unwrap());
 
@@ -144,10 +141,7 @@ fn try_lock_under_contention() {
 #[test]
 fn try_lock_for_times_out() {
     common::on_server(Duration::from_secs(20), move |url, _conn| {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("try-lock-for");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+        let (_, _, [la, lb]) = common::two_owners(&url, "try-lock-for");
         let _held = la.lock().unwrap();
         for wait in [Duration::from_millis(100), Duration::from_millis(500)] {
             let start = Instant::now();
@@ -168,10 +162,7 @@ fn try_lock_for_times_out() {
 #[test]
 fn try_lock_until_deadline() {
     common::on_server(Duration::from_secs(20), move |url, _conn| {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("try-lock-until");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+        let (_, _, [la, lb]) = common::two_owners(&url, "try-lock-until");
         let held = la.lock().unwrap();
         let deadline = Instant::now() + Duration::from_millis(300);
         assert!(lb.try_lock_until(deadline).unwrap().is_none());

@@ -142,10 +142,7 @@ fn other_thread_waits_for_outermost_guard() {
 #[test]
 fn two_clients_are_two_owners() {
     common::on_server(Duration::from_secs(20), move |url, _conn| {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("two-clients");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+        let ([a, _], name, [la, lb]) = common::two_owners(&url, "two-clients");
 
         let ga = la.lock().unwrap();
         assert!(lb.try_lock().unwrap().is_none());

@@ -250,15 +250,7 @@ fn child_sem_workers() {
                     thread::sleep(Duration::from_millis(2));
                     let stop = mono_ns();
                     let held = p.check().is_ok();
-                    store.interval(&Interval {
-                        lock: name.clone(),
-                        pid: std::process::id(),
-                        worker,
-                        token: 0,
-                        start,
-                        end: stop,
-                        held,
-                    });
+                    store.interval(&common::section(name, worker, 0, (start, stop), held));
                     p.release().unwrap();
                 }
             });

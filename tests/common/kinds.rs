@@ -589,15 +589,14 @@ pub fn child_workers() {
                         thread::sleep(Duration::from_millis(3));
                     }
                     let end = mono_ns();
-                    store.interval(&Interval {
-                        lock: format!("{name}:{}", if exclusive { "w" } else { "r" }),
-                        pid: std::process::id(),
-                        worker,
-                        token: if exclusive { g.token() } else { 0 },
-                        start,
-                        end,
-                        held: g.check().is_ok(),
-                    });
+                    let (mode, token) = if exclusive {
+                        ("w", g.token())
+                    } else {
+                        ("r", 0)
+                    };
+                    let lock = format!("{name}:{mode}");
+                    let held = g.check().is_ok();
+                    store.interval(&super::section(&lock, worker, token, (start, end), held));
                     g.unlock().unwrap();
                 }
             });

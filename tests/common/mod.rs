@@ -252,3 +252,35 @@ pub fn on_server<T: Send + 'static>(
     let (_server, url, conn) = server_url_conn();
     with_deadline(limit, move || scenario(url, conn))
 }
+
+/// Two clients of `url` (two owners), a fresh lock name from `prefix`, and that lock's mutex
+/// through each client.
+pub fn two_owners(
+    url: &str,
+    prefix: &str,
+) -> ([locksmith::Client; 2], String, [locksmith::Mutex; 2]) {
+    let clients = clients::<2>(url);
+    let name = unique_name(prefix);
+    let locks = [0, 1].map(|i| clients[i].mutex(&name).unwrap());
+    (clients, name, locks)
+}
+
+/// The critical section of worker `worker` of this process under lock `lock`, with `token`,
+/// from `start` to `end` (monotonic ns), and whether the guard still held at its end.
+pub fn section(
+    lock: &str,
+    worker: u32,
+    token: u64,
+    (start, end): (u64, u64),
+    held: bool,
+) -> checker::Interval {
+    checker::Interval {
+        lock: lock.to_owned(),
+        pid: std::process::id(),
+        worker,
+        token,
+        start,
+        end,
+        held,
+    }
+}
