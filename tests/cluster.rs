@@ -284,16 +284,10 @@ fn child_cluster_counter() {
     if !common::is_child("cluster-counter") {
         return;
     }
-    let seeds: Vec<String> = common::child_env("LS_SEEDS")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let names: Vec<String> = common::child_env("LS_NAMES")
-        .split('\u{1f}')
-        .map(str::to_owned)
-        .collect();
-    let rounds: usize = common::child_env("LS_ROUNDS").parse().unwrap();
-    let store = common::child_env("LS_STORE").parse().unwrap();
+    let seeds = common::child_list("LS_SEEDS", ',');
+    let names = common::child_list("LS_NAMES", '\u{1f}');
+    let rounds: usize = common::child_var("LS_ROUNDS");
+    let store = common::child_var("LS_STORE");
     let before = common::thread_count();
     let client = Client::cluster(&seeds)
         .lease(Duration::from_secs(5))

@@ -30,9 +30,7 @@ fn attach_and_unlock(moving: Box<dyn Moving>) -> locksmith::Result<()> {
 
 #[test]
 fn ownership_moves_across_threads_for_every_lock_type() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let other = Client::open(url.as_str()).unwrap();
         // Every lock type: a hold taken on the calling thread, detached, attached on another
@@ -74,9 +72,7 @@ fn ownership_moves_across_threads_for_every_lock_type() {
 
 #[test]
 fn guards_are_shared_with_scoped_threads() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let guard = client
             .mutex(&unique_name("scoped"))
@@ -107,9 +103,7 @@ fn guards_are_shared_with_scoped_threads() {
 
 #[test]
 fn a_detached_hold_is_renewed_past_several_leases() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let lease = Duration::from_millis(300);
         let client = Client::builder(url.as_str()).lease(lease).build().unwrap();
         let other = Client::open(url.as_str()).unwrap();
@@ -148,9 +142,7 @@ fn a_detached_hold_is_renewed_past_several_leases() {
 
 #[test]
 fn reentry_after_attach_and_no_detach_of_a_reentered_hold() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let mutex = client.mutex(&unique_name("reenter")).unwrap();
         let outer = mutex.lock().unwrap();
@@ -182,9 +174,7 @@ fn reentry_after_attach_and_no_detach_of_a_reentered_hold() {
 
 #[test]
 fn the_detaching_thread_waits_like_any_other_owner() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let mutex = client.mutex(&unique_name("waits")).unwrap();
         let detached = mutex.lock().unwrap().detach().unwrap();
@@ -213,9 +203,7 @@ fn the_detaching_thread_waits_like_any_other_owner() {
 
 #[test]
 fn attaching_where_the_thread_reads_already_fails_and_releases() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let lock = client.rw_lock(&unique_name("reads")).unwrap();
         let theirs = thread::scope(|s| {

@@ -225,9 +225,9 @@ fn child_fifo_waiters() {
     let Some((url, name)) = common::child_url_name("fifo") else {
         return;
     };
-    let first: usize = common::child_env("LS_FIRST").parse().unwrap();
-    let step: usize = common::child_env("LS_STEP").parse().unwrap();
-    let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
+    let first: usize = common::child_var("LS_FIRST");
+    let step: usize = common::child_var("LS_STEP");
+    let threads: usize = common::child_var("LS_THREADS");
     let client = Client::open(&url).unwrap();
     let lock = client.fair_mutex(&name).unwrap();
     let handles: Vec<_> = (0..threads)
@@ -328,7 +328,7 @@ fn child_fair_waiter() {
     let Some((url, name)) = common::child_url_name("fair-waiter") else {
         return;
     };
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let lock = client.fair_mutex(&name).unwrap();
     let (url2, name2) = (url.clone(), name.clone());

@@ -421,7 +421,7 @@ fn child_black_hole() {
     if !common::is_child("black_hole") {
         return;
     }
-    let port: u16 = common::child_env("LS_PORT").parse().unwrap();
+    let port: u16 = common::child_var("LS_PORT");
     let base = common::thread_count();
     let t = Duration::from_millis(300);
     let retry = Duration::from_secs(1);

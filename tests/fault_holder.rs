@@ -28,7 +28,7 @@ fn child_holder() {
         return;
     }
     let url = common::child_env("LS_URL");
-    let lease: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
+    let lease: u64 = common::child_var("LS_LEASE_MS");
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease))
         .build()
@@ -47,8 +47,8 @@ fn child_fenced_writer() {
     let Some((url, name)) = common::child_url_name("fenced_writer") else {
         return;
     };
-    let lease: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
-    let mut store = StoreClient::connect(common::child_env("LS_STORE").parse().unwrap());
+    let lease: u64 = common::child_var("LS_LEASE_MS");
+    let mut store = StoreClient::connect(common::child_var("LS_STORE"));
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease))
         .on_lease_lost(|l| println!("on_lease_lost {} {}", l.name, l.fencing_token))

@@ -22,8 +22,8 @@ fn child_threads_counter() {
     let Some((url, name)) = common::child_url_name("threads-counter") else {
         return;
     };
-    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
-    let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
+    let rounds: u64 = common::child_var("LS_ROUNDS");
+    let threads: usize = common::child_var("LS_THREADS");
     let client = Client::open(url.as_str()).unwrap();
     let hs: Vec<_> = (0..threads)
         .map(|_| {

@@ -17,7 +17,7 @@ fn child_holder() {
     let Some((url, name)) = common::child_url_name("holder") else {
         return;
     };
-    let lease_ms: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
+    let lease_ms: u64 = common::child_var("LS_LEASE_MS");
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease_ms))
         .build()

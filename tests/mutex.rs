@@ -79,7 +79,7 @@ fn child_counter() {
     };
     let counter = format!("counter:{name}");
     let tokens = format!("tokens:{name}");
-    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let rounds: u64 = common::child_var("LS_ROUNDS");
     let client = Client::open(url.as_str()).unwrap();
     let lock = client.mutex(&name).unwrap();
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -334,10 +334,8 @@ fn panicking_holder_releases() {
 #[test]
 fn a_lock_of_the_previous_layout_is_held() {
     common::on_server(Duration::from_secs(20), move |url, mut conn| {
-        let client = Client::open(url.as_str()).unwrap();
-        let name = common::unique_name("old-layout");
+        let (_client, name, lock) = common::one_owner(&url, "old-layout");
         let key = common::lock_key(&name);
-        let lock = client.mutex(&name).unwrap();
         redis::pipe()
             .cmd("HSET")
             .arg(&key)

@@ -45,7 +45,7 @@ fn child_admin_waiter() {
         .exec(&mut conn)
         .unwrap();
     println!("acquired");
-    let hold: u64 = common::child_env("LS_HOLD_MS").parse().unwrap();
+    let hold: u64 = common::child_var("LS_HOLD_MS");
     thread::sleep(Duration::from_millis(hold));
     drop(g);
 }
@@ -57,9 +57,7 @@ fn child_admin_waiter() {
 #[test]
 fn holder_tells_who_holds_and_for_how_long() {
     common::on_server(Duration::from_secs(30), move |url, mut conn| {
-        let name = common::unique_name("holder");
-        let asker = Client::open(url.as_str()).unwrap();
-        let m = asker.mutex(&name).unwrap();
+        let (_asker, name, m) = common::one_owner(&url, "holder");
         assert_eq!(m.holder().unwrap(), None);
         let (tx, rx) = mpsc::channel();
         let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -229,9 +227,7 @@ fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
 #[test]
 fn a_retried_release_after_a_force_is_not_ok() {
     common::on_server(Duration::from_secs(30), move |url, mut conn| {
-        let name = common::unique_name("force-retry");
-        let holder = Client::open(url.as_str()).unwrap();
-        let m = holder.mutex(&name).unwrap();
+        let (_holder, name, m) = common::one_owner(&url, "force-retry");
         let g = m.lock().unwrap();
         let v = common::lock_value(&mut conn, &name).unwrap();
         let admin = Client::open(url.as_str()).unwrap();

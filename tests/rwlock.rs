@@ -282,7 +282,7 @@ fn child_rw_waiting_writer() {
     let Some((url, name)) = common::child_url_name("rw-waiting-writer") else {
         return;
     };
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let lock = client.rw_lock(&name).unwrap();
     let (url2, name2) = (url.clone(), name.clone());

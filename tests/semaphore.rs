@@ -229,11 +229,11 @@ fn child_sem_workers() {
     let Some((url, name)) = common::child_url_name("sem-workers") else {
         return;
     };
-    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
-    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
-    let permits: u32 = common::child_env("LS_PERMITS").parse().unwrap();
-    let run = Duration::from_millis(common::child_env("LS_RUN_MS").parse().unwrap());
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let port: u16 = common::child_var("LS_STORE");
+    let threads: u32 = common::child_var("LS_THREADS");
+    let permits: u32 = common::child_var("LS_PERMITS");
+    let run = common::child_ms("LS_RUN_MS");
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let sem = client.semaphore(&name, permits).unwrap();
     println!("started");
@@ -349,7 +349,7 @@ fn child_sem_waiter() {
     let Some((url, name)) = common::child_url_name("sem-waiter") else {
         return;
     };
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let sem = client.semaphore(&name, 1).unwrap();
     let _p = sem.acquire().unwrap();
@@ -504,7 +504,7 @@ fn child_sem_long_waiter() {
     let Some((url, name)) = common::child_url_name("sem-long-waiter") else {
         return;
     };
-    let n: u32 = common::child_env("LS_N").parse().unwrap();
+    let n: u32 = common::child_var("LS_N");
     let client = client_with_lease(&url, Duration::from_secs(30));
     let sem = client.semaphore(&name, n).unwrap();
     let _p = sem.acquire().unwrap();

@@ -198,23 +198,37 @@ pub fn spawn_leased(
     spawn_child(test_name, role, url, name, &[lease_ms])
 }
 
-/// A thread waiting for `lock` (`try_lock_for(wait)`): it sends when its wait ended and the
-/// fencing token it got (`None`: it timed out), then releases.
-pub fn await_lock(
-    lock: locksmith::Mutex,
-    wait: Duration,
-) -> (
-    thread::JoinHandle<()>,
-    std::sync::mpsc::Receiver<(std::time::Instant, Option<u64>)>,
-) {
+/// A thread waiting for a lock ([`await_lock`]).
+pub struct Awaiting {
+    pub thread: thread::JoinHandle<()>,
+    /// When its wait ended, and the fencing token it got (`None`: it timed out).
+    pub rx: std::sync::mpsc::Receiver<(std::time::Instant, Option<u64>)>,
+}
+
+impl Awaiting {
+    /// Runs `release`, then waits at most `timeout` for the waiter, which must have got the
+    /// lock: how long after the release began it did, and its token. Joins the waiter.
+    pub fn woken_by(self, release: impl FnOnce(), timeout: Duration) -> (Duration, u64) {
+        let released = std::time::Instant::now();
+        release();
+        let (at, token) = self.rx.recv_timeout(timeout).unwrap();
+        let token = token.expect("the waiter timed out");
+        self.thread.join().unwrap();
+        (at.duration_since(released), token)
+    }
+}
+
+/// A thread waiting for `lock` (`try_lock_for(wait)`): it reports when its wait ended and the
+/// fencing token it got, then releases.
+pub fn await_lock(lock: locksmith::Mutex, wait: Duration) -> Awaiting {
     let (tx, rx) = std::sync::mpsc::channel();
-    let w = thread::spawn(move || {
+    let thread = thread::spawn(move || {
         let g = lock.try_lock_for(wait).unwrap();
         let at = std::time::Instant::now();
         tx.send((at, g.as_ref().map(|g| g.fencing_token())))
             .unwrap();
     });
-    (w, rx)
+    Awaiting { thread, rx }
 }
 
 /// Every lease a client reports lost (`on_lease_lost`), in order.
@@ -283,4 +297,42 @@ pub fn section(
         end,
         held,
     }
+}
+
+/// Checks that a bounded wait (`try_for(wait)`: a `try_lock_for`) ends without the lock, and
+/// not before `wait` passed.
+pub fn assert_waits_in_vain<G>(
+    wait: Duration,
+    try_for: impl FnOnce(Duration) -> locksmith::Result<Option<G>>,
+) {
+    let start = std::time::Instant::now();
+    assert!(try_for(wait).unwrap().is_none(), "got a held lock");
+    let waited = start.elapsed();
+    assert!(waited >= wait, "gave up after {waited:?}, before {wait:?}");
+}
+
+/// In a child process: the setting `var`, parsed.
+pub fn child_var<T: std::str::FromStr>(var: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    child_env(var).parse().unwrap()
+}
+
+/// In a child process: the setting `var`, a number of milliseconds.
+pub fn child_ms(var: &str) -> Duration {
+    Duration::from_millis(child_var(var))
+}
+
+/// In a child process: the setting `var`, a list of strings `sep` parts.
+pub fn child_list(var: &str, sep: char) -> Vec<String> {
+    child_env(var).split(sep).map(str::to_owned).collect()
+}
+
+/// A client of `url` (one owner), a fresh lock name from `prefix`, and that lock's mutex.
+pub fn one_owner(url: &str, prefix: &str) -> (locksmith::Client, String, locksmith::Mutex) {
+    let client = locksmith::Client::open(url).unwrap();
+    let name = unique_name(prefix);
+    let lock = client.mutex(&name).unwrap();
+    (client, name, lock)
 }
