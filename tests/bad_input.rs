@@ -28,8 +28,7 @@ fn commands_seen(conn: &mut redis::Connection) -> HashMap<String, u64> {
 /// `is_invalid_name()`, before any I/O. 1 KiB exactly is fine.
 #[test]
 fn invalid_names_are_rejected_before_io() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         thread::sleep(Duration::from_millis(100));
         let before = commands_seen(&mut conn);
@@ -75,8 +74,7 @@ fn invalid_names_are_rejected_before_io() {
 /// under its documented (percent-encoded) key.
 #[test]
 fn odd_names_work() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let u = common::unique_name("odd");
         let names: Vec<String> = [
@@ -158,12 +156,7 @@ fn release_of_ab_never_wakes_waiters_of_a_star() {
 
         let hl = holder.mutex(&star).unwrap();
         let held = hl.lock().unwrap();
-        let (tx, rx) = mpsc::channel();
-        let wl = waiter.mutex(&star).unwrap();
-        let w = thread::spawn(move || {
-            let g = wl.try_lock_for(Duration::from_secs(20)).unwrap();
-            tx.send((Instant::now(), g.is_some())).unwrap();
-        });
+        let w = common::await_lock(waiter.mutex(&star).unwrap(), Duration::from_secs(20));
         let channel = common::release_channel(&star);
         assert!(common::wait_until(Duration::from_secs(5), || {
             common::numsub(&mut conn, &channel) >= 1
@@ -202,7 +195,7 @@ fn release_of_ab_never_wakes_waiters_of_a_star() {
         let lines = monitor.since(mark);
         let attempts = common::Monitor::script_calls_on(&lines, &star_key);
         assert_eq!(
-            rx.try_recv().err(),
+            w.rx.try_recv().err(),
             Some(TryRecvError::Empty),
             "waiter finished"
         );
@@ -211,14 +204,9 @@ fn release_of_ab_never_wakes_waiters_of_a_star() {
             "{CYCLES} releases of {ab:?} caused {attempts} acquire attempts by the waiter of {star:?}"
         );
 
-        let released_at = Instant::now();
-        held.unlock().unwrap();
-        let (at, got) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(got, "waiter of {star:?} timed out");
-        let latency = at.duration_since(released_at);
+        let (latency, _) = w.woken_by(|| held.unlock().unwrap(), Duration::from_secs(10));
         println!("waiter of {star:?} woke {latency:?} after its release");
         assert!(latency < Duration::from_secs(1));
-        w.join().unwrap();
     });
 }
 
@@ -226,8 +214,7 @@ fn release_of_ab_never_wakes_waiters_of_a_star() {
 /// where documented (lease 30 ms).
 #[test]
 fn invalid_options_are_rejected() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let u = url.as_str();
         let config_err = |res: locksmith::Result<Client>, what: &str, word: &str| {
             let err = res.err().unwrap_or_else(|| panic!("{what}: accepted"));
@@ -334,8 +321,7 @@ fn invalid_options_are_rejected() {
 /// A custom key prefix is used for every key.
 #[test]
 fn custom_prefix_is_used() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(url.as_str())
             .key_prefix("my app:")
             .build()
@@ -361,8 +347,7 @@ fn custom_prefix_is_used() {
 /// return at once, on a held one they wait until the release.
 #[test]
 fn huge_timeouts_do_not_overflow() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("huge-timeout");
         let la = a.mutex(&name).unwrap();
@@ -385,23 +370,14 @@ fn huge_timeouts_do_not_overflow() {
 
         // Held: a waiter with Duration::MAX waits, then gets it after the release.
         let held = la.lock().unwrap();
-        let (tx, rx) = mpsc::channel();
-        let lb = b.mutex(&name).unwrap();
-        let w = thread::spawn(move || {
-            let g = lb.try_lock_for(Duration::MAX).unwrap();
-            tx.send((Instant::now(), g.is_some())).unwrap();
-        });
+        let w = common::await_lock(b.mutex(&name).unwrap(), Duration::MAX);
         let channel = common::release_channel(&name);
         assert!(common::wait_until(Duration::from_secs(5), || {
             common::numsub(&mut conn, &channel) >= 1
         }));
-        assert_eq!(rx.try_recv().err(), Some(TryRecvError::Empty));
-        let released_at = Instant::now();
-        held.unlock().unwrap();
-        let (at, got) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert!(got);
-        assert!(at.duration_since(released_at) < Duration::from_secs(1));
-        w.join().unwrap();
+        assert_eq!(w.rx.try_recv().err(), Some(TryRecvError::Empty));
+        let (latency, _) = w.woken_by(|| held.unlock().unwrap(), Duration::from_secs(5));
+        assert!(latency < Duration::from_secs(1));
     });
 }
 
@@ -409,8 +385,7 @@ fn huge_timeouts_do_not_overflow() {
 /// attempt each, with no subscription.
 #[test]
 fn zero_timeout_is_one_attempt() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("zero");
         let channel = common::release_channel(&name);

@@ -284,16 +284,10 @@ fn child_cluster_counter() {
     if !common::is_child("cluster-counter") {
         return;
     }
-    let seeds: Vec<String> = common::child_env("LS_SEEDS")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let names: Vec<String> = common::child_env("LS_NAMES")
-        .split('\u{1f}')
-        .map(str::to_owned)
-        .collect();
-    let rounds: usize = common::child_env("LS_ROUNDS").parse().unwrap();
-    let store = common::child_env("LS_STORE").parse().unwrap();
+    let seeds = common::child_list("LS_SEEDS", ',');
+    let names = common::child_list("LS_NAMES", '\u{1f}');
+    let rounds: usize = common::child_var("LS_ROUNDS");
+    let store = common::child_var("LS_STORE");
     let before = common::thread_count();
     let client = Client::cluster(&seeds)
         .lease(Duration::from_secs(5))
@@ -315,15 +309,8 @@ fn child_cluster_counter() {
                     assert!(sc.write(&res, g.fencing_token(), v + 1));
                     let end = mono_ns();
                     let held = g.check().is_ok();
-                    sc.interval(&Interval {
-                        lock: res,
-                        pid: std::process::id(),
-                        worker: w,
-                        token: g.fencing_token(),
-                        start,
-                        end,
-                        held,
-                    });
+                    let token = g.fencing_token();
+                    sc.interval(&common::section(&res, w, token, (start, end), held));
                     g.unlock().unwrap();
                 }
             })
@@ -482,15 +469,9 @@ fn locks_survive_a_failover_and_a_killed_master() {
                 let end = mono_ns();
                 let token = g.fencing_token();
                 let held = g.check().is_ok() & g.unlock().is_ok();
-                intervals.lock().push(Interval {
-                    lock: name.clone(),
-                    pid: std::process::id(),
-                    worker: w,
-                    token,
-                    start,
-                    end,
-                    held,
-                });
+                intervals
+                    .lock()
+                    .push(common::section(&name, w, token, (start, end), held));
             }
         }));
     }

@@ -9,224 +9,61 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::kinds::{self, Kind, Moving};
 use common::{RedisServer, unique_name, with_deadline};
-use locksmith::{Client, Detached, Error, MutexGuard};
+use locksmith::{Client, Error, MutexGuard};
 
-/// Every lock type, as the scenarios below take and check it: a hold taken on the calling
-/// thread, detached, attached on another thread and released there, while a second client
-/// finds the lock held throughout and free afterwards.
-#[derive(Clone, Copy, Debug)]
-enum Type {
-    Mutex,
-    Fair,
-    Writer,
-    Reader,
-    Permits,
-    Set,
+/// Takes lock `name` of kind `kind` through `client` and detaches the hold.
+fn take(client: &Client, kind: Kind, name: &str) -> Box<dyn Moving> {
+    let guard = kind.open(client, name).lock().unwrap();
+    guard
+        .detach()
+        .unwrap_or_else(|_| panic!("{kind:?}: a hold of one level did not detach"))
 }
 
-const TYPES: [Type; 6] = [
-    Type::Mutex,
-    Type::Fair,
-    Type::Writer,
-    Type::Reader,
-    Type::Permits,
-    Type::Set,
-];
-
-/// A detached hold of any type, moved to another thread and back into a guard there.
-enum Moving {
-    Mutex(Detached<locksmith::MutexGuard>),
-    Fair(Detached<locksmith::FairMutexGuard>),
-    Writer(Detached<locksmith::RwLockWriteGuard>),
-    Reader(Detached<locksmith::RwLockReadGuard>),
-    Permits(Detached<locksmith::SemaphorePermit>),
-    Set(Detached<locksmith::MultiGuard>),
-}
-
-impl Moving {
-    /// Takes `name` of type `ty` through `client` and detaches it.
-    fn take(client: &Client, ty: Type, name: &str) -> Moving {
-        match ty {
-            Type::Mutex => Moving::Mutex(
-                client
-                    .mutex(name)
-                    .unwrap()
-                    .lock()
-                    .unwrap()
-                    .detach()
-                    .unwrap(),
-            ),
-            Type::Fair => Moving::Fair(
-                client
-                    .fair_mutex(name)
-                    .unwrap()
-                    .lock()
-                    .unwrap()
-                    .detach()
-                    .unwrap(),
-            ),
-            Type::Writer => Moving::Writer(
-                client
-                    .rw_lock(name)
-                    .unwrap()
-                    .write()
-                    .unwrap()
-                    .detach()
-                    .unwrap(),
-            ),
-            Type::Reader => Moving::Reader(
-                client
-                    .rw_lock(name)
-                    .unwrap()
-                    .read()
-                    .unwrap()
-                    .detach()
-                    .unwrap(),
-            ),
-            Type::Permits => Moving::Permits(
-                client
-                    .semaphore(name, 1)
-                    .unwrap()
-                    .acquire()
-                    .unwrap()
-                    .detach()
-                    .unwrap(),
-            ),
-            Type::Set => Moving::Set(
-                client
-                    .multi_lock([format!("{name}:a"), format!("{name}:b")])
-                    .unwrap()
-                    .lock()
-                    .unwrap()
-                    .detach()
-                    .unwrap(),
-            ),
-        }
-    }
-
-    fn is_held(&self) -> bool {
-        match self {
-            Moving::Mutex(d) => d.is_held(),
-            Moving::Fair(d) => d.is_held(),
-            Moving::Writer(d) => d.is_held(),
-            Moving::Reader(d) => d.is_held(),
-            Moving::Permits(d) => d.is_held(),
-            Moving::Set(d) => d.is_held(),
-        }
-    }
-
-    /// Attaches the hold on the calling thread, checks the guard, and releases it there.
-    fn attach_and_unlock(self) -> locksmith::Result<()> {
-        match self {
-            Moving::Mutex(d) => {
-                let g = d.attach()?;
-                g.check()?;
-                g.unlock()
-            }
-            Moving::Fair(d) => {
-                let g = d.attach()?;
-                g.check()?;
-                g.unlock()
-            }
-            Moving::Writer(d) => {
-                let g = d.attach()?;
-                g.check()?;
-                g.unlock()
-            }
-            Moving::Reader(d) => {
-                let g = d.attach()?;
-                g.check()?;
-                g.unlock()
-            }
-            Moving::Permits(d) => {
-                let p = d.attach()?;
-                p.check()?;
-                p.release()
-            }
-            Moving::Set(d) => {
-                let g = d.attach()?;
-                g.check()?;
-                g.unlock()
-            }
-        }
-    }
-
-    /// Releases the hold from the calling thread, without attaching it.
-    fn unlock(self) -> locksmith::Result<()> {
-        match self {
-            Moving::Mutex(d) => d.unlock(),
-            Moving::Fair(d) => d.unlock(),
-            Moving::Writer(d) => d.unlock(),
-            Moving::Reader(d) => d.unlock(),
-            Moving::Permits(d) => d.unlock(),
-            Moving::Set(d) => d.unlock(),
-        }
-    }
-}
-
-/// Whether `other` can take `name` of type `ty` now (a writer for a reader's lock: readers
-/// share), giving it back at once.
-fn free_for(other: &Client, ty: Type, name: &str) -> bool {
-    match ty {
-        Type::Mutex => other.mutex(name).unwrap().try_lock().unwrap().is_some(),
-        Type::Fair => other
-            .fair_mutex(name)
-            .unwrap()
-            .try_lock()
-            .unwrap()
-            .is_some(),
-        Type::Writer | Type::Reader => other.rw_lock(name).unwrap().try_write().unwrap().is_some(),
-        Type::Permits => other
-            .semaphore(name, 1)
-            .unwrap()
-            .try_acquire()
-            .unwrap()
-            .is_some(),
-        Type::Set => other
-            .multi_lock([format!("{name}:a"), format!("{name}:b")])
-            .unwrap()
-            .try_lock()
-            .unwrap()
-            .is_some(),
-    }
+/// Attaches the hold on the calling thread, checks the guard, and releases it there.
+fn attach_and_unlock(moving: Box<dyn Moving>) -> locksmith::Result<()> {
+    let g = moving.attach()?;
+    g.check()?;
+    g.unlock()
 }
 
 #[test]
 fn ownership_moves_across_threads_for_every_lock_type() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let other = Client::open(url.as_str()).unwrap();
-        for ty in TYPES {
+        // Every lock type: a hold taken on the calling thread, detached, attached on another
+        // thread and released there, while a second client finds the lock held throughout
+        // and free afterwards.
+        for ty in kinds::ALL {
             let name = unique_name("moves");
-            let moving = Moving::take(&client, ty, &name);
+            let moving = take(&client, ty, &name);
             assert!(moving.is_held(), "{ty:?}: detached and held");
-            assert!(!free_for(&other, ty, &name), "{ty:?}: held while detached");
+            assert!(!ty.free_for(&other, &name), "{ty:?}: held while detached");
             let (tx, rx) = mpsc::channel();
-            let worker = thread::spawn(move || tx.send(moving.attach_and_unlock()).unwrap());
+            let worker = thread::spawn(move || tx.send(attach_and_unlock(moving)).unwrap());
             rx.recv().unwrap().unwrap_or_else(|e| panic!("{ty:?}: {e}"));
             worker.join().unwrap();
             assert!(
-                free_for(&other, ty, &name),
+                ty.free_for(&other, &name),
                 "{ty:?}: free after the worker's unlock"
             );
 
             // Released from another thread without attaching, and dropped while detached.
-            let moving = Moving::take(&client, ty, &name);
+            let moving = take(&client, ty, &name);
             thread::spawn(move || moving.unlock())
                 .join()
                 .unwrap()
                 .unwrap();
             assert!(
-                free_for(&other, ty, &name),
+                ty.free_for(&other, &name),
                 "{ty:?}: free after a detached unlock"
             );
-            let moving = Moving::take(&client, ty, &name);
+            let moving = take(&client, ty, &name);
             thread::spawn(move || drop(moving)).join().unwrap();
             assert!(
-                free_for(&other, ty, &name),
+                ty.free_for(&other, &name),
                 "{ty:?}: free after a detached drop"
             );
         }
@@ -235,9 +72,7 @@ fn ownership_moves_across_threads_for_every_lock_type() {
 
 #[test]
 fn guards_are_shared_with_scoped_threads() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let guard = client
             .mutex(&unique_name("scoped"))
@@ -268,9 +103,7 @@ fn guards_are_shared_with_scoped_threads() {
 
 #[test]
 fn a_detached_hold_is_renewed_past_several_leases() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let lease = Duration::from_millis(300);
         let client = Client::builder(url.as_str()).lease(lease).build().unwrap();
         let other = Client::open(url.as_str()).unwrap();
@@ -309,9 +142,7 @@ fn a_detached_hold_is_renewed_past_several_leases() {
 
 #[test]
 fn reentry_after_attach_and_no_detach_of_a_reentered_hold() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let mutex = client.mutex(&unique_name("reenter")).unwrap();
         let outer = mutex.lock().unwrap();
@@ -343,9 +174,7 @@ fn reentry_after_attach_and_no_detach_of_a_reentered_hold() {
 
 #[test]
 fn the_detaching_thread_waits_like_any_other_owner() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let mutex = client.mutex(&unique_name("waits")).unwrap();
         let detached = mutex.lock().unwrap().detach().unwrap();
@@ -374,9 +203,7 @@ fn the_detaching_thread_waits_like_any_other_owner() {
 
 #[test]
 fn attaching_where_the_thread_reads_already_fails_and_releases() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let client = Client::open(url.as_str()).unwrap();
         let lock = client.rw_lock(&unique_name("reads")).unwrap();
         let theirs = thread::scope(|s| {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bounds, kinds, proxy};
+use common::{bounds, kinds};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use common::{RedisServer, TestChild, with_deadline};
 use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error, LostLease};
-use proxy::Proxy;
 
 fn tag(name: &str) -> String {
     format!("locksmith:{{{}}}", common::encode_name(name))
@@ -226,9 +225,9 @@ fn child_fifo_waiters() {
     let Some((url, name)) = common::child_url_name("fifo") else {
         return;
     };
-    let first: usize = common::child_env("LS_FIRST").parse().unwrap();
-    let step: usize = common::child_env("LS_STEP").parse().unwrap();
-    let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
+    let first: usize = common::child_var("LS_FIRST");
+    let step: usize = common::child_var("LS_STEP");
+    let threads: usize = common::child_var("LS_THREADS");
     let client = Client::open(&url).unwrap();
     let lock = client.fair_mutex(&name).unwrap();
     let handles: Vec<_> = (0..threads)
@@ -269,12 +268,12 @@ fn fifo_order_across_processes() {
     let (procs, threads) = (3, 3);
     let children: Vec<TestChild> = (0..procs)
         .map(|p| {
-            TestChild::spawn(
+            common::spawn_child(
                 "child_fifo_waiters",
                 "fifo",
+                &url,
+                &name,
                 &[
-                    ("LS_URL", url.clone()),
-                    ("LS_NAME", name.clone()),
                     ("LS_FIRST", p.to_string()),
                     ("LS_STEP", procs.to_string()),
                     ("LS_THREADS", threads.to_string()),
@@ -329,7 +328,7 @@ fn child_fair_waiter() {
     let Some((url, name)) = common::child_url_name("fair-waiter") else {
         return;
     };
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let lock = client.fair_mutex(&name).unwrap();
     let (url2, name2) = (url.clone(), name.clone());
@@ -362,15 +361,7 @@ fn dead_queued_waiter_is_skipped_within_its_bound() {
     let holder = client_with_lease(&url, lease);
     let lock = holder.fair_mutex(&name).unwrap();
     let g = lock.lock().unwrap();
-    let mut dead = TestChild::spawn(
-        "child_fair_waiter",
-        "fair-waiter",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
+    let mut dead = common::spawn_leased("child_fair_waiter", "fair-waiter", &url, &name, lease);
     dead.wait_line("queued", Duration::from_secs(30));
     let (tx, rx) = mpsc::channel();
     let (url2, name2) = (url.clone(), name.clone());
@@ -409,15 +400,7 @@ fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
         let holder = client_with_lease(&url, long);
         let lock = holder.fair_mutex(&name).unwrap();
         let g = lock.lock().unwrap();
-        let mut dead = TestChild::spawn(
-            "child_fair_waiter",
-            "fair-waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_LEASE_MS", short.as_millis().to_string()),
-            ],
-        );
+        let mut dead = common::spawn_leased("child_fair_waiter", "fair-waiter", &url, &name, short);
         dead.wait_line("queued", Duration::from_secs(30));
         let (tx, rx) = mpsc::channel();
         let (url2, name2) = (url.clone(), name.clone());
@@ -598,22 +581,11 @@ fn fair_op(name: &str, op: &str) -> [Vec<u8>; 3] {
     ]
 }
 
-fn lost_log(url: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<LostLease>>>) {
-    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = std::sync::Arc::clone(&lost);
-    let client = Client::builder(url)
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 /// Building a client loads every lock type's script, so that none meets `NOSCRIPT` (and an
 /// extra round trip) on its first use.
 #[test]
 fn every_lock_type_script_is_loaded_at_build() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
         let _client = Client::open(&url).unwrap();
         let loaded: Vec<bool> = redis::cmd("SCRIPT")
@@ -636,10 +608,7 @@ fn every_lock_type_script_is_loaded_at_build() {
 /// stays.
 #[test]
 fn lost_inner_release_does_not_keep_the_fair_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&purl)
@@ -680,10 +649,7 @@ fn lost_inner_release_does_not_keep_the_fair_lock() {
 /// were cut) leaves the server one level higher; the outermost `unlock()` frees it.
 #[test]
 fn lost_reentry_reply_does_not_keep_the_fair_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&purl)
@@ -724,10 +690,7 @@ fn lost_reentry_reply_does_not_keep_the_fair_lock() {
 /// orphan left behind; a cut re-entry reply counts one level, not two.
 #[test]
 fn cut_fair_acquire_replies_count_once() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
         let name = common::unique_name("fair-cut-acquire");
@@ -755,10 +718,7 @@ fn cut_fair_acquire_replies_count_once() {
 /// touch the waiter's grant.
 #[test]
 fn cut_fair_release_reply_leaves_the_next_grant_alone() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
@@ -804,9 +764,8 @@ fn cut_fair_release_reply_leaves_the_next_grant_alone() {
 /// release frees the lock.
 #[test]
 fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url);
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
+        let (client, lost) = common::lost_log(Client::builder(&url));
         let name = common::unique_name("fair-reenter-replaced");
         let m = client.fair_mutex(&name).unwrap();
         let outer = m.lock().unwrap();
@@ -835,9 +794,8 @@ fn fair_reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// reported once.
 #[test]
 fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url);
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
+        let (client, lost) = common::lost_log(Client::builder(&url));
         let other = Client::open(&url).unwrap();
         let name = common::unique_name("fair-reenter-taken");
         let m = client.fair_mutex(&name).unwrap();
@@ -869,8 +827,7 @@ fn fair_reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 /// the server's expiry.
 #[test]
 fn fair_reentry_keeps_the_local_deadline_within_the_server_expiry() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = client_with_lease(&url, Duration::from_secs(5));
         let name = common::unique_name("fair-reenter-expiry");
         let m = client.fair_mutex(&name).unwrap();
@@ -948,8 +905,7 @@ fn every_fair_call_keeps_its_bound_against_a_stalled_server() {
 /// still times out as asked.
 #[test]
 fn a_lost_queue_place_is_not_reported_as_a_lost_lease() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
         let l = std::sync::Arc::clone(&lost);
         let client = Client::builder(&url)
@@ -1178,18 +1134,10 @@ fn an_older_clients_lock_hash_is_held() {
 /// is an error.
 #[test]
 fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(40), move || {
+    common::on_server(Duration::from_secs(40), move |url, mut conn| {
         let name = common::unique_name("fair-operator");
-        let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LostLease>::new()));
-        let l = std::sync::Arc::clone(&lost);
         let lease = Duration::from_millis(1500);
-        let app = Client::builder(&url)
-            .label("app-1")
-            .lease(lease)
-            .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-            .build()
-            .unwrap();
+        let (app, lost) = common::lost_log(Client::builder(&url).label("app-1").lease(lease));
         let operator = Client::open(&url).unwrap();
         let seen = operator.fair_mutex(&name).unwrap();
         assert_eq!(seen.holder().unwrap(), None);

@@ -36,17 +36,7 @@ fn s09_client_kill_under_load() {
     let server = RedisServer::start();
     let store = Store::start();
     let names = [common::unique_name("s09a"), common::unique_name("s09b")];
-    let envs = [
-        ("LS_URL", server.url()),
-        ("LS_STORE", store.port().to_string()),
-        ("LS_LOCKS", names.join(",")),
-        ("LS_THREADS", "4".into()),
-        ("LS_ITERS", "0".into()),
-        ("LS_SECS", "9".into()),
-        ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ("LS_NESTED", "1".into()),
-        ("LS_HOLD_US", "500".into()),
-    ];
+    let envs = load::nested_envs(server.url(), store.port(), &names, 9, lease, 500);
     let mut children: Vec<_> = (0..2)
         .map(|_| TestChild::spawn("child_worker", "worker", &envs))
         .collect();
@@ -285,7 +275,7 @@ fn s11_cut_release_then_taken_at_once() {
     println!(
         "s11c: unlock() after a cut release reply: {res:?}; waiter got token {taken:?}; owner \
          now {:?}",
-        common::lock_value_at(&mut conn, &key).map(|v| v.owner)
+        common::owner_at(&mut conn, &key)
     );
     assert_eq!(proxy.cuts(), 1, "the reply was not cut");
     assert!(taken.is_some(), "the waiter never got the lock");
@@ -299,10 +289,7 @@ fn s11_cut_release_then_taken_at_once() {
 ///      level left on the server by the failed release must not turn it into a re-entry.
 #[test]
 fn s11_failed_release_then_relock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     let name = common::unique_name("s11b");
     let key = common::lock_key(&name);
     let client = Client::builder(purl.as_str())
@@ -352,10 +339,7 @@ fn s11_failed_release_then_relock() {
 #[test]
 fn s12_late_acquire_reply() {
     let lease = Duration::from_millis(500);
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     let name = common::unique_name("s12");
     let key = common::lock_key(&name);
     let acq = sha(&ACQUIRE_LUA);
@@ -437,7 +421,7 @@ fn child_black_hole() {
     if !common::is_child("black_hole") {
         return;
     }
-    let port: u16 = common::child_env("LS_PORT").parse().unwrap();
+    let port: u16 = common::child_var("LS_PORT");
     let base = common::thread_count();
     let t = Duration::from_millis(300);
     let retry = Duration::from_secs(1);

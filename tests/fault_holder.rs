@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use checker::{Store, StoreClient};
-use common::{ChannelSpy, TestChild, keys_matching, token_of, wait_numsub, with_deadline};
+use common::{ChannelSpy, keys_matching, token_of, wait_numsub, with_deadline};
 use faults::{SLACK, preload_scripts, spawn_waiter};
 use locksmith::Client;
 
@@ -28,7 +28,7 @@ fn child_holder() {
         return;
     }
     let url = common::child_env("LS_URL");
-    let lease: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
+    let lease: u64 = common::child_var("LS_LEASE_MS");
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease))
         .build()
@@ -47,8 +47,8 @@ fn child_fenced_writer() {
     let Some((url, name)) = common::child_url_name("fenced_writer") else {
         return;
     };
-    let lease: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
-    let mut store = StoreClient::connect(common::child_env("LS_STORE").parse().unwrap());
+    let lease: u64 = common::child_var("LS_LEASE_MS");
+    let mut store = StoreClient::connect(common::child_var("LS_STORE"));
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease))
         .on_lease_lost(|l| println!("on_lease_lost {} {}", l.name, l.fencing_token))
@@ -99,15 +99,7 @@ fn s02_killed_holder() {
     let name = common::unique_name("s02");
     let key = common::lock_key(&name);
     let channel = common::release_channel(&name);
-    let mut child = TestChild::spawn(
-        "child_holder",
-        "holder",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
+    let mut child = common::spawn_leased("child_holder", "holder", &url, &name, lease);
     child.wait_line("locked", Duration::from_secs(30));
     let child_token = token_of(&mut conn, &name);
     let spy = ChannelSpy::start(&url, &channel);
@@ -230,12 +222,12 @@ fn s04_paused_holder_is_fenced() {
     let store = Store::start();
     let name = common::unique_name("s04");
     let key = common::lock_key(&name);
-    let mut child = TestChild::spawn(
+    let mut child = common::spawn_child(
         "child_fenced_writer",
         "fenced_writer",
+        &url,
+        &name,
         &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
             ("LS_STORE", store.port().to_string()),
             ("LS_LEASE_MS", lease.as_millis().to_string()),
         ],

@@ -217,8 +217,7 @@ fn bad_maxmemory_reached() {
 /// be written: `unlock` takes the guard by value.)
 #[test]
 fn bad_unlock_errors_are_distinct() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let name = common::unique_name("unlock-errs");
         let key = common::lock_key(&name);
@@ -234,7 +233,7 @@ fn bad_unlock_errors_are_distinct() {
         let g = la.lock().unwrap();
         redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
         let gb = lb.lock().unwrap();
-        let owner = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
+        let owner = common::owner_at(&mut conn, &key);
         let ttl = common::pttl(&mut conn, &key);
         let other = g
             .unlock()
@@ -244,16 +243,7 @@ fn bad_unlock_errors_are_distinct() {
         assert!(matches!(other, Error::NotOwner), "{other:?}");
         assert!(lost.is_lease_lost() && other.is_lease_lost());
         assert_ne!(lost.to_string(), other.to_string());
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner
-        );
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key)
-                .map(|v| v.count.to_string())
-                .as_deref(),
-            Some("1")
-        );
+        common::assert_held_by(&mut conn, &key, owner.as_deref().unwrap(), 1);
         assert!(common::pttl(&mut conn, &key) > ttl - 1000);
         assert!(gb.is_held());
         gb.unlock().unwrap();
@@ -263,8 +253,7 @@ fn bad_unlock_errors_are_distinct() {
 /// Option errors name the field and the bound.
 #[test]
 fn bad_option_errors_name_field_and_bound() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
         let cases: [(locksmith::Result<Client>, &str, &str); 3] = [
             (
                 Client::builder(url.as_str())

@@ -22,8 +22,8 @@ fn child_threads_counter() {
     let Some((url, name)) = common::child_url_name("threads-counter") else {
         return;
     };
-    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
-    let threads: usize = common::child_env("LS_THREADS").parse().unwrap();
+    let rounds: u64 = common::child_var("LS_ROUNDS");
+    let threads: usize = common::child_var("LS_THREADS");
     let client = Client::open(url.as_str()).unwrap();
     let hs: Vec<_> = (0..threads)
         .map(|_| {
@@ -166,8 +166,7 @@ fn runs(entries: &[Entry]) -> Vec<&[Entry]> {
 /// while the local threads keep contending.
 #[test]
 fn the_count_bound_forces_a_release_through_redis() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let local = Client::builder(&url)
             .local_handoff_max_count(3)
             .local_handoff_max_time(Duration::from_secs(5))
@@ -197,8 +196,7 @@ fn the_count_bound_forces_a_release_through_redis() {
 /// acquisition through Redis, whatever the count allows.
 #[test]
 fn the_time_bound_forces_a_release_through_redis() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let max_time = Duration::from_millis(15);
         let local = Client::builder(&url)
             .local_handoff_max_count(1024)
@@ -310,8 +308,7 @@ fn one_handoff_then_give_way(url: &str, give_way: Duration) -> Client {
 /// the lock before the client's own queued thread, and that the last remote release ended
 /// the give-way (long here) at once.
 fn remote_waiters_go_first(remotes: usize) {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let give_way = Duration::from_secs(10);
         let local = one_handoff_then_give_way(&url, give_way);
         let name = fresh_name(&url, "handoff-give-way");
@@ -383,8 +380,7 @@ fn after_a_bounded_run_every_remote_waiter_goes_first() {
 /// without it (only the client's own subscription heard the release), the thread goes at once.
 #[test]
 fn a_listener_that_does_not_take_the_lock_costs_the_give_way_bound() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let give_way = Duration::from_secs(1);
         let client = one_handoff_then_give_way(&url, give_way);
 
@@ -468,8 +464,7 @@ fn hold_in_thread(lock: locksmith::Mutex) -> (u64, mpsc::Sender<()>, thread::Joi
 /// the lock meanwhile; its outermost release frees it.
 #[test]
 fn reentry_after_a_handoff() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-reentry");
         let key = common::lock_key(&name);
@@ -504,16 +499,7 @@ fn reentry_after_a_handoff() {
         let (_, inner, held) = rx.recv().unwrap();
         assert_eq!(inner, token_b, "a nested guard has the outer guard's token");
         assert!(held);
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            Some(owner_a)
-        );
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key)
-                .map(|v| v.count.to_string())
-                .as_deref(),
-            Some("2")
-        );
+        common::assert_held_by(&mut conn, &key, &owner_a, 2);
 
         // The handing thread is not the owner any more, on the server's owner id or not;
         // nor is any other thread of the client.
@@ -544,8 +530,7 @@ fn reentry_after_a_handoff() {
 /// and gets it with a higher token.
 #[test]
 fn the_handing_thread_locks_again_after_the_receiver() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = patient(&url);
         let name = fresh_name(&url, "handoff-again");
         let lock = client.mutex(&name).unwrap();
@@ -571,8 +556,7 @@ fn the_handing_thread_locks_again_after_the_receiver() {
 /// errs.
 #[test]
 fn a_lease_lost_after_a_handoff_is_the_receivers() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let (tx_lost, rx_lost) = mpsc::channel();
         let tx_lost = StdMutex::new(tx_lost);
         let client = Client::builder(&url)
@@ -623,8 +607,7 @@ fn a_lease_lost_after_a_handoff_is_the_receivers() {
 /// lock from Redis, under its own owner id and a token from the server.
 #[test]
 fn option_off_releases_through_redis() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = Client::builder(&url).local_handoff(false).build().unwrap();
         let name = fresh_name(&url, "handoff-off");
         let key = common::lock_key(&name);
@@ -649,10 +632,7 @@ fn option_off_releases_through_redis() {
             token_b > token_a + 1,
             "handed off locally: {token_a} then {token_b}"
         );
-        assert_ne!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            Some(owner_a)
-        );
+        assert_ne!(common::owner_at(&mut conn, &key), Some(owner_a));
         // The release, the waiter's acquire and its release, at least.
         assert!(common::script_calls(&mut conn) >= before + 3);
     });

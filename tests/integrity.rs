@@ -9,14 +9,12 @@
 
 mod common;
 
-use common::proxy;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error, LostLease};
-use proxy::Proxy;
 
 static ACQUIRE_LUA: std::sync::LazyLock<&str> =
     std::sync::LazyLock::new(|| locksmith::__lua_source("acquire.lua").unwrap());
@@ -63,8 +61,7 @@ fn assert_local_deadline_within_server_expiry(
 /// guard says it holds the lock.
 #[test]
 fn reentry_with_a_shorter_fixed_lease_keeps_the_lease() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(5))
             .build()
@@ -97,8 +94,7 @@ fn reentry_with_a_shorter_fixed_lease_keeps_the_lease() {
 /// the local deadline never passes the server's expiry.
 #[test]
 fn reentry_through_a_watchdog_handle_keeps_a_fixed_lease_fixed() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(10))
             .build()
@@ -135,8 +131,7 @@ fn reentry_through_a_watchdog_handle_keeps_a_fixed_lease_fixed() {
 /// server's expiry.
 #[test]
 fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(&url).unwrap();
         let name = common::unique_name("reenter-fixed-deadline");
         let m = client.mutex(&name).unwrap();
@@ -156,8 +151,7 @@ fn reentry_of_a_fixed_lease_does_not_move_the_local_deadline() {
 /// either, or a holder that re-enters in a loop keeps the lock forever.
 #[test]
 fn reentry_after_the_maximum_hold_time_does_not_extend_the_lease() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(3))
             .build()
@@ -233,10 +227,7 @@ fn quorum_reentry_with_a_minority_replaced_leaves_no_stray_grant() {
 /// while the key stays.
 #[test]
 fn lost_inner_release_does_not_keep_the_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::builder(&purl)
@@ -272,10 +263,7 @@ fn lost_inner_release_does_not_keep_the_lock() {
 /// replies were cut) leaves the server one level higher; the outermost `unlock()` frees it.
 #[test]
 fn lost_reentry_reply_does_not_keep_the_lock() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     preload_scripts(&mut conn);
     with_deadline(Duration::from_secs(30), move || {
@@ -310,10 +298,7 @@ fn lost_reentry_reply_does_not_keep_the_lock() {
 /// gone, and nothing of a new owner touched.
 #[test]
 fn outermost_release_retry_is_idempotent() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     preload_scripts(&mut conn);
     with_deadline(Duration::from_secs(30), move || {
@@ -336,17 +321,6 @@ fn outermost_release_retry_is_idempotent() {
     });
 }
 
-fn lost_log(client_url: &str, lease: Duration) -> (Client, Arc<Mutex<Vec<LostLease>>>) {
-    let lost = Arc::new(Mutex::new(Vec::new()));
-    let l = Arc::clone(&lost);
-    let client = Client::builder(client_url)
-        .lease(lease)
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 fn reports_of(lost: &Mutex<Vec<LostLease>>, token: u64) -> usize {
     lost.lock()
         .unwrap()
@@ -361,9 +335,8 @@ fn reports_of(lost: &Mutex<Vec<LostLease>>, token: u64) -> usize {
 /// the lock; the outer guard's release then touches nothing.
 #[test]
 fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
+        let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let name = common::unique_name("reenter-replaced");
         let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();
@@ -401,9 +374,8 @@ fn reentry_into_a_replaced_acquisition_marks_the_outer_hold_lost() {
 /// same way is reported once.
 #[test]
 fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
+        let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let name = common::unique_name("fixed-ran-out");
         let m = client.mutex(&name).unwrap();
         let fixed = m.with_lease(Duration::from_millis(100)).unwrap();
@@ -426,9 +398,8 @@ fn a_fixed_lease_that_ran_out_is_not_reported_lost() {
 /// once (and is reported once) instead of waiting for its next renewal.
 #[test]
 fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&url, Duration::from_secs(30));
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
+        let (client, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let other = Client::open(&url).unwrap();
         let name = common::unique_name("reenter-taken");
         let key = common::lock_key(&name);
@@ -453,10 +424,7 @@ fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 /// reported once, not once by each.
 #[test]
 fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     preload_scripts(&mut conn);
     let renew = sha(locksmith::__lua_source("renew.lua").unwrap());
     let _: () = redis::cmd("SCRIPT")
@@ -465,7 +433,8 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
         .query(&mut conn)
         .unwrap();
     with_deadline(Duration::from_secs(20), move || {
-        let (client, lost) = lost_log(&purl, Duration::from_millis(1500));
+        let (client, lost) =
+            common::lost_log(Client::builder(&purl).lease(Duration::from_millis(1500)));
         let name = common::unique_name("lost-twice");
         let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();
@@ -501,8 +470,7 @@ fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
 /// then dropped in a compaction (after over 1,024 releases), is reported lost exactly once.
 #[test]
 fn holds_dropped_by_compaction_are_reported_once() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let lost = Arc::new(Mutex::new(Vec::<LostLease>::new()));
         // The first report blocks the renewal thread until the test lets it go.
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
@@ -564,8 +532,7 @@ fn holds_dropped_by_compaction_are_reported_once() {
 /// and tokens keep rising when everything is gone (an empty restart).
 #[test]
 fn tokens_keep_rising_with_the_mark() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::builder(&url)
             .lease(Duration::from_secs(2))
             .build()
@@ -594,8 +561,7 @@ fn tokens_keep_rising_with_the_mark() {
 /// reserves no hand-off block when it must start above the clock's token.
 #[test]
 fn grants_start_above_a_tombstone_and_an_orphan() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(&url).unwrap();
         let name = common::unique_name("tombstone");
         let key = common::lock_key(&name);

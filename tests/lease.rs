@@ -7,7 +7,7 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, TestChild, with_deadline};
+use common::{RedisServer, with_deadline};
 use locksmith::Client;
 
 /// Entry point of the holder process of [`killed_holder_lease_expires`]: acquires with the
@@ -17,7 +17,7 @@ fn child_holder() {
     let Some((url, name)) = common::child_url_name("holder") else {
         return;
     };
-    let lease_ms: u64 = common::child_env("LS_LEASE_MS").parse().unwrap();
+    let lease_ms: u64 = common::child_var("LS_LEASE_MS");
     let client = Client::builder(url.as_str())
         .lease(Duration::from_millis(lease_ms))
         .build()
@@ -42,15 +42,7 @@ fn killed_holder_lease_expires() {
     let mut conn = server.conn();
     let name = common::unique_name("killed-holder");
     let key = common::lock_key(&name);
-    let mut child = TestChild::spawn(
-        "child_holder",
-        "holder",
-        &[
-            ("LS_URL", server.url()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
-    );
+    let mut child = common::spawn_leased("child_holder", "holder", &server.url(), &name, lease);
     child.wait_line("locked", Duration::from_secs(30));
 
     // Hold on well past the first lease: renewal keeps the dead-to-be holder's lock alive.
@@ -96,8 +88,7 @@ fn killed_holder_lease_expires() {
 /// renewal reaches Redis any more.
 #[test]
 fn renewal_keeps_lock_alive() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lease = Duration::from_millis(300);
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
         let b = Client::open(url.as_str()).unwrap();
@@ -155,8 +146,7 @@ fn apply(conn: &mut redis::Connection, key: &str, fault: Fault) {
 /// another client can acquire, and the stale guard's `unlock()` errs with `is_lease_lost()`
 /// without touching the new owner's lock.
 fn lease_lost(fault: Fault) {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         // Lease 3 s, renewed every 1 s: a loss must be seen long before the local deadline.
         let lease = Duration::from_secs(3);
         let renew = lease / 3;
@@ -225,8 +215,7 @@ fn lease_lost_when_key_expired() {
 /// the loss within one renewal interval + slack.
 #[test]
 fn stale_renewal_leaves_new_owner_alone() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lease = Duration::from_secs(3);
         let a = Client::builder(url.as_str()).lease(lease).build().unwrap();
         let b = Client::open(url.as_str()).unwrap();
@@ -239,22 +228,13 @@ fn stale_renewal_leaves_new_owner_alone() {
         let fault_at = Instant::now();
         apply(&mut conn, &key, Fault::Del);
         let gb = lb.try_lock().unwrap().expect("lock free after DEL");
-        let owner_b = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
+        let owner_b = common::owner_at(&mut conn, &key);
         assert!(
             common::wait_until(lease / 3 + Duration::from_millis(500), || !guard.is_held()),
             "holder did not notice the takeover"
         );
         println!("holder saw the takeover after {:?}", fault_at.elapsed());
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner_b
-        );
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key)
-                .map(|v| v.count.to_string())
-                .as_deref(),
-            Some("1")
-        );
+        common::assert_held_by(&mut conn, &key, owner_b.as_deref().unwrap(), 1);
         let ttl = common::pttl(&mut conn, &key);
         // b's lease is 30 s; a's renewal would have set it to at most 3 s.
         assert!(
@@ -265,10 +245,7 @@ fn stale_renewal_leaves_new_owner_alone() {
             .unlock()
             .expect_err("unlock of a lost lease succeeded");
         assert!(err.is_lease_lost(), "unexpected error: {err}");
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner_b
-        );
+        assert_eq!(common::owner_at(&mut conn, &key), owner_b);
         assert!(a.mutex(&name).unwrap().try_lock().unwrap().is_none());
         gb.unlock().unwrap();
     });
@@ -278,8 +255,7 @@ fn stale_renewal_leaves_new_owner_alone() {
 /// strictly increasing fencing tokens.
 #[test]
 fn fencing_tokens_increase_across_owners() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let clients: Vec<Client> = (0..4)
             .map(|_| Client::open(url.as_str()).unwrap())
             .collect();
@@ -352,8 +328,7 @@ fn fencing_tokens_survive_restart() {
 /// host's clock run at another rate, so the margin is what is checked.
 #[test]
 fn the_local_deadline_keeps_the_stated_margin() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let lease = Duration::from_secs(10);
         for (factor, margin) in [
             (None, lease / 100 + Duration::from_millis(2)),

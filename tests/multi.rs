@@ -58,8 +58,7 @@ fn a_set_collapses_duplicates_and_refuses_bad_names() {
 /// counter and rise per name, and a thread that holds one name re-enters it as part of a set.
 #[test]
 fn a_set_and_a_mutex_on_one_of_its_names_exclude_each_other() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
         let [c1, c2] = common::clients(&url);
         let name = common::unique_name("multi-excl");
         let (a, b) = (format!("{name}-a"), format!("{name}-b"));
@@ -99,8 +98,7 @@ fn a_set_and_a_mutex_on_one_of_its_names_exclude_each_other() {
 /// long before the holder's lease could have run out.
 #[test]
 fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let holder = Client::builder(url.as_str())
             .lease(Duration::from_secs(30))
             .build()
@@ -124,13 +122,7 @@ fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
             assert!(!common::exists(&mut conn, &lock_key(&names[2])));
         }
         // A bounded wait that ends without the set holds none of it either.
-        let t = Instant::now();
-        assert!(
-            set.try_lock_for(Duration::from_millis(300))
-                .unwrap()
-                .is_none()
-        );
-        assert!(t.elapsed() >= Duration::from_millis(300));
+        common::assert_waits_in_vain(Duration::from_millis(300), |d| set.try_lock_for(d));
         assert!(!common::exists(&mut conn, &lock_key(&names[0])));
         assert!(!common::exists(&mut conn, &lock_key(&names[2])));
 
@@ -166,8 +158,7 @@ fn a_set_is_all_or_nothing_and_its_waiter_wakes_on_the_release() {
 /// A guard with one lost name is not held, and the loss is reported with that name.
 #[test]
 fn a_set_with_one_lost_name_is_not_held() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let lost = Arc::new(StdMutex::new(Vec::<String>::new()));
         let seen = Arc::clone(&lost);
         let client = Client::builder(url.as_str())
@@ -325,14 +316,11 @@ fn child_transfers() {
     if !common::is_child("transfers") {
         return;
     }
-    let urls: Vec<String> = common::child_env("LS_URLS")
-        .split(' ')
-        .map(str::to_owned)
-        .collect();
+    let urls = common::child_list("LS_URLS", ' ');
     let cluster = common::child_env("LS_CLUSTER") == "1";
     let prefix = common::child_env("LS_PREFIX");
     let data_url = common::child_env("LS_DATA");
-    let run = Duration::from_millis(common::child_env("LS_RUN_MS").parse().unwrap());
+    let run = common::child_ms("LS_RUN_MS");
     let longest = transfers(&urls, cluster, &prefix, &data_url, 4, run);
     let mut data = Data::open(&data_url);
     let _: () = redis::cmd("RPUSH")
@@ -413,8 +401,7 @@ fn transfers_across_cluster_masters_never_deadlock() {
 /// for its names (waiting behind them, for its own locks, would never end).
 #[test]
 fn a_holder_re_enters_its_set_past_its_own_queue() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("multi-reenter");
         let (a, b) = (format!("{name}-a"), format!("{name}-b"));

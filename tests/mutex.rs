@@ -79,7 +79,7 @@ fn child_counter() {
     };
     let counter = format!("counter:{name}");
     let tokens = format!("tokens:{name}");
-    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let rounds: u64 = common::child_var("LS_ROUNDS");
     let client = Client::open(url.as_str()).unwrap();
     let lock = client.mutex(&name).unwrap();
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -116,12 +116,8 @@ fn processes_exclude_each_other() {
 /// `is_locked` follows.
 #[test]
 fn try_lock_under_contention() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("try-lock");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
+        let (_, _, [la, lb]) = common::two_owners(&url, "try-lock");
         assert!(!la.is_locked().unwrap());
         assert!(!lb.is_locked().unwrap());
 
@@ -144,12 +140,8 @@ fn try_lock_under_contention() {
 /// `try_lock_for` on a held lock gives `None` no sooner than asked and not much later.
 #[test]
 fn try_lock_for_times_out() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("try-lock-for");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
+        let (_, _, [la, lb]) = common::two_owners(&url, "try-lock-for");
         let _held = la.lock().unwrap();
         for wait in [Duration::from_millis(100), Duration::from_millis(500)] {
             let start = Instant::now();
@@ -169,12 +161,8 @@ fn try_lock_for_times_out() {
 /// `try_lock_until` on a held lock gives `None` at its deadline, and `Some` on a free lock.
 #[test]
 fn try_lock_until_deadline() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("try-lock-until");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
+        let (_, _, [la, lb]) = common::two_owners(&url, "try-lock-until");
         let held = la.lock().unwrap();
         let deadline = Instant::now() + Duration::from_millis(300);
         assert!(lb.try_lock_until(deadline).unwrap().is_none());
@@ -198,8 +186,7 @@ fn try_lock_until_deadline() {
 /// the release marker.
 #[test]
 fn name_and_key_layout() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("account:42");
         let lock = client.mutex(&name).unwrap();
@@ -240,8 +227,7 @@ fn name_and_key_layout() {
 /// stale guard's drop does not release the new owner's lock.
 #[test]
 fn fixed_lease_expires_by_itself() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [a, b] = common::clients(&url);
         let c = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("fixed-lease");
@@ -279,15 +265,12 @@ fn fixed_lease_expires_by_itself() {
         assert!(waited < lease + Duration::from_millis(1500));
         assert!(!guard.is_held(), "guard still held after its lease passed");
 
-        let owner = common::lock_value_at(&mut conn, &key).map(|v| v.owner);
+        let owner = common::owner_at(&mut conn, &key);
         assert!(owner.is_some());
         let res = guard.unlock();
         assert!(res.is_err(), "unlock after the lease passed succeeded");
         assert!(res.unwrap_err().is_lease_lost());
-        assert_eq!(
-            common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-            owner
-        );
+        assert_eq!(common::owner_at(&mut conn, &key), owner);
         assert!(c.mutex(&name).unwrap().try_lock().unwrap().is_none());
         gb.unlock().unwrap();
     });
@@ -350,12 +333,9 @@ fn panicking_holder_releases() {
 /// like any other key locksmith did not write, is `ForeignKey`.
 #[test]
 fn a_lock_of_the_previous_layout_is_held() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
-        let client = Client::open(url.as_str()).unwrap();
-        let name = common::unique_name("old-layout");
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
+        let (_client, name, lock) = common::one_owner(&url, "old-layout");
         let key = common::lock_key(&name);
-        let lock = client.mutex(&name).unwrap();
         redis::pipe()
             .cmd("HSET")
             .arg(&key)

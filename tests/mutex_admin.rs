@@ -45,7 +45,7 @@ fn child_admin_waiter() {
         .exec(&mut conn)
         .unwrap();
     println!("acquired");
-    let hold: u64 = common::child_env("LS_HOLD_MS").parse().unwrap();
+    let hold: u64 = common::child_var("LS_HOLD_MS");
     thread::sleep(Duration::from_millis(hold));
     drop(g);
 }
@@ -56,11 +56,8 @@ fn child_admin_waiter() {
 /// write.
 #[test]
 fn holder_tells_who_holds_and_for_how_long() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
-        let name = common::unique_name("holder");
-        let asker = Client::open(url.as_str()).unwrap();
-        let m = asker.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
+        let (_asker, name, m) = common::one_owner(&url, "holder");
         assert_eq!(m.holder().unwrap(), None);
         let (tx, rx) = mpsc::channel();
         let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -159,15 +156,12 @@ fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
         let m = holder.mutex(&name).unwrap();
         let g = m.lock().unwrap();
         let token = g.fencing_token();
-        let child = common::TestChild::spawn(
+        let child = common::spawn_child(
             "child_admin_waiter",
             "admin_waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_DONE", done.clone()),
-                ("LS_HOLD_MS", "300".into()),
-            ],
+            &url,
+            &name,
+            &[("LS_DONE", done.clone()), ("LS_HOLD_MS", "300".into())],
         );
         assert!(
             monitor.wait_blocked(
@@ -232,11 +226,8 @@ fn force_unlock_frees_wakes_the_waiter_and_tells_the_holder() {
 /// moving it to the release marker, where a retry looks for it.
 #[test]
 fn a_retried_release_after_a_force_is_not_ok() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
-        let name = common::unique_name("force-retry");
-        let holder = Client::open(url.as_str()).unwrap();
-        let m = holder.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
+        let (_holder, name, m) = common::one_owner(&url, "force-retry");
         let g = m.lock().unwrap();
         let v = common::lock_value(&mut conn, &name).unwrap();
         let admin = Client::open(url.as_str()).unwrap();
@@ -269,8 +260,7 @@ fn a_retried_release_after_a_force_is_not_ok() {
 /// force leaves a tombstone of the block's last token, and the next grant starts above it.
 #[test]
 fn a_force_keeps_tokens_rising() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let name = common::unique_name("force-tombstone");
         let key = common::lock_key(&name);
         let client = Client::open(url.as_str()).unwrap();

@@ -87,8 +87,7 @@ fn spawn_every_type(url: &str, name: &str, label: Option<&str>, cluster: bool) -
 /// times by the server's clock.
 #[test]
 fn holders_of_every_type_are_seen_from_another_process() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, _conn| {
         let name = common::unique_name("operate");
         let started = Instant::now();
         let mut child = spawn_every_type(&url, &name, Some("billing/eu-1 50%"), false);
@@ -235,8 +234,7 @@ fn locks_reads_every_master_of_a_cluster() {
 /// a third process has it within 2 s, not a lease of 20 s.
 #[test]
 fn force_unlock_through_the_client_wakes_a_waiter_in_another_process() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let name = common::unique_name("force");
         let mut holder = spawn_every_type(&url, &name, Some("stuck"), false);
         let mutex = format!("{name}:m");

@@ -185,12 +185,9 @@ fn child_redlock_counter() {
     if !common::is_child("redlock-counter") {
         return;
     }
-    let urls: Vec<String> = common::child_env("LS_URLS")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
+    let urls = common::child_list("LS_URLS", ',');
     let name = common::child_env("LS_NAME");
-    let rounds: u64 = common::child_env("LS_ROUNDS").parse().unwrap();
+    let rounds: u64 = common::child_var("LS_ROUNDS");
     let counter = format!("counter:{name}");
     let tokens = format!("tokens:{name}");
     let quorum = Client::redlock(&urls)

@@ -8,7 +8,6 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::with_deadline;
 use locksmith::Client;
 
 fn count(conn: &mut redis::Connection, name: &str) -> Option<u64> {
@@ -19,8 +18,7 @@ fn count(conn: &mut redis::Connection, name: &str) -> Option<u64> {
 /// released only with the outermost guard, in whatever order they go.
 #[test]
 fn nested_guards_on_one_thread() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let [client, other] = common::clients(&url);
         let name = common::unique_name("nested");
         let lock = client.mutex(&name).unwrap();
@@ -74,11 +72,8 @@ fn nested_guards_on_one_thread() {
 /// holds the lock at any depth, and gets it once the outermost guard goes.
 #[test]
 fn other_thread_waits_for_outermost_guard() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(30), move || {
-        let client = Client::open(url.as_str()).unwrap();
-        let name = common::unique_name("other-thread");
-        let lock = client.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(30), move |url, _conn| {
+        let (_client, _name, lock) = common::one_owner(&url, "other-thread");
 
         let outer = lock.lock().unwrap();
         let inner = lock.lock().unwrap();
@@ -144,22 +139,12 @@ fn other_thread_waits_for_outermost_guard() {
 /// Two clients are two owners, even in one thread.
 #[test]
 fn two_clients_are_two_owners() {
-    let (_server, url) = common::server_url();
-    with_deadline(Duration::from_secs(20), move || {
-        let [a, b] = common::clients(&url);
-        let name = common::unique_name("two-clients");
-        let la = a.mutex(&name).unwrap();
-        let lb = b.mutex(&name).unwrap();
+    common::on_server(Duration::from_secs(20), move |url, _conn| {
+        let ([a, _], name, [la, lb]) = common::two_owners(&url, "two-clients");
 
         let ga = la.lock().unwrap();
         assert!(lb.try_lock().unwrap().is_none());
-        let start = Instant::now();
-        assert!(
-            lb.try_lock_for(Duration::from_millis(200))
-                .unwrap()
-                .is_none()
-        );
-        assert!(start.elapsed() >= Duration::from_millis(200));
+        common::assert_waits_in_vain(Duration::from_millis(200), |d| lb.try_lock_for(d));
         // A clone of the client is the same owner.
         let a2 = a.clone();
         let ga2 = a2
@@ -185,8 +170,7 @@ fn two_clients_are_two_owners() {
 /// One thread may hold several different locks and re-enter each.
 #[test]
 fn several_locks_on_one_thread() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let names: Vec<String> = (0..3).map(|_| common::unique_name("multi")).collect();
         let locks: Vec<_> = names.iter().map(|n| client.mutex(n).unwrap()).collect();
@@ -214,8 +198,7 @@ fn several_locks_on_one_thread() {
 /// and the stale guard's release must not touch the new acquisition.
 #[test]
 fn stale_guard_never_releases_a_later_acquisition() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(20), move || {
+    common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(url.as_str()).unwrap();
         let name = common::unique_name("stale-guard");
         let key = common::lock_key(&name);

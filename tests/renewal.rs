@@ -213,10 +213,7 @@ fn a_renewal_extends_only_its_own_acquisition() {
         common::lock_value_at(&mut conn, &key).map(|v| v.acquisition),
         Some(later)
     );
-    assert_eq!(
-        common::lock_value_at(&mut conn, &key).map(|v| v.owner),
-        Some(owner)
-    );
+    assert_eq!(common::owner_at(&mut conn, &key), Some(owner));
     for (i, g) in guards.into_iter().enumerate() {
         assert_eq!(g.is_held(), i != 4, "{}", names[i]);
         assert_eq!(g.unlock().is_ok(), i != 4, "{}", names[i]);

@@ -282,7 +282,7 @@ fn child_rw_waiting_writer() {
     let Some((url, name)) = common::child_url_name("rw-waiting-writer") else {
         return;
     };
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let lock = client.rw_lock(&name).unwrap();
     let (url2, name2) = (url.clone(), name.clone());
@@ -309,14 +309,12 @@ fn dead_waiting_writer_blocks_readers_at_most_a_lease() {
     let a = client_with_lease(&url, lease);
     let la = a.rw_lock(&name).unwrap();
     let r = la.read().unwrap();
-    let mut writer = TestChild::spawn(
+    let mut writer = common::spawn_leased(
         "child_rw_waiting_writer",
         "rw-waiting-writer",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", lease.as_millis().to_string()),
-        ],
+        &url,
+        &name,
+        lease,
     );
     writer.wait_line("waiting", Duration::from_secs(30));
     let b = client_with_lease(&url, lease);
@@ -348,14 +346,12 @@ fn dead_waiting_writer_is_skipped_by_its_own_lease_whoever_releases() {
         let a = client_with_lease(&url, long);
         let la = a.rw_lock(&name).unwrap();
         let w = la.write().unwrap();
-        let mut writer = TestChild::spawn(
+        let mut writer = common::spawn_leased(
             "child_rw_waiting_writer",
             "rw-waiting-writer",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_LEASE_MS", short.as_millis().to_string()),
-            ],
+            &url,
+            &name,
+            short,
         );
         writer.wait_line("waiting", Duration::from_secs(30));
         let (tx, rx) = mpsc::channel();
@@ -493,10 +489,7 @@ fn one_release_wakes_every_reader_at_once() {
 /// reader entry, no orphan), and a cut release reply is recognised too (`Ok`, nothing left).
 #[test]
 fn cut_rw_replies_count_once_and_leave_nothing() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (server, mut conn, proxy, purl) = common::proxied();
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
@@ -605,19 +598,6 @@ fn a_short_reader_lease_never_shortens_a_longer_one() {
     });
 }
 
-/// A client with a 30 s lease (renewed every 10 s: no renewal notices a loss within a test)
-/// that logs its lost leases.
-fn lost_log(url: &str) -> (Client, Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>) {
-    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = Arc::clone(&lost);
-    let client = Client::builder(url)
-        .lease(Duration::from_secs(30))
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 /// Redis restarts empty while a thread holds a read lock; the thread then reads again. Its
 /// read entry is gone from the server, so the re-entry must not be a level of it: the outer
 /// guard learns of its loss at once (and it is reported once), and the re-entry is a new read
@@ -630,7 +610,8 @@ fn a_read_reentry_after_an_empty_restart_is_a_new_acquisition() {
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("rw-reenter-restart");
-        let (a, lost) = lost_log(&url);
+        // A 30 s lease (renewed every 10 s): no renewal notices the loss within the test.
+        let (a, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let b = Client::open(&url).unwrap();
         let (la, lb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
         let outer = la.read().unwrap();
@@ -669,7 +650,8 @@ fn a_reentry_after_an_empty_restart_finds_the_new_owner() {
     let url = server.url();
     with_deadline(Duration::from_secs(30), move || {
         let name = common::unique_name("rw-reenter-taken");
-        let (a, lost) = lost_log(&url);
+        // A 30 s lease (renewed every 10 s): no renewal notices the loss within the test.
+        let (a, lost) = common::lost_log(Client::builder(&url).lease(Duration::from_secs(30)));
         let b = Client::open(&url).unwrap();
         let (la, lb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
 
@@ -729,8 +711,7 @@ fn expiries(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
 /// maximum hold time: a thread re-entering in a loop must not keep the lock for ever.
 #[test]
 fn a_reentry_extends_the_lease_up_to_the_maximum_hold_time() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let name = common::unique_name("rw-reenter-extend");
         let max_hold = Duration::from_millis(1500);
         let client = Client::builder(&url)
@@ -800,14 +781,12 @@ fn child_rw_long_waiter() {
 }
 
 fn spawn_long_waiter(url: &str, name: &str, mode: &str) -> TestChild {
-    TestChild::spawn(
+    common::spawn_child(
         "child_rw_long_waiter",
         "rw-long-waiter",
-        &[
-            ("LS_URL", url.to_owned()),
-            ("LS_NAME", name.to_owned()),
-            ("LS_MODE", mode.to_owned()),
-        ],
+        url,
+        name,
+        &[("LS_MODE", mode.to_owned())],
     )
 }
 
@@ -960,22 +939,6 @@ fn an_older_clients_writer_and_readers_hold() {
 // The operator's view: the writer, the readers, and force_unlock
 // ---------------------------------------------------------------------------------------------
 
-/// A client whose lost leases are logged, with a short lease (renewed every 500 ms).
-fn short_lost_log(
-    url: &str,
-    label: &str,
-) -> (Client, Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>) {
-    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = Arc::clone(&lost);
-    let client = Client::builder(url)
-        .label(label)
-        .lease(Duration::from_millis(1500))
-        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
-        .build()
-        .unwrap();
-    (client, lost)
-}
-
 /// Another client sees the writer (label, thread, token, held for, lease left) and then two
 /// readers of two clients; `force_unlock` frees the writer and wakes a reader of another
 /// client waiting for it at once, then frees both readers and wakes a waiting writer at once;
@@ -983,11 +946,18 @@ fn short_lost_log(
 /// an error).
 #[test]
 fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let name = common::unique_name("rw-operator");
-        let (a, lost_a) = short_lost_log(&url, "app-a");
-        let (b, lost_b) = short_lost_log(&url, "app-b");
+        let (a, lost_a) = common::lost_log(
+            Client::builder(&url)
+                .label("app-a")
+                .lease(Duration::from_millis(1500)),
+        );
+        let (b, lost_b) = common::lost_log(
+            Client::builder(&url)
+                .label("app-b")
+                .lease(Duration::from_millis(1500)),
+        );
         let operator = Client::open(&url).unwrap();
         let seen = operator.rw_lock(&name).unwrap();
         assert_eq!(seen.writer().unwrap(), None);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bounds, checker, kinds, proxy};
+use common::{bounds, checker, kinds};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,7 +15,6 @@ use checker::{Interval, Store, StoreClient, mono_ns};
 use common::{RedisServer, TestChild, with_deadline};
 use kinds::{Kind, SLACK, client_with_lease};
 use locksmith::{Client, Error};
-use proxy::Proxy;
 
 fn holders_key(name: &str) -> String {
     format!("locksmith:{{{}}}:sem", common::encode_name(name))
@@ -230,11 +229,11 @@ fn child_sem_workers() {
     let Some((url, name)) = common::child_url_name("sem-workers") else {
         return;
     };
-    let port: u16 = common::child_env("LS_STORE").parse().unwrap();
-    let threads: u32 = common::child_env("LS_THREADS").parse().unwrap();
-    let permits: u32 = common::child_env("LS_PERMITS").parse().unwrap();
-    let run = Duration::from_millis(common::child_env("LS_RUN_MS").parse().unwrap());
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let port: u16 = common::child_var("LS_STORE");
+    let threads: u32 = common::child_var("LS_THREADS");
+    let permits: u32 = common::child_var("LS_PERMITS");
+    let run = common::child_ms("LS_RUN_MS");
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let sem = client.semaphore(&name, permits).unwrap();
     println!("started");
@@ -251,15 +250,7 @@ fn child_sem_workers() {
                     thread::sleep(Duration::from_millis(2));
                     let stop = mono_ns();
                     let held = p.check().is_ok();
-                    store.interval(&Interval {
-                        lock: name.clone(),
-                        pid: std::process::id(),
-                        worker,
-                        token: 0,
-                        start,
-                        end: stop,
-                        held,
-                    });
+                    store.interval(&common::section(name, worker, 0, (start, stop), held));
                     p.release().unwrap();
                 }
             });
@@ -269,12 +260,12 @@ fn child_sem_workers() {
 }
 
 fn spawn_workers(url: &str, name: &str, store: &Store, permits: u32, run_ms: u64) -> TestChild {
-    TestChild::spawn(
+    common::spawn_child(
         "child_sem_workers",
         "sem-workers",
+        url,
+        name,
         &[
-            ("LS_URL", url.to_string()),
-            ("LS_NAME", name.to_string()),
             ("LS_STORE", store.port().to_string()),
             ("LS_THREADS", "3".to_string()),
             ("LS_PERMITS", permits.to_string()),
@@ -358,7 +349,7 @@ fn child_sem_waiter() {
     let Some((url, name)) = common::child_url_name("sem-waiter") else {
         return;
     };
-    let lease = Duration::from_millis(common::child_env("LS_LEASE_MS").parse().unwrap());
+    let lease = common::child_ms("LS_LEASE_MS");
     let client = client_with_lease(&url, lease);
     let sem = client.semaphore(&name, 1).unwrap();
     let _p = sem.acquire().unwrap();
@@ -378,15 +369,7 @@ fn dead_holder_and_waiter_are_skipped_by_their_own_lease() {
     let name = common::unique_name("sem-dead-leases");
     let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
     let mut holder = kinds::spawn_holder(Kind::Semaphore(1), &url, &name, short);
-    let mut waiter = TestChild::spawn(
-        "child_sem_waiter",
-        "sem-waiter",
-        &[
-            ("LS_URL", url.clone()),
-            ("LS_NAME", name.clone()),
-            ("LS_LEASE_MS", short.as_millis().to_string()),
-        ],
-    );
+    let mut waiter = common::spawn_leased("child_sem_waiter", "sem-waiter", &url, &name, short);
     common::wait_numsub(&mut conn, &channel, 1);
     let (tx, rx) = mpsc::channel();
     let (url2, name2) = (url.clone(), name.clone());
@@ -444,10 +427,7 @@ static SEM_LUA: std::sync::LazyLock<&str> =
 /// a cut release reply is recognised too: `Ok`, and every permit free again.
 #[test]
 fn cut_semaphore_replies_count_once() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let proxy = Proxy::start(server.port());
-    let purl = proxy.url();
+    let (_server, mut conn, proxy, purl) = common::proxied();
     with_deadline(Duration::from_secs(30), move || {
         let client = Client::open(&purl).unwrap();
         let name = common::unique_name("sem-cut");
@@ -525,7 +505,7 @@ fn child_sem_long_waiter() {
     let Some((url, name)) = common::child_url_name("sem-long-waiter") else {
         return;
     };
-    let n: u32 = common::child_env("LS_N").parse().unwrap();
+    let n: u32 = common::child_var("LS_N");
     let client = client_with_lease(&url, Duration::from_secs(30));
     let sem = client.semaphore(&name, n).unwrap();
     let _p = sem.acquire().unwrap();
@@ -554,14 +534,12 @@ fn a_waiter_is_woken_at_the_release_with_one_holder_or_several() {
         let theirs =
             (count == 2).then(|| other.semaphore(&name, count).unwrap().acquire().unwrap());
         assert_eq!(holders(&mut conn, &holders_key(&name)), count as usize);
-        let child = TestChild::spawn(
+        let child = common::spawn_child(
             "child_sem_long_waiter",
             "sem-long-waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_N", count.to_string()),
-            ],
+            &url,
+            &name,
+            &[("LS_N", count.to_string())],
         );
         let channel = format!("locksmith:{{{}}}:sem:released", common::encode_name(&name));
         common::wait_numsub(&mut conn, &channel, 1);
@@ -631,8 +609,7 @@ fn an_older_clients_semaphore_hash_is_held() {
 /// `on_lease_lost`, its release an error).
 #[test]
 fn another_client_sees_the_holders_and_force_unlock_frees_them() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let name = common::unique_name("sem-operator");
         let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::<locksmith::LostLease>::new()));
         let app = |label: &str| {

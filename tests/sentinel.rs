@@ -187,15 +187,9 @@ fn locks_follow_a_graceful_failover_and_a_killed_master() {
                 // by the old master after the promotion is gone from the new one).
                 let token = g.fencing_token();
                 let held = g.check().is_ok() & g.unlock().is_ok();
-                intervals.lock().push(Interval {
-                    lock: name.clone(),
-                    pid: std::process::id(),
-                    worker: w,
-                    token,
-                    start,
-                    end,
-                    held,
-                });
+                intervals
+                    .lock()
+                    .push(common::section(&name, w, token, (start, end), held));
             }
         }));
     }

@@ -79,18 +79,9 @@ fn soak() {
     let server = RedisServer::start();
     let store = Store::start();
     let names: Vec<String> = (0..3).map(|_| common::unique_name("soak")).collect();
-    let envs = [
-        ("LS_URL", server.url()),
-        ("LS_STORE", store.port().to_string()),
-        ("LS_LOCKS", names.join(",")),
-        ("LS_THREADS", "4".into()),
-        ("LS_ITERS", "0".into()),
-        ("LS_SECS", secs.to_string()),
-        ("LS_LEASE_MS", "2000".into()),
-        ("LS_NESTED", "1".into()),
-        ("LS_HOLD_US", "300".into()),
-        ("LS_SEED", seed.to_string()),
-    ];
+    let lease = Duration::from_millis(2000);
+    let mut envs = load::nested_envs(server.url(), store.port(), &names, secs, lease, 300);
+    envs.push(("LS_SEED", seed.to_string()));
     let start = Instant::now();
     let mut children: Vec<_> = (0..3)
         .map(|_| TestChild::spawn("child_worker", "worker", &envs))

@@ -34,8 +34,7 @@ fn counts(s: &Stats) -> (u64, u64, u64, u64, u64, u64, u64) {
 /// client and by no other client; the waits and holds land in their histograms.
 #[test]
 fn counts_a_known_workload() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         // A run of local hand-offs may last long enough for the second thread to get in line.
         let client = Client::builder(url.as_str())
             .local_handoff_max_time(Duration::from_secs(30))
@@ -152,8 +151,7 @@ fn counts_a_known_workload() {
 /// under a waiter counted as one reconnect.
 #[test]
 fn counts_renewals_a_lost_lease_and_a_reconnect() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let client = Client::builder(url.as_str())
             .lease(Duration::from_millis(300))
             .build()

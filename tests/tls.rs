@@ -10,9 +10,8 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{RedisServer, ServerCert, TlsFiles, with_deadline};
 use locksmith::{Client, Error};
@@ -113,13 +112,7 @@ fn handoff_between_two_clients_over_tls() {
     let name = common::unique_name("tls-handoff");
     let ma = a.mutex(&name).unwrap();
     let g = ma.lock().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let mb = b.mutex(&name).unwrap();
-    let waiter = thread::spawn(move || {
-        let got = mb.try_lock_for(Duration::from_secs(20)).unwrap();
-        tx.send((Instant::now(), got.map(|g| g.fencing_token())))
-            .unwrap();
-    });
+    let waiter = common::await_lock(b.mutex(&name).unwrap(), Duration::from_secs(20));
     let mut conn = inspect(&server);
     common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
     let pubsub: Vec<_> = client_ports(&server)
@@ -136,17 +129,11 @@ fn handoff_between_two_clients_over_tls() {
     thread::sleep(Duration::from_millis(500));
     let during = common::script_calls(&mut conn) - before;
     assert!(during <= 1, "{during} attempts while waiting: polling");
-    let released = Instant::now();
     let first = g.fencing_token();
-    g.unlock().unwrap();
-    let (at, token) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
-    waiter.join().unwrap();
-    println!(
-        "TLS handoff: acquired {:?} after the release",
-        at - released
-    );
-    assert!(token.unwrap() > first);
-    assert!(at - released < Duration::from_secs(2));
+    let (took, token) = waiter.woken_by(|| g.unlock().unwrap(), Duration::from_secs(20));
+    println!("TLS handoff: acquired {took:?} after the release");
+    assert!(token > first);
+    assert!(took < Duration::from_secs(2));
     // Every connection of both clients came in on the TLS port.
     let ports = client_ports(&server);
     assert!(ports.len() >= 4, "{ports:?}");

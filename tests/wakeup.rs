@@ -31,14 +31,7 @@ fn waiter_wakes_on_release_without_polling() {
         // The holder does nothing while holding (its first renewal is 10 s away), so every
         // script call from here on is the waiter's.
         let before = common::script_calls(&mut conn);
-        let (tx, rx) = mpsc::channel();
-        let wl = waiter.mutex(&name).unwrap();
-        let w = thread::spawn(move || {
-            let g = wl.try_lock_for(Duration::from_secs(20)).unwrap();
-            let at = Instant::now();
-            tx.send((at, g.as_ref().map(|g| g.fencing_token())))
-                .unwrap();
-        });
+        let w = common::await_lock(waiter.mutex(&name).unwrap(), Duration::from_secs(20));
         // Settled once it has tried again after its SUBSCRIBE (seen by MONITOR), not after a
         // while: on a busy machine that re-check may come late.
         assert!(
@@ -49,7 +42,7 @@ fn waiter_wakes_on_release_without_polling() {
         thread::sleep(Duration::from_millis(1500));
         let after = common::script_calls(&mut conn);
         assert_eq!(
-            rx.try_recv().err(),
+            w.rx.try_recv().err(),
             Some(TryRecvError::Empty),
             "waiter finished early"
         );
@@ -65,18 +58,14 @@ fn waiter_wakes_on_release_without_polling() {
         );
         assert_eq!(after, settled, "waiter polled Redis while waiting");
 
-        let released_at = Instant::now();
-        guard.unlock().unwrap();
-        let (acquired_at, got) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        let latency = acquired_at.duration_since(released_at);
+        let (latency, their_token) =
+            w.woken_by(|| guard.unlock().unwrap(), Duration::from_secs(10));
         println!("wake latency after release: {latency:?}");
-        let their_token = got.expect("waiter timed out");
         assert!(their_token > token);
         assert!(
             latency < Duration::from_secs(1),
             "woke {latency:?} after release"
         );
-        w.join().unwrap();
     });
 }
 
@@ -85,8 +74,7 @@ fn waiter_wakes_on_release_without_polling() {
 #[test]
 fn handoff_latency_rounds() {
     const ROUNDS: usize = 20;
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         let [holder, waiter] = common::clients(&url);
         let name = common::unique_name("handoff");
         let channel = common::release_channel(&name);
@@ -94,22 +82,13 @@ fn handoff_latency_rounds() {
         let mut latencies = Vec::new();
         for _ in 0..ROUNDS {
             let guard = hl.lock().unwrap();
-            let (tx, rx) = mpsc::channel();
-            let wl = waiter.mutex(&name).unwrap();
-            let w = thread::spawn(move || {
-                let g = wl.try_lock_for(Duration::from_secs(10)).unwrap();
-                tx.send((Instant::now(), g.is_some())).unwrap();
-            });
+            let w = common::await_lock(waiter.mutex(&name).unwrap(), Duration::from_secs(10));
             assert!(common::wait_until(Duration::from_secs(5), || {
                 common::numsub(&mut conn, &channel) >= 1
             }));
             thread::sleep(Duration::from_millis(20));
-            let released_at = Instant::now();
-            drop(guard);
-            let (at, got) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-            assert!(got, "waiter timed out");
-            latencies.push(at.duration_since(released_at));
-            w.join().unwrap();
+            let (latency, _) = w.woken_by(|| drop(guard), Duration::from_secs(10));
+            latencies.push(latency);
         }
         latencies.sort();
         println!(
@@ -126,8 +105,7 @@ fn handoff_latency_rounds() {
 /// lock in turn, quickly, with increasing tokens and no overlap.
 #[test]
 fn many_waiters_all_acquire_in_turn() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(30), move || {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
         let holder = Client::open(url.as_str()).unwrap();
         let clients = [
             Client::open(url.as_str()).unwrap(),
@@ -300,12 +278,7 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
         let held = holder.mutex(&name).unwrap();
         let guard = held.lock().unwrap();
 
-        let (tx, rx) = mpsc::channel();
-        let wl = waiter.mutex(&name).unwrap();
-        let w = thread::spawn(move || {
-            let g = wl.try_lock_for(Duration::from_secs(20)).unwrap();
-            tx.send((Instant::now(), g.is_some())).unwrap();
-        });
+        let w = common::await_lock(waiter.mutex(&name).unwrap(), Duration::from_secs(20));
         assert!(blocked(&monitor, &name), "the waiter never blocked");
         // Every command connection but this one (pub/sub ones stay: the release must reach
         // the waiter).
@@ -315,15 +288,10 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
             .unwrap();
         assert!(killed >= 2, "killed {killed} connections");
 
-        let released = Instant::now();
-        guard.unlock().unwrap();
-        let (at, got) = rx.recv_timeout(Duration::from_secs(15)).unwrap();
-        assert!(got, "the waiter timed out");
-        let waited = at.duration_since(released);
+        let (waited, _) = w.woken_by(|| guard.unlock().unwrap(), Duration::from_secs(15));
         println!("the waiter got the lock {waited:?} after the release");
         // Its re-check would come only when the holder's 30 s lease ran out.
         assert!(waited < Duration::from_secs(5), "took {waited:?}");
-        w.join().unwrap();
     });
 }
 
@@ -332,8 +300,7 @@ fn a_waiter_whose_connections_died_while_it_waited_takes_the_lock_at_the_release
 /// command connections (the pool keeps up to 32 idle, and 8 are primed at most).
 #[test]
 fn many_sleeping_leaders_keep_few_connections() {
-    let (_server, url, mut conn) = common::server_url_conn();
-    with_deadline(Duration::from_secs(60), move || {
+    common::on_server(Duration::from_secs(60), move |url, mut conn| {
         const NAMES: usize = 100;
         let [holder, waiter] = common::clients(&url);
         let names: Vec<String> = (0..NAMES)
@@ -435,14 +402,12 @@ fn a_waiters_flag_survives_reentry_and_inner_release() {
         let m = holder.mutex(&name).unwrap();
         let g = m.lock().unwrap();
         assert!(!common::lock_value(&mut conn, &name).unwrap().waiters);
-        let child = common::TestChild::spawn(
+        let child = common::spawn_child(
             "child_flag_waiter",
             "flag_waiter",
-            &[
-                ("LS_URL", url.clone()),
-                ("LS_NAME", name.clone()),
-                ("LS_DONE", done.clone()),
-            ],
+            &url,
+            &name,
+            &[("LS_DONE", done.clone())],
         );
         // Settled once it has tried again after its SUBSCRIBE: it sleeps until a release.
         assert!(

@@ -43,6 +43,53 @@ pub trait Held {
     fn validity(&self) -> Duration;
     /// `unlock()` (`release()` for permits).
     fn unlock(self: Box<Self>) -> Result<()>;
+    /// `detach()`: the hold, free to move to another thread; the guard back when it cannot
+    /// move (a re-entered hold).
+    fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>>;
+}
+
+/// A hold of any lock type detached from its guard ([`locksmith::Detached`]), which may move
+/// to another thread.
+pub trait Moving: Send {
+    fn is_held(&self) -> bool;
+    /// `attach()`: a guard of the calling thread.
+    fn attach(self: Box<Self>) -> Result<Box<dyn Held>>;
+    /// `unlock()` from the calling thread, without attaching.
+    fn unlock(self: Box<Self>) -> Result<()>;
+}
+
+/// `detach` of a guard type, and `Moving` for its detached hold.
+macro_rules! moving {
+    ($($guard:ty),* $(,)?) => {$(
+        impl Moving for locksmith::Detached<$guard> {
+            fn is_held(&self) -> bool {
+                locksmith::Detached::is_held(self)
+            }
+            fn attach(self: Box<Self>) -> Result<Box<dyn Held>> {
+                boxed(locksmith::Detached::attach(*self))
+            }
+            fn unlock(self: Box<Self>) -> Result<()> {
+                locksmith::Detached::unlock(*self)
+            }
+        }
+    )*};
+}
+
+moving!(
+    locksmith::MutexGuard,
+    locksmith::FairMutexGuard,
+    locksmith::RwLockWriteGuard,
+    locksmith::RwLockReadGuard,
+    locksmith::MultiGuard,
+    locksmith::SemaphorePermit,
+);
+
+/// What [`Held::detach`] gives for a guard of type `G`.
+fn detached<G: Held + 'static, D: Moving + 'static>(
+    r: std::result::Result<D, G>,
+) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
+    r.map(|d| Box::new(d) as Box<dyn Moving>)
+        .map_err(|g| Box::new(g) as Box<dyn Held>)
 }
 
 /// A lock handle of any type: the acquire forms every type has, and whether the server says
@@ -86,6 +133,9 @@ macro_rules! held {
             fn unlock(self: Box<Self>) -> Result<()> {
                 <$guard>::unlock(*self)
             }
+            fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
+                detached(<$guard>::detach(*self))
+            }
         }
     )*};
 }
@@ -113,6 +163,9 @@ impl Held for locksmith::SemaphorePermit {
     }
     fn unlock(self: Box<Self>) -> Result<()> {
         self.release()
+    }
+    fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
+        detached(locksmith::SemaphorePermit::detach(*self))
     }
 }
 
@@ -227,6 +280,17 @@ impl Kind {
         }
     }
 
+    /// Whether `other` could take lock `name` of this kind now (for a reader: a writer, as
+    /// readers share), giving it back at once.
+    pub fn free_for(self, other: &Client, name: &str) -> bool {
+        let taker = if self == Kind::Reader {
+            Kind::Writer
+        } else {
+            self
+        };
+        taker.open(other, name).try_lock().unwrap().is_some()
+    }
+
     /// Whether a guard of this kind excludes every other guard of the same lock.
     pub fn exclusive(self) -> bool {
         self != Kind::Reader
@@ -296,6 +360,16 @@ impl Kind {
     }
 }
 
+/// Every kind, a semaphore of one permit.
+pub const ALL: [Kind; 6] = [
+    Kind::Mutex,
+    Kind::Fair,
+    Kind::Writer,
+    Kind::Reader,
+    Kind::Semaphore(1),
+    Kind::Multi,
+];
+
 /// A client whose leases last `lease`.
 pub fn client_with_lease(url: &str, lease: Duration) -> Client {
     Client::builder(url).lease(lease).build().unwrap()
@@ -330,13 +404,13 @@ pub fn child_holder() {
 
 /// Starts [`child_holder`] and returns once it holds the lock.
 pub fn spawn_holder(kind: Kind, url: &str, name: &str, lease: Duration) -> TestChild {
-    let c = TestChild::spawn(
+    let c = super::spawn_child(
         "child_kind_holder",
         "kind-holder",
+        url,
+        name,
         &[
             ("LS_KIND", kind.env()),
-            ("LS_URL", url.to_string()),
-            ("LS_NAME", name.to_string()),
             ("LS_LEASE_MS", lease.as_millis().to_string()),
         ],
     );
@@ -515,15 +589,14 @@ pub fn child_workers() {
                         thread::sleep(Duration::from_millis(3));
                     }
                     let end = mono_ns();
-                    store.interval(&Interval {
-                        lock: format!("{name}:{}", if exclusive { "w" } else { "r" }),
-                        pid: std::process::id(),
-                        worker,
-                        token: if exclusive { g.token() } else { 0 },
-                        start,
-                        end,
-                        held: g.check().is_ok(),
-                    });
+                    let (mode, token) = if exclusive {
+                        ("w", g.token())
+                    } else {
+                        ("r", 0)
+                    };
+                    let lock = format!("{name}:{mode}");
+                    let held = g.check().is_ok();
+                    store.interval(&super::section(&lock, worker, token, (start, end), held));
                     g.unlock().unwrap();
                 }
             });
@@ -543,12 +616,12 @@ pub fn exclusion_across_processes(kinds: &[Kind], rounds: usize, prefix: &str) {
     let kinds_env: Vec<String> = kinds.iter().map(|k| k.env()).collect();
     let children: Vec<TestChild> = (0..procs)
         .map(|_| {
-            TestChild::spawn(
+            super::spawn_child(
                 "child_kind_workers",
                 "kind-workers",
+                &server.url(),
+                &name,
                 &[
-                    ("LS_URL", server.url()),
-                    ("LS_NAME", name.clone()),
                     ("LS_KINDS", kinds_env.join(",")),
                     ("LS_STORE", store.port().to_string()),
                     ("LS_THREADS", threads.to_string()),

@@ -69,6 +69,29 @@ fn classify(totals: &Totals, what: &str, e: &locksmith::Error) {
     }
 }
 
+/// The settings of workers of 4 threads on `names` (the store at `store_port`) that run for
+/// `secs` with lease `lease`, take a nested guard in each section and stay `hold_us` inside.
+pub fn nested_envs(
+    url: String,
+    store_port: u16,
+    names: &[String],
+    secs: u64,
+    lease: Duration,
+    hold_us: u64,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("LS_URL", url),
+        ("LS_STORE", store_port.to_string()),
+        ("LS_LOCKS", names.join(",")),
+        ("LS_THREADS", "4".into()),
+        ("LS_ITERS", "0".into()),
+        ("LS_SECS", secs.to_string()),
+        ("LS_LEASE_MS", lease.as_millis().to_string()),
+        ("LS_NESTED", "1".into()),
+        ("LS_HOLD_US", hold_us.to_string()),
+    ]
+}
+
 /// A Redis connection for depth checks that reconnects after a `CLIENT KILL`.
 struct Inspector {
     client: redis::Client,
@@ -171,15 +194,7 @@ pub fn run_worker() {
                     let token = g.fencing_token();
                     if g.check().is_err() {
                         bump(&totals.lost);
-                        store.interval(&Interval {
-                            lock: name.clone(),
-                            pid,
-                            worker: w,
-                            token,
-                            start,
-                            end: start,
-                            held: false,
-                        });
+                        store.interval(&super::section(name, w, token, (start, start), false));
                         let _ = g.unlock();
                         continue;
                     }
@@ -219,15 +234,7 @@ pub fn run_worker() {
                     }
                     let end = mono_ns();
                     let held = g.check().is_ok();
-                    store.interval(&Interval {
-                        lock: name.clone(),
-                        pid,
-                        worker: w,
-                        token,
-                        start,
-                        end,
-                        held,
-                    });
+                    store.interval(&super::section(name, w, token, (start, end), held));
                     if !held {
                         println!("holder of {name} reported itself lost (token {token})");
                     }

@@ -161,3 +161,178 @@ pub fn count_losses(
         .unwrap();
     (client, lost)
 }
+
+/// A private `redis-server`, a connection to it, and a [`proxy::Proxy`] in front of it with
+/// the proxy's URL.
+pub fn proxied() -> (RedisServer, redis::Connection, proxy::Proxy, String) {
+    let server = RedisServer::start();
+    let conn = server.conn();
+    let proxy = proxy::Proxy::start(server.port());
+    let purl = proxy.url();
+    (server, conn, proxy, purl)
+}
+
+/// Starts the child `test_name` (role `role`) for lock `name` of `url`: `LS_URL`, `LS_NAME`,
+/// then the settings `more`.
+pub fn spawn_child(
+    test_name: &str,
+    role: &str,
+    url: &str,
+    name: &str,
+    more: &[(&str, String)],
+) -> TestChild {
+    let mut envs = vec![("LS_URL", url.to_owned()), ("LS_NAME", name.to_owned())];
+    envs.extend(more.iter().cloned());
+    TestChild::spawn(test_name, role, &envs)
+}
+
+/// [`spawn_child`] with the lease `LS_LEASE_MS`.
+pub fn spawn_leased(
+    test_name: &str,
+    role: &str,
+    url: &str,
+    name: &str,
+    lease: Duration,
+) -> TestChild {
+    let lease_ms = ("LS_LEASE_MS", lease.as_millis().to_string());
+    spawn_child(test_name, role, url, name, &[lease_ms])
+}
+
+/// A thread waiting for a lock ([`await_lock`]).
+pub struct Awaiting {
+    pub thread: thread::JoinHandle<()>,
+    /// When its wait ended, and the fencing token it got (`None`: it timed out).
+    pub rx: std::sync::mpsc::Receiver<(std::time::Instant, Option<u64>)>,
+}
+
+impl Awaiting {
+    /// Runs `release`, then waits at most `timeout` for the waiter, which must have got the
+    /// lock: how long after the release began it did, and its token. Joins the waiter.
+    pub fn woken_by(self, release: impl FnOnce(), timeout: Duration) -> (Duration, u64) {
+        let released = std::time::Instant::now();
+        release();
+        let (at, token) = self.rx.recv_timeout(timeout).unwrap();
+        let token = token.expect("the waiter timed out");
+        self.thread.join().unwrap();
+        (at.duration_since(released), token)
+    }
+}
+
+/// A thread waiting for `lock` (`try_lock_for(wait)`): it reports when its wait ended and the
+/// fencing token it got, then releases.
+pub fn await_lock(lock: locksmith::Mutex, wait: Duration) -> Awaiting {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = thread::spawn(move || {
+        let g = lock.try_lock_for(wait).unwrap();
+        let at = std::time::Instant::now();
+        tx.send((at, g.as_ref().map(|g| g.fencing_token())))
+            .unwrap();
+    });
+    Awaiting { thread, rx }
+}
+
+/// Every lease a client reports lost (`on_lease_lost`), in order.
+pub type LostLog = std::sync::Arc<std::sync::Mutex<Vec<locksmith::LostLease>>>;
+
+/// A client built by `builder` that keeps every lost lease it reports.
+pub fn lost_log(builder: locksmith::ClientBuilder) -> (locksmith::Client, LostLog) {
+    let lost = LostLog::default();
+    let l = std::sync::Arc::clone(&lost);
+    let client = builder
+        .on_lease_lost(move |x| l.lock().unwrap().push(x.clone()))
+        .build()
+        .unwrap();
+    (client, lost)
+}
+
+/// The owner of the lock at `key`, as the server has it (`None`: not held).
+pub fn owner_at(conn: &mut redis::Connection, key: &str) -> Option<String> {
+    lock_value_at(conn, key).map(|v| v.owner)
+}
+
+/// Checks that `owner` holds the lock at `key`, `levels` deep, as the server has it.
+pub fn assert_held_by(conn: &mut redis::Connection, key: &str, owner: &str, levels: u64) {
+    let v = lock_value_at(conn, key).unwrap_or_else(|| panic!("{key} is not held"));
+    assert_eq!(v.owner, owner, "{key}: another owner");
+    assert_eq!(v.count, levels, "{key}: another count of levels");
+}
+
+/// Runs `scenario` with the URL of a private server and a connection to it, failing the test
+/// when it takes longer than `limit`.
+pub fn on_server<T: Send + 'static>(
+    limit: Duration,
+    scenario: impl FnOnce(String, redis::Connection) -> T + Send + 'static,
+) -> T {
+    let (_server, url, conn) = server_url_conn();
+    with_deadline(limit, move || scenario(url, conn))
+}
+
+/// Two clients of `url` (two owners), a fresh lock name from `prefix`, and that lock's mutex
+/// through each client.
+pub fn two_owners(
+    url: &str,
+    prefix: &str,
+) -> ([locksmith::Client; 2], String, [locksmith::Mutex; 2]) {
+    let clients = clients::<2>(url);
+    let name = unique_name(prefix);
+    let locks = [0, 1].map(|i| clients[i].mutex(&name).unwrap());
+    (clients, name, locks)
+}
+
+/// The critical section of worker `worker` of this process under lock `lock`, with `token`,
+/// from `start` to `end` (monotonic ns), and whether the guard still held at its end.
+pub fn section(
+    lock: &str,
+    worker: u32,
+    token: u64,
+    (start, end): (u64, u64),
+    held: bool,
+) -> checker::Interval {
+    checker::Interval {
+        lock: lock.to_owned(),
+        pid: std::process::id(),
+        worker,
+        token,
+        start,
+        end,
+        held,
+    }
+}
+
+/// Checks that a bounded wait (`try_for(wait)`: a `try_lock_for`) ends without the lock, and
+/// not before `wait` passed.
+pub fn assert_waits_in_vain<G>(
+    wait: Duration,
+    try_for: impl FnOnce(Duration) -> locksmith::Result<Option<G>>,
+) {
+    let start = std::time::Instant::now();
+    assert!(try_for(wait).unwrap().is_none(), "got a held lock");
+    let waited = start.elapsed();
+    assert!(waited >= wait, "gave up after {waited:?}, before {wait:?}");
+}
+
+/// In a child process: the setting `var`, parsed.
+pub fn child_var<T: std::str::FromStr>(var: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    child_env(var).parse().unwrap()
+}
+
+/// In a child process: the setting `var`, a number of milliseconds.
+pub fn child_ms(var: &str) -> Duration {
+    Duration::from_millis(child_var(var))
+}
+
+/// In a child process: the setting `var`, a list of strings `sep` parts.
+pub fn child_list(var: &str, sep: char) -> Vec<String> {
+    child_env(var).split(sep).map(str::to_owned).collect()
+}
+
+/// A client of `url` (one owner), a fresh lock name from `prefix`, and that lock's mutex.
+pub fn one_owner(url: &str, prefix: &str) -> (locksmith::Client, String, locksmith::Mutex) {
+    let client = locksmith::Client::open(url).unwrap();
+    let name = unique_name(prefix);
+    let lock = client.mutex(&name).unwrap();
+    (client, name, lock)
+}
