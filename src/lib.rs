@@ -68,6 +68,12 @@
 //!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
 //!   refuse a stale holder.
+//! - A guard belongs to the thread that locked (it is `Sync`, not `Send`); `detach` gives a
+//!   [`Detached`] hold that another thread attaches or releases (a thread pool's worker).
+//! - [`Client::election`] gives an [`Election`]: one of several instances leads
+//!   ([`Leadership`], whose term is a fencing token), and everyone can see which
+//!   ([`Election::leader`], [`Election::observe`]). [`MutexGuard::unlock_after`] keeps a lock
+//!   for a minimum time, for a job that must run once per period.
 //!
 //! # Several locks at once
 //!
