@@ -18,10 +18,24 @@ use crate::transport::conn::Deadline;
 /// pool) when the connection failed; both within one connect plus one command timeout, and
 /// within `by`, as the plain mutex's attempt. The scripts recognise a retry by its ids.
 pub(crate) fn eval_twice(client: &Core, call: &scripts::Call, by: Deadline) -> Result<Value> {
-    let shared = client.shared();
-    let by = by.min(Deadline::after(shared.config.one_call()));
-    match shared.backend.eval_single(call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => shared.backend.eval_single(call, by),
+    let backend = &client.shared().backend;
+    twice(client, by, |by| backend.eval_single(call, by))
+}
+
+/// Runs `once` within `by` and one connect plus one command timeout, and once more at once,
+/// within the same bound, when the connection failed (a failure clears the pool: the second
+/// runs on a new connection).
+pub(crate) fn twice<T>(
+    client: &Core,
+    by: Deadline,
+    mut once: impl FnMut(Deadline) -> Result<T>,
+) -> Result<T> {
+    let by = by.min(Deadline::after(client.shared().config.one_call()));
+    match once(by) {
+        Err(e) if e.is_retriable() && !by.passed() => {
+            log::debug!("a call failed ({e}); retrying once on a new connection");
+            once(by)
+        }
         other => other,
     }
 }

@@ -238,26 +238,9 @@ pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P:
 }
 
 /// The first attempt: exactly one when the deadline has passed, else retried while Redis
-/// cannot be reached.
+/// cannot be reached (see [`retrying`]).
 fn first<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Attempt<P::Held>> {
-    let core = p.core().clone();
-    let name = p.name().to_owned();
-    within(&core, &name, budget, |by| p.attempt(false, by))
-}
-
-/// A call of the lock `name` within `budget`: exactly one when the deadline has passed, else
-/// retried while Redis cannot be reached (see [`retrying`]).
-pub(crate) fn within<T>(
-    core: &Core,
-    name: &str,
-    budget: &Budget,
-    mut call: impl FnMut(Deadline) -> Result<T>,
-) -> Result<T> {
-    if budget.past() {
-        call(budget.limit)
-    } else {
-        retrying(core, name, budget, call)
-    }
+    attempt_retrying(p, false, budget)
 }
 
 /// Attempts until one gets an answer (see [`retrying`]).

@@ -657,11 +657,9 @@ pub struct FairMutexGuard {
 
 impl std::fmt::Debug for FairMutexGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FairMutexGuard")
-            .field("name", &self.lease.name())
-            .field("fencing_token", &self.lease.hold().token)
-            .field("is_held", &self.lease.is_held())
-            .finish_non_exhaustive()
+        let token = self.lease.hold().token;
+        self.lease
+            .debug_as(f, "FairMutexGuard", Some(("fencing_token", &token)))
     }
 }
 

@@ -85,14 +85,14 @@ impl Holder {
         lease_left: Duration,
     ) -> Holder {
         let (label, thread) = parse_owner(owner);
-        Holder {
+        Holder::new_parts(
             label,
             thread,
             hold_count,
             fencing_token,
             held_for,
             lease_left,
-        }
+        )
     }
 }
 

@@ -86,6 +86,24 @@ pub struct Lease {
     _held: Option<Held>,
 }
 
+impl Lease {
+    /// A guard's `Debug`: its type, the lock's name, `extra` (a token, a permit count), and
+    /// whether it is held.
+    pub(crate) fn debug_as(
+        &self,
+        f: &mut std::fmt::Formatter<'_>,
+        guard: &str,
+        extra: Option<(&str, &dyn std::fmt::Debug)>,
+    ) -> std::fmt::Result {
+        let mut d = f.debug_struct(guard);
+        d.field("name", &self.name());
+        if let Some((field, value)) = extra {
+            d.field(field, value);
+        }
+        d.field("is_held", &self.is_held()).finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")

@@ -740,13 +740,13 @@ impl Guard for MultiGuard {
     }
 }
 
-impl HeldSet {
+impl Parts for HeldSet {
     fn is_held(&self) -> bool {
         !self.released && self.holds.iter().all(|h| h.is_held())
     }
 
     fn check(&self) -> Result<()> {
-        if self.is_held() {
+        if Parts::is_held(self) {
             Ok(())
         } else {
             Err(Error::LeaseLost)
@@ -761,20 +761,6 @@ impl HeldSet {
             &self.holds,
             Deadline::after(shared.config.one_call()),
         )
-    }
-}
-
-impl Parts for HeldSet {
-    fn is_held(&self) -> bool {
-        HeldSet::is_held(self)
-    }
-
-    fn check(&self) -> Result<()> {
-        HeldSet::check(self)
-    }
-
-    fn unlock(self) -> Result<()> {
-        HeldSet::unlock(self)
     }
 }
 

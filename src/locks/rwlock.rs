@@ -51,6 +51,7 @@ use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
 use crate::locks::time::Budget;
+use crate::locks::wait::retrying;
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
@@ -359,7 +360,7 @@ impl RwLock {
             read,
             hold.reentry_extension(sent),
         );
-        let reply = driver::within(&self.client, self.name(), budget, |by| {
+        let reply = retrying(&self.client, self.name(), budget, |by| {
             eval_twice(&self.client, &call, by)
         })?;
         match family::parse_reenter(&reply) {
@@ -653,10 +654,7 @@ macro_rules! guard {
 
         impl std::fmt::Debug for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($name))
-                    .field("name", &self.lease.name())
-                    .field("is_held", &self.lease.is_held())
-                    .finish_non_exhaustive()
+                self.lease.debug_as(f, stringify!($name), None)
             }
         }
     };

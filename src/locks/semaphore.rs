@@ -433,11 +433,8 @@ pub struct SemaphorePermit {
 
 impl std::fmt::Debug for SemaphorePermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SemaphorePermit")
-            .field("name", &self.lease.name())
-            .field("permits", &self.n)
-            .field("is_held", &self.lease.is_held())
-            .finish_non_exhaustive()
+        self.lease
+            .debug_as(f, "SemaphorePermit", Some(("permits", &self.n)))
     }
 }
 

@@ -78,8 +78,8 @@ pub(crate) fn wait_release_firing(
     }
 }
 
-/// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) until it gets an
-/// answer, retrying connection-level failures with backoff until the budget's deadline or for
+/// Runs `attempt` (one bounded attempt: it gets the bound of its I/O) once when the budget's
+/// deadline has passed, else until it gets an answer, retrying connection-level failures with backoff until the budget's deadline or for
 /// the client's retry timeout, counted from the start of the first attempt that failed; no
 /// attempt's I/O runs past that, nor past the budget's limit. The waiting driver runs every
 /// attempt through it, so all lock types keep the same bounds.
@@ -90,6 +90,10 @@ pub(crate) fn retrying<T>(
     mut attempt: impl FnMut(Deadline) -> Result<T>,
 ) -> Result<T> {
     let Budget { deadline, limit } = *budget;
+    if deadline.passed() {
+        // Exactly one attempt: a `try_*` form, or a deadline that passed while waiting.
+        return attempt(limit);
+    }
     let mut backoff = Duration::from_millis(10);
     let mut retry_until: Option<Deadline> = None;
     // The failed tries in a row, and when the first of them started: a call that gives up

@@ -85,11 +85,9 @@ pub struct MutexGuard {
 
 impl std::fmt::Debug for MutexGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MutexGuard")
-            .field("name", &self.lease.name())
-            .field("fencing_token", &self.lease.hold().token)
-            .field("is_held", &self.lease.is_held())
-            .finish_non_exhaustive()
+        let token = self.lease.hold().token;
+        self.lease
+            .debug_as(f, "MutexGuard", Some(("fencing_token", &token)))
     }
 }
 

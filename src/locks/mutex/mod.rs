@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
+use crate::locks::calls::twice;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::Release;
@@ -410,31 +411,6 @@ impl Mutex {
         }
     }
 
-    /// One acquire attempt for `owner`, retried at once on a new connection when the first
-    /// failed at the connection level (same request id: the script recognises a retry of an
-    /// acquire whose reply was lost, so a re-entry is never counted twice). Both fit in one
-    /// connect plus one command timeout, and in `by`. `waited`: the caller waited for the
-    /// lock (see [`AcquireCall::waited`]).
-    fn attempt(
-        &self,
-        owner: &str,
-        request: &str,
-        waited: bool,
-        by: Deadline,
-    ) -> Result<Attempt<MutexGuard>> {
-        let by = by.min(Deadline::after(self.client.shared().config.one_call()));
-        match self.attempt_once(owner, request, waited, by) {
-            Err(e) if e.is_retriable() && !by.passed() => {
-                log::debug!(
-                    "acquire of `{}` failed ({e}); retrying once",
-                    self.keys.name
-                );
-                self.attempt_once(owner, request, waited, by)
-            }
-            other => other,
-        }
-    }
-
     /// One acquire script round trip for `owner`, within `by`.
     ///
     /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
@@ -621,8 +597,14 @@ impl Protocol for Acquire<'_> {
 
     /// A waiter's attempt flags the grant, so that its release publishes for whoever else
     /// waits (a leader of another client that gives way sleeps until it).
+    /// Retried at once on a new connection when the first try failed at the connection level
+    /// (same request id: the script recognises a retry of an acquire whose reply was lost, so
+    /// a re-entry is never counted twice); both within one connect plus one command timeout.
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        self.mutex.attempt(&self.owner, &self.request, waiting, by)
+        let (mutex, owner, request) = (self.mutex, &self.owner, &self.request);
+        twice(&mutex.client, by, |by| {
+            mutex.attempt_once(owner, request, waiting, by)
+        })
     }
 
     /// Only on a single master, for a thread without a live hold of this lock, and when an
