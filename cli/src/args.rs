@@ -210,9 +210,8 @@ publishes on (PSUBSCRIBE): a release of any type publishes when someone waits fo
 fair_mutex hands it to the next waiter), and so does a forced unlock; a release nobody \
 waits for publishes nothing and shows at the next re-read. An election publishes on its own \
 channel when a leader is elected, when it proclaims a value, and when its leadership ends by a \
-resignation or a forced unlock (each redraws the table). The table is re-read at most once a \
-second. On a Redis \
-Cluster, the release channels are sharded per node: the view comes from the once-a-second \
+resignation or a forced unlock (each shows at once as an event). The table is re-read at most \
+once a second. On a Redis Cluster, the release channels are sharded per node: the view comes from the once-a-second \
 re-read alone, and so it does with --redlock (each release is published on every master).
 
 When stdout is a terminal, each redraw clears the screen (ANSI); otherwise the frames follow \
