@@ -15,12 +15,13 @@ pub const DEFAULT_PREFIX: &str = "locksmith:";
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
 const ABOUT: &str = "Inspect and clear locksmith's distributed locks (Mutex, FairMutex, \
-                     RwLock, Semaphore) on Redis or Valkey";
+                     RwLock, Semaphore) and elections on Redis or Valkey";
 
 const LONG_ABOUT: &str = "\
-Inspect and clear locksmith's distributed locks (Mutex, FairMutex, RwLock, Semaphore) on Redis \
-or Valkey: who holds which lock, since when, with which fencing token and how many wait; a live \
-view; and a forced unlock for a lock whose holder is stuck.
+Inspect and clear locksmith's distributed locks (Mutex, FairMutex, RwLock, Semaphore) and \
+elections on Redis or Valkey: who holds which lock, since when, with which fencing token and how \
+many wait, and who leads which election, in which term, with which value; a live view; and a \
+forced unlock for a lock whose holder is stuck (or a new election).
 
 The servers are named as by the library: --url (or REDIS_URL) for one server, --sentinel with \
 --master for a Sentinel deployment, --cluster for a Redis Cluster, --redlock for the masters of \
@@ -163,13 +164,16 @@ const LIST_ABOUT: &str = "\
 List the held locks under the key prefix whose name starts with NAME_PREFIX (all of them \
 without it), of every type: name, type, holder label, thread, hold count (re-entry depth; for a \
 semaphore the permits held), how long it has been held, lease left (both by the server's \
-clock), fencing token (0 where the type has none) and waiters (the queue of a fair_mutex, the \
-waiting writers and readers of an rw_lock; - where the type keeps no count). A lock held by \
+clock), fencing token (0 where the type has none; an election's term) and waiters (the queue of \
+a fair_mutex, the waiting writers and readers of an rw_lock; - where the type keeps no count). \
+An election is listed while it has a leader, the leader as its one holder. A lock held by \
 several (the readers of an rw_lock, the permit holders of a semaphore) takes one row per holder.
 
 With --json, one JSON object per lock per line (JSON Lines), with the fields:
-  name, type (mutex, fair_mutex, rw_lock, semaphore), shared (true when readers hold an \
-rw_lock), waiters (a number, or null where the type keeps no count), holders (an array, one \
+  name, type (mutex, fair_mutex, rw_lock, semaphore, election), shared (true when readers hold \
+an rw_lock), waiters (a number, or null where the type keeps no count), value (what an \
+election's leader proclaimed; null when it proclaimed nothing and for the other types), holders \
+(an array, one \
 object per holder with label, thread, hold_count, fencing_token, held_for_ms, lease_left_ms), \
 and the first holder's label, thread, hold_count, fencing_token, held_for_ms and lease_left_ms \
 at the top level (null when only waiters are left).";
@@ -182,8 +186,10 @@ Exit codes: 0 shown, 1 Redis error, 2 usage error, 3 nothing holds or waits for 
 
 const UNLOCK_ABOUT: &str = "\
 Force-unlock NAME: frees it on the server whoever holds it (every reader of an rw_lock, every \
-permit of a semaphore; a fair_mutex goes to the head of its queue), publishes the release so \
-that waiters wake at once, and the holder loses it at its next renewal at the latest.
+permit of a semaphore; a fair_mutex goes to the head of its queue; an election's leadership, \
+after which a new election follows among the candidates), publishes the release so that \
+waiters (and an election's candidates and observers) wake at once, and the holder loses it at \
+its next renewal at the latest.
 
 First it asks for a confirmation that names the holder (on stderr, the answer read from \
 stdin); --yes skips it. Without a terminal on stdin and without --yes it refuses (exit code 4). \
@@ -202,9 +208,10 @@ table of `list`, redrawn in place, and below it the acquisitions and releases as
 On one server and on Sentinel, the releases are heard on the release channels the library \
 publishes on (PSUBSCRIBE): a release of any type publishes when someone waits for it (a \
 fair_mutex hands it to the next waiter), and so does a forced unlock; a release nobody \
-waits for publishes nothing and shows at the next re-read. The table is re-read at most once a \
-second. On a Redis \
-Cluster, the release channels are sharded per node: the view comes from the once-a-second \
+waits for publishes nothing and shows at the next re-read. An election publishes on its own \
+channel when a leader is elected, when it proclaims a value, and when its leadership ends by a \
+resignation or a forced unlock (each shows at once as an event). The table is re-read at most \
+once a second. On a Redis Cluster, the release channels are sharded per node: the view comes from the once-a-second \
 re-read alone, and so it does with --redlock (each release is published on every master).
 
 When stdout is a terminal, each redraw clears the screen (ANSI); otherwise the frames follow \
@@ -285,13 +292,22 @@ pub enum Kind {
     /// A Semaphore (counted permits)
     #[value(name = "semaphore")]
     Semaphore,
+    /// An Election (its holder is the leader; unlocking it starts a new election)
+    #[value(name = "election")]
+    Election,
 }
 
 impl Kind {
     /// Every kind, in the order the output lists them.
-    pub const ALL: [Kind; 4] = [Kind::Mutex, Kind::FairMutex, Kind::RwLock, Kind::Semaphore];
+    pub const ALL: [Kind; 5] = [
+        Kind::Mutex,
+        Kind::FairMutex,
+        Kind::RwLock,
+        Kind::Semaphore,
+        Kind::Election,
+    ];
 
-    /// The name: `mutex`, `fair_mutex`, `rw_lock`, `semaphore` (the library's
+    /// The name: `mutex`, `fair_mutex`, `rw_lock`, `semaphore`, `election` (the library's
     /// `LockKind::as_str`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -299,6 +315,7 @@ impl Kind {
             Kind::FairMutex => "fair_mutex",
             Kind::RwLock => "rw_lock",
             Kind::Semaphore => "semaphore",
+            Kind::Election => "election",
         }
     }
 
@@ -571,6 +588,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        match parse(&["unlock", "n", "--type", "election"])
+            .unwrap()
+            .command
+        {
+            Command::Unlock(a) => assert_eq!(a.kind, Some(Kind::Election)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Kind::from_name("election"), Some(Kind::Election));
         let e = parse(&["unlock", "n", "--type", "spinlock"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         for k in Kind::ALL {

@@ -120,6 +120,7 @@ fn lock_view(info: LockInfo) -> Option<LockView> {
         holders: info.holders.into_iter().map(holder_view).collect(),
         shared: info.shared,
         waiters: info.waiters,
+        value: info.value,
     })
 }
 
@@ -135,8 +136,8 @@ fn locks(client: &Client, name_prefix: &str) -> Result<Vec<LockView>, Failure> {
 
 /// Every lock type that uses `name`, in type order.
 ///
-/// A quorum client has only the `Mutex` (`Client::lock_info` refuses the other types there):
-/// its locks of that name come from the listing.
+/// A quorum client has only the `Mutex` and the `Election`: its locks of that name come from
+/// the listing.
 fn lock_info(client: &Client, quorum: bool, name: &str) -> Result<Vec<LockView>, Failure> {
     if quorum {
         let mut views = locks(client, name)?;
@@ -219,15 +220,7 @@ fn unlock(
         .map_err(|_| Failure::usage(format!("the library has no lock type {}", chosen.kind)))?;
     let shown = render::printable(name);
     if client.force_unlock(name, lock_kind).map_err(failure)? {
-        let by = match chosen.holders.as_slice() {
-            [h] => render::who(h),
-            [h, rest @ ..] => format!("{} and {} more", render::who(h), rest.len()),
-            [] => "nobody".to_owned(),
-        };
-        print(&format!(
-            "force-unlocked the {} \"{shown}\" (it was held by {by})\n",
-            chosen.kind
-        ));
+        print(&prompt::unlocked(chosen));
         Ok(())
     } else {
         Err(Failure::not_found(format!(

@@ -29,13 +29,16 @@ pub struct LockView {
     pub name: String,
     /// Its type.
     pub kind: Kind,
-    /// The writer, the readers, the permit holders, or the one holder (empty when only
-    /// waiters are left).
+    /// The writer, the readers, the permit holders, or the one holder (an election's leader;
+    /// empty when only waiters are left).
     pub holders: Vec<HolderView>,
     /// Whether readers hold an `RwLock`.
     pub shared: bool,
     /// How many wait (`None` where the type keeps no count).
     pub waiters: Option<usize>,
+    /// What an election's leader proclaimed (`None` when it proclaimed nothing, and for the
+    /// other types).
+    pub value: Option<String>,
 }
 
 impl LockView {

@@ -20,10 +20,13 @@ pub fn choose<'a>(
     let held: Vec<&LockView> = locks.iter().filter(|l| !l.holders.is_empty()).collect();
     let shown = printable(name);
     if let Some(kind) = kind {
-        return held
-            .into_iter()
-            .find(|l| l.kind == kind)
-            .ok_or_else(|| Failure::not_found(format!("nothing holds the {kind} \"{shown}\"")));
+        return held.into_iter().find(|l| l.kind == kind).ok_or_else(|| {
+            Failure::not_found(if kind == Kind::Election {
+                format!("the election \"{shown}\" has no leader")
+            } else {
+                format!("nothing holds the {kind} \"{shown}\"")
+            })
+        });
     }
     match held.as_slice() {
         [] => Err(Failure::not_found(format!(
@@ -42,8 +45,20 @@ pub fn choose<'a>(
     }
 }
 
-/// The confirmation question for freeing `lock`: its type, name and holder(s).
+/// The confirmation question for freeing `lock`: its type, name and holder(s); for an
+/// election, its leader and term, and that a new election follows.
 pub fn question(lock: &LockView) -> String {
+    if let (Kind::Election, Some(h)) = (lock.kind, lock.first()) {
+        return format!(
+            "End the leadership of the election \"{}\" (led by {}, term {}, elected {} ago)? \
+             A new election follows among its candidates; the leader finds out at its next \
+             renewal at the latest. [y/N] ",
+            printable(&lock.name),
+            who(h),
+            h.fencing_token,
+            duration(h.held_for)
+        );
+    }
     let holders = match lock.holders.as_slice() {
         [] => "nobody".to_owned(),
         [h] if h.fencing_token == 0 => format!("{}, held for {}", who(h), duration(h.held_for)),
@@ -66,6 +81,29 @@ pub fn question(lock: &LockView) -> String {
          the latest. [y/N] ",
         lock.kind,
         printable(&lock.name),
+    )
+}
+
+/// What `unlock` prints once `lock` was freed: its type, name and former holder(s); for an
+/// election, its former leader and term, and that a new election follows.
+pub fn unlocked(lock: &LockView) -> String {
+    let shown = printable(&lock.name);
+    if let (Kind::Election, Some(h)) = (lock.kind, lock.first()) {
+        return format!(
+            "force-unlocked the election \"{shown}\": ended the leadership of {} (term {}); \
+             a new election follows\n",
+            who(h),
+            h.fencing_token
+        );
+    }
+    let by = match lock.holders.as_slice() {
+        [h] => who(h),
+        [h, rest @ ..] => format!("{} and {} more", who(h), rest.len()),
+        [] => "nobody".to_owned(),
+    };
+    format!(
+        "force-unlocked the {} \"{shown}\" (it was held by {by})\n",
+        lock.kind
     )
 }
 
@@ -113,7 +151,7 @@ mod tests {
 
     use super::*;
     use crate::exit;
-    use crate::render::tests::{holder, lock};
+    use crate::render::tests::{election, holder, lock};
 
     #[test]
     fn one_held_type_is_chosen_without_type() {
@@ -171,6 +209,37 @@ mod tests {
             vec![holder("a", "t", 1, 0), holder("b", "u", 1, 0)],
         ));
         assert!(q.contains("a (thread t) and 1 more"), "{q}");
+    }
+
+    #[test]
+    fn an_election_is_chosen_by_its_type_and_its_question_says_a_new_one_follows() {
+        let locks = vec![
+            lock("n", Kind::Mutex, vec![holder("a", "t", 1, 1)]),
+            election("n", 7, Some("v")),
+        ];
+        let chosen = choose("n", &locks, Some(Kind::Election)).unwrap();
+        assert_eq!(chosen.kind, Kind::Election);
+        let f = choose("n", &locks, None).unwrap_err();
+        assert!(f.message.contains("mutex, election"), "{f}");
+        let f = choose("n", &locks[..1], Some(Kind::Election)).unwrap_err();
+        assert_eq!(f.code, exit::NOT_FOUND);
+        assert_eq!(f.message, "the election \"n\" has no leader");
+        let q = question(chosen);
+        assert_eq!(
+            q,
+            "End the leadership of the election \"n\" (led by scheduler-2 (thread campaign), \
+             term 7, elected 12.4s ago)? A new election follows among its candidates; the \
+             leader finds out at its next renewal at the latest. [y/N] "
+        );
+        assert_eq!(
+            unlocked(chosen),
+            "force-unlocked the election \"n\": ended the leadership of scheduler-2 (thread \
+             campaign) (term 7); a new election follows\n"
+        );
+        assert_eq!(
+            unlocked(&locks[0]),
+            "force-unlocked the mutex \"n\" (it was held by a (thread t))\n"
+        );
     }
 
     #[test]

@@ -1,4 +1,7 @@
 //! The output: the table of `list`, its JSON lines, the text of `show`, durations.
+//!
+//! An election shows as a lock of type `election` whose one holder is its leader, whose
+//! fencing token is the leader's term, and whose value is what the leader proclaimed.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -37,6 +40,18 @@ pub fn printable(s: &str) -> String {
             out.push(c);
         }
     }
+    out
+}
+
+/// `s` as [`printable`], cut to at most `max` characters (the cut marked with `…`): a
+/// proclaimed value may be long (up to 64 KiB), and a table row or an event line is one line.
+pub fn shortened(s: &str, max: usize) -> String {
+    let shown = printable(s);
+    if shown.chars().count() <= max {
+        return shown;
+    }
+    let mut out: String = shown.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
     out
 }
 
@@ -157,14 +172,16 @@ fn holder_json(h: &HolderView) -> Value {
 }
 
 /// One lock as a JSON object (one line of `list --json`): `name`, `type`, `shared`,
-/// `waiters` (null where the type keeps no count), `holders` (every holder), and the first
-/// holder's fields at the top level (null when only waiters are left).
+/// `waiters` (null where the type keeps no count), `value` (what an election's leader
+/// proclaimed; null when nothing was, and for the other types), `holders` (every holder),
+/// and the first holder's fields at the top level (null when only waiters are left).
 pub fn json(lock: &LockView) -> Value {
     let mut obj = json!({
         "name": lock.name,
         "type": lock.kind.as_str(),
         "shared": lock.shared,
         "waiters": lock.waiters,
+        "value": lock.value,
         "holders": lock.holders.iter().map(holder_json).collect::<Vec<_>>(),
     });
     let first = lock.first().map(holder_json).unwrap_or_else(|| {
@@ -200,7 +217,7 @@ pub fn who(h: &HolderView) -> String {
 }
 
 /// The state of a lock in a few words: `held`, `read-held by 3 readers`, `4 permits held by
-/// 2 holders`, `not held`.
+/// 2 holders`, `not held`; for an election `led (term 7)` or `no leader`.
 pub fn state(lock: &LockView) -> String {
     let n = lock.holders.len();
     let plural = |n: usize, one: &str, many: &str| {
@@ -211,6 +228,10 @@ pub fn state(lock: &LockView) -> String {
         }
     };
     match lock.kind {
+        Kind::Election => match lock.first() {
+            Some(leader) => format!("led (term {})", leader.fencing_token),
+            None => "no leader".to_owned(),
+        },
         _ if n == 0 => "not held".to_owned(),
         Kind::RwLock if lock.shared => format!("read-held by {}", plural(n, "reader", "readers")),
         Kind::RwLock => "write-held".to_owned(),
@@ -235,12 +256,30 @@ fn waiters_line(lock: &LockView) -> String {
         (Kind::FairMutex, Some(n)) => format!("{n} in its queue"),
         (Kind::RwLock, Some(n)) => format!("{n} (writers and readers)"),
         (_, Some(n)) => n.to_string(),
+        (Kind::Election, None) => {
+            "not counted (an election keeps no count of its candidates)".to_owned()
+        }
         (k, None) => format!("not counted (a {k} keeps no count)"),
     }
 }
 
+/// The leader of an election, in `show`: who, its term, what it proclaimed (`-` when
+/// nothing), how long ago it was elected, and its lease left.
+fn leader_lines(out: &mut String, lock: &LockView, h: &HolderView) {
+    let _ = writeln!(out, "  leader: {}", who(h));
+    let _ = writeln!(out, "    {:<14}{}", "term", h.fencing_token);
+    let value = lock
+        .value
+        .as_deref()
+        .map_or_else(|| "-".to_owned(), printable);
+    let _ = writeln!(out, "    {:<14}{value}", "value");
+    let _ = writeln!(out, "    {:<14}{} ago", "elected", duration(h.held_for));
+    let _ = writeln!(out, "    {:<14}{}", "lease left", duration(h.lease_left));
+}
+
 /// The text of `show`: per lock type, its state, its waiters, and each holder with its
-/// hold count, fencing token, time held and lease left.
+/// hold count, fencing token, time held and lease left; for an election, its leader with its
+/// term and the value it proclaimed.
 pub fn show(locks: &[LockView]) -> String {
     let mut out = String::new();
     for (i, lock) in locks.iter().enumerate() {
@@ -255,6 +294,12 @@ pub fn show(locks: &[LockView]) -> String {
             state(lock)
         );
         let _ = writeln!(out, "  waiters: {}", waiters_line(lock));
+        if lock.kind == Kind::Election {
+            if let Some(h) = lock.first() {
+                leader_lines(&mut out, lock, h);
+            }
+            continue;
+        }
         let many = lock.holders.len() > 1;
         for (j, h) in lock.holders.iter().enumerate() {
             let role = match lock.kind {
@@ -306,10 +351,11 @@ pub(crate) mod tests {
             kind,
             shared: false,
             waiters: match kind {
-                Kind::Mutex => None,
+                Kind::Mutex | Kind::Election => None,
                 _ => Some(0),
             },
             holders,
+            value: None,
         }
     }
 
@@ -464,6 +510,77 @@ pub(crate) mod tests {
         assert!(text.contains("permit holder 2: b (thread t2)"), "{text}");
     }
 
+    /// The election `name` led by `label`'s thread `thread` in `term`, with `value`.
+    pub(crate) fn election(name: &str, term: u64, value: Option<&str>) -> LockView {
+        let mut e = lock(
+            name,
+            Kind::Election,
+            vec![holder("scheduler-2", "campaign", 1, term)],
+        );
+        e.value = value.map(str::to_owned);
+        e
+    }
+
+    #[test]
+    fn an_election_shows_its_leader_term_and_value() {
+        let led = election("scheduler", 7, Some("10.0.0.7:8080"));
+        let text = show(std::slice::from_ref(&led));
+        assert_eq!(
+            text,
+            "election \"scheduler\": led (term 7)\n\
+             \x20 waiters: not counted (an election keeps no count of its candidates)\n\
+             \x20 leader: scheduler-2 (thread campaign)\n\
+             \x20   term          7\n\
+             \x20   value         10.0.0.7:8080\n\
+             \x20   elected       12.4s ago\n\
+             \x20   lease left    17.6s\n"
+        );
+        assert!(!text.contains("fencing token") && !text.contains("hold count"));
+        let silent = show(&[election("scheduler", 8, None)]);
+        assert!(silent.contains("    value         -\n"), "{silent}");
+        let nobody = lock("scheduler", Kind::Election, vec![]);
+        assert_eq!(state(&nobody), "no leader");
+        assert!(!show(&[nobody]).contains("leader:"));
+        // A value cannot send terminal escapes.
+        let odd = show(&[election("s", 1, Some("a\nb\u{1b}[2J"))]);
+        assert!(odd.contains("value         a\\nb\\u{1b}[2J\n"), "{odd}");
+    }
+
+    #[test]
+    fn an_election_is_its_own_type_in_the_table_and_the_json() {
+        let text = table(&[
+            lock("a", Kind::Mutex, vec![holder("m", "t", 1, 3)]),
+            election("scheduler", 7, Some("10.0.0.7:8080")),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        let col = lines[0].find("TYPE").unwrap();
+        assert!(lines[2][col..].starts_with("election "), "{text}");
+        assert!(lines[2].contains("scheduler-2") && lines[2].contains("campaign"));
+        let cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(cells[cells.len() - 2..], ["7", "-"], "{text}");
+        let v = json(&election("scheduler", 7, Some("10.0.0.7:8080")));
+        assert_eq!(v["type"], "election");
+        assert_eq!(v["value"], "10.0.0.7:8080");
+        assert_eq!(v["fencing_token"], 7);
+        assert_eq!(v["label"], "scheduler-2");
+        assert_eq!(v["hold_count"], 1);
+        assert!(v["waiters"].is_null());
+        assert_eq!(v["holders"][0]["fencing_token"], 7);
+        assert!(json(&election("e", 1, None))["value"].is_null());
+        // The other types keep every field, and gain a null value.
+        let m = json(&lock("m", Kind::Mutex, vec![holder("l", "t", 1, 9)]));
+        assert!(m.as_object().unwrap().contains_key("value") && m["value"].is_null());
+        assert_eq!(m.as_object().unwrap().len(), 12, "{m}");
+    }
+
+    #[test]
+    fn long_values_are_shortened_on_one_line() {
+        assert_eq!(shortened("abc", 3), "abc");
+        assert_eq!(shortened("abcd", 3), "ab…");
+        assert_eq!(shortened("a\nb", 10), "a\\nb");
+    }
+
     #[test]
     fn states_in_words() {
         let mut rw = lock("r", Kind::RwLock, vec![holder("a", "t", 1, 0)]);
@@ -475,5 +592,6 @@ pub(crate) mod tests {
             state(&lock("s", Kind::Semaphore, vec![holder("a", "t", 1, 0)])),
             "1 permit held by 1 holder"
         );
+        assert_eq!(state(&election("e", 42, None)), "led (term 42)");
     }
 }

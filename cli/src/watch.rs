@@ -9,13 +9,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::args::Kind;
 use crate::exit::Failure;
 use crate::model::LockView;
-use crate::render::{printable, table, who};
+use crate::render::{printable, shortened, table, who};
 
 /// How often the list is re-read.
 pub const REREAD_EVERY: Duration = Duration::from_secs(1);
 
 /// The least time between two redraws caused by messages (a busy lock publishes often).
 pub const REDRAW_GAP: Duration = Duration::from_millis(100);
+
+/// The most characters of a proclaimed value an event line shows.
+pub const VALUE_SHOWN: usize = 60;
 
 /// How many events the frame keeps below the table.
 pub const EVENTS_SHOWN: usize = 20;
@@ -76,6 +79,12 @@ pub struct Published {
 
 /// What a message on `channel` (with `payload`) says, for the key prefix `prefix`; `None`
 /// for a channel that is not one of the release channels.
+///
+/// The channels are those the library publishes on, after the name's braces: `:released`
+/// (a mutex), `:sem:released`, `:rw:open` and `:rw:free`, `:fair:grant:...` (the next
+/// waiter's, with its token), and `:elect:changes`, an election's, whose messages say
+/// `elected` (a new leader), `proclaimed` (a new value) or `released` (the leadership
+/// ended).
 pub fn decode_channel(prefix: &str, channel: &str, payload: &str) -> Option<Published> {
     let rest = channel.strip_prefix(prefix)?.strip_prefix('{')?;
     let (encoded, suffix) = rest.split_once('}')?;
@@ -84,6 +93,15 @@ pub fn decode_channel(prefix: &str, channel: &str, payload: &str) -> Option<Publ
         ":sem:released" => (Kind::Semaphore, "permit released".to_owned()),
         ":rw:open" => (Kind::RwLock, "open to readers".to_owned()),
         ":rw:free" => (Kind::RwLock, "free for a writer".to_owned()),
+        ":elect:changes" => (
+            Kind::Election,
+            match payload {
+                "elected" => "elected (a new leader)".to_owned(),
+                "proclaimed" => "proclaimed (the leader's value changed)".to_owned(),
+                "released" => "released (the leadership ended; a new election follows)".to_owned(),
+                other => shortened(other, VALUE_SHOWN),
+            },
+        ),
         s if s.starts_with(":fair:grant:") => (
             Kind::FairMutex,
             if payload.is_empty() {
@@ -135,10 +153,13 @@ pub fn utc_clock(t: SystemTime) -> String {
 }
 
 /// What makes one holding: the lock, the holder, and its fencing token (a new acquisition
-/// of a fenced lock has a new one).
+/// of a fenced lock has a new one; a new leadership of an election has a new term).
 type HoldingKey = (String, Kind, String, String, u64);
 
-fn holdings(locks: &[LockView]) -> HashMap<HoldingKey, String> {
+/// One holding as an event names it, and the value its lock's leader proclaimed.
+type Holding = (String, Option<String>);
+
+fn holdings(locks: &[LockView]) -> HashMap<HoldingKey, Holding> {
     let mut out = HashMap::new();
     for lock in locks {
         for h in &lock.holders {
@@ -146,7 +167,9 @@ fn holdings(locks: &[LockView]) -> HashMap<HoldingKey, String> {
             if lock.kind == Kind::RwLock {
                 text.push_str(if lock.shared { " (read)" } else { " (write)" });
             }
-            if h.fencing_token != 0 {
+            if lock.kind == Kind::Election {
+                text.push_str(&format!(", term {}", h.fencing_token));
+            } else if h.fencing_token != 0 {
                 text.push_str(&format!(", token {}", h.fencing_token));
             }
             if lock.kind == Kind::Semaphore && h.hold_count != 1 {
@@ -160,27 +183,46 @@ fn holdings(locks: &[LockView]) -> HashMap<HoldingKey, String> {
                     h.thread.clone(),
                     h.fencing_token,
                 ),
-                text,
+                (text, lock.value.clone()),
             );
         }
     }
     out
 }
 
+/// What a leader proclaimed, as an event line shows it (`-` when nothing).
+fn value_text(value: Option<&str>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| shortened(v, VALUE_SHOWN))
+}
+
 /// The acquisitions and releases between two reads of the list, releases first, each in
-/// name order.
+/// name order; then the values that election leaders proclaimed in between (an acquisition
+/// says its leader's value when it has one).
 pub fn diff(before: &[LockView], after: &[LockView], at: SystemTime) -> Vec<Event> {
     let (old, new) = (holdings(before), holdings(after));
-    let mut released: Vec<(&HoldingKey, &String)> =
+    let mut released: Vec<(&HoldingKey, &Holding)> =
         old.iter().filter(|(k, _)| !new.contains_key(*k)).collect();
-    let mut acquired: Vec<(&HoldingKey, &String)> =
+    let mut acquired: Vec<(&HoldingKey, &Holding)> =
         new.iter().filter(|(k, _)| !old.contains_key(*k)).collect();
+    let mut proclaimed: Vec<(&HoldingKey, &Holding)> = new
+        .iter()
+        .filter(|(k, (_, v))| old.get(*k).is_some_and(|(_, was)| was != v))
+        .collect();
     released.sort();
     acquired.sort();
+    proclaimed.sort();
     released
         .into_iter()
-        .map(|(_, t)| format!("released  {t}"))
-        .chain(acquired.into_iter().map(|(_, t)| format!("acquired  {t}")))
+        .map(|(_, (t, _))| format!("released  {t}"))
+        .chain(acquired.into_iter().map(|(_, (t, v))| match v {
+            Some(v) => format!("acquired  {t}, value {}", value_text(Some(v))),
+            None => format!("acquired  {t}"),
+        }))
+        .chain(
+            proclaimed
+                .into_iter()
+                .map(|(_, (t, v))| format!("proclaimed {t}: {}", value_text(v.as_deref()))),
+        )
         .map(|text| Event { at, text })
         .collect()
 }
@@ -406,7 +448,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::render::tests::{holder, lock};
+    use crate::render::tests::{election, holder, lock};
     use std::sync::mpsc;
 
     #[test]
@@ -450,6 +492,79 @@ mod tests {
         assert_eq!(
             decode_channel("locksmith:", "locksmith:x:released", ""),
             None
+        );
+    }
+
+    #[test]
+    fn an_elections_channel_decodes_to_what_its_message_says() {
+        let said = |payload| {
+            let p = decode_channel(
+                "locksmith:",
+                "locksmith:{jobs%7B1%7D}:elect:changes",
+                payload,
+            )
+            .unwrap();
+            assert_eq!((p.name.as_str(), p.kind), ("jobs{1}", Kind::Election));
+            p.what
+        };
+        assert_eq!(said("elected"), "elected (a new leader)");
+        assert_eq!(
+            said("proclaimed"),
+            "proclaimed (the leader's value changed)"
+        );
+        assert_eq!(
+            said("released"),
+            "released (the leadership ended; a new election follows)"
+        );
+        assert_eq!(said("other\n"), "other\\n");
+        // The channel's namesake keys and the value key are no channels.
+        assert_eq!(
+            decode_channel("locksmith:", "locksmith:{x}:elect", ""),
+            None
+        );
+        assert_eq!(
+            decode_channel("locksmith:", "locksmith:{x}:elect:value", ""),
+            None
+        );
+        // The pattern of `watch` covers it.
+        assert!(pattern("locksmith:", "jobs").starts_with("locksmith:{jobs"));
+        let e = heard_event(
+            &decode_channel("locksmith:", "locksmith:{s}:elect:changes", "elected").unwrap(),
+            UNIX_EPOCH,
+        );
+        assert_eq!(e.text, "published election \"s\" elected (a new leader)");
+    }
+
+    #[test]
+    fn diff_says_new_leaders_with_their_term_and_new_values() {
+        let t = SystemTime::now();
+        let none = election("s", 7, None);
+        let said = election("s", 7, Some("10.0.0.7:8080"));
+        let next = election("s", 8, Some("10.0.0.9:8080"));
+        let texts = |a: &[LockView], b: &[LockView]| -> Vec<String> {
+            diff(a, b, t).into_iter().map(|e| e.text).collect()
+        };
+        assert_eq!(
+            texts(&[], std::slice::from_ref(&none)),
+            ["acquired  election \"s\" by scheduler-2 (thread campaign), term 7"]
+        );
+        assert_eq!(
+            texts(std::slice::from_ref(&none), std::slice::from_ref(&said)),
+            ["proclaimed election \"s\" by scheduler-2 (thread campaign), term 7: 10.0.0.7:8080"]
+        );
+        assert_eq!(
+            texts(std::slice::from_ref(&said), std::slice::from_ref(&next)),
+            [
+                "released  election \"s\" by scheduler-2 (thread campaign), term 7",
+                "acquired  election \"s\" by scheduler-2 (thread campaign), term 8, value \
+                 10.0.0.9:8080",
+            ]
+        );
+        let long = election("s", 8, Some(&"x".repeat(1000)));
+        let e = texts(std::slice::from_ref(&next), std::slice::from_ref(&long));
+        assert!(
+            e[0].ends_with(&format!(": {}…", "x".repeat(VALUE_SHOWN - 1))),
+            "{e:?}"
         );
     }
 

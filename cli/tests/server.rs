@@ -714,3 +714,110 @@ fn unlock_on_a_terminal_asks_and_does_only_what_was_answered() {
     assert!(!probe.is_locked().unwrap(), "answered yes: freed");
     drop(held);
 }
+
+#[test]
+fn an_election_is_listed_shown_watched_and_unlocked_into_a_new_election() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&server);
+    let name = unique_name("leader");
+    let channel = format!("{PREFIX}{{{}}}:elect:changes", encode_name(&name));
+    let e = c.election(&name).unwrap();
+    let led = hold("campaigner", move || {
+        let l = e.campaign().unwrap();
+        l.proclaim("10.0.0.7:8080").unwrap();
+        let term = l.term();
+        (l, term)
+    });
+    let term = led.token;
+
+    let r = run_expect(&["--url", &url, "list", &name], 0);
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], "election", "{row}");
+    assert_eq!(cells[2], LABEL, "{row}");
+    assert_eq!(cells[3], "campaigner", "{row}");
+    assert_eq!(cells[cells.len() - 2..], [term.to_string().as_str(), "-"]);
+
+    let r = run_expect(&["--url", &url, "list", &name, "--json"], 0);
+    let json = json_lines(&r.stdout);
+    let v = json_of(&json, &name, "election");
+    assert_eq!(v["value"], "10.0.0.7:8080");
+    assert_eq!(v["fencing_token"], term);
+    assert_eq!(v["thread"], "campaigner");
+
+    let r = run_expect(&["--url", &url, "show", &name], 0);
+    let out = &r.stdout;
+    assert!(
+        out.contains(&format!("election \"{name}\": led (term {term})\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("  leader: {LABEL} (thread campaigner)\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("    term          {term}\n")),
+        "{out}"
+    );
+    assert!(out.contains("    value         10.0.0.7:8080\n"), "{out}");
+    assert!(out.contains("an election keeps no count"), "{out}");
+    let r = run_expect(&["--url", &url, "show", &name, "--json"], 0);
+    assert_eq!(json_lines(&r.stdout)[0]["value"], "10.0.0.7:8080");
+
+    // A candidate of another client waits for the leadership.
+    let subscribed = numsub(&mut server.conn(), &channel);
+    let candidate = client(&server).election(&name).unwrap();
+    let (next_tx, next_rx) = mpsc::channel();
+    let waiter = thread::Builder::new()
+        .name("candidate".into())
+        .spawn(move || {
+            let l = candidate.campaign_for(RUN_BOUND).unwrap();
+            next_tx.send(l.as_ref().map(|l| l.term())).unwrap();
+            // Leads until the test has seen it.
+            thread::sleep(Duration::from_millis(500));
+        })
+        .unwrap();
+    wait_numsub(&mut server.conn(), &channel, subscribed + 1);
+    let mut watch = Watching::start(command(&["--url", &url, "watch", &name, "--count", "1000"]));
+    watch.until(RUN_BOUND, "with the leader", |l| {
+        l.starts_with(&name) && l.contains("campaigner")
+    });
+
+    let r = run_expect(&["--url", &url, "unlock", &name, "--type", "election"], 4);
+    assert!(r.stderr.contains("--yes"), "{r:?}");
+    let r = run_expect(
+        &[
+            "--url", &url, "unlock", &name, "--type", "election", "--yes",
+        ],
+        0,
+    );
+    assert!(
+        r.stdout.contains(&format!(
+            "force-unlocked the election \"{name}\": ended the leadership of {LABEL} (thread \
+             campaigner) (term {term}); a new election follows"
+        )),
+        "{r:?}"
+    );
+    let next = next_rx
+        .recv_timeout(RUN_BOUND)
+        .unwrap()
+        .expect("the candidate was elected");
+    assert!(next > term, "terms keep rising: {next} <= {term}");
+    watch.until(RUN_BOUND, "with the published release", |l| {
+        l.contains(&format!(
+            "published election \"{name}\" released (the leadership ended"
+        ))
+    });
+    watch.until(RUN_BOUND, "with the new leader's announcement", |l| {
+        l.contains(&format!(
+            "published election \"{name}\" elected (a new leader)"
+        ))
+    });
+    waiter.join().unwrap();
+    drop(led);
+}
