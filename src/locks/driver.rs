@@ -237,6 +237,11 @@ pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P:
     wait(p, budget)
 }
 
+/// A call of a lock type within a budget that is not an attempt (a read-write lock's check of
+/// its re-entry): exactly one when the deadline has passed, else retried while Redis cannot be
+/// reached, as every attempt is.
+pub(crate) use crate::locks::wait::retrying as within;
+
 /// The first attempt: exactly one when the deadline has passed, else retried while Redis
 /// cannot be reached (see [`retrying`]).
 fn first<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Attempt<P::Held>> {

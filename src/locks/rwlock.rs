@@ -51,7 +51,6 @@ use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
 use crate::locks::time::Budget;
-use crate::locks::wait::retrying;
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
@@ -360,7 +359,7 @@ impl RwLock {
             read,
             hold.reentry_extension(sent),
         );
-        let reply = retrying(&self.client, self.name(), budget, |by| {
+        let reply = driver::within(&self.client, self.name(), budget, |by| {
             eval_twice(&self.client, &call, by)
         })?;
         match family::parse_reenter(&reply) {
