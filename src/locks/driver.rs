@@ -25,7 +25,7 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::time::Budget;
-use crate::locks::wait::{Fired, retrying, sleep_on, wait_release_firing};
+use crate::locks::wait::{Fired, RECHECK, retrying, sleep_on, wait_release_firing};
 use crate::subscriber::{Passed, Registration, Turn};
 use crate::topology::backend::{Primed, jitter};
 use crate::transport::conn::Deadline;
@@ -484,5 +484,45 @@ impl Waiter {
             }
             Err(e) => Some(Exit::Failed(e)),
         }
+    }
+}
+
+/// A follower of a channel that waits for no lock (an election's observer): it joins the
+/// channel with every other follower, its subscription confirmed (bounded) before the first
+/// read, and sleeps until a message after what it read, as a waiter does.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    reg: Registration,
+    /// The release epoch of the last read.
+    seen: u64,
+}
+
+impl Watch {
+    /// Joins `channel` of `core`'s subscriber.
+    pub(crate) fn join(core: &Core, channel: &str) -> Watch {
+        let shared = core.shared();
+        let reg = shared.subscriber.join_all(channel);
+        reg.wait_confirmed(shared.config.confirm_by(Deadline::NONE));
+        let seen = reg.epoch();
+        Watch { reg, seen }
+    }
+
+    /// Marks every message so far as read: call it right before reading what they announce.
+    pub(crate) fn mark(&mut self) {
+        self.seen = self.reg.epoch();
+    }
+
+    /// Sleeps until a message after the last mark, or `until`; while the subscription is not
+    /// confirmed (the pub/sub connection is down), [`RECHECK`] at most. True when it is time
+    /// to read again: a message came, or the sleep was cut short for want of a subscription.
+    pub(crate) fn wait(&self, until: Deadline) -> bool {
+        let confirmed = self.reg.confirmed();
+        let bound = if confirmed {
+            until
+        } else {
+            until.min(Deadline::after(RECHECK))
+        };
+        self.reg.wait_release(self.seen, bound);
+        self.reg.epoch() != self.seen || (!confirmed && !until.passed())
     }
 }

@@ -20,10 +20,9 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::detached::Detached;
-use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
+use crate::locks::driver::{self, Attempt, Protocol, Queue, Watch, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::time::Budget;
-use crate::locks::wait::{RECHECK, retrying};
 use crate::protocol::grant::request_id;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts::{self, ElectionOp};
@@ -277,14 +276,9 @@ impl Election {
     /// None today (the subscription is made, and confirmed within the command timeout, by
     /// the client's pub/sub thread); the signature leaves room for one.
     pub fn observe(&self) -> Result<Observer> {
-        let shared = self.mutex.client.shared();
-        let reg = shared.subscriber.join_all(&self.mutex.keys.channel);
-        reg.wait_confirmed(shared.config.confirm_by(Deadline::NONE));
-        let seen = reg.epoch();
         Ok(Observer {
             election: self.clone(),
-            reg,
-            seen,
+            watch: Watch::join(&self.mutex.client, &self.mutex.keys.channel),
             last: None,
             until: Deadline::NONE,
             _thread: PhantomData,
@@ -465,9 +459,8 @@ impl Leadership {
 #[derive(Debug)]
 pub struct Observer {
     election: Election,
-    reg: Registration,
-    /// The release epoch the last read followed.
-    seen: u64,
+    /// Its place among the followers of the election's channel.
+    watch: Watch,
     /// The last state yielded: the leader's term and value (`None` inside: no leader);
     /// `None` before the first item.
     last: Option<Option<(u64, Option<String>)>>,
@@ -508,14 +501,7 @@ impl Observer {
             return self.read(deadline).map(|(state, _)| Some(state));
         }
         loop {
-            let recheck = if self.reg.confirmed() {
-                self.until
-            } else {
-                self.until.min(Deadline::after(RECHECK))
-            };
-            self.reg.wait_release(self.seen, deadline.min(recheck));
-            let news = self.reg.epoch() != self.seen;
-            if !news && !recheck.passed() {
+            if !self.watch.wait(deadline.min(self.until)) && !self.until.passed() {
                 // The deadline passed with nothing to read.
                 return Ok(None);
             }
@@ -532,11 +518,11 @@ impl Observer {
     /// Reads the election (retrying while Redis cannot be reached, within the client's retry
     /// timeout), and says whether it changed since the last state yielded.
     fn read(&mut self, deadline: Deadline) -> Result<(Option<Leader>, bool)> {
-        self.seen = self.reg.epoch();
+        self.watch.mark();
         let election = &self.election;
         let core = &election.mutex.client;
         let budget = Budget::new(core.shared(), deadline);
-        let leader = retrying(core, election.name(), &budget, |by| {
+        let leader = driver::within(core, election.name(), &budget, |by| {
             let one = Deadline::after(core.shared().config.one_call());
             election.leader_by(by.min(one))
         })?;
