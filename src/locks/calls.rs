@@ -65,6 +65,19 @@ pub(crate) fn ask(
     Ok(v)
 }
 
+/// Runs a `force_unlock` call `what` (as [`ask`]): its reply and the values it removed; `None`
+/// when nothing was held.
+pub(crate) fn forced(
+    client: &Core,
+    call: &scripts::Call,
+    keys: &LockKeys,
+    what: &str,
+) -> Result<Option<(Value, Vec<String>)>> {
+    let v = ask(client, call, keys, what)?;
+    let removed = removed(&v).ok_or_else(|| unexpected(what, &v))?;
+    Ok((!removed.is_empty()).then_some((v, removed)))
+}
+
 /// The server clock (µs) in the first two items of an `info` reply (`TIME`'s fields).
 pub(crate) fn clock_us(items: &[Value]) -> Option<u64> {
     let s: u64 = text(items.first()?)?.parse().ok()?;

@@ -280,13 +280,10 @@ impl FairMutex {
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::fair_force(&self.keys);
-        let v = ask(&self.client, &call, &self.keys, "fair force_unlock")?;
-        let Some(removed) = calls::removed(&v) else {
-            return Err(scripts::unexpected("fair force_unlock", &v));
-        };
-        if removed.is_empty() {
+        let forced = calls::forced(&self.client, &call, &self.keys, "fair force_unlock")?;
+        let Some((_, removed)) = forced else {
             return Ok(false);
-        }
+        };
         calls::log_forced(
             module_path!(),
             "fair mutex",

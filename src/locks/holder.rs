@@ -57,25 +57,6 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// A holder of these parts.
-    pub(crate) fn new_parts(
-        label: String,
-        thread: String,
-        hold_count: u32,
-        fencing_token: u64,
-        held_for: Duration,
-        lease_left: Duration,
-    ) -> Holder {
-        Holder {
-            label,
-            thread,
-            hold_count,
-            fencing_token,
-            held_for,
-            lease_left,
-        }
-    }
-
     /// A holder from the owner id stored on the server and what the lock type knows of it.
     pub(crate) fn new(
         owner: &str,
@@ -85,14 +66,14 @@ impl Holder {
         lease_left: Duration,
     ) -> Holder {
         let (label, thread) = parse_owner(owner);
-        Holder::new_parts(
+        Holder {
             label,
             thread,
             hold_count,
             fencing_token,
             held_for,
             lease_left,
-        )
+        }
     }
 }
 

@@ -240,13 +240,10 @@ impl RwLock {
     /// As [`writer`](RwLock::writer); foreign keys are left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::rw_force(&self.write_keys);
-        let v = ask(&self.client, &call, &self.write_keys, "rw force_unlock")?;
-        let Some(removed) = calls::removed(&v) else {
-            return Err(scripts::unexpected("rw force_unlock", &v));
-        };
-        if removed.is_empty() {
+        let forced = calls::forced(&self.client, &call, &self.write_keys, "rw force_unlock")?;
+        let Some((v, removed)) = forced else {
             return Ok(false);
-        }
+        };
         // The writer first (its value starts the list); the rest are readers.
         let (writer, readers): (Vec<String>, Vec<String>) = match &v {
             Value::Array(items)

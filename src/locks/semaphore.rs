@@ -202,13 +202,10 @@ impl Semaphore {
     /// As [`holders`](Semaphore::holders); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::sem_force(&self.keys);
-        let v = ask(&self.client, &call, &self.keys, "semaphore force_unlock")?;
-        let Some(removed) = calls::removed(&v) else {
-            return Err(scripts::unexpected("semaphore force_unlock", &v));
-        };
-        if removed.is_empty() {
+        let forced = calls::forced(&self.client, &call, &self.keys, "semaphore force_unlock")?;
+        let Some((_, removed)) = forced else {
             return Ok(false);
-        }
+        };
         calls::log_forced(
             module_path!(),
             "semaphore",

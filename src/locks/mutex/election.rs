@@ -93,14 +93,14 @@ pub struct Leader {
 impl Leader {
     /// The leader as a lock's holder (for listings): its term is the fencing token.
     pub(crate) fn into_holder(self) -> Holder {
-        Holder::new_parts(
-            self.label,
-            self.thread,
-            1,
-            self.term,
-            self.held_for,
-            self.lease_left,
-        )
+        Holder {
+            label: self.label,
+            thread: self.thread,
+            hold_count: 1,
+            fencing_token: self.term,
+            held_for: self.held_for,
+            lease_left: self.lease_left,
+        }
     }
 
     fn new(holder: Holder, value: Option<String>) -> Leader {
