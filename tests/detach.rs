@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::kinds::{self, Kind, Moving};
 use common::{RedisServer, unique_name, with_deadline};
-use locksmith::{Client, Error, MutexGuard};
+use locksmith::{Client, Error};
 
 /// Takes lock `name` of kind `kind` through `client` and detaches the hold.
 fn take(client: &Client, kind: Kind, name: &str) -> Box<dyn Moving> {
@@ -238,37 +238,6 @@ fn a_detached_hold_lost_to_an_empty_restart_reports_the_loss() {
     );
 }
 
-/// How long a waiter of another client takes to get the lock once `release` frees it
-/// (`release` gets the holding guard, and returns when it began the release).
-fn wake_time(server: &RedisServer, release: impl FnOnce(MutexGuard) -> Instant) -> Duration {
-    let holder = Client::open(server.url().as_str()).unwrap();
-    let waiter = Client::open(server.url().as_str()).unwrap();
-    let name = unique_name("wake");
-    let guard = holder.mutex(&name).unwrap().lock().unwrap();
-    let w = {
-        let name = name.clone();
-        thread::spawn(move || {
-            let g = waiter.mutex(&name).unwrap().lock().unwrap();
-            let at = Instant::now();
-            drop(g);
-            at
-        })
-    };
-    // The waiter sleeps on the release channel once its attempt flagged the lock ('w': its
-    // release publishes).
-    let mut conn = server.conn();
-    let flagged = common::wait_until(Duration::from_secs(5), || {
-        let v: Option<String> = redis::cmd("GET")
-            .arg(common::lock_key(&name))
-            .query(&mut conn)
-            .unwrap();
-        v.is_some_and(|v| v.ends_with('w'))
-    });
-    assert!(flagged, "the waiter never flagged the lock");
-    let started = release(guard);
-    w.join().unwrap().saturating_duration_since(started)
-}
-
 #[test]
 fn a_release_from_another_thread_wakes_a_waiter_as_fast_as_a_normal_release() {
     let server = RedisServer::start();
@@ -276,12 +245,12 @@ fn a_release_from_another_thread_wakes_a_waiter_as_fast_as_a_normal_release() {
         let mut normal = Vec::new();
         let mut detached = Vec::new();
         for _ in 0..5 {
-            normal.push(wake_time(&server, |g| {
+            normal.push(common::mutex_wake(&server, |g| {
                 let at = Instant::now();
                 g.unlock().unwrap();
                 at
             }));
-            detached.push(wake_time(&server, |g| {
+            detached.push(common::mutex_wake(&server, |g| {
                 let d = g.detach().unwrap();
                 thread::spawn(move || {
                     let at = Instant::now();

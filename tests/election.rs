@@ -223,27 +223,6 @@ fn takeover(url: &str, end: impl FnOnce(locksmith::Leadership) -> Instant) -> Du
     waiting.join().unwrap().saturating_duration_since(began)
 }
 
-/// How long a waiter of another client takes to get a `Mutex` once its holder unlocks.
-fn unlock_wake(url: &str) -> Duration {
-    let holder = Client::open(url).unwrap();
-    let waiter = Client::open(url).unwrap();
-    let name = unique_name("unlock-wake");
-    let guard = holder.mutex(&name).unwrap().lock().unwrap();
-    let w = {
-        let name = name.clone();
-        thread::spawn(move || {
-            let g = waiter.mutex(&name).unwrap().lock().unwrap();
-            let at = Instant::now();
-            drop(g);
-            at
-        })
-    };
-    thread::sleep(Duration::from_millis(300));
-    let began = Instant::now();
-    guard.unlock().unwrap();
-    w.join().unwrap().saturating_duration_since(began)
-}
-
 #[test]
 fn a_resignation_wakes_a_candidate_as_fast_as_an_unlock_wakes_a_waiter() {
     let server = RedisServer::start();
@@ -257,7 +236,11 @@ fn a_resignation_wakes_a_candidate_as_fast_as_an_unlock_wakes_a_waiter() {
                 l.resign().unwrap();
                 at
             }));
-            unlock.push(unlock_wake(&url));
+            unlock.push(common::mutex_wake(&server, |g| {
+                let at = Instant::now();
+                g.unlock().unwrap();
+                at
+            }));
         }
         resign.sort();
         unlock.sort();

@@ -7,16 +7,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, unique_name, with_deadline};
+use common::{RedisServer, unique_name};
 use locksmith::{Client, Error};
 
 #[test]
 fn unlock_after_keeps_the_lock_until_the_minimum_hold() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
-        let client = Client::open(url.as_str()).unwrap();
-        let other = Client::open(url.as_str()).unwrap();
+    common::on_server(Duration::from_secs(30), |url, _| {
+        let [client, other] = common::clients::<2>(&url);
         let name = unique_name("at-least");
         let min_hold = Duration::from_millis(800);
         let acquired = Instant::now();
@@ -45,11 +42,8 @@ fn unlock_after_keeps_the_lock_until_the_minimum_hold() {
 
 #[test]
 fn unlock_after_a_passed_minimum_releases_at_once() {
-    let server = RedisServer::start();
-    let url = server.url();
-    with_deadline(Duration::from_secs(30), move || {
-        let client = Client::open(url.as_str()).unwrap();
-        let other = Client::open(url.as_str()).unwrap();
+    common::on_server(Duration::from_secs(30), |url, _| {
+        let [client, other] = common::clients::<2>(&url);
         let name = unique_name("passed");
         let guard = client.mutex(&name).unwrap().lock().unwrap();
         guard.unlock_after(Duration::ZERO).unwrap();

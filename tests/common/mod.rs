@@ -336,3 +336,37 @@ pub fn one_owner(url: &str, prefix: &str) -> (locksmith::Client, String, locksmi
     let lock = client.mutex(&name).unwrap();
     (client, name, lock)
 }
+
+/// How long a waiter of another client takes to get the lock once `release` frees it
+/// (`release` gets the holding guard, and returns when it began the release).
+pub fn mutex_wake(
+    server: &RedisServer,
+    release: impl FnOnce(locksmith::MutexGuard) -> std::time::Instant,
+) -> Duration {
+    let holder = locksmith::Client::open(server.url().as_str()).unwrap();
+    let waiter = locksmith::Client::open(server.url().as_str()).unwrap();
+    let name = unique_name("wake");
+    let guard = holder.mutex(&name).unwrap().lock().unwrap();
+    let w = {
+        let name = name.clone();
+        thread::spawn(move || {
+            let g = waiter.mutex(&name).unwrap().lock().unwrap();
+            let at = std::time::Instant::now();
+            drop(g);
+            at
+        })
+    };
+    // The waiter sleeps on the release channel once its attempt flagged the lock ('w': its
+    // release publishes).
+    let mut conn = server.conn();
+    let flagged = wait_until(Duration::from_secs(5), || {
+        let v: Option<String> = redis::cmd("GET")
+            .arg(lock_key(&name))
+            .query(&mut conn)
+            .unwrap();
+        v.is_some_and(|v| v.ends_with('w'))
+    });
+    assert!(flagged, "the waiter never flagged the lock");
+    let started = release(guard);
+    w.join().unwrap().saturating_duration_since(started)
+}
