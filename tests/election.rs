@@ -180,19 +180,19 @@ fn a_killed_leader_is_replaced_within_its_lease_and_observers_elsewhere_see_it()
 #[test]
 fn terms_rise_across_leaders_and_an_empty_restart() {
     let mut server = RedisServer::start();
-    let url = server.url();
-    let client = Client::open(url.as_str()).unwrap();
-    let election = client.election(&unique_name("terms")).unwrap();
-    let mut last = 0;
-    for _ in 0..3 {
-        let l = election.campaign().unwrap();
-        assert!(l.term() > last);
-        last = l.term();
-        l.resign().unwrap();
-    }
+    let election = Client::open(server.url().as_str())
+        .unwrap()
+        .election(&unique_name("terms"))
+        .unwrap();
+    // Three leaderships one after the other, and a fourth held across the restart.
+    let terms: Vec<u64> = (0..4)
+        .map(|_| election.campaign().unwrap())
+        .map(|l| (l.term(), l.resign().unwrap()).0)
+        .collect();
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
     let held = election.campaign().unwrap();
-    assert!(held.term() > last);
-    last = held.term();
+    assert!(held.term() > terms[3]);
+    let last = held.term();
     server.restart();
     // The leadership was lost with the data: its resignation says so, never `Ok`.
     assert!(matches!(held.resign(), Err(Error::LeaseLost)));
