@@ -23,10 +23,12 @@ use crate::locks::detached::Detached;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, Watch, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::time::Budget;
+use crate::locks::wait::Fired;
 use crate::protocol::grant::request_id;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts::{self, ElectionOp};
 use crate::subscriber::Registration;
+use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
 
 /// The longest value a leader may [`proclaim`](Leadership::proclaim), in bytes.
@@ -332,6 +334,16 @@ impl Protocol for Campaign<'_> {
 
     fn attempt(&mut self, _waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
         self.0.attempt(true, by)
+    }
+
+    /// As a `Mutex` waiter's (a waiter's attempt is flagged): the candidate first in the
+    /// client's queue has its next attempt written the moment the leadership ends.
+    fn prime(&mut self, by: Deadline) -> Option<Primed> {
+        self.0.prime(by)
+    }
+
+    fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
+        self.0.fired(fired, by)
     }
 
     fn leave(&self, reg: Registration, _seen: u64) {
