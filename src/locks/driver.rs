@@ -137,17 +137,28 @@ pub(crate) trait Protocol {
     }
 }
 
-/// The timed forms of a lock type's acquire, written once: a one-attempt `try_*`, a `try_*_for`
-/// and a `try_*_until`, each calling `self.$call(deadline)` with its [`Deadline`], and their
-/// bounds and errors in their docs. The type gives each form its first paragraph;
-/// `waits` names its waiting form, whose errors they share.
+/// The four forms of a lock type's acquire, written once: the blocking one (`lock`), a
+/// one-attempt `try_*`, a `try_*_for` and a `try_*_until`, each calling `self.$call(deadline)`
+/// with its [`Deadline`], and the bounds and errors of the timed ones in their docs. The type
+/// gives each form its first paragraph (the blocking form all its docs); `fails` is what a
+/// blocking call that ended without the lock says (it cannot happen: without a deadline the
+/// driver ends holding the lock or with an error).
 macro_rules! timed_forms {
     (
-        guard: $guard:ty, call: $call:ident, waits: $waits:literal;
+        guard: $guard:ty, call: $call:ident, fails: $fails:literal;
+        $(#[$block_doc:meta])* fn $block:ident;
         $(#[$try_doc:meta])* fn $try:ident;
         $(#[$for_doc:meta])* fn $for:ident;
         $(#[$until_doc:meta])* fn $until:ident;
     ) => {
+        $(#[$block_doc])*
+        pub fn $block(&self) -> $crate::Result<$guard> {
+            $crate::locks::driver::held(
+                self.$call($crate::transport::conn::Deadline::NONE),
+                $fails,
+            )
+        }
+
         $(#[$try_doc])*
         ///
         /// Returns within the connect timeout plus the command timeout, whatever Redis does:
@@ -156,7 +167,7 @@ macro_rules! timed_forms {
         ///
         /// # Errors
         ///
-        #[doc = concat!("As [`", $waits, "`](Self::", $waits, ").")]
+        #[doc = concat!("As [`", stringify!($block), "`](Self::", stringify!($block), ").")]
         pub fn $try(&self) -> $crate::Result<Option<$guard>> {
             self.$call($crate::transport::conn::Deadline::at(std::time::Instant::now()))
         }
@@ -169,7 +180,7 @@ macro_rules! timed_forms {
         ///
         /// # Errors
         ///
-        #[doc = concat!("As [`", $waits, "`](Self::", $waits, ").")]
+        #[doc = concat!("As [`", stringify!($block), "`](Self::", stringify!($block), ").")]
         pub fn $for(&self, timeout: std::time::Duration) -> $crate::Result<Option<$guard>> {
             self.$call($crate::transport::conn::Deadline::after(timeout))
         }
@@ -181,7 +192,7 @@ macro_rules! timed_forms {
         ///
         /// # Errors
         ///
-        #[doc = concat!("As [`", $waits, "`](Self::", $waits, ").")]
+        #[doc = concat!("As [`", stringify!($block), "`](Self::", stringify!($block), ").")]
         pub fn $until(&self, deadline: std::time::Instant) -> $crate::Result<Option<$guard>> {
             self.$call($crate::transport::conn::Deadline::at(deadline))
         }

@@ -295,37 +295,30 @@ impl FairMutex {
         Ok(true)
     }
 
-    /// Blocks until the lock is held by the calling thread, after every waiter that queued
-    /// before it.
-    ///
-    /// While Redis cannot be reached, it retries with backoff and returns the error within
-    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-    /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's key holds
-    /// something else; [`Error::InvalidConfig`] on a client over several masters.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let lock = client.fair_mutex("report:daily")?;
-    /// let _guard = lock.lock()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self) -> Result<FairMutexGuard> {
-        match self.acquire(Deadline::NONE)? {
-            Some(g) => Ok(g),
-            None => Err(Error::timeout("lock() ended without the lock")),
-        }
-    }
-
-    timed_forms! {
-        guard: FairMutexGuard, call: acquire, waits: "lock";
+    timed_forms! { guard: FairMutexGuard, call: acquire, fails: "lock() ended without the lock";
+        /// Blocks until the lock is held by the calling thread, after every waiter that queued
+        /// before it.
+        ///
+        /// While Redis cannot be reached, it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+        /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's key holds
+        /// something else; [`Error::InvalidConfig`] on a client over several masters.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let lock = client.fair_mutex("report:daily")?;
+        /// let _guard = lock.lock()?;
+        /// # Ok(()) }
+        /// ```
+        fn lock;
         /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
         /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
         fn try_lock;

@@ -209,27 +209,20 @@ impl MultiMutex {
         names.into_iter()
     }
 
-    /// Blocks until the calling thread holds every name of the set.
-    ///
-    /// While another owner holds one of the names, this waits (holding none of the set on
-    /// one server). While Redis cannot be reached it retries with backoff and returns the
-    /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
-    /// the first attempt that failed, as [`Mutex::lock`](crate::Mutex::lock).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
-    /// [`Error::ForeignKey`] when a name's key holds something else;
-    /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
-    pub fn lock(&self) -> Result<MultiGuard> {
-        match self.acquire(Deadline::NONE)? {
-            Some(g) => Ok(g),
-            None => Err(Error::timeout("lock() ended without the set")),
-        }
-    }
-
-    timed_forms! {
-        guard: MultiGuard, call: acquire, waits: "lock";
+    timed_forms! { guard: MultiGuard, call: acquire, fails: "lock() ended without the set";
+        /// Blocks until the calling thread holds every name of the set.
+        ///
+        /// While another owner holds one of the names, this waits (holding none of the set on
+        /// one server). While Redis cannot be reached it retries with backoff and returns the
+        /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
+        /// the first attempt that failed, as [`Mutex::lock`](crate::Mutex::lock).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// [`Error::ForeignKey`] when a name's key holds something else;
+        /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
+        fn lock;
         /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
         /// holds one of the names; the call then holds none of them.
         fn try_lock;

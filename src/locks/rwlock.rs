@@ -274,24 +274,19 @@ impl RwLock {
         Ok(true)
     }
 
-    /// Blocks until the calling thread holds a read lock.
-    ///
-    /// While Redis cannot be reached, it retries with backoff and returns the error within
-    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-    /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
-    /// something else; [`Error::InvalidConfig`] on a client over several masters.
-    pub fn read(&self) -> Result<RwLockReadGuard> {
-        self.read_until(Deadline::NONE)?
-            .ok_or(Error::timeout("read() ended without the lock"))
-    }
-
-    timed_forms! {
-        guard: RwLockReadGuard, call: read_until, waits: "read";
+    timed_forms! { guard: RwLockReadGuard, call: read_until, fails: "read() ended without the lock";
+        /// Blocks until the calling thread holds a read lock.
+        ///
+        /// While Redis cannot be reached, it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+        /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
+        /// something else; [`Error::InvalidConfig`] on a client over several masters.
+        fn read;
         /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
         /// with writer preference, waits for it).
         fn try_read;
@@ -301,23 +296,18 @@ impl RwLock {
         fn try_read_until;
     }
 
-    /// Blocks until the calling thread holds the write lock.
-    ///
-    /// While Redis cannot be reached, it retries with backoff and returns the error within
-    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
-    /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
-    pub fn write(&self) -> Result<RwLockWriteGuard> {
-        self.write_until(Deadline::NONE)?
-            .ok_or(Error::timeout("write() ended without the lock"))
-    }
-
-    timed_forms! {
-        guard: RwLockWriteGuard, call: write_until, waits: "write";
+    timed_forms! { guard: RwLockWriteGuard, call: write_until, fails: "write() ended without the lock";
+        /// Blocks until the calling thread holds the write lock.
+        ///
+        /// While Redis cannot be reached, it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
+        /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
+        fn write;
         /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
         /// lock (a writer, or readers).
         fn try_write;

@@ -217,21 +217,6 @@ impl Semaphore {
         Ok(true)
     }
 
-    /// Blocks until one permit is held.
-    ///
-    /// While Redis cannot be reached, it retries with backoff and returns the error within
-    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-    /// timeout) or answers with an error; [`Error::ForeignKey`] when the semaphore's keys
-    /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
-    pub fn acquire(&self) -> Result<SemaphorePermit> {
-        self.acquire_many(1)
-    }
-
     /// Blocks until `n` permits are held together, as one acquisition (one lease, released
     /// together).
     ///
@@ -261,8 +246,19 @@ impl Semaphore {
         )
     }
 
-    timed_forms! {
-        guard: SemaphorePermit, call: acquire_one, waits: "acquire";
+    timed_forms! { guard: SemaphorePermit, call: acquire_one, fails: "acquire() ended without a permit";
+        /// Blocks until one permit is held.
+        ///
+        /// While Redis cannot be reached, it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
+        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
+        /// timeout) or answers with an error; [`Error::ForeignKey`] when the semaphore's keys
+        /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
+        fn acquire;
         /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
         fn try_acquire;
         /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero

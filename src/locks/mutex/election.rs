@@ -131,29 +131,22 @@ impl Election {
         self.mutex.name()
     }
 
-    /// Blocks until the calling process leads: its [`Leadership`], renewed while it lives.
-    ///
-    /// While another candidate leads, this waits, woken when the leadership ends (a
-    /// resignation publishes; a dead leader's lease runs out). While Redis cannot be reached
-    /// it retries with backoff and returns the error within
-    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first
-    /// attempt that failed, as [`Mutex::lock`].
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
-    /// [`Error::ForeignKey`] when the election's key holds something else;
-    /// [`Error::LeaseLost`] when the leadership was lost before it could be announced (the
-    /// call then leads nothing).
-    pub fn campaign(&self) -> Result<Leadership> {
-        driver::held(
-            self.campaign_by(Deadline::NONE),
-            "campaign() ended without the leadership",
-        )
-    }
-
-    timed_forms! {
-        guard: Leadership, call: campaign_by, waits: "campaign";
+    timed_forms! { guard: Leadership, call: campaign_by, fails: "campaign() ended without the leadership";
+        /// Blocks until the calling process leads: its [`Leadership`], renewed while it lives.
+        ///
+        /// While another candidate leads, this waits, woken when the leadership ends (a
+        /// resignation publishes; a dead leader's lease runs out). While Redis cannot be reached
+        /// it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first
+        /// attempt that failed, as [`Mutex::lock`].
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// [`Error::ForeignKey`] when the election's key holds something else;
+        /// [`Error::LeaseLost`] when the leadership was lost before it could be announced (the
+        /// call then leads nothing).
+        fn campaign;
         /// Makes exactly one attempt. `Ok(None)` when another candidate leads.
         fn try_campaign;
         /// Waits at most `timeout` to lead. `Ok(None)` when another candidate led throughout.

@@ -355,37 +355,30 @@ impl Mutex {
         }
     }
 
-    /// Blocks until the lock is held by the calling thread.
-    ///
-    /// While another owner holds the lock, this waits. While Redis cannot be reached (refused,
-    /// reset, or no answer within the timeouts), it retries with backoff and returns the
-    /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
-    /// the first attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
-    /// [`Error::ForeignKey`] when the lock's key holds something else.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let lock = client.mutex("report:daily")?;
-    /// let _guard = lock.lock()?;
-    /// // held until `_guard` goes out of scope
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self) -> Result<MutexGuard> {
-        driver::held(
-            self.acquire(Deadline::NONE),
-            "lock() ended without the lock",
-        )
-    }
-
-    timed_forms! {
-        guard: MutexGuard, call: acquire, waits: "lock";
+    timed_forms! { guard: MutexGuard, call: acquire, fails: "lock() ended without the lock";
+        /// Blocks until the lock is held by the calling thread.
+        ///
+        /// While another owner holds the lock, this waits. While Redis cannot be reached (refused,
+        /// reset, or no answer within the timeouts), it retries with backoff and returns the
+        /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
+        /// the first attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// [`Error::ForeignKey`] when the lock's key holds something else.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let lock = client.mutex("report:daily")?;
+        /// let _guard = lock.lock()?;
+        /// // held until `_guard` goes out of scope
+        /// # Ok(()) }
+        /// ```
+        fn lock;
         /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
         fn try_lock;
         /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
