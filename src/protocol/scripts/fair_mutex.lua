@@ -263,8 +263,12 @@ if op == 'a' then
     grant_next(nil, ARGV[4] == '1')
     v = redis.call('get', KEYS[1])
   end
+  -- PTTL is 0 in the last millisecond of the lease (the key is still there): the lock is free
+  -- within a millisecond. Negative only for a key without expiry, which a grant never leaves.
   local wait = redis.call('pttl', KEYS[1])
-  if wait < 1 then
+  if wait == 0 then
+    wait = 1
+  elseif wait < 0 then
     wait = lease
   end
   if ARGV[4] == '1' and not other then

@@ -168,10 +168,10 @@ if op == 'a' then
   if ty == 'hash' then
     -- An older client's semaphore: held, as long as its key lives.
     local p = redis.call('pttl', KEYS[1])
-    if p < 1 then
+    if p < 0 then
       p = lease
     end
-    return {0, p}
+    return {0, math.max(p, 1)}
   end
   if ty ~= 'zset' then
     return {-1}

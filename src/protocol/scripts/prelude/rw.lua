@@ -109,10 +109,10 @@ local function writer_in_way(owner, lease, f, register)
   if w == nil then
     if ty == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
       local p = redis.call('pttl', KEYS[1])
-      if p < 1 then
+      if p < 0 then
         p = lease
       end
-      return true, nil, p
+      return true, nil, math.max(p, 1)
     end
     return false
   end
