@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{RedisServer, with_deadline};
+use common::with_deadline;
 use locksmith::Client;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -85,7 +85,7 @@ fn reports_the_workload_by_lock_type() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
-    let (server, url) = common::server_url();
+    let (_server, url) = common::server_url();
     with_deadline(Duration::from_secs(60), move || {
         let mut seen = Seen::default();
         let [client, other] = common::clients(&url);
