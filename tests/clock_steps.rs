@@ -135,6 +135,220 @@ fn tokens_rise_above_a_hand_off_block_across_a_step_back() {
     );
 }
 
+/// On a busy name the function library grants from its memory of the slot's mark (a
+/// reservation it wrote, checked by one read), beside grants that do not share that memory: a
+/// client whose ACL refuses `FCALL` (it sends `EVALSHA`) and a `MultiMutex`. Across steps of the
+/// server clock back by less than the reservation (3 ms) and by 10 s, and forward again, every
+/// token of the name strictly rises, whichever path issued it.
+#[test]
+fn tokens_rise_where_the_function_library_remembers_the_mark() {
+    let server = server();
+    redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", "scripts", "on", ">pw", "~*", "&*", "+@all", "-fcall",
+            ][..],
+        )
+        .exec(&mut server.conn())
+        .unwrap();
+    let functions = Client::open(server.url().as_str()).unwrap();
+    let scripts_url = format!("redis://scripts:pw@127.0.0.1:{}/", server.port());
+    let scripts = Client::open(scripts_url.as_str()).unwrap();
+    let name = common::unique_name("clock-memory");
+    let by_function = functions.mutex(&name).unwrap();
+    let by_script = scripts.mutex(&name).unwrap();
+    let other = format!("{name}/other");
+    let multi = functions
+        .multi_lock([name.as_str(), other.as_str()])
+        .unwrap();
+    let mut tokens: Vec<(String, u64)> = Vec::new();
+    let mut round = |when: &str| {
+        for i in 0..300 {
+            let (who, token) = match i % 50 {
+                17 => {
+                    let g = by_script.try_lock().unwrap().expect("free");
+                    ("EVALSHA", g.fencing_token())
+                }
+                33 => {
+                    let g = multi.try_lock().unwrap().expect("free");
+                    ("MultiMutex", g.fencing_token(&name).unwrap())
+                }
+                _ => {
+                    let g = by_function.try_lock().unwrap().expect("free");
+                    ("FCALL", g.fencing_token())
+                }
+            };
+            tokens.push((format!("{when}, grant {i} ({who})"), token));
+        }
+    };
+    round("before any step");
+    clock_shift::step_back(server.port(), Duration::from_millis(3));
+    round("3 ms back");
+    clock_shift::step_back(server.port(), Duration::from_secs(10));
+    round("10 s back");
+    clock_shift::step_forward(server.port(), Duration::from_secs(10));
+    round("forward again");
+    for pair in tokens.windows(2) {
+        assert!(
+            pair[1].1 > pair[0].1,
+            "{}: token {} after {} ({})",
+            pair[1].0,
+            pair[1].1,
+            pair[0].1,
+            pair[0].0
+        );
+    }
+}
+
+/// The acquire and release functions and scripts of the Mutex, called as a client calls them,
+/// many cycles in one pipeline, so that the server runs them back to back (grants microseconds
+/// apart, however slow the client).
+struct Raw {
+    acquire: [String; 2],
+    release: [String; 2],
+    lock: String,
+    fence: String,
+    marker: String,
+    calls: u64,
+}
+
+impl Raw {
+    /// The calls of `name` on `server`; a client built there has loaded the function library.
+    fn new(server: &RedisServer, name: &str) -> Raw {
+        Client::open(server.url().as_str()).unwrap();
+        let mut conn = server.conn();
+        let mut both = |file: &str| -> [String; 2] {
+            let source = locksmith::__lua_source(file).unwrap();
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query(&mut conn)
+                .unwrap();
+            [format!("locksmith_{sha}"), sha]
+        };
+        Raw {
+            acquire: both("acquire.lua"),
+            release: both("release.lua"),
+            lock: common::lock_key(name),
+            fence: common::fence_key(name),
+            marker: common::release_channel(name),
+            calls: 0,
+        }
+    }
+
+    /// `cycles` acquire+release cycles in one pipeline, each by `FCALL` but where `by_script`
+    /// says `EVALSHA`; the tokens granted, in order.
+    fn cycles(
+        &mut self,
+        conn: &mut redis::Connection,
+        cycles: u64,
+        by_script: impl Fn(u64) -> bool,
+    ) -> Vec<u64> {
+        let mut pipe = redis::pipe();
+        for i in 0..cycles {
+            let (how, at) = if by_script(i) {
+                ("EVALSHA", 1)
+            } else {
+                ("FCALL", 0)
+            };
+            let request = format!("raw{}", self.calls + i);
+            pipe.cmd(how)
+                .arg(&self.acquire[at])
+                .arg(2)
+                .arg(&self.lock)
+                .arg(&self.fence)
+                .arg(format!("{request}|raw-owner|0"))
+                .arg(30_000);
+            pipe.cmd(how)
+                .arg(&self.release[at])
+                .arg(2)
+                .arg(&self.lock)
+                .arg(&self.marker)
+                .arg(format!("{request}|"));
+        }
+        self.calls += cycles;
+        let replies: Vec<redis::Value> = pipe.query(conn).unwrap();
+        replies
+            .iter()
+            .step_by(2)
+            .map(|v| match v {
+                // A fresh grant's token, or `{1, token, count, gen, upto}` (acquire.lua).
+                redis::Value::Int(t) => u64::try_from(*t).unwrap(),
+                redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1)) => {
+                    let Some(redis::Value::Int(t)) = a.get(1) else {
+                        panic!("a grant's reply: {a:?}")
+                    };
+                    u64::try_from(*t).unwrap()
+                }
+                other => panic!("a grant's reply: {other:?}"),
+            })
+            .collect()
+    }
+}
+
+/// Asserts that `tokens` strictly rise.
+fn strictly_rising(tokens: &[u64], what: &str) {
+    for (i, pair) in tokens.windows(2).enumerate() {
+        assert!(
+            pair[1] > pair[0],
+            "{what}: grant {}: {} after {}",
+            i + 1,
+            pair[1],
+            pair[0]
+        );
+    }
+}
+
+/// A busy name: grants through the function library, microseconds apart, are served from its
+/// memory of the slot's mark (one `SET` a grant, of the lock, where a grant without the memory
+/// also writes the mark), and their tokens strictly rise.
+#[test]
+fn a_busy_name_is_granted_from_the_memory_of_its_mark() {
+    let server = server();
+    let name = common::unique_name("memory");
+    let mut raw = Raw::new(&server, &name);
+    let mut conn = server.conn();
+    raw.cycles(&mut conn, 5, |_| false);
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut conn)
+        .unwrap();
+    let tokens = raw.cycles(&mut conn, 200, |_| false);
+    let stats = common::commandstats(&mut conn);
+    strictly_rising(&tokens, "function calls");
+    let sets = common::calls(&stats, "cmdstat_set");
+    assert!(sets < 200 + 200 / 4, "{sets} SET for 200 grants: {stats:?}");
+    // Without the memory (EVALSHA): two SET a grant.
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut conn)
+        .unwrap();
+    strictly_rising(&raw.cycles(&mut conn, 50, |_| true), "script calls");
+    let stats = common::commandstats(&mut conn);
+    assert_eq!(common::calls(&stats, "cmdstat_set"), 100, "{stats:?}");
+}
+
+/// A busy name's grants from the function library's memory, mixed with grants of the same
+/// script sent as `EVALSHA` (no memory: an older client, or an ACL without `FCALL`), all
+/// microseconds apart: tokens strictly rise, before and after a step back of the server clock
+/// shorter than the memory's reservation (300 µs) and one of 10 s.
+#[test]
+fn tokens_from_the_memory_and_from_scripts_rise_together_across_steps_back() {
+    let server = server();
+    let name = common::unique_name("memory-steps");
+    let mut raw = Raw::new(&server, &name);
+    let mut conn = server.conn();
+    // Script calls among the first 30 cycles; the rest by the library alone, so that its
+    // memory serves the grants on both sides of each step.
+    let mixed = |i: u64| i < 30 && i % 6 == 2;
+    let mut tokens = raw.cycles(&mut conn, 100, mixed);
+    clock_shift::step_back(server.port(), Duration::from_micros(300));
+    tokens.extend(raw.cycles(&mut conn, 100, mixed));
+    clock_shift::step_back(server.port(), Duration::from_secs(10));
+    tokens.extend(raw.cycles(&mut conn, 100, mixed));
+    strictly_rising(&tokens, "function and script calls");
+}
+
 /// A step forward of 20 s under a held 3 s lease: Redis expires the key by its wall clock at
 /// once and another client takes the lock. The old holder learns of it by its next renewal
 /// (within a renewal interval, 1 s here), its `unlock()` is never `Ok`, and the client says

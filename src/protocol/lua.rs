@@ -37,6 +37,23 @@ pub(crate) const SEPARATOR: u8 = b'|';
 /// The first byte of a Mutex tombstone (`TOMB` in the scripts).
 pub(crate) const TOMBSTONE: u8 = b'#';
 
+/// How far a function library's fencing mark reaches past the last token its grants issued,
+/// in microseconds (`RESERVE` in the scripts): the mark is written once per this much clock
+/// time on a busy hash slot instead of by every grant (`scripts/acquire.lua`, "The memory").
+pub(crate) const RESERVE_US: u64 = 1_000;
+
+/// The most fencing marks a function library remembers (`MAX_MARKS` in the scripts); past it
+/// the memory starts again empty, so that a server with locks on every hash slot keeps it
+/// small.
+pub(crate) const MAX_MARKS: u64 = 4_096;
+
+/// The line that declares the memory a function library keeps of the fencing marks: none
+/// (`nil`) in a script sent with `EVALSHA`, whose Lua state keeps nothing between calls. A
+/// function library (`library.rs`) takes the line out of its functions' bodies and declares
+/// `MARKS` once, for the library, where it lasts from call to call.
+pub(crate) const NO_MARKS: &str =
+    "local MARKS = nil -- no memory of the fencing marks in a script (see library.rs)\n";
+
 /// The line of a body after which its slow paths begin: the helpers that only they need are
 /// put there.
 pub(crate) const MARKER: &str = "-- @helpers";
@@ -51,7 +68,7 @@ const PRELUDE: [&str; 4] = [
 ];
 
 /// The constants the scripts share with the Rust code: name, value, and what it is.
-pub(crate) fn constants() -> [(&'static str, u64, &'static str); 5] {
+pub(crate) fn constants() -> [(&'static str, u64, &'static str); 7] {
     [
         (
             "LEAD",
@@ -62,6 +79,16 @@ pub(crate) fn constants() -> [(&'static str, u64, &'static str); 5] {
             "MAX_BLOCK",
             u64::from(MAX_BLOCK),
             "the most tokens a Mutex grant reserves for local hand-offs",
+        ),
+        (
+            "RESERVE",
+            RESERVE_US,
+            "how far past its grants a library's fencing mark reaches, in microseconds",
+        ),
+        (
+            "MAX_MARKS",
+            MAX_MARKS,
+            "the most fencing marks a library remembers",
         ),
         (
             "FLAG_W",
@@ -93,6 +120,10 @@ fn pool() -> Vec<Item> {
             text: format!("local {name} = {value} -- {what}\n"),
         })
         .collect();
+    items.push(Item {
+        names: vec!["MARKS".to_owned()],
+        text: NO_MARKS.to_owned(),
+    });
     for file in PRELUDE {
         for chunk in file.split("\n\n") {
             let names = defined(chunk);

@@ -1009,8 +1009,6 @@ mod tests {
             assert!(w.source().contains("local LEAD = "), "{w:?}");
         }
         assert_eq!(lua_source("rw_lock.lua"), None);
-        // A script with nothing shared is its body.
-        assert_eq!(Which::Renew.source(), Which::Renew.body());
     }
 
     fn rel<'a>(level: Level, publish: Publish) -> Release<'a> {

@@ -81,7 +81,7 @@ for i = 1, n do
   local token, count, gen
   if p[1] == 'grant' then
     token, count, gen = now + LEAD, 1, request
-    local floor = math.max(p[2] or 0, tonumber(redis.call('get', KEYS[n + i]) or '') or 0)
+    local floor = math.max(p[2] or 0, mark_value(redis.call('get', KEYS[n + i])))
     local explicit = nil
     if floor >= token then
       token = floor + 1

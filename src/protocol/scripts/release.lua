@@ -71,7 +71,7 @@ local function raise_fence()
   if type(c) == 'table' then
     return
   end
-  if (tonumber(c or '0') or 0) < token then
+  if mark_value(c) < token then
     redis.call('set', KEYS[3], ARGV[4])
   end
 end

@@ -19,7 +19,7 @@ end
 redis.call('pexpire', KEYS[1], ARGV[2])
 if #KEYS == 2 then
   local c = redis.pcall('get', KEYS[2])
-  if type(c) ~= 'table' and (tonumber(c or '0') or 0) < tonumber(ARGV[3]) then
+  if type(c) ~= 'table' and mark_value(c) < tonumber(ARGV[3]) then
     redis.call('set', KEYS[2], ARGV[3])
   end
 end

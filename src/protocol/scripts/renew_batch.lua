@@ -65,7 +65,7 @@ for r = 1, runs do
       if fence then
         -- A counter of another type is left alone, and does not fail the other locks.
         local v = pcall('get', KEYS[n + i])
-        local last = type(v) == 'table' and math.huge or tonumber(v or '0') or 0
+        local last = type(v) == 'table' and math.huge or mark_value(v)
         if last < tonumber(ARGV[tokens + i]) then
           call('set', KEYS[n + i], ARGV[tokens + i])
         end

@@ -8,6 +8,25 @@
 -- stores it: the server clock (TIME's two fields), or, where the mark is at or above the
 -- clock's token (the clock went back), the time whose token is the mark + 1.
 
+-- The highest token a function library's reservation `m` covers ('S|US|X|NONCE': the clock's
+-- token at S, US, plus X; see acquire.lua, "The memory"), or 0 for a value of no form.
+local function reach(m)
+  local s, us, x = string.match(m, '^(%d+)|(%d+)|(%d+)|')
+  if not s then
+    return 0
+  end
+  return s * 1000000 + us + LEAD + x
+end
+
+-- The highest token a fencing mark's value `m` (GET's reply, or nil) covers: its digits, or a
+-- function library's reservation's reach; 0 for none.
+local function mark_value(m)
+  if not m then
+    return 0
+  end
+  return tonumber(m) or reach(m)
+end
+
 -- The fast grant of a free lock at the server clock `t` (TIME's reply): the mark at `mark` is
 -- raised to the clock's token by one SET ... GET, and `lock` set to 'WHO|S|US' for `lease` ms.
 -- Returns the token; nil, with nothing changed, when the mark was at or above that token
@@ -17,7 +36,7 @@
 local function fast_grant(lock, mark, who, lease, t)
   local token = t[1] * 1000000 + t[2] + LEAD
   local m = redis.call('set', mark, token, 'get')
-  if m and (tonumber(m) or 0) >= token then
+  if mark_value(m) >= token then
     redis.call('set', mark, m)
     return nil
   end
@@ -31,7 +50,7 @@ end
 local function stamp(key, t)
   local s, us = t[1], t[2]
   local token = s * 1000000 + us + LEAD
-  local m = tonumber(redis.call('get', key) or '') or 0
+  local m = mark_value(redis.call('get', key))
   if m >= token then
     local at = m + 1 - LEAD
     s, us = string.format('%.0f', math.floor(at / 1000000)), string.format('%.0f', at % 1000000)
