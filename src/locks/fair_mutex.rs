@@ -60,7 +60,9 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
+use crate::locks::lease::{
+    Lease, Release, ThreadBound, lease_view, leave_level, release_by_script,
+};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
@@ -710,17 +712,8 @@ fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
 /// first).
 fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let shared = mutex.client.shared();
     let was_held = hold.is_held();
-    // The outermost level frees the lock on the server whatever count it has there (as for
-    // the plain mutex): levels the server counts beyond the local ones cannot keep it.
-    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
-        shared.forget(hold);
-        Level::Outermost
-    } else {
-        Level::Inner
-    };
+    let level = leave_level(mutex.client.shared(), hold, by);
     // The first attempt may have released the last level before its reply was lost (the lock
     // then moved to the release marker, or was granted to the next waiter with a copy there).
     let call = release_call(&mutex.keys, hold.holder(), level);

@@ -14,7 +14,7 @@ use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::calls::eval_twice;
 use crate::protocol::hold::Hold;
-use crate::protocol::scripts::{self, Call, ReleaseReply};
+use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
 
@@ -239,6 +239,21 @@ impl Drop for Lease {
             ),
             Ok(()) => {}
         }
+    }
+}
+
+/// Ends one level of `hold` on this side, before its release asks the server: the level it
+/// was. The outermost level stops renewal (the wait for a renewal on the wire is part of `by`;
+/// renewals are bounded too) and is forgotten as the thread's hold; its release then frees the
+/// lock on the server whatever count it has there: levels the server counts beyond the local
+/// ones (an inner release that never arrived, a re-entry whose reply was lost for good) must
+/// not keep it.
+pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> Level {
+    if hold.leave(by.left().unwrap_or(Duration::MAX)) {
+        shared.forget(hold);
+        Level::Outermost
+    } else {
+        Level::Inner
     }
 }
 

@@ -49,13 +49,15 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
+use crate::locks::lease::{
+    Lease, Release, ThreadBound, lease_view, leave_level, release_by_script,
+};
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply};
+use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -581,14 +583,11 @@ impl Release for RwLock {
 
 /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
 fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let shared = lock.client.shared();
     let was_held = hold.is_held();
-    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-    if !hold.leave(by.left().unwrap_or(Duration::MAX)) {
-        // An inner level: the thread still holds the lock.
+    if leave_level(lock.client.shared(), hold, by) == Level::Inner {
+        // The thread still holds the lock.
         return Ok(());
     }
-    shared.forget(hold);
     let keys = if read {
         &lock.read_keys
     } else {

@@ -8,7 +8,7 @@ use super::handoff::{self, GivingWay};
 use crate::client::shared::Shared;
 use crate::error::Result;
 use crate::locks::detached::detachable;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, released};
+use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, leave_level, released};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
@@ -214,16 +214,7 @@ pub(crate) fn release(
         return Ok(());
     }
     let was_held = hold.is_held();
-    // The outermost level frees the lock on the server whatever count it has there: levels
-    // the server counts beyond the local ones (an inner release that never arrived, a
-    // re-entry whose reply was lost for good) must not keep it.
-    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
-        shared.forget(hold);
-        Level::Outermost
-    } else {
-        Level::Inner
-    };
+    let level = leave_level(shared, hold, by);
     // Threads of this client queue for the lock, and it goes through Redis: other
     // processes' waiters get a head start (the message may arrive before the reply).
     let giving_way = match level {
