@@ -47,7 +47,6 @@
 //! granted to this very call; the waiter makes that call when a reconnect wakes it, or at the
 //! latest when the lock's TTL runs out.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,7 +60,7 @@ use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{
-    Lease, Release, ThreadBound, lease_view, leave_level, release_by_script,
+    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
 };
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
@@ -647,34 +646,7 @@ pub struct FairMutexGuard {
     _thread: ThreadBound,
 }
 
-impl std::fmt::Debug for FairMutexGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let token = self.lease.hold().token;
-        self.lease
-            .debug_as(f, "FairMutexGuard", Some(("fencing_token", &token)))
-    }
-}
-
-impl FairMutexGuard {
-    fn new(mutex: &FairMutex, hold: Arc<Hold>) -> Self {
-        FairMutexGuard {
-            lease: Lease::new(mutex, hold, "lock"),
-            _thread: PhantomData,
-        }
-    }
-
-    /// The fencing token of this acquisition (see
-    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
-    /// per lock name across owners, the same for nested guards. It is the server clock at the
-    /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
-    /// [`Mutex`](crate::Mutex)): grants of one name are at least a release apart, and the clock
-    /// does not go back, so tokens rise, also across an empty restart of Redis.
-    pub fn fencing_token(&self) -> u64 {
-        self.lease.hold().token
-    }
-
-    lease_view!("unlock");
-
+lease_guard! { FairMutexGuard of FairMutex, "lock", token;
     /// Releases this level; at the last level the lock is granted to the first live waiter.
     ///
     /// It asks the server. Returns within the connect timeout plus the command timeout (so
@@ -688,8 +660,17 @@ impl FairMutexGuard {
     /// and nobody holds the lock;
     /// [`Error::NotOwner`] when another owner holds it now; [`Error::Redis`] when Redis could
     /// not be asked (the lock then frees itself when its lease runs out).
-    pub fn unlock(self) -> Result<()> {
-        self.lease.unlock()
+}
+
+impl FairMutexGuard {
+    /// The fencing token of this acquisition (see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
+    /// per lock name across owners, the same for nested guards. It is the server clock at the
+    /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
+    /// [`Mutex`](crate::Mutex)): grants of one name are at least a release apart, and the clock
+    /// does not go back, so tokens rise, also across an empty restart of Redis.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.hold().token
     }
 }
 
@@ -712,21 +693,14 @@ fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
 /// first).
 fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let was_held = hold.is_held();
-    let level = leave_level(mutex.client.shared(), hold, by);
-    // The first attempt may have released the last level before its reply was lost (the lock
-    // then moved to the release marker, or was granted to the next waiter with a copy there).
-    let call = release_call(&mutex.keys, hold.holder(), level);
-    let key = &mutex.keys.lock;
-    release_by_script(
-        &mutex.client,
-        &call,
-        ("fair release", scripts::parse_release),
-        hold,
-        was_held,
-        key,
-        by,
-    )
+    let script = ("fair release", scripts::parse_release);
+    release_by_script(&mutex.client, hold, script, &mutex.keys.lock, by, || {
+        let level = leave_level(mutex.client.shared(), hold, by);
+        // The first attempt may have released the last level before its reply was lost (the
+        // lock then moved to the release marker, or was granted to the next waiter with a copy
+        // there).
+        Some(release_call(&mutex.keys, hold.holder(), level))
+    })
 }
 
 // A handle is shared across threads by design; a guard is not (see above).

@@ -62,6 +62,47 @@ macro_rules! lease_view {
 }
 pub(crate) use lease_view;
 
+/// What a lock's guard type `$guard { lease, _thread }` has besides its own docs and methods,
+/// written once: `new` (a level of a hold of a `$lock`, called `$what` in the warning of a
+/// failed release on drop), `Debug` (with the hold's fencing token, or `plain`), the lease's
+/// view (`lease_view!`), and `unlock`, whose docs follow the `;`.
+macro_rules! lease_guard {
+    ($guard:ident of $lock:ty, $what:expr, $debug:ident; $(#[$unlock:meta])*) => {
+        impl $guard {
+            pub(crate) fn new(
+                lock: &$lock,
+                hold: std::sync::Arc<$crate::protocol::hold::Hold>,
+            ) -> Self {
+                $guard {
+                    lease: $crate::locks::lease::Lease::new(lock, hold, $what),
+                    _thread: std::marker::PhantomData,
+                }
+            }
+
+            $crate::locks::lease::lease_view!("unlock");
+
+            $(#[$unlock])*
+            pub fn unlock(self) -> $crate::Result<()> {
+                self.lease.unlock()
+            }
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let extra = $crate::locks::lease::lease_guard!(@extra $debug self.lease);
+                self.lease.debug_as(f, stringify!($guard), extra)
+            }
+        }
+    };
+    (@extra token $lease:expr) => {
+        Some(("fencing_token", &$lease.hold().token as &dyn std::fmt::Debug))
+    };
+    (@extra plain $lease:expr) => {
+        None
+    };
+}
+pub(crate) use lease_guard;
+
 /// How a lock type releases one level of a hold of its own.
 pub(crate) trait Release: Send + Sync {
     /// Releases one level of `hold` within `by`.
@@ -262,23 +303,27 @@ fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
 }
 
-/// Runs the release `call` of the script `what`, whose reply `parse` reads, for `hold` within
-/// `by`, retried once on a new
-/// connection (a failure clears the pool): the first attempt may have released before its reply
-/// was lost, or never ran (Redis restarted empty), and the same call, retried, tells them apart
-/// by the release marker the first attempt left; what it cannot tell is a loss. `was_held`:
-/// the lease was known valid before the release; `foreign`: the lock's key, named when it holds
-/// something else.
+/// Releases one level of `hold` within `by` by a release script: `leave` ends the level on
+/// this side and gives the script's call (`None`: nothing to ask the server, the level was an
+/// inner one), after whether the lease was known valid was read. The call, of the script
+/// `what` whose reply `parse` reads, is retried once on a new connection (a failure clears
+/// the pool): the first attempt may have released before its reply was lost, or never ran
+/// (Redis restarted empty), and the same call, retried, tells them apart by the release
+/// marker the first attempt left; what it cannot tell is a loss. `foreign`: the lock's key,
+/// named when it holds something else.
 pub(crate) fn release_by_script(
     core: &Core,
-    call: &Call,
-    (what, parse): (&str, fn(&redis::Value) -> Option<ReleaseReply>),
     hold: &Arc<Hold>,
-    was_held: bool,
+    (what, parse): (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
     foreign: &str,
     by: Deadline,
+    leave: impl FnOnce() -> Option<Call>,
 ) -> Result<()> {
-    let reply = eval_twice(core, call, by)
+    let was_held = hold.is_held();
+    let Some(call) = leave() else {
+        return Ok(());
+    };
+    let reply = eval_twice(core, &call, by)
         .and_then(|v| parse(&v).ok_or_else(|| scripts::unexpected(what, &v)));
     released(core.shared(), hold, was_held, foreign, reply)
 }

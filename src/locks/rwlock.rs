@@ -36,7 +36,6 @@
 //! a writer waits wakes no reader, and a waiting writer that died publishes nothing when its
 //! registration runs out.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +49,7 @@ use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{
-    Lease, Release, ThreadBound, lease_view, leave_level, release_by_script,
+    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
 };
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
@@ -583,41 +582,24 @@ impl Release for RwLock {
 
 /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
 fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let was_held = hold.is_held();
-    if leave_level(lock.client.shared(), hold, by) == Level::Inner {
-        // The thread still holds the lock.
-        return Ok(());
-    }
     let keys = if read {
         &lock.read_keys
     } else {
         &lock.write_keys
     };
-    let call = family::rw_release(keys, hold.holder(), read);
-    let key = &lock.write_keys.lock;
-    release_by_script(
-        &lock.client,
-        &call,
-        ("rw release", family::parse_family_release),
-        hold,
-        was_held,
-        key,
-        by,
-    )
+    let script = ("rw release", family::parse_family_release);
+    let foreign = &lock.write_keys.lock;
+    release_by_script(&lock.client, hold, script, foreign, by, || {
+        // An inner level: the thread still holds the lock, and nothing is asked.
+        let outermost = leave_level(lock.client.shared(), hold, by) == Level::Outermost;
+        outermost.then(|| family::rw_release(keys, hold.holder(), read))
+    })
 }
 
+/// The guard type `$name` of the `$what` of an [`RwLock`] (see `lease_guard!`).
 macro_rules! guard {
     ($name:ident, $what:literal) => {
-        impl $name {
-            fn new(lock: &RwLock, hold: Arc<Hold>) -> Self {
-                $name {
-                    lease: Lease::new(lock, hold, concat!("the ", $what, " of")),
-                    _thread: PhantomData,
-                }
-            }
-
-            lease_view!("unlock");
-
+        lease_guard! { $name of RwLock, concat!("the ", $what, " of"), plain;
             #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
             ///
             /// It asks the server (an inner level excepted: re-entry is counted here).
@@ -632,15 +614,6 @@ macro_rules! guard {
             /// restart); [`Error::NotOwner`] when
             /// another owner holds the lock now; [`Error::Redis`] when Redis could not be
             /// asked (the lease then runs out by itself, since renewal stopped).
-            pub fn unlock(self) -> Result<()> {
-                self.lease.unlock()
-            }
-        }
-
-        impl std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.lease.debug_as(f, stringify!($name), None)
-            }
         }
     };
 }

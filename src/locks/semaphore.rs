@@ -503,21 +503,14 @@ impl Release for Semaphore {
 impl Semaphore {
     /// Gives the permits of `hold` back within `by`.
     fn give_back(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        let shared = self.client.shared();
-        let was_held = hold.is_held();
-        // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-        shared.unwatch(hold, by.left().unwrap_or(Duration::MAX));
-        let call = family::sem_release(&self.keys, hold.holder());
-        let key = &self.keys.lock;
-        release_by_script(
-            &self.client,
-            &call,
-            ("semaphore release", family::parse_family_release),
-            hold,
-            was_held,
-            key,
-            by,
-        )
+        let script = ("semaphore release", family::parse_family_release);
+        release_by_script(&self.client, hold, script, &self.keys.lock, by, || {
+            // The wait for a renewal on the wire is part of the bound (renewals are bounded
+            // too).
+            let bound = by.left().unwrap_or(Duration::MAX);
+            self.client.shared().unwatch(hold, bound);
+            Some(family::sem_release(&self.keys, hold.holder()))
+        })
     }
 }
 
