@@ -281,19 +281,8 @@ impl FairMutex {
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::fair_force(&self.keys);
-        let forced = calls::forced(&self.client, &call, &self.keys, "fair force_unlock")?;
-        let Some((_, removed)) = forced else {
-            return Ok(false);
-        };
-        calls::log_forced(
-            module_path!(),
-            "fair mutex",
-            self.name(),
-            "holder",
-            &removed,
-            Shape::Fair,
-        );
-        Ok(true)
+        let logged = (module_path!(), "fair mutex", Shape::Fair);
+        calls::force_holders(&self.client, &call, &self.keys, "fair force_unlock", logged)
     }
 
     timed_forms! { guard: FairMutexGuard, call: acquire, fails: "lock() ended without the lock";

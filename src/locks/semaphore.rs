@@ -202,19 +202,9 @@ impl Semaphore {
     /// As [`holders`](Semaphore::holders); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::sem_force(&self.keys);
-        let forced = calls::forced(&self.client, &call, &self.keys, "semaphore force_unlock")?;
-        let Some((_, removed)) = forced else {
-            return Ok(false);
-        };
-        calls::log_forced(
-            module_path!(),
-            "semaphore",
-            self.name(),
-            "holder",
-            &removed,
-            Shape::Permits,
-        );
-        Ok(true)
+        let what = "semaphore force_unlock";
+        let logged = (module_path!(), "semaphore", Shape::Permits);
+        calls::force_holders(&self.client, &call, &self.keys, what, logged)
     }
 
     /// Blocks until `n` permits are held together, as one acquisition (one lease, released
