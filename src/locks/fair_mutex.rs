@@ -63,7 +63,7 @@ use crate::locks::lease::{
     Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
 };
 use crate::protocol::family::{self, Shape};
-use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
@@ -322,10 +322,6 @@ impl FairMutex {
         fn try_lock_until;
     }
 
-    fn terms(&self) -> Terms {
-        self.client.shared().config.terms()
-    }
-
     /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
     /// join the queue when not granted).
     fn attempt(
@@ -340,7 +336,7 @@ impl FairMutex {
             &self.keys,
             owner,
             request,
-            self.terms().lease,
+            self.client.terms().lease,
             enqueue,
             live,
         );
@@ -390,7 +386,7 @@ impl FairMutex {
             &self.keys,
             owner.to_owned(),
             grant,
-            self.terms(),
+            self.client.terms(),
         ) {
             Adopted::Held(hold) => hold,
             Adopted::Unusable => {
@@ -441,7 +437,7 @@ impl FairMutex {
         if let Some(h) = place.hold.take() {
             shared.unwatch(&h, Duration::ZERO);
         }
-        let terms = self.terms();
+        let terms = self.client.terms();
         let identity = Identity {
             owner: owner.to_owned(),
             acquisition: request.to_owned(),
@@ -495,7 +491,7 @@ impl Protocol for Acquire<'_> {
     }
 
     fn lease(&self) -> Duration {
-        self.mutex.terms().lease
+        self.mutex.client.terms().lease
     }
 
     /// The queue is on the server: the first attempt never waits in a local one.

@@ -53,7 +53,7 @@ use crate::locks::lease::{
 };
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
-use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Level};
@@ -318,10 +318,6 @@ impl RwLock {
         fn try_write_until;
     }
 
-    fn terms(&self) -> Terms {
-        self.client.shared().config.terms()
-    }
-
     /// A nested level of the calling thread's live hold (its read hold when `read`, else its
     /// write hold), within `limit`: `None` when it has none.
     ///
@@ -373,7 +369,7 @@ impl RwLock {
         by: Deadline,
     ) -> Result<Attempt<Arc<Hold>>> {
         let sent = Instant::now();
-        let lease = self.terms().lease;
+        let lease = self.client.terms().lease;
         let keys = &self.write_keys;
         let call = if read {
             family::rw_read(keys, owner, request, lease, self.prefer_writers, register)
@@ -422,7 +418,7 @@ impl RwLock {
         };
         let shared = self.client.shared();
         let Adopted::Held(hold) =
-            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.terms())
+            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.client.terms())
         else {
             // Cannot happen for a new acquisition (count 1, a request id no hold has);
             // answered as not held, and the entry runs out by its lease.
@@ -502,7 +498,7 @@ impl Protocol for Acquire<'_> {
     }
 
     fn lease(&self) -> Duration {
-        self.lock.terms().lease
+        self.lock.client.terms().lease
     }
 
     /// A re-entry of the thread's live hold. A thread that holds a read lock but not the
