@@ -26,10 +26,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use redis::io::tcp::socket2::{Domain, Protocol, SockRef, Socket, Type};
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionInfo, Value};
 use rustls::ClientConnection;
 
-use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
+use super::{HEARTBEAT, ReadHalf, Stream, TcpTarget, encode, handshake_read_error, tcp_target};
 use crate::error::{Error, Result};
 use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::dns;
@@ -121,26 +121,10 @@ impl Opening {
         timeouts: Timeouts,
         tls: Option<&Tls>,
     ) -> Result<Opening> {
-        let (host, port, config) = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => (host, *port, None),
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                ..
-            } => {
-                let Some(config) = tls.and_then(|tls| tls.config(*insecure)) else {
-                    return Err(Error::Tls {
-                        reason: "no TLS configuration for a rediss:// address".into(),
-                    });
-                };
-                (host, *port, Some(config))
-            }
-            _ => {
-                return Err(Error::InvalidUrl {
-                    reason: "a cluster node needs a TCP address".into(),
-                });
-            }
+        let Some(TcpTarget { host, port, config }) = tcp_target(info.addr(), tls)? else {
+            return Err(Error::InvalidUrl {
+                reason: "a cluster node needs a TCP address".into(),
+            });
         };
         // A host name is looked up within the connect timeout (an IP address needs none).
         let mut addrs: Vec<SocketAddr> = dns::lookup(host, port, Some(timeouts.connect))?;
@@ -174,7 +158,7 @@ impl Opening {
             .unwrap_or_else(Instant::now);
         Ok(Opening {
             info: info.clone(),
-            host: host.clone(),
+            host: host.to_owned(),
             addrs,
             sock,
             tls,
