@@ -236,22 +236,14 @@ mod tests {
     #[test]
     fn keys_are_classified_by_their_suffix() {
         let p = "locksmith:";
-        assert_eq!(
-            classify(p, "locksmith:{account:42}:lock"),
-            Some(("account:42".into(), LockKind::Mutex))
-        );
-        assert_eq!(
-            classify(p, "locksmith:{a%7Bb%7D}:rw:readers"),
-            Some(("a{b}".into(), LockKind::RwLock))
-        );
-        assert_eq!(
-            classify(p, "locksmith:{x}:fair:queue"),
-            Some(("x".into(), LockKind::FairMutex))
-        );
-        assert_eq!(
-            classify(p, "locksmith:{x}:sem"),
-            Some(("x".into(), LockKind::Semaphore))
-        );
+        for (key, name, kind) in [
+            ("locksmith:{account:42}:lock", "account:42", LockKind::Mutex),
+            ("locksmith:{a%7Bb%7D}:rw:readers", "a{b}", LockKind::RwLock),
+            ("locksmith:{x}:fair:queue", "x", LockKind::FairMutex),
+            ("locksmith:{x}:sem", "x", LockKind::Semaphore),
+        ] {
+            assert_eq!(classify(p, key), Some((name.into(), kind)), "{key}");
+        }
         for other in [
             "locksmith:{x}:fence",
             "locksmith:{x}:released",

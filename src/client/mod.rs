@@ -75,9 +75,9 @@ impl Client {
     ///
     /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        keys::validate_name(name)?;
-        let keys = Arc::new(LockKeys::new(&self.core.shared().config.prefix, name));
-        Ok(Mutex::new(self.core.clone(), keys))
+        self.handle(name, |core, prefix| {
+            Mutex::new(core, Arc::new(LockKeys::new(prefix, name)))
+        })
     }
 
     /// A handle on several mutex locks taken together, all or none, without deadlock whatever
@@ -129,12 +129,7 @@ impl Client {
     ///
     /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
-        keys::validate_name(name)?;
-        Ok(FairMutex::new(
-            self.core.clone(),
-            &self.core.shared().config.prefix,
-            name,
-        ))
+        self.handle(name, |core, prefix| FairMutex::new(core, prefix, name))
     }
 
     /// A handle on the counting semaphore called `name`, with `permits` permits: at most
@@ -160,13 +155,9 @@ impl Client {
     /// [`Error::InvalidName`]: crate::Error::InvalidName
     /// [`Error::InvalidConfig`]: crate::Error::InvalidConfig
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        keys::validate_name(name)?;
-        Semaphore::new(
-            self.core.clone(),
-            &self.core.shared().config.prefix,
-            name,
-            permits,
-        )
+        self.handle(name, |core, prefix| {
+            Semaphore::new(core, prefix, name, permits)
+        })?
     }
 
     /// A handle on the read-write lock called `name`: many readers at once or one writer,
@@ -188,12 +179,7 @@ impl Client {
     ///
     /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
-        keys::validate_name(name)?;
-        Ok(RwLock::new(
-            self.core.clone(),
-            &self.core.shared().config.prefix,
-            name,
-        ))
+        self.handle(name, |core, prefix| RwLock::new(core, prefix, name))
     }
 
     /// A handle on the election called `name` (see [`Election`]): one candidate leads at a
@@ -219,12 +205,14 @@ impl Client {
     ///
     /// [`Error::InvalidName`]: crate::Error::InvalidName
     pub fn election(&self, name: &str) -> Result<Election> {
+        self.handle(name, |core, prefix| Election::new(core, prefix, name))
+    }
+
+    /// The handle `make` makes from the client and its key prefix, once `name` is known to be
+    /// a valid name.
+    fn handle<T>(&self, name: &str, make: impl FnOnce(Core, &str) -> T) -> Result<T> {
         keys::validate_name(name)?;
-        Ok(Election::new(
-            self.core.clone(),
-            &self.core.shared().config.prefix,
-            name,
-        ))
+        Ok(make(self.core.clone(), &self.core.shared().config.prefix))
     }
 
     /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a

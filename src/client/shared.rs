@@ -453,6 +453,12 @@ impl Core {
         &self.inner.shared
     }
 
+    /// The client's own terms (see [`Config::terms`]), for the lock types whose lease is the
+    /// client's.
+    pub(crate) fn terms(&self) -> Terms {
+        self.shared().config.terms()
+    }
+
     /// How many masters the client locks on (see [`Client::masters`](crate::Client::masters)).
     pub(crate) fn masters(&self) -> usize {
         self.inner.shared.backend.masters()

@@ -78,6 +78,23 @@ pub(crate) fn forced(
     Ok((!removed.is_empty()).then_some((v, removed)))
 }
 
+/// Runs the `force_unlock` call `what` of a lock type with one kind of holder (as [`forced`]),
+/// and logs the holders it removed (as [`log_forced`]: under `target`, the lock type's module,
+/// of the lock type `lock`, whose values have `shape`): whether it removed any.
+pub(crate) fn force_holders(
+    client: &Core,
+    call: &scripts::Call,
+    keys: &LockKeys,
+    what: &str,
+    (target, lock, shape): (&str, &str, Shape),
+) -> Result<bool> {
+    let Some((_, removed)) = forced(client, call, keys, what)? else {
+        return Ok(false);
+    };
+    log_forced(target, lock, &keys.name, "holder", &removed, shape);
+    Ok(true)
+}
+
 /// The server clock (µs) in the first two items of an `info` reply (`TIME`'s fields).
 pub(crate) fn clock_us(items: &[Value]) -> Option<u64> {
     let s: u64 = text(items.first()?)?.parse().ok()?;

@@ -47,7 +47,6 @@
 //! granted to this very call; the waiter makes that call when a reconnect wakes it, or at the
 //! latest when the lock's TTL runs out.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,9 +59,11 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
+use crate::locks::lease::{
+    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
+};
 use crate::protocol::family::{self, Shape};
-use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
@@ -280,19 +281,8 @@ impl FairMutex {
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::fair_force(&self.keys);
-        let forced = calls::forced(&self.client, &call, &self.keys, "fair force_unlock")?;
-        let Some((_, removed)) = forced else {
-            return Ok(false);
-        };
-        calls::log_forced(
-            module_path!(),
-            "fair mutex",
-            self.name(),
-            "holder",
-            &removed,
-            Shape::Fair,
-        );
-        Ok(true)
+        let logged = (module_path!(), "fair mutex", Shape::Fair);
+        calls::force_holders(&self.client, &call, &self.keys, "fair force_unlock", logged)
     }
 
     timed_forms! { guard: FairMutexGuard, call: acquire, fails: "lock() ended without the lock";
@@ -332,10 +322,6 @@ impl FairMutex {
         fn try_lock_until;
     }
 
-    fn terms(&self) -> Terms {
-        self.client.shared().config.terms()
-    }
-
     /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
     /// join the queue when not granted).
     fn attempt(
@@ -350,7 +336,7 @@ impl FairMutex {
             &self.keys,
             owner,
             request,
-            self.terms().lease,
+            self.client.terms().lease,
             enqueue,
             live,
         );
@@ -400,7 +386,7 @@ impl FairMutex {
             &self.keys,
             owner.to_owned(),
             grant,
-            self.terms(),
+            self.client.terms(),
         ) {
             Adopted::Held(hold) => hold,
             Adopted::Unusable => {
@@ -451,7 +437,7 @@ impl FairMutex {
         if let Some(h) = place.hold.take() {
             shared.unwatch(&h, Duration::ZERO);
         }
-        let terms = self.terms();
+        let terms = self.client.terms();
         let identity = Identity {
             owner: owner.to_owned(),
             acquisition: request.to_owned(),
@@ -505,7 +491,7 @@ impl Protocol for Acquire<'_> {
     }
 
     fn lease(&self) -> Duration {
-        self.mutex.terms().lease
+        self.mutex.client.terms().lease
     }
 
     /// The queue is on the server: the first attempt never waits in a local one.
@@ -645,34 +631,7 @@ pub struct FairMutexGuard {
     _thread: ThreadBound,
 }
 
-impl std::fmt::Debug for FairMutexGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let token = self.lease.hold().token;
-        self.lease
-            .debug_as(f, "FairMutexGuard", Some(("fencing_token", &token)))
-    }
-}
-
-impl FairMutexGuard {
-    fn new(mutex: &FairMutex, hold: Arc<Hold>) -> Self {
-        FairMutexGuard {
-            lease: Lease::new(mutex, hold, "lock"),
-            _thread: PhantomData,
-        }
-    }
-
-    /// The fencing token of this acquisition (see
-    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
-    /// per lock name across owners, the same for nested guards. It is the server clock at the
-    /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
-    /// [`Mutex`](crate::Mutex)): grants of one name are at least a release apart, and the clock
-    /// does not go back, so tokens rise, also across an empty restart of Redis.
-    pub fn fencing_token(&self) -> u64 {
-        self.lease.hold().token
-    }
-
-    lease_view!("unlock");
-
+lease_guard! { FairMutexGuard of FairMutex, "lock", token;
     /// Releases this level; at the last level the lock is granted to the first live waiter.
     ///
     /// It asks the server. Returns within the connect timeout plus the command timeout (so
@@ -686,8 +645,17 @@ impl FairMutexGuard {
     /// and nobody holds the lock;
     /// [`Error::NotOwner`] when another owner holds it now; [`Error::Redis`] when Redis could
     /// not be asked (the lock then frees itself when its lease runs out).
-    pub fn unlock(self) -> Result<()> {
-        self.lease.unlock()
+}
+
+impl FairMutexGuard {
+    /// The fencing token of this acquisition (see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
+    /// per lock name across owners, the same for nested guards. It is the server clock at the
+    /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
+    /// [`Mutex`](crate::Mutex)): grants of one name are at least a release apart, and the clock
+    /// does not go back, so tokens rise, also across an empty restart of Redis.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.hold().token
     }
 }
 
@@ -710,30 +678,14 @@ fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
 /// first).
 fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let shared = mutex.client.shared();
-    let was_held = hold.is_held();
-    // The outermost level frees the lock on the server whatever count it has there (as for
-    // the plain mutex): levels the server counts beyond the local ones cannot keep it.
-    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
-        shared.forget(hold);
-        Level::Outermost
-    } else {
-        Level::Inner
-    };
-    // The first attempt may have released the last level before its reply was lost (the lock
-    // then moved to the release marker, or was granted to the next waiter with a copy there).
-    let call = release_call(&mutex.keys, hold.holder(), level);
-    let key = &mutex.keys.lock;
-    release_by_script(
-        &mutex.client,
-        &call,
-        ("fair release", scripts::parse_release),
-        hold,
-        was_held,
-        key,
-        by,
-    )
+    let script = ("fair release", scripts::parse_release);
+    release_by_script(&mutex.client, hold, script, &mutex.keys.lock, by, || {
+        let level = leave_level(mutex.client.shared(), hold, by);
+        // The first attempt may have released the last level before its reply was lost (the
+        // lock then moved to the release marker, or was granted to the next waiter with a copy
+        // there).
+        Some(release_call(&mutex.keys, hold.holder(), level))
+    })
 }
 
 // A handle is shared across threads by design; a guard is not (see above).

@@ -14,7 +14,7 @@ use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::calls::eval_twice;
 use crate::protocol::hold::Hold;
-use crate::protocol::scripts::{self, Call, ReleaseReply};
+use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
 
@@ -61,6 +61,47 @@ macro_rules! lease_view {
     };
 }
 pub(crate) use lease_view;
+
+/// What a lock's guard type `$guard { lease, _thread }` has besides its own docs and methods,
+/// written once: `new` (a level of a hold of a `$lock`, called `$what` in the warning of a
+/// failed release on drop), `Debug` (with the hold's fencing token, or `plain`), the lease's
+/// view (`lease_view!`), and `unlock`, whose docs follow the `;`.
+macro_rules! lease_guard {
+    ($guard:ident of $lock:ty, $what:expr, $debug:ident; $(#[$unlock:meta])*) => {
+        impl $guard {
+            pub(crate) fn new(
+                lock: &$lock,
+                hold: std::sync::Arc<$crate::protocol::hold::Hold>,
+            ) -> Self {
+                $guard {
+                    lease: $crate::locks::lease::Lease::new(lock, hold, $what),
+                    _thread: std::marker::PhantomData,
+                }
+            }
+
+            $crate::locks::lease::lease_view!("unlock");
+
+            $(#[$unlock])*
+            pub fn unlock(self) -> $crate::Result<()> {
+                self.lease.unlock()
+            }
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let extra = $crate::locks::lease::lease_guard!(@extra $debug self.lease);
+                self.lease.debug_as(f, stringify!($guard), extra)
+            }
+        }
+    };
+    (@extra token $lease:expr) => {
+        Some(("fencing_token", &$lease.hold().token as &dyn std::fmt::Debug))
+    };
+    (@extra plain $lease:expr) => {
+        None
+    };
+}
+pub(crate) use lease_guard;
 
 /// How a lock type releases one level of a hold of its own.
 pub(crate) trait Release: Send + Sync {
@@ -242,28 +283,47 @@ impl Drop for Lease {
     }
 }
 
+/// Ends one level of `hold` on this side, before its release asks the server: the level it
+/// was. The outermost level stops renewal (the wait for a renewal on the wire is part of `by`;
+/// renewals are bounded too) and is forgotten as the thread's hold; its release then frees the
+/// lock on the server whatever count it has there: levels the server counts beyond the local
+/// ones (an inner release that never arrived, a re-entry whose reply was lost for good) must
+/// not keep it.
+pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> Level {
+    if hold.leave(by.left().unwrap_or(Duration::MAX)) {
+        shared.forget(hold);
+        Level::Outermost
+    } else {
+        Level::Inner
+    }
+}
+
 /// The bound of a release: one connect and one command timeout.
 fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
 }
 
-/// Runs the release `call` of the script `what`, whose reply `parse` reads, for `hold` within
-/// `by`, retried once on a new
-/// connection (a failure clears the pool): the first attempt may have released before its reply
-/// was lost, or never ran (Redis restarted empty), and the same call, retried, tells them apart
-/// by the release marker the first attempt left; what it cannot tell is a loss. `was_held`:
-/// the lease was known valid before the release; `foreign`: the lock's key, named when it holds
-/// something else.
+/// Releases one level of `hold` within `by` by a release script: `leave` ends the level on
+/// this side and gives the script's call (`None`: nothing to ask the server, the level was an
+/// inner one), after whether the lease was known valid was read. The call, of the script
+/// `what` whose reply `parse` reads, is retried once on a new connection (a failure clears
+/// the pool): the first attempt may have released before its reply was lost, or never ran
+/// (Redis restarted empty), and the same call, retried, tells them apart by the release
+/// marker the first attempt left; what it cannot tell is a loss. `foreign`: the lock's key,
+/// named when it holds something else.
 pub(crate) fn release_by_script(
     core: &Core,
-    call: &Call,
-    (what, parse): (&str, fn(&redis::Value) -> Option<ReleaseReply>),
     hold: &Arc<Hold>,
-    was_held: bool,
+    (what, parse): (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
     foreign: &str,
     by: Deadline,
+    leave: impl FnOnce() -> Option<Call>,
 ) -> Result<()> {
-    let reply = eval_twice(core, call, by)
+    let was_held = hold.is_held();
+    let Some(call) = leave() else {
+        return Ok(());
+    };
+    let reply = eval_twice(core, &call, by)
         .and_then(|v| parse(&v).ok_or_else(|| scripts::unexpected(what, &v)));
     released(core.shared(), hold, was_held, foreign, reply)
 }

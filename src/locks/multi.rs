@@ -54,7 +54,7 @@ use crate::kind::Kind;
 use crate::locks::calls::eval_twice;
 use crate::locks::detached::{Detached, Guard, Parts};
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
-use crate::locks::lease::{ThreadBound, released};
+use crate::locks::lease::{ThreadBound, leave_level, released};
 use crate::locks::time::Budget;
 use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, request_id};
@@ -503,13 +503,7 @@ fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Res
         .iter()
         .map(|h| {
             let was_held = h.is_held();
-            // The wait for a renewal on the wire is part of the bound.
-            let level = if h.leave(by.left().unwrap_or(Duration::MAX)) {
-                shared.forget(h);
-                Level::Outermost
-            } else {
-                Level::Inner
-            };
+            let level = leave_level(shared, h, by);
             (Arc::clone(h), level, was_held)
         })
         .collect();

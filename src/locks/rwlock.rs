@@ -36,7 +36,6 @@
 //! a writer waits wakes no reader, and a waiting writer that died publishes nothing when its
 //! registration runs out.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,13 +48,15 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, release_by_script};
+use crate::locks::lease::{
+    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
+};
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
-use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
+use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply};
+use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -317,10 +318,6 @@ impl RwLock {
         fn try_write_until;
     }
 
-    fn terms(&self) -> Terms {
-        self.client.shared().config.terms()
-    }
-
     /// A nested level of the calling thread's live hold (its read hold when `read`, else its
     /// write hold), within `limit`: `None` when it has none.
     ///
@@ -372,7 +369,7 @@ impl RwLock {
         by: Deadline,
     ) -> Result<Attempt<Arc<Hold>>> {
         let sent = Instant::now();
-        let lease = self.terms().lease;
+        let lease = self.client.terms().lease;
         let keys = &self.write_keys;
         let call = if read {
             family::rw_read(keys, owner, request, lease, self.prefer_writers, register)
@@ -421,7 +418,7 @@ impl RwLock {
         };
         let shared = self.client.shared();
         let Adopted::Held(hold) =
-            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.terms())
+            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.client.terms())
         else {
             // Cannot happen for a new acquisition (count 1, a request id no hold has);
             // answered as not held, and the entry runs out by its lease.
@@ -501,7 +498,7 @@ impl Protocol for Acquire<'_> {
     }
 
     fn lease(&self) -> Duration {
-        self.lock.terms().lease
+        self.lock.client.terms().lease
     }
 
     /// A re-entry of the thread's live hold. A thread that holds a read lock but not the
@@ -581,44 +578,24 @@ impl Release for RwLock {
 
 /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
 fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let shared = lock.client.shared();
-    let was_held = hold.is_held();
-    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-    if !hold.leave(by.left().unwrap_or(Duration::MAX)) {
-        // An inner level: the thread still holds the lock.
-        return Ok(());
-    }
-    shared.forget(hold);
     let keys = if read {
         &lock.read_keys
     } else {
         &lock.write_keys
     };
-    let call = family::rw_release(keys, hold.holder(), read);
-    let key = &lock.write_keys.lock;
-    release_by_script(
-        &lock.client,
-        &call,
-        ("rw release", family::parse_family_release),
-        hold,
-        was_held,
-        key,
-        by,
-    )
+    let script = ("rw release", family::parse_family_release);
+    let foreign = &lock.write_keys.lock;
+    release_by_script(&lock.client, hold, script, foreign, by, || {
+        // An inner level: the thread still holds the lock, and nothing is asked.
+        let outermost = leave_level(lock.client.shared(), hold, by) == Level::Outermost;
+        outermost.then(|| family::rw_release(keys, hold.holder(), read))
+    })
 }
 
+/// The guard type `$name` of the `$what` of an [`RwLock`] (see `lease_guard!`).
 macro_rules! guard {
     ($name:ident, $what:literal) => {
-        impl $name {
-            fn new(lock: &RwLock, hold: Arc<Hold>) -> Self {
-                $name {
-                    lease: Lease::new(lock, hold, concat!("the ", $what, " of")),
-                    _thread: PhantomData,
-                }
-            }
-
-            lease_view!("unlock");
-
+        lease_guard! { $name of RwLock, concat!("the ", $what, " of"), plain;
             #[doc = concat!("Releases this level of the ", $what, " and reports the outcome.")]
             ///
             /// It asks the server (an inner level excepted: re-entry is counted here).
@@ -633,15 +610,6 @@ macro_rules! guard {
             /// restart); [`Error::NotOwner`] when
             /// another owner holds the lock now; [`Error::Redis`] when Redis could not be
             /// asked (the lease then runs out by itself, since renewal stopped).
-            pub fn unlock(self) -> Result<()> {
-                self.lease.unlock()
-            }
-        }
-
-        impl std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.lease.debug_as(f, stringify!($name), None)
-            }
         }
     };
 }

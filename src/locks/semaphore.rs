@@ -202,19 +202,9 @@ impl Semaphore {
     /// As [`holders`](Semaphore::holders); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let call = family::sem_force(&self.keys);
-        let forced = calls::forced(&self.client, &call, &self.keys, "semaphore force_unlock")?;
-        let Some((_, removed)) = forced else {
-            return Ok(false);
-        };
-        calls::log_forced(
-            module_path!(),
-            "semaphore",
-            self.name(),
-            "holder",
-            &removed,
-            Shape::Permits,
-        );
-        Ok(true)
+        let what = "semaphore force_unlock";
+        let logged = (module_path!(), "semaphore", Shape::Permits);
+        calls::force_holders(&self.client, &call, &self.keys, what, logged)
     }
 
     /// Blocks until `n` permits are held together, as one acquisition (one lease, released
@@ -503,21 +493,14 @@ impl Release for Semaphore {
 impl Semaphore {
     /// Gives the permits of `hold` back within `by`.
     fn give_back(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        let shared = self.client.shared();
-        let was_held = hold.is_held();
-        // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-        shared.unwatch(hold, by.left().unwrap_or(Duration::MAX));
-        let call = family::sem_release(&self.keys, hold.holder());
-        let key = &self.keys.lock;
-        release_by_script(
-            &self.client,
-            &call,
-            ("semaphore release", family::parse_family_release),
-            hold,
-            was_held,
-            key,
-            by,
-        )
+        let script = ("semaphore release", family::parse_family_release);
+        release_by_script(&self.client, hold, script, &self.keys.lock, by, || {
+            // The wait for a renewal on the wire is part of the bound (renewals are bounded
+            // too).
+            let bound = by.left().unwrap_or(Duration::MAX);
+            self.client.shared().unwatch(hold, bound);
+            Some(family::sem_release(&self.keys, hold.holder()))
+        })
     }
 }
 

@@ -466,16 +466,7 @@ pub(crate) fn parse_used(v: &Value) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(call: &Call) -> Vec<String> {
-        call.cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => "<cursor>".into(),
-            })
-            .collect()
-    }
+    use crate::protocol::scripts::args;
 
     #[test]
     fn uncontended_calls_send_few_arguments() {

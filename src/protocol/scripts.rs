@@ -239,6 +239,18 @@ pub(crate) struct Call {
     pub(crate) cmd: redis::Cmd,
 }
 
+/// The arguments of `call`, as text, for the tests that check what a call sends.
+#[cfg(test)]
+pub(crate) fn args(call: &Call) -> Vec<String> {
+    call.cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => "<cursor>".into(),
+        })
+        .collect()
+}
+
 pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
@@ -1203,16 +1215,6 @@ mod tests {
             lease: Duration::from_millis(3000),
             token,
         }
-    }
-
-    fn args(call: &Call) -> Vec<String> {
-        call.cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => "<cursor>".into(),
-            })
-            .collect()
     }
 
     #[test]

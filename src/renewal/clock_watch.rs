@@ -76,6 +76,17 @@ mod tests {
 
     const S: u64 = 1_000_000;
 
+    /// A watch of the master `m` that read 100 s on the server's clock, then `server_us` a
+    /// second later: the watch, when it read the second time, and the jump it saw then.
+    fn jumped_in_a_second(server_us: u64) -> (ClockWatch, Instant, Jump) {
+        let mut w = ClockWatch::default();
+        let t0 = Instant::now();
+        w.observe("m", t0, 100 * S);
+        let t1 = t0 + Duration::from_secs(1);
+        let j = w.observe("m", t1, server_us).unwrap();
+        (w, t1, j)
+    }
+
     #[test]
     fn steady_clocks_are_no_jump() {
         let mut w = ClockWatch::default();
@@ -91,11 +102,7 @@ mod tests {
 
     #[test]
     fn a_forward_step_is_one_jump() {
-        let mut w = ClockWatch::default();
-        let t0 = Instant::now();
-        w.observe("m", t0, 100 * S);
-        let t1 = t0 + Duration::from_secs(1);
-        let j = w.observe("m", t1, 121 * S).unwrap();
+        let (mut w, t1, j) = jumped_in_a_second(121 * S);
         assert!(j.forward);
         assert_eq!(j.by, Duration::from_secs(20));
         assert!(j.describe("h:1").contains("jumped forward 20.0 s"));
@@ -106,12 +113,8 @@ mod tests {
 
     #[test]
     fn a_step_back_is_one_jump_whatever_its_size() {
-        let mut w = ClockWatch::default();
-        let t0 = Instant::now();
-        w.observe("m", t0, 100 * S);
-        let t1 = t0 + Duration::from_secs(1);
         // Back 10 s while 1 s passed: the server's clock is 9 s behind where it was.
-        let j = w.observe("m", t1, 91 * S).unwrap();
+        let (mut w, t1, j) = jumped_in_a_second(91 * S);
         assert!(!j.forward);
         assert_eq!(j.by, Duration::from_secs(10));
         assert!(j.describe("h:1").contains("jumped back 10.0 s"));

@@ -629,14 +629,16 @@ mod tests {
         }
     }
 
+    /// What `parse_url` says is wrong with `u` (empty when nothing is).
+    fn msg(u: &str) -> String {
+        parse_url(u)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
     #[test]
     fn urls_name_the_bad_part() {
-        let msg = |u: &str| {
-            parse_url(u)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-        };
         assert!(msg("http://x").contains("scheme `http`"));
         assert!(msg("redis://").contains("host"));
         assert!(msg("redis://127.0.0.1:notaport/").contains("port `notaport`"));
@@ -707,12 +709,6 @@ mod tests {
                 "{valkey}"
             );
         }
-        let msg = |u: &str| {
-            parse_url(u)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-        };
         assert!(msg("valkey://").contains("host"));
         assert!(msg("valkeys://127.0.0.1:0/").contains("port"));
     }

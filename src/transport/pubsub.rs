@@ -6,10 +6,12 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
+use rustls::ClientConfig;
 
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
@@ -53,6 +55,39 @@ fn connect_tcp(host: &str, port: u16, timeouts: Timeouts, by: Deadline) -> Resul
     })
 }
 
+/// Where a TCP or TLS address leads: its host and port, and for a `rediss://` address the
+/// pub/sub TLS configuration.
+struct TcpTarget<'a> {
+    host: &'a str,
+    port: u16,
+    config: Option<Arc<ClientConfig>>,
+}
+
+/// Where the TCP or TLS address `addr` leads (an error where the client has no TLS
+/// configuration for it); `None` for another kind of address.
+fn tcp_target<'a>(addr: &'a ConnectionAddr, tls: Option<&Tls>) -> Result<Option<TcpTarget<'a>>> {
+    let (host, port, insecure) = match addr {
+        ConnectionAddr::Tcp(host, port) => (host, *port, None),
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure,
+            ..
+        } => (host, *port, Some(*insecure)),
+        _ => return Ok(None),
+    };
+    let config = match insecure.map(|insecure| tls.and_then(|tls| tls.config(insecure))) {
+        None => None,
+        Some(Some(config)) => Some(config),
+        Some(None) => {
+            return Err(Error::Tls {
+                reason: "no TLS configuration for a rediss:// address".into(),
+            });
+        }
+    };
+    Ok(Some(TcpTarget { host, port, config }))
+}
+
 impl Stream {
     /// Connects (and runs the TLS handshake of a `rediss://` address) within `by` and the
     /// connect timeout.
@@ -63,34 +98,23 @@ impl Stream {
         by: Deadline,
     ) -> Result<Stream> {
         let by = by.min(Deadline::after(timeouts.connect));
-        let stream = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => Stream::Tcp(connect_tcp(host, *port, timeouts, by)?),
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                ..
-            } => {
-                let Some(config) = tls.and_then(|tls| tls.config(*insecure)) else {
-                    return Err(Error::Tls {
-                        reason: "no TLS configuration for a rediss:// address".into(),
-                    });
-                };
-                let tcp = connect_tcp(host, *port, timeouts, by)?;
-                Stream::Tls(TlsStream::handshake(
+        let stream = if let ConnectionAddr::Unix(path) = info.addr() {
+            Stream::Unix(UnixStream::connect(path).map_err(Error::io)?)
+        } else {
+            let Some(TcpTarget { host, port, config }) = tcp_target(info.addr(), tls)? else {
+                return Err(Error::InvalidUrl {
+                    reason: "this address type is not supported".into(),
+                });
+            };
+            let tcp = connect_tcp(host, port, timeouts, by)?;
+            match config {
+                None => Stream::Tcp(tcp),
+                Some(config) => Stream::Tls(TlsStream::handshake(
                     tcp,
                     host,
                     config,
                     by.cap(timeouts.connect)?,
-                )?)
-            }
-            ConnectionAddr::Unix(path) => {
-                Stream::Unix(UnixStream::connect(path).map_err(Error::io)?)
-            }
-            _ => {
-                return Err(Error::InvalidUrl {
-                    reason: "this address type is not supported".into(),
-                });
+                )?),
             }
         };
         stream

@@ -1,6 +1,5 @@
 //! [`MutexGuard`]: proof of holding a lock, and its release.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +7,7 @@ use super::handoff::{self, GivingWay};
 use crate::client::shared::Shared;
 use crate::error::Result;
 use crate::locks::detached::detachable;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_view, released};
+use crate::locks::lease::{Lease, ThreadBound, lease_guard, leave_level, released};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
@@ -83,55 +82,7 @@ pub struct MutexGuard {
     _thread: ThreadBound,
 }
 
-impl std::fmt::Debug for MutexGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let token = self.lease.hold().token;
-        self.lease
-            .debug_as(f, "MutexGuard", Some(("fencing_token", &token)))
-    }
-}
-
-impl MutexGuard {
-    pub(crate) fn new<L: Release + Clone + 'static>(mutex: &L, hold: Arc<Hold>) -> Self {
-        MutexGuard {
-            lease: Lease::new(mutex, hold, "lock"),
-            _thread: PhantomData,
-        }
-    }
-
-    /// The fencing token of this acquisition: strictly increasing per lock name across all
-    /// owners, the same for nested guards of one acquisition.
-    ///
-    /// Pass it to the resource the lock protects, and have the resource refuse a write whose
-    /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
-    /// partitioned, or behind a failover) from overwriting a newer owner's work.
-    ///
-    /// Tokens come from the server's clock and the fencing mark of the name's hash slot, by this
-    /// rule (`LEAD` is 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
-    ///
-    /// - An acquisition through Redis that finds the lock free gets the server's clock in
-    ///   microseconds + `LEAD`, or the mark + 1 when the mark is that high already (the
-    ///   server's clock went back), and raises the mark to its last token. So tokens strictly
-    ///   rise per name whatever the server's clock does.
-    /// - It reserves the next tokens, at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)
-    ///   of them (its [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count)),
-    ///   for local hand-offs: each hand-off takes the next one. The mark covers the whole
-    ///   block, so the next acquisition through Redis, anywhere, starts above it.
-    /// - After Redis restarted empty (which loses the mark) the next token is the clock then
-    ///   plus `LEAD`, above every token issued before as long as the server's clock did not go
-    ///   back meanwhile and the restart took more than
-    ///   [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
-    ///
-    /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) releases and
-    /// renewals also raise each master's mark to the holder's token (see
-    /// [`Redlock`](crate::Redlock)). The other lock types of one name share the mark, so their
-    /// tokens and the `Mutex`'s rise together.
-    pub fn fencing_token(&self) -> u64 {
-        self.lease.hold().token
-    }
-
-    lease_view!("unlock");
-
+lease_guard! { MutexGuard of super::Mutex, "lock", token;
     /// Releases this level of the lock and reports the outcome. The outermost guard of the
     /// owning thread frees the lock on the server, whatever re-entry count the server has (an
     /// inner release that failed, or a re-entry whose reply was lost, cannot keep it); an
@@ -161,8 +112,38 @@ impl MutexGuard {
     /// [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)) is released
     /// without asking Redis, so this returns `Ok` then; a lease lost on the server
     /// meanwhile is found by the receiving thread's next renewal and reported as its loss.
-    pub fn unlock(self) -> Result<()> {
-        self.lease.unlock()
+}
+
+impl MutexGuard {
+    /// The fencing token of this acquisition: strictly increasing per lock name across all
+    /// owners, the same for nested guards of one acquisition.
+    ///
+    /// Pass it to the resource the lock protects, and have the resource refuse a write whose
+    /// token is lower than one it has seen: that keeps a holder that lost its lease (paused,
+    /// partitioned, or behind a failover) from overwriting a newer owner's work.
+    ///
+    /// Tokens come from the server's clock and the fencing mark of the name's hash slot, by this
+    /// rule (`LEAD` is 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
+    ///
+    /// - An acquisition through Redis that finds the lock free gets the server's clock in
+    ///   microseconds + `LEAD`, or the mark + 1 when the mark is that high already (the
+    ///   server's clock went back), and raises the mark to its last token. So tokens strictly
+    ///   rise per name whatever the server's clock does.
+    /// - It reserves the next tokens, at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)
+    ///   of them (its [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count)),
+    ///   for local hand-offs: each hand-off takes the next one. The mark covers the whole
+    ///   block, so the next acquisition through Redis, anywhere, starts above it.
+    /// - After Redis restarted empty (which loses the mark) the next token is the clock then
+    ///   plus `LEAD`, above every token issued before as long as the server's clock did not go
+    ///   back meanwhile and the restart took more than
+    ///   [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
+    ///
+    /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) releases and
+    /// renewals also raise each master's mark to the holder's token (see
+    /// [`Redlock`](crate::Redlock)). The other lock types of one name share the mark, so their
+    /// tokens and the `Mutex`'s rise together.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.hold().token
     }
 
     /// Ends the hold no sooner than `min_hold` after it was acquired, for a job that must run
@@ -214,16 +195,7 @@ pub(crate) fn release(
         return Ok(());
     }
     let was_held = hold.is_held();
-    // The outermost level frees the lock on the server whatever count it has there: levels
-    // the server counts beyond the local ones (an inner release that never arrived, a
-    // re-entry whose reply was lost for good) must not keep it.
-    // The wait for a renewal on the wire is part of the bound (renewals are bounded too).
-    let level = if hold.leave(by.left().unwrap_or(Duration::MAX)) {
-        shared.forget(hold);
-        Level::Outermost
-    } else {
-        Level::Inner
-    };
+    let level = leave_level(shared, hold, by);
     // Threads of this client queue for the lock, and it goes through Redis: other
     // processes' waiters get a head start (the message may arrive before the reply).
     let giving_way = match level {

@@ -75,11 +75,7 @@ if ARGV[1] == 'force' then
     redis.call('publish', root .. ':open', 'open')
     redis.call('del', KEYS[1], KEYS[2])
   end
-  local out = {w}
-  for i = 1, #live, 2 do
-    out[#out + 1] = live[i]
-  end
-  return out
+  return values_of(live, {w})
 end
 
 return redis.error_reply('unknown read-write lock admin operation')

@@ -253,11 +253,7 @@ if op == 'n' then
   local lease = tonumber(ARGV[3])
   local v = redis.pcall('get', KEYS[1])
   if type(v) == 'string' then
-    if starts(v, ARGV[2]) then
-      redis.call('pexpire', KEYS[1], lease)
-      return 1
-    end
-    return 0
+    return renew_string(KEYS[1], v, ARGV[2], lease)
   end
   if v == false or kind() ~= 'zset' then
     return 0
@@ -351,11 +347,7 @@ if op == 'f' then
     redis.call('publish', KEYS[1] .. ':released', 'released')
     redis.call('del', KEYS[1])
   end
-  local out = {}
-  for i = 1, #h, 2 do
-    out[#out + 1] = h[i]
-  end
-  return out
+  return values_of(h, {})
 end
 
 return redis.error_reply('unknown semaphore operation')

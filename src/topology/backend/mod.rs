@@ -430,6 +430,18 @@ impl Backend {
         .collect()
     }
 
+    /// Runs `call` on every master at once within `by`, and once more, on a new connection,
+    /// on each master whose connection failed (see [`worth_retrying`]), within the same bound:
+    /// each master's last reply.
+    fn call_all_retried(&self, call: &Call, by: Deadline) -> Vec<(usize, Result<Value, Fault>)> {
+        let mut replies = self.call_all(call, &self.all(), by, false);
+        let retry = worth_retrying(&replies);
+        if !retry.is_empty() && !by.passed() {
+            replace_replies(&mut replies, self.call_all(call, &retry, by, false));
+        }
+        replies
+    }
+
     /// Runs one script call on the one master of a single-server client (the lock types
     /// whose scripts keep a queue or a set of holders, which a quorum cannot vote on).
     /// Within `by`.
@@ -452,24 +464,7 @@ impl Backend {
     /// master's reply. For calls that any master may answer on its own (what an operator
     /// reads or does to a lock); the caller weighs the replies.
     pub(crate) fn eval_each(&self, call: &Call, by: Deadline) -> Vec<Result<Value>> {
-        let mut replies = self.call_all(call, &self.all(), by, false);
-        let retry: Vec<usize> = replies
-            .iter()
-            .filter(|(_, r)| {
-                r.as_ref()
-                    .err()
-                    .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
-            })
-            .map(|(i, _)| *i)
-            .collect();
-        if !retry.is_empty() && !by.passed() {
-            for (i, r) in self.call_all(call, &retry, by, false) {
-                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
-                    slot.1 = r;
-                }
-            }
-        }
-        replies
+        self.call_all_retried(call, by)
             .into_iter()
             .map(|(_, r)| r.map_err(Error::from))
             .collect()
@@ -531,11 +526,7 @@ impl Backend {
             // script to tell them apart by the release marker (`ReleasedBefore`), and what it
             // cannot tell is a loss.
             let again = scripts::release(keys, &release, true);
-            for (i, r) in self.call_all(&again, &retry, by, false) {
-                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
-                    slot.1 = r;
-                }
-            }
+            replace_replies(&mut replies, self.call_all(&again, &retry, by, false));
         }
         let mut parsed = replies.into_iter().map(|(_, r)| {
             r.and_then(|v| {
@@ -634,26 +625,15 @@ impl Backend {
         let which = Which::RenewBatch;
         let mut replies = self.round(&self.all(), &packed, expected, which, first, by, false);
         let mut outcomes = self.renewed(&counts, &replies);
-        let retry: Vec<usize> = replies
-            .iter()
-            .filter(|(_, r)| {
-                r.as_ref()
-                    .err()
-                    .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
-            })
-            .map(|(i, _)| *i)
-            .collect();
+        let retry = worth_retrying(&replies);
         if !retry.is_empty() && !by.passed() && outcomes.iter().any(Option::is_none) {
             log::debug!(
                 "renewal of {n} leases failed on {} master(s); retrying on a new connection",
                 retry.len()
             );
             // Renewing again is harmless: a renewal only sets the lease from now on.
-            for (i, r) in self.round(&retry, &packed, expected, which, budget, by, true) {
-                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
-                    slot.1 = r;
-                }
-            }
+            let again = self.round(&retry, &packed, expected, which, budget, by, true);
+            replace_replies(&mut replies, again);
             outcomes = self.renewed(&counts, &replies);
         }
         let mut refused = None;
@@ -844,23 +824,7 @@ impl Backend {
             which: Which::Renew,
             cmd,
         };
-        let mut replies = self.call_all(&call, &self.all(), by, false);
-        let retry: Vec<usize> = replies
-            .iter()
-            .filter(|(_, r)| {
-                r.as_ref()
-                    .err()
-                    .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
-            })
-            .map(|(i, _)| *i)
-            .collect();
-        if !retry.is_empty() && !by.passed() {
-            for (i, r) in self.call_all(&call, &retry, by, false) {
-                if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
-                    slot.1 = r;
-                }
-            }
-        }
+        let replies = self.call_all_retried(&call, by);
         let (mut answered, mut held) = (0, 0);
         let mut first_error = None;
         for (_, r) in replies {
@@ -1045,5 +1009,28 @@ fn one(v: Option<Value>) -> Result<Value, Fault> {
         Some(Value::ServerError(e)) => Err(Fault::Redis(e.into())),
         Some(v) => Ok(v),
         None => Err(Fault::timeout("no reply")),
+    }
+}
+
+/// The masters among `replies` whose call failed in a way a new connection may mend: not a
+/// master marked down, which another wait would only cost the others.
+fn worth_retrying<T>(replies: &[(usize, Result<T, Fault>)]) -> Vec<usize> {
+    replies
+        .iter()
+        .filter(|(_, r)| {
+            r.as_ref()
+                .err()
+                .is_some_and(|e| e.is_retriable() && !e.is_marked_down())
+        })
+        .map(|(i, _)| *i)
+        .collect()
+}
+
+/// Puts each master's reply of a retry, `again`, in the place of its first reply in `replies`.
+fn replace_replies<T>(replies: &mut [(usize, T)], again: Vec<(usize, T)>) {
+    for (i, r) in again {
+        if let Some(slot) = replies.iter_mut().find(|(j, _)| *j == i) {
+            slot.1 = r;
+        }
     }
 }

@@ -146,6 +146,38 @@ mod tests {
     use crate::protocol::keys::LockKeys;
     use crate::protocol::scripts;
 
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// A `CLUSTER SHARDS` reply of one shard: its slot ranges (`[start, end, ...]`) and nodes.
+    fn shards(slots: &[i64], nodes: Vec<Value>) -> Value {
+        Value::Array(vec![Value::Array(vec![
+            bulk("slots"),
+            Value::Array(slots.iter().map(|&s| Value::Int(s)).collect()),
+            bulk("nodes"),
+            Value::Array(nodes),
+        ])])
+    }
+
+    /// A node of a `CLUSTER SHARDS` reply, on 127.0.0.1 at `port`.
+    fn shard_node(port: i64, role: &str, health: &str) -> Value {
+        Value::Array(vec![
+            bulk("id"),
+            bulk("x"),
+            bulk("port"),
+            Value::Int(port),
+            bulk("ip"),
+            bulk("127.0.0.1"),
+            bulk("endpoint"),
+            bulk("127.0.0.1"),
+            bulk("role"),
+            bulk(role),
+            bulk("health"),
+            bulk(health),
+        ])
+    }
+
     #[test]
     fn redirect_details_parse() {
         assert_eq!(
@@ -264,7 +296,6 @@ mod tests {
 
     #[test]
     fn cluster_slots_and_shards_parse() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let slots = Value::Array(vec![Value::Array(vec![
             Value::Int(0),
             Value::Int(5460),
@@ -280,34 +311,11 @@ mod tests {
                 port: 7000
             }])
         );
-        let node = |port: i64, role: &str| {
-            Value::Array(vec![
-                bulk("id"),
-                bulk("x"),
-                bulk("port"),
-                Value::Int(port),
-                bulk("ip"),
-                bulk("127.0.0.1"),
-                bulk("endpoint"),
-                bulk("127.0.0.1"),
-                bulk("role"),
-                bulk(role),
-                bulk("health"),
-                bulk("online"),
-            ])
-        };
-        let shards = Value::Array(vec![Value::Array(vec![
-            bulk("slots"),
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(10),
-                Value::Int(20),
-                Value::Int(30),
-            ]),
-            bulk("nodes"),
-            Value::Array(vec![node(7003, "replica"), node(7000, "master")]),
-        ])]);
-        let r = parse_shards(&shards, false).unwrap_or_default();
+        let nodes = vec![
+            shard_node(7003, "replica", "online"),
+            shard_node(7000, "master", "online"),
+        ];
+        let r = parse_shards(&shards(&[0, 10, 20, 30], nodes), false).unwrap_or_default();
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].start, r[0].end, r[0].port), (0, 10, 7000));
         assert_eq!((r[1].start, r[1].end, r[1].port), (20, 30, 7000));
@@ -317,32 +325,12 @@ mod tests {
     /// `health fail`, before or after the promoted one: the promoted one is the master.
     #[test]
     fn a_failed_master_is_not_taken_for_the_shards_master() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let node = |port: i64, health: &str| {
-            Value::Array(vec![
-                bulk("port"),
-                Value::Int(port),
-                bulk("ip"),
-                bulk("127.0.0.1"),
-                bulk("endpoint"),
-                bulk("127.0.0.1"),
-                bulk("role"),
-                bulk("master"),
-                bulk("health"),
-                bulk(health),
-            ])
-        };
+        let node = |port, health| shard_node(port, "master", health);
         for nodes in [
             vec![node(7000, "fail"), node(7003, "online")],
             vec![node(7003, "online"), node(7000, "fail")],
         ] {
-            let shards = Value::Array(vec![Value::Array(vec![
-                bulk("slots"),
-                Value::Array(vec![Value::Int(0), Value::Int(16383)]),
-                bulk("nodes"),
-                Value::Array(nodes),
-            ])]);
-            let r = parse_shards(&shards, false).unwrap_or_default();
+            let r = parse_shards(&shards(&[0, 16383], nodes), false).unwrap_or_default();
             assert_eq!(r.len(), 1);
             assert_eq!(r[0].port, 7003);
         }

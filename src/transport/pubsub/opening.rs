@@ -26,10 +26,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use redis::io::tcp::socket2::{Domain, Protocol, SockRef, Socket, Type};
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionInfo, Value};
 use rustls::ClientConnection;
 
-use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
+use super::{HEARTBEAT, ReadHalf, Stream, TcpTarget, encode, handshake_read_error, tcp_target};
 use crate::error::{Error, Result};
 use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::dns;
@@ -121,26 +121,10 @@ impl Opening {
         timeouts: Timeouts,
         tls: Option<&Tls>,
     ) -> Result<Opening> {
-        let (host, port, config) = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => (host, *port, None),
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                ..
-            } => {
-                let Some(config) = tls.and_then(|tls| tls.config(*insecure)) else {
-                    return Err(Error::Tls {
-                        reason: "no TLS configuration for a rediss:// address".into(),
-                    });
-                };
-                (host, *port, Some(config))
-            }
-            _ => {
-                return Err(Error::InvalidUrl {
-                    reason: "a cluster node needs a TCP address".into(),
-                });
-            }
+        let Some(TcpTarget { host, port, config }) = tcp_target(info.addr(), tls)? else {
+            return Err(Error::InvalidUrl {
+                reason: "a cluster node needs a TCP address".into(),
+            });
         };
         // A host name is looked up within the connect timeout (an IP address needs none).
         let mut addrs: Vec<SocketAddr> = dns::lookup(host, port, Some(timeouts.connect))?;
@@ -174,7 +158,7 @@ impl Opening {
             .unwrap_or_else(Instant::now);
         Ok(Opening {
             info: info.clone(),
-            host: host.clone(),
+            host: host.to_owned(),
             addrs,
             sock,
             tls,
@@ -391,6 +375,22 @@ mod tests {
         }
     }
 
+    /// An opening of `url` with this connect timeout.
+    fn start(url: &str, connect: Duration, tls: Option<&Tls>) -> Opening {
+        Opening::start(&parse_url(url).unwrap(), timeouts(connect), tls).unwrap()
+    }
+
+    /// Drives `op` to an open connection, no step blocking, and checks that it works.
+    fn opens(op: Opening) {
+        let (opened, longest) = drive(op);
+        let (mut reader, writer) = opened.unwrap();
+        assert!(
+            longest < Duration::from_millis(100),
+            "a step took {longest:?}"
+        );
+        subscribes(&mut reader, writer);
+    }
+
     /// The open connection works: a `SUBSCRIBE` on the write half is confirmed on the read
     /// half.
     fn subscribes(reader: &mut ReadHalf, mut writer: Stream) {
@@ -416,28 +416,10 @@ mod tests {
             .query(&mut server.conn())
             .unwrap();
         let url = format!("redis://:pw-open@127.0.0.1:{}/", server.port());
-        let op = Opening::start(
-            &parse_url(&url).unwrap(),
-            timeouts(Duration::from_secs(5)),
-            None,
-        )
-        .unwrap();
-        let (opened, longest) = drive(op);
-        let (mut reader, writer) = opened.unwrap();
-        assert!(
-            longest < Duration::from_millis(100),
-            "a step took {longest:?}"
-        );
-        subscribes(&mut reader, writer);
+        opens(start(&url, Duration::from_secs(5), None));
         // A wrong password is refused as such.
         let url = format!("redis://:wrong@127.0.0.1:{}/", server.port());
-        let op = Opening::start(
-            &parse_url(&url).unwrap(),
-            timeouts(Duration::from_secs(5)),
-            None,
-        )
-        .unwrap();
-        let Err(e) = drive(op).0 else {
+        let Err(e) = drive(start(&url, Duration::from_secs(5), None)).0 else {
             panic!("a wrong password was taken")
         };
         assert!(e.to_string().contains("authentication"), "{e}");
@@ -455,24 +437,14 @@ mod tests {
             client: None,
         };
         let tls = Tls::new(certs, true, false).unwrap();
-        let info = parse_url(&server.tls_url()).unwrap();
-        let op = Opening::start(&info, timeouts(Duration::from_secs(5)), Some(&tls)).unwrap();
-        let (opened, longest) = drive(op);
-        let (mut reader, writer) = opened.unwrap();
-        assert!(
-            longest < Duration::from_millis(100),
-            "a step took {longest:?}"
-        );
-        subscribes(&mut reader, writer);
+        opens(start(&server.tls_url(), Duration::from_secs(5), Some(&tls)));
         // A plain-text port does not pass for TLS.
         let plain = format!("rediss://127.0.0.1:{}/", server.port());
-        let op = Opening::start(
-            &parse_url(&plain).unwrap(),
-            timeouts(Duration::from_secs(5)),
-            Some(&tls),
-        )
-        .unwrap();
-        assert!(drive(op).0.is_err());
+        assert!(
+            drive(start(&plain, Duration::from_secs(5), Some(&tls)))
+                .0
+                .is_err()
+        );
     }
 
     #[test]
@@ -482,13 +454,7 @@ mod tests {
         let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("redis://127.0.0.1:{}/", hole.local_addr().unwrap().port());
         let t = Instant::now();
-        let op = Opening::start(
-            &parse_url(&url).unwrap(),
-            timeouts(Duration::from_millis(300)),
-            None,
-        )
-        .unwrap();
-        let (opened, longest) = drive(op);
+        let (opened, longest) = drive(start(&url, Duration::from_millis(300), None));
         assert!(
             matches!(opened, Err(Error::Timeout { .. })),
             "{:?}",
@@ -505,12 +471,7 @@ mod tests {
         );
         // A closed port: refused at once.
         drop(hole);
-        let op = Opening::start(
-            &parse_url(&url).unwrap(),
-            timeouts(Duration::from_secs(5)),
-            None,
-        )
-        .unwrap();
+        let op = start(&url, Duration::from_secs(5), None);
         let t = Instant::now();
         assert!(drive(op).0.is_err());
         assert!(t.elapsed() < Duration::from_secs(1));
