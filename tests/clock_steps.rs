@@ -286,6 +286,30 @@ impl Raw {
     }
 }
 
+impl Raw {
+    /// A server whose clock the test can step, the calls of a new name there (`prefix`), and
+    /// a connection to send them.
+    fn start(prefix: &str) -> (RedisServer, Raw, redis::Connection) {
+        let server = server();
+        let raw = Raw::new(&server, &common::unique_name(prefix));
+        let conn = server.conn();
+        (server, raw, conn)
+    }
+
+    /// [`Raw::cycles`], and the `SET` commands the server ran for them.
+    fn counting_sets(
+        &mut self,
+        conn: &mut redis::Connection,
+        cycles: u64,
+        by_script: impl Fn(u64) -> bool,
+    ) -> (Vec<u64>, u64) {
+        redis::cmd("CONFIG").arg("RESETSTAT").exec(conn).unwrap();
+        let tokens = self.cycles(conn, cycles, by_script);
+        let stats = common::commandstats(conn);
+        (tokens, common::calls(&stats, "cmdstat_set"))
+    }
+}
+
 /// Asserts that `tokens` strictly rise.
 fn strictly_rising(tokens: &[u64], what: &str) {
     for (i, pair) in tokens.windows(2).enumerate() {
@@ -304,28 +328,15 @@ fn strictly_rising(tokens: &[u64], what: &str) {
 /// also writes the mark), and their tokens strictly rise.
 #[test]
 fn a_busy_name_is_granted_from_the_memory_of_its_mark() {
-    let server = server();
-    let name = common::unique_name("memory");
-    let mut raw = Raw::new(&server, &name);
-    let mut conn = server.conn();
+    let (_server, mut raw, mut conn) = Raw::start("memory");
     raw.cycles(&mut conn, 5, |_| false);
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .exec(&mut conn)
-        .unwrap();
-    let tokens = raw.cycles(&mut conn, 200, |_| false);
-    let stats = common::commandstats(&mut conn);
+    let (tokens, sets) = raw.counting_sets(&mut conn, 200, |_| false);
     strictly_rising(&tokens, "function calls");
-    let sets = common::calls(&stats, "cmdstat_set");
-    assert!(sets < 200 + 200 / 4, "{sets} SET for 200 grants: {stats:?}");
+    assert!(sets < 200 + 200 / 4, "{sets} SET for 200 grants");
     // Without the memory (EVALSHA): two SET a grant.
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .exec(&mut conn)
-        .unwrap();
-    strictly_rising(&raw.cycles(&mut conn, 50, |_| true), "script calls");
-    let stats = common::commandstats(&mut conn);
-    assert_eq!(common::calls(&stats, "cmdstat_set"), 100, "{stats:?}");
+    let (tokens, sets) = raw.counting_sets(&mut conn, 50, |_| true);
+    strictly_rising(&tokens, "script calls");
+    assert_eq!(sets, 100);
 }
 
 /// A busy name's grants from the function library's memory, mixed with grants of the same
@@ -334,10 +345,7 @@ fn a_busy_name_is_granted_from_the_memory_of_its_mark() {
 /// shorter than the memory's reservation (300 µs) and one of 10 s.
 #[test]
 fn tokens_from_the_memory_and_from_scripts_rise_together_across_steps_back() {
-    let server = server();
-    let name = common::unique_name("memory-steps");
-    let mut raw = Raw::new(&server, &name);
-    let mut conn = server.conn();
+    let (server, mut raw, mut conn) = Raw::start("memory-steps");
     // Script calls among the first 30 cycles; the rest by the library alone, so that its
     // memory serves the grants on both sides of each step.
     let mixed = |i: u64| i < 30 && i % 6 == 2;
