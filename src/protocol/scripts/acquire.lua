@@ -46,7 +46,7 @@
 -- until the clock passes it again. A grant without the memory (below) costs one more command and no read: SET ...
 -- GET raises the mark and returns the old one, which is below the new token unless the clock went
 -- back (or another name of the slot was granted within its block's microseconds): then the
--- mark is put back and the grant is made again above it. The mark is one key per hash slot
+-- slow path grants again above it, over the value just set. The mark is one key per hash slot
 -- (at most 16,384), so it needs no expiry. Without it (an empty restart), the next token is
 -- the clock + LEAD: above every earlier one as long as the clock did not go back in between
 -- (a restart takes more than MAX_BLOCK + RESERVE microseconds). LEAD (1 s +
@@ -82,6 +82,7 @@
 -- + its block), and the old mark to lie below its token, else (the clock went back) the slow
 -- path grants again above it.
 local t = redis.call('time')
+local above = nil
 if #ARGV < 5 or ARGV[5] == 'w' then
   local v = ARGV[1] .. '|' .. t[1] .. '|' .. t[2]
   if ARGV[5] == 'w' then
@@ -149,9 +150,9 @@ if #ARGV < 5 or ARGV[5] == 'w' then
       end
       return token
     end
-    -- The mark is at or above this token (the clock went back): undo, and grant above it.
-    redis.call('set', KEYS[2], m)
-    redis.call('del', KEYS[1])
+    -- The mark is at or above this token (the clock went back, or a grant without the
+    -- memory took a reservation's reach): the slow path grants above it, over this value.
+    above = old
   end
 end
 
@@ -182,6 +183,11 @@ local function grant(floor, w)
   redis.call('set', KEYS[1], new_held(req, owner, b, t, explicit, w), 'px', ARGV[2])
   redis.call('set', KEYS[2], token + b)
   return {1, token, 1, req, token + b}
+end
+
+if above then
+  -- The fast path took the free lock, but its token was not above the mark: grant above it.
+  return grant(above, flagged)
 end
 
 local v = redis.pcall('get', KEYS[1])
