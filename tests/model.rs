@@ -171,8 +171,12 @@ fn run_seeds_with(seeds: &[u64], settings: &Settings) {
         } else if settings.sentinel {
             format!(
                 "  replay: LOCKSMITH_MODEL_SENTINEL_SEED={seed} \
-                 LOCKSMITH_MODEL_SENTINEL_SECS={secs} cargo test --test model -- \
-                 sentinel_with_frozen_sentinels"
+                 LOCKSMITH_MODEL_SENTINEL_SECS={secs} cargo test --test model -- {}",
+                if settings.clock_steps {
+                    "sentinel_with_clock_steps"
+                } else {
+                    "sentinel_with_frozen_sentinels"
+                }
             )
         } else if settings.cluster {
             format!(
@@ -334,6 +338,22 @@ fn sentinel_with_frozen_sentinels() {
     );
     let secs = env_u64("LOCKSMITH_MODEL_SENTINEL_SECS").unwrap_or(DEFAULT_SENTINEL_SECS);
     run_seeds_with(&seeds, &Settings::sentinel(secs));
+}
+
+/// The Sentinel model with the master's wall clock stepped back (0.2 to 4 s) and forward
+/// (0.2 to 5 s) between the frozen sentinels, killed connections and stopped processes:
+/// tokens rise across every step, and only a forward step excuses an overlap. One seed in a
+/// plain `cargo test` (`LOCKSMITH_MODEL_SENTINEL_SEED`, `LOCKSMITH_MODEL_SENTINEL_SEEDS`,
+/// `LOCKSMITH_MODEL_SENTINEL_SECS` as for [`sentinel_with_frozen_sentinels`]).
+#[test]
+fn sentinel_with_clock_steps() {
+    let seeds = seeds_from_env(
+        "LOCKSMITH_MODEL_SENTINEL_SEED",
+        "LOCKSMITH_MODEL_SENTINEL_SEEDS",
+        &[DEFAULT_SENTINEL_SEED],
+    );
+    let secs = env_u64("LOCKSMITH_MODEL_SENTINEL_SECS").unwrap_or(DEFAULT_SENTINEL_SECS);
+    run_seeds_with(&seeds, &Settings::sentinel_clock_steps(secs));
 }
 
 /// The cluster model with the masters' wall clocks stepped back (0.2 to 4 s) and forward

@@ -235,6 +235,14 @@ impl Settings {
         }
     }
 
+    /// [`Settings::sentinel`] with the master's wall clock stepped between the other faults.
+    pub fn sentinel_clock_steps(secs: u64) -> Settings {
+        Settings {
+            clock_steps: true,
+            ..Settings::sentinel(secs)
+        }
+    }
+
     /// The hot mix: 3 processes x 4 threads, all on one plain mutex name.
     pub fn hot(secs: u64) -> Settings {
         let forced = Settings::new(secs).force;

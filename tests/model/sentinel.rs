@@ -13,10 +13,16 @@
 //!   a call one per-sentinel bound at most, never its whole budget.
 //! - **A stopped model process**, and **killed connections** without a frozen sentinel.
 //!
+//! - **A step of the master's wall clock** (with [`Settings::clock_steps`]), back by up to
+//!   4 s or forward by up to 5 s, in the gaps between the other faults, through the harness's
+//!   clock library (`testkit/src/clock_shift.rs`): tokens must rise across every step, and
+//!   only a forward step excuses an overlap (it ends leases early), as on a single server.
+//!
 //! No failover: with asynchronous replication a failover may lose a lock (the crate's docs
 //! say so), which the checker would report as an overlap nobody was told of; following a
-//! failover with a frozen sentinel is tested in `tests/sentinel.rs`. The master never moves,
-//! so nothing here excuses anything either.
+//! failover with a frozen sentinel is tested in `tests/sentinel.rs`, and to a replica whose
+//! clock is behind in `tests/clock_steps.rs`. The master never moves, so nothing but a
+//! forward step of its clock excuses anything here.
 
 use std::thread;
 use std::time::Duration;
@@ -24,7 +30,7 @@ use std::time::Duration;
 use crate::check::{Fault, FaultKind, History};
 use crate::checker::{Rng, mono_ns};
 use crate::common::{self, SentinelSet, TestChild};
-use crate::plan::{Settings, sub_seed};
+use crate::plan::{self, Settings, sub_seed};
 use crate::run::{Outcome, Procs, lock_keys};
 
 fn ms(v: u64) -> Duration {
@@ -43,13 +49,17 @@ pub enum SentinelFault {
     KillNormal,
     /// `CLIENT KILL TYPE pubsub` on the master.
     KillPubsub,
+    /// Steps the master's wall clock by this many microseconds (negative: back), at once.
+    StepClock(i64),
 }
 
 impl SentinelFault {
     fn estimate(&self) -> Duration {
         match self {
             SentinelFault::FreezeSentinel { d, .. } | SentinelFault::StopProcess(_, d) => *d,
-            SentinelFault::KillNormal | SentinelFault::KillPubsub => Duration::ZERO,
+            SentinelFault::KillNormal | SentinelFault::KillPubsub | SentinelFault::StepClock(_) => {
+                Duration::ZERO
+            }
         }
     }
 }
@@ -85,7 +95,23 @@ pub fn fault_plan(seed: u64, settings: &Settings) -> Vec<(Duration, SentinelFaul
         plan.push((at, op));
         at += d + ms(rng.range(300, 1500));
     }
+    if settings.clock_steps {
+        let spans: Vec<_> = plan.iter().map(|(at, op)| (*at, op.estimate())).collect();
+        let gaps = plan::gaps_between(settings, &spans);
+        for (at, us) in plan::clock_steps_in(sub_seed(seed, 0x5EC), &gaps, 4000, 5000) {
+            plan.push((at, SentinelFault::StepClock(us)));
+        }
+        plan.sort_by_key(|(at, _)| *at);
+    }
     plan
+}
+
+/// The total of the steps back in `plan`: how much longer than its lease a key may live.
+fn back_steps(plan: &[(Duration, SentinelFault)]) -> Duration {
+    plan::sum_back(plan.iter().filter_map(|(_, f)| match f {
+        SentinelFault::StepClock(us) => Some(*us),
+        _ => None,
+    }))
 }
 
 /// Kills the clients of `kind` (`normal` or `pubsub`) on the master; the sentinels' own
@@ -103,6 +129,7 @@ fn kill_clients(set: &SentinelSet, master: u16, kind: &str) {
 fn inflict(op: &SentinelFault, set: &SentinelSet, master: u16, children: &[TestChild]) -> Fault {
     let start = mono_ns();
     let mut kind = FaultKind::Other;
+    let mut what = format!("{op:?}");
     match *op {
         SentinelFault::FreezeSentinel { i, d, kill } => {
             set.pause_sentinel(i);
@@ -124,10 +151,19 @@ fn inflict(op: &SentinelFault, set: &SentinelSet, master: u16, children: &[TestC
         }
         SentinelFault::KillNormal => kill_clients(set, master, "normal"),
         SentinelFault::KillPubsub => kill_clients(set, master, "pubsub"),
+        SentinelFault::StepClock(us) => {
+            what = format!("StepClock({:+.3} s) of {master}", us as f64 / 1e6);
+            kind = if us > 0 {
+                FaultKind::ClockForward
+            } else {
+                FaultKind::ClockBack(us.unsigned_abs())
+            };
+            common::clock_shift::step(master, us);
+        }
     }
     Fault {
         kind,
-        what: format!("{op:?}"),
+        what,
         start,
         end: mono_ns(),
     }
@@ -160,6 +196,9 @@ fn leftovers(set: &SentinelSet, master: u16, history: &mut History) {
 /// harness itself.
 pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     let faults = fault_plan(seed, settings);
+    if settings.clock_steps {
+        common::clock_shift::enable().expect("the clock library builds (needs cc)");
+    }
     let set = SentinelSet::start();
     let master = set.master_port();
     let url = format!("{}|{}", set.master_name(), set.sentinel_urls().join(","));
@@ -186,6 +225,9 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
         history.faults.push(fault);
     }
 
+    if settings.clock_steps {
+        history.faults.push(crate::cluster::reset_clocks(&[master]));
+    }
     procs.wait_drained(settings);
     leftovers(&set, master, &mut history);
     procs.exit();
@@ -193,7 +235,9 @@ pub fn run_seed(seed: u64, settings: &Settings) -> Outcome {
     assert_eq!(set.master_port(), master, "the master moved");
     let mut conn = set.conn(master);
     let mut keys = Vec::new();
-    common::wait_until(settings.lease + Duration::from_secs(1), || {
+    // A key written before a step back outlives its lease by the step.
+    let outlive = back_steps(&faults);
+    common::wait_until(settings.lease + outlive + Duration::from_secs(1), || {
         keys = lock_keys(&mut conn);
         keys.is_empty()
     });
@@ -219,5 +263,29 @@ mod tests {
             }
         }
         assert!(frozen.iter().all(|&n| n >= 10), "{frozen:?}");
+    }
+
+    #[test]
+    fn sentinel_clock_plans_step_back_and_forward_between_faults() {
+        let s = Settings::sentinel_clock_steps(12);
+        let (mut back, mut forward) = (0, 0);
+        for seed in 0..30 {
+            let plan = fault_plan(seed, &s);
+            assert_eq!(plan, fault_plan(seed, &s));
+            for (at, f) in &plan {
+                assert!(*at + f.estimate() < ms(11_000), "{seed}: {at:?} {f:?}");
+                if let SentinelFault::StepClock(us) = f {
+                    if *us < 0 {
+                        back += 1;
+                    } else {
+                        forward += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            back >= 10 && forward >= 10,
+            "{back} back, {forward} forward"
+        );
     }
 }
