@@ -40,21 +40,21 @@
 --
 -- Tokens. A grant's token is the server clock in microseconds + LEAD, unless the slot's mark
 -- (KEYS[2]) says that a token that high was already issued or reserved: then it is the mark + 1,
--- and the grant reserves no hand-off block. Every grant raises the mark to its last token (its
--- own + its block). So tokens strictly rise per name whatever the server clock does: a clock
--- stepped back (an NTP step, a VM restored from a snapshot) only makes grants take the mark + 1
--- until the clock passes it again. A grant without the memory (below) costs one more command and no read: SET ...
--- GET raises the mark and returns the old one, which is below the new token unless the clock went
--- back (or another name of the slot was granted within its block's microseconds): then the
--- slow path grants again above it, over the value just set. The mark is one key per hash slot
--- (at most 16,384), so it needs no expiry. Without it (an empty restart), the next token is
--- the clock + LEAD: above every earlier one as long as the clock did not go back in between
--- (a restart takes more than MAX_BLOCK + RESERVE microseconds). LEAD (1 s +
--- MAX_BLOCK) keeps these tokens above those of clients of the layout before, whose counters
--- led the clock by at most that; both come from the Rust constants (the generated header,
--- src/protocol/lua.rs), as the value's flag and separator bytes FLAG_W and BAR do. A hold whose hand-off run issued tokens faster than the clock moved may
--- still leave a tombstone (release.lua); a grant over a tombstone C (or over an orphan whose
--- block ends at C) takes its token above C too.
+-- and the grant reserves no hand-off block. Every grant raises the mark to its last token (its own
+-- + its block). So tokens strictly rise per name whatever the server clock does: a clock stepped
+-- back (an NTP step, a VM restored from a snapshot) only makes grants take the mark + 1 until the
+-- clock passes it again. A grant without the memory (below) costs one more command and no read:
+-- SET ... GET raises the mark and returns the old one, which is below the new token unless the
+-- clock went back (or another name of the slot was granted within its block's microseconds): then
+-- the slow path grants again above it, over the value just set. The mark is one key per hash slot
+-- (at most 16,384), so it needs no expiry. Without it (an empty restart), the next token is the
+-- clock + LEAD: above every earlier one as long as the clock did not go back in between (a restart
+-- takes more than MAX_BLOCK + RESERVE microseconds). LEAD (1 s + MAX_BLOCK) keeps these tokens
+-- above those of clients of the layout before, whose counters led the clock by at most that; both
+-- come from the Rust constants (the generated header, src/protocol/lua.rs), as the value's flag
+-- and separator bytes FLAG_W and BAR do. A hold whose hand-off run issued tokens faster than the
+-- clock moved may still leave a tombstone (release.lua); a grant over a tombstone C (or over an
+-- orphan whose block ends at C) takes its token above C too.
 --
 -- The memory. Run as a function (FCALL), this script has MARKS: what the library last wrote to
 -- each busy slot's mark, kept from call to call in its Lua state (a script sent with EVALSHA

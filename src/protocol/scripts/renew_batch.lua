@@ -39,7 +39,8 @@ local runs = tonumber(ARGV[2]) or -1
 local n = fence and #KEYS / 2 or #KEYS
 local gens = 2 + 2 * runs
 if runs < 0 or n ~= math.floor(n) or #ARGV ~= gens + n * (fence and 2 or 1) then
-  return redis.error_reply('ERR renew_batch: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments do not match')
+  return redis.error_reply('ERR renew_batch: ' .. #KEYS .. ' keys and ' .. #ARGV
+    .. ' arguments do not match')
 end
 local tokens = gens + n
 local call, pcall = redis.call, redis.pcall
@@ -52,7 +53,8 @@ for r = 1, runs do
   local a = 1 + 2 * r
   local lease, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) or 0
   if not lease or lease < 1 or i + count > n then
-    return redis.error_reply('ERR renew_batch: a bad lease, or runs covering more than ' .. n .. ' keys')
+    return redis.error_reply('ERR renew_batch: a bad lease, or runs covering more than '
+      .. n .. ' keys')
   end
   -- Formatted once per run: a number passed to redis.call would be formatted per lock.
   local at = string.format('%.0f', now_ms + lease)

@@ -8,23 +8,22 @@
 -- stores it: the server clock (TIME's two fields), or, where the mark is at or above the
 -- clock's token (the clock went back), the time whose token is the mark + 1.
 
--- The highest token a function library's reservation `m` covers ('S|US|X|NONCE': the clock's
--- token at S, US, plus X; see acquire.lua, "The memory"), or 0 for a value of no form.
-local function reach(m)
+-- The highest token a fencing mark's value `m` (GET's reply, or nil) covers: its digits, or, for
+-- a function library's reservation 'S|US|X|NONCE' (see acquire.lua, "The memory"), the clock's
+-- token at S, US plus X; 0 for none, or for a value of no form.
+local function mark_value(m)
+  if not m then
+    return 0
+  end
+  local n = tonumber(m)
+  if n then
+    return n
+  end
   local s, us, x = string.match(m, '^(%d+)|(%d+)|(%d+)|')
   if not s then
     return 0
   end
   return s * 1000000 + us + LEAD + x
-end
-
--- The highest token a fencing mark's value `m` (GET's reply, or nil) covers: its digits, or a
--- function library's reservation's reach; 0 for none.
-local function mark_value(m)
-  if not m then
-    return 0
-  end
-  return tonumber(m) or reach(m)
 end
 
 -- The fast grant of a free lock at the server clock `t` (TIME's reply): the mark at `mark` is
