@@ -62,6 +62,10 @@
 //! whose sentinels are frozen (not dead) while the clients' connections are killed, so that
 //! they must ask the sentinels again (see `model/sentinel.rs`; `LOCKSMITH_MODEL_SENTINEL_SEED`,
 //! `LOCKSMITH_MODEL_SENTINEL_SEEDS`, `LOCKSMITH_MODEL_SENTINEL_SECS`, default 12 s).
+//!
+//! `cluster_with_clock_steps` and `sentinel_with_clock_steps` step the wall clock of the
+//! masters (one at a time), or of the Sentinel deployment's master, back and forward between
+//! those faults, with the checks of `server_clock_steps` (the seeds as for their deployment).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -21,7 +21,7 @@
 //! No failover: with asynchronous replication a failover may lose a lock (the crate's docs
 //! say so), which the checker would report as an overlap nobody was told of; following a
 //! failover with a frozen sentinel is tested in `tests/sentinel.rs`, and to a replica whose
-//! clock is behind in `tests/clock_steps.rs`. The master never moves, so nothing but a
+//! clock differs by the cluster's clock mix (`model/cluster.rs`). The master never moves, so nothing but a
 //! forward step of its clock excuses anything here.
 
 use std::thread;
