@@ -10,7 +10,13 @@ use locksmith::Client;
 use crate::context::{Ctx, NAIVE_LEASE, THREADS};
 use crate::naive::NaiveLock;
 use crate::report::{Bar, Row, Unit};
-use crate::support::{connect, process_cpu_us, redis_cpu_us, s};
+use crate::support::{connect, process_cpu_us, redis_command_us, redis_cpu_us, s};
+
+/// The commands a locksmith cycle sends: a function call each, or the scripts where the server
+/// runs no functions.
+const LOCKSMITH_SENDS: &[&str] = &["fcall", "evalsha"];
+/// The commands a naive cycle sends.
+const NAIVE_SENDS: &[&str] = &["set", "evalsha"];
 
 pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
     const W: &str = "many names";
@@ -18,10 +24,14 @@ pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
     let mut admin = connect(&ctx.url, Duration::from_secs(5)).map_err(s)?;
     let client = Client::open(&ctx.url).map_err(s)?;
     let one = ls_cycles(&client, 1, d)?;
-    let (eight, ls_cpu) = cpu_per_cycle(&mut admin, d, || ls_cycles(&client, THREADS, d))?;
+    let (eight, ls_cpu) = cpu_per_cycle(&mut admin, d, LOCKSMITH_SENDS, || {
+        ls_cycles(&client, THREADS, d)
+    })?;
     drop(client);
     let n_one = naive_cycles(&ctx.url, 1, d)?;
-    let (n_eight, naive_cpu) = cpu_per_cycle(&mut admin, d, || naive_cycles(&ctx.url, THREADS, d))?;
+    let (n_eight, naive_cpu) = cpu_per_cycle(&mut admin, d, NAIVE_SENDS, || {
+        naive_cycles(&ctx.url, THREADS, d)
+    })?;
     ctx.row(Row::new(
         W,
         "locksmith 1 thread, 1 name: cycles/s",
@@ -75,26 +85,36 @@ pub(crate) fn many_names(ctx: &mut Ctx) -> Result<(), String> {
 }
 
 /// Runs `f` (cycles per second over `d`) and says what one cycle cost in CPU: Redis's
-/// (`INFO cpu`, socket I/O and event loop included) and this process's, each also as the
-/// share of one core over the window, so that a reader sees which side was the bottleneck.
+/// (`INFO cpu`, socket I/O and event loop included; of it, the time in the commands `sent`,
+/// their scripts included, from `INFO commandstats`) and this process's, each also as the share of one core
+/// over the window, so that a reader sees which side was the bottleneck and where Redis's
+/// time went.
 fn cpu_per_cycle(
     admin: &mut redis::Connection,
     d: Duration,
+    sent: &[&str],
     f: impl FnOnce() -> Result<f64, String>,
 ) -> Result<(f64, String), String> {
-    let (r0, p0, t0) = (redis_cpu_us(admin)?, process_cpu_us(), Instant::now());
+    let (c0, r0, p0, t0) = (
+        redis_command_us(admin, sent)?,
+        redis_cpu_us(admin)?,
+        process_cpu_us(),
+        Instant::now(),
+    );
     let rate = f()?;
     let (r1, p1, t1) = (redis_cpu_us(admin)?, process_cpu_us(), Instant::now());
+    let c1 = redis_command_us(admin, sent)?;
     // The window is `d` of cycles plus the threads' set-up; per cycle over the cycles counted.
     let cycles = (rate * d.as_secs_f64()).max(1.0);
     let wall = (t1 - t0).as_secs_f64() * 1e6;
     Ok((
         rate,
         format!(
-            "per cycle: Redis CPU {:.1} µs (one core {:.0}% busy), bench process CPU {:.1} µs \
-             ({:.0}% of a core), set-up included",
+            "per cycle: Redis CPU {:.1} µs (one core {:.0}% busy; in commands {:.1} µs), bench \
+             process CPU {:.1} µs ({:.0}% of a core), set-up included",
             (r1 - r0) / cycles,
             100.0 * (r1 - r0) / wall,
+            (c1 - c0) / cycles,
             (p1 - p0) / cycles,
             100.0 * (p1 - p0) / wall
         ),

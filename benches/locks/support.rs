@@ -144,6 +144,31 @@ pub(crate) fn redis_cpu_us(con: &mut redis::Connection) -> Result<f64, String> {
     }
 }
 
+/// The time Redis spent so far running the commands named in `sent` (lower case, as `INFO
+/// commandstats` names them: what a client sends, never what its scripts call, which Redis
+/// counts under their own names too and in the script's time), in µs: Redis's CPU time less
+/// this is its socket I/O and event loop, and the commands of others.
+pub(crate) fn redis_command_us(con: &mut redis::Connection, sent: &[&str]) -> Result<f64, String> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(con)
+        .map_err(s)?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let (name, fields) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            if !sent.contains(&name) {
+                return None;
+            }
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("usec="))?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum())
+}
+
 /// This process's CPU time so far (user + system, all threads), in µs; 0 where `/proc` does not
 /// tell.
 pub(crate) fn process_cpu_us() -> f64 {
