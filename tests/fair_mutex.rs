@@ -426,6 +426,82 @@ fn dead_waiter_is_skipped_by_its_own_lease_whoever_releases() {
     });
 }
 
+/// A waiter paused (SIGSTOP) past its place's lease queues anew once resumed, and a grant
+/// message it reads only then gives it nothing: the message may be one from before the pause,
+/// whose grant ran out unseen while another client took the lock. Here the test publishes
+/// such a message itself (a token below the holder's), as a delayed one would arrive; the
+/// holder keeps the lock, and the waiter is granted after its release, with a higher token.
+/// Found by the model test (cluster clock mix, seed 1795839998028: both waiting threads of a
+/// process stopped for 4 s took grants that had run out meanwhile).
+#[test]
+fn a_grant_message_from_before_a_pause_gives_nothing() {
+    let lease = Duration::from_secs(1);
+    let (_server, url, mut conn) = common::server_url_conn();
+    let name = common::unique_name("fair-stale-grant");
+    with_deadline(Duration::from_secs(60), move || {
+        let holder = client_with_lease(&url, lease);
+        let lock = holder.fair_mutex(&name).unwrap();
+        let g = lock.lock().unwrap();
+        let w = common::spawn_leased("child_fair_waiter", "fair-waiter", &url, &name, lease);
+        w.wait_line("queued", Duration::from_secs(30));
+        let me: String = redis::cmd("LINDEX")
+            .arg(queue_key(&name))
+            .arg(0)
+            .query(&mut conn)
+            .unwrap();
+        let waiters = format!("{}:fair:waiters", tag(&name));
+        let place = |conn: &mut redis::Connection| -> u64 {
+            let dl: Option<u64> = redis::cmd("HGET")
+                .arg(&waiters)
+                .arg(&me)
+                .query(conn)
+                .unwrap();
+            dl.unwrap_or(0)
+        };
+        let server_ms = |conn: &mut redis::Connection| -> u64 {
+            let t: (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+            t.0 * 1000 + t.1 / 1000
+        };
+        w.signal("STOP");
+        let before = place(&mut conn);
+        assert!(
+            common::wait_until(lease * 5, || server_ms(&mut conn) > before),
+            "the paused waiter's place did not run out"
+        );
+        w.signal("CONT");
+        // The waiter's next attempt (within the holder's TTL) queues it anew.
+        assert!(
+            common::wait_until(Duration::from_secs(10), || place(&mut conn) > before),
+            "the resumed waiter did not queue again"
+        );
+        // Its client makes the place anew when that reply arrives; a message read before
+        // then meets the old place, whose validity has passed. Give the reply time to land,
+        // so that the message below meets the new place (the case that went wrong).
+        thread::sleep(Duration::from_millis(300));
+        let stale = g.fencing_token() - 1;
+        let channel = format!("{}:fair:grant:{me}", tag(&name));
+        let heard: u64 = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg(stale.to_string())
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(heard, 1, "the waiter does not listen on {channel}");
+        // A waiter that took the message would print its token at once.
+        thread::sleep(Duration::from_millis(500));
+        assert!(g.is_held());
+        let token = g.fencing_token();
+        g.unlock().unwrap();
+        let got: u64 = w
+            .wait_prefixed("locked", Duration::from_secs(10))
+            .parse()
+            .unwrap();
+        assert!(
+            got > token,
+            "the waiter took the lock with token {got} while the holder (token {token}) held it"
+        );
+    });
+}
+
 /// A holder paused (SIGSTOP) for two leases: a queued waiter gets the lock within a lease
 /// (+ slack); once resumed, the paused holder reports itself lost and its unlock is refused.
 #[test]

@@ -31,13 +31,15 @@
 //! A granted lock lasts until the waiter's heartbeat deadline on the server. That deadline is
 //! at least the send time of the waiter's last successful heartbeat (or enqueue) plus the
 //! lease, and the grant happened after it; so a waiter that takes the grant from the message
-//! counts its lease from that send time, never later than the server does. A waiter that
-//! died before picking the grant up loses it at that deadline, and the next waiter is granted
-//! by the first script that runs after it. No message comes then, so a waiter's sleep is
-//! bounded by the lock's TTL and by the heartbeat deadline of every waiter ahead of it, each
-//! by that waiter's own lease (clients with different leases may queue on one lock): the next
-//! live waiter asks at that deadline, whoever released and whatever lease the releasing
-//! client had.
+//! counts its lease from that send time, never later than the server does. (Only while that
+//! place lasts: a place lost while the process was paused and made anew says nothing of a grant
+//! published before it, so after that the waiter asks the server, see `Acquire::woken`.) A
+//! waiter that died before picking the grant up loses it at that deadline, and the next waiter
+//! is granted by the first script that runs after it. No message comes then, so a waiter's
+//! sleep is bounded by the lock's TTL and by the heartbeat deadline of every waiter ahead of
+//! it, each by that waiter's own lease (clients with different leases may queue on one lock):
+//! the next live waiter asks at that deadline, whoever released and whatever lease the
+//! releasing client had.
 //!
 //! # Why no grant is missed
 //!
@@ -137,6 +139,9 @@ pub struct FairMutex {
 struct QueuePlace<'a> {
     client: &'a Core,
     hold: Option<Arc<Hold>>,
+    /// The place was lost (this process paused past its lease) and made anew: a grant
+    /// message may then be one from before, see [`Acquire::woken`].
+    remade: bool,
 }
 
 impl QueuePlace<'_> {
@@ -422,6 +427,7 @@ impl FairMutex {
             place: QueuePlace {
                 client: &self.client,
                 hold: None,
+                remade: false,
             },
         };
         driver::acquire(&mut call, Kind::FairMutex, deadline)
@@ -436,6 +442,7 @@ impl FairMutex {
         let shared = self.client.shared();
         if let Some(h) = place.hold.take() {
             shared.unwatch(&h, Duration::ZERO);
+            place.remade = true;
         }
         let terms = self.client.terms();
         let identity = Identity {
@@ -508,8 +515,24 @@ impl Protocol for Acquire<'_> {
     }
 
     /// A grant message for this waiter, taken while its place is known valid.
+    ///
+    /// Once the place was made anew, a message no longer says when its grant was made: a
+    /// grant published while this process was paused, which ran out unseen (the lock has
+    /// another holder by now), may be read only after the new place began, and would look
+    /// valid from it. So the server is asked instead: the next attempt finds a lock granted
+    /// to this very call, with its lease counted from that attempt, or queues again.
     fn woken(&mut self, reg: &Registration, by: Deadline) -> Option<FairMutexGuard> {
         let token = reg.take_message().and_then(|m| parse_token(&m))?;
+        if self.place.remade {
+            return match self.queue(by) {
+                Ok(Attempt::Held(guard)) => Some(guard),
+                Ok(Attempt::Busy { .. }) => None,
+                Err(e) => {
+                    log::debug!("asking for a grant of `{}`: {e}", self.mutex.keys.name);
+                    None
+                }
+            };
+        }
         let since = self.place.granted_since()?;
         let (owner, request) = (&self.owner, &self.request);
         self.mutex.take(owner, request, token, 1, since, by)
@@ -652,8 +675,10 @@ impl FairMutexGuard {
     /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
     /// per lock name across owners, the same for nested guards. It is the server clock at the
     /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
-    /// [`Mutex`](crate::Mutex)): grants of one name are at least a release apart, and the clock
-    /// does not go back, so tokens rise, also across an empty restart of Redis.
+    /// [`Mutex`](crate::Mutex)), or, where the name's fencing mark is already that high (the
+    /// server clock went back), the mark + 1: tokens rise whatever the server clock does, and
+    /// across an empty restart of Redis unless its clock also went back (see
+    /// `docs/guarantees.md`, "Clocks").
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }

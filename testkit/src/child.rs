@@ -95,6 +95,38 @@ impl TestChild {
         }
     }
 
+    /// Waits at most `dur` for a stdout line whose word after `prefix` and a space follows
+    /// (after libtest's `test child_xxx ... ` as for [`wait_line`](Self::wait_line)), and
+    /// returns that rest of the line.
+    ///
+    /// # Panics
+    /// If no such line comes in time or the child closes its stdout first.
+    pub fn wait_prefixed(&self, prefix: &str, dur: Duration) -> String {
+        let deadline = Instant::now() + dur;
+        let start = format!("{prefix} ");
+        let inner = format!(" {prefix} ");
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let l = l.trim();
+                    let rest = l
+                        .strip_prefix(&start)
+                        .or_else(|| l.rfind(&inner).map(|i| &l[i + inner.len()..]));
+                    if let Some(rest) = rest {
+                        return rest.to_owned();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("child did not print {prefix:?} within {dur:?}")
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("child closed stdout before printing {prefix:?}")
+                }
+            }
+        }
+    }
+
     /// SIGKILL, then reap.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
