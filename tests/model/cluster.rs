@@ -314,12 +314,7 @@ fn inflict(op: &NodeFault, cluster: &mut RedisCluster, children: &[TestChild]) -
         NodeFault::StepClock(i, us) => {
             let (port, _) = master(cluster, i);
             what = format!("StepClock({:+.3} s) of {port}", us as f64 / 1e6);
-            kind = if us > 0 {
-                FaultKind::ClockForward
-            } else {
-                FaultKind::ClockBack(us.unsigned_abs())
-            };
-            common::clock_shift::step(port, us);
+            kind = step_clock(port, us);
         }
     }
     Fault {
@@ -358,6 +353,17 @@ pub fn reset_clocks(ports: &[u16]) -> Fault {
         what: "StepClock: every server behind the real clock forward to it".into(),
         start,
         end: mono_ns(),
+    }
+}
+
+/// Steps the wall clock of the server on `port` by `us` microseconds (negative: back); the
+/// kind of fault that is.
+pub fn step_clock(port: u16, us: i64) -> FaultKind {
+    common::clock_shift::step(port, us);
+    if us > 0 {
+        FaultKind::ClockForward
+    } else {
+        FaultKind::ClockBack(us.unsigned_abs())
     }
 }
 

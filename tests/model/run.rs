@@ -208,12 +208,7 @@ fn inflict(
         }
         FaultOp::ProxyKillAll => proxy.kill_all(),
         FaultOp::StepClock(us) => {
-            kind = if *us > 0 {
-                FaultKind::ClockForward
-            } else {
-                FaultKind::ClockBack(us.unsigned_abs())
-            };
-            common::clock_shift::step(server.port(), *us);
+            kind = crate::cluster::step_clock(server.port(), *us);
             let fault = Fault {
                 kind,
                 what: format!("StepClock({:+.3} s)", *us as f64 / 1e6),

@@ -153,12 +153,7 @@ fn inflict(op: &SentinelFault, set: &SentinelSet, master: u16, children: &[TestC
         SentinelFault::KillPubsub => kill_clients(set, master, "pubsub"),
         SentinelFault::StepClock(us) => {
             what = format!("StepClock({:+.3} s) of {master}", us as f64 / 1e6);
-            kind = if us > 0 {
-                FaultKind::ClockForward
-            } else {
-                FaultKind::ClockBack(us.unsigned_abs())
-            };
-            common::clock_shift::step(master, us);
+            kind = crate::cluster::step_clock(master, us);
         }
     }
     Fault {
