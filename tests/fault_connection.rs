@@ -554,13 +554,12 @@ fn child_black_hole() {
         }
     }
     drop(client);
-    let mut seen = 0;
-    let ok = common::wait_until(Duration::from_secs(3), || {
-        seen = common::thread_count();
-        seen == base
-    });
+    let seen = common::settled_thread_count(base, Duration::from_secs(3));
     println!("s13: threads {seen} after the drop, {base} before");
-    assert!(ok, "threads not back to the baseline: {seen} vs {base}");
+    assert_eq!(
+        seen, base,
+        "threads not back to the baseline: {seen} vs {base}"
+    );
 }
 
 /// 13. A proxy that accepts and never answers, and a closed port: every call errs within its

@@ -209,11 +209,8 @@ fn child_churn() {
     let took = start.elapsed();
     let during = client_list(&mut conn).len();
     drop(client);
-    let mut threads = 0;
-    let threads_ok = common::wait_until(Duration::from_secs(3), || {
-        threads = common::thread_count();
-        threads == base
-    });
+    let threads = common::settled_thread_count(base, Duration::from_secs(3));
+    let threads_ok = threads == base;
     let mut clients = 0;
     let clients_ok = common::wait_until(Duration::from_secs(3), || {
         clients = client_list(&mut conn).len();

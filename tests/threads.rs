@@ -19,12 +19,11 @@ use locksmith::Client;
 /// Asserts that the process settles at `expected` threads within 2 s.
 #[track_caller]
 fn assert_threads(expected: usize, what: &str) {
-    let mut seen = 0;
-    let ok = common::wait_until(Duration::from_secs(2), || {
-        seen = thread_count();
-        seen == expected
-    });
-    assert!(ok, "{what}: {seen} threads, expected {expected}");
+    let seen = common::settled_thread_count(expected, Duration::from_secs(2));
+    assert_eq!(
+        seen, expected,
+        "{what}: {seen} threads, expected {expected}"
+    );
 }
 
 #[test]

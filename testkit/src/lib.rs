@@ -70,7 +70,10 @@ pub use stats::{
     hget, numsub, pttl, script_calls, script_stat, stat, stats_brief, stats_delta, stats_total,
     usec_by_command,
 };
-pub use threads::{new_thread_named, process_cpu_ns, rss_kib, tasks, thread_count, thread_cpu_ns};
+pub use threads::{
+    new_thread_named, process_cpu_ns, rss_kib, settled_thread_count, tasks, thread_count,
+    thread_cpu_ns,
+};
 pub use tls::{ServerCert, TlsFiles};
 pub use tls_probe::{REQUIRE_TLS_VAR, skip_without_tls, tls_unavailable};
 pub use wait::{wait_until, with_deadline};

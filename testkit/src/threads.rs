@@ -19,6 +19,19 @@ pub fn thread_count() -> usize {
         .unwrap()
 }
 
+/// Waits at most `within` for this process to have `expected` threads, and returns the count
+/// last seen. A thread that `join` has returned for may still be counted for a moment (the
+/// kernel wakes the joiner before it unlinks the thread), so a count taken right after a join
+/// must be waited for, not read once.
+pub fn settled_thread_count(expected: usize, within: Duration) -> usize {
+    let mut seen = thread_count();
+    crate::wait_until(within, || {
+        seen = thread_count();
+        seen == expected
+    });
+    seen
+}
+
 /// `(tid, comm)` of every thread of this process.
 pub fn tasks() -> Vec<(u32, String)> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
