@@ -17,7 +17,7 @@ use redis::Value;
 
 use crate::names::unique_suffix;
 use crate::program::{cli_program, server_program};
-use crate::server::{answering_pid, connect, signal};
+use crate::server::{answering_pid, connect, free_port, signal};
 
 /// The nodes' `cluster-node-timeout`: a master unreachable for this long is failed over.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -60,20 +60,6 @@ impl Node {
 pub struct RedisCluster {
     dir: PathBuf,
     nodes: Vec<Node>,
-}
-
-/// A port that is free, and whose cluster bus port (`port + 10000`) is free too.
-fn free_cluster_port(taken: &[u16]) -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = l.local_addr().expect("local_addr").port();
-        if port == 6379 || port > 55_000 || taken.contains(&port) {
-            continue;
-        }
-        if std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
 }
 
 fn url(port: u16) -> String {
@@ -260,10 +246,10 @@ impl RedisCluster {
             nodes: Vec::new(),
         };
         let total = masters * (1 + replicas);
-        let mut taken = Vec::new();
         for _ in 0..total {
-            let port = free_cluster_port(&taken);
-            taken.push(port);
+            // Ports come from 10000..20000 and their bus ports (`port + 10000`) from
+            // 20000..30000, so no node's port is another node's bus port.
+            let port = free_port();
             let node_dir = dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
             let log = node_dir.join("redis.log");
