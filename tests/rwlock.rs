@@ -1087,3 +1087,158 @@ fn another_client_sees_writer_and_readers_and_force_unlock_frees_them() {
         assert_eq!(lost_b.lock().unwrap().len(), 1, "reader of app-b");
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Queued waiters: every one is served when the lock is free
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn child_kind_queued_waiter() {
+    kinds::child_queued_waiter();
+}
+
+/// Two writers of one client queue behind another client's writer: the first gets the lock
+/// at the release, and the second within milliseconds of the first's release (it is not
+/// registered on the server, so that release must publish for it), in every form, with local
+/// hand-off on and off; and the same with the second writer in another process.
+#[test]
+fn a_second_queued_writer_gets_the_lock_at_the_first_ones_release() {
+    with_deadline(Duration::from_secs(240), || {
+        for handoff in [true, false] {
+            for form in kinds::Form::ALL {
+                for child in [false, true] {
+                    kinds::queued_waiters_are_served_at_once(
+                        Kind::Writer,
+                        Kind::Writer,
+                        Kind::Writer,
+                        handoff,
+                        form,
+                        child,
+                    );
+                }
+            }
+        }
+    });
+}
+
+/// The read side: two readers of one client (or of two processes) that wait for a writer
+/// both get in at its release; a reader queued behind a writer of its own client gets in at
+/// that writer's release.
+#[test]
+fn queued_readers_get_the_lock_at_the_release_that_frees_them() {
+    with_deadline(Duration::from_secs(240), || {
+        for handoff in [true, false] {
+            for form in kinds::Form::ALL {
+                for child in [false, true] {
+                    for first in [Kind::Reader, Kind::Writer] {
+                        kinds::queued_waiters_are_served_at_once(
+                            Kind::Writer,
+                            first,
+                            Kind::Reader,
+                            handoff,
+                            form,
+                            child,
+                        );
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Child: holds a read lock of `LS_NAME` with lease `LS_LEASE_MS` and prints `got` (the test
+/// then kills it, so the lease is never renewed or released).
+#[test]
+fn child_rw_leased_reader() {
+    let Some((url, name)) = common::child_url_name("rw-leased-reader") else {
+        return;
+    };
+    let client = client_with_lease(&url, common::child_ms("LS_LEASE_MS"));
+    let _g = client.rw_lock(&name).unwrap().read().unwrap();
+    println!("got");
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// A writer that waits for a reader whose lease is never renewed (its process died) gets in
+/// when that lease ends, by the server's clock, whether the readers are kept as one string
+/// (one reader all along) or as a sorted set (another reader came and left): the wait the
+/// server returns is relative in both. In every form, with local hand-off on and off.
+#[test]
+fn a_writer_waiting_for_a_dead_reader_gets_in_at_its_lease_end() {
+    let lease = Duration::from_secs(3);
+    let (_server, url, mut conn) = common::server_url_conn();
+    with_deadline(Duration::from_secs(120), move || {
+        for visit in [false, true] {
+            for handoff in [true, false] {
+                for form in kinds::Form::ALL {
+                    let what = format!("visit {visit}, {form:?}, hand-off {handoff}");
+                    let name = common::unique_name("rw-dead-reader");
+                    let mut reader = common::spawn_leased(
+                        "child_rw_leased_reader",
+                        "rw-leased-reader",
+                        &url,
+                        &name,
+                        lease,
+                    );
+                    reader.wait_line("got", Duration::from_secs(30));
+                    reader.kill9();
+                    if visit {
+                        let b = Client::open(url.as_str()).unwrap();
+                        b.rw_lock(&name).unwrap().read().unwrap().unlock().unwrap();
+                        assert_eq!(readers(&mut conn, &name), 1, "{what}");
+                    }
+                    // When the dead reader's lease ends, by the server's clock.
+                    let left = lease_left(&mut conn, &name);
+                    let ends = Instant::now() + left;
+                    let c = Client::builder(url.as_str())
+                        .local_handoff(handoff)
+                        .build()
+                        .unwrap();
+                    let lock = kinds::Kind::Writer.open(&c, &name);
+                    let g = match form {
+                        kinds::Form::Blocking => Some(lock.lock().unwrap()),
+                        kinds::Form::For => lock.try_lock_for(Duration::from_secs(8)).unwrap(),
+                    };
+                    let at = Instant::now();
+                    assert!(g.is_some(), "{what}: the writer never got in");
+                    let late = at.saturating_duration_since(ends);
+                    println!("rw: {what}: the writer got in {late:?} after the reader's lease end");
+                    assert!(
+                        at + Duration::from_millis(50) >= ends,
+                        "{what}: the writer got in {:?} before the reader's lease ended",
+                        ends - at
+                    );
+                    assert!(late < kinds::HANDOVER, "{what}: {late:?} late");
+                    g.unwrap().unlock().unwrap();
+                }
+            }
+        }
+    });
+}
+
+/// How long the one reader of lock `name` holds it still, by the server: its key's `PTTL` (one
+/// reader as a string) or its score in the sorted set less the server's clock.
+fn lease_left(conn: &mut redis::Connection, name: &str) -> Duration {
+    let key = key(name, ":readers");
+    let ty: String = redis::cmd("TYPE").arg(&key).query(conn).unwrap();
+    let ms: i64 = if ty == "string" {
+        redis::cmd("PTTL").arg(&key).query(conn).unwrap()
+    } else {
+        let (deadline, (s, us)): (i64, (i64, i64)) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg("-inf")
+            .arg("+inf")
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(1)
+            .arg("WITHSCORES")
+            .cmd("TIME")
+            .query::<(Vec<(String, i64)>, (i64, i64))>(conn)
+            .map(|(members, time)| (members[0].1, time))
+            .unwrap();
+        deadline - (s * 1000 + us / 1000)
+    };
+    Duration::from_millis(u64::try_from(ms).unwrap())
+}

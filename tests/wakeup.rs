@@ -175,18 +175,6 @@ fn blocked(monitor: &common::Monitor, name: &str) -> bool {
     )
 }
 
-/// Whether the thread of this process called `name` sleeps (state `S`: parked, since it does
-/// no I/O where the test looks for it).
-fn thread_sleeps(name: &str) -> bool {
-    common::tasks().iter().any(|(tid, comm)| {
-        comm == name
-            && std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('S')))
-                .unwrap_or(false)
-    })
-}
-
 /// A waiter that becomes the leader of its client's queue when the thread ahead of it takes
 /// the lock is not woken for that: the next release will wake it. When the lock then vanishes
 /// without a release (its key deleted: the holder's lease is lost and nothing is published),
@@ -233,7 +221,9 @@ fn a_quiet_leader_tries_again_within_a_lease_when_no_release_comes() {
         let second = waiter("quiet-second");
         // It joins the queue behind the first without a call to Redis, and parks.
         assert!(
-            common::wait_until(Duration::from_secs(5), || thread_sleeps("quiet-second")),
+            common::wait_until(Duration::from_secs(5), || common::thread_sleeps(
+                "quiet-second"
+            )),
             "the second waiter never parked"
         );
 
@@ -438,4 +428,31 @@ fn a_waiters_flag_survives_reentry_and_inner_release() {
         latency < 1000.0,
         "the waiter took the lock {latency:.1} ms after the release"
     );
+}
+
+#[test]
+fn child_kind_queued_waiter() {
+    common::kinds::child_queued_waiter();
+}
+
+/// Two waiters of one client queue behind another client's holder: the first gets the lock
+/// at the release, the second within milliseconds of the first's release, for every lock type
+/// that one holder at a time takes (the read-write lock's cases are in `rwlock.rs`), in every
+/// form, with local hand-off on and off; and the same with the second waiter in another process.
+#[test]
+fn a_second_queued_waiter_gets_the_lock_at_the_first_ones_release() {
+    use common::kinds::{self, Form, Kind};
+    with_deadline(Duration::from_secs(300), || {
+        for kind in [Kind::Mutex, Kind::Fair, Kind::Semaphore(1), Kind::Multi] {
+            for handoff in [true, false] {
+                for form in Form::ALL {
+                    for child in [false, true] {
+                        kinds::queued_waiters_are_served_at_once(
+                            kind, kind, kind, handoff, form, child,
+                        );
+                    }
+                }
+            }
+        }
+    });
 }

@@ -368,7 +368,9 @@ impl Waiter {
             reg,
             channel,
             turn,
-            bound: Deadline::after(p.lease()),
+            // A turn that begins with a wait for a release (the thread ahead just acquired)
+            // sleeps no longer than any other sleep of this protocol.
+            bound: Deadline::after(p.lease().min(p.max_sleep())),
             split_retries: 0,
         })
     }

@@ -186,8 +186,11 @@ pub(crate) fn rw_read(
 }
 
 /// The release of `holder`'s write (`read` false) or read acquisition; `keys` are the hold's
-/// (the writer's `P{T}:rw` or the readers' `P{T}:rw:readers`). A retry sends the same call.
-pub(crate) fn rw_release(keys: &LockKeys, holder: Holder<'_>, read: bool) -> Call {
+/// (the writer's `P{T}:rw` or the readers' `P{T}:rw:readers`). `publish`: threads of the
+/// caller's client wait to write, so a release that frees the lock for a writer publishes
+/// whether or not a waiter flagged it (they queue in the client, not on the server). A retry
+/// sends the same call.
+pub(crate) fn rw_release(keys: &LockKeys, holder: Holder<'_>, read: bool, publish: bool) -> Call {
     let named = acquisition(holder);
     let marker = if read {
         let root = keys.lock.strip_suffix(":readers").unwrap_or(&keys.lock);
@@ -195,11 +198,13 @@ pub(crate) fn rw_release(keys: &LockKeys, holder: Holder<'_>, read: bool) -> Cal
     } else {
         format!("{}:released", keys.lock)
     };
-    call(
-        Which::RwRelease,
-        &[&keys.lock, &marker],
-        &[side(read), &named],
-    )
+    let side = side(read);
+    let args: &[&str] = if publish {
+        &[side, &named, "p"]
+    } else {
+        &[side, &named]
+    };
+    call(Which::RwRelease, &[&keys.lock, &marker], args)
 }
 
 /// The renewal of `holder`'s write or read acquisition (`keys`: the hold's, as for
@@ -537,12 +542,12 @@ mod tests {
             ..rw.clone()
         };
         assert_eq!(
-            &args(&rw_release(&readers, holder, true))[2..],
+            &args(&rw_release(&readers, holder, true, false))[2..],
             ["2", "p:{a}:rw:readers", "p:{a}:rw:released:g", "read", "g|"]
         );
         assert_eq!(
-            &args(&rw_release(&rw, holder, false))[2..],
-            ["2", "p:{a}:rw", "p:{a}:rw:released", "write", "g|"]
+            &args(&rw_release(&rw, holder, false, true))[2..],
+            ["2", "p:{a}:rw", "p:{a}:rw:released", "write", "g|", "p"]
         );
     }
 

@@ -303,7 +303,7 @@ impl Kind {
 
     /// How many callers wait for lock `name` of this kind, as the server shows them: the fair
     /// queue's length, the waiting writers or readers of a read-write lock, the subscribers of
-    /// the release channel (`Mutex`, `Semaphore`; `Multi`: of its first name).
+    /// the release channel (`Mutex`, `Semaphore`; `Multi`: of both its names).
     pub fn waiting(self, conn: &mut redis::Connection, name: &str) -> usize {
         let tag = format!("locksmith:{{{}}}", locksmith_testkit::encode_name(name));
         let count = |conn: &mut redis::Connection, cmd: &str, key: String| -> usize {
@@ -316,10 +316,18 @@ impl Kind {
             Kind::Semaphore(_) => {
                 locksmith_testkit::numsub(conn, &format!("{tag}:sem:released")) as usize
             }
-            Kind::Mutex | Kind::Multi => {
+            Kind::Mutex => {
                 let channel = locksmith_testkit::release_channel(name);
                 locksmith_testkit::numsub(conn, &channel) as usize
             }
+            // A set waits on the channel of whichever name blocked it.
+            Kind::Multi => [name.to_owned(), format!("{name}:2")]
+                .iter()
+                .map(|n| {
+                    let channel = locksmith_testkit::release_channel(n);
+                    locksmith_testkit::numsub(conn, &channel) as usize
+                })
+                .sum(),
         }
     }
 
@@ -663,5 +671,210 @@ pub fn exclusion_across_processes(kinds: &[Kind], rounds: usize, prefix: &str) {
         reads.sort_by_key(|i| i.start);
         let overlapped = reads.windows(2).any(|p| p[1].start < p[0].end);
         assert!(overlapped, "shared sections never overlapped");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiters queued behind one another
+// ---------------------------------------------------------------------------------------------
+
+/// How a queued waiter asks for the lock: the blocking form, or a `try_*_for` of 5 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    Blocking,
+    For,
+}
+
+impl Form {
+    /// Every form.
+    pub const ALL: [Form; 2] = [Form::Blocking, Form::For];
+
+    /// The lock through `lock` in this form: `None` when a `try_*_for` timed out.
+    fn take(self, lock: &dyn TestLock) -> Option<Box<dyn Held>> {
+        match self {
+            Form::Blocking => Some(lock.lock().unwrap()),
+            Form::For => lock.try_lock_for(QUEUED_WAIT).unwrap(),
+        }
+    }
+
+    fn env(self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// How long a `try_*_for` of a queued waiter waits.
+const QUEUED_WAIT: Duration = Duration::from_secs(5);
+
+/// How long each queued waiter holds the lock once it has it.
+const QUEUED_HOLD: Duration = Duration::from_millis(100);
+
+/// The bound on a hand-over from one queued waiter to the next (the release, its message, the
+/// next attempt: milliseconds; a waiter that misses the release sleeps a renewal interval or a
+/// lease, 10 s or 30 s here).
+pub const HANDOVER: Duration = Duration::from_secs(1);
+
+/// When a queued waiter held the lock: `mono_ns` when its call returned and right before its
+/// `unlock`.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    got: u64,
+    unlocking: u64,
+}
+
+/// A queued waiter's turn: takes the lock through `lock` in `form`, holds it
+/// [`QUEUED_HOLD`] and unlocks; `None` when it timed out.
+fn queued_turn(lock: &dyn TestLock, form: Form) -> Option<Turn> {
+    let g = form.take(lock)?;
+    let got = mono_ns();
+    thread::sleep(QUEUED_HOLD);
+    let unlocking = mono_ns();
+    g.unlock().unwrap();
+    Some(Turn { got, unlocking })
+}
+
+/// Child (`#[test] fn child_kind_queued_waiter()` calls it): a queued waiter of kind
+/// `LS_KIND` on `LS_NAME` in form `LS_FORM` (local hand-off `LS_HANDOFF`), printing `got NS`
+/// and `unlocking NS` (`mono_ns`), or `timed-out`.
+pub fn child_queued_waiter() {
+    if !is_child("kind-queued") {
+        return;
+    }
+    let kind = Kind::parse(&child_env("LS_KIND"));
+    let form = if child_env("LS_FORM") == "Blocking" {
+        Form::Blocking
+    } else {
+        Form::For
+    };
+    let client = Client::builder(child_env("LS_URL").as_str())
+        .local_handoff(child_env("LS_HANDOFF") == "true")
+        .build()
+        .unwrap();
+    let lock = kind.open(&client, &child_env("LS_NAME"));
+    match queued_turn(&*lock, form) {
+        Some(t) => {
+            println!("got {}", t.got);
+            println!("unlocking {}", t.unlocking);
+        }
+        None => println!("timed-out"),
+    }
+}
+
+/// Two waiters queue for lock `name` held by another client X (as `holder`): B, of kind
+/// `first`, and C, of kind `second`, which comes once B waits (`child`: C in a child process,
+/// with a client of its own; else C is another thread of B's client, queued behind B in that
+/// client). Each holds the lock [`QUEUED_HOLD`] when it gets it. X releases: one waiter gets
+/// the lock, and the other within [`HANDOVER`] of that one's release (both at once when both
+/// are readers). Every client has the default 30 s lease and renews every 10 s, so a waiter
+/// that misses a release sleeps far past the bound.
+pub fn queued_waiters_are_served_at_once(
+    holder: Kind,
+    first: Kind,
+    second: Kind,
+    handoff: bool,
+    form: Form,
+    child: bool,
+) {
+    let what = format!(
+        "{holder:?} held, {first:?} then {second:?} queued ({form:?}, hand-off {handoff}, {})",
+        if child { "two processes" } else { "one client" }
+    );
+    let (_server, url, mut conn) = super::server_url_conn();
+    let name = locksmith_testkit::unique_name("queued");
+    let build = |url: &str| Client::builder(url).local_handoff(handoff).build().unwrap();
+    let x = build(&url);
+    let y = build(&url);
+    let held = holder.open(&x, &name).lock().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiter = |label: &'static str, kind: Kind| {
+        let (lock, tx) = (kind.open(&y, &name), tx.clone());
+        thread::Builder::new()
+            .name(label.into())
+            .spawn(move || tx.send(queued_turn(&*lock, form)).unwrap())
+            .unwrap()
+    };
+    let b = waiter("queued-b", first);
+    first.wait_waiting(&mut conn, &name, 1);
+    assert!(
+        wait_until(Duration::from_secs(10), || super::thread_sleeps("queued-b")),
+        "{what}: B never slept"
+    );
+    let (c, mut c_child) = if child {
+        let more = [
+            ("LS_KIND", second.env()),
+            ("LS_FORM", form.env()),
+            ("LS_HANDOFF", handoff.to_string()),
+        ];
+        let mut ch = super::spawn_child(
+            "child_kind_queued_waiter",
+            "kind-queued",
+            &url,
+            &name,
+            &more,
+        );
+        // C waits on the server too: each client asks for itself.
+        let want = if first == second { 2 } else { 1 };
+        let both = wait_until(Duration::from_secs(20), || {
+            second.waiting(&mut conn, &name) >= want
+        });
+        if !both {
+            ch.kill9();
+            panic!("{what}: C never waited");
+        }
+        (None, Some(ch))
+    } else {
+        let c = waiter("queued-c", second);
+        assert!(
+            wait_until(Duration::from_secs(10), || super::thread_sleeps("queued-c")),
+            "{what}: C never slept"
+        );
+        (Some(c), None)
+    };
+    let released = mono_ns();
+    held.unlock().unwrap();
+    let b_turn = rx
+        .recv_timeout(Duration::from_secs(40))
+        .unwrap_or_else(|_| panic!("{what}: B never ended"));
+    let c_turn = match &mut c_child {
+        Some(ch) => {
+            let line = ch.wait_prefixed("got", Duration::from_secs(40));
+            let got = line.trim().parse().unwrap();
+            let unlocking = ch.wait_prefixed("unlocking", Duration::from_secs(5));
+            Some(Turn {
+                got,
+                unlocking: unlocking.trim().parse().unwrap(),
+            })
+        }
+        None => rx
+            .recv_timeout(Duration::from_secs(40))
+            .unwrap_or_else(|_| panic!("{what}: C never ended")),
+    };
+    let (Some(b_turn), Some(c_turn)) = (b_turn, c_turn) else {
+        panic!("{what}: a waiter timed out: B {b_turn:?}, C {c_turn:?}");
+    };
+    let ms = |ns: u64| Duration::from_nanos(ns);
+    let (early, late) = if b_turn.got <= c_turn.got {
+        (b_turn, c_turn)
+    } else {
+        (c_turn, b_turn)
+    };
+    let first_in = ms(early.got.saturating_sub(released));
+    let readers = !first.exclusive() && !second.exclusive();
+    let handover = if readers {
+        ms(late.got.saturating_sub(released))
+    } else {
+        ms(late.got.saturating_sub(early.unlocking))
+    };
+    println!("{what}: the first in {first_in:?} after X's release, the second {handover:?} after");
+    assert!(
+        first_in < HANDOVER,
+        "{what}: the first waiter took {first_in:?}"
+    );
+    assert!(
+        handover < HANDOVER,
+        "{what}: the second waiter took {handover:?}"
+    );
+    b.join().unwrap();
+    if let Some(c) = c {
+        c.join().unwrap();
     }
 }

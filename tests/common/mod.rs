@@ -6,7 +6,8 @@
 //! - [`unique_name`]: lock names that never collide between tests or runs.
 //! - [`commandstats`] / [`script_calls`]: what Redis saw, from `INFO commandstats`.
 //! - [`Monitor`]: every command Redis runs, from `MONITOR`, to attribute calls to one key.
-//! - [`thread_count`]: threads of this process, from `/proc/self/status`.
+//! - [`thread_count`]: threads of this process, from `/proc/self/status`; [`thread_sleeps`]:
+//!   whether a named thread is parked.
 //! - [`with_deadline`] / [`wait_until`]: every blocking step is bounded, so a hang fails the
 //!   test instead of stalling CI.
 //! - [`TestChild`]: re-runs the current test binary as a child process whose entry point is a
@@ -369,4 +370,16 @@ pub fn mutex_wake(
     assert!(flagged, "the waiter never flagged the lock");
     let started = release(guard);
     w.join().unwrap().saturating_duration_since(started)
+}
+
+/// Whether the thread of this process called `name` sleeps (state `S`: parked, since it does
+/// no I/O where the test looks for it).
+pub fn thread_sleeps(name: &str) -> bool {
+    tasks().iter().any(|(tid, comm)| {
+        comm == name
+            && std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('S')))
+                .unwrap_or(false)
+    })
 }

@@ -81,7 +81,8 @@ if w == false then
     end
     local others, any, first, flagged = readers(now, owner)
     if others > 0 then
-      wait = first
+      -- The first reader's lease ends at `first` (server ms): the wait is what is left of it.
+      wait = first - now
       if register and not flagged then
         redis.call('zadd', KEYS[2], '+inf', 'w')
       end

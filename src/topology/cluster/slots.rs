@@ -262,7 +262,7 @@ mod tests {
                     crate::protocol::family::fair_release(&k, holder, scripts::Level::Inner, "r"),
                     crate::protocol::family::sem_release(&k, holder),
                     crate::protocol::family::rw_read(&k, "o", "r", lease, true, true),
-                    crate::protocol::family::rw_release(&k, holder, true),
+                    crate::protocol::family::rw_release(&k, holder, true, false),
                 ];
                 for call in &calls {
                     let args: Vec<String> = call

@@ -53,8 +53,8 @@ local function waiting(key, now)
 end
 
 -- The readers' sorted set (KEYS[2]): dead readers dropped; the live readers of owners other
--- than `owner`, whether any reader is left, the first deadline, and whether the writers' flag
--- is set.
+-- than `owner`, whether any reader is left, the first reader's lease deadline (server ms, as
+-- the set scores it: not a wait), and whether the writers' flag is set.
 local function readers(now, owner)
   redis.call('zremrangebyscore', KEYS[2], '-inf', now)
   local all = redis.call('zrange', KEYS[2], 0, -1, 'withscores')
