@@ -377,6 +377,9 @@ pub enum Finding {
     },
     /// A thread, connection, channel or key was left over.
     Leftover(String),
+    /// A waiting acquire call slept while its lock was free on the server, nobody else was
+    /// calling for it and no fault was near, for longer than the bound: from `from` to `to`.
+    Unserved { call: Call, from: u64, to: u64 },
 }
 
 fn ms(ns: u64) -> f64 {
@@ -510,6 +513,19 @@ impl Finding {
                 format!("LOST TWICE: on_lease_lost told {times} times of `{name}` token {token}")
             }
             Finding::Leftover(what) => format!("LEFTOVER: {what}"),
+            Finding::Unserved { call, from, to } => format!(
+                "UNSERVED: {} {} of `{}` (called {:+.1} ms, returned {:+.1} ms, {:?}) slept \
+                 while the lock was free from {:+.1} to {:+.1} ms ({:.1} ms)",
+                call.owner,
+                call.method,
+                call.name,
+                ms(call.start.saturating_sub(t0)),
+                ms(call.end.saturating_sub(t0)),
+                call.outcome,
+                ms(from.saturating_sub(t0)),
+                ms(to.saturating_sub(t0)),
+                ms(to - from)
+            ),
         }
     }
 }
@@ -577,6 +593,7 @@ pub fn check(h: &History, slack: u64) -> Vec<Finding> {
     check_permits(h, &mut findings);
     check_forced_releases(h, &mut findings);
     check_calls(h, slack, &mut findings);
+    check_served(h, slack, &mut findings);
     check_lost_reports(h, &mut findings);
     check_leftovers(&h.leftovers, &mut findings);
     findings
@@ -1130,6 +1147,126 @@ fn check_calls(h: &History, slack: u64, out: &mut Vec<Finding>) {
     }
 }
 
+/// Every waiter is served while its lock is free. A waiting acquire call (`lock`,
+/// `try_lock_for`, `try_lock_until`) that ended with the lock or without it (not with an
+/// error) must not have slept through a stretch longer than `bound` in which its lock was
+/// certainly free on the server: a release wakes every waiter it frees (by its message, or a
+/// hand-over within the client), so such a stretch is a missed wake-up, not a matter of timing.
+///
+/// "Certainly free" is judged from what the run recorded, leaning to "maybe busy" wherever it
+/// cannot tell: every section keeps the lock busy from its acquiring call's start to the end
+/// of the release call of its guard (for one lease more when that release failed, for ever
+/// when none was recorded); another acquire call that got the lock, for the bound before it
+/// returned (away from faults a grant comes a round trip before its reply); one that failed,
+/// from its start to a lease after its end (it may have been granted); one that gave up,
+/// never (it held nothing, and kept others out only by waiting: if it waited in a server's
+/// queue while the lock was free, it slept through the same stretch, and is judged itself).
+/// No stretch within a lease after any fault counts (a stopped process's holds and
+/// registrations outlive it, a restart loses releases). Elections are left out: a leader's
+/// term is not a wait's concern.
+fn check_served(h: &History, bound: u64, out: &mut Vec<Finding>) {
+    let failed = |o: &Outcome| matches!(o, Outcome::Expected(_) | Outcome::Unexpected(_));
+    let elections: std::collections::HashSet<&str> = h
+        .sections
+        .iter()
+        .filter(|s| s.access == Access::Lead)
+        .map(|s| s.name.as_str())
+        .collect();
+    // The release call of each guard: its sections' start and a name -> its end, and whether
+    // it failed.
+    let mut releases: HashMap<(u64, &str), (u64, bool)> = HashMap::new();
+    for c in &h.calls {
+        if matches!(c.kind, CallKind::Unlock | CallKind::Drop) {
+            for n in c.name.split('+') {
+                releases.insert((c.of, n), (c.end, failed(&c.outcome)));
+            }
+        }
+    }
+    // Per name: the spans in which it may have been busy, each with the acquire call it comes
+    // from (its owner and start), so that a waiter's own call and section are left out.
+    let mut busy: HashMap<&str, Vec<(u64, u64, &str, u64)>> = HashMap::new();
+    for c in &h.calls {
+        if !matches!(
+            c.kind,
+            CallKind::Lock | CallKind::TryLock | CallKind::TryLockFor | CallKind::TryLockUntil
+        ) {
+            continue;
+        }
+        let span = match c.outcome {
+            // Granted at most a round trip before it returned, away from faults (and the
+            // bound covers a slow thread); its section takes over from there.
+            Outcome::Ok => (c.end.saturating_sub(bound).max(c.start), c.end),
+            // It may have been granted anywhere in it, the grant lasting a lease.
+            Outcome::Expected(_) | Outcome::Unexpected(_) => {
+                (c.start, c.end.saturating_add(h.lease))
+            }
+            // It waited and gave up: it held nothing, so it kept nobody out but by waiting,
+            // where it is judged itself.
+            Outcome::NotAcquired => continue,
+        };
+        for n in c.name.split('+') {
+            busy.entry(n)
+                .or_default()
+                .push((span.0, span.1, &c.owner, c.start));
+        }
+    }
+    for s in &h.sections {
+        let end = match releases.get(&(s.start, s.name.as_str())) {
+            Some(&(end, false)) => end,
+            Some(&(end, true)) => end.saturating_add(h.lease),
+            None => u64::MAX,
+        };
+        // Granted at most the bound before its call returned (as for an acquire call).
+        let from = s.start.saturating_sub(bound).max(s.call_start.min(s.start));
+        busy.entry(&s.name)
+            .or_default()
+            .push((from, end, &s.owner, s.call_start));
+    }
+    let near_faults: Vec<(u64, u64)> = h
+        .faults
+        .iter()
+        .map(|f| (f.start, f.end.saturating_add(h.lease)))
+        .collect();
+    for w in &h.calls {
+        let waits = matches!(
+            w.kind,
+            CallKind::Lock | CallKind::TryLockFor | CallKind::TryLockUntil
+        );
+        if !waits || failed(&w.outcome) || w.end <= w.start.saturating_add(bound) {
+            continue;
+        }
+        if w.name.split('+').any(|n| elections.contains(n)) {
+            continue;
+        }
+        let mut spans = near_faults.clone();
+        for n in w.name.split('+') {
+            // The waiter's own call, and its own sections (stamped right around the call).
+            let own = |&&(_, _, owner, call): &&(u64, u64, &str, u64)| {
+                owner == w.owner && call <= w.start && w.start - call < 1_000_000
+            };
+            let list = busy.get(n).map(Vec::as_slice).unwrap_or(&[]);
+            spans.extend(list.iter().filter(|e| !own(e)).map(|&(a, b, _, _)| (a, b)));
+        }
+        spans.retain(|&(a, b)| b > w.start && a < w.end);
+        spans.sort_unstable();
+        let mut free_from = w.start;
+        for &(a, b) in spans.iter().chain(std::iter::once(&(w.end, w.end))) {
+            if a > free_from && a - free_from > bound {
+                out.push(Finding::Unserved {
+                    call: w.clone(),
+                    from: free_from,
+                    to: a.min(w.end),
+                });
+                break;
+            }
+            free_from = free_from.max(b);
+            if free_from >= w.end {
+                break;
+            }
+        }
+    }
+}
+
 /// Every lost lease is reported once: never twice for one acquisition.
 fn check_lost_reports(h: &History, out: &mut Vec<Finding>) {
     let mut seen: HashMap<(&str, u64), usize> = HashMap::new();
@@ -1509,6 +1646,8 @@ mod tests {
     fn lock_is_bounded_only_when_it_fails_and_from_the_last_fault() {
         let slack = 100 * MS;
         let mut h = History::default();
+        // Another owner holds the lock all along: the calls wait for it.
+        h.sections.push(s("h", 1, 0, 60_000));
         h.calls
             .push(call(CallKind::Lock, 0, 60_000, 2000, Outcome::Ok));
         assert_eq!(check(&h, slack), vec![]);
@@ -1543,6 +1682,92 @@ mod tests {
         h.calls[1].start = 3500 * MS;
         h.calls[1].end = 6000 * MS;
         assert_eq!(check(&h, slack).len(), 1);
+    }
+
+    /// A release call of the guard whose sections began at `of` (ms).
+    fn released(owner: &str, of: u64, start: u64, end: u64, outcome: Outcome) -> Call {
+        Call {
+            owner: owner.into(),
+            of: of * MS,
+            ..call(CallKind::Unlock, start, end, 250, outcome)
+        }
+    }
+
+    #[test]
+    fn a_waiter_that_sleeps_through_a_free_lock_is_found() {
+        let bound = 100 * MS;
+        let mut h = History::default();
+        // `a` holds from 0 to 300 ms (its release returns at 310); `p0t0` waits from 50 ms.
+        h.sections.push(s("a", 1, 1, 300));
+        h.calls.push(released("a", 1, 300, 310, Outcome::Ok));
+        h.calls
+            .push(call(CallKind::TryLockFor, 50, 320, 1000, Outcome::Ok));
+        assert_eq!(check(&h, bound), vec![]);
+        // Served 500 ms after the release: a missed wake-up.
+        h.calls[1].end = 810 * MS;
+        let f = check(&h, bound);
+        assert!(
+            matches!(f.as_slice(), [Finding::Unserved { from, to, .. }]
+                if *from == 310 * MS && *to == 810 * MS),
+            "{f:?}"
+        );
+        // Timed out the same way: the same finding.
+        h.calls[1].outcome = Outcome::NotAcquired;
+        assert_eq!(check(&h, bound).len(), 1);
+        // Another waiter that gave up meanwhile held nothing: the same finding.
+        h.calls.push(call(
+            CallKind::TryLockFor,
+            305,
+            750,
+            600,
+            Outcome::NotAcquired,
+        ));
+        h.calls[2].owner = "p1t0".into();
+        assert_eq!(check(&h, bound).len(), 2);
+        // One that got the lock soon after the release held it until it released it: fine.
+        h.calls[2].outcome = Outcome::Ok;
+        h.calls[2].end = 320 * MS;
+        h.sections.push(s("p1t0", 2, 320, 800));
+        h.calls.push(released("p1t0", 320, 800, 805, Outcome::Ok));
+        assert_eq!(check(&h, bound), vec![]);
+        h.calls.truncate(2);
+        h.sections.truncate(1);
+        // A release that failed may leave the lock held for a lease.
+        h.calls[0].outcome = Outcome::Expected("t".into());
+        h.lease = 1000 * MS;
+        assert_eq!(check(&h, bound), vec![]);
+        h.calls[0].outcome = Outcome::Ok;
+        // A guard whose release was never recorded keeps the lock busy.
+        h.calls.remove(0);
+        assert_eq!(check(&h, bound), vec![]);
+    }
+
+    #[test]
+    fn a_fault_near_a_free_stretch_excuses_it() {
+        let bound = 100 * MS;
+        let mut h = History::default();
+        h.lease = 200 * MS;
+        h.sections.push(s("a", 1, 1, 300));
+        h.calls.push(released("a", 1, 300, 310, Outcome::Ok));
+        h.calls
+            .push(call(CallKind::Lock, 50, 810, 2250, Outcome::Ok));
+        assert_eq!(check(&h, bound).len(), 1);
+        // A connection kill from 400 to 550 ms, judged until a lease after: 310..400 and
+        // 750..810 are each within the bound.
+        h.faults.push(Fault {
+            kind: FaultKind::Other,
+            what: "CLIENT KILL".into(),
+            start: 400 * MS,
+            end: 550 * MS,
+        });
+        assert_eq!(check(&h, bound), vec![]);
+        // A waiter's own section (after its call) is not what kept it out.
+        h.faults.clear();
+        h.sections.push(Section {
+            call_start: 50 * MS,
+            ..s("p0t0", 2, 810, 900)
+        });
+        assert_eq!(check(&h, bound).len(), 1);
     }
 
     fn force(name: &str, kind: LockKind, start: u64, end: u64) -> Fault {

@@ -89,6 +89,11 @@ pub struct Settings {
     /// election and checks, at the end, that its observer saw the election's last state. On
     /// with the other lock types.
     pub elections: bool,
+    /// The waits mix: no faults at all, and operations drawn to make callers wait for one
+    /// another (mostly read-write lock levels, several threads of each process on each lock,
+    /// waiting forms): the checker's "every waiter is served while its lock is free" judges
+    /// the whole run.
+    pub waits: bool,
 }
 
 impl Settings {
@@ -128,6 +133,7 @@ impl Settings {
             clock_steps: false,
             detach: detach_default(),
             elections: true,
+            waits: false,
         }
     }
 
@@ -167,12 +173,27 @@ impl Settings {
         }
     }
 
+    /// Every lock type, 4 threads a process, no faults, mostly read-write lock operations
+    /// in waiting forms: writers and readers queue behind one another within a client and
+    /// across clients, beside the other types' waiters (see [`Settings::waits`]).
+    pub fn waits(secs: u64) -> Settings {
+        Settings {
+            mix: "waits",
+            threads: 4,
+            waits: true,
+            force: false,
+            elections: false,
+            ..Settings::new(secs)
+        }
+    }
+
     /// The settings of the mix named `mix` (see [`Settings::mix`]).
     pub fn of_mix(mix: &str, secs: u64) -> Option<Settings> {
         match mix {
             "leases" => Some(Settings::mixed_leases(secs)),
             "blocks" => Some(Settings::blocks(secs)),
             "clocks" => Some(Settings::clock_steps(secs)),
+            "waits" => Some(Settings::waits(secs)),
             _ => None,
         }
     }
@@ -428,6 +449,8 @@ pub struct OpPlan {
     names: usize,
     family: bool,
     bursts: bool,
+    /// See [`Settings::waits`].
+    waits: bool,
     /// Cycles left in the current burst, and its name.
     burst: (u64, usize),
 }
@@ -448,6 +471,7 @@ impl OpPlan {
             names: settings.names.len(),
             family: settings.family,
             bursts: settings.bursts,
+            waits: settings.waits,
             burst: (0, 0),
         }
     }
@@ -458,6 +482,10 @@ impl OpPlan {
 
     /// A hold time: mostly short, sometimes long, now and then past a fixed lease.
     fn hold(&mut self, handle: Handle) -> Duration {
+        if self.waits {
+            // Short holds: the lock is often free, and a waiter that misses it shows.
+            return ms(self.rng.range(0, 100));
+        }
         let r = self.rng.range(0, 100);
         match (r, handle) {
             (0..=2, Handle::Lease(d) | Handle::MaxHold(d)) => d + ms(self.rng.range(50, 600)),
@@ -476,6 +504,14 @@ impl OpPlan {
     }
 
     fn acquire(&mut self, nested: bool) -> Acquire {
+        if self.waits && !nested {
+            // Waiting forms, long enough to queue behind a few holders.
+            return match self.rng.range(0, 3) {
+                0 => Acquire::TryLockFor(ms(self.rng.range(500, 3000))),
+                1 => Acquire::TryLockUntil(self.rng.range(500, 3000) as i64),
+                _ => Acquire::Lock,
+            };
+        }
         match self.rng.range(0, if nested { 10 } else { 12 }) {
             0..=2 => Acquire::TryLock,
             3..=5 => Acquire::TryLockFor(ms(self.rng.range(0, 800))),
@@ -634,7 +670,8 @@ impl OpPlan {
         let mut levels: Vec<Level> = Vec::with_capacity(depth);
         for i in 0..depth {
             let reading = levels.iter().any(|l: &Level| l.mode == Mode::Read);
-            let mode = if reading || self.pick(55) {
+            // The waits mix is mostly writers: they queue in line, one per client asking.
+            let mode = if reading || self.pick(if self.waits { 35 } else { 55 }) {
                 Mode::Read
             } else {
                 Mode::Write
@@ -695,7 +732,35 @@ impl Iterator for OpPlan {
             let op = self.mutex_op();
             return Some(self.maybe_move(op));
         }
-        let op = match self.rng.range(0, 10) {
+        let op = if self.waits {
+            let mut op = match self.rng.range(0, 10) {
+                0 => {
+                    let op = self.mutex_op();
+                    self.maybe_multi(op)
+                }
+                1 => self.fair_op(),
+                2 => self.sem_op(),
+                _ => self.rw_op(),
+            };
+            // Quiet stretches between bursts of waiters: a waiter that misses a release is
+            // not woken by the next caller's.
+            if self.pick(30) {
+                op.pause = ms(self.rng.range(500, 2500));
+            }
+            op
+        } else {
+            self.mixed_op()
+        };
+        let op = self.maybe_move(op);
+        Some(self.maybe_election(op))
+    }
+}
+
+impl OpPlan {
+    /// An operation of the default mix: 40 % plain mutexes (some as sets), 20 % each of the
+    /// fair mutex and the read-write lock, the rest the semaphore.
+    fn mixed_op(&mut self) -> Op {
+        match self.rng.range(0, 10) {
             0..=3 => {
                 let op = self.mutex_op();
                 self.maybe_multi(op)
@@ -703,9 +768,7 @@ impl Iterator for OpPlan {
             4..=5 => self.fair_op(),
             6..=7 => self.rw_op(),
             _ => self.sem_op(),
-        };
-        let op = self.maybe_move(op);
-        Some(self.maybe_election(op))
+        }
     }
 }
 
@@ -921,6 +984,9 @@ fn forced_unlocks(
 
 /// The faults of a run but the forced unlocks.
 fn other_faults(seed: u64, settings: &Settings) -> Vec<(Duration, FaultOp)> {
+    if settings.waits {
+        return Vec::new();
+    }
     let mut rng = Rng::new(sub_seed(seed, 0));
     let lease = settings.max_lease();
     // Every fault is over at least a second before the processes stop.

@@ -21,6 +21,13 @@ use crate::checker::mono_ns;
 use crate::journal::Journal;
 use crate::plan::{Acquire, Handle, Level, Mode, Move, Op, OpPlan, Settings, Target};
 
+thread_local! {
+    /// The guards this thread holds (the lock's name and the start of the guard's sections),
+    /// outermost first: those a planned panic drops while unwinding are recorded as drop calls
+    /// once it is caught.
+    static HELD: std::cell::RefCell<Vec<(String, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The payload of a planned panic, so the panic hook can stay quiet about it.
 #[derive(Debug)]
 pub struct PlannedPanic;
@@ -611,6 +618,7 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
         },
     };
     let start = mono_ns();
+    HELD.with(|h| h.borrow_mut().push((lock.name(), start)));
     let sections = guard
         .held(&lock.name())
         .into_iter()
@@ -643,6 +651,7 @@ fn run_level(ctx: &Ctx<'_>, base: &Lock, levels: &[Level], i: usize, step: &mut 
     if level.panic {
         panic::panic_any(PlannedPanic);
     }
+    HELD.with(|h| h.borrow_mut().pop());
     if i == 0 && level.moves != Move::Stay {
         ctx.move_hold(&lock.name(), guard, rec, level, start);
         return;
@@ -673,10 +682,25 @@ pub fn run_op(ctx: &Ctx<'_>, op: &Op, step: &mut u64) {
     let r = panic::catch_unwind(AssertUnwindSafe(|| {
         run_level(ctx, &base, &op.levels, 0, step);
     }));
-    if let Err(payload) = r
-        && !payload.is::<PlannedPanic>()
-    {
-        panic::resume_unwind(payload);
+    if let Err(payload) = r {
+        if !payload.is::<PlannedPanic>() {
+            panic::resume_unwind(payload);
+        }
+        // The unwinding dropped the guards the thread held: each drop had returned by now.
+        let now = mono_ns();
+        for (name, of) in HELD.with(|h| std::mem::take(&mut *h.borrow_mut())) {
+            ctx.log.call(&Call {
+                of,
+                ..ctx.call(
+                    CallKind::Drop,
+                    "drop_in_unwinding",
+                    &name,
+                    now,
+                    0,
+                    Outcome::Ok,
+                )
+            });
+        }
     }
     thread::sleep(op.pause);
 }
