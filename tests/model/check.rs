@@ -1745,8 +1745,10 @@ mod tests {
     #[test]
     fn a_fault_near_a_free_stretch_excuses_it() {
         let bound = 100 * MS;
-        let mut h = History::default();
-        h.lease = 200 * MS;
+        let mut h = History {
+            lease: 200 * MS,
+            ..History::default()
+        };
         h.sections.push(s("a", 1, 1, 300));
         h.calls.push(released("a", 1, 300, 310, Outcome::Ok));
         h.calls
