@@ -1146,19 +1146,6 @@ fn queued_readers_get_the_lock_at_the_release_that_frees_them() {
     });
 }
 
-/// Child: holds a read lock of `LS_NAME` with lease `LS_LEASE_MS` and prints `got` (the test
-/// then kills it, so the lease is never renewed or released).
-#[test]
-fn child_rw_leased_reader() {
-    let Some((url, name)) = common::child_url_name("rw-leased-reader") else {
-        return;
-    };
-    let client = client_with_lease(&url, common::child_ms("LS_LEASE_MS"));
-    let _g = client.rw_lock(&name).unwrap().read().unwrap();
-    println!("got");
-    thread::sleep(Duration::from_secs(60));
-}
-
 /// A writer that waits for a reader whose lease is never renewed (its process died) gets in
 /// when that lease ends, by the server's clock, whether the readers are kept as one string
 /// (one reader all along) or as a sorted set (another reader came and left): the wait the
@@ -1173,14 +1160,9 @@ fn a_writer_waiting_for_a_dead_reader_gets_in_at_its_lease_end() {
                 for form in kinds::Form::ALL {
                     let what = format!("visit {visit}, {form:?}, hand-off {handoff}");
                     let name = common::unique_name("rw-dead-reader");
-                    let mut reader = common::spawn_leased(
-                        "child_rw_leased_reader",
-                        "rw-leased-reader",
-                        &url,
-                        &name,
-                        lease,
-                    );
-                    reader.wait_line("got", Duration::from_secs(30));
+                    // A reader in a child process, killed once it holds: its lease is never
+                    // renewed or released.
+                    let mut reader = kinds::spawn_holder(Kind::Reader, &url, &name, lease);
                     reader.kill9();
                     if visit {
                         let b = Client::open(url.as_str()).unwrap();
