@@ -841,3 +841,54 @@ fn a_late_grant_on_a_minority_master_is_undone() {
         ga.unlock().unwrap();
     });
 }
+
+/// An unlock is decided by the masters that hold the lock, even those marked down a moment
+/// ago. A holds on five masters, then loses the key on master 1 (as in the test above). One
+/// slow reply on masters 2 and 3 (held back past the per-master timeout) marks them down for
+/// a short while; an unlock in that while, skipping them, would see two releases and a
+/// missing key, fewer than a quorum, and fail with "master marked down" although the lock
+/// is held on three masters that answer. It must reach them and succeed.
+#[test]
+fn an_unlock_reaches_masters_marked_down_a_moment_ago() {
+    let (masters, _reaper) = Masters::start();
+    let m = Arc::clone(&masters);
+    with_deadline(Duration::from_secs(30), move || {
+        let lease = Duration::from_secs(30);
+        let proxies: Vec<_> = (1..3)
+            .map(|i| locksmith_testkit::proxy::Proxy::start(m.server(i).port()))
+            .collect();
+        let mut urls = m.urls();
+        urls[1] = proxies[0].url();
+        urls[2] = proxies[1].url();
+        let a = Client::redlock(urls)
+            .lease(lease)
+            .master_timeout(MASTER_TIMEOUT)
+            .build()
+            .unwrap();
+        let name = common::unique_name("redlock-unlock-marked-down");
+        let key = common::lock_key(&name);
+        let ga = a.mutex(&name).unwrap().lock().unwrap();
+        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut m.conn(0)).unwrap();
+
+        // One slow reply each on masters 2 and 3: the acquire of another lock, which holds on
+        // masters 1, 4 and 5 and marks 2 and 3 down.
+        for p in &proxies {
+            p.delay_script_replies(MASTER_TIMEOUT * 6, 1);
+        }
+        let other = a.mutex(&common::unique_name("redlock-marker")).unwrap();
+        let go = other.try_lock().unwrap().expect("a free lock");
+        assert!(
+            proxies.iter().all(|p| p.delays() == 1),
+            "the replies of masters 2 and 3 were not held back"
+        );
+        ga.unlock().unwrap();
+        for i in 1..N {
+            assert!(
+                !common::exists(&mut m.conn(i), &key),
+                "the lock stayed on master {}",
+                i + 1
+            );
+        }
+        drop(go);
+    });
+}
