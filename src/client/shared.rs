@@ -320,12 +320,14 @@ impl Shared {
     }
 
     /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
-    /// renewal of it on the wire.
-    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) {
-        hold.leave(bound);
+    /// renewal of it on the wire. Returns whether its lease was known valid until then (see
+    /// [`Left`](crate::protocol::hold::Left)).
+    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) -> bool {
+        let held = hold.leave(bound).held;
         if hold.renewal.is_some() {
             self.renewals.released();
         }
+        held
     }
 
     /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was

@@ -587,8 +587,12 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
     let foreign = &lock.write_keys.lock;
     release_by_script(&lock.client, hold, script, foreign, by, || {
         // An inner level: the thread still holds the lock, and nothing is asked.
-        let outermost = leave_level(lock.client.shared(), hold, by) == Level::Outermost;
-        outermost.then(|| family::rw_release(keys, hold.holder(), read))
+        let (level, held) = leave_level(lock.client.shared(), hold, by);
+        let outermost = level == Level::Outermost;
+        (
+            held,
+            outermost.then(|| family::rw_release(keys, hold.holder(), read)),
+        )
     })
 }
 
