@@ -171,18 +171,26 @@ fn captured(from: Instant, needles: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Locks `lock` (whose key is `key`) so that every master granted it: a grant by a bare
-/// majority (the others' replies came after the per-master timeout on a busy machine, and were
-/// undone) is released and taken again. For tests whose premise is a lock on all five.
-fn lock_on_every_master(m: &Masters, lock: &locksmith::Mutex, key: &str) -> locksmith::MutexGuard {
-    for _ in 0..50 {
-        let g = lock.lock().unwrap();
-        if (0..N).all(|i| common::exists(&mut m.conn(i), key)) {
-            return g;
+/// A client from `build` holding the lock whose key is `key` on every master from index
+/// `from` on, for tests whose premise is such a grant. On a busy machine a grant may come from
+/// a bare majority (the others' replies came after the per-master timeout and were undone,
+/// and those masters are then skipped for a while by that client): a new client tries again.
+fn holding_on(
+    m: &Masters,
+    key: &str,
+    from: usize,
+    build: impl Fn() -> Client,
+    name: &str,
+) -> (Client, locksmith::MutexGuard) {
+    for _ in 0..20 {
+        let c = build();
+        let g = c.mutex(name).unwrap().lock().unwrap();
+        if (from..N).all(|i| common::exists(&mut m.conn(i), key)) {
+            return (c, g);
         }
         let _ = g.unlock();
     }
-    panic!("no grant by all {N} masters in 50 attempts");
+    panic!("no grant by masters {}..={N} in 20 attempts", from + 1);
 }
 
 fn is_no_quorum(e: &Error) -> bool {
@@ -828,12 +836,10 @@ fn a_late_grant_on_a_minority_master_is_undone() {
     let m = Arc::clone(&masters);
     with_deadline(Duration::from_secs(30), move || {
         let lease = Duration::from_secs(30);
-        let a = redlock(&m, lease, lease / 3);
         let name = common::unique_name("redlock-late-grant");
         let key = common::lock_key(&name);
-        let la = a.mutex(&name).unwrap();
-        // A holds on all five, so that it still holds on four once master 1 lost the key.
-        let ga = lock_on_every_master(&m, &la, &key);
+        // A holds on masters 2 to 5, which refuse B; master 1 loses the key.
+        let (_a, ga) = holding_on(&m, &key, 1, || redlock(&m, lease, lease / 3), &name);
         let _: i64 = redis::cmd("DEL").arg(&key).query(&mut m.conn(0)).unwrap();
 
         let proxy = locksmith_testkit::proxy::Proxy::start(m.server(0).port());
@@ -858,11 +864,11 @@ fn a_late_grant_on_a_minority_master_is_undone() {
 }
 
 /// An unlock is decided by the masters that hold the lock, even those marked down a moment
-/// ago. A holds on five masters, then loses the key on master 1 (as in the test above). One
-/// slow reply on masters 2 and 3 (held back past the per-master timeout) marks them down for
-/// a short while; an unlock in that while, skipping them, would see two releases and a
-/// missing key, fewer than a quorum, and fail with "master marked down" although the lock
-/// is held on three masters that answer. It must reach them and succeed.
+/// ago. A holds on masters 2 to 5 (and maybe 1), then loses the key on master 1 (as in the
+/// test above). One slow reply on masters 2 and 3 (held back past the per-master timeout)
+/// marks them down for a short while; an unlock in that while, skipping them, would see two
+/// releases and a missing key, fewer than a quorum, and fail with "master marked down"
+/// although the lock is held on four masters that answer. It must reach them and succeed.
 #[test]
 fn an_unlock_reaches_masters_marked_down_a_moment_ago() {
     let (masters, _reaper) = Masters::start();
@@ -875,14 +881,17 @@ fn an_unlock_reaches_masters_marked_down_a_moment_ago() {
         let mut urls = m.urls();
         urls[1] = proxies[0].url();
         urls[2] = proxies[1].url();
-        let a = Client::redlock(urls)
-            .lease(lease)
-            .master_timeout(MASTER_TIMEOUT)
-            .build()
-            .unwrap();
         let name = common::unique_name("redlock-unlock-marked-down");
         let key = common::lock_key(&name);
-        let ga = lock_on_every_master(&m, &a.mutex(&name).unwrap(), &key);
+        // A holds on masters 2 to 5 (the unlock must find three releases among them).
+        let build = || {
+            Client::redlock(urls.clone())
+                .lease(lease)
+                .master_timeout(MASTER_TIMEOUT)
+                .build()
+                .unwrap()
+        };
+        let (a, ga) = holding_on(&m, &key, 1, build, &name);
         let _: i64 = redis::cmd("DEL").arg(&key).query(&mut m.conn(0)).unwrap();
 
         // One slow reply each on masters 2 and 3: the acquire of another lock, which marks 2
