@@ -93,6 +93,54 @@ fn acl_user_with_fcall_but_without_eval() {
     drop(server);
 }
 
+/// A hold reported lost never unlocks `Ok`, even where the server would still release it.
+/// The renewals of an ACL user with `FCALL` but without `EVALSHA` are refused, so the hold is
+/// lost on this side (at its local deadline at the latest) and reported; meanwhile its key
+/// lives on, here for a minute (`PEXPIRE` from another connection). The release (an `FCALL`)
+/// then finds the key still this acquisition's and frees it: `unlock()` must say the lease
+/// was lost, as `on_lease_lost` and `is_held()` did.
+#[test]
+fn a_hold_reported_lost_does_not_unlock_ok_while_its_key_lives_on() {
+    let (server, u) = acl_server("fcalllost", &["eval", "evalsha"]);
+    let mut conn = server.conn();
+    let name = common::unique_name("acl-lost-key-lives");
+    let key = common::lock_key(&name);
+    let (r, held, left) = with_deadline(Duration::from_secs(20), move || {
+        let (tx, rx) = mpsc::channel();
+        let c = Client::builder(u.as_str())
+            .lease(Duration::from_millis(600))
+            .command_timeout(Duration::from_secs(1))
+            .on_lease_lost(move |_| {
+                let _ = tx.send(());
+            })
+            .build()
+            .unwrap();
+        let g = c.mutex(&name).unwrap().lock().unwrap();
+        let extended: i64 = redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(60_000)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            extended, 1,
+            "the key was gone before the test could extend it"
+        );
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the refused renewal was not reported");
+        let held = g.is_held();
+        let r = g.unlock();
+        (r, held, common::exists(&mut conn, &key))
+    });
+    assert!(!held, "a hold reported lost reads held");
+    assert!(
+        matches!(r, Err(Error::LeaseLost)),
+        "unlock after a reported loss: {r:?}"
+    );
+    // The release still ran: the key of a lost hold is not left behind.
+    assert!(!left, "the release left the key of the lost hold");
+    drop(server);
+}
+
 /// An ACL user without `PUBLISH`: a release that must publish (a waiter's attempt flagged the
 /// lock) fails at its `PUBLISH`, before anything changed, and `unlock()` gives the server's
 /// error.

@@ -760,3 +760,83 @@ fn a_release_after_a_handoff_names_the_last_token_issued() {
         next.unlock().unwrap();
     });
 }
+
+/// A run of hand-offs whose acquisition the server no longer has stops once this client
+/// knows it: here another thread of the client was granted the lock through Redis (the key
+/// was deleted, as an empty restart would lose it). A holds the lock; C queues for it; the key
+/// goes; B takes the lock through Redis with a token from the server clock. A's hold is lost
+/// from that moment (the server granted the name to another acquisition), so A must not hand
+/// its stale acquisition to C, whose token would then sit below B's while B holds the lock.
+/// C gets the lock from Redis after B, with a token above B's.
+#[test]
+fn a_run_stops_when_another_thread_is_granted_the_lock_through_redis() {
+    common::on_server(Duration::from_secs(30), move |url, mut conn| {
+        let (tx_lost, rx_lost) = mpsc::channel();
+        let tx_lost = StdMutex::new(tx_lost);
+        let client = Client::builder(&url)
+            .lease(Duration::from_secs(30))
+            .local_handoff_max_time(Duration::from_secs(30))
+            .on_lease_lost(move |l| {
+                let _ = tx_lost.lock().unwrap().send(l.fencing_token);
+            })
+            .build()
+            .unwrap();
+        let name = fresh_name(&url, "handoff-superseded");
+        let lock = client.mutex(&name).unwrap();
+        let (tx_a, rx_a) = mpsc::channel();
+        let (release_a, rx_go_a) = mpsc::channel::<()>();
+        let lock_a = lock.clone();
+        let ha = thread::spawn(move || {
+            let g = lock_a.lock().unwrap();
+            tx_a.send(g.fencing_token()).unwrap();
+            rx_go_a.recv().unwrap();
+            (g.is_held(), g.unlock())
+        });
+        let token_a = rx_a.recv().unwrap();
+        let (rx_c, release_c, hc) = locker(lock.clone());
+        common::wait_numsub(&mut conn, &common::release_channel(&name), 1);
+
+        redis::cmd("DEL")
+            .arg(common::lock_key(&name))
+            .exec(&mut conn)
+            .unwrap();
+        let lock_b = lock.clone();
+        let (tx_b, rx_b) = mpsc::channel();
+        let (tx_go_b, rx_go_b) = mpsc::channel::<()>();
+        let hb = thread::spawn(move || {
+            let g = lock_b
+                .try_lock()
+                .unwrap()
+                .expect("the lock was free on the server");
+            tx_b.send(g.fencing_token()).unwrap();
+            rx_go_b.recv().unwrap();
+            g.unlock().unwrap();
+        });
+        let token_b = rx_b.recv().unwrap();
+        assert!(
+            token_b > token_a,
+            "B's token {token_b} not above A's {token_a}"
+        );
+        let lost = rx_lost.recv_timeout(Duration::from_secs(5));
+        assert_eq!(lost, Ok(token_a), "A's loss was not reported");
+
+        // A's release: no hand-off of the lost acquisition to C.
+        release_a.send(()).unwrap();
+        let (held_a, unlocked_a) = ha.join().unwrap();
+        assert!(!held_a, "A's guard reads held beside B's acquisition");
+        assert!(unlocked_a.is_err(), "A's unlock: {unlocked_a:?}");
+        assert!(
+            rx_c.recv_timeout(Duration::from_millis(300)).is_err(),
+            "C was handed the lock while B holds it"
+        );
+        tx_go_b.send(()).unwrap();
+        hb.join().unwrap();
+        let token_c = rx_c.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(
+            token_c > token_b,
+            "C's token {token_c} is not above B's {token_b}"
+        );
+        release_c.send(()).unwrap();
+        hc.join().unwrap();
+    });
+}

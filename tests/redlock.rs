@@ -171,6 +171,28 @@ fn captured(from: Instant, needles: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A client from `build` holding the lock whose key is `key` on every master from index
+/// `from` on, for tests whose premise is such a grant. On a busy machine a grant may come from
+/// a bare majority (the others' replies came after the per-master timeout and were undone,
+/// and those masters are then skipped for a while by that client): a new client tries again.
+fn holding_on(
+    m: &Masters,
+    key: &str,
+    from: usize,
+    build: impl Fn() -> Client,
+    name: &str,
+) -> (Client, locksmith::MutexGuard) {
+    for _ in 0..20 {
+        let c = build();
+        let g = c.mutex(name).unwrap().lock().unwrap();
+        if (from..N).all(|i| common::exists(&mut m.conn(i), key)) {
+            return (c, g);
+        }
+        let _ = g.unlock();
+    }
+    panic!("no grant by masters {}..={N} in 20 attempts", from + 1);
+}
+
 fn is_no_quorum(e: &Error) -> bool {
     matches!(e, Error::NoQuorum { needed: 3, reached } if *reached < 3)
 }
@@ -814,11 +836,10 @@ fn a_late_grant_on_a_minority_master_is_undone() {
     let m = Arc::clone(&masters);
     with_deadline(Duration::from_secs(30), move || {
         let lease = Duration::from_secs(30);
-        let a = redlock(&m, lease, lease / 3);
         let name = common::unique_name("redlock-late-grant");
         let key = common::lock_key(&name);
-        let la = a.mutex(&name).unwrap();
-        let ga = la.lock().unwrap();
+        // A holds on masters 2 to 5, which refuse B; master 1 loses the key.
+        let (_a, ga) = holding_on(&m, &key, 1, || redlock(&m, lease, lease / 3), &name);
         let _: i64 = redis::cmd("DEL").arg(&key).query(&mut m.conn(0)).unwrap();
 
         let proxy = locksmith_testkit::proxy::Proxy::start(m.server(0).port());
@@ -839,5 +860,61 @@ fn a_late_grant_on_a_minority_master_is_undone() {
         });
         assert!(undone, "B's late grant stayed on master 1");
         ga.unlock().unwrap();
+    });
+}
+
+/// An unlock is decided by the masters that hold the lock, even those marked down a moment
+/// ago. A holds on masters 2 to 5 (and maybe 1), then loses the key on master 1 (as in the
+/// test above). One slow reply on masters 2 and 3 (held back past the per-master timeout)
+/// marks them down for a short while; an unlock in that while, skipping them, would see two
+/// releases and a missing key, fewer than a quorum, and fail with "master marked down"
+/// although the lock is held on four masters that answer. It must reach them and succeed.
+#[test]
+fn an_unlock_reaches_masters_marked_down_a_moment_ago() {
+    let (masters, _reaper) = Masters::start();
+    let m = Arc::clone(&masters);
+    with_deadline(Duration::from_secs(30), move || {
+        let lease = Duration::from_secs(30);
+        let proxies: Vec<_> = (1..3)
+            .map(|i| locksmith_testkit::proxy::Proxy::start(m.server(i).port()))
+            .collect();
+        let mut urls = m.urls();
+        urls[1] = proxies[0].url();
+        urls[2] = proxies[1].url();
+        let name = common::unique_name("redlock-unlock-marked-down");
+        let key = common::lock_key(&name);
+        // A holds on masters 2 to 5 (the unlock must find three releases among them).
+        let build = || {
+            Client::redlock(urls.clone())
+                .lease(lease)
+                .master_timeout(MASTER_TIMEOUT)
+                .build()
+                .unwrap()
+        };
+        let (a, ga) = holding_on(&m, &key, 1, build, &name);
+        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut m.conn(0)).unwrap();
+
+        // One slow reply each on masters 2 and 3: the acquire of another lock, which marks 2
+        // and 3 down (whether it holds on 1, 4 and 5 in time on a busy machine is no matter;
+        // nor is a master marked down before, which this acquire then skipped).
+        for p in &proxies {
+            p.delay_script_replies(MASTER_TIMEOUT * 6, 1);
+        }
+        let other = a.mutex(&common::unique_name("redlock-marker")).unwrap();
+        let go = other.try_lock();
+        println!(
+            "replies held back: {:?}; other lock: {:?}",
+            proxies.iter().map(|p| p.delays()).collect::<Vec<_>>(),
+            go.as_ref().map(Option::is_some)
+        );
+        ga.unlock().unwrap();
+        for i in 1..N {
+            assert!(
+                !common::exists(&mut m.conn(i), &key),
+                "the lock stayed on master {}",
+                i + 1
+            );
+        }
+        drop(go);
     });
 }

@@ -118,6 +118,12 @@ pub(crate) struct Shared {
     pub(crate) stats: Arc<Counters>,
     /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
     holds: PlMutex<HashMap<(String, u64), Weak<Hold>>>,
+    /// With local hand-off: the acquisition of this client's newest Mutex grant through Redis
+    /// on each lock key, until its run of hand-offs ends through Redis. A newer grant of the
+    /// name to this client shows that the server no longer has the older acquisition (the
+    /// key expired, was deleted, or Redis restarted empty): its run must not hand out another
+    /// token (see `locks/mutex/handoff.rs`). Taken after `holds`, never before.
+    runs: PlMutex<HashMap<String, String>>,
 }
 
 thread_local! {
@@ -179,15 +185,82 @@ impl Shared {
     /// Records a hold handed to the calling thread: its slot for re-entry, and its renewal.
     /// A hold of the thread's own on the same lock that still claims to be valid is lost (the
     /// server names one acquisition only) and is reported.
-    pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) {
+    ///
+    /// Returns false, and records nothing, when this client was granted the lock through
+    /// Redis under another acquisition since the run of `hold` began: the server no longer
+    /// has the run's acquisition, and the hold is marked lost and reported (as the receiver's
+    /// loss, which its renewal would have found). Decided under the lock under which
+    /// [`adopt_as`](Shared::adopt_as) records a new grant: either the grant comes first and
+    /// this refuses, or this comes first and the grant finds the hold and marks it lost.
+    pub(crate) fn adopt_passed(&self, hold: &Arc<Hold>) -> bool {
         let slot = (hold.keys.lock.clone(), thread_seq());
+        let mut holds = self.holds.lock();
+        if self
+            .runs
+            .lock()
+            .get(&hold.keys.lock)
+            .is_some_and(|a| *a != hold.acquisition)
+        {
+            drop(holds);
+            self.report_lost(hold);
+            return false;
+        }
+        let old = holds.insert(slot, Arc::downgrade(hold));
+        drop(holds);
         self.stats.acquired_locally(Kind::Mutex, &hold.keys.name);
-        let old = self.holds.lock().insert(slot, Arc::downgrade(hold));
         if let Some(old) = old.and_then(|w| w.upgrade()) {
             self.report_lost(&old);
         }
         if hold.renewal.is_some() {
             self.renewals.register(Arc::clone(hold));
+        }
+        true
+    }
+
+    /// Records a new Mutex acquisition through Redis, `acquisition` on `keys`, as the one
+    /// whose run of local hand-offs may go on (with local hand-off only; under `holds`). The
+    /// holds of other threads of this client from an older run on the name are lost: the
+    /// server granted the name anew, so it no longer has their acquisition. They are marked
+    /// lost and reported now, so that none of them says "held" beside the new acquisition or
+    /// hands its stale acquisition on with a token below the new one.
+    fn new_run(
+        &self,
+        holds: &HashMap<(String, u64), Weak<Hold>>,
+        keys: &LockKeys,
+        acquisition: &str,
+    ) {
+        if self.config.handoff.is_none() {
+            return;
+        }
+        let before = self
+            .runs
+            .lock()
+            .insert(keys.lock.clone(), acquisition.to_owned());
+        let Some(before) = before.filter(|b| b != acquisition) else {
+            return;
+        };
+        // Only when a run of this client was still going on the name: rare, so the scan
+        // costs nothing on the common path.
+        for ((key, _), h) in holds {
+            if *key == keys.lock
+                && let Some(h) = h.upgrade()
+                && h.kind == Kind::Mutex
+                && h.acquisition == before
+            {
+                self.report_lost(&h);
+            }
+        }
+    }
+
+    /// Ends the run of `hold`'s acquisition (its release through Redis): a later grant of the
+    /// name starts a run of its own without finding this one.
+    pub(crate) fn end_run(&self, hold: &Hold) {
+        if self.config.handoff.is_none() || hold.kind != Kind::Mutex {
+            return;
+        }
+        let mut runs = self.runs.lock();
+        if runs.get(&hold.keys.lock) == Some(&hold.acquisition) {
+            runs.remove(&hold.keys.lock);
         }
     }
 
@@ -292,6 +365,9 @@ impl Shared {
                 last: last.max(token),
             }),
         );
+        if kind == Kind::Mutex {
+            self.new_run(&holds, keys, acquisition);
+        }
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
         if renewal.is_some() {
@@ -320,18 +396,21 @@ impl Shared {
     }
 
     /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
-    /// renewal of it on the wire.
-    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) {
-        hold.leave(bound);
+    /// renewal of it on the wire. Returns whether its lease was known valid until then (see
+    /// [`Left`](crate::protocol::hold::Left)).
+    pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) -> bool {
+        let held = hold.leave(bound).held;
         if hold.renewal.is_some() {
             self.renewals.released();
         }
+        held
     }
 
     /// Forgets the calling thread's hold on its lock if it is `hold` (its outermost level was
     /// released), and tells the renewal thread one more released hold sits in its wheel.
     pub(crate) fn forget(&self, hold: &Arc<Hold>) {
         self.leave_slot(hold);
+        self.end_run(hold);
         if hold.renewal.is_some() {
             self.renewals.released();
         }
@@ -416,6 +495,7 @@ impl Core {
             renewals: inbox,
             stats,
             holds: PlMutex::new(HashMap::new()),
+            runs: PlMutex::new(HashMap::new()),
         });
         let mut threads = Vec::with_capacity(2);
         let sub = Arc::clone(&subscriber);

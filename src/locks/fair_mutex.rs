@@ -705,11 +705,11 @@ fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call
 fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
     let script = ("fair release", scripts::parse_release);
     release_by_script(&mutex.client, hold, script, &mutex.keys.lock, by, || {
-        let level = leave_level(mutex.client.shared(), hold, by);
+        let (level, held) = leave_level(mutex.client.shared(), hold, by);
         // The first attempt may have released the last level before its reply was lost (the
         // lock then moved to the release marker, or was granted to the next waiter with a copy
         // there).
-        Some(release_call(&mutex.keys, hold.holder(), level))
+        (held, Some(release_call(&mutex.keys, hold.holder(), level)))
     })
 }
 

@@ -228,7 +228,7 @@ impl Lease {
         self.released = true;
         let shared = self.lock.core().shared();
         let bound = shared.config.one_call();
-        if self.hold.leave(bound) {
+        if self.hold.leave(bound).outermost {
             shared.forget(&self.hold);
         }
         let h = &self.hold;
@@ -284,17 +284,19 @@ impl Drop for Lease {
 }
 
 /// Ends one level of `hold` on this side, before its release asks the server: the level it
-/// was. The outermost level stops renewal (the wait for a renewal on the wire is part of `by`;
-/// renewals are bounded too) and is forgotten as the thread's hold; its release then frees the
-/// lock on the server whatever count it has there: levels the server counts beyond the local
-/// ones (an inner release that never arrived, a re-entry whose reply was lost for good) must
-/// not keep it.
-pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> Level {
-    if hold.leave(by.left().unwrap_or(Duration::MAX)) {
+/// was, and whether the lease was known valid as it was left (the `held` that [`released`]
+/// takes; see [`Left`](crate::protocol::hold::Left)). The outermost level stops renewal (the
+/// wait for a renewal on the wire is part of `by`; renewals are bounded too) and is forgotten
+/// as the thread's hold; its release then frees the lock on the server whatever count it has
+/// there: levels the server counts beyond the local ones (an inner release that never
+/// arrived, a re-entry whose reply was lost for good) must not keep it.
+pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> (Level, bool) {
+    let left = hold.leave(by.left().unwrap_or(Duration::MAX));
+    if left.outermost {
         shared.forget(hold);
-        Level::Outermost
+        (Level::Outermost, left.held)
     } else {
-        Level::Inner
+        (Level::Inner, left.held)
     }
 }
 
@@ -304,8 +306,8 @@ fn release_bound(lock: &dyn Release) -> Deadline {
 }
 
 /// Releases one level of `hold` within `by` by a release script: `leave` ends the level on
-/// this side and gives the script's call (`None`: nothing to ask the server, the level was an
-/// inner one), after whether the lease was known valid was read. The call, of the script
+/// this side and gives whether the lease was known valid as it was left, and the script's
+/// call (`None`: nothing to ask the server, the level was an inner one). The call, of the script
 /// `what` whose reply `parse` reads, is retried once on a new connection (a failure clears
 /// the pool): the first attempt may have released before its reply was lost, or never ran
 /// (Redis restarted empty), and the same call, retried, tells them apart by the release
@@ -317,40 +319,52 @@ pub(crate) fn release_by_script(
     (what, parse): (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
     foreign: &str,
     by: Deadline,
-    leave: impl FnOnce() -> Option<Call>,
+    leave: impl FnOnce() -> (bool, Option<Call>),
 ) -> Result<()> {
-    let was_held = hold.is_held();
-    let Some(call) = leave() else {
-        return Ok(());
+    let (held, call) = leave();
+    let Some(call) = call else {
+        // An inner level of a lease lost before it was left: the loss came first.
+        return if held { Ok(()) } else { Err(Error::LeaseLost) };
     };
     let reply = eval_twice(core, &call, by)
         .and_then(|v| parse(&v).ok_or_else(|| scripts::unexpected(what, &v)));
-    released(core.shared(), hold, was_held, foreign, reply)
+    released(core.shared(), hold, held, foreign, reply)
 }
 
-/// What a release's `reply` means for `hold` (see [`release_by_script`] for the rest): `Ok`
-/// only where the server shows this acquisition's level released, by this call or by its first
-/// attempt; a loss is reported once.
+/// What a release's `reply` means for `hold` (see [`release_by_script`] for the rest), whose
+/// level was left with the lease known valid (`held`) or not: `Ok` only where it was, and the
+/// server shows this acquisition's level released, by this call or by its first attempt; a
+/// loss is reported once.
+///
+/// `held` was decided in one step with the hold's loss (see
+/// [`Left`](crate::protocol::hold::Left)): a loss marked first makes every release of the hold
+/// an error, even one the server still carries out (a lease lost on this side, by its local
+/// deadline or a refused renewal, whose key outlives it for a moment); a release first keeps
+/// a later loss from being marked or reported at all. So `on_lease_lost`, `is_held()` and
+/// `unlock()` agree in every order.
 pub(crate) fn released(
     shared: &Shared,
     hold: &Arc<Hold>,
-    was_held: bool,
+    held: bool,
     foreign: &str,
     reply: Result<ReleaseReply>,
 ) -> Result<()> {
     let reply = match reply {
         // Redis could not be asked, but the lease was known lost already: that is the news.
-        Err(e) if !was_held => {
+        Err(e) if !held => {
             log::debug!("release of a lost lock `{}` failed: {e}", hold.keys.name);
             return Err(Error::LeaseLost);
         }
         other => other?,
     };
     match reply {
-        ReleaseReply::Released { .. } => Ok(()),
+        ReleaseReply::Released { .. } if held => Ok(()),
+        // The server still had the key (its lease outlives the local deadline by the drift
+        // margin), and released it; but the loss was known first.
+        ReleaseReply::Released { .. } => Err(Error::LeaseLost),
         // A retry after a lost reply: the first attempt released it, and nobody held the lock
         // in between; unless the lease was known lost before.
-        ReleaseReply::ReleasedBefore if was_held => Ok(()),
+        ReleaseReply::ReleasedBefore if held => Ok(()),
         ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
         // An inner level finds the lease lost while outer guards still live: they are told,
         // and the loss is reported once.

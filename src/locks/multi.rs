@@ -502,9 +502,8 @@ fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Res
     let levels: Vec<(Arc<Hold>, Level, bool)> = holds
         .iter()
         .map(|h| {
-            let was_held = h.is_held();
-            let level = leave_level(shared, h, by);
-            (Arc::clone(h), level, was_held)
+            let (level, held) = leave_level(shared, h, by);
+            (Arc::clone(h), level, held)
         })
         .collect();
     let mut start = 0;
@@ -557,7 +556,7 @@ fn release_part(
     let v = match reply {
         Ok(v) => v,
         // Redis could not be asked, but every lease was known lost already: that is the news.
-        Err(e) if levels.iter().all(|(.., was_held)| !was_held) => {
+        Err(e) if levels.iter().all(|(.., held)| !held) => {
             log::debug!("release of a lost set failed: {e}");
             return Err(Error::LeaseLost);
         }
@@ -566,8 +565,8 @@ fn release_part(
     let replies = scripts::parse_multi_release(&v, levels.len())
         .ok_or_else(|| scripts::unexpected("multi_release", &v))?;
     let mut first = None;
-    for ((h, _, was_held), reply) in levels.iter().zip(replies) {
-        if let Err(e) = released(shared, h, *was_held, &h.keys.lock, Ok(reply)) {
+    for ((h, _, held), reply) in levels.iter().zip(replies) {
+        if let Err(e) = released(shared, h, *held, &h.keys.lock, Ok(reply)) {
             first.get_or_insert(e);
         }
     }

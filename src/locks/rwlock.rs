@@ -588,11 +588,15 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
     release_by_script(&lock.client, hold, script, foreign, by, || {
         // An inner level: the thread still holds the lock, and nothing is asked.
         let shared = lock.client.shared();
-        let outermost = leave_level(shared, hold, by) == Level::Outermost;
+        let (level, held) = leave_level(shared, hold, by);
+        let outermost = level == Level::Outermost;
         // Writers of this client that queue behind the one that asks Redis are not registered
         // on the server, so no flag says they wait: the release publishes for them.
         let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
-        outermost.then(|| family::rw_release(keys, hold.holder(), read, publish))
+        (
+            held,
+            outermost.then(|| family::rw_release(keys, hold.holder(), read, publish)),
+        )
     })
 }
 

@@ -498,8 +498,8 @@ impl Semaphore {
             // The wait for a renewal on the wire is part of the bound (renewals are bounded
             // too).
             let bound = by.left().unwrap_or(Duration::MAX);
-            self.client.shared().unwatch(hold, bound);
-            Some(family::sem_release(&self.keys, hold.holder()))
+            let held = self.client.shared().unwatch(hold, bound);
+            (held, Some(family::sem_release(&self.keys, hold.holder())))
         })
     }
 }

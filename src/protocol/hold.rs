@@ -58,6 +58,17 @@ pub(crate) enum Begin {
     Skip,
 }
 
+/// What [`Hold::leave`] found, decided in one step with any loss of the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Left {
+    /// The level left was the outermost: the hold is released (or stays lost).
+    pub(crate) outermost: bool,
+    /// The lease was known valid as the level was left: not marked lost, and its local
+    /// deadline not passed. A release whose level was left otherwise is never `Ok`, whatever
+    /// the server answers: the loss came first (and is, or will be, reported as one).
+    pub(crate) held: bool,
+}
+
 /// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -288,12 +299,21 @@ impl Hold {
 
     /// Leaves one level. For the outermost level the hold is marked released and this waits
     /// (at most `bound`) for a renewal on the wire, so that no renewal reaches Redis after
-    /// the release. Returns whether this was the outermost level.
-    pub(crate) fn leave(&self, bound: Duration) -> bool {
+    /// the release. Returns whether this was the outermost level, and whether the lease was
+    /// known valid as the level was left (see [`Left`]).
+    pub(crate) fn leave(&self, bound: Duration) -> Left {
         let mut st = self.state.lock();
+        // Read under the lock every loss is marked under: a loss marked before this is seen
+        // here, and one after it finds the outermost level released (`mark_lost`,
+        // `end_renewal` and `begin_renewal` then change nothing and report nothing).
+        let held = matches!(st.status, Status::Valid | Status::Uncertain)
+            && self.deadline_of(&st).is_none_or(|d| Instant::now() < d);
         st.depth = st.depth.saturating_sub(1);
         if st.depth > 0 {
-            return false;
+            return Left {
+                outermost: false,
+                held,
+            };
         }
         if st.status != Status::Lost {
             st.status = Status::Released;
@@ -309,7 +329,10 @@ impl Hold {
                 None => self.renewal_done.wait(&mut st),
             }
         }
-        true
+        Left {
+            outermost: true,
+            held,
+        }
     }
 
     /// Marks the hold lost; returns true if it was not lost or released before.
@@ -477,7 +500,7 @@ mod tests {
         assert_eq!(h.begin_renewal(), Begin::Skip);
         let r = hold(10_000, Instant::now());
         assert_eq!(r.begin_renewal(), Begin::Send);
-        assert!(r.leave(Duration::ZERO));
+        assert!(r.leave(Duration::ZERO).outermost);
         assert_eq!(r.end_renewal(Instant::now(), Some(true)), None);
         assert_eq!(r.status(), Status::Released);
     }
@@ -531,7 +554,7 @@ mod tests {
         let h = hold(10_000, Instant::now());
         assert!(h.enter(Instant::now()));
         assert!(!h.pass(), "an inner level passed");
-        assert!(!h.leave(Duration::ZERO));
+        assert!(!h.leave(Duration::ZERO).outermost);
         assert!(h.pass());
         assert!(h.is_held(), "a passed hold stays valid until retired");
         assert!(!h.enter(Instant::now()), "a passed hold was re-entered");
@@ -552,12 +575,94 @@ mod tests {
         assert_eq!(lost.status(), Status::Lost);
     }
 
+    /// The loss and the release of the outermost level decide in one step: whichever comes
+    /// first wins, and the other sees it. A loss first: the level is left not held (its
+    /// release is never `Ok`). A release first: no loss is marked or reported afterwards.
+    #[test]
+    fn a_loss_and_a_release_agree_in_either_order() {
+        // The renewal thread finds the loss, then the owner leaves.
+        let h = hold(10_000, Instant::now());
+        assert_eq!(h.begin_renewal(), Begin::Send);
+        assert_eq!(
+            h.end_renewal(Instant::now(), Some(false)),
+            Some(Status::Lost)
+        );
+        let left = h.leave(Duration::ZERO);
+        assert!(left.outermost && !left.held, "{left:?}");
+        assert_eq!(h.status(), Status::Lost);
+        // A loss marked by a lock call, then the owner leaves an inner level, then the last.
+        let h = hold(10_000, Instant::now());
+        assert!(h.enter(Instant::now()));
+        assert!(h.mark_lost());
+        assert_eq!(
+            h.leave(Duration::ZERO),
+            Left {
+                outermost: false,
+                held: false
+            }
+        );
+        assert_eq!(
+            h.leave(Duration::ZERO),
+            Left {
+                outermost: true,
+                held: false
+            }
+        );
+        // The owner leaves, then the renewal's outcome (or a lock call's loss) arrives.
+        let h = hold(10_000, Instant::now());
+        assert_eq!(h.begin_renewal(), Begin::Send);
+        assert_eq!(
+            h.leave(Duration::ZERO),
+            Left {
+                outermost: true,
+                held: true
+            }
+        );
+        assert_eq!(h.end_renewal(Instant::now(), Some(false)), None);
+        assert!(!h.mark_lost());
+        assert_eq!(h.begin_renewal(), Begin::Skip);
+        assert_eq!(h.status(), Status::Released);
+        // A local deadline passed before the owner left: not held, as `is_held` said.
+        let late = hold(30, Instant::now() - Duration::from_millis(100));
+        assert!(!late.is_held());
+        assert!(!late.leave(Duration::ZERO).held);
+    }
+
+    /// The same race run by two threads, released together by a barrier many times: a loss
+    /// reported (the renewal's outcome marked it) and a release left held never both happen,
+    /// and one of them always does.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_loss_and_a_release_racing_never_both_win() {
+        for _ in 0..2_000 {
+            let h = Arc::new(hold(10_000, Instant::now()));
+            assert_eq!(h.begin_renewal(), Begin::Send);
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let renewal = {
+                let (h, start) = (Arc::clone(&h), Arc::clone(&start));
+                std::thread::spawn(move || {
+                    start.wait();
+                    h.end_renewal(Instant::now(), Some(false)) == Some(Status::Lost)
+                })
+            };
+            start.wait();
+            let left = h.leave(Duration::from_secs(5));
+            let reported = renewal.join().unwrap();
+            assert!(left.outermost);
+            assert!(
+                reported != left.held,
+                "loss reported: {reported}, release left held: {}",
+                left.held
+            );
+        }
+    }
+
     #[test]
     fn levels_and_release() {
         let h = hold(10_000, Instant::now());
         assert!(h.enter(Instant::now()));
-        assert!(!h.leave(Duration::ZERO));
-        assert!(h.leave(Duration::ZERO));
+        assert!(!h.leave(Duration::ZERO).outermost);
+        assert!(h.leave(Duration::ZERO).outermost);
         assert_eq!(h.status(), Status::Released);
         assert_eq!(h.begin_renewal(), Begin::Skip);
         assert!(!h.mark_lost());

@@ -104,7 +104,9 @@ lease_guard! { MutexGuard of super::Mutex, "lock", token;
     /// # Errors
     ///
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease had run out (or the key
-    /// was deleted, or Redis lost it in a restart) and nobody holds the lock;
+    /// was deleted, or Redis lost it in a restart) and nobody holds the lock, and whenever the
+    /// loss was known here first ([`is_held`](MutexGuard::is_held) false, `on_lease_lost`
+    /// called), even if the server still had the key (it is freed all the same);
     /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds it now (it is left
     /// untouched); [`Error::Redis`](crate::Error::Redis) when Redis could not be asked: the lock
     /// then frees itself when its lease runs out, since renewal stopped. A lock handed to
@@ -194,8 +196,7 @@ pub(crate) fn release(
     if handoff::pass(shared, hold) {
         return Ok(());
     }
-    let was_held = hold.is_held();
-    let level = leave_level(shared, hold, by);
+    let (level, held) = leave_level(shared, hold, by);
     // Threads of this client queue for the lock, and it goes through Redis: other
     // processes' waiters get a head start (the message may arrive before the reply).
     let giving_way = match level {
@@ -226,7 +227,7 @@ pub(crate) fn release(
     {
         g.settle(*listeners);
     }
-    released(shared, hold, was_held, &keys.lock, reply)
+    released(shared, hold, held, &keys.lock, reply)
 }
 
 detachable!(MutexGuard);

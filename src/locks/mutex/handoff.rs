@@ -30,6 +30,12 @@
 //!   orphans.
 //! - A baton nobody takes (the last waiter left) is dropped, and dropping it releases the
 //!   lock through Redis, owner- and acquisition-checked, as a guard's drop would.
+//! - A run whose acquisition the server lost (the key expired or was deleted, Redis restarted
+//!   empty) goes on until a renewal finds out, at most one renewal interval. But once another
+//!   thread of this client is granted the name through Redis, the client knows: the run's
+//!   holds are marked lost and reported, and a baton in transit makes no successor (see
+//!   [`Shared::adopt_passed`]). Otherwise the run would hand out tokens from its block, which
+//!   lie below the new grant's, while the new holder holds the lock.
 //!
 //! # Giving way after a run
 //!
@@ -80,6 +86,7 @@ impl Baton {
         // Marks it released (it has no level left) and waits for a renewal on the wire.
         hold.leave(by.left().unwrap_or(Duration::MAX));
         shared.note_released(hold);
+        shared.end_run(hold);
         let publish = shared.subscriber.has_waiters(&hold.keys.channel);
         if let Err(e) = shared.backend.release(
             &hold.keys,
@@ -199,8 +206,11 @@ pub(crate) fn receive(
         })
         .acquired_at(now),
     );
-    shared.adopt_passed(&successor);
-    Some(successor)
+    // Refused when this client was granted the lock through Redis anew since the run began:
+    // the server no longer has the run's acquisition, so its next token would sit below the
+    // new grant's. The successor is reported lost; its acquisition is another's (or nobody's)
+    // on the server, so nothing is released there.
+    shared.adopt_passed(&successor).then_some(successor)
 }
 
 /// The outermost release through Redis of a [`Mutex`](crate::Mutex) for which threads of

@@ -507,13 +507,41 @@ impl Backend {
         };
         let call = scripts::release(keys, &release, false);
         let mut replies = self.call_all(&call, &self.all(), by, false);
+        // A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
+        // reply) never saw the release. While the masters that answered released fewer than
+        // a quorum, the outcome rests on the skipped ones: the retry goes to them too, on a
+        // new connection, costing at most one more per-master timeout. Skipping them would
+        // fail the unlock of a lock still held on them, for the whole marked-down pause.
+        let released = replies
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .ok()
+                    .and_then(scripts::parse_release)
+                    .is_some_and(|r| {
+                        matches!(
+                            r,
+                            ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore
+                        )
+                    })
+            })
+            .count();
+        let undecided = released < self.quorum;
         let retry: Vec<usize> = replies
             .iter()
-            .filter(|(_, r)| r.as_ref().err().is_some_and(Fault::is_retriable))
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .err()
+                    .is_some_and(|e| e.is_retriable() && (undecided || !e.is_marked_down()))
+            })
             .map(|(i, _)| *i)
             .collect();
+        let fresh = replies
+            .iter()
+            .any(|(i, r)| retry.contains(i) && r.as_ref().err().is_some_and(Fault::is_marked_down));
         // The retry takes a new connection (a failure clears the master's idle ones), and
-        // skips a quorum master marked down: waiting for it again would cost the others.
+        // skips a quorum master marked down when the others decided the outcome already:
+        // waiting for it again would then cost the caller for nothing.
         if !retry.is_empty() && !by.passed() {
             log::debug!(
                 "release of `{}` failed on {} master(s); retrying once",
@@ -526,7 +554,7 @@ impl Backend {
             // script to tell them apart by the release marker (`ReleasedBefore`), and what it
             // cannot tell is a loss.
             let again = scripts::release(keys, &release, true);
-            replace_replies(&mut replies, self.call_all(&again, &retry, by, false));
+            replace_replies(&mut replies, self.call_all(&again, &retry, by, fresh));
         }
         let mut parsed = replies.into_iter().map(|(_, r)| {
             r.and_then(|v| {
