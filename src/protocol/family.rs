@@ -16,7 +16,7 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Call, Holder, LEAD_US, Level, Live, ReleaseReply, Which, evalsha, int, millis,
+    AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which, evalsha, int, millis,
 };
 
 /// The holder string a grant starts with: `GEN|OWNER`.
@@ -383,7 +383,7 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
             Some(Held {
                 owner: (*owner).to_owned(),
                 count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
-                token: since.checked_add(LEAD_US)?,
+                token: since,
                 since_us: Some(since),
             })
         }
@@ -392,11 +392,7 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
             Some(Held {
                 owner: (*owner).to_owned(),
                 count: 1,
-                token: if shape == Shape::Writer {
-                    since.checked_add(LEAD_US)?
-                } else {
-                    0
-                },
+                token: if shape == Shape::Writer { since } else { 0 },
                 since_us: Some(since),
             })
         }
@@ -558,7 +554,7 @@ mod tests {
     #[test]
     fn holder_values_parse() {
         let since = 1_764_000_000_000_042;
-        let token = since + LEAD_US;
+        let token = since;
         assert_eq!(
             parse_held("g|o:1/web/t|1764000000|42", Shape::Fair),
             held("o:1/web/t", 1, token, Some(since))

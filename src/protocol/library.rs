@@ -215,7 +215,6 @@ mod tests {
                 publish: Publish::IfFlagged,
                 request: "",
                 fence: None,
-                last_issued: None,
             },
             false,
         );

@@ -211,7 +211,6 @@ pub(crate) fn release(
         &hold.acquisition,
         &request,
         hold.token,
-        hold.last_issued(),
         level,
         publish,
         by,

@@ -10,13 +10,13 @@
 --            REQ: the request id of the last acquire call that counted a level; REL: the
 --            request id of the last inner release.
 --          Either ends in '|w' when the queue may hold waiters: its release grants the lock to
---          the first live one. The fencing token is S * 1000000 + US + LEAD: S and US are
---          the server clock at the grant, or, where the mark was already that high (the clock
---          went back), the time just above the mark's token, so that tokens strictly rise.
+--          the first live one. The fencing token is S * 1000000 + US: S and US are the server
+--          clock at the grant, or, when the fence gave a higher token (the clock went back),
+--          the time of that token (`take_token` and `time_of`, prelude/fence.lua).
 -- KEYS[2]  queue: a list of waiter ids in arrival order (id = OWNER .. '/' .. GEN)
 -- KEYS[3]  waiters: a hash, waiter id -> heartbeat deadline in server milliseconds
--- KEYS[4]  the name's fencing mark `P{T}:fence` (see acquire.lua): every grant takes a token
---          above it, and raises it to that token
+-- KEYS[4]  the fencing mark of the name's hash slot `P{#N}:fence` (prelude/fence.lua): every
+--          grant takes its token from it
 -- KEYS[5]  release only: the release marker `P{T}:fair:released`. A release moves the lock
 --          there (RENAME: it lives as long as the lease had left), or copies it there for as
 --          long when it grants the lock on, so that a retried release tells "my first attempt
@@ -66,10 +66,9 @@ local t
 if op == 'a' then
   t = redis.call('time')
   if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-    local token = fast_grant(KEYS[1], KEYS[4], ARGV[2], ARGV[3], t)
-    if token then
-      return token
-    end
+    local s, us, token = stamp(KEYS[4], t)
+    redis.call('set', KEYS[1], ARGV[2] .. '|' .. s .. '|' .. us, 'px', ARGV[3])
+    return token
   end
 elseif op == 'r' then
   local v = redis.pcall('get', KEYS[1])
@@ -127,7 +126,7 @@ local function value(f)
 end
 
 local function token(f)
-  return f.s * 1000000 + f.us + LEAD
+  return f.s * 1000000 + f.us
 end
 
 -- Drops dead waiters (heartbeat deadline passed) from the head of the queue. Returns the first

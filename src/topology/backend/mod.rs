@@ -477,9 +477,7 @@ impl Backend {
 
     /// Releases `level` of the Mutex acquisition `acquisition` (its hold's fencing token
     /// `token`) on every master, retrying once (on a new connection) where the connection
-    /// failed, all within `by`. `last_issued`: the last token the hold's local hand-offs
-    /// issued, when above the acquisition's own (the hold's own token after a hand-off).
-    /// `publish`: whether the release publishes even when no waiter flagged the lock (threads
+    /// failed, all within `by`. `publish`: whether the release publishes even when no waiter flagged the lock (threads
     /// of this client wait); with a quorum it always does (waiters listen on one master).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -488,7 +486,6 @@ impl Backend {
         acquisition: &str,
         request: &str,
         token: u64,
-        last_issued: Option<u64>,
         level: Level,
         publish: bool,
         by: Deadline,
@@ -503,7 +500,6 @@ impl Backend {
                 Publish::IfFlagged
             },
             fence: self.fence_of(token),
-            last_issued,
         };
         let call = scripts::release(keys, &release, false);
         let mut replies = self.call_all(&call, &self.all(), by, false);
