@@ -370,7 +370,7 @@ fn a_busy_name_is_granted_from_the_memory_of_its_mark() {
 }
 
 /// A busy name's grants from the function library's memory, mixed with grants of the same
-/// script sent as `EVALSHA` (no memory: an older client, or an ACL without `FCALL`), all
+/// script sent as `EVALSHA` (no memory: a client whose ACL refuses `FCALL`), all
 /// microseconds apart: tokens strictly rise, before and after a step back of the server clock
 /// shorter than the memory's reservation (300 µs) and one of 10 s.
 #[test]
@@ -389,14 +389,20 @@ fn tokens_from_the_memory_and_from_scripts_rise_together_across_steps_back() {
 
 /// A grant through the function library with a hand-off block, then the slot's mark lost while
 /// the server runs (`how`: `DEL` of the mark, or `FLUSHALL`), then another grant microseconds
-/// later, all in one pipeline on a busy name: the later token is above the whole block, though
-/// neither the mark nor the lock key is left to say so (the library still remembers it).
+/// later, all in one pipeline, on a busy name and on a quiet one: the later token is above the
+/// whole block, though neither the mark nor the lock key is left to say so (the library still
+/// remembers it).
 fn a_lost_mark_keeps_tokens_above_the_block(how: &str) {
     const BLOCK: u64 = 1024;
-    let (_server, mut raw, mut conn) = Raw::start("lost-mark");
+    let server = server();
+    let mut conn = server.conn();
     for round in 0..20 {
-        // A busy slot: the library remembers its mark.
-        raw.cycles(&mut conn, 5, |_| false);
+        // A new name each round; on a busy slot (even rounds) the library holds a reservation
+        // of the mark, on a quiet one only its last token.
+        let mut raw = Raw::new(&server, &common::unique_name("lost-mark"));
+        if round % 2 == 0 {
+            raw.cycles(&mut conn, 5, |_| false);
+        }
         let mut pipe = redis::pipe();
         for (i, block) in [(0, BLOCK), (1, 0)] {
             let request = format!("lost{round}x{i}");

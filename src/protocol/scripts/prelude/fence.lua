@@ -52,9 +52,10 @@ end
 --
 -- The memory. Run as a function (FCALL), the Mutex acquire has MARKS, kept from call to call
 -- in the library's Lua state (nil in a script sent with EVALSHA, whose state keeps nothing).
--- MARKS.at[mark] = c: c.last, the last token this library issued on the slot; on a busy slot
--- (the last grant within RESERVE) c.seen, the reservation it wrote there, and c.upto, its
--- reach. NONCE names the Lua state (its clock at its first write), so no other writer writes
+-- MARKS.at[mark] = c, for every slot it granted on (up to MAX_MARKS): c.last, the last token
+-- this library issued on the slot; on a busy slot (the last grant within RESERVE) c.seen, the
+-- reservation it wrote there, and c.upto, its reach (else c.upto = c.last, so no grant passes
+-- the no-write check). NONCE names the Lua state (its clock at its first write), so no other writer writes
 -- c.seen. Proof of the no-write grant below: the mark still equals c.seen, so nobody wrote it
 -- since this library did (every other writer writes another string: `take_token` a number or
 -- its own reservation, `raise_mark` a number over any reservation; a lost mark reads nil);
@@ -62,7 +63,8 @@ end
 -- token is above it and its block within c.upto, which the mark reaches: the invariant holds
 -- without a write. Every other grant writes the mark, and takes its token above both the
 -- reach it read and c.last: so a lost mark (reads nil) still gives a token above every one
--- this library issued. MAX_MARKS bounds the memory; forgetting a slot only costs writes.
+-- this library issued. MAX_MARKS bounds the memory; a slot forgotten costs writes, and a lost
+-- mark there is then covered no better than without the memory.
 local function take_token(mark, t, block)
   local token = t[1] * 1000000 + t[2]
   local last = token + block
@@ -91,19 +93,16 @@ local function take_token(mark, t, block)
   end
   if high >= token then
     -- The clock is not above it: the highest + 1, no block.
-    token, block = high + 1, 0
+    token, block, last, busy = high + 1, 0, high + 1, false
     redis.call('set', mark, string.format('%.0f', token))
-    if c then
-      c.seen, c.last, c.upto = nil, token, token
-    end
-    return token, 0
   end
   if busy then
     c.seen, c.last, c.upto = new, last, last + RESERVE
   elseif c then
     c.seen, c.last, c.upto = nil, last, last
-  elseif MARKS and m and token - high < RESERVE then
-    -- A busy slot new to the memory (its last grant, by anyone, was a moment ago).
+  elseif MARKS then
+    -- A slot new to the memory: its last token, so that a lost mark still gives a token above
+    -- it; it becomes busy when the next grant comes within RESERVE.
     if MARKS.n >= MAX_MARKS then
       MARKS.at, MARKS.n = {}, 0
     end
