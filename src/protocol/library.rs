@@ -11,8 +11,8 @@
 //!
 //! The functions run the scripts' own source (`scripts/acquire.lua`, `scripts/release.lua`),
 //! each wrapped as `function(KEYS, ARGV) ... end`, so both paths answer alike; the one thing a
-//! function has that a script has not is memory between calls, `MARKS` (the acquire's memory
-//! of its fencing marks, `scripts/acquire.lua`), which a script declares `nil`. A function is
+//! function has that a script has not is memory between calls, `MARKS` (the fence's memory of
+//! the fencing marks, `scripts/prelude/fence.lua`), which a script declares `nil`. A function is
 //! named after its script's SHA1 (`locksmith_<sha1>`), and the library after its whole text, so
 //! that clients of different versions on one server each find their own functions, and a fault
 //! test that picks a call by the script's SHA1 finds it in either form.
@@ -48,7 +48,7 @@ pub(crate) static PLAIN: LazyLock<Library> = LazyLock::new(|| Library::new(|w| w
 impl Library {
     /// The library of the scripts as `source` gives them (a cluster's use `spublish`).
     pub(crate) fn new(source: impl Fn(Which) -> String) -> Library {
-        // The memory of the fencing marks (`scripts/acquire.lua`, "The memory"): one table for
+        // The memory of the fencing marks (`scripts/prelude/fence.lua`, "The memory"): one table for
         // the library, kept from call to call, in place of each script's `nil`.
         let mut body = String::from("local MARKS = {n = 0, at = {}}\n");
         let mut functions = Vec::new();

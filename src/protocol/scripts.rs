@@ -290,7 +290,8 @@ pub(crate) struct Acquire<'a> {
     /// The caller waited for the lock: a new acquisition is flagged at once, so that its
     /// release publishes (others may wait too).
     pub(crate) waited: bool,
-    /// A quorum of masters: the fencing counter takes part (and no block is reserved).
+    /// A quorum of masters: releases and renewals raise the fencing mark (and no block is
+    /// reserved).
     pub(crate) quorum: bool,
 }
 
@@ -554,7 +555,7 @@ pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
 }
 
 /// The renew script for the Mutex acquisition `acquisition`; `fence`: with a quorum, the
-/// holder's token, which the fencing counter is raised to.
+/// holder's token, which the fencing mark is raised to.
 pub(crate) fn renew(
     keys: &LockKeys,
     acquisition: &str,
@@ -576,7 +577,7 @@ pub(crate) fn renew(
 }
 
 /// One lease of a batched renewal: the lock, its holder, the lease to set, and the token to
-/// raise the fencing counter to (0: leave the counter alone, as with a single master).
+/// raise the fencing mark to (0: leave the mark alone, as with a single master).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Renewing<'a> {
     pub(crate) keys: &'a LockKeys,

@@ -51,14 +51,13 @@
 -- c  cancel   ARGV[2] 'GEN|OWNER'. Leaves the queue. Returns {1, token, count, gen} when the
 --             lock was granted to the caller before it left (it holds it), {0, 0} when not.
 -- i  info     Returns {S, US, holder, pttl, waiters}: the server clock (TIME's two fields), the
---             lock's value ('' when free; '|OWNER|COUNT|TOKEN' for a lock hash of the layout
---             before), its TTL in ms, and how many live waiters are queued. {-1}: foreign.
+--             lock's value ('' when free), its TTL in ms, and how many live waiters are queued.
+--             {-1}: foreign.
 -- f  force    Frees the lock whoever holds it, and grants it to the first live waiter (who is
---             told). Returns the value removed ('' when nobody held it; a lock hash of the layout
---             before as for 'i'), or {-1} when the key is foreign (left alone).
+--             told). Returns the value removed ('' when nobody held it), or {-1} when the key
+--             is foreign (left alone).
 --
--- A hash at KEYS[1] is a lock of the layout before (an older client's): held, busy; a new client
--- does not queue behind it. Time is the server's clock (TIME): a waiter's heartbeat deadline is
+-- Time is the server's clock (TIME): a waiter's heartbeat deadline is
 -- never a client's clock.
 
 local op = ARGV[1]
@@ -201,15 +200,12 @@ local function keep_queue(lease)
   end
 end
 
--- The lock's value: a string (or false when missing); nil, and a reply for a key of another
--- kind (an older client's lock hash: busy; anything else: foreign).
+-- The lock's value: a string (or false when missing); nil and 'foreign' for a key of another
+-- type.
 local function get()
   local v = redis.pcall('get', KEYS[1])
   if type(v) ~= 'table' then
     return v
-  end
-  if old_layout(KEYS[1]) then
-    return nil, 'old'
   end
   return nil, 'foreign'
 end
@@ -297,9 +293,6 @@ end
 if op == 'r' then
   local v, other = get()
   if other then
-    if other == 'old' then
-      return -2
-    end
     return -3
   end
   local f = v and parse(v)
@@ -369,16 +362,12 @@ if op == 'c' then
   return {0, 0}
 end
 
--- The lock's value as 'i' and 'f' show it: a string, '' when free, an older client's lock hash
--- in the shape of a value without GEN ('|OWNER|COUNT|TOKEN'); nil when the key is foreign.
+-- The lock's value as 'i' and 'f' show it: a string, '' when free; nil when the key is
+-- foreign.
 local function shown()
   local v, other = get()
   if other == 'foreign' or (v and not parse(v)) then
     return nil
-  end
-  if other == 'old' then
-    local h = redis.call('hmget', KEYS[1], 'owner', 'count', 'token')
-    return '|' .. (h[1] or '') .. '|' .. (h[2] or '1') .. '|' .. (h[3] or '0')
   end
   return v or ''
 end
