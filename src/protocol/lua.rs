@@ -200,6 +200,33 @@ pub(crate) fn assemble(body: &str) -> String {
     out
 }
 
+/// The scripts of a function library, split so that the library defines the constants and
+/// helpers once, at its top, for all its functions: the `local` lines and helpers that any of
+/// `bodies` names (in the order a script defines them), and each body without its [`MARKER`]
+/// line. A function then closes over them instead of building them on every call.
+pub(crate) fn library_parts(bodies: &[&str]) -> (String, Vec<String>) {
+    let pool = pool();
+    let names: HashSet<String> = bodies
+        .iter()
+        .flat_map(|b| identifiers(b))
+        .map(str::to_owned)
+        .collect();
+    let header = needed(&pool, names, &[])
+        .into_iter()
+        .map(|i| pool[i].text.as_str())
+        .collect();
+    let bodies = bodies
+        .iter()
+        .map(|b| {
+            b.lines()
+                .filter(|l| *l != MARKER)
+                .flat_map(|l| [l, "\n"])
+                .collect()
+        })
+        .collect();
+    (header, bodies)
+}
+
 /// Every generated constant as its `local` line.
 #[cfg(test)]
 pub(crate) fn header() -> String {

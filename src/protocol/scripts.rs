@@ -181,7 +181,7 @@ impl Which {
     }
 
     /// The script's body: its file's text.
-    fn body(self) -> &'static str {
+    pub(crate) fn body(self) -> &'static str {
         match self {
             Which::Acquire => include_str!("scripts/acquire.lua"),
             Which::Release => include_str!("scripts/release.lua"),
