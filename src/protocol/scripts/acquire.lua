@@ -71,13 +71,13 @@ if #ARGV < 5 or ARGV[5] == 'w' then
     elseif b > MAX_BLOCK then
       b = MAX_BLOCK
     end
-    local token, got = take_token(KEYS[2], t, b)
+    local token, got, above = take_token(KEYS[2], t, b)
     if not token then
       -- Refused (an ACL), or a key of another type at the mark: nothing granted, say why.
       redis.call('del', KEYS[1])
       return got
     end
-    if token == t[1] * 1000000 + t[2] and got == b then
+    if not above then
       return token
     end
     fenced = {token, got}
@@ -86,7 +86,6 @@ end
 
 -- @helpers
 
-local now = t[1] * 1000000 + t[2]
 local req, owner, block = string.match(ARGV[1], '^([^|]+)|([^|]+)|(%d+)$')
 if not req then
   return redis.error_reply('ERR acquire: a malformed request')
@@ -104,12 +103,12 @@ end
 
 -- A new acquisition, flagged when `w`; its token and block from the fence.
 local function grant(w)
-  local token, b = take_token(KEYS[2], t, block)
+  local token, b, above = take_token(KEYS[2], t, block)
   if not token then
     return b
   end
   local explicit = nil
-  if token ~= now or b ~= block then
+  if above then
     explicit = token
   end
   redis.call('set', KEYS[1], new_held(req, owner, b, t, explicit, w), 'px', ARGV[2])

@@ -30,7 +30,6 @@
 local n = #KEYS / 2
 local request = ARGV[2]
 local t = redis.call('time')
-local now = t[1] * 1000000 + t[2]
 
 -- First every lock is looked at, and nothing is written unless all of them can be had.
 -- plan[i]: {'grant', w}, {'retry', h} or {'enter', h}
@@ -70,14 +69,14 @@ for i = 1, n do
   local p = plan[i]
   local token, count, gen
   if p[1] == 'grant' then
-    local err
-    token, err = take_token(KEYS[n + i], t, 0)
+    local err, above
+    token, err, above = take_token(KEYS[n + i], t, 0)
     if not token then
       return err
     end
     count, gen = 1, request
     local explicit = nil
-    if token ~= now then
+    if above then
       explicit = token
     end
     redis.call('set', KEYS[i], new_held(request, owner, 0, t, explicit, p[2]), 'px', ARGV[1])

@@ -44,9 +44,10 @@ local function time_of(token)
 end
 
 -- A new token on the slot whose mark is the key `mark`, at the server clock `t` (TIME's reply),
--- with up to `block` (0..=MAX_BLOCK) tokens after it for local hand-offs. Returns the token and
--- the block granted: the clock's token with the whole block when that is above every token
--- issued on the slot, else the highest + 1 with no block; the mark then reaches token + block.
+-- with up to `block` (0..=MAX_BLOCK) tokens after it for local hand-offs. Returns the token,
+-- the block granted and whether the token is above the clock's: the clock's token with the
+-- whole block when that is above every token issued on the slot, else the highest + 1 with no
+-- block (and true); the mark then reaches token + block.
 -- Returns nil and the error, with nothing changed, when the mark refuses (an ACL, a key of
 -- another type).
 --
@@ -71,7 +72,7 @@ local function take_token(mark, t, block)
   local c = MARKS and MARKS.at[mark]
   if c and token > c.last and last <= c.upto and redis.pcall('get', mark) == c.seen then
     c.last = last
-    return token, block
+    return token, block, false
   end
   -- One write: SET ... GET raises the mark and returns the old one, which is below the token
   -- unless the clock went back (or another grant's block or reservation reaches past it).
@@ -91,7 +92,8 @@ local function take_token(mark, t, block)
   if c and (m == c.seen or high < c.last) then
     high = c.last
   end
-  if high >= token then
+  local above = high >= token
+  if above then
     -- The clock is not above it: the highest + 1, no block.
     token, block, last, busy = high + 1, 0, high + 1, false
     redis.call('set', mark, string.format('%.0f', token))
@@ -109,7 +111,7 @@ local function take_token(mark, t, block)
     MARKS.n = MARKS.n + 1
     MARKS.at[mark] = {last = last, upto = last}
   end
-  return token, block
+  return token, block, above
 end
 
 -- The grant time (S, US, strings) and the token of a new grant without a block at the server
@@ -117,11 +119,11 @@ end
 -- token (a FairMutex, an RwLock writer): `t`'s fields when the token is the clock's, else the
 -- time of the fence's token. A mark that refuses fails the script, before anything changed.
 local function stamp(mark, t)
-  local token, err = take_token(mark, t, 0)
+  local token, err, above = take_token(mark, t, 0)
   if not token then
     error(err)
   end
-  if token == t[1] * 1000000 + t[2] then
+  if not above then
     return t[1], t[2], token
   end
   local s, us = time_of(token)
