@@ -1,10 +1,9 @@
 -- Acquire, or re-enter, a Mutex. One round trip, atomic.
 --
 -- KEYS[1]  the lock: one string (see "The value" below), expiring with the lease
--- KEYS[2]  the fencing mark of the name's hash slot `P{#N}:fence` (src/protocol/keys.rs): the
---          highest token any grant of a name of that slot issued or reserved (see "Tokens"), or
---          a function library's reservation (see "The memory"); with a quorum of masters also
---          raised by renewals and releases (see "Quorum")
+-- KEYS[2]  the fencing mark of the name's hash slot `P{#N}:fence` (src/protocol/keys.rs): it
+--          reaches every token issued on the slot; a new acquisition takes its token from it
+--          (`take_token`, prelude/fence.lua, which describes the mark and the memory)
 -- ARGV[1]  'REQ|OWNER|B': the request id (unique per acquire call across every client and
 --          process, the same on a retry of that call; a new acquisition is named after it,
 --          its 'gen'), the owner id (client id and thread; never contains '|'), and how many

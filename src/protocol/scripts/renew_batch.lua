@@ -3,7 +3,7 @@
 -- renew.lua for one lock.
 --
 -- KEYS[1..n]     the locks (see acquire.lua for the value)
--- KEYS[n+1..2n]  their slots' fencing marks (see acquire.lua), in the same order; only when
+-- KEYS[n+1..2n]  their slots' fencing marks (prelude/fence.lua), in the same order; only when
 --                ARGV[1] is '1'
 -- ARGV[1]        '1': raise each mark to its holder's token (a quorum of masters,
 --                `raise_mark` in prelude/fence.lua); '0': leave the marks alone (a single
