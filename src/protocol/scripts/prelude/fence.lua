@@ -1,5 +1,5 @@
--- The fence: fencing tokens strictly rising per name. Every script that issues, raises or reads
--- a token does it through the items below, and nothing else writes a mark.
+-- The fence: fencing tokens strictly rising per name. Every script that issues a token, or reads
+-- or raises a mark, does it through the items below, and nothing else writes a mark.
 --
 -- A token is a number of microseconds. Each hash slot has a mark, `P{#N}:fence`, shared by every
 -- lock type and name of the slot: a plain number (a token), or, written by the Mutex function
@@ -13,11 +13,12 @@
 -- the reach (after a step back, grants take the reach + 1 until the clock passes it).
 --
 -- The invariant holds while the mark is kept. A mark lost while the server runs (DEL,
--- FLUSHALL, eviction) or by an empty restart or a failover is covered, for the Mutex function
--- library's grants, by its memory (`take_token`) until the library itself is lost; otherwise the
--- next token is the clock's, which is above every earlier token unless one of them led the
--- clock (a hand-off block, up to MAX_BLOCK; a reservation, up to RESERVE more; a grant after a
--- step back; a quorum token from a master whose clock is ahead) by more than the time since.
+-- FLUSHALL, eviction) is covered, for the Mutex function library's grants on the slots it
+-- remembers, by its memory (`take_token`). Otherwise (other grants; an empty restart or a
+-- failover, which lose the memory too) the next token is the clock's, which is above every
+-- earlier token unless one of them led the clock (a hand-off block, up to MAX_BLOCK; a
+-- reservation, up to RESERVE more; a grant after a step back; a quorum token from a master
+-- whose clock is ahead) by more than the time since.
 
 -- The highest token a mark's value `m` (GET's reply, or nil) reaches: its digits, or, for a
 -- reservation 'S|US|X|NONCE', the clock's token at S, US plus X; 0 for none, or for a value
