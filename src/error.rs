@@ -60,7 +60,8 @@ pub enum Error {
         /// The Redis key that is in the way.
         key: String,
     },
-    /// Too few masters of a [`Redlock`](crate::Redlock) answered for a majority to be possible.
+    /// Too few masters of a quorum client ([`Client::redlock`](crate::Client::redlock))
+    /// answered for a majority to be possible.
     NoQuorum {
         /// How many masters answered.
         reached: usize,

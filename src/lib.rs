@@ -44,7 +44,7 @@
 //! - [`Client::multi_lock`] gives a [`MultiMutex`]: several of those locks taken at once,
 //!   all or none, without deadlock (see "Several locks at once"); its [`MultiGuard`] holds
 //!   them all.
-//! - A quorum client ([`Redlock`] describes the algorithm) is the same client over several
+//! - A quorum client ([`Client::redlock`] describes the algorithm) is the same client over several
 //!   independent masters (typically 5): a lock is held when a majority granted it, so it
 //!   survives the loss of a minority of masters. Its locks are the same [`Mutex`] with the
 //!   same guards.
@@ -361,14 +361,13 @@
 //! - `locks/mutex/`, `locks/{multi,fair_mutex,rwlock,semaphore}.rs`: the lock types, side by
 //!   side, each its protocol under the driver (one attempt, what a wake brings, the cancel of
 //!   a waiter that gives up) and its guard.
-//! - `client/{builder,connect,mod}.rs`, `redlock.rs`: [`ClientBuilder`], [`Client`], [`Redlock`].
+//! - `client/{builder,connect,mod}.rs`: [`ClientBuilder`], [`Client`].
 
 mod client;
 mod error;
 mod kind;
 mod locks;
 mod protocol;
-mod redlock;
 mod renewal;
 mod stats;
 mod subscriber;
@@ -391,8 +390,6 @@ pub use protocol::keys::MAX_NAME_LEN;
 /// The Lua source the client sends for a script, by its body's file name (for the tests).
 #[doc(hidden)]
 pub use protocol::scripts::lua_source as __lua_source;
-#[allow(deprecated)]
-pub use redlock::{Redlock, RedlockBuilder};
 pub use renewal::{LeaseKind, LostLease};
 pub use stats::{Histogram, Stats};
 

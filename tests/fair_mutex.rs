@@ -1156,49 +1156,6 @@ fn a_queued_waiter_is_granted_at_the_release_after_a_reentry() {
     assert!(waited < Duration::from_secs(2), "{waited:?}");
 }
 
-/// A lock hash of the layout before (an older client's, during a rolling upgrade) is held:
-/// busy, never foreign, and left as it is.
-#[test]
-fn an_older_clients_lock_hash_is_held() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let name = common::unique_name("fair-old-layout");
-    redis::cmd("HSET")
-        .arg(fair_key(&name))
-        .arg(&[
-            "owner",
-            "old-owner",
-            "count",
-            "1",
-            "token",
-            "7",
-            "gen",
-            "g",
-            "req",
-            "g",
-        ])
-        .exec(&mut conn)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(fair_key(&name))
-        .arg(10_000)
-        .exec(&mut conn)
-        .unwrap();
-    let client = Client::open(&server.url()).unwrap();
-    let lock = client.fair_mutex(&name).unwrap();
-    assert!(lock.is_locked().unwrap());
-    assert!(lock.try_lock().unwrap().is_none());
-    assert!(
-        lock.try_lock_for(Duration::from_millis(200))
-            .unwrap()
-            .is_none()
-    );
-    assert_eq!(
-        common::hget(&mut conn, &fair_key(&name), "owner").as_deref(),
-        Some("old-owner")
-    );
-}
-
 // ---------------------------------------------------------------------------------------------
 // The operator's view: who holds it, who waits, and force_unlock
 // ---------------------------------------------------------------------------------------------

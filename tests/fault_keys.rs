@@ -198,7 +198,7 @@ fn s15_script_flush_and_foreign_keys() {
     let setups: [(&str, &[&str]); 3] = [
         ("string", &["SET", "KEY", "not a lock"]),
         ("list", &["RPUSH", "KEY", "a", "b"]),
-        ("hash without owner", &["HSET", "KEY", "field", "value"]),
+        ("hash", &["HSET", "KEY", "field", "value"]),
     ];
     for (kind, cmd) in setups {
         redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();

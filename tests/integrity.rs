@@ -556,45 +556,23 @@ fn tokens_keep_rising_with_the_mark() {
     });
 }
 
-/// A grant over a tombstone (tokens up to it were issued by hand-offs the clock had not
-/// caught up with) or over an orphaned acquisition of the same owner starts above it, and
-/// reserves no hand-off block when it must start above the clock's token.
+/// A grant over an orphaned acquisition of the same owner (a release whose reply was lost)
+/// replaces it, above the orphan's block, which the slot's fencing mark reaches; and it reserves
+/// no hand-off block when it must start above the clock's token.
 #[test]
-fn grants_start_above_a_tombstone_and_an_orphan() {
+fn a_grant_over_an_orphan_starts_above_its_block() {
     common::on_server(Duration::from_secs(20), move |url, mut conn| {
         let client = Client::open(&url).unwrap();
-        let name = common::unique_name("tombstone");
+        let name = common::unique_name("orphan");
         let key = common::lock_key(&name);
         let m = client.mutex(&name).unwrap();
-        let t0 = m.lock().unwrap().fencing_token();
-        // Far above the clock's next token: a run of hand-offs a minute ahead (never in
-        // practice; the rule must hold all the same).
-        let far = t0 + 60_000_000;
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg(format!("#{far}"))
-            .arg("PX")
-            .arg(60_000)
-            .query(&mut conn)
-            .unwrap();
-        assert!(!m.is_locked().unwrap(), "a tombstone is a free lock");
-        let g = m.lock().unwrap();
-        assert_eq!(g.fencing_token(), far + 1);
-        let v = common::lock_value(&mut conn, &name).unwrap();
-        assert_eq!((v.token, v.upto, v.long), (far + 1, far + 1, true));
-        drop(g);
-        // An orphan of this thread's owner (a release whose reply was lost), a block reaching
-        // far ahead: the next acquisition replaces it, above its block.
         let g = m.lock().unwrap();
         let v = common::lock_value(&mut conn, &name).unwrap();
         g.unlock().unwrap();
-        let orphan = format!(
-            "orphan|{}|1024|{}|{}|1|orphan||{}",
-            v.owner,
-            v.s,
-            v.us,
-            far + 100
-        );
+        // An orphan of this thread's owner whose block reaches a minute ahead of the clock (a
+        // grant after a step back of the clock), and the mark its grant left.
+        let far = v.token + 60_000_000;
+        let orphan = format!("orphan|{}|1024|{}|{}|1|orphan||{far}", v.owner, v.s, v.us);
         let _: () = redis::cmd("SET")
             .arg(&key)
             .arg(&orphan)
@@ -602,8 +580,15 @@ fn grants_start_above_a_tombstone_and_an_orphan() {
             .arg(60_000)
             .query(&mut conn)
             .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(common::fence_key(&name))
+            .arg(far + 1024)
+            .query(&mut conn)
+            .unwrap();
         let g = m.lock().unwrap();
-        assert_eq!(g.fencing_token(), far + 100 + 1024 + 1);
+        assert_eq!(g.fencing_token(), far + 1024 + 1);
+        let v = common::lock_value(&mut conn, &name).unwrap();
+        assert_eq!((v.token, v.upto, v.long), (far + 1025, far + 1025, true));
         g.unlock().unwrap();
     });
 }

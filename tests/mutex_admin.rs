@@ -103,16 +103,7 @@ fn holder_tells_who_holds_and_for_how_long() {
         go_tx.send(()).unwrap();
         holder.join().unwrap();
         assert_eq!(m.holder().unwrap(), None);
-        // A tombstone is a free lock.
         let key = common::lock_key(&name);
-        redis::cmd("SET")
-            .arg(&key)
-            .arg(format!("#{}", token + 5))
-            .arg("PX")
-            .arg(10_000)
-            .exec(&mut conn)
-            .unwrap();
-        assert_eq!(m.holder().unwrap(), None);
         redis::cmd("SET")
             .arg(&key)
             .arg("not a lock")
@@ -256,12 +247,13 @@ fn a_retried_release_after_a_force_is_not_ok() {
 }
 
 /// Tokens keep rising across a `force_unlock()`: when the holder's hand-off block reaches
-/// beyond the next grant's token (here a value whose token is a minute ahead of the clock), the
-/// force leaves a tombstone of the block's last token, and the next grant starts above it.
+/// beyond the next grant's token (here a holder whose token is a minute ahead of the clock, as
+/// after a step back, and the mark its grant left), the next grant starts above the block: the
+/// slot's fencing mark reaches it.
 #[test]
 fn a_force_keeps_tokens_rising() {
     common::on_server(Duration::from_secs(30), move |url, mut conn| {
-        let name = common::unique_name("force-tombstone");
+        let name = common::unique_name("force-block");
         let key = common::lock_key(&name);
         let client = Client::open(url.as_str()).unwrap();
         let m = client.mutex(&name).unwrap();
@@ -275,13 +267,18 @@ fn a_force_keeps_tokens_rising() {
             .arg(30_000)
             .exec(&mut conn)
             .unwrap();
+        redis::cmd("SET")
+            .arg(common::fence_key(&name))
+            .arg(far + 1024)
+            .exec(&mut conn)
+            .unwrap();
         let h = m.holder().unwrap().expect("the crafted holder");
         assert_eq!((h.label.as_str(), h.thread.as_str()), ("label", "thread"));
         assert_eq!(h.fencing_token, far);
         assert!(m.force_unlock().unwrap());
         assert_eq!(
             common::lock_state_at(&mut conn, &key),
-            common::LockState::Tombstone(far + 1024)
+            common::LockState::Missing
         );
         assert_eq!(m.holder().unwrap(), None);
         let g = m.lock().unwrap();

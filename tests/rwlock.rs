@@ -885,56 +885,6 @@ fn a_writer_reads_past_a_waiting_writer() {
     waiter.wait_line("got", Duration::from_secs(5));
 }
 
-/// A writer hash and readers of the layout before (an older client's, during a rolling
-/// upgrade) hold the lock: busy, never foreign, and left as they are. Old-layout readers (a
-/// sorted set of `OWNER/GEN`) keep a writer out and let readers in.
-#[test]
-fn an_older_clients_writer_and_readers_hold() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let client = Client::open(&server.url()).unwrap();
-    let name = common::unique_name("rw-old-writer");
-    redis::cmd("HSET")
-        .arg(key(&name, ""))
-        .arg(&["owner", "old-owner", "gen", "g", "token", "7", "prev", ""])
-        .exec(&mut conn)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(key(&name, ""))
-        .arg(10_000)
-        .exec(&mut conn)
-        .unwrap();
-    let l = client.rw_lock(&name).unwrap();
-    assert!(l.try_write().unwrap().is_none());
-    assert!(l.try_read().unwrap().is_none());
-    assert_eq!(
-        common::hget(&mut conn, &key(&name, ""), "owner").as_deref(),
-        Some("old-owner")
-    );
-
-    let name = common::unique_name("rw-old-readers");
-    let t: Vec<u64> = redis::cmd("TIME").query(&mut conn).unwrap();
-    let deadline = t[0] * 1000 + t[1] / 1000 + 10_000;
-    redis::cmd("ZADD")
-        .arg(key(&name, ":readers"))
-        .arg(deadline)
-        .arg("old-owner/g")
-        .exec(&mut conn)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(key(&name, ":readers"))
-        .arg(10_000)
-        .exec(&mut conn)
-        .unwrap();
-    let l = client.rw_lock(&name).unwrap();
-    assert!(l.try_write().unwrap().is_none());
-    let r = l.try_read().unwrap().expect("readers share");
-    assert_eq!(readers(&mut conn, &name), 2);
-    r.unlock().unwrap();
-    assert_eq!(readers(&mut conn, &name), 1);
-    assert!(l.try_write().unwrap().is_none());
-}
-
 // ---------------------------------------------------------------------------------------------
 // The operator's view: the writer, the readers, and force_unlock
 // ---------------------------------------------------------------------------------------------

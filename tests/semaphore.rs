@@ -574,35 +574,6 @@ fn a_waiter_is_woken_at_the_release_with_one_holder_or_several() {
     }
 }
 
-/// A semaphore hash of the layout before (an older client's, during a rolling upgrade) holds
-/// every permit: busy, never foreign, and left as it is.
-#[test]
-fn an_older_clients_semaphore_hash_is_held() {
-    let server = RedisServer::start();
-    let mut conn = server.conn();
-    let name = common::unique_name("sem-old-layout");
-    redis::cmd("HSET")
-        .arg(holders_key(&name))
-        .arg("old-owner/g")
-        .arg(1)
-        .exec(&mut conn)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(holders_key(&name))
-        .arg(10_000)
-        .exec(&mut conn)
-        .unwrap();
-    let client = Client::open(&server.url()).unwrap();
-    let sem = client.semaphore(&name, 5).unwrap();
-    assert!(sem.try_acquire().unwrap().is_none());
-    assert_eq!(sem.available().unwrap(), 0);
-    let held: u64 = redis::cmd("HLEN")
-        .arg(holders_key(&name))
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(held, 1);
-}
-
 /// Another client sees the permit holders (label, thread, permits, how long, lease left): one
 /// holder, then two of two clients; `force_unlock` frees every permit and wakes a waiter of
 /// another client at once; each old holder is told (its permit says lost within a renewal,

@@ -17,7 +17,7 @@ mkdir -p "$out"
 rm -f "$out"/callgrind.out.*
 port=${PORT:-18123}
 req='req12345678901234567890|0123456789abcdef:12/host:1234/main|16'
-head="local t=redis.call('time') local v=ARGV[1]..'|'..t[1]..'|'..t[2] if redis.call('set',KEYS[1],v,'nx','px',ARGV[2]) then local token=t[1]*1000000+t[2]+1001024"
+head="local t=redis.call('time') local v=ARGV[1]..'|'..t[1]..'|'..t[2] if redis.call('set',KEYS[1],v,'nx','px',ARGV[2]) then local token=t[1]*1000000+t[2]"
 tail="redis.call('del',KEYS[1]) return token end"
 declare -A variant=(
   [1-time-set-nx-del]="$head $tail"

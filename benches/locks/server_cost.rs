@@ -11,7 +11,7 @@
 //! lock types in rounds, so that load that comes and goes on the machine touches all of them.
 //! The acquire/release split holds many names at once (a phase of acquires, then a phase of
 //! releases; every name cycled once before, so that its keys exist, as in a cycle: the
-//! `Mutex`'s release marker, the other lock types' fencing counters).
+//! `Mutex`'s release marker, the slot's fencing mark).
 //!
 //! Under callgrind (`benches/callgrind/server-cost.sh`), each `CONFIG RESETSTAT` makes
 //! callgrind dump its counts (`--dump-before=configResetStatCommand`); a phase begins and ends

@@ -679,11 +679,50 @@ impl Client {
 
     /// A builder for a quorum (RedLock) client over several independent masters (at least
     /// one; an odd number, usually 3 or 5, is the sensible choice): a lock is held when a
-    /// majority of them granted it. See [`Redlock`](crate::Redlock) for the algorithm and
-    /// what it promises. The same options as [`Client::builder`], plus
-    /// [`master_timeout`](ClientBuilder::master_timeout); a quorum client never hands a lock
-    /// off locally ([`local_handoff`](ClientBuilder::local_handoff) has no effect): every
-    /// acquisition is granted by a majority.
+    /// majority of them granted it, so it survives the loss of a minority of masters,
+    /// including a master that fails over before the lock reached its replica. The same
+    /// options as [`Client::builder`], plus [`master_timeout`](ClientBuilder::master_timeout);
+    /// a quorum client never hands a lock off locally
+    /// ([`local_handoff`](ClientBuilder::local_handoff) has no effect): every acquisition is
+    /// granted by a majority. A quorum client is a [`Client`] like the others (owner ids,
+    /// scripts, one subscriber thread, one renewal thread), and its locks are the same
+    /// [`Mutex`](crate::Mutex) with the same guards;
+    /// [`MutexGuard::validity`](crate::MutexGuard::validity) tells how much longer the lock is
+    /// known held.
+    ///
+    /// # The algorithm
+    ///
+    /// - Acquire runs the acquire script on every master **at once**, each bounded by the
+    ///   per-master timeout (default 50 ms). The lock is held when `N/2 + 1` masters granted
+    ///   it and the validity `lease - elapsed - drift` is positive (`drift = lease x factor +
+    ///   2 ms`). Otherwise what was granted is released at once on every master, and the
+    ///   attempt is retried: after a random delay on a split vote, or when a release is
+    ///   published (waiters listen on one master; every release publishes on every master it
+    ///   reaches).
+    /// - Renewal extends the lease on every master; the guard stays held only while a majority
+    ///   extended it in time, and is marked lost when a majority cannot be reached any more.
+    /// - Fewer than a majority answering gives [`Error::NoQuorum`](crate::Error::NoQuorum)
+    ///   (retried by `lock()` for the client's retry timeout, then returned).
+    ///
+    /// # What it promises, and what it does not
+    ///
+    /// - Mutual exclusion holds while a majority of masters keeps the lock (no master restarts
+    ///   empty and no majority fails at once) and while process pauses, network delays and
+    ///   clock *rate* differences stay well inside the validity. A master that restarts empty
+    ///   while a lock is held is a minority and cannot let a second owner in by itself;
+    ///   restart masters with a delay of one lease (or persistence) to keep it that way.
+    /// - It is still a lease: the published criticism of RedLock (a GC pause or a clock jump
+    ///   longer than the validity lets two holders overlap) applies. The answer on the
+    ///   resource side is the fencing token.
+    /// - **Fencing tokens**: each granting master gives a token above its fencing mark (the
+    ///   highest token it issued or was told of; its clock in microseconds when that is
+    ///   higher) and raises the mark to it; the lock's token is the largest of the granting
+    ///   masters'. Each release and each renewal raises every reached master's mark to the
+    ///   holder's token. So tokens strictly increase whenever a majority of masters kept
+    ///   their marks and the previous holder renewed or released at least once (any two
+    ///   majorities share a master), whatever the masters' clocks say; where that does not
+    ///   hold (a majority lost its marks), tokens still increase when acquisitions are further
+    ///   apart than the masters' clock skew.
     ///
     /// # Examples
     ///
@@ -781,8 +820,9 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
-    /// The acquire script reserves at most the largest block a client may ask for: its
-    /// fencing rule (the seed of a lost counter) counts on it.
+    /// The acquire script reserves at most the largest block a client may ask for: the lead
+    /// a token may have over the server clock (what a lost fencing mark's rule counts on) is
+    /// bounded by it.
     #[test]
     fn the_acquire_script_caps_blocks_at_the_largest_count() {
         let line = format!("local MAX_BLOCK = {}", super::MAX_HANDOFF_COUNT);

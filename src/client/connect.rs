@@ -280,9 +280,10 @@ impl ClientBuilder {
 }
 
 /// Logs a warning for each master that may evict lock keys to make room: a `maxmemory` limit
-/// with a `maxmemory-policy` other than `noeviction`. Lock keys and fencing counters carry an
-/// expiry, so the `volatile-*` policies evict them as readily as the `allkeys-*` ones; an
-/// evicted lock key is a lock granted twice. Skipped quietly where `CONFIG GET` is refused
+/// with a `maxmemory-policy` other than `noeviction`. Lock keys carry an expiry, so the
+/// `volatile-*` policies evict them as readily as the `allkeys-*` ones; an evicted lock key is
+/// a lock granted twice (and an evicted fencing mark, which `allkeys-*` may pick, loosens the
+/// token order as `docs/key-layout.md` says). Skipped quietly where `CONFIG GET` is refused
 /// (an ACL, a managed service).
 fn warn_if_locks_evictable(backend: &Backend) {
     let mut cmd = redis::cmd("CONFIG");

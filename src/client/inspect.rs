@@ -220,7 +220,7 @@ impl Client {
 }
 
 /// The name and type a key under `prefix` belongs to; `None` for a key that is no lock's
-/// (a fencing counter, a release marker, a channel's namesake, anything not locksmith's).
+/// (a fencing mark, a release marker, a channel's namesake, anything not locksmith's).
 fn classify(prefix: &str, key: &str) -> Option<(String, LockKind)> {
     let rest = key.strip_prefix(prefix)?.strip_prefix('{')?;
     let close = rest.find('}')?;

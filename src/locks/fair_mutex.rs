@@ -6,7 +6,8 @@
 //! The lock is one string, `GEN|OWNER|S|US` (the acquisition, the owner, and the server clock
 //! at the grant), with the level count and the last acquire and release request ids appended
 //! after a re-entry or an inner release; the fencing token is the clock at the grant in
-//! microseconds plus 1,001,024. Beside it, the lock keeps a queue of waiter ids in Redis, and
+//! microseconds (the time of a higher token where the name's fencing mark was above the
+//! clock). Beside it, the lock keeps a queue of waiter ids in Redis, and
 //! for each waiter a heartbeat deadline on the server's clock. One script
 //! (`scripts/fair_mutex.lua`) does everything atomically:
 //!
@@ -674,11 +675,10 @@ impl FairMutexGuard {
     /// The fencing token of this acquisition (see
     /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): strictly increasing
     /// per lock name across owners, the same for nested guards. It is the server clock at the
-    /// grant in microseconds plus 1,001,024 (a second and the largest hand-off block of a
-    /// [`Mutex`](crate::Mutex)), or, where the name's fencing mark is already that high (the
-    /// server clock went back), the mark + 1: tokens rise whatever the server clock does, and
-    /// across an empty restart of Redis unless its clock also went back (see
-    /// `docs/guarantees.md`, "Clocks").
+    /// grant in microseconds, or, where the name's fencing mark is already that high (the
+    /// server clock went back), the highest token issued + 1: tokens rise whatever the server
+    /// clock does, and across a loss of the mark (an empty restart) under the conditions
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token) states.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }

@@ -6,8 +6,8 @@
 //! clock at the grant, expiring with its lease), the readers (one reader as such a string; several
 //! as a sorted set of them by lease deadline, on the server's clock), and the waiting writers and
 //! readers (sorted sets by the deadline of their registration, refreshed by each attempt; a
-//! waiter re-attempts at least every renewal interval). One script (`scripts/rw_lock.lua`) does
-//! each operation atomically; an uncontended one runs two or three commands: a write is `TIME`,
+//! waiter re-attempts at least every renewal interval). One script per operation (`scripts/rw_*.lua`)
+//! does it atomically; an uncontended one runs two or three commands: a write is `TIME`,
 //! one `EXISTS` of the five keys and a `SET`, a read `TIME`, one `EXISTS` of the writer and the
 //! waiting writers and a `SET NX`, a release a `GET` and a `RENAME` to a release marker (by which
 //! a retried release tells that its first attempt released it).
@@ -213,7 +213,7 @@ impl RwLock {
     }
 
     /// The server clock (µs) and `{S, US, writer, ttl, readers, waiting}` (see
-    /// `scripts/rw_lock.lua`).
+    /// `scripts/rw_admin.lua`).
     fn info(&self) -> Result<(u64, Vec<Value>)> {
         let call = family::rw_info(&self.write_keys);
         match ask(&self.client, &call, &self.write_keys, "rw info")? {
@@ -658,8 +658,10 @@ detachable!(RwLockWriteGuard);
 impl RwLockWriteGuard {
     /// The fencing token of this write acquisition: strictly increasing per lock name, the
     /// same for nested write guards. Hand it to the resource with every write. It is the
-    /// server clock at the grant in microseconds plus 1,001,024, so it rises from one writer to
-    /// the next (they are at least a release apart) and across an empty restart of Redis.
+    /// server clock at the grant in microseconds, or the highest token issued on the name's
+    /// fencing mark + 1 where that is higher (the clock went back); tokens rise across a loss
+    /// of the mark (an empty restart) under the conditions
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token) states.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }

@@ -16,7 +16,7 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Call, Holder, LEAD_US, Level, Live, ReleaseReply, Which, evalsha, int, millis,
+    AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which, evalsha, int, millis,
 };
 
 /// The holder string a grant starts with: `GEN|OWNER`.
@@ -313,8 +313,7 @@ pub(crate) fn sem_force(keys: &LockKeys) -> Call {
 }
 
 /// What a holder's value (or sorted set member) says: its owner id, its count (levels, or
-/// permits), its fencing token (0 where none) and the server clock at its grant in µs (`None`
-/// for a holder of the layout before, which did not store it).
+/// permits), its fencing token (0 where none) and the server clock at its grant in µs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Held {
     pub(crate) owner: String,
@@ -350,33 +349,16 @@ pub(crate) enum Shape {
     Fair,
     /// A read-write lock's writer: `GEN|OWNER|S|US`; a token.
     Writer,
-    /// A reader: `GEN|OWNER|S|US` (or `OWNER/GEN`, a member of the layout before); no token.
+    /// A reader: `GEN|OWNER|S|US`; no token.
     Reader,
     /// A semaphore's holder: `GEN|OWNER|N|S|US`; no token.
     Permits,
 }
 
-/// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them
-/// (a holder of the layout before as `|OWNER|COUNT|TOKEN`, or `|OWNER|N` for permits).
+/// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them.
 pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
     let f = fields(v);
-    let old = |count: &str, token: Option<&str>| -> Option<Held> {
-        Some(Held {
-            owner: (*f.get(1)?).to_owned(),
-            count: count.parse().ok()?,
-            token: token.map_or(Some(0), |t| t.parse().ok())?,
-            since_us: None,
-        })
-    };
     match (shape, f.as_slice()) {
-        (Shape::Permits, ["", _, n]) => old(n, None),
-        (Shape::Fair | Shape::Writer, ["", _, count, token]) => old(count, Some(token)),
-        (Shape::Reader, [member]) => Some(Held {
-            owner: member.rsplit_once('/')?.0.to_owned(),
-            count: 1,
-            token: 0,
-            since_us: None,
-        }),
         (Shape::Permits, [_, owner, n, s, us]) => Some(Held {
             owner: (*owner).to_owned(),
             count: n.parse().ok()?,
@@ -388,7 +370,7 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
             Some(Held {
                 owner: (*owner).to_owned(),
                 count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
-                token: since.checked_add(LEAD_US)?,
+                token: since,
                 since_us: Some(since),
             })
         }
@@ -397,11 +379,7 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
             Some(Held {
                 owner: (*owner).to_owned(),
                 count: 1,
-                token: if shape == Shape::Writer {
-                    since.checked_add(LEAD_US)?
-                } else {
-                    0
-                },
+                token: if shape == Shape::Writer { since } else { 0 },
                 since_us: Some(since),
             })
         }
@@ -458,9 +436,8 @@ pub(crate) fn parse_reenter(v: &Value) -> Option<bool> {
     }
 }
 
-/// Parses a semaphore's permits-used reply ([`sem_used`]): the permits live leases hold
-/// (an older client's semaphore counts as all of them used: `u32::MAX` or near it). `None` for
-/// a reply of another shape.
+/// Parses a semaphore's permits-used reply ([`sem_used`]): the permits live leases hold.
+/// `None` for a reply of another shape.
 pub(crate) fn parse_used(v: &Value) -> Option<u32> {
     match v {
         Value::Int(_) => Some(u32::try_from(int(v)?).unwrap_or(u32::MAX)),
@@ -563,7 +540,7 @@ mod tests {
     #[test]
     fn holder_values_parse() {
         let since = 1_764_000_000_000_042;
-        let token = since + LEAD_US;
+        let token = since;
         assert_eq!(
             parse_held("g|o:1/web/t|1764000000|42", Shape::Fair),
             held("o:1/web/t", 1, token, Some(since))
@@ -584,17 +561,7 @@ mod tests {
             parse_held("g|o|3|1764000000|42", Shape::Permits),
             held("o", 3, 0, Some(since))
         );
-        // Holders of the layout before.
-        assert_eq!(
-            parse_held("|o:1|2|77", Shape::Fair),
-            held("o:1", 2, 77, None)
-        );
-        assert_eq!(parse_held("o:1/g", Shape::Reader), held("o:1", 1, 0, None));
-        assert_eq!(
-            parse_held("|o:1|2", Shape::Permits),
-            held("o:1", 2, 0, None)
-        );
-        for bad in ["", "x", "g|o|s|us", "g|o|1|2|3"] {
+        for bad in ["", "x", "g|o|s|us", "g|o|1|2|3", "o:1/g"] {
             assert_eq!(parse_held(bad, Shape::Writer), None, "{bad}");
         }
     }

@@ -393,13 +393,6 @@ impl Hold {
         status
     }
 
-    /// The last token the local hand-offs of this hold's run issued, when above its
-    /// acquisition's own: the hold's own token after a hand-off (a release through Redis then
-    /// tells the server, which keeps the next grant above it).
-    pub(crate) fn last_issued(&self) -> Option<u64> {
-        (self.chain.passes > 0).then_some(self.token)
-    }
-
     /// Who this hold is, for the release and renew scripts.
     pub(crate) fn holder(&self) -> Holder<'_> {
         Holder {

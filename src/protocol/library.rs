@@ -9,10 +9,12 @@
 //! next to them, and each script added to the library's Lua state makes its collector's step
 //! dearer.
 //!
-//! The functions run the scripts' own source (`scripts/acquire.lua`, `scripts/release.lua`),
-//! each wrapped as `function(KEYS, ARGV) ... end`, so both paths answer alike; the one thing a
-//! function has that a script has not is memory between calls, `MARKS` (the acquire's memory
-//! of its fencing marks, `scripts/acquire.lua`), which a script declares `nil`. A function is
+//! The functions run the scripts' own bodies (`scripts/acquire.lua`, `scripts/release.lua`),
+//! each wrapped as `function(KEYS, ARGV) ... end`, so both paths answer alike; the constants and
+//! prelude helpers they name are defined once at the library's top (a script builds them on
+//! every call), where the functions close over them. The one thing a function has that a script
+//! has not is memory between calls, `MARKS` (the fence's memory of the fencing marks,
+//! `scripts/prelude/fence.lua`), which a script declares `nil`. A function is
 //! named after its script's SHA1 (`locksmith_<sha1>`), and the library after its whole text, so
 //! that clients of different versions on one server each find their own functions, and a fault
 //! test that picks a call by the script's SHA1 finds it in either form.
@@ -28,7 +30,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use crate::error::Result;
-use crate::protocol::lua::NO_MARKS;
+use crate::protocol::lua::{self, NO_MARKS};
 use crate::protocol::scripts::{Call, Which};
 
 /// The scripts the library holds.
@@ -43,19 +45,21 @@ pub(crate) struct Library {
 }
 
 /// The library of the scripts as one server (or Sentinel's master, or a quorum) runs them.
-pub(crate) static PLAIN: LazyLock<Library> = LazyLock::new(|| Library::new(|w| w.source().into()));
+pub(crate) static PLAIN: LazyLock<Library> = LazyLock::new(|| Library::new(str::to_owned));
 
 impl Library {
-    /// The library of the scripts as `source` gives them (a cluster's use `spublish`).
-    pub(crate) fn new(source: impl Fn(Which) -> String) -> Library {
-        // The memory of the fencing marks (`scripts/acquire.lua`, "The memory"): one table for
-        // the library, kept from call to call, in place of each script's `nil`.
-        let mut body = String::from("local MARKS = {n = 0, at = {}}\n");
+    /// The library of the scripts, each text made as `lua` makes it (a cluster's use
+    /// `spublish`).
+    pub(crate) fn new(lua: impl Fn(&str) -> String) -> Library {
+        let (header, bodies) = lua::library_parts(&IN_LIBRARY.map(Which::body));
+        // The memory of the fencing marks (`scripts/prelude/fence.lua`, "The memory"): one
+        // table for the library, kept from call to call, in place of each script's `nil`.
+        let mut body = lua(&header).replace(NO_MARKS, "local MARKS = {n = 0, at = {}}\n");
         let mut functions = Vec::new();
-        for which in IN_LIBRARY {
-            let script = source(which);
-            let name = format!("locksmith_{}", Script::new(&script).get_hash());
-            let script = script.replace(NO_MARKS, "");
+        for (which, script) in IN_LIBRARY.into_iter().zip(bodies) {
+            // Named after the script as `EVALSHA` sends it.
+            let name = format!("locksmith_{}", Script::new(&lua(which.source())).get_hash());
+            let script = lua(&script);
             body.push_str(&format!(
                 "redis.register_function('{name}', function(KEYS, ARGV)\n{script}\nend)\n"
             ));
@@ -199,9 +203,32 @@ mod tests {
         assert!(lib.function(Which::Renew).is_none());
         assert!(lib.source.starts_with("#!lua name=locksmith_"));
         assert!(lib.source.contains(acquire));
-        let other = Library::new(|w| format!("-- another version\n{}", w.source()));
+        let other = Library::new(|s| format!("-- another version\n{s}"));
         assert_ne!(other.source.lines().next(), lib.source.lines().next());
         assert_ne!(other.function(Which::Acquire), lib.function(Which::Acquire));
+    }
+
+    #[test]
+    fn helpers_are_defined_once_at_the_top_of_the_library() {
+        let lib = &*PLAIN;
+        let first = lib.source.find("redis.register_function").unwrap();
+        let (top, functions) = lib.source.split_at(first);
+        for helper in ["local function take_token", "local function raise_mark"] {
+            assert_eq!(lib.source.matches(helper).count(), 1, "{helper}");
+            assert!(top.contains(helper), "{helper}");
+        }
+        assert!(top.contains("local MARKS = {n = 0, at = {}}"));
+        assert!(!lib.source.contains("local MARKS = nil"));
+        assert!(!functions.contains(crate::protocol::lua::MARKER));
+        // The helpers close over nothing of a call: KEYS and ARGV are the functions' own.
+        for word in ["KEYS", "ARGV"] {
+            assert!(
+                !top.lines()
+                    .filter(|l| !l.trim_start().starts_with("--"))
+                    .any(|l| l.contains(word)),
+                "{word} at the library's top"
+            );
+        }
     }
 
     #[test]
@@ -215,7 +242,6 @@ mod tests {
                 publish: Publish::IfFlagged,
                 request: "",
                 fence: None,
-                last_issued: None,
             },
             false,
         );

@@ -3,12 +3,11 @@
 //! `scripts/acquire.lua` and `docs/key-layout.md`).
 //!
 //! - held, short form: `GEN|OWNER|B|S|US` (a fresh grant: count 1, `REQ` = `GEN`, no `REL`,
-//!   the implied token `S * 1000000 + US + LEAD_US`);
+//!   the implied token `S * 1000000 + US`);
 //! - held, long form: `GEN|OWNER|B|S|US|COUNT|REQ|REL|TOKEN` (`TOKEN` empty: the implied one);
-//! - either ending in `|w`: a waiter flagged it;
-//! - a tombstone `#C`: the lock is free, and tokens up to `C` were issued.
+//! - either ending in `|w`: a waiter flagged it.
 
-use crate::protocol::lua::{LEAD_US, SEPARATOR, TOMBSTONE, WAITING};
+use crate::protocol::lua::{SEPARATOR, WAITING};
 
 /// A held lock's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,21 +38,9 @@ impl Held {
     }
 }
 
-/// What a Mutex lock key holds (a missing key is no value at all).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LockValue {
-    /// Held.
-    Held(Held),
-    /// Free, but tokens up to this one were issued: the next grant starts above it.
-    Tombstone(u64),
-}
-
-/// Parses a Mutex lock key's string; `None` when it is neither a held value nor a tombstone
-/// (a key locksmith did not write).
-pub(crate) fn parse(v: &str) -> Option<LockValue> {
-    if let Some(c) = v.strip_prefix(char::from(TOMBSTONE)) {
-        return c.parse().ok().map(LockValue::Tombstone);
-    }
+/// Parses a Mutex lock key's string; `None` when it is not a held value (a key locksmith did
+/// not write).
+pub(crate) fn parse(v: &str) -> Option<Held> {
     let (body, waiters) = match v.as_bytes() {
         [.., SEPARATOR, WAITING] => (&v[..v.len() - 2], true),
         _ => (v, false),
@@ -64,11 +51,7 @@ pub(crate) fn parse(v: &str) -> Option<LockValue> {
     }
     let block: u64 = f[2].parse().ok()?;
     let granted: (u64, u64) = (f[3].parse().ok()?, f[4].parse().ok()?);
-    let implied = granted
-        .0
-        .checked_mul(1_000_000)?
-        .checked_add(granted.1)?
-        .checked_add(LEAD_US)?;
+    let implied = granted.0.checked_mul(1_000_000)?.checked_add(granted.1)?;
     let (count, token) = if f.len() == 9 {
         let token = if f[8].is_empty() {
             implied
@@ -79,7 +62,7 @@ pub(crate) fn parse(v: &str) -> Option<LockValue> {
     } else {
         (1, implied)
     };
-    Some(LockValue::Held(Held {
+    Some(Held {
         acquisition: f[0].to_owned(),
         owner: f[1].to_owned(),
         count,
@@ -87,7 +70,7 @@ pub(crate) fn parse(v: &str) -> Option<LockValue> {
         upto: token.checked_add(block)?,
         granted,
         waiters,
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -95,10 +78,7 @@ mod tests {
     use super::*;
 
     fn held(v: &str) -> Held {
-        match parse(v) {
-            Some(LockValue::Held(h)) => h,
-            other => panic!("{v}: {other:?}"),
-        }
+        parse(v).unwrap_or_else(|| panic!("{v}: not a held value"))
     }
 
     #[test]
@@ -107,7 +87,7 @@ mod tests {
         assert_eq!(h.acquisition, "g1");
         assert_eq!(h.owner, "id:7/web-1%3A42/w");
         assert_eq!(h.count, 1);
-        assert_eq!(h.token, 1_700_000_000_000_005 + LEAD_US);
+        assert_eq!(h.token, 1_700_000_000_000_005);
         assert_eq!(h.upto, h.token + 16);
         assert_eq!(h.granted, (1_700_000_000, 5));
         assert_eq!(h.granted_us(), 1_700_000_000_000_005);
@@ -118,7 +98,7 @@ mod tests {
     fn the_long_form_and_the_flag() {
         let h = held("g1|o|0|1700000000|5|3|r2|r9||w");
         assert_eq!((h.count, h.waiters), (3, true));
-        assert_eq!(h.token, 1_700_000_000_000_005 + LEAD_US);
+        assert_eq!(h.token, 1_700_000_000_000_005);
         let explicit = held("g1|o|0|1700000000|5|1|g1||42");
         assert_eq!((explicit.token, explicit.upto), (42, 42));
         // A release id ending in `w` is not the flag.
@@ -127,9 +107,8 @@ mod tests {
     }
 
     #[test]
-    fn tombstones_and_foreign_strings() {
-        assert_eq!(parse("#123"), Some(LockValue::Tombstone(123)));
-        assert_eq!(parse("#x"), None);
+    fn foreign_strings() {
+        assert_eq!(parse("#123"), None);
         assert_eq!(parse("not a lock"), None);
         assert_eq!(parse("a|b|c"), None);
         assert_eq!(parse("|o|0|1|2"), None);

@@ -1,6 +1,6 @@
 //! Each script's Lua source as the client sends it, built once per process: a header of
 //! `local NAME = value` lines generated from the Rust constants the scripts share with this
-//! crate (the fencing lead, the largest hand-off block, the bytes of the lock value's layout),
+//! crate (the largest hand-off block, the fencing memory's bounds, the bytes of the lock value's layout),
 //! the shared helpers of `scripts/prelude/*.lua`, and the script's own body (`scripts/*.lua`).
 //!
 //! Redis runs a script's whole text on every call: every `local` costs an instruction and every
@@ -24,22 +24,16 @@ use std::collections::HashSet;
 /// scripts; the client's `MAX_HANDOFF_COUNT` is defined as this one).
 pub(crate) const MAX_BLOCK: u32 = 1024;
 
-/// The lead of a new acquisition's fencing token over the server clock in microseconds (the
-/// largest lead the counters of the layout before could have: 1 s plus the largest hand-off
-/// block); `LEAD` in the scripts.
-pub(crate) const LEAD_US: u64 = 1_000_000 + MAX_BLOCK as u64;
-
 /// The last byte of a flagged value (which ends in `|w`): a waiter flagged it, so its release
 /// publishes (`FLAG_W` in the scripts).
 pub(crate) const WAITING: u8 = b'w';
 /// The separator of a value's fields (`BAR` in the scripts).
 pub(crate) const SEPARATOR: u8 = b'|';
-/// The first byte of a Mutex tombstone (`TOMB` in the scripts).
-pub(crate) const TOMBSTONE: u8 = b'#';
 
 /// How far a function library's fencing mark reaches past the last token its grants issued,
 /// in microseconds (`RESERVE` in the scripts): the mark is written once per this much clock
-/// time on a busy hash slot instead of by every grant (`scripts/acquire.lua`, "The memory").
+/// time on a busy hash slot instead of by every grant (`scripts/prelude/fence.lua`, "The
+/// memory").
 pub(crate) const RESERVE_US: u64 = 1_000;
 
 /// The most fencing marks a function library remembers (`MAX_MARKS` in the scripts); past it
@@ -68,13 +62,8 @@ const PRELUDE: [&str; 4] = [
 ];
 
 /// The constants the scripts share with the Rust code: name, value, and what it is.
-pub(crate) fn constants() -> [(&'static str, u64, &'static str); 7] {
+pub(crate) fn constants() -> [(&'static str, u64, &'static str); 5] {
     [
-        (
-            "LEAD",
-            LEAD_US,
-            "a new token's lead over the server clock in microseconds",
-        ),
         (
             "MAX_BLOCK",
             u64::from(MAX_BLOCK),
@@ -96,11 +85,6 @@ pub(crate) fn constants() -> [(&'static str, u64, &'static str); 7] {
             "'w': a flagged value's last byte",
         ),
         ("BAR", u64::from(SEPARATOR), "'|': the fields' separator"),
-        (
-            "TOMB",
-            u64::from(TOMBSTONE),
-            "'#': a tombstone's first byte",
-        ),
     ]
 }
 
@@ -216,6 +200,33 @@ pub(crate) fn assemble(body: &str) -> String {
     out
 }
 
+/// The scripts of a function library, split so that the library defines the constants and
+/// helpers once, at its top, for all its functions: the `local` lines and helpers that any of
+/// `bodies` names (in the order a script defines them), and each body without its [`MARKER`]
+/// line. A function then closes over them instead of building them on every call.
+pub(crate) fn library_parts(bodies: &[&str]) -> (String, Vec<String>) {
+    let pool = pool();
+    let names: HashSet<String> = bodies
+        .iter()
+        .flat_map(|b| identifiers(b))
+        .map(str::to_owned)
+        .collect();
+    let header = needed(&pool, names, &[])
+        .into_iter()
+        .map(|i| pool[i].text.as_str())
+        .collect();
+    let bodies = bodies
+        .iter()
+        .map(|b| {
+            b.lines()
+                .filter(|l| *l != MARKER)
+                .flat_map(|l| [l, "\n"])
+                .collect()
+        })
+        .collect();
+    (header, bodies)
+}
+
 /// Every generated constant as its `local` line.
 #[cfg(test)]
 pub(crate) fn header() -> String {
@@ -231,13 +242,9 @@ mod tests {
     #[test]
     fn the_header_carries_the_rust_values() {
         let header = header();
-        assert!(header.contains(&format!("local LEAD = {LEAD_US} ")));
-        assert!(header.contains("local LEAD = 1001024 "));
-        assert_eq!(LEAD_US, 1_000_000 + u64::from(MAX_BLOCK));
         assert!(header.contains(&format!("local MAX_BLOCK = {MAX_BLOCK} ")));
         assert!(header.contains(&format!("local FLAG_W = {} ", b'w')));
         assert!(header.contains(&format!("local BAR = {} ", b'|')));
-        assert!(header.contains(&format!("local TOMB = {} ", b'#')));
         assert_eq!(header.lines().count(), constants().len());
     }
 
@@ -263,25 +270,25 @@ mod tests {
 
     #[test]
     fn a_script_gets_what_it_names_and_the_fast_path_first() {
-        let body = "local t = redis.call('time')\nif t then\n  return LEAD\nend\n-- @helpers\nreturn parse_held(ARGV[1])\n";
+        let body = "local t = redis.call('time')\nif t then\n  return MAX_BLOCK\nend\n-- @helpers\nreturn parse_held(ARGV[1])\n";
         let s = assemble(body);
         let at = |needle: &str| s.find(needle).unwrap_or(usize::MAX);
         // The fast path's constant comes first; the slow path's helper, and what it names
         // (held_fields, FLAG_W, BAR), after the fast path.
-        assert!(at("local LEAD =") < at("local t ="));
+        assert!(at("local MAX_BLOCK =") < at("local t ="));
         for late in [
             "local function parse_held",
             "local function held_fields",
             "local FLAG_W",
             "local BAR",
         ] {
-            assert!(at("return LEAD") < at(late), "{late}");
+            assert!(at("return MAX_BLOCK") < at(late), "{late}");
             assert!(at(late) < at("return parse_held"), "{late}");
         }
         assert!(at("local function held_fields") < at("local function parse_held"));
         assert!(!s.contains(MARKER));
         assert!(!s.contains("local function encode_held"));
-        assert!(!s.contains("local TOMB"));
+        assert!(!s.contains("local RESERVE"));
         // A body that names nothing of the prelude is sent as it is.
         assert_eq!(assemble("return 1\n"), "return 1\n");
     }

@@ -181,7 +181,7 @@ impl Which {
     }
 
     /// The script's body: its file's text.
-    fn body(self) -> &'static str {
+    pub(crate) fn body(self) -> &'static str {
         match self {
             Which::Acquire => include_str!("scripts/acquire.lua"),
             Which::Release => include_str!("scripts/release.lua"),
@@ -257,7 +257,7 @@ pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-pub(crate) use crate::protocol::lua::{LEAD_US, MAX_BLOCK};
+pub(crate) use crate::protocol::lua::MAX_BLOCK;
 
 /// `GEN|`: how the Mutex scripts name an acquisition (the lock's value begins with it).
 fn gen_prefix(acquisition: &str) -> String {
@@ -290,7 +290,8 @@ pub(crate) struct Acquire<'a> {
     /// The caller waited for the lock: a new acquisition is flagged at once, so that its
     /// release publishes (others may wait too).
     pub(crate) waited: bool,
-    /// A quorum of masters: the fencing counter takes part (and no block is reserved).
+    /// A quorum of masters: releases and renewals raise the fencing mark (and no block is
+    /// reserved).
     pub(crate) quorum: bool,
 }
 
@@ -512,10 +513,8 @@ pub(crate) struct Release<'a> {
     /// Unique per release call, the same on its retry (an inner level's retry is told by it).
     pub(crate) request: &'a str,
     pub(crate) publish: Publish,
-    /// With a quorum: the holder's token, which the fencing counter is raised to.
+    /// With a quorum: the holder's token, which the fencing mark is raised to.
     pub(crate) fence: Option<u64>,
-    /// The last token the hold's local hand-offs issued, when above the acquisition's own.
-    pub(crate) last_issued: Option<u64>,
 }
 
 /// The release script for `r`; `retry`: the retry of a call whose first attempt failed on the
@@ -539,7 +538,7 @@ pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
         Publish::Always => how.push('p'),
         Publish::Never => how.push('n'),
     }
-    let common = how.is_empty() && r.fence.is_none() && r.last_issued.is_none();
+    let common = how.is_empty() && r.fence.is_none();
     if !common {
         let rel = match r.level {
             Level::Inner => r.request,
@@ -547,8 +546,7 @@ pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
         };
         cmd.arg(how)
             .arg(rel)
-            .arg(r.fence.map_or_else(String::new, |t| t.to_string()))
-            .arg(r.last_issued.map_or_else(String::new, |t| t.to_string()));
+            .arg(r.fence.map_or_else(String::new, |t| t.to_string()));
     }
     Call {
         which: Which::Release,
@@ -557,7 +555,7 @@ pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
 }
 
 /// The renew script for the Mutex acquisition `acquisition`; `fence`: with a quorum, the
-/// holder's token, which the fencing counter is raised to.
+/// holder's token, which the fencing mark is raised to.
 pub(crate) fn renew(
     keys: &LockKeys,
     acquisition: &str,
@@ -579,7 +577,7 @@ pub(crate) fn renew(
 }
 
 /// One lease of a batched renewal: the lock, its holder, the lease to set, and the token to
-/// raise the fencing counter to (0: leave the counter alone, as with a single master).
+/// raise the fencing mark to (0: leave the mark alone, as with a single master).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Renewing<'a> {
     pub(crate) keys: &'a LockKeys,
@@ -678,15 +676,7 @@ pub(crate) enum AdminReply {
         pttl: Duration,
         now_us: u64,
     },
-    /// Held by a client of the hash layout before the string one: its owner, count, token
-    /// and lease left.
-    OldLayout {
-        owner: String,
-        count: u64,
-        token: u64,
-        pttl: Duration,
-    },
-    /// Free (no key, or a tombstone).
+    /// Free.
     Free,
     /// The key holds something locksmith did not write.
     Foreign,
@@ -706,12 +696,6 @@ pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
             value: text(value)?,
             pttl: ms(pttl),
             now_us: clock(s, us)?,
-        }),
-        (2, [owner, count, token, pttl, _, _]) => Some(AdminReply::OldLayout {
-            owner: text(owner)?,
-            count: int(count).and_then(|c| u64::try_from(c).ok()).unwrap_or(1),
-            token: int(token).and_then(|t| u64::try_from(t).ok()).unwrap_or(0),
-            pttl: ms(pttl),
         }),
         (0, []) => Some(AdminReply::Free),
         (-1, []) => Some(AdminReply::Foreign),
@@ -1002,23 +986,34 @@ mod tests {
             assert!(!source.contains(MARKER), "{w:?}");
             assert_eq!(lua_source(w.file()), Some(source));
         }
-        // The Mutex scripts give a new token the clock + LEAD, the generated header's.
+        // The fast path's block is capped by the generated header's MAX_BLOCK.
         let acquire = Which::Acquire.source();
-        assert!(acquire.contains(&format!("local LEAD = {LEAD_US} ")));
         assert!(acquire.contains(&format!("local MAX_BLOCK = {MAX_BLOCK} ")));
-        assert!(acquire.contains("t[1] * 1000000 + t[2] + LEAD\n"));
-        // The fast path comes before any helper: none is built for a free lock.
+        // Before the fast path, the fence's grant alone (and what it names) is built: the
+        // value's helpers only after it.
         let fast = acquire
             .find("if redis.call('set', KEYS[1], v, 'nx'")
             .unwrap_or(0);
-        assert!(acquire.find("local function").unwrap_or(0) > fast);
-        for w in [
-            Which::Release,
-            Which::MutexAdmin,
-            Which::Fair,
-            Which::RwWrite,
-        ] {
-            assert!(w.source().contains("local LEAD = "), "{w:?}");
+        assert!(
+            acquire
+                .find("local function take_token")
+                .unwrap_or(usize::MAX)
+                < fast
+        );
+        assert!(acquire.find("local function new_held").unwrap_or(0) > fast);
+        // Every script that issues or raises a token does it through the fence, written once.
+        let fence = |w: Which, f: &str| w.body().contains(&format!("{f}("));
+        for w in [Which::Acquire, Which::MultiAcquire] {
+            assert!(fence(w, "take_token"), "{w:?}");
+        }
+        for w in [Which::Fair, Which::RwWrite] {
+            assert!(fence(w, "stamp"), "{w:?}");
+        }
+        for w in [Which::Release, Which::Renew, Which::RenewBatch] {
+            assert!(fence(w, "raise_mark"), "{w:?}");
+        }
+        for w in Which::ALL {
+            assert!(!fence(w, "reach") && !w.body().contains("MARKS."), "{w:?}");
         }
         assert_eq!(lua_source("rw_lock.lua"), None);
     }
@@ -1030,7 +1025,6 @@ mod tests {
             request: "r",
             publish,
             fence: None,
-            last_issued: None,
         }
     }
 
@@ -1043,12 +1037,11 @@ mod tests {
             ["2", "p:{a}:lock", "p:{a}:released", "g|"]
         );
         let retry = release(&k, &rel(Level::Outermost, Publish::IfFlagged), true);
-        assert_eq!(&args(&retry)[5..], ["g|", "r", "", "", ""]);
+        assert_eq!(&args(&retry)[5..], ["g|", "r", "", ""]);
         let inner = release(&k, &rel(Level::Inner, Publish::IfFlagged), true);
-        assert_eq!(&args(&inner)[5..], ["g|", "i", "r", "", ""]);
+        assert_eq!(&args(&inner)[5..], ["g|", "i", "r", ""]);
         let mut quorum = rel(Level::Outermost, Publish::Always);
         quorum.fence = Some(7);
-        quorum.last_issued = Some(9);
         let q = args(&release(&k, &quorum, false));
         assert_eq!(
             &q[2..],
@@ -1060,12 +1053,11 @@ mod tests {
                 "g|",
                 "p",
                 "",
-                "7",
-                "9"
+                "7"
             ]
         );
         let undo = release(&k, &rel(Level::Outermost, Publish::Never), false);
-        assert_eq!(&args(&undo)[5..], ["g|", "n", "", "", ""]);
+        assert_eq!(&args(&undo)[5..], ["g|", "n", "", ""]);
         assert_eq!(
             parse_release(&Value::Int(-4)),
             Some(ReleaseReply::ReleasedBefore)
@@ -1095,24 +1087,6 @@ mod tests {
                 value: "g|o|0|1|2".into(),
                 pttl: Duration::from_millis(1500),
                 now_us: 1_700_000_000_000_025,
-            })
-        );
-        let old = Value::Array(vec![
-            Value::Int(2),
-            s("o"),
-            s("3"),
-            s("42"),
-            Value::Int(-1),
-            s("1"),
-            s("2"),
-        ]);
-        assert_eq!(
-            parse_admin(&old),
-            Some(AdminReply::OldLayout {
-                owner: "o".into(),
-                count: 3,
-                token: 42,
-                pttl: Duration::ZERO,
             })
         );
         assert_eq!(

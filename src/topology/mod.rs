@@ -10,8 +10,7 @@
 //!   channel (through the pub/sub layer's [`ShardMap`](crate::subscriber::ShardMap)).
 //!
 //! This layer builds on the transport and the protocol, and on nothing above them. The user's
-//! description of the quorum algorithm is the public [`Redlock`](crate::Redlock) type, which
-//! lives with the client (`redlock.rs`) because it hands out a `ClientBuilder`.
+//! description of the quorum algorithm is on [`Client::redlock`](crate::Client::redlock).
 
 pub(crate) mod backend;
 pub(crate) mod cluster;

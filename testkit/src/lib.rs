@@ -53,7 +53,7 @@ mod wait;
 pub use child::{ROLE_VAR, TestChild, child_env, is_child};
 pub use clock::{mono_ns, ms_between, realtime_ns};
 pub use cluster::RedisCluster;
-pub use lock_value::{LEAD_US, LockState, LockValue, lock_state_at, lock_value, lock_value_at};
+pub use lock_value::{LockState, LockValue, lock_state_at, lock_value, lock_value_at};
 pub use names::{
     PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
 };

@@ -2,16 +2,11 @@
 //! uses (the layout is in `docs/key-layout.md` and `src/protocol/scripts/acquire.lua`).
 //!
 //! - held, short form: `GEN|OWNER|B|S|US` (count 1, req = GEN, no release id, the implied
-//!   token `S * 1000000 + US + LEAD`);
+//!   token `S * 1000000 + US`);
 //! - held, long form: `GEN|OWNER|B|S|US|COUNT|REQ|REL|TOKEN` (an empty `TOKEN`: the implied one);
-//! - either ending in `|w`: a waiter flagged it, so its release publishes;
-//! - a tombstone `#C`: free, but tokens up to `C` were issued.
+//! - either ending in `|w`: a waiter flagged it, so its release publishes.
 
 use crate::names::lock_key;
-
-/// The lead of a fresh grant's token over the server clock in microseconds (1 s plus the
-/// largest hand-off block), as the scripts have it.
-pub const LEAD_US: u64 = 1_001_024;
 
 /// A held `Mutex` lock's value, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +38,7 @@ pub struct LockValue {
 }
 
 impl LockValue {
-    /// Parses a held value; `None` for anything else (a tombstone, a foreign string).
+    /// Parses a held value; `None` for anything else (a foreign string).
     pub fn parse(v: &str) -> Option<LockValue> {
         let (body, waiters) = match v.strip_suffix("|w") {
             Some(b) => (b, true),
@@ -54,7 +49,7 @@ impl LockValue {
             return None;
         }
         let (s, us): (u64, u64) = (f[3].parse().ok()?, f[4].parse().ok()?);
-        let implied = s * 1_000_000 + us + LEAD_US;
+        let implied = s * 1_000_000 + us;
         let block: u64 = f[2].parse().ok()?;
         let long = f.len() == 9;
         let (count, req, rel, token) = if long {
@@ -91,8 +86,6 @@ pub enum LockState {
     Missing,
     /// A held value.
     Held(LockValue),
-    /// A tombstone: free, tokens up to this one were issued.
-    Tombstone(u64),
     /// Something else: a string that is not a lock value, or (`TYPE`) a key of another type.
     Other(String),
 }
@@ -105,15 +98,10 @@ pub fn lock_state_at(conn: &mut redis::Connection, key: &str) -> LockState {
     let v: redis::RedisResult<Option<String>> = redis::cmd("GET").arg(key).query(conn);
     match v {
         Ok(None) => LockState::Missing,
-        Ok(Some(v)) => {
-            if let Some(c) = v.strip_prefix('#').and_then(|c| c.parse().ok()) {
-                return LockState::Tombstone(c);
-            }
-            match LockValue::parse(&v) {
-                Some(h) => LockState::Held(h),
-                None => LockState::Other(v),
-            }
-        }
+        Ok(Some(v)) => match LockValue::parse(&v) {
+            Some(h) => LockState::Held(h),
+            None => LockState::Other(v),
+        },
         Err(e) if e.code() == Some("WRONGTYPE") => {
             let t: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
             LockState::Other(t)
@@ -122,8 +110,8 @@ pub fn lock_state_at(conn: &mut redis::Connection, key: &str) -> LockState {
     }
 }
 
-/// The held value of the `Mutex` lock key `key`; `None` when it is not held (missing, a
-/// tombstone, something else).
+/// The held value of the `Mutex` lock key `key`; `None` when it is not held (missing, or
+/// something else).
 pub fn lock_value_at(conn: &mut redis::Connection, key: &str) -> Option<LockValue> {
     match lock_state_at(conn, key) {
         LockState::Held(h) => Some(h),
@@ -143,7 +131,7 @@ mod tests {
     #[test]
     fn both_forms_and_the_flag_parse() {
         let short = LockValue::parse("g1|own:7|16|1700000000|5").unwrap();
-        assert_eq!(short.token, 1_700_000_000_000_005 + LEAD_US);
+        assert_eq!(short.token, 1_700_000_000_000_005);
         assert_eq!(short.upto, short.token + 16);
         assert_eq!(
             (short.count, short.req.as_str(), short.waiters),

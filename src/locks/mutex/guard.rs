@@ -125,25 +125,27 @@ impl MutexGuard {
     /// partitioned, or behind a failover) from overwriting a newer owner's work.
     ///
     /// Tokens come from the server's clock and the fencing mark of the name's hash slot, by this
-    /// rule (`LEAD` is 1 s + [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs, 1,001,024 µs):
+    /// rule:
     ///
     /// - An acquisition through Redis that finds the lock free gets the server's clock in
-    ///   microseconds + `LEAD`, or the mark + 1 when the mark is that high already (the
-    ///   server's clock went back), and raises the mark to its last token. So tokens strictly
-    ///   rise per name whatever the server's clock does.
+    ///   microseconds, or the highest token issued on the slot + 1 when that is as high already
+    ///   (the server's clock went back), and leaves the mark reaching its last token. So tokens
+    ///   strictly rise per name whatever the server's clock does, as long as the mark is kept.
     /// - It reserves the next tokens, at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)
     ///   of them (its [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count)),
     ///   for local hand-offs: each hand-off takes the next one. The mark covers the whole
     ///   block, so the next acquisition through Redis, anywhere, starts above it.
-    /// - After Redis restarted empty (which loses the mark) the next token is the clock then
-    ///   plus `LEAD`, above every token issued before as long as the server's clock did not go
-    ///   back meanwhile and the restart took more than
-    ///   [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs.
+    /// - When the mark is lost (Redis restarted empty, a failover to a replica that had not
+    ///   received it, `DEL`, `FLUSHALL`, eviction) the next token is the clock's again: above
+    ///   every token issued before when more time passed since the last grant than any token
+    ///   led the server's clock (at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs plus
+    ///   1 ms, unless the clock stepped back or a quorum's masters' clocks disagree). A restart
+    ///   takes longer than that; a `DEL` of the mark between two grants a moment apart may
+    ///   not (see `docs/key-layout.md`, "Tokens").
     ///
     /// With a quorum of masters ([`Client::redlock`](crate::Client::redlock)) releases and
-    /// renewals also raise each master's mark to the holder's token (see
-    /// [`Redlock`](crate::Redlock)). The other lock types of one name share the mark, so their
-    /// tokens and the `Mutex`'s rise together.
+    /// renewals also raise each master's mark to the holder's token. The other lock types of
+    /// one name share the mark, so their tokens and the `Mutex`'s rise together.
     pub fn fencing_token(&self) -> u64 {
         self.lease.hold().token
     }
@@ -212,7 +214,6 @@ pub(crate) fn release(
         &hold.acquisition,
         &request,
         hold.token,
-        hold.last_issued(),
         level,
         publish,
         by,

@@ -93,7 +93,6 @@ impl Baton {
             &hold.acquisition,
             &request_id(),
             hold.token,
-            hold.last_issued(),
             Level::Outermost,
             publish,
             by,

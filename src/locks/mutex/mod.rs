@@ -15,7 +15,7 @@ use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::lock_value::{self, LockValue};
+use crate::protocol::lock_value;
 use crate::protocol::scripts::{self, Admin, AdminReply, Level, Live};
 use crate::subscriber::Passed;
 use crate::topology::backend::{AcquireCall, Acquired, Primed};
@@ -334,23 +334,13 @@ impl Mutex {
                 pttl,
                 now_us,
             } => {
-                let Some(LockValue::Held(h)) = lock_value::parse(&value) else {
+                let Some(h) = lock_value::parse(&value) else {
                     return Err(foreign());
                 };
                 let held_for = Duration::from_micros(now_us.saturating_sub(h.granted_us()));
                 let count = u32::try_from(h.count).unwrap_or(u32::MAX);
                 let holder = Holder::new(&h.owner, count, h.token, held_for, pttl);
                 Ok(Some((h.acquisition, holder)))
-            }
-            AdminReply::OldLayout {
-                owner,
-                count,
-                token,
-                pttl,
-            } => {
-                let count = u32::try_from(count).unwrap_or(u32::MAX);
-                let holder = Holder::new(&owner, count, token, Duration::ZERO, pttl);
-                Ok(Some((owner, holder)))
             }
         }
     }
@@ -532,7 +522,6 @@ impl Mutex {
             acquisition,
             &request_id(),
             token,
-            None,
             Level::Outermost,
             false,
             by,

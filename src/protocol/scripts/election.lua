@@ -26,7 +26,7 @@ if type(v) == 'table' then
   return -1
 end
 if ARGV[1] == 'leader' then
-  if not v or string.byte(v, 1) == TOMB then
+  if not v then
     return {0}
   end
   local t = redis.call('time')

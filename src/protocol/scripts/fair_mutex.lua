@@ -10,13 +10,13 @@
 --            REQ: the request id of the last acquire call that counted a level; REL: the
 --            request id of the last inner release.
 --          Either ends in '|w' when the queue may hold waiters: its release grants the lock to
---          the first live one. The fencing token is S * 1000000 + US + LEAD: S and US are
---          the server clock at the grant, or, where the mark was already that high (the clock
---          went back), the time just above the mark's token, so that tokens strictly rise.
+--          the first live one. The fencing token is S * 1000000 + US: S and US are the server
+--          clock at the grant, or, when the fence gave a higher token (the clock went back),
+--          the time of that token (`take_token` and `time_of`, prelude/fence.lua).
 -- KEYS[2]  queue: a list of waiter ids in arrival order (id = OWNER .. '/' .. GEN)
 -- KEYS[3]  waiters: a hash, waiter id -> heartbeat deadline in server milliseconds
--- KEYS[4]  the name's fencing mark `P{T}:fence` (see acquire.lua): every grant takes a token
---          above it, and raises it to that token
+-- KEYS[4]  the fencing mark of the name's hash slot `P{#N}:fence` (prelude/fence.lua): every
+--          grant takes its token from it
 -- KEYS[5]  release only: the release marker `P{T}:fair:released`. A release moves the lock
 --          there (RENAME: it lives as long as the lease had left), or copies it there for as
 --          long when it grants the lock on, so that a retried release tells "my first attempt
@@ -51,14 +51,13 @@
 -- c  cancel   ARGV[2] 'GEN|OWNER'. Leaves the queue. Returns {1, token, count, gen} when the
 --             lock was granted to the caller before it left (it holds it), {0, 0} when not.
 -- i  info     Returns {S, US, holder, pttl, waiters}: the server clock (TIME's two fields), the
---             lock's value ('' when free; '|OWNER|COUNT|TOKEN' for a lock hash of the layout
---             before), its TTL in ms, and how many live waiters are queued. {-1}: foreign.
+--             lock's value ('' when free), its TTL in ms, and how many live waiters are queued.
+--             {-1}: foreign.
 -- f  force    Frees the lock whoever holds it, and grants it to the first live waiter (who is
---             told). Returns the value removed ('' when nobody held it; a lock hash of the layout
---             before as for 'i'), or {-1} when the key is foreign (left alone).
+--             told). Returns the value removed ('' when nobody held it), or {-1} when the key
+--             is foreign (left alone).
 --
--- A hash at KEYS[1] is a lock of the layout before (an older client's): held, busy; a new client
--- does not queue behind it. Time is the server's clock (TIME): a waiter's heartbeat deadline is
+-- Time is the server's clock (TIME): a waiter's heartbeat deadline is
 -- never a client's clock.
 
 local op = ARGV[1]
@@ -66,10 +65,9 @@ local t
 if op == 'a' then
   t = redis.call('time')
   if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-    local token = fast_grant(KEYS[1], KEYS[4], ARGV[2], ARGV[3], t)
-    if token then
-      return token
-    end
+    local s, us, token = stamp(KEYS[4], t)
+    redis.call('set', KEYS[1], ARGV[2] .. '|' .. s .. '|' .. us, 'px', ARGV[3])
+    return token
   end
 elseif op == 'r' then
   local v = redis.pcall('get', KEYS[1])
@@ -127,7 +125,7 @@ local function value(f)
 end
 
 local function token(f)
-  return f.s * 1000000 + f.us + LEAD
+  return f.s * 1000000 + f.us
 end
 
 -- Drops dead waiters (heartbeat deadline passed) from the head of the queue. Returns the first
@@ -202,15 +200,12 @@ local function keep_queue(lease)
   end
 end
 
--- The lock's value: a string (or false when missing); nil, and a reply for a key of another
--- kind (an older client's lock hash: busy; anything else: foreign).
+-- The lock's value: a string (or false when missing); nil and 'foreign' for a key of another
+-- type.
 local function get()
   local v = redis.pcall('get', KEYS[1])
   if type(v) ~= 'table' then
     return v
-  end
-  if old_layout(KEYS[1]) then
-    return nil, 'old'
   end
   return nil, 'foreign'
 end
@@ -298,9 +293,6 @@ end
 if op == 'r' then
   local v, other = get()
   if other then
-    if other == 'old' then
-      return -2
-    end
     return -3
   end
   local f = v and parse(v)
@@ -370,16 +362,12 @@ if op == 'c' then
   return {0, 0}
 end
 
--- The lock's value as 'i' and 'f' show it: a string, '' when free, an older client's lock hash
--- in the shape of a value without GEN ('|OWNER|COUNT|TOKEN'); nil when the key is foreign.
+-- The lock's value as 'i' and 'f' show it: a string, '' when free; nil when the key is
+-- foreign.
 local function shown()
   local v, other = get()
   if other == 'foreign' or (v and not parse(v)) then
     return nil
-  end
-  if other == 'old' then
-    local h = redis.call('hmget', KEYS[1], 'owner', 'count', 'token')
-    return '|' .. (h[1] or '') .. '|' .. (h[2] or '1') .. '|' .. (h[3] or '0')
   end
   return v or ''
 end

@@ -4,8 +4,8 @@
 -- exclude each other.
 --
 -- KEYS[i]     the lock of name i (i = 1..n)
--- KEYS[n+i]   the fencing mark of name i's hash slot (see acquire.lua): a new acquisition's
---             token is above it, and raises it (names of one slot share it)
+-- KEYS[n+i]   the fencing mark of name i's hash slot (prelude/fence.lua): a new acquisition
+--             takes its token from it (names of one slot share it)
 -- ARGV[1]     lease in milliseconds of a new acquisition
 -- ARGV[2]     request id: unique per acquire call, the same on a retry of that call (see
 --             acquire.lua); a new acquisition of any name is named ('gen') after it
@@ -16,8 +16,8 @@
 --             leave the expiry as it is)
 --
 -- No hand-off block is reserved: a lock held through a set never passes locally. The server
--- clock is read once, so every new acquisition of one call has the same token (tokens are
--- per name).
+-- clock is read once, so new acquisitions of one call share the clock's token unless the fence
+-- gives one of them a higher one (tokens are per name).
 --
 -- Returns {1, token_1, count_1, gen_1, ..., token_n, count_n, gen_n}
 --                  every lock is held by its owner now (count 1 and gen = ARGV[2]: newly
@@ -30,28 +30,17 @@
 local n = #KEYS / 2
 local request = ARGV[2]
 local t = redis.call('time')
-local now = t[1] * 1000000 + t[2]
 
 -- First every lock is looked at, and nothing is written unless all of them can be had.
--- plan[i]: {'grant', floor, w}, {'retry', h} or {'enter', h}
+-- plan[i]: {'grant', w}, {'retry', h} or {'enter', h}
 local plan = {}
 for i = 1, n do
   local owner, live = ARGV[3 * i], ARGV[3 * i + 1]
   local v = redis.pcall('get', KEYS[i])
   if type(v) == 'table' then
-    if old_layout(KEYS[i]) then
-      -- A lock of the layout before this one: busy (see acquire.lua).
-      return {0, i, redis.call('pttl', KEYS[i])}
-    end
     return {-1, i}
   elseif not v then
     plan[i] = {'grant'}
-  elseif string.byte(v, 1) == TOMB then
-    local c = tonumber(string.sub(v, 2))
-    if not c then
-      return {-1, i}
-    end
-    plan[i] = {'grant', c}
   else
     local h = parse_held(v)
     if not h then
@@ -67,7 +56,7 @@ for i = 1, n do
       plan[i] = {'retry', h}
     elseif live == '' or h.gen ~= live then
       -- Levels of this owner under another acquisition are orphans: replaced.
-      plan[i] = {'grant', h.upto, h.w}
+      plan[i] = {'grant', h.w}
     else
       plan[i] = {'enter', h}
     end
@@ -80,15 +69,17 @@ for i = 1, n do
   local p = plan[i]
   local token, count, gen
   if p[1] == 'grant' then
-    token, count, gen = now + LEAD, 1, request
-    local floor = math.max(p[2] or 0, mark_value(redis.call('get', KEYS[n + i])))
+    local err, above
+    token, err, above = take_token(KEYS[n + i], t, 0)
+    if not token then
+      return err
+    end
+    count, gen = 1, request
     local explicit = nil
-    if floor >= token then
-      token = floor + 1
+    if above then
       explicit = token
     end
-    redis.call('set', KEYS[i], new_held(request, owner, 0, t, explicit, p[3]), 'px', ARGV[1])
-    redis.call('set', KEYS[n + i], token)
+    redis.call('set', KEYS[i], new_held(request, owner, 0, t, explicit, p[2]), 'px', ARGV[1])
   elseif p[1] == 'retry' then
     -- A retry of this very call: answer as the first time, extend as the first time did.
     local h = p[2]

@@ -2,7 +2,7 @@
 -- (acquisition-checked; an outermost level frees the lock whatever the count says, moving the
 -- value to the release marker, and publishes when the lock is flagged; an inner level counts
 -- one down). One round trip, atomic. A set is only taken on a single master: no fencing
--- counter, and no hand-off tokens (so no tombstone).
+-- mark to raise, and no hand-off tokens.
 --
 -- KEYS[2i-1]  the lock of name i (i = 1..n)
 -- KEYS[2i]    its release marker and release channel
@@ -32,15 +32,9 @@ local function one(i)
   end
   local v = redis.pcall('get', lock)
   if type(v) == 'table' then
-    if old_layout(lock) then
-      if released_before() then
-        return -4, 0
-      end
-      return -2, 0
-    end
     return -3, 0
   end
-  if not v or string.byte(v, 1) == TOMB then
+  if not v then
     local before = released_before()
     local receivers = redis.call('publish', marker, 'released')
     if before then

@@ -4,8 +4,8 @@
 -- KEYS[1]  the lock
 -- KEYS[2]  the release marker, and the release channel (the same name: keys and channels
 --          are separate namespaces)
--- KEYS[3]  only with a quorum of masters: the slot's fencing mark (see acquire.lua), raised to
---          ARGV[4]
+-- KEYS[3]  only with a quorum of masters: the slot's fencing mark (prelude/fence.lua), raised
+--          to ARGV[4]
 -- ARGV[1]  'GEN|': the acquisition the caller's guard belongs to, and the separator
 -- The common outermost release sends nothing more. Otherwise, each '' where it does not apply:
 -- ARGV[2]  how: any of 'i' (an inner level: the caller still holds outer levels of this
@@ -15,11 +15,9 @@
 --          (never publish: a quorum acquire undoing a partial grant)
 -- ARGV[3]  an inner level's release request id: unique per release call, the same on a retry
 --          of it, so that a retry after a lost reply does not release two levels
--- ARGV[4]  with a quorum, the holder's fencing token: the counter is raised to it, so that on
---          a quorum of masters the next token exceeds this one even where this master's
---          counter was behind
--- ARGV[5]  the last token the hold's local hand-offs issued, when above the acquisition's
---          own: a release while the server clock has not passed it yet leaves a tombstone
+-- ARGV[4]  with a quorum, the holder's fencing token: the mark is raised to it (`raise_mark`),
+--          so that on a quorum of masters the next token exceeds this one even where this
+--          master's mark was behind
 --
 -- An outermost level frees the lock whatever count the value says (levels the server counts
 -- beyond the holder's own, an inner release that never arrived or a re-entry whose reply was
@@ -67,13 +65,7 @@ local function raise_fence()
   if #KEYS < 3 or not token or token == 0 then
     return
   end
-  local c = redis.pcall('get', KEYS[3])
-  if type(c) == 'table' then
-    return
-  end
-  if mark_value(c) < token then
-    redis.call('set', KEYS[3], ARGV[4])
-  end
+  raise_mark(KEYS[3], token)
 end
 
 -- On a retry: the first attempt moved this acquisition's value to the marker.
@@ -91,17 +83,10 @@ local function held(v)
 end
 
 if type(v) == 'table' then
-  -- Not a string: a lock of the layout before this one is another owner's.
-  if old_layout(KEYS[1]) then
-    if released_before() then
-      return -4
-    end
-    return -2
-  end
   return -3
 end
-if not v or string.byte(v, 1) == TOMB then
-  -- No lock (gone, or a tombstone after a release).
+if not v then
+  -- No lock (gone).
   local before = released_before()
   raise_fence()
   if not quiet then
@@ -133,11 +118,6 @@ if not quiet and (force or string.byte(v, -1) == FLAG_W) then
   receivers = redis.call('publish', KEYS[2], 'released')
 end
 redis.call('rename', KEYS[1], KEYS[2])
-local last = tonumber(ARGV[5] or '')
-if last then
-  -- Tokens up to `last` were issued: the next grant must still start above them.
-  tombstone(KEYS[1], last, redis.call('time'))
-end
 raise_fence()
 if receivers == nil then
   return 0

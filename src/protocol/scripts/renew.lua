@@ -2,8 +2,8 @@
 -- renew_batch.lua for several locks in one call, and acquire.lua for the value.
 --
 -- KEYS[1]  the lock
--- KEYS[2]  only with a quorum of masters: the slot's fencing mark, raised to ARGV[3] (see
---          release.lua)
+-- KEYS[2]  only with a quorum of masters: the slot's fencing mark, raised to ARGV[3]
+--          (`raise_mark`, prelude/fence.lua)
 -- ARGV[1]  'GEN|': the acquisition being renewed, and the separator
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  with a quorum, the holder's fencing token
@@ -18,9 +18,6 @@ if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
 end
 redis.call('pexpire', KEYS[1], ARGV[2])
 if #KEYS == 2 then
-  local c = redis.pcall('get', KEYS[2])
-  if type(c) ~= 'table' and mark_value(c) < tonumber(ARGV[3]) then
-    redis.call('set', KEYS[2], ARGV[3])
-  end
+  raise_mark(KEYS[2], tonumber(ARGV[3]))
 end
 return 1

@@ -3,11 +3,11 @@
 -- renew.lua for one lock.
 --
 -- KEYS[1..n]     the locks (see acquire.lua for the value)
--- KEYS[n+1..2n]  their slots' fencing marks (see acquire.lua), in the same order; only when
+-- KEYS[n+1..2n]  their slots' fencing marks (prelude/fence.lua), in the same order; only when
 --                ARGV[1] is '1'
--- ARGV[1]        '1': raise each counter to its holder's token (a quorum of masters, see
---                release.lua); '0': leave the counters alone (a single master), and pass
---                no counter keys
+-- ARGV[1]        '1': raise each mark to its holder's token (a quorum of masters,
+--                `raise_mark` in prelude/fence.lua); '0': leave the marks alone (a single
+--                master), and pass no mark keys
 -- ARGV[2]        g, the number of runs: consecutive locks of one lease
 -- ARGV[3..2+2g]  per run: lease in milliseconds, how many locks (of KEYS, in order)
 -- then           per lock, in the order of KEYS: 'GEN|', the acquisition being renewed and
@@ -65,12 +65,8 @@ for r = 1, runs do
     if type(v) == 'string' and string.sub(v, 1, #g) == g then
       call('pexpireat', KEYS[i], at)
       if fence then
-        -- A counter of another type is left alone, and does not fail the other locks.
-        local v = pcall('get', KEYS[n + i])
-        local last = type(v) == 'table' and math.huge or mark_value(v)
-        if last < tonumber(ARGV[tokens + i]) then
-          call('set', KEYS[n + i], ARGV[tokens + i])
-        end
+        -- A mark of another type is left alone, and does not fail the other locks.
+        raise_mark(KEYS[n + i], tonumber(ARGV[tokens + i]))
       end
     else
       failed[#failed + 1] = i

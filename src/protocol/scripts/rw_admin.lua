@@ -4,10 +4,9 @@
 -- KEYS     W, R, WW, WR, WE ('force' takes W, R)
 -- ARGV[1]  'info' or 'force'
 -- info   Returns {S, US, writer, pttl, readers, waiting}: the server clock (TIME's two fields);
---        the writer's value ('' none; '|OWNER|1|TOKEN' for a writer hash of the layout before)
---        and its TTL in ms; the live readers as a flat list of value, lease left in ms (a
---        member 'OWNER/GEN' of the layout before as it is); how many waiting writers and
---        readers are registered. {-1}: foreign keys.
+--        the writer's value ('' none) and its TTL in ms; the live readers as a flat list of
+--        value, lease left in ms; how many waiting writers and readers are registered. {-1}:
+--        foreign keys.
 -- force  Frees the writer and every reader, whoever they are, and publishes on both channels.
 --        Returns the values removed (as 'info' gives them), or {-1} when the keys are foreign
 --        (left alone).
@@ -15,19 +14,15 @@
 local t = redis.call('time')
 local now = ms_of(t)
 
--- The writer's value ('' none, or an older client's writer hash as '|OWNER|1|TOKEN') and the
--- live readers (value, lease left in ms, flat); nil when a key is foreign.
+-- The writer's value ('' none) and the live readers (value, lease left in ms, flat); nil when
+-- a key is foreign.
 local function holders()
   local w, wty = string_at(KEYS[1])
   if w and not rw_parse(w) then
     return nil
   end
   if w == nil then
-    if wty ~= 'hash' then
-      return nil
-    end
-    local h = redis.call('hmget', KEYS[1], 'owner', 'token')
-    w = '|' .. (h[1] or '') .. '|1|' .. (h[2] or '0')
+    return nil
   end
   local out = {}
   local r, rty = string_at(KEYS[2])

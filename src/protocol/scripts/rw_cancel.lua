@@ -18,7 +18,7 @@ if was_writer == 1 then
   -- Readers deferring to this writer may go now.
   local _, wty = string_at(KEYS[1])
   local _, rty = string_at(KEYS[2])
-  if (wty == nil or wty == 'hash') and (rty == nil or rty == 'zset') then
+  if wty == nil and (rty == nil or rty == 'zset') then
     wake(now)
   end
 end

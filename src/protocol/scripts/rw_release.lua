@@ -36,9 +36,6 @@ local ty
 v, ty = string_at(KEYS[1])
 if v == nil then
   if not read then
-    if ty == 'hash' then
-      return -2
-    end
     return -3
   end
   if ty ~= 'zset' then

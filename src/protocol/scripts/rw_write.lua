@@ -6,8 +6,8 @@
 -- Keys (each script says which it takes, in this order):
 --   W   the writer `P{T}:rw`: a string 'GEN|OWNER|S|US' expiring with its lease (GEN: the
 --       acquisition, the request id of the acquire call; OWNER: the owner id; S, US: the
---       server clock at the grant, TIME's two fields, or just above the fencing mark where the
---       clock went back, see prelude/fence.lua; the fencing token is S * 1000000 + US + LEAD).
+--       server clock at the grant, TIME's two fields, or the time of the fence's token where
+--       the clock went back, see prelude/fence.lua; the fencing token is S * 1000000 + US).
 --       It may end in flags: '|' and letters, 'w' a writer waits, 'd' a reader that defers to
 --       waiting writers waits, 'e' a reader that does not defer waits; the release publishes
 --       for them.
@@ -32,11 +32,10 @@
 -- writer waits; the last reader's release on `free`. A writer granted while others wait is
 -- flagged for them at once.
 --
--- A hash at W is a writer of the layout before (an older client's): held, busy.
 -- Time is the server's clock (TIME). Expired readers and waiters are dropped on the slow paths.
 --
--- This script: KEYS W, R, WW, WR, WE, F (the name's fencing mark `P{T}:fence`, see
--- prelude/fence.lua: the writer's token is above it, and raises it).
+-- This script: KEYS W, R, WW, WR, WE, F (the fencing mark of the name's hash slot `P{#N}:fence`:
+-- the writer takes its token from it, `stamp` in prelude/fence.lua).
 -- ARGV[1]  'GEN|OWNER'
 -- ARGV[2]  lease in ms
 -- ARGV[3]  '1' to register as a waiting writer when not granted (and to leave the
@@ -46,10 +45,9 @@
 
 local t = redis.call('time')
 if redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0 then
-  local token = fast_grant(KEYS[1], KEYS[6], ARGV[1], ARGV[2], t)
-  if token then
-    return token
-  end
+  local s, us, token = stamp(KEYS[6], t)
+  redis.call('set', KEYS[1], ARGV[1] .. '|' .. s .. '|' .. us, 'px', ARGV[2])
+  return token
 end
 -- @helpers
 
@@ -68,7 +66,7 @@ if g == gen then
   -- A retry of this very call.
   redis.call('pexpire', KEYS[1], lease)
   local s, us = string.match(w, '^[^|]+|[^|]+|(%d+)|(%d+)')
-  return {1, s * 1000000 + us + LEAD, 1, gen}
+  return {1, s * 1000000 + us, 1, gen}
 end
 -- A writer held by an earlier acquisition of this very thread that it no longer knows of (a
 -- release whose reply was lost) is replaced by a new acquisition, as the plain mutex does.

@@ -33,8 +33,7 @@
 -- n  renew    ARGV[2] 'GEN|', ARGV[3] lease. Returns 1 extended, 0 not held any more.
 -- u  used     Returns the permits held by live leases.
 -- i  info     Returns {S, US, holders}: the server clock (TIME's two fields) and the live
---             holders as a flat list of value, lease left in ms (for a semaphore hash of the
---             layout before, '|OWNER|N' per acquisition and the key's TTL). {-1}: foreign.
+--             holders as a flat list of value, lease left in ms. {-1}: foreign.
 -- f  force    Frees every permit, whoever holds it, and publishes. Returns the values removed
 --             (as 'i' gives them), or {-1} when the key is foreign (left alone).
 --
@@ -43,7 +42,6 @@
 -- flag is cleared by the release that publishes: every waiter it wakes tries again, and one
 -- that fails flags it again.
 --
--- A hash at KEYS[1] is a semaphore of the layout before (an older client's): held, busy.
 -- Leases are measured by the server's clock (TIME) only; a sorted set's acquisitions whose lease
 -- ran out are dropped by the next acquire, so a dead holder's permits come back one lease after
 -- its last renewal.
@@ -165,14 +163,6 @@ if op == 'a' then
     return 1
   end
   local ty = kind()
-  if ty == 'hash' then
-    -- An older client's semaphore: held, as long as its key lives.
-    local p = redis.call('pttl', KEYS[1])
-    if p < 0 then
-      p = lease
-    end
-    return {0, math.max(p, 1)}
-  end
   if ty ~= 'zset' then
     return {-1}
   end
@@ -227,9 +217,6 @@ if op == 'r' then
     return released_before()
   end
   local ty = kind()
-  if ty == 'hash' then
-    return released_before()
-  end
   if ty ~= 'zset' then
     return -3
   end
@@ -281,10 +268,6 @@ if op == 'u' then
     return 0
   end
   local ty = kind()
-  if ty == 'hash' then
-    -- An older client's semaphore: every permit counts as used.
-    return 2147483647
-  end
   if ty ~= 'zset' then
     return 0
   end
@@ -309,16 +292,6 @@ local function holders(now)
   end
   local ty = kind()
   local out = {}
-  if ty == 'hash' then
-    -- An older client's semaphore: acquisition OWNER/GEN -> permits, one expiry for all.
-    local p = redis.call('pttl', KEYS[1])
-    local all = redis.call('hgetall', KEYS[1])
-    for i = 1, #all, 2 do
-      out[#out + 1] = '|' .. (string.match(all[i], '^(.*)/[^/]*$') or all[i]) .. '|' .. all[i + 1]
-      out[#out + 1] = p
-    end
-    return out
-  end
   if ty ~= 'zset' then
     return nil
   end

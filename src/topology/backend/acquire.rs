@@ -484,7 +484,6 @@ impl Backend {
                 request: &request,
                 publish: Publish::Never,
                 fence: self.fence_of(token),
-                last_issued: None,
             };
             let _ = self.call_all(
                 &scripts::release(keys, &release, false),

@@ -213,14 +213,14 @@ impl Backend {
         self.nodes.len() == 1 || self.cluster.is_some()
     }
 
-    /// The token to raise the masters' fencing counters to: with one master its counter is
-    /// never behind, so nothing (0) saves the script a read.
+    /// The token to raise the masters' fencing marks to: with one master its mark is never
+    /// behind, so nothing (0) saves the script a read.
     pub(crate) fn fence(&self, token: u64) -> u64 {
         if self.single() { 0 } else { token }
     }
 
     /// [`fence`](Backend::fence) for a Mutex script: `None` with one master (a Mutex there
-    /// has no fencing counter at all).
+    /// never raises its mark).
     pub(crate) fn fence_of(&self, token: u64) -> Option<u64> {
         (!self.single()).then_some(token)
     }
@@ -477,9 +477,7 @@ impl Backend {
 
     /// Releases `level` of the Mutex acquisition `acquisition` (its hold's fencing token
     /// `token`) on every master, retrying once (on a new connection) where the connection
-    /// failed, all within `by`. `last_issued`: the last token the hold's local hand-offs
-    /// issued, when above the acquisition's own (the hold's own token after a hand-off).
-    /// `publish`: whether the release publishes even when no waiter flagged the lock (threads
+    /// failed, all within `by`. `publish`: whether the release publishes even when no waiter flagged the lock (threads
     /// of this client wait); with a quorum it always does (waiters listen on one master).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -488,7 +486,6 @@ impl Backend {
         acquisition: &str,
         request: &str,
         token: u64,
-        last_issued: Option<u64>,
         level: Level,
         publish: bool,
         by: Deadline,
@@ -503,7 +500,6 @@ impl Backend {
                 Publish::IfFlagged
             },
             fence: self.fence_of(token),
-            last_issued,
         };
         let call = scripts::release(keys, &release, false);
         let mut replies = self.call_all(&call, &self.all(), by, false);
@@ -878,15 +874,15 @@ impl Backend {
         Ok(held >= self.quorum)
     }
 
-    /// Whether a quorum of masters holds the Mutex `keys` (its key holds a held value: not
-    /// missing, not a tombstone; a key of another type counts as held, as a lock of the layout
-    /// before this one), asked within `by`, as [`exists`](Backend::exists) asks.
+    /// Whether a quorum of masters holds the Mutex `keys` (its key is there; a key of another
+    /// type counts as held, since no acquire can take the lock while it is there), asked
+    /// within `by`, as [`exists`](Backend::exists) asks.
     pub(crate) fn is_locked(&self, keys: &LockKeys, by: Deadline) -> Result<bool> {
         let mut cmd = redis::cmd("GETRANGE");
         cmd.arg(&keys.lock).arg(0).arg(0);
         self.quorum_says(cmd, by, |r| match r {
-            Ok(Value::BulkString(b)) => Some(!b.is_empty() && b[0] != b'#'),
-            Ok(Value::SimpleString(s)) => Some(!s.is_empty() && !s.starts_with('#')),
+            Ok(Value::BulkString(b)) => Some(!b.is_empty()),
+            Ok(Value::SimpleString(s)) => Some(!s.is_empty()),
             Ok(_) => Some(false),
             // WRONGTYPE: a key, not a string.
             Err(Fault::Redis(e)) if e.code() == Some("WRONGTYPE") => Some(true),

@@ -40,8 +40,7 @@ fn sharded(which: Which) -> &'static (Which, redis::Script, String) {
 }
 
 /// The function library of the sharded scripts.
-pub(super) static LIBRARY: LazyLock<Library> =
-    LazyLock::new(|| Library::new(|w| sharded_source(w.source())));
+pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| Library::new(sharded_source));
 
 /// `call` as a cluster runs it: `FCALL` of the sharded function when `functions` and the
 /// library holds it, `EVALSHA` of the sharded script otherwise.

@@ -252,7 +252,6 @@ mod tests {
                     request: "r",
                     publish: scripts::Publish::Always,
                     fence: None,
-                    last_issued: None,
                 };
                 let calls = [
                     scripts::acquire(&k, &acquire),

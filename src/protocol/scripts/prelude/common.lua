@@ -21,12 +21,6 @@ local function extend(key, ms)
   end
 end
 
--- Whether `key`, which is not a string, is a lock of the layout before this one: a hash with
--- an owner (an older client's).
-local function old_layout(key)
-  return redis.call('type', key)['ok'] == 'hash' and redis.call('hexists', key, 'owner') == 1
-end
-
 -- Renews the string hold `v` at `key` for `lease` ms when it is the acquisition `gen` (the
 -- value starts with it): 1 renewed, 0 another's.
 local function renew_string(key, v, gen, lease)

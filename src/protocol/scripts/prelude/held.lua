@@ -36,7 +36,7 @@ local function parse_held(v)
     return nil
   end
   local h = {gen = f[1], owner = f[2], block = b, s = f[4], us = f[5], w = w,
-    implied = s * 1000000 + us + LEAD, count = 1, req = f[1], rel = ''}
+    implied = s * 1000000 + us, count = 1, req = f[1], rel = ''}
   h.token = h.implied
   if #f == 9 then
     h.count, h.req, h.rel = tonumber(f[6]), f[7], f[8]
@@ -110,17 +110,4 @@ end
 local function marker_holds(key, gen)
   local m = redis.pcall('get', key)
   return type(m) == 'string' and string.sub(m, 1, #gen) == gen
-end
-
--- After a hold ended (`t`: TIME's reply): when tokens up to `upto` were issued and the clock
--- has not passed them by LEAD yet, a tombstone '#upto' at `key`, with the expiry they need,
--- keeps the next grant's token above them. Returns whether it wrote one.
-local function tombstone(key, upto, t)
-  local now = t[1] * 1000000 + t[2]
-  if upto < now + LEAD then
-    return false
-  end
-  redis.call('set', key, '#' .. string.format('%.0f', upto), 'px',
-    math.ceil((upto - now - LEAD) / 1000) + 1)
-  return true
 end

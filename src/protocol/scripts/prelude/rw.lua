@@ -67,7 +67,6 @@ local function readers(now, owner)
       local s = tonumber(all[i + 1])
       first = math.min(first or s, s)
       local _, o = rw_parse(all[i])
-      -- A member of the layout before (OWNER/GEN) is another owner's.
       if o ~= owner then
         others = others + 1
       end
@@ -103,17 +102,10 @@ end
 -- The writer (KEYS[1]) as an acquire by `owner` with a lease of `lease` ms finds it: true, its
 -- value (false: none), how long it keeps the caller out in ms (nil: not at all, it is the
 -- caller's own or none) and its GEN; flagged with `f` for the caller when `register`. False
--- when the key is foreign. A writer hash of the layout before keeps the caller out for its TTL.
+-- when the key is foreign.
 local function writer_in_way(owner, lease, f, register)
-  local w, ty = string_at(KEYS[1])
+  local w = string_at(KEYS[1])
   if w == nil then
-    if ty == 'hash' and redis.call('hexists', KEYS[1], 'owner') == 1 then
-      local p = redis.call('pttl', KEYS[1])
-      if p < 0 then
-        p = lease
-      end
-      return true, nil, math.max(p, 1)
-    end
     return false
   end
   if not w then
