@@ -9,6 +9,7 @@ use redis::Value;
 use super::host::Host;
 use super::store::Reply;
 use crate::protocol::keys::LockKeys;
+use crate::protocol::lua::{LEAD_US, MAX_BLOCK, RESERVE_US};
 use crate::protocol::scripts::{
     self, Acquire, AcquireReply, Admin, Call, Holder, Level, Live, Publish, Release, ReleaseReply,
     Renewing, Which,
@@ -118,6 +119,9 @@ pub(super) struct Settings {
     pub(super) faults: Faults,
     /// The largest clock offset between masters at the start, in microseconds.
     pub(super) skew_us: i64,
+    /// The bound of most steps' time, in microseconds (a few ms now and then, rarely a
+    /// lease's worth).
+    pub(super) tick_us: u64,
     /// The seed.
     pub(super) seed: u64,
 }
@@ -193,6 +197,9 @@ struct Hold {
 #[derive(Debug, Clone)]
 struct Best {
     token: u64,
+    /// How far the token led its master's clock token (single master): past a block and a
+    /// reservation only after the clock stepped back.
+    ahead: i64,
     at: i64,
     step: u64,
     marks: Vec<usize>,
@@ -265,9 +272,17 @@ pub(super) struct Sim {
     pub(super) stop_at_first: bool,
     /// Print each finding as it is made.
     pub(super) verbose: bool,
+    /// Print every script call and fault from this step on (`LOCKSMITH_CHECKER_TRACE`).
+    pub(super) trace_from: u64,
+    /// Print the first this many of each excused kind (`LOCKSMITH_CHECKER_SHOW_EXCUSED`).
+    pub(super) show_excused: u64,
 }
 
 const PREFIX: &str = "ck:";
+
+/// The most a token may lead its grant's clock token without a step back: a hand-off block
+/// and a reservation (docs/guarantees.md, "Clocks").
+const LATEST_LEAD: i64 = MAX_BLOCK as i64 + RESERVE_US as i64;
 
 /// Names whose first two share a fencing mark.
 fn names(n: usize) -> Vec<LockKeys> {
@@ -291,6 +306,24 @@ fn names(n: usize) -> Vec<LockKeys> {
     }
     out.truncate(n.max(1));
     out
+}
+
+/// A call's script, keys and arguments, as the script receives them.
+struct Split {
+    which: Which,
+    keys: Vec<Vec<u8>>,
+    argv: Vec<Vec<u8>>,
+}
+
+impl From<&Call> for Split {
+    fn from(call: &Call) -> Split {
+        let (keys, argv) = split(call);
+        Split {
+            which: call.which,
+            keys,
+            argv,
+        }
+    }
 }
 
 /// The keys and arguments of a call, as the script receives them.
@@ -370,8 +403,35 @@ impl Sim {
             out: Outcome::default(),
             stop_at_first: false,
             verbose: false,
+            show_excused: std::env::var("LOCKSMITH_CHECKER_SHOW_EXCUSED")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            trace_from: std::env::var("LOCKSMITH_CHECKER_TRACE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(u64::MAX),
             rng,
             s,
+        }
+    }
+
+    /// Sets each master's clock offset (microseconds from the model's time).
+    pub(super) fn set_offsets(&mut self, offsets: &[i64]) {
+        for (m, o) in self.masters.iter_mut().zip(offsets) {
+            m.offset = *o;
+        }
+    }
+
+    /// Cuts client `c` off from master `m` (for directed runs).
+    pub(super) fn cut(&mut self, c: usize, m: usize) {
+        self.clients[c].cut[m] = true;
+    }
+
+    /// Makes every client use the function library (`FCALL`) or not.
+    pub(super) fn set_fcall(&mut self, fcall: bool) {
+        for c in &mut self.clients {
+            c.fcall = fcall;
         }
     }
 
@@ -389,6 +449,9 @@ impl Sim {
 
     fn event(&mut self, m: usize, e: Event) {
         let now = self.now;
+        if self.step >= self.trace_from {
+            eprintln!("checker trace: step {} master {m}: {e:?}", self.step);
+        }
         self.masters[m].events.push((now, e));
     }
 
@@ -410,7 +473,11 @@ impl Sim {
 
     fn note(&mut self, kind: &'static str, excused: Option<&'static str>, detail: String) {
         if let Some(e) = excused {
-            *self.out.excused.entry(e).or_default() += 1;
+            let n = self.out.excused.entry(e).or_default();
+            *n += 1;
+            if *n <= self.show_excused {
+                eprintln!("checker: excused `{kind}` ({e}) at step {}: {detail}", self.step);
+            }
             return;
         }
         let f = Finding {
@@ -431,14 +498,27 @@ impl Sim {
 
     /// Runs `call` on master `m`; None when the client cannot reach it. The reply may be
     /// lost (`Err(())`) after the script ran.
-    fn run(&mut self, m: usize, call: &Call, fcall: bool, client: usize) -> Option<Result<Reply, ()>> {
+    fn run(&mut self, m: usize, call: &Split, fcall: bool, client: usize) -> Option<Result<Reply, ()>> {
         if self.clients[client].cut[m] {
             return None;
         }
-        let (keys, argv) = split(call);
+        let (keys, argv) = (&call.keys, &call.argv);
         let now = self.now + self.masters[m].offset;
-        let r = self.masters[m].host.run(call.which, &keys, &argv, fcall, now);
+        let r = self.masters[m].host.run(call.which, keys, argv, fcall, now);
         self.out.calls += 1;
+        if self.step >= self.trace_from {
+            let text = |v: &[Vec<u8>]| -> Vec<String> {
+                v.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
+            };
+            eprintln!(
+                "checker trace: step {} master {m} clock {now} {} {:?} {:?} {:?} -> {r:?}",
+                self.step,
+                if fcall { "FCALL" } else { "EVALSHA" },
+                call.which,
+                text(keys),
+                text(argv),
+            );
+        }
         if let Reply::Err(e) = &r {
             self.note(
                 "error-reply",
@@ -470,7 +550,7 @@ impl Sim {
     fn run_own(
         &mut self,
         m: usize,
-        call: &Call,
+        call: &Split,
         fcall: bool,
         client: usize,
         name: usize,
@@ -570,7 +650,7 @@ impl Sim {
                 });
                 let (kind, excused) = if stale {
                     ("token-back", Some("a hand-off run of a hold lost to a fault (fenced)"))
-                } else if lost && back {
+                } else if lost && (back || (self.single() && b.ahead > LATEST_LEAD)) {
                     ("token-back", Some("a mark lost and a clock step back"))
                 } else if self.single() {
                     if lost && fcall && b.fcall && !state_new {
@@ -613,12 +693,26 @@ impl Sim {
                 self.note(kind, excused, detail);
             }
         }
-        if self.best[name].as_ref().is_none_or(|b| token > b.token) {
+        // A raised token below this grant says nothing of later ones; after a regression the
+        // checks start afresh (a new epoch).
+        if self.raised[name].as_ref().is_some_and(|(r, _)| *r <= token)
+            || self.best[name].as_ref().is_some_and(|b| token <= b.token)
+        {
+            self.raised[name] = None;
+        }
+        // Each grant is checked against the one before (after a regression, excused or not,
+        // the checks go on from the new token, as a resource given a new epoch would).
+        {
+            let clock = self.now + self.masters[0].offset + LEAD_US as i64;
+            // A hand-off's token was reserved at its hold's grant: what happened since then
+            // is what may excuse a later token below it.
+            let marks = from.map_or_else(|| self.marks(), <[usize]>::to_vec);
             self.best[name] = Some(Best {
                 token,
+                ahead: token as i64 - clock,
                 at: now,
                 step: self.step,
-                marks: self.marks(),
+                marks,
                 fcall,
                 by: format!("{owner} ({how})"),
             });
@@ -666,7 +760,7 @@ impl Sim {
             waited: self.rng.chance(0.3),
             quorum: !self.single(),
         };
-        let call = scripts::acquire(&keys, &a);
+        let call = Split::from(&scripts::acquire(&keys, &a));
         let mut held = Vec::new();
         let mut maybe_ran = Vec::new();
         for m in 0..self.s.masters {
@@ -725,6 +819,17 @@ impl Sim {
             self.undo(t, name, &request, &stray, &[]);
         }
         let on: Vec<usize> = ours.iter().map(|h| h.0).collect();
+        if std::env::var("CK_DIAG").is_ok() && !self.single() {
+            let offs: Vec<i64> = self.masters.iter().map(|m| m.offset).collect();
+            eprintln!(
+                "diag-grant: step {} name {name} token {token} on {on:?} tokens {:?} raised {:?} best {:?} offsets {offs:?} live {}",
+                self.step,
+                ours.iter().map(|h| h.1).collect::<Vec<_>>(),
+                self.raised[name].as_ref().map(|r| r.0),
+                self.best[name].as_ref().map(|b| b.token),
+                live_hold.is_some()
+            );
+        }
         let valid_until = self.validity(client);
         match live_hold {
             Some(h) if h.acquisition == acquisition => {
@@ -780,7 +885,7 @@ impl Sim {
         }
         for (targets, acquisition, token, level) in jobs {
             let rel = self.request();
-            let call = scripts::release(
+            let call = Split::from(&scripts::release(
                 &keys,
                 &Release {
                     acquisition: &acquisition,
@@ -791,7 +896,7 @@ impl Sim {
                     last_issued: None,
                 },
                 false,
-            );
+            ));
             for m in targets {
                 self.run_own(m, &call, fcall, client, name, &acquisition);
             }
@@ -811,18 +916,48 @@ impl Sim {
                 .filter(|&u| u != t && self.threads[u].client == client && self.hold_index(u, name).is_none())
                 .collect();
             if !others.is_empty() {
-                let u = self.rng.pick(&others);
+                // One hand-off, or a burst of them at one instant (a hot process's empty
+                // lock/unlock cycles run the tokens ahead of the clock).
+                let burst = if self.rng.chance(0.2) {
+                    1 + self.rng.below(600)
+                } else {
+                    1
+                };
+                let (mut from, mut hold) = (t, h.clone());
                 self.threads[t].holds.remove(i);
-                // The handing thread takes a new owner id for its later acquisitions.
-                let th = &mut self.threads[t];
-                th.owners += 1;
-                th.owner = format!("c{}t{}o{}", client, t % self.s.threads, th.owners);
-                let mut next = h.clone();
-                next.token += 1;
-                next.passes += 1;
-                // The hold keeps its owner on the server.
-                self.granted(u, name, next.token, fcall, &h.owner, "hand-off", Some(&h.marks));
-                self.threads[u].holds.push(next);
+                for _ in 0..burst {
+                    if hold.token >= hold.last {
+                        break;
+                    }
+                    let others: Vec<usize> = (0..self.threads.len())
+                        .filter(|&u| {
+                            u != from
+                                && self.threads[u].client == client
+                                && self.hold_index(u, name).is_none()
+                        })
+                        .collect();
+                    if others.is_empty() {
+                        break;
+                    }
+                    let u = self.rng.pick(&others);
+                    // The handing thread takes a new owner id for its later acquisitions.
+                    let th = &mut self.threads[from];
+                    th.owners += 1;
+                    th.owner = format!("c{}t{}o{}", client, from % self.s.threads, th.owners);
+                    hold.token += 1;
+                    hold.passes += 1;
+                    // The hold keeps its owner on the server.
+                    let marks = hold.marks.clone();
+                    if self.step >= self.trace_from {
+                        eprintln!(
+                            "checker trace: step {} hand-off of `{}` ({}) to thread {u}: token {}",
+                            self.step, self.keys[name].name, hold.acquisition, hold.token
+                        );
+                    }
+                    self.granted(u, name, hold.token, fcall, &hold.owner, "hand-off", Some(&marks));
+                    from = u;
+                }
+                self.threads[from].holds.push(hold);
                 return;
             }
         }
@@ -831,7 +966,7 @@ impl Sim {
         let single = self.single();
         let masters: Vec<usize> = if single { vec![0] } else { (0..self.s.masters).collect() };
         let make = |retry: bool| {
-            scripts::release(
+            Split::from(&scripts::release(
                 &keys,
                 &Release {
                     acquisition: &h.acquisition,
@@ -842,13 +977,25 @@ impl Sim {
                     last_issued: (h.passes > 0).then_some(h.token),
                 },
                 retry,
-            )
+            ))
         };
         let first = make(false);
         let again = make(true);
         let mut raised = 0;
         let mut remaining = None;
         for m in masters {
+            if !single && !inner && std::env::var("CK_DIAG").is_ok() {
+                let fence = self.keys[name].fence.as_bytes().to_vec();
+                let v = self.masters[m].host.shared.borrow_mut().db.peek(&fence);
+                if let Some(v) = v {
+                    let t = String::from_utf8_lossy(&v).into_owned();
+                    let f: Vec<&str> = t.split('|').collect();
+                    if f.len() == 4 {
+                        let reach = f[0].parse::<u64>().unwrap() * 1_000_000 + f[1].parse::<u64>().unwrap() + LEAD_US + f[2].parse::<u64>().unwrap();
+                        eprintln!("diag: step {} master {m} reservation reach {reach} fence {} covered {}", self.step, h.token, reach >= h.token);
+                    }
+                }
+            }
             let mut r = self.run_own(m, &first, fcall, client, name, &h.acquisition);
             if matches!(r, Some(Err(()))) {
                 r = self.run_own(m, &again, fcall, client, name, &h.acquisition);
@@ -914,7 +1061,7 @@ impl Sim {
                 token: if quorum { h.token } else { 0 },
             })
             .collect();
-        let call = scripts::renew_many(&leases);
+        let call = Split::from(&scripts::renew_many(&leases));
         let mut ok = vec![0usize; holds.len()];
         for m in 0..self.s.masters {
             // The renewal's check: each other acquisition's lock left as it was.
@@ -958,9 +1105,8 @@ impl Sim {
 
     /// An operator frees `name` by force on every master.
     fn force(&mut self, name: usize) {
-        let call = scripts::mutex_admin(&self.keys[name], Admin::Force);
+        let (keys, argv) = split(&scripts::mutex_admin(&self.keys[name], Admin::Force));
         for m in 0..self.s.masters {
-            let (keys, argv) = split(&call);
             let now = self.now + self.masters[m].offset;
             self.masters[m].host.run(Which::MutexAdmin, &keys, &argv, false, now);
             self.out.calls += 1;
@@ -1048,24 +1194,53 @@ impl Sim {
     /// One step: time moves, perhaps a fault, and one thread acts.
     pub(super) fn step(&mut self) {
         self.step += 1;
-        self.now += match self.rng.below(100) {
-            0..=69 => self.rng.below(200),
-            70..=96 => self.rng.below(3_000),
+        // Mostly a few microseconds (busy slots: grants within a hand-off block and within
+        // the library's reservation), now and then milliseconds, rarely a lease.
+        self.now += match self.rng.below(1000) {
+            0..=959 => self.rng.below(self.s.tick_us),
+            960..=996 => self.rng.below(2_000),
             _ => self.rng.below(300_000),
         } as i64;
         self.faults();
-        let t = self.rng.below(self.threads.len() as u64) as usize;
-        let name = self.rng.below(self.keys.len() as u64) as usize;
         // A thread whose lease ran out locally drops the hold (its guard is lost).
         let now = self.now;
-        self.threads[t].holds.retain(|h| h.valid_until > now);
-        let holding = self.hold_index(t, name).is_some();
-        match self.rng.below(100) {
-            0..=39 if !holding => self.acquire(t, name),
-            0..=39 => self.release(t, name),
-            40..=49 => self.acquire(t, name),
-            50..=84 => self.release(t, name),
-            _ => self.renew(t),
+        for th in &mut self.threads {
+            th.holds.retain(|h| h.valid_until > now);
+        }
+        let r = self.rng.below(100);
+        let holders: Vec<(usize, usize)> = if r < 55 {
+            self.threads
+                .iter()
+                .enumerate()
+                .flat_map(|(t, th)| th.holds.iter().map(move |h| (t, h.name)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !holders.is_empty() && r < 55 {
+            let (t, name) = self.rng.pick(&holders);
+            if r < 45 {
+                self.release(t, name);
+            } else {
+                // A re-entry.
+                self.acquire(t, name);
+            }
+            return;
+        }
+        let t = self.rng.below(self.threads.len() as u64) as usize;
+        let name = self.rng.below(self.keys.len() as u64) as usize;
+        if r < 75 {
+            self.acquire(t, name);
+        } else if r < 90 {
+            // A hot client's empty critical section: lock, then unlock a moment later.
+            let had = self.hold_index(t, name).is_some();
+            self.acquire(t, name);
+            if !had && self.hold_index(t, name).is_some() {
+                self.now += self.rng.below(self.s.tick_us) as i64;
+                self.release(t, name);
+            }
+        } else {
+            self.renew(t);
         }
     }
 
