@@ -41,6 +41,7 @@ fn run(h: &mut Host, call: &Call, fcall: bool, now: i64) -> Reply {
     h.run(call.which, &k, &a, fcall, now)
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Acquires `keys` for `owner` with request `req`: the token and last reserved token, or
 /// None when busy.
 fn acquire(
@@ -103,7 +104,10 @@ fn both_forms_grant_release_and_fence() {
         let (t1, last) = acquire(&mut h, &k, "o1", "r1", 16, false, fcall, T0).unwrap();
         assert_eq!(t1, (T0 + 1_001_024) as u64);
         assert_eq!(last, t1 + 16);
-        assert_eq!(acquire(&mut h, &k, "o2", "r2", 0, false, fcall, T0 + 10), None);
+        assert_eq!(
+            acquire(&mut h, &k, "o2", "r2", 0, false, fcall, T0 + 10),
+            None
+        );
         assert_eq!(
             release(&mut h, &k, "r1", None, None, fcall, T0 + 20),
             ReleaseReply::Released {
@@ -172,7 +176,11 @@ fn a_quorum_token_raised_by_a_release_stays_below_the_next() {
     let tokens: Vec<u64> = masters
         .iter_mut()
         .zip(offsets)
-        .map(|(h, off)| acquire(h, &k, "x", "g1", 0, true, true, now + off).unwrap().0)
+        .map(|(h, off)| {
+            acquire(h, &k, "x", "g1", 0, true, true, now + off)
+                .unwrap()
+                .0
+        })
         .collect();
     let held = *tokens.iter().max().unwrap();
     assert_eq!(held, tokens[1]);
@@ -184,9 +192,18 @@ fn a_quorum_token_raised_by_a_release_stays_below_the_next() {
     let next: Vec<u64> = [0usize, 2]
         .iter()
         .map(|&m| {
-            acquire(&mut masters[m], &k, "y", "g2", 0, true, true, now + 100 + offsets[m])
-                .unwrap()
-                .0
+            acquire(
+                &mut masters[m],
+                &k,
+                "y",
+                "g2",
+                0,
+                true,
+                true,
+                now + 100 + offsets[m],
+            )
+            .unwrap()
+            .0
         })
         .collect();
     let token = *next.iter().max().unwrap();

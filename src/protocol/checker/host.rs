@@ -125,10 +125,12 @@ fn new_state(shared: &Rc<RefCell<Shared>>) -> mlua::Result<Lua> {
     let sh = Rc::clone(shared);
     redis.set(
         "call",
-        lua.create_function(move |lua, args: Variadic<Value>| match command(&sh, &args) {
-            Reply::Err(e) => Err(mlua::Error::RuntimeError(e)),
-            r => to_lua(lua, r),
-        })?,
+        lua.create_function(
+            move |lua, args: Variadic<Value>| match command(&sh, &args) {
+                Reply::Err(e) => Err(mlua::Error::RuntimeError(e)),
+                r => to_lua(lua, r),
+            },
+        )?,
     )?;
     let sh = Rc::clone(shared);
     redis.set(

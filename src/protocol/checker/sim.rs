@@ -113,12 +113,12 @@ pub(super) struct Settings {
     pub(super) threads: usize,
     /// Lock names (the first two share a hash slot, so a fencing mark).
     pub(super) names: usize,
-    /// Steps of the run.
-    pub(super) steps: u64,
     /// The faults.
     pub(super) faults: Faults,
     /// The largest clock offset between masters at the start, in microseconds.
     pub(super) skew_us: i64,
+    /// The largest clock step, in microseconds.
+    pub(super) max_step_us: i64,
     /// The bound of most steps' time, in microseconds (a few ms now and then, rarely a
     /// lease's worth).
     pub(super) tick_us: u64,
@@ -132,7 +132,9 @@ enum Event {
     Restart,
     Flush,
     /// A key evicted: whether it was a fencing mark.
-    Evict { mark: bool },
+    Evict {
+        mark: bool,
+    },
     Reload,
     Failover,
     StepBack,
@@ -187,10 +189,8 @@ struct Hold {
     /// Until when the holder knows it holds (the model's time, in microseconds).
     valid_until: i64,
     passes: u32,
-    /// When it was granted, and each master's event count then.
-    at: i64,
+    /// Each master's event count at its grant.
     marks: Vec<usize>,
-    granted_on: Vec<usize>,
 }
 
 /// The highest token granted for a name so far.
@@ -212,7 +212,6 @@ struct Best {
 #[derive(Debug, Clone)]
 pub(super) struct Finding {
     pub(super) kind: &'static str,
-    pub(super) excused: Option<&'static str>,
     pub(super) step: u64,
     pub(super) secs: f64,
     pub(super) detail: String,
@@ -476,13 +475,15 @@ impl Sim {
             let n = self.out.excused.entry(e).or_default();
             *n += 1;
             if *n <= self.show_excused {
-                eprintln!("checker: excused `{kind}` ({e}) at step {}: {detail}", self.step);
+                eprintln!(
+                    "checker: excused `{kind}` ({e}) at step {}: {detail}",
+                    self.step
+                );
             }
             return;
         }
         let f = Finding {
             kind,
-            excused,
             step: self.step,
             secs: self.started.elapsed().as_secs_f64(),
             detail,
@@ -498,7 +499,13 @@ impl Sim {
 
     /// Runs `call` on master `m`; None when the client cannot reach it. The reply may be
     /// lost (`Err(())`) after the script ran.
-    fn run(&mut self, m: usize, call: &Split, fcall: bool, client: usize) -> Option<Result<Reply, ()>> {
+    fn run(
+        &mut self,
+        m: usize,
+        call: &Split,
+        fcall: bool,
+        client: usize,
+    ) -> Option<Result<Reply, ()>> {
         if self.clients[client].cut[m] {
             return None;
         }
@@ -508,7 +515,9 @@ impl Sim {
         self.out.calls += 1;
         if self.step >= self.trace_from {
             let text = |v: &[Vec<u8>]| -> Vec<String> {
-                v.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
+                v.iter()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect()
             };
             eprintln!(
                 "checker trace: step {} master {m} clock {now} {} {:?} {:?} {:?} -> {r:?}",
@@ -559,21 +568,22 @@ impl Sim {
         let before = self.lock_state(m, name);
         let r = self.run(m, call, fcall, client);
         let prefix = format!("{acquisition}|");
-        if let Some((v, _)) = &before {
-            if !v.starts_with(prefix.as_bytes()) && !v.starts_with(b"#") {
-                let after = self.lock_state(m, name);
-                if after.as_ref() != before.as_ref() {
-                    self.note(
-                        "touched-another",
-                        None,
-                        format!(
-                            "{:?} of `{acquisition}` on master {m} changed {:?} into {:?}",
-                            call.which,
-                            before.map(|b| String::from_utf8_lossy(&b.0).into_owned()),
-                            after.map(|a| String::from_utf8_lossy(&a.0).into_owned())
-                        ),
-                    );
-                }
+        if let Some((v, _)) = &before
+            && !v.starts_with(prefix.as_bytes())
+            && !v.starts_with(b"#")
+        {
+            let after = self.lock_state(m, name);
+            if after.as_ref() != before.as_ref() {
+                self.note(
+                    "touched-another",
+                    None,
+                    format!(
+                        "{:?} of `{acquisition}` on master {m} changed {:?} into {:?}",
+                        call.which,
+                        before.map(|b| String::from_utf8_lossy(&b.0).into_owned()),
+                        after.map(|a| String::from_utf8_lossy(&a.0).into_owned())
+                    ),
+                );
             }
         }
         r
@@ -601,7 +611,12 @@ impl Sim {
             if u == t {
                 continue;
             }
-            let Some(h) = self.threads[u].holds.iter().find(|h| h.name == name).cloned() else {
+            let Some(h) = self.threads[u]
+                .holds
+                .iter()
+                .find(|h| h.name == name)
+                .cloned()
+            else {
                 continue;
             };
             if h.valid_until <= now {
@@ -626,72 +641,81 @@ impl Sim {
             });
             let detail = format!(
                 "`{}` granted to {owner} ({how}, token {token}) while {} holds it (token {}) for {} µs more",
-                self.keys[name].name, h.owner, h.token, h.valid_until - now
+                self.keys[name].name,
+                h.owner,
+                h.token,
+                h.valid_until - now
             );
             self.note("two-owners", excused, detail);
         }
         // Tokens strictly rise per name.
-        if let Some(b) = self.best[name].clone() {
-            if token <= b.token {
-                let on_masters = if self.single() { vec![0] } else { all.clone() };
-                let events = self.since(&b.marks, &on_masters);
-                let lost = events.iter().any(|e| e.loses_mark());
-                let back = events.contains(&Event::StepBack);
-                let state_new = events
-                    .iter()
-                    .any(|e| matches!(e, Event::Restart | Event::Reload | Event::Failover));
-                // A hand-off of a hold whose lock a fault took from the server goes on with
-                // its block's tokens: the resource refuses them (that holder is fenced).
-                let stale = from.is_some_and(|f| {
-                    self.since(f, &all).iter().any(|e| match e {
-                        Event::Force(n) => *n == name,
-                        e => e.loses_lock(),
-                    })
-                });
-                let (kind, excused) = if stale {
-                    ("token-back", Some("a hand-off run of a hold lost to a fault (fenced)"))
-                } else if lost && (back || (self.single() && b.ahead > LATEST_LEAD)) {
-                    ("token-back", Some("a mark lost and a clock step back"))
-                } else if self.single() {
-                    if lost && fcall && b.fcall && !state_new {
-                        ("token-back-mark-lost-memory-ignored", None)
-                    } else if lost && !events.contains(&Event::Restart) {
-                        (
-                            "token-back",
-                            Some("a mark lost at once (FLUSHALL, eviction) with no memory of it"),
-                        )
-                    } else {
-                        ("token-back", None)
-                    }
+        if let Some(b) = self.best[name].clone()
+            && token <= b.token
+        {
+            let on_masters = if self.single() { vec![0] } else { all.clone() };
+            let events = self.since(&b.marks, &on_masters);
+            let lost = events.iter().any(|e| e.loses_mark());
+            let back = events.contains(&Event::StepBack);
+            let state_new = events
+                .iter()
+                .any(|e| matches!(e, Event::Restart | Event::Reload | Event::Failover));
+            // A hand-off of a hold whose lock a fault took from the server goes on with
+            // its block's tokens: the resource refuses them (that holder is fenced).
+            let stale = from.is_some_and(|f| {
+                self.since(f, &all).iter().any(|e| match e {
+                    Event::Force(n) => *n == name,
+                    e => e.loses_lock(),
+                })
+            });
+            let (kind, excused) = if stale {
+                (
+                    "token-back",
+                    Some("a hand-off run of a hold lost to a fault (fenced)"),
+                )
+            } else if lost && (back || (self.single() && b.ahead > LATEST_LEAD)) {
+                ("token-back", Some("a mark lost and a clock step back"))
+            } else if self.single() {
+                if lost && fcall && b.fcall && !state_new {
+                    ("token-back-mark-lost-memory-ignored", None)
+                } else if lost && !events.contains(&Event::Restart) {
+                    (
+                        "token-back",
+                        Some("a mark lost at once (FLUSHALL, eviction) with no memory of it"),
+                    )
                 } else {
-                    match &self.raised[name] {
-                        Some((r, marks)) if token <= *r => {
-                            let lost = self.since(marks, &all).iter().any(|e| e.loses_mark());
-                            if lost {
-                                ("token-back", Some("a quorum token raised, then a mark lost"))
-                            } else {
-                                ("token-back-quorum-inversion", None)
-                            }
+                    ("token-back", None)
+                }
+            } else {
+                match &self.raised[name] {
+                    Some((r, marks)) if token <= *r => {
+                        let lost = self.since(marks, &all).iter().any(|e| e.loses_mark());
+                        if lost {
+                            (
+                                "token-back",
+                                Some("a quorum token raised, then a mark lost"),
+                            )
+                        } else {
+                            ("token-back-quorum-inversion", None)
                         }
-                        _ if lost => ("token-back", Some("a quorum mark lost")),
-                        _ => (
-                            "token-back",
-                            Some("a quorum token never raised by a release or renewal"),
-                        ),
                     }
-                };
-                let detail = format!(
-                    "`{}`: {owner} got token {token} ({how}, {}) {} below token {} granted to {} {} µs before (step {}); events since: {events:?}",
-                    self.keys[name].name,
-                    if fcall { "FCALL" } else { "EVALSHA" },
-                    b.token - token,
-                    b.token,
-                    b.by,
-                    now - b.at,
-                    b.step,
-                );
-                self.note(kind, excused, detail);
-            }
+                    _ if lost => ("token-back", Some("a quorum mark lost")),
+                    _ => (
+                        "token-back",
+                        Some("a quorum token never raised by a release or renewal"),
+                    ),
+                }
+            };
+            let detail = format!(
+                "`{}`: {owner} got token {token} ({how}, {}) {} below token {} granted to {} {} µs before (step {}); events since: {events:?}",
+                self.keys[name].name,
+                if fcall { "FCALL" } else { "EVALSHA" },
+                b.token - token,
+                b.token,
+                b.by,
+                now - b.at,
+                b.step,
+            );
+            self.note(kind, excused, detail);
         }
         // A raised token below this grant says nothing of later ones; after a regression the
         // checks start afresh (a new epoch).
@@ -740,7 +764,9 @@ impl Sim {
             let c = &self.clients[client];
             (c.fcall, c.block, c.lease_ms)
         };
-        let live_hold = self.hold_index(t, name).map(|i| self.threads[t].holds[i].clone());
+        let live_hold = self
+            .hold_index(t, name)
+            .map(|i| self.threads[t].holds[i].clone());
         let request = self.request();
         // A re-entry names the hold's owner (a hold passed by hand-off keeps its first one).
         let owner = live_hold
@@ -801,12 +827,20 @@ impl Sim {
             if !self.single() {
                 let undo: Vec<(usize, u64, String)> =
                     held.iter().map(|h| (h.0, h.1, h.3.clone())).collect();
-                let unanswered = if live_hold.is_none() { maybe_ran } else { Vec::new() };
+                let unanswered = if live_hold.is_none() {
+                    maybe_ran
+                } else {
+                    Vec::new()
+                };
                 self.undo(t, name, &request, &undo, &unanswered);
             }
             return;
         };
-        let ours: Vec<_> = held.iter().filter(|h| h.3 == acquisition).cloned().collect();
+        let ours: Vec<_> = held
+            .iter()
+            .filter(|h| h.3 == acquisition)
+            .cloned()
+            .collect();
         let token = ours.iter().map(|h| h.1).max().unwrap_or(0);
         let count = ours.iter().map(|h| h.2).max().unwrap_or(1);
         let last = if self.single() { ours[0].4 } else { token };
@@ -818,18 +852,7 @@ impl Sim {
                 .collect();
             self.undo(t, name, &request, &stray, &[]);
         }
-        let on: Vec<usize> = ours.iter().map(|h| h.0).collect();
-        if std::env::var("CK_DIAG").is_ok() && !self.single() {
-            let offs: Vec<i64> = self.masters.iter().map(|m| m.offset).collect();
-            eprintln!(
-                "diag-grant: step {} name {name} token {token} on {on:?} tokens {:?} raised {:?} best {:?} offsets {offs:?} live {}",
-                self.step,
-                ours.iter().map(|h| h.1).collect::<Vec<_>>(),
-                self.raised[name].as_ref().map(|r| r.0),
-                self.best[name].as_ref().map(|b| b.token),
-                live_hold.is_some()
-            );
-        }
+
         let valid_until = self.validity(client);
         match live_hold {
             Some(h) if h.acquisition == acquisition => {
@@ -855,23 +878,35 @@ impl Sim {
                     count: 1,
                     valid_until,
                     passes: 0,
-                    at: self.now,
                     marks,
-                    granted_on: on,
                 });
             }
         }
     }
 
     /// A quorum acquire gives back what it does not keep (see `backend/acquire.rs`).
-    fn undo(&mut self, t: usize, name: usize, request: &str, granted: &[(usize, u64, String)], unanswered: &[usize]) {
+    fn undo(
+        &mut self,
+        t: usize,
+        name: usize,
+        request: &str,
+        granted: &[(usize, u64, String)],
+        unanswered: &[usize],
+    ) {
         let client = self.threads[t].client;
         let fcall = self.clients[client].fcall;
         let keys = self.keys[name].clone();
         let mut jobs: Vec<(Vec<usize>, String, u64, Level)> = Vec::new();
         for (m, token, acquisition) in granted {
-            let level = if acquisition == request { Level::Outermost } else { Level::Inner };
-            match jobs.iter_mut().find(|j| &j.1 == acquisition && j.3 == level) {
+            let level = if acquisition == request {
+                Level::Outermost
+            } else {
+                Level::Inner
+            };
+            match jobs
+                .iter_mut()
+                .find(|j| &j.1 == acquisition && j.3 == level)
+            {
                 Some(j) => {
                     j.0.push(*m);
                     j.2 = j.2.max(*token);
@@ -881,7 +916,12 @@ impl Sim {
         }
         if !unanswered.is_empty() {
             let token = granted.iter().map(|h| h.1).max().unwrap_or(0);
-            jobs.push((unanswered.to_vec(), request.to_owned(), token, Level::Outermost));
+            jobs.push((
+                unanswered.to_vec(),
+                request.to_owned(),
+                token,
+                Level::Outermost,
+            ));
         }
         for (targets, acquisition, token, level) in jobs {
             let rel = self.request();
@@ -905,7 +945,9 @@ impl Sim {
 
     /// Releases one level of thread `t`'s hold on `name`, by local hand-off when it can.
     fn release(&mut self, t: usize, name: usize) {
-        let Some(i) = self.hold_index(t, name) else { return };
+        let Some(i) = self.hold_index(t, name) else {
+            return;
+        };
         let client = self.threads[t].client;
         let fcall = self.clients[client].fcall;
         let h = self.threads[t].holds[i].clone();
@@ -913,7 +955,9 @@ impl Sim {
         // A local hand-off: to another thread of this client that waits for the name.
         if h.count == 1 && h.token < h.last && h.valid_until > self.now && self.rng.chance(0.6) {
             let others: Vec<usize> = (0..self.threads.len())
-                .filter(|&u| u != t && self.threads[u].client == client && self.hold_index(u, name).is_none())
+                .filter(|&u| {
+                    u != t && self.threads[u].client == client && self.hold_index(u, name).is_none()
+                })
                 .collect();
             if !others.is_empty() {
                 // One hand-off, or a burst of them at one instant (a hot process's empty
@@ -954,7 +998,15 @@ impl Sim {
                             self.step, self.keys[name].name, hold.acquisition, hold.token
                         );
                     }
-                    self.granted(u, name, hold.token, fcall, &hold.owner, "hand-off", Some(&marks));
+                    self.granted(
+                        u,
+                        name,
+                        hold.token,
+                        fcall,
+                        &hold.owner,
+                        "hand-off",
+                        Some(&marks),
+                    );
                     from = u;
                 }
                 self.threads[from].holds.push(hold);
@@ -964,15 +1016,27 @@ impl Sim {
         let inner = h.count > 1;
         let rel = self.request();
         let single = self.single();
-        let masters: Vec<usize> = if single { vec![0] } else { (0..self.s.masters).collect() };
+        let masters: Vec<usize> = if single {
+            vec![0]
+        } else {
+            (0..self.s.masters).collect()
+        };
         let make = |retry: bool| {
             Split::from(&scripts::release(
                 &keys,
                 &Release {
                     acquisition: &h.acquisition,
-                    level: if inner { Level::Inner } else { Level::Outermost },
+                    level: if inner {
+                        Level::Inner
+                    } else {
+                        Level::Outermost
+                    },
                     request: &rel,
-                    publish: if single { Publish::IfFlagged } else { Publish::Always },
+                    publish: if single {
+                        Publish::IfFlagged
+                    } else {
+                        Publish::Always
+                    },
                     fence: (!single).then_some(h.token),
                     last_issued: (h.passes > 0).then_some(h.token),
                 },
@@ -984,25 +1048,14 @@ impl Sim {
         let mut raised = 0;
         let mut remaining = None;
         for m in masters {
-            if !single && !inner && std::env::var("CK_DIAG").is_ok() {
-                let fence = self.keys[name].fence.as_bytes().to_vec();
-                let v = self.masters[m].host.shared.borrow_mut().db.peek(&fence);
-                if let Some(v) = v {
-                    let t = String::from_utf8_lossy(&v).into_owned();
-                    let f: Vec<&str> = t.split('|').collect();
-                    if f.len() == 4 {
-                        let reach = f[0].parse::<u64>().unwrap() * 1_000_000 + f[1].parse::<u64>().unwrap() + LEAD_US + f[2].parse::<u64>().unwrap();
-                        eprintln!("diag: step {} master {m} reservation reach {reach} fence {} covered {}", self.step, h.token, reach >= h.token);
-                    }
-                }
-            }
             let mut r = self.run_own(m, &first, fcall, client, name, &h.acquisition);
             if matches!(r, Some(Err(()))) {
                 r = self.run_own(m, &again, fcall, client, name, &h.acquisition);
             }
             if let Some(Ok(reply)) = r {
                 match scripts::parse_release(&value(&reply)) {
-                    Some(ReleaseReply::Released { remaining: 0, .. }) | Some(ReleaseReply::Missing) => {
+                    Some(ReleaseReply::Released { remaining: 0, .. })
+                    | Some(ReleaseReply::Missing) => {
                         raised += 1;
                         remaining.get_or_insert(0);
                     }
@@ -1068,21 +1121,27 @@ impl Sim {
             let before: Vec<_> = holds.iter().map(|h| self.lock_state(m, h.name)).collect();
             let r = self.run(m, &call, fcall, client);
             for (j, h) in holds.iter().enumerate() {
-                if let Some((v, _)) = &before[j] {
-                    if !v.starts_with(format!("{}|", h.acquisition).as_bytes()) {
-                        let after = self.lock_state(m, h.name);
-                        if after.as_ref() != before[j].as_ref() {
-                            self.note(
-                                "touched-another",
-                                None,
-                                format!("renewal of `{}` on master {m} changed another's lock", h.acquisition),
-                            );
-                        }
+                if let Some((v, _)) = &before[j]
+                    && !v.starts_with(format!("{}|", h.acquisition).as_bytes())
+                {
+                    let after = self.lock_state(m, h.name);
+                    if after.as_ref() != before[j].as_ref() {
+                        self.note(
+                            "touched-another",
+                            None,
+                            format!(
+                                "renewal of `{}` on master {m} changed another's lock",
+                                h.acquisition
+                            ),
+                        );
                     }
                 }
             }
             if let Some(Ok(reply)) = r {
-                for (j, o) in scripts::parse_renews(&value(&reply), holds.len()).into_iter().enumerate() {
+                for (j, o) in scripts::parse_renews(&value(&reply), holds.len())
+                    .into_iter()
+                    .enumerate()
+                {
                     if o == Some(true) {
                         ok[j] += 1;
                     }
@@ -1108,7 +1167,9 @@ impl Sim {
         let (keys, argv) = split(&scripts::mutex_admin(&self.keys[name], Admin::Force));
         for m in 0..self.s.masters {
             let now = self.now + self.masters[m].offset;
-            self.masters[m].host.run(Which::MutexAdmin, &keys, &argv, false, now);
+            self.masters[m]
+                .host
+                .run(Which::MutexAdmin, &keys, &argv, false, now);
             self.out.calls += 1;
             self.event(m, Event::Force(name));
         }
@@ -1154,7 +1215,11 @@ impl Sim {
             // The replica catches up now and then.
             let copy: BTreeMap<_, _> = {
                 let sh = self.masters[m].host.shared.borrow();
-                sh.db.map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+                sh.db
+                    .map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
             };
             self.masters[m].replica = copy;
         }
@@ -1172,12 +1237,18 @@ impl Sim {
             }
         }
         if self.rng.chance(f.step_back) {
-            let by = self.rng.pick(&[200, 800, 1_500, 20_000, 700_000, 2_000_000]);
+            let by = self
+                .rng
+                .pick(&[200, 800, 1_500, 20_000, 700_000, 2_000_000])
+                .min(self.s.max_step_us);
             self.masters[m].offset -= by;
             self.event(m, Event::StepBack);
         }
         if self.rng.chance(f.step_forward) {
-            let by = self.rng.pick(&[500, 5_000, 300_000, 2_000_000]);
+            let by = self
+                .rng
+                .pick(&[500, 5_000, 300_000, 2_000_000])
+                .min(self.s.max_step_us);
             self.masters[m].offset += by;
             self.event(m, Event::StepForward);
         }
@@ -1253,7 +1324,7 @@ impl Sim {
             if self.stop_at_first && !self.out.findings.is_empty() {
                 break;
             }
-            if self.step % 256 == 0 && self.started.elapsed() >= budget {
+            if self.step.is_multiple_of(256) && self.started.elapsed() >= budget {
                 break;
             }
         }

@@ -29,11 +29,14 @@ const SYNTAX: &str = "ERR syntax error";
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const NOT_FLOAT: &str = "ERR value is not a valid float";
 
+/// A hash's fields and values.
+pub(super) type Fields = HashMap<Vec<u8>, Vec<u8>>;
+
 /// A value of a key.
 #[derive(Debug, Clone)]
 pub(super) enum Val {
     Str(Vec<u8>),
-    Hash(HashMap<Vec<u8>, Vec<u8>>),
+    Hash(Fields),
     List(VecDeque<Vec<u8>>),
     /// A sorted set: member and score (ordered on demand: the scripts' sets are small).
     ZSet(HashMap<Vec<u8>, f64>),
@@ -152,11 +155,6 @@ impl Db {
         self.map.get_mut(key)
     }
 
-    /// Whether `key` is there now.
-    pub(super) fn exists(&mut self, key: &[u8]) -> bool {
-        self.live(key).is_some()
-    }
-
     /// The string at `key`, for the checker's own look (no command counted).
     pub(super) fn peek(&mut self, key: &[u8]) -> Option<Vec<u8>> {
         match self.live(key) {
@@ -177,7 +175,7 @@ impl Db {
         }
     }
 
-    fn hash(&mut self, key: &[u8], create: bool) -> Result<Option<&mut HashMap<Vec<u8>, Vec<u8>>>, Reply> {
+    fn hash(&mut self, key: &[u8], create: bool) -> Result<Option<&mut Fields>, Reply> {
         if create && self.live(key).is_none() {
             self.map.insert(
                 key.to_vec(),
@@ -215,7 +213,11 @@ impl Db {
         }
     }
 
-    fn zset(&mut self, key: &[u8], create: bool) -> Result<Option<&mut HashMap<Vec<u8>, f64>>, Reply> {
+    fn zset(
+        &mut self,
+        key: &[u8],
+        create: bool,
+    ) -> Result<Option<&mut HashMap<Vec<u8>, f64>>, Reply> {
         if create && self.live(key).is_none() {
             self.map.insert(
                 key.to_vec(),
@@ -251,7 +253,9 @@ impl Db {
     pub(super) fn command(&mut self, args: &[Vec<u8>]) -> Reply {
         self.commands += 1;
         let Some(name) = args.first() else {
-            return Reply::Err("ERR Please specify at least one argument for this redis lib call".into());
+            return Reply::Err(
+                "ERR Please specify at least one argument for this redis lib call".into(),
+            );
         };
         let name = name.to_ascii_lowercase();
         let a = &args[1..];
@@ -263,9 +267,13 @@ impl Db {
             b"pexpireat" => self.pexpire(a, true),
             b"rename" => self.rename(a),
             b"del" => Ok(Reply::Int(
-                a.iter().filter(|k| self.live(k).is_some() && self.map.remove(*k).is_some()).count() as i64,
+                a.iter()
+                    .filter(|k| self.live(k).is_some() && self.map.remove(*k).is_some())
+                    .count() as i64,
             )),
-            b"exists" => Ok(Reply::Int(a.iter().filter(|k| self.live(k).is_some()).count() as i64)),
+            b"exists" => Ok(Reply::Int(
+                a.iter().filter(|k| self.live(k).is_some()).count() as i64,
+            )),
             b"type" => self.type_of(a),
             b"time" => Ok(Reply::Arr(vec![
                 Reply::Bulk(self.now_us.div_euclid(1_000_000).to_string().into_bytes()),
@@ -274,14 +282,19 @@ impl Db {
             b"publish" if a.len() == 2 => Ok(Reply::Int(self.subscribers)),
             b"incr" => self.incr(a),
             b"hset" => self.hset(a),
-            b"hget" if a.len() == 2 => self
-                .hash(&a[0], false)
-                .map(|h| h.and_then(|h| h.get(&a[1])).map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))),
+            b"hget" if a.len() == 2 => self.hash(&a[0], false).map(|h| {
+                h.and_then(|h| h.get(&a[1]))
+                    .map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))
+            }),
             b"hmget" if a.len() >= 2 => self.hash(&a[0], false).map(|h| {
                 Reply::Arr(
                     a[1..]
                         .iter()
-                        .map(|f| h.as_ref().and_then(|h| h.get(f)).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())))
+                        .map(|f| {
+                            h.as_ref()
+                                .and_then(|h| h.get(f))
+                                .map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))
+                        })
                         .collect(),
                 )
             }),
@@ -320,23 +333,32 @@ impl Db {
             },
             b"lrange" if a.len() == 3 => match (int_of(&a[1]), int_of(&a[2])) {
                 (Some(s), Some(e)) => self.list(&a[0], false).map(|l| {
-                    let Some(l) = l else { return Reply::Arr(vec![]) };
+                    let Some(l) = l else {
+                        return Reply::Arr(vec![]);
+                    };
                     match index_range(s, e, l.len()) {
                         None => Reply::Arr(vec![]),
-                        Some((s, e)) => Reply::Arr(l.range(s..=e).map(|v| Reply::Bulk(v.clone())).collect()),
+                        Some((s, e)) => {
+                            Reply::Arr(l.range(s..=e).map(|v| Reply::Bulk(v.clone())).collect())
+                        }
                     }
                 }),
                 _ => Err(Reply::Err(NOT_INT.into())),
             },
             b"lrem" if a.len() == 3 => self.lrem(a),
             b"zadd" => self.zadd(a),
-            b"zcard" if a.len() == 1 => self.zset(&a[0], false).map(|z| Reply::Int(z.map_or(0, |z| z.len() as i64))),
-            b"zscore" if a.len() == 2 => self
+            b"zcard" if a.len() == 1 => self
                 .zset(&a[0], false)
-                .map(|z| z.and_then(|z| z.get(&a[1])).map_or(Reply::Nil, |s| Reply::Bulk(fmt_score(*s)))),
+                .map(|z| Reply::Int(z.map_or(0, |z| z.len() as i64))),
+            b"zscore" if a.len() == 2 => self.zset(&a[0], false).map(|z| {
+                z.and_then(|z| z.get(&a[1]))
+                    .map_or(Reply::Nil, |s| Reply::Bulk(fmt_score(*s)))
+            }),
             b"zcount" if a.len() == 3 => match (bound_of(&a[1]), bound_of(&a[2])) {
                 (Some(min), Some(max)) => self.zset(&a[0], false).map(|z| {
-                    Reply::Int(z.map_or(0, |z| z.values().filter(|s| in_range(**s, min, max)).count() as i64))
+                    Reply::Int(z.map_or(0, |z| {
+                        z.values().filter(|s| in_range(**s, min, max)).count() as i64
+                    }))
                 }),
                 _ => Err(Reply::Err("ERR min or max is not a float".into())),
             },
@@ -372,14 +394,20 @@ impl Db {
 
     fn get(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         if a.len() != 1 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'get' command".into()));
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'get' command".into(),
+            ));
         }
-        Ok(self.string(&a[0])?.map_or(Reply::Nil, |s| Reply::Bulk(s.clone())))
+        Ok(self
+            .string(&a[0])?
+            .map_or(Reply::Nil, |s| Reply::Bulk(s.clone())))
     }
 
     fn set(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         if a.len() < 2 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'set' command".into()));
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'set' command".into(),
+            ));
         }
         let (mut nx, mut xx, mut get, mut keepttl) = (false, false, false, false);
         let mut expire: Option<i64> = None;
@@ -396,7 +424,9 @@ impl Db {
                         return Err(Reply::Err(NOT_INT.into()));
                     };
                     if n <= 0 {
-                        return Err(Reply::Err("ERR invalid expire time in 'set' command".into()));
+                        return Err(Reply::Err(
+                            "ERR invalid expire time in 'set' command".into(),
+                        ));
                     }
                     let now = self.now_ms();
                     expire = Some(match opt.as_slice() {
@@ -435,7 +465,11 @@ impl Db {
         if (nx && present) || (xx && !present) {
             return Ok(answer(false));
         }
-        let expire_ms = if keepttl { old.and_then(|o| o.1) } else { expire };
+        let expire_ms = if keepttl {
+            old.and_then(|o| o.1)
+        } else {
+            expire
+        };
         self.map.insert(
             key.clone(),
             Entry {
@@ -450,16 +484,21 @@ impl Db {
         let now = self.now_ms();
         Ok(Reply::Int(match a.first().and_then(|k| self.live(k)) {
             None => -2,
-            Some(Entry { expire_ms: None, .. }) => -1,
             Some(Entry {
-                expire_ms: Some(at), ..
+                expire_ms: None, ..
+            }) => -1,
+            Some(Entry {
+                expire_ms: Some(at),
+                ..
             }) => (*at - now).max(0),
         }))
     }
 
     fn pexpire(&mut self, a: &[Vec<u8>], absolute: bool) -> Result<Reply, Reply> {
         if a.len() != 2 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'pexpire' command".into()));
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'pexpire' command".into(),
+            ));
         }
         let Some(n) = int_of(&a[1]) else {
             return Err(Reply::Err(NOT_INT.into()));
@@ -479,7 +518,9 @@ impl Db {
 
     fn rename(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         if a.len() != 2 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'rename' command".into()));
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'rename' command".into(),
+            ));
         }
         if self.live(&a[0]).is_none() {
             return Err(Reply::Err("ERR no such key".into()));
@@ -519,8 +560,10 @@ impl Db {
     }
 
     fn hset(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if a.len() < 3 || a.len() % 2 == 0 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'hset' command".into()));
+        if a.len() < 3 || a.len().is_multiple_of(2) {
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'hset' command".into(),
+            ));
         }
         let h = self.hash(&a[0], true)?.expect("created");
         let mut added = 0;
@@ -536,13 +579,19 @@ impl Db {
         let Some(h) = self.hash(&a[0], false)? else {
             return Ok(Reply::Int(0));
         };
-        Ok(Reply::Int(a[1..].iter().filter(|f| h.remove(*f).is_some()).count() as i64))
+        Ok(Reply::Int(
+            a[1..].iter().filter(|f| h.remove(*f).is_some()).count() as i64,
+        ))
     }
 
     fn lpop(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         let count = match a.get(1) {
             None => None,
-            Some(c) => Some(int_of(c).filter(|c| *c >= 0).ok_or_else(|| Reply::Err(NOT_INT.into()))?),
+            Some(c) => Some(
+                int_of(c)
+                    .filter(|c| *c >= 0)
+                    .ok_or_else(|| Reply::Err(NOT_INT.into()))?,
+            ),
         };
         let Some(l) = self.list(&a[0], false)? else {
             return Ok(Reply::Nil);
@@ -594,7 +643,8 @@ impl Db {
 
     fn zadd(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         let key = a.first().ok_or_else(|| Reply::Err(SYNTAX.into()))?;
-        let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) = (false, false, false, false, false, false);
+        let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
+            (false, false, false, false, false, false);
         let mut i = 1;
         while i < a.len() {
             match a[i].to_ascii_lowercase().as_slice() {
@@ -609,7 +659,7 @@ impl Db {
             i += 1;
         }
         let pairs = &a[i..];
-        if pairs.is_empty() || pairs.len() % 2 != 0 {
+        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
             return Err(Reply::Err(SYNTAX.into()));
         }
         if (nx && xx) || (gt && lt) || (nx && (gt || lt)) {
@@ -618,11 +668,16 @@ impl Db {
             ));
         }
         if incr && pairs.len() != 2 {
-            return Err(Reply::Err("ERR INCR option supports a single increment-element pair".into()));
+            return Err(Reply::Err(
+                "ERR INCR option supports a single increment-element pair".into(),
+            ));
         }
         let mut parsed = Vec::with_capacity(pairs.len() / 2);
         for p in pairs.chunks(2) {
-            parsed.push((score_of(&p[0]).ok_or_else(|| Reply::Err(NOT_FLOAT.into()))?, p[1].clone()));
+            parsed.push((
+                score_of(&p[0]).ok_or_else(|| Reply::Err(NOT_FLOAT.into()))?,
+                p[1].clone(),
+            ));
         }
         let z = self.zset(key, true)?.expect("created");
         let (mut added, mut changed) = (0i64, 0i64);
@@ -661,7 +716,9 @@ impl Db {
 
     fn zrange(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         if a.len() < 3 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'zrange' command".into()));
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'zrange' command".into(),
+            ));
         }
         let mut scores = false;
         for o in &a[3..] {
@@ -692,7 +749,9 @@ impl Db {
 
     fn zrangebyscore(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         if a.len() < 3 {
-            return Err(Reply::Err("ERR wrong number of arguments for 'zrangebyscore' command".into()));
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'zrangebyscore' command".into(),
+            ));
         }
         let (Some(min), Some(max)) = (bound_of(&a[1]), bound_of(&a[2])) else {
             return Err(Reply::Err("ERR min or max is not a float".into()));
@@ -717,7 +776,9 @@ impl Db {
             return Ok(Reply::Arr(vec![]));
         };
         let mut out = Vec::new();
-        let matching = ordered(z).into_iter().filter(|(_, s)| in_range(*s, min, max));
+        let matching = ordered(z)
+            .into_iter()
+            .filter(|(_, s)| in_range(*s, min, max));
         let (skip, take) = match limit {
             None => (0, usize::MAX),
             Some((off, n)) => (off, if n < 0 { usize::MAX } else { n as usize }),
@@ -758,7 +819,10 @@ impl Db {
                 }
             }
         }
-        Ok(Reply::Arr(vec![Reply::Bulk(b"0".to_vec()), Reply::Arr(out)]))
+        Ok(Reply::Arr(vec![
+            Reply::Bulk(b"0".to_vec()),
+            Reply::Arr(out),
+        ]))
     }
 }
 
@@ -777,22 +841,40 @@ mod tests {
             now_us: 5_000_000,
             ..Db::default()
         };
-        assert_eq!(run(&mut db, &["SET", "k", "v", "nx", "px", "100"]), Reply::Status("OK".into()));
-        assert_eq!(run(&mut db, &["set", "k", "w", "nx", "px", "100"]), Reply::Nil);
+        assert_eq!(
+            run(&mut db, &["SET", "k", "v", "nx", "px", "100"]),
+            Reply::Status("OK".into())
+        );
+        assert_eq!(
+            run(&mut db, &["set", "k", "w", "nx", "px", "100"]),
+            Reply::Nil
+        );
         assert_eq!(run(&mut db, &["pttl", "k"]), Reply::Int(100));
-        assert_eq!(run(&mut db, &["set", "k", "x", "get"]), Reply::Bulk(b"v".to_vec()));
+        assert_eq!(
+            run(&mut db, &["set", "k", "x", "get"]),
+            Reply::Bulk(b"v".to_vec())
+        );
         assert_eq!(run(&mut db, &["pttl", "k"]), Reply::Int(-1));
         assert_eq!(run(&mut db, &["set", "n", "1", "get"]), Reply::Nil);
         run(&mut db, &["pexpire", "k", "50"]);
-        assert_eq!(run(&mut db, &["set", "k", "y", "keepttl", "xx"]), Reply::Status("OK".into()));
+        assert_eq!(
+            run(&mut db, &["set", "k", "y", "keepttl", "xx"]),
+            Reply::Status("OK".into())
+        );
         assert_eq!(run(&mut db, &["pttl", "k"]), Reply::Int(50));
         db.now_us += 50_000;
         assert_eq!(run(&mut db, &["get", "k"]), Reply::Nil);
         assert_eq!(run(&mut db, &["pttl", "k"]), Reply::Int(-2));
-        assert_eq!(run(&mut db, &["rename", "k", "m"]), Reply::Err("ERR no such key".into()));
+        assert_eq!(
+            run(&mut db, &["rename", "k", "m"]),
+            Reply::Err("ERR no such key".into())
+        );
         run(&mut db, &["hset", "h", "owner", "x"]);
         assert_eq!(run(&mut db, &["get", "h"]), Reply::Err(WRONGTYPE.into()));
-        assert_eq!(run(&mut db, &["set", "h", "1", "get"]), Reply::Err(WRONGTYPE.into()));
+        assert_eq!(
+            run(&mut db, &["set", "h", "1", "get"]),
+            Reply::Err(WRONGTYPE.into())
+        );
         assert_eq!(run(&mut db, &["type", "h"]), Reply::Status("hash".into()));
         assert_eq!(run(&mut db, &["hexists", "h", "owner"]), Reply::Int(1));
     }
@@ -800,16 +882,25 @@ mod tests {
     #[test]
     fn sorted_sets_answer_as_redis() {
         let mut db = Db::default();
-        assert_eq!(run(&mut db, &["zadd", "z", "5", "a", "+inf", "w"]), Reply::Int(2));
+        assert_eq!(
+            run(&mut db, &["zadd", "z", "5", "a", "+inf", "w"]),
+            Reply::Int(2)
+        );
         assert_eq!(run(&mut db, &["zadd", "z", "gt", "3", "a"]), Reply::Int(0));
-        assert_eq!(run(&mut db, &["zscore", "z", "a"]), Reply::Bulk(b"5".to_vec()));
+        assert_eq!(
+            run(&mut db, &["zscore", "z", "a"]),
+            Reply::Bulk(b"5".to_vec())
+        );
         assert_eq!(run(&mut db, &["zcount", "z", "(5", "+inf"]), Reply::Int(1));
         assert_eq!(run(&mut db, &["zcount", "z", "(5", "(+inf"]), Reply::Int(0));
         assert_eq!(
             run(&mut db, &["zrange", "z", "0", "0", "withscores"]),
             Reply::Arr(vec![Reply::Bulk(b"a".to_vec()), Reply::Bulk(b"5".to_vec())])
         );
-        assert_eq!(run(&mut db, &["zremrangebyscore", "z", "-inf", "5"]), Reply::Int(1));
+        assert_eq!(
+            run(&mut db, &["zremrangebyscore", "z", "-inf", "5"]),
+            Reply::Int(1)
+        );
         assert_eq!(run(&mut db, &["zrem", "z", "w"]), Reply::Int(1));
         assert_eq!(run(&mut db, &["exists", "z"]), Reply::Int(0));
         assert!(glob(b"ab*", b"abc") && !glob(b"ab*", b"xabc") && glob(b"a?c", b"abc"));
