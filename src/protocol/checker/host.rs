@@ -225,15 +225,16 @@ impl Host {
         })
     }
 
-    /// An empty restart: the keyspace and both Lua states are new.
+    /// An empty restart: the keyspace is empty and the function library's Lua state new.
+    /// The scripts' state is kept, compiled: a script sent with `EVALSHA` keeps nothing in it
+    /// from call to call (its `KEYS` and `ARGV` are set anew, its other names are locals), so
+    /// a new one would run every call alike.
     pub(super) fn restart(&mut self) -> mlua::Result<()> {
-        let subscribers = self.shared.borrow().db.subscribers;
-        let commands = self.shared.borrow().db.commands;
-        *self = Host::new()?;
-        let mut s = self.shared.borrow_mut();
-        s.db.subscribers = subscribers;
-        s.db.commands = commands;
-        Ok(())
+        {
+            let mut s = self.shared.borrow_mut();
+            s.db.map.clear();
+        }
+        self.reload_functions()
     }
 
     /// The function library reloaded (`FUNCTION FLUSH`, then the client's `FUNCTION LOAD`):

@@ -81,7 +81,12 @@
 //! ```
 //!
 //! `LOCKSMITH_CHECKER_MASTERS` (1, 3 or 5) picks the topology of the sweep (default: both 1
-//! and 3), `LOCKSMITH_CHECKER_SEEDS=<n>` runs seeds `SEED..SEED+n`. A finding prints its
+//! and 3), `LOCKSMITH_CHECKER_SEEDS=<n>` runs seeds `SEED..SEED+n`, and
+//! `LOCKSMITH_CHECKER_FAULTS=restart,partition,...` keeps only the faults named (`restart`,
+//! `flush`, `evict`, `reload`, `failover`, `step_back`, `step_forward`, `partition`,
+//! `lost_reply`, `force`; `none` for none). `LOCKSMITH_CHECKER_TRACE=<step>` prints every
+//! script call (keys, arguments, reply) and fault from that step on, and
+//! `LOCKSMITH_CHECKER_SHOW_EXCUSED=<n>` the first `n` excused findings of each kind. A finding prints its
 //! step, the seconds into the run, and the grants involved; the same seed and steps replay
 //! it exactly.
 
@@ -276,11 +281,8 @@ fn sweep() {
     for s in first..first + seeds {
         for &m in &masters {
             let mut settings = default_settings(m, s);
-            if std::env::var("LOCKSMITH_CHECKER_FAULTS").is_ok_and(|f| f == "partition") {
-                settings.faults = Faults {
-                    partition: settings.faults.partition,
-                    ..Faults::NONE
-                };
+            if let Ok(only) = std::env::var("LOCKSMITH_CHECKER_FAULTS") {
+                settings.faults = settings.faults.only(&only);
             }
             let out = run(settings, steps(), Duration::from_secs(secs), false);
             found += out.findings.len();

@@ -87,6 +87,29 @@ impl Faults {
         force: 0.0,
     };
 
+    /// These faults, keeping only those `names` (comma-separated field names) lists.
+    pub(super) fn only(self, names: &str) -> Faults {
+        let keep = |n: &str, p: f64| {
+            if names.split(',').any(|x| x.trim() == n) {
+                p
+            } else {
+                0.0
+            }
+        };
+        Faults {
+            restart: keep("restart", self.restart),
+            flush: keep("flush", self.flush),
+            evict: keep("evict", self.evict),
+            reload: keep("reload", self.reload),
+            failover: keep("failover", self.failover),
+            step_back: keep("step_back", self.step_back),
+            step_forward: keep("step_forward", self.step_forward),
+            partition: keep("partition", self.partition),
+            lost_reply: keep("lost_reply", self.lost_reply),
+            force: keep("force", self.force),
+        }
+    }
+
     /// Every fault, now and then.
     pub(super) const ALL: Faults = Faults {
         restart: 0.0005,

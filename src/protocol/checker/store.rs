@@ -257,9 +257,15 @@ impl Db {
                 "ERR Please specify at least one argument for this redis lib call".into(),
             );
         };
-        let name = name.to_ascii_lowercase();
+        // The name in lower case, without an allocation (no command is longer than 16).
+        let mut lower = [0u8; 16];
+        let n = name.len().min(16);
+        for (l, c) in lower.iter_mut().zip(&name[..n]) {
+            *l = c.to_ascii_lowercase();
+        }
+        let name = &lower[..if name.len() > 16 { 0 } else { n }];
         let a = &args[1..];
-        let r = match name.as_slice() {
+        let r = match name {
             b"get" => self.get(a),
             b"set" => self.set(a),
             b"pttl" => self.pttl(a),
@@ -380,7 +386,7 @@ impl Db {
             b"zscan" => self.zscan(a),
             _ => Err(Reply::Err(format!(
                 "ERR the checker's model has no command '{}' of {} arguments",
-                String::from_utf8_lossy(&name),
+                String::from_utf8_lossy(&args[0]),
                 a.len()
             ))),
         };
