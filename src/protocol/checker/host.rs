@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use mlua::{Function, Lua, MultiValue, Table, Value, Variadic};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::store::{Db, Reply};
 use crate::protocol::library::PLAIN;
@@ -102,7 +102,7 @@ pub(super) fn from_lua(v: &Value) -> Reply {
 }
 
 /// Runs the command of `args` (Lua values) on `shared`'s keyspace.
-fn command(shared: &RefCell<Shared>, args: &Variadic<Value>) -> Reply {
+fn command(shared: &RefCell<Shared>, args: &MultiValue) -> Reply {
     let mut s = shared.borrow_mut();
     let s = &mut *s;
     while s.args.len() < args.len() {
@@ -125,17 +125,15 @@ fn new_state(shared: &Rc<RefCell<Shared>>) -> mlua::Result<Lua> {
     let sh = Rc::clone(shared);
     redis.set(
         "call",
-        lua.create_function(
-            move |lua, args: Variadic<Value>| match command(&sh, &args) {
-                Reply::Err(e) => Err(mlua::Error::RuntimeError(e)),
-                r => to_lua(lua, r),
-            },
-        )?,
+        lua.create_function(move |lua, args: MultiValue| match command(&sh, &args) {
+            Reply::Err(e) => Err(mlua::Error::RuntimeError(e)),
+            r => to_lua(lua, r),
+        })?,
     )?;
     let sh = Rc::clone(shared);
     redis.set(
         "pcall",
-        lua.create_function(move |lua, args: Variadic<Value>| to_lua(lua, command(&sh, &args)))?,
+        lua.create_function(move |lua, args: MultiValue| to_lua(lua, command(&sh, &args)))?,
     )?;
     redis.set(
         "error_reply",

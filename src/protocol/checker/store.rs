@@ -5,7 +5,38 @@
 //! still while the script runs, as Redis 7 freezes it). Errors are Redis's texts
 //! (`WRONGTYPE ...`, `ERR no such key`, ...).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A fast hash for the model's small maps (FxHash: no DoS to fear in a test).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // The length and three 8-byte windows (start, middle, end): enough to tell the
+        // model's keys apart, and few operations in a debug build.
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            let end = (at + 8).min(bytes.len());
+            w[..end - at].copy_from_slice(&bytes[at..end]);
+            u64::from_le_bytes(w)
+        };
+        let n = bytes.len();
+        let mut h = self.0 ^ n as u64;
+        for at in [0, n.saturating_sub(8) / 2, n.saturating_sub(8)] {
+            h = (h.rotate_left(5) ^ word(at.min(n))).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        self.0 = h;
+    }
+}
+
+/// A map with the fast hash.
+pub(super) type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// A Redis reply, as a script's `redis.call` gets it and as the script's return becomes.
 #[derive(Debug, Clone, PartialEq)]
@@ -180,7 +211,7 @@ impl Db {
             self.map.insert(
                 key.to_vec(),
                 Entry {
-                    val: Val::Hash(HashMap::new()),
+                    val: Val::Hash(HashMap::default()),
                     expire_ms: None,
                 },
             );
@@ -222,7 +253,7 @@ impl Db {
             self.map.insert(
                 key.to_vec(),
                 Entry {
-                    val: Val::ZSet(HashMap::new()),
+                    val: Val::ZSet(HashMap::default()),
                     expire_ms: None,
                 },
             );
