@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use super::host::Host;
 use super::store::Reply;
+use crate::protocol::family;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    self, Acquire, AcquireReply, Call, Level, Publish, Release, ReleaseReply,
+    self, Acquire, AcquireReply, Call, Holder, Level, Publish, Release, ReleaseReply,
 };
 
 const T0: i64 = 1_750_000_000_000_000;
@@ -263,4 +264,197 @@ fn a_hand_off_run_across_an_empty_restart_is_the_stale_one() {
         let stale = before + 1;
         assert!(t2 - stale > 700_000);
     }
+}
+
+/// Asserts that a reply is no error.
+fn ok(r: Reply) {
+    assert!(!matches!(r, Reply::Err(_)), "{r:?}");
+}
+
+/// Runs `call` on `h` at `now` and reads it as a family acquire of `req`: Some(token) held.
+fn family_acquire(h: &mut Host, call: &Call, req: &str, now: i64) -> Option<u64> {
+    let r = run(h, call, false, now);
+    match family::parse_acquire(&value(&r), req) {
+        Some(AcquireReply::Held { token, .. }) => Some(token),
+        Some(AcquireReply::Busy { .. }) => None,
+        other => panic!("{:?} answered {other:?} ({r:?})", call.which),
+    }
+}
+
+fn family_release(h: &mut Host, call: &Call, now: i64) -> ReleaseReply {
+    let r = run(h, call, false, now);
+    family::parse_family_release(&value(&r)).unwrap_or_else(|| panic!("release answered {r:?}"))
+}
+
+/// The other lock types' scripts run on the model too (lists, hashes, sorted sets, ZADD
+/// flags, ZRANGE WITHSCORES, ZSCAN...): a fair mutex, a read-write lock's writer and readers
+/// and a semaphore exclude, queue, release and fence as their clients expect, with no error
+/// reply.
+#[test]
+fn the_other_lock_types_run_on_the_model() {
+    let lease = Duration::from_millis(500);
+    let holder = |owner: &'static str, acquisition: &'static str| Holder { owner, acquisition };
+    let mut h = Host::new().unwrap();
+    // Fair mutex: a holds, b queues, a's release lets b in with a higher token.
+    let fair = LockKeys::family("d:", "f", "fair", "grant:");
+    let ta = family_acquire(
+        &mut h,
+        &family::fair_acquire(&fair, "a", "fa", lease, true, None),
+        "fa",
+        T0,
+    )
+    .unwrap();
+    assert_eq!(
+        family_acquire(
+            &mut h,
+            &family::fair_acquire(&fair, "b", "fb", lease, true, None),
+            "fb",
+            T0 + 10
+        ),
+        None
+    );
+    ok(run(
+        &mut h,
+        &family::fair_renew(&fair, holder("a", "fa"), lease),
+        false,
+        T0 + 20,
+    ));
+    assert!(matches!(
+        family_release(
+            &mut h,
+            &family::fair_release(&fair, holder("a", "fa"), Level::Outermost, "r1"),
+            T0 + 30
+        ),
+        ReleaseReply::Released { remaining: 0, .. }
+    ));
+    let tb = family_acquire(
+        &mut h,
+        &family::fair_acquire(&fair, "b", "fb", lease, true, None),
+        "fb",
+        T0 + 40,
+    )
+    .unwrap();
+    assert!(tb > ta, "{tb} <= {ta}");
+    ok(run(&mut h, &family::fair_info(&fair), false, T0 + 50));
+    ok(run(&mut h, &family::fair_force(&fair), false, T0 + 60));
+    // Read-write lock: a writer holds; readers wait; after its release two readers share it.
+    let rw = LockKeys::family("d:", "r", "rw", "free");
+    let tw = family_acquire(
+        &mut h,
+        &family::rw_write(&rw, "w", "rw1", lease, true),
+        "rw1",
+        T0,
+    )
+    .unwrap();
+    assert_eq!(
+        family_acquire(
+            &mut h,
+            &family::rw_read(&rw, "x", "rr1", lease, true, true),
+            "rr1",
+            T0 + 10
+        ),
+        None
+    );
+    ok(run(
+        &mut h,
+        &family::rw_renew(&rw, holder("w", "rw1"), lease, false),
+        false,
+        T0 + 20,
+    ));
+    assert!(matches!(
+        family_release(
+            &mut h,
+            &family::rw_release(&rw, holder("w", "rw1"), false),
+            T0 + 30
+        ),
+        ReleaseReply::Released { .. }
+    ));
+    family_acquire(
+        &mut h,
+        &family::rw_read(&rw, "x", "rr1", lease, true, true),
+        "rr1",
+        T0 + 40,
+    )
+    .unwrap();
+    family_acquire(
+        &mut h,
+        &family::rw_read(&rw, "y", "rr2", lease, false, false),
+        "rr2",
+        T0 + 50,
+    )
+    .unwrap();
+    assert_eq!(
+        family_acquire(
+            &mut h,
+            &family::rw_write(&rw, "w", "rw2", lease, true),
+            "rw2",
+            T0 + 60
+        ),
+        None
+    );
+    ok(run(
+        &mut h,
+        &family::rw_cancel(&rw, "w", "rw2"),
+        false,
+        T0 + 70,
+    ));
+    ok(run(&mut h, &family::rw_info(&rw), false, T0 + 80));
+    ok(run(&mut h, &family::rw_force(&rw), false, T0 + 90));
+    let tw2 = family_acquire(
+        &mut h,
+        &family::rw_write(&rw, "w", "rw3", lease, false),
+        "rw3",
+        T0 + 100,
+    )
+    .unwrap();
+    assert!(tw2 > tw, "{tw2} <= {tw}");
+    // Semaphore of 2 permits: two holders, a third waits until one leaves.
+    let sem = LockKeys::family("d:", "s", "sem", "released");
+    family_acquire(
+        &mut h,
+        &family::sem_acquire(&sem, "a", "s1", 1, 2, lease, true),
+        "s1",
+        T0,
+    )
+    .unwrap();
+    family_acquire(
+        &mut h,
+        &family::sem_acquire(&sem, "b", "s2", 1, 2, lease, true),
+        "s2",
+        T0 + 10,
+    )
+    .unwrap();
+    assert_eq!(
+        family_acquire(
+            &mut h,
+            &family::sem_acquire(&sem, "c", "s3", 1, 2, lease, true),
+            "s3",
+            T0 + 20
+        ),
+        None
+    );
+    ok(run(
+        &mut h,
+        &family::sem_renew(&sem, holder("a", "s1"), lease),
+        false,
+        T0 + 30,
+    ));
+    assert!(matches!(
+        family_release(
+            &mut h,
+            &family::sem_release(&sem, holder("a", "s1")),
+            T0 + 40
+        ),
+        ReleaseReply::Released { .. }
+    ));
+    family_acquire(
+        &mut h,
+        &family::sem_acquire(&sem, "c", "s3", 1, 2, lease, true),
+        "s3",
+        T0 + 50,
+    )
+    .unwrap();
+    ok(run(&mut h, &family::sem_used(&sem), false, T0 + 60));
+    ok(run(&mut h, &family::sem_info(&sem), false, T0 + 70));
+    ok(run(&mut h, &family::sem_force(&sem), false, T0 + 80));
 }
