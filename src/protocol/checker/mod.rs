@@ -72,9 +72,18 @@
 //!
 //! The network and the client's threads and timers (a step is atomic; time is the model's,
 //! in microseconds), pub/sub delivery (PUBLISH answers a fixed count), Cluster slots and
-//! moves, `WAIT`, the other lock types' clients (FairMutex, RwLock, Semaphore, MultiMutex,
-//! Election: their scripts load and compile, and the store has their commands, but no
-//! client drives them yet), and the script's time limit.
+//! moves, `WAIT`, random clients of the other lock types (FairMutex, RwLock, Semaphore,
+//! MultiMutex, Election: their scripts compile, and a directed test runs the fair mutex's,
+//! read-write lock's and semaphore's through a grant, a queue, a release and a force on the
+//! model, but no random client drives them yet), and the script's time limit.
+//!
+//! # Directed scenarios
+//!
+//! `directed.rs` walks the two known ways for a token to go back step by step (a quorum
+//! release whose raise a reservation hides, `a_quorum_token_raised_by_a_release_stays_below_the_next`;
+//! a mark lost while the library's memory holds the last token,
+//! `a_lost_mark_does_not_take_tokens_below_a_remembered_block`), each asserting the promise,
+//! and a hand-off run across an empty restart.
 //!
 //! # Running it
 //!
