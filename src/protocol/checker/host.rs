@@ -38,8 +38,11 @@ fn arg_bytes(v: &Value, out: &mut Vec<u8>) -> bool {
         Value::Number(n) => {
             if n.fract() == 0.0 && n.abs() < 1e17 {
                 let _ = write!(out, "{}", *n as i64);
+            } else if n.is_finite() {
+                // `%.17g` of a fraction: its shortest exact digits, as Rust writes them.
+                let _ = write!(out, "{n}");
             } else {
-                let _ = write!(out, "{n:e}");
+                out.extend_from_slice(if *n > 0.0 { b"inf" } else { b"-inf" });
             }
         }
         _ => return false,
