@@ -77,6 +77,12 @@ impl Library {
         }
     }
 
+    /// The library's text, as `FUNCTION LOAD` sends it (for the script checker).
+    #[cfg(test)]
+    pub(crate) fn source_text(&self) -> &str {
+        &self.source
+    }
+
     /// The function that runs `which`, if the library holds it.
     pub(crate) fn function(&self, which: Which) -> Option<&str> {
         self.functions

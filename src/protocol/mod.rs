@@ -16,6 +16,8 @@
 //! The topologies below run these calls on their masters; nothing here opens a connection,
 //! and this layer imports only [`crate::error`].
 
+#[cfg(test)]
+mod checker;
 pub(crate) mod family;
 pub(crate) mod grant;
 pub(crate) mod hold;
