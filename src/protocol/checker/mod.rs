@@ -32,8 +32,7 @@
 //!   script state and function state.
 //! - **Clients**: threads of several clients acquire, re-enter, release (inner and outermost
 //!   levels), hand the lock off locally (the next token of the block, the hold's owner kept
-//!   on the server, the handing thread taking a new owner id; a release after hand-offs sends
-//!   the last issued token), renew (one lease: `renew.lua`, several: `renew_batch.lua`),
+//!   on the server, the handing thread taking a new owner id), renew (one lease: `renew.lua`, several: `renew_batch.lua`),
 //!   and operators force-unlock.
 //! - **Faults**: an empty restart (keys and both Lua states lost, a few ms long), FLUSHALL,
 //!   the eviction of any key, a function library reload (its memory lost, keys kept), a

@@ -9,7 +9,7 @@ use redis::Value;
 use super::host::Host;
 use super::store::Reply;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::lua::{LEAD_US, MAX_BLOCK, RESERVE_US};
+use crate::protocol::lua::{MAX_BLOCK, RESERVE_US};
 use crate::protocol::scripts::{
     self, Acquire, AcquireReply, Admin, Call, Holder, Level, Live, Publish, Release, ReleaseReply,
     Renewing, Which,
@@ -750,7 +750,7 @@ impl Sim {
         // Each grant is checked against the one before (after a regression, excused or not,
         // the checks go on from the new token, as a resource given a new epoch would).
         {
-            let clock = self.now + self.masters[0].offset + LEAD_US as i64;
+            let clock = self.now + self.masters[0].offset;
             // A hand-off's token was reserved at its hold's grant: what happened since then
             // is what may excuse a later token below it.
             let marks = from.map_or_else(|| self.marks(), <[usize]>::to_vec);
@@ -956,7 +956,6 @@ impl Sim {
                     request: &rel,
                     publish: Publish::Never,
                     fence: Some(token),
-                    last_issued: None,
                 },
                 false,
             ));
@@ -1061,7 +1060,6 @@ impl Sim {
                         Publish::Always
                     },
                     fence: (!single).then_some(h.token),
-                    last_issued: (h.passes > 0).then_some(h.token),
                 },
                 retry,
             ))
