@@ -16,11 +16,14 @@
 //! - **Overlap**: two acquisitions of one name by different owners whose `[start, end]`
 //!   windows intersect were both held at one moment, unless the earlier one had been told of
 //!   its loss (`on_lease_lost`) before the later one began, or Redis restarted empty in between
-//!   (a documented loss of every lock), or a forced unlock removed the one (see below).
+//!   (a documented loss of every lock; for a mutex acquisition handed off locally, since the
+//!   call that began its run: a run that outlived a restart is the stale holder's), or a forced
+//!   unlock removed the one (see below).
 //! - **Token order**: if `X.end < Y.start` then X was granted before Y (or the two overlapped,
 //!   which is a violation anyway), so `X.token < Y.token` must hold, across restarts of Redis
 //!   too, unless Y's own acquiring call spanned a restart (Y may then have been granted by the
-//!   server that was lost, before X).
+//!   server that was lost, before X), or Y was handed off locally in a run that began before
+//!   a restart (the stale holder's tokens, which the resource refuses).
 //!
 //! The other lock types are judged the same way, each by what it promises:
 //!
@@ -764,7 +767,10 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
                     let excused = lost
                         .get(&(name, a.first.token))
                         .is_some_and(|&at| at <= b.start)
-                        || restart_between(&h.faults, a.call_start.min(b.call_start), b.start)
+                        // (A hand-off continues the acquisition of its run, allocated by
+                        // the call that began the run: a run that outlived a restart is the
+                        // stale holder's, as its first holder was.)
+                        || restart_between(&h.faults, a.alloc.min(b.alloc), b.start)
                         || forced(&forces, a.span(), b.span(), Some(h.lease))
                         || forced(&forces, b.span(), a.span(), Some(h.lease));
                     if !excused {
@@ -794,8 +800,10 @@ fn check_sections(h: &History, out: &mut Vec<Finding>) {
                     && a.first.token >= b.first.token
                     // Tokens increase across a restart too (the server clock is their floor);
                     // only a grant that may predate the restart (one whose acquiring call
-                    // spanned it) may carry a lower token than a section after it.
-                    && !restart_between(&h.faults, b.call_start, b.start)
+                    // spanned it, or a hand-off of a run whose first call did: the stale
+                    // holder's tokens, which the resource refuses) may carry a lower token
+                    // than a section after it.
+                    && !restart_between(&h.faults, b.alloc, b.start)
                     // A restart combined with a step back of the clock: lower by up to the
                     // step.
                     && !excused_by_a_step_back(&h.faults, a, b, &granted)
@@ -1440,6 +1448,40 @@ mod tests {
         // b's acquiring call spanned the restart: it may have been granted before a.
         h.sections[1].call_start = 5 * MS;
         assert_eq!(check(&h, 0), vec![]);
+    }
+
+    /// A run of local hand-offs that outlived an empty restart hands out the lost
+    /// acquisition's tokens, below a grant made after the restart (the stale holder's, which
+    /// the resource refuses): excused, as its first holder would be; a run that began after
+    /// the restart is not.
+    #[test]
+    fn a_hand_off_run_across_a_restart_is_the_stale_holders() {
+        let run = |first: u64| {
+            let mut h = sections(vec![
+                // p0t0 was granted token 100 by the server that restarted; p1t0 token 900
+                // after the restart; p0t1 took 101 from p0t0's run.
+                s("p0t0", 100, first, first + 2),
+                s("p1t0", 900, 30, 32),
+                // p0t1 began to wait after the restart.
+                Section {
+                    call_start: 28 * MS,
+                    ..s("p0t1", 101, 33, 40)
+                },
+            ]);
+            h.faults.push(Fault {
+                kind: FaultKind::RestartEmpty,
+                what: "restart".into(),
+                start: 25 * MS,
+                end: 26 * MS,
+            });
+            check(&h, 0)
+        };
+        assert_eq!(run(10), vec![]);
+        assert!(
+            matches!(run(27).as_slice(), [Finding::TokenOrder { .. }]),
+            "{:?}",
+            run(27)
+        );
     }
 
     #[test]
