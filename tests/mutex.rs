@@ -182,7 +182,7 @@ fn try_lock_until_deadline() {
 }
 
 /// `name()` is the name given; the lock is the documented string key while held (the short
-/// form of a fresh grant, its token the server clock + the lead), gone after, its value moved to
+/// form of a fresh grant, its token the server clock in µs), gone after, its value moved to
 /// the release marker.
 #[test]
 fn name_and_key_layout() {

@@ -23,9 +23,9 @@
 //! - **renew** extends the caller's lock, or its place in the queue (its heartbeat). The
 //!   renewal thread sends it for held locks and for queued waiters alike, in its batches.
 //!
-//! Tokens need no counter: a fair mutex reserves no hand-off blocks, so every token is the
-//! server clock at its grant plus the lead, and grants of one name are at least a release
-//! apart; after an empty restart the clock has moved on.
+//! Tokens come from the fence (`scripts/prelude/fence.lua`): the server clock at the grant,
+//! or above the slot's fencing mark where the clock is not (a step back), and the grant raises
+//! the mark. A fair mutex reserves no hand-off blocks.
 //!
 //! # Why the grant is safe to use at once
 //!
@@ -277,7 +277,7 @@ impl FairMutex {
     /// The dispossessed holder finds out at its next renewal at the latest: its guard's
     /// [`is_held`](FairMutexGuard::is_held) turns false, `on_lease_lost` is called, and its
     /// [`unlock`](FairMutexGuard::unlock) is an error, never `Ok`. Fencing tokens keep rising
-    /// (the next grant's token is the server clock then, plus the lead). Logged at `warn` with
+    /// (the next grant's token is above the slot's fencing mark). Logged at `warn` with
     /// the label and thread of the holder removed.
     ///
     /// One script call, within the connect timeout plus the command timeout.

@@ -231,8 +231,8 @@ impl RwLock {
     ///
     /// Each dispossessed holder finds out at its next renewal at the latest: its guard's
     /// `is_held` turns false, `on_lease_lost` is called, and its `unlock` is an error, never
-    /// `Ok`. Write tokens keep rising (the next writer's token is the server clock then, plus
-    /// the lead). Logged at `warn` with the label and thread of each holder removed.
+    /// `Ok`. Write tokens keep rising (the next writer's token is above the slot's fencing
+    /// mark). Logged at `warn` with the label and thread of each holder removed.
     ///
     /// One script call, within the connect timeout plus the command timeout.
     ///

@@ -167,9 +167,7 @@ impl Mutex {
         &self.keys.name
     }
 
-    /// Whether anyone (any process, any thread) holds the lock right now. A lock held by a
-    /// client of a version before the string layout counts as held (see
-    /// `docs/key-layout.md`).
+    /// Whether anyone (any process, any thread) holds the lock right now.
     ///
     /// Asks the server. Returns within the connect timeout plus the command timeout; a pooled
     /// connection that died (Redis restarted) is retried at once on a new one, within that
