@@ -18,6 +18,20 @@ use common::{RedisServer, with_deadline};
 use faults::{Holder, spawn_waiter};
 use locksmith::{Client, Error};
 
+/// A client of `url` with a 600 ms lease whose lost leases arrive on the receiver.
+fn reporting_losses(url: &str) -> (Client, mpsc::Receiver<()>) {
+    let (tx, rx) = mpsc::channel();
+    let c = Client::builder(url)
+        .lease(Duration::from_millis(600))
+        .command_timeout(Duration::from_secs(1))
+        .on_lease_lost(move |_| {
+            let _ = tx.send(());
+        })
+        .build()
+        .unwrap();
+    (c, rx)
+}
+
 /// A server with one ACL user `user` (password `pw`) that has every permission but `denied`;
 /// returns the server and that user's URL.
 fn acl_server(user: &str, denied: &[&str]) -> (RedisServer, String) {
@@ -73,15 +87,7 @@ fn acl_user_with_fcall_but_without_eval() {
     let (server, u) = acl_server("fcallonly", &["eval", "evalsha"]);
     let name = common::unique_name("acl-fcallonly");
     let lost = with_deadline(Duration::from_secs(20), move || {
-        let (tx, rx) = mpsc::channel();
-        let c = Client::builder(u.as_str())
-            .lease(Duration::from_millis(600))
-            .command_timeout(Duration::from_secs(1))
-            .on_lease_lost(move |_| {
-                let _ = tx.send(());
-            })
-            .build()
-            .unwrap();
+        let (c, rx) = reporting_losses(&u);
         let m = c.mutex(&name).unwrap();
         let g = m.lock().unwrap();
         let lost = rx.recv_timeout(Duration::from_secs(10)).is_ok();
@@ -106,15 +112,7 @@ fn a_hold_reported_lost_does_not_unlock_ok_while_its_key_lives_on() {
     let name = common::unique_name("acl-lost-key-lives");
     let key = common::lock_key(&name);
     let (r, held, left) = with_deadline(Duration::from_secs(20), move || {
-        let (tx, rx) = mpsc::channel();
-        let c = Client::builder(u.as_str())
-            .lease(Duration::from_millis(600))
-            .command_timeout(Duration::from_secs(1))
-            .on_lease_lost(move |_| {
-                let _ = tx.send(());
-            })
-            .build()
-            .unwrap();
+        let (c, rx) = reporting_losses(&u);
         let g = c.mutex(&name).unwrap().lock().unwrap();
         let extended: i64 = redis::cmd("PEXPIRE")
             .arg(&key)

@@ -13,32 +13,16 @@ use crate::protocol::scripts::{
 
 const T0: i64 = 1_750_000_000_000_000;
 
-fn split(call: &Call) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let args: Vec<Vec<u8>> = call
-        .cmd
-        .args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(b) => b.to_vec(),
-            _ => Vec::new(),
-        })
-        .collect();
-    let n: usize = std::str::from_utf8(&args[2]).unwrap().parse().unwrap();
-    (args[3..3 + n].to_vec(), args[3 + n..].to_vec())
-}
-
+/// A reply as the client's parsers take it; an error reply fails the scenario.
 fn value(r: &Reply) -> redis::Value {
-    match r {
-        Reply::Nil => redis::Value::Nil,
-        Reply::Int(i) => redis::Value::Int(*i),
-        Reply::Bulk(b) => redis::Value::BulkString(b.clone()),
-        Reply::Status(s) => redis::Value::SimpleString(s.clone()),
-        Reply::Err(e) => panic!("error reply: {e}"),
-        Reply::Arr(items) => redis::Value::Array(items.iter().map(value).collect()),
+    if let Reply::Err(e) = r {
+        panic!("error reply: {e}");
     }
+    super::sim::value(r)
 }
 
 fn run(h: &mut Host, call: &Call, fcall: bool, now: i64) -> Reply {
-    let (k, a) = split(call);
+    let (k, a) = super::sim::split(call);
     h.run(call.which, &k, &a, fcall, now)
 }
 

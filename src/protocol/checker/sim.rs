@@ -349,7 +349,7 @@ impl From<&Call> for Split {
 }
 
 /// The keys and arguments of a call, as the script receives them.
-fn split(call: &Call) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+pub(super) fn split(call: &Call) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let args: Vec<Vec<u8>> = call
         .cmd
         .args_iter()
@@ -366,7 +366,7 @@ fn split(call: &Call) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 }
 
 /// A reply as the client's parsers take it.
-fn value(r: &Reply) -> Value {
+pub(super) fn value(r: &Reply) -> Value {
     match r {
         Reply::Nil => Value::Nil,
         Reply::Int(i) => Value::Int(*i),
