@@ -63,7 +63,6 @@ const LAYERS: &[Layer] = &[
             "client/connect.rs",
             "client/inspect.rs",
             "client/mod.rs",
-            "redlock.rs",
             "lib.rs",
         ],
     ),
