@@ -292,12 +292,13 @@ impl Drop for Lease {
 /// arrived, a re-entry whose reply was lost for good) must not keep it.
 pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> (Level, bool) {
     let left = hold.leave(by.left().unwrap_or(Duration::MAX));
-    if left.outermost {
+    let level = if left.outermost {
         shared.forget(hold);
-        (Level::Outermost, left.held)
+        Level::Outermost
     } else {
-        (Level::Inner, left.held)
-    }
+        Level::Inner
+    };
+    (level, left.held)
 }
 
 /// The bound of a release: one connect and one command timeout.

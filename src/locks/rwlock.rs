@@ -592,11 +592,11 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
         let outermost = level == Level::Outermost;
         // Writers of this client that queue behind the one that asks Redis are not registered
         // on the server, so no flag says they wait: the release publishes for them.
-        let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
-        (
-            held,
-            outermost.then(|| family::rw_release(keys, hold.holder(), read, publish)),
-        )
+        let call = outermost.then(|| {
+            let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
+            family::rw_release(keys, hold.holder(), read, publish)
+        });
+        (held, call)
     })
 }
 

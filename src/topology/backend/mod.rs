@@ -477,8 +477,9 @@ impl Backend {
 
     /// Releases `level` of the Mutex acquisition `acquisition` (its hold's fencing token
     /// `token`) on every master, retrying once (on a new connection) where the connection
-    /// failed, all within `by`. `publish`: whether the release publishes even when no waiter flagged the lock (threads
-    /// of this client wait); with a quorum it always does (waiters listen on one master).
+    /// failed, all within `by`. `publish`: whether the release publishes even when no waiter
+    /// flagged the lock (threads of this client wait); with a quorum it always does (waiters
+    /// listen on one master).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &self,
