@@ -23,7 +23,7 @@ local mine = ARGV[2] .. '|' .. t[1] .. '|' .. t[2]
 if not zsets(3, register and 5 or 3) then
   return {-1}
 end
-local ok, w, wait = writer_in_way(owner, lease, defer and 'd' or 'e', register)
+local ok, w, wait = writer_in_way(owner, defer and 'd' or 'e', register)
 if not ok then
   return {-1}
 end

@@ -58,7 +58,7 @@ local register = ARGV[3] == '1'
 if not zsets(3, 5) then
   return {-1}
 end
-local ok, w, wait, g = writer_in_way(owner, lease, 'w', register)
+local ok, w, wait, g = writer_in_way(owner, 'w', register)
 if not ok then
   return {-1}
 end

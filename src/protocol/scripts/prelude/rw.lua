@@ -99,11 +99,10 @@ local function zsets(from, to)
   return true
 end
 
--- The writer (KEYS[1]) as an acquire by `owner` with a lease of `lease` ms finds it: true, its
--- value (false: none), how long it keeps the caller out in ms (nil: not at all, it is the
--- caller's own or none) and its GEN; flagged with `f` for the caller when `register`. False
--- when the key is foreign.
-local function writer_in_way(owner, lease, f, register)
+-- The writer (KEYS[1]) as an acquire by `owner` finds it: true, its value (false: none), how
+-- long it keeps the caller out in ms (nil: not at all, it is the caller's own or none) and its
+-- GEN; flagged with `f` for the caller when `register`. False when the key is foreign.
+local function writer_in_way(owner, f, register)
   local w = string_at(KEYS[1])
   if w == nil then
     return false
