@@ -65,10 +65,11 @@ use crate::locks::holder::Holder;
 use crate::locks::lease::{
     Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
 };
-use crate::protocol::family::{self, Shape};
+use crate::protocol::fair_mutex as script;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::Shape;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
@@ -263,7 +264,7 @@ impl FairMutex {
 
     /// The server's `{S, US, holder, ttl, waiters}` (see `scripts/fair_mutex.lua`).
     fn info(&self) -> Result<Vec<Value>> {
-        let call = family::fair_info(&self.keys);
+        let call = script::info(&self.keys);
         match ask(&self.client, &call, &self.keys, "fair info")? {
             Value::Array(items) if items.len() == 5 => Ok(items),
             other => Err(scripts::unexpected("fair info", &other)),
@@ -286,7 +287,7 @@ impl FairMutex {
     ///
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = family::fair_force(&self.keys);
+        let call = script::force(&self.keys);
         let logged = (module_path!(), "fair mutex", Shape::Fair);
         calls::force_holders(&self.client, &call, &self.keys, "fair force_unlock", logged)
     }
@@ -338,7 +339,7 @@ impl FairMutex {
         enqueue: bool,
         by: Deadline,
     ) -> Result<AcquireReply> {
-        let call = family::fair_acquire(
+        let call = script::acquire(
             &self.keys,
             owner,
             request,
@@ -352,12 +353,12 @@ impl FairMutex {
 
     /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
     fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
-        let call = family::fair_cancel(&self.keys, owner, request);
+        let call = script::cancel(&self.keys, owner, request);
         eval_twice(&self.client, &call, by)
     }
 
     fn parse(&self, v: &Value, request: &str, what: &str) -> Result<AcquireReply> {
-        match family::parse_acquire(v, request) {
+        match scripts::parse_grant(v, request, 0) {
             Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
                 key: self.keys.lock.clone(),
             }),
@@ -697,13 +698,13 @@ impl Release for FairMutex {
 /// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
 /// of the same call releases nothing twice).
 fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call {
-    family::fair_release(keys, holder, level, &request_id())
+    script::release(keys, holder, level, &request_id())
 }
 
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
 /// first).
 fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let script = ("fair release", scripts::parse_release);
+    let script = ("fair release", crate::protocol::mutex::parse_release);
     release_by_script(&mutex.client, hold, script, &mutex.keys.lock, by, || {
         let (level, held) = leave_level(mutex.client.shared(), hold, by);
         // The first attempt may have released the last level before its reply was lost (the

@@ -14,6 +14,7 @@ use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
 use crate::locks::calls::eval_twice;
 use crate::protocol::hold::Hold;
+use crate::protocol::mutex;
 use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
@@ -232,7 +233,7 @@ impl Lease {
             shared.forget(&self.hold);
         }
         let h = &self.hold;
-        let call = scripts::renew(
+        let call = mutex::renew(
             &h.keys,
             &h.acquisition,
             left,

@@ -52,10 +52,11 @@ use crate::locks::lease::{
     Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
 };
 use crate::locks::time::Budget;
-use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
+use crate::protocol::rw_lock as script;
+use crate::protocol::scripts::Shape;
 use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
@@ -215,7 +216,7 @@ impl RwLock {
     /// The server clock (µs) and `{S, US, writer, ttl, readers, waiting}` (see
     /// `scripts/rw_admin.lua`).
     fn info(&self) -> Result<(u64, Vec<Value>)> {
-        let call = family::rw_info(&self.write_keys);
+        let call = script::info(&self.write_keys);
         match ask(&self.client, &call, &self.write_keys, "rw info")? {
             Value::Array(items) if items.len() == 6 => match calls::clock_us(&items) {
                 Some(now) => Ok((now, items)),
@@ -240,7 +241,7 @@ impl RwLock {
     ///
     /// As [`writer`](RwLock::writer); foreign keys are left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = family::rw_force(&self.write_keys);
+        let call = script::force(&self.write_keys);
         let forced = calls::forced(&self.client, &call, &self.write_keys, "rw force_unlock")?;
         let Some((v, removed)) = forced else {
             return Ok(false);
@@ -337,7 +338,7 @@ impl RwLock {
             return Ok(None);
         };
         let sent = Instant::now();
-        let call = family::rw_reenter(
+        let call = script::reenter(
             &self.write_keys,
             hold.holder(),
             read,
@@ -346,7 +347,7 @@ impl RwLock {
         let reply = driver::within(&self.client, self.name(), budget, |by| {
             eval_twice(&self.client, &call, by)
         })?;
-        match family::parse_reenter(&reply) {
+        match script::parse_reenter(&reply) {
             // Held by this acquisition: one more level (lost or released locally meanwhile:
             // a new acquisition).
             Some(true) => Ok(hold.enter(sent).then_some(hold)),
@@ -372,12 +373,12 @@ impl RwLock {
         let lease = self.client.terms().lease;
         let keys = &self.write_keys;
         let call = if read {
-            family::rw_read(keys, owner, request, lease, self.prefer_writers, register)
+            script::read(keys, owner, request, lease, self.prefer_writers, register)
         } else {
-            family::rw_write(keys, owner, request, lease, register)
+            script::write(keys, owner, request, lease, register)
         };
         let v = eval_twice(&self.client, &call, by)?;
-        match family::parse_acquire(&v, request) {
+        match scripts::parse_grant(&v, request, 0) {
             // One server entry per acquisition (re-entry is counted here), named by the server
             // after this call's request id.
             Some(AcquireReply::Held {
@@ -556,7 +557,7 @@ impl Protocol for Acquire<'_> {
     /// registration would only cost a spurious wake-up; it expires alone.
     fn cancel(&mut self, by: Deadline) -> Result<Option<Arc<Hold>>> {
         if !self.read {
-            let call = family::rw_cancel(&self.lock.write_keys, &self.owner, &self.request);
+            let call = script::cancel(&self.lock.write_keys, &self.owner, &self.request);
             if let Err(e) = eval_twice(&self.lock.client, &call, by) {
                 log::debug!("leaving the writers' queue of `{}`: {e}", self.lock.name());
             }
@@ -583,7 +584,7 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
     } else {
         &lock.write_keys
     };
-    let script = ("rw release", family::parse_family_release);
+    let script = ("rw release", scripts::parse_family_release);
     let foreign = &lock.write_keys.lock;
     release_by_script(&lock.client, hold, script, foreign, by, || {
         // An inner level: the thread still holds the lock, and nothing is asked.
@@ -594,7 +595,7 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
         // on the server, so no flag says they wait: the release publishes for them.
         let call = outermost.then(|| {
             let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
-            family::rw_release(keys, hold.holder(), read, publish)
+            script::release(keys, hold.holder(), read, publish)
         });
         (held, call)
     })

@@ -32,11 +32,12 @@ use crate::locks::detached::{Detached, Guard, Parts};
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
-use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts;
+use crate::protocol::scripts::Shape;
+use crate::protocol::semaphore as script;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -142,11 +143,11 @@ impl Semaphore {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn available(&self) -> Result<u32> {
-        let call = family::sem_used(&self.keys);
+        let call = script::used(&self.keys);
         let by = Deadline::after(self.client.shared().config.one_call());
         let v = eval_twice(&self.client, &call, by)?;
         let used =
-            family::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
+            script::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
         Ok(self.permits.saturating_sub(used))
     }
 
@@ -176,7 +177,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn holders(&self) -> Result<Vec<Holder>> {
-        let call = family::sem_info(&self.keys);
+        let call = script::info(&self.keys);
         let v = ask(&self.client, &call, &self.keys, "semaphore info")?;
         let holders = match &v {
             Value::Array(items) if items.len() == 3 => calls::clock_us(items)
@@ -201,7 +202,7 @@ impl Semaphore {
     ///
     /// As [`holders`](Semaphore::holders); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = family::sem_force(&self.keys);
+        let call = script::force(&self.keys);
         let what = "semaphore force_unlock";
         let logged = (module_path!(), "semaphore", Shape::Permits);
         calls::force_holders(&self.client, &call, &self.keys, what, logged)
@@ -291,9 +292,9 @@ impl Semaphore {
         let shared = self.client.shared();
         let lease = self.lease();
         let sent = Instant::now();
-        let call = family::sem_acquire(&self.keys, owner, request, n, self.permits, lease, waits);
+        let call = script::acquire(&self.keys, owner, request, n, self.permits, lease, waits);
         let v = eval_twice(&self.client, &call, by)?;
-        match family::parse_acquire(&v, request) {
+        match scripts::parse_grant(&v, request, 0) {
             Some(scripts::AcquireReply::Held { .. }) => {
                 let config = &shared.config;
                 let hold = Arc::new(
@@ -493,13 +494,13 @@ impl Release for Semaphore {
 impl Semaphore {
     /// Gives the permits of `hold` back within `by`.
     fn give_back(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        let script = ("semaphore release", family::parse_family_release);
+        let script = ("semaphore release", scripts::parse_family_release);
         release_by_script(&self.client, hold, script, &self.keys.lock, by, || {
             // The wait for a renewal on the wire is part of the bound (renewals are bounded
             // too).
             let bound = by.left().unwrap_or(Duration::MAX);
             let held = self.client.shared().unwatch(hold, bound);
-            (held, Some(family::sem_release(&self.keys, hold.holder())))
+            (held, Some(script::release(&self.keys, hold.holder())))
         })
     }
 }

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::kind::Kind;
-use crate::protocol::family;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, Call, Holder};
+use crate::protocol::scripts::{Call, Holder};
+use crate::protocol::{fair_mutex, mutex, rw_lock, semaphore};
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]
@@ -416,18 +416,18 @@ impl Hold {
 /// The renew call of a registered hold, by its lock type.
 pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
     match hold.kind {
-        Kind::Mutex | Kind::MultiMutex | Kind::Election => scripts::renew(
+        Kind::Mutex | Kind::MultiMutex | Kind::Election => mutex::renew(
             &hold.keys,
             &hold.acquisition,
             hold.lease,
             (fence != 0).then_some(fence),
         ),
         Kind::FairMutex | Kind::FairPlace => {
-            family::fair_renew(&hold.keys, hold.holder(), hold.lease)
+            fair_mutex::renew(&hold.keys, hold.holder(), hold.lease)
         }
-        Kind::Permits => family::sem_renew(&hold.keys, hold.holder(), hold.lease),
-        Kind::Read => family::rw_renew(&hold.keys, hold.holder(), hold.lease, true),
-        Kind::Write => family::rw_renew(&hold.keys, hold.holder(), hold.lease, false),
+        Kind::Permits => semaphore::renew(&hold.keys, hold.holder(), hold.lease),
+        Kind::Read => rw_lock::renew(&hold.keys, hold.holder(), hold.lease, true),
+        Kind::Write => rw_lock::renew(&hold.keys, hold.holder(), hold.lease, false),
     }
 }
 

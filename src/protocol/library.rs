@@ -182,7 +182,8 @@ pub(crate) fn is_no_function(v: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::protocol::keys::LockKeys;
-    use crate::protocol::scripts::{self, Level, Publish, Release};
+    use crate::protocol::mutex::{self, Publish, Release};
+    use crate::protocol::scripts::Level;
 
     fn args(packed: &[u8]) -> Vec<String> {
         // RESP array of bulk strings: every other line after the header is an argument.
@@ -240,7 +241,7 @@ mod tests {
     #[test]
     fn a_call_is_an_fcall_only_when_functions_run() {
         let k = LockKeys::new("p:", "a");
-        let call = scripts::release(
+        let call = mutex::release(
             &k,
             &Release {
                 acquisition: "g",
@@ -257,7 +258,7 @@ mod tests {
         assert_eq!(f[0], "FCALL");
         assert_eq!(f[1], PLAIN.function(Which::Release).unwrap());
         assert_eq!(f[2..], eval[2..]);
-        let renew = scripts::renew(&k, "g", std::time::Duration::from_secs(3), None);
+        let renew = mutex::renew(&k, "g", std::time::Duration::from_secs(3), None);
         assert_eq!(args(&PLAIN.pack(&renew, true))[0], "EVALSHA");
         let swapped = {
             let mut out = Vec::new();

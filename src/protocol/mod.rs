@@ -1,28 +1,39 @@
 //! The lock protocol: what a lock is on the server and in this process, independent of where
 //! the server is.
 //!
+//! - [`scripts`]: the script table (each script's name, file, source and SHA1, from one list)
+//!   and what every lock type's calls share: [`scripts::Call`], the holder and level of a
+//!   release, and the replies an acquire, a release and a renewal come to.
+//! - One module per lock type, beside its Lua (`scripts/*.lua`): its calls and the parsing of
+//!   their replies: [`mutex`], [`multi`] (a set of Mutex locks at once), [`election`],
+//!   [`fair_mutex`], [`rw_lock`] and [`semaphore`].
 //! - [`keys`]: lock names and the Redis keys derived from them.
-//! - [`scripts`]: the Lua scripts (`scripts/*.lua`) behind acquire, release and renew, the
-//!   calls that run them and their typed replies.
-//! - [`family`]: the calls of the fair mutex's, read-write lock's and semaphore's scripts.
-//! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
-//!   client made of it.
-//! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state).
+//! - [`lock_value`]: a `Mutex`'s lock value on the server, parsed.
 //! - [`library`]: the Mutex acquire and release scripts as a function library (`FCALL`).
 //! - [`lua`]: each script's source: a header generated from the Rust constants, the shared
 //!   helpers it uses (`scripts/prelude/*.lua`), and its body.
-//! - [`lock_value`]: a `Mutex`'s lock value on the server, parsed.
+//! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
+//!   client made of it.
+//! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state),
+//!   shared by its guards and the renewal thread.
 //!
-//! The topologies below run these calls on their masters; nothing here opens a connection,
-//! and this layer imports only [`crate::error`].
+//! The topologies below run these calls on their masters; nothing here opens a connection.
+//! The calls and the Lua import only [`crate::error`] (and the transport's fault type, for a
+//! reply of the wrong shape); [`grant`] and [`hold`] are the runtime state of holds, which
+//! also name the lock types' kinds ([`crate::kind`]).
 
 #[cfg(test)]
 mod checker;
-pub(crate) mod family;
+pub(crate) mod election;
+pub(crate) mod fair_mutex;
 pub(crate) mod grant;
 pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod library;
 pub(crate) mod lock_value;
 pub(crate) mod lua;
+pub(crate) mod multi;
+pub(crate) mod mutex;
+pub(crate) mod rw_lock;
 pub(crate) mod scripts;
+pub(crate) mod semaphore;

@@ -1,11 +1,19 @@
-//! The Lua scripts behind acquire, release and renew, and their typed replies.
+//! The script table and what every lock type's calls share.
 //!
 //! Each script lives in `src/protocol/scripts/*.lua`, opening with its KEYS/ARGV contract; its
 //! source is that body with the constants and shared helpers it uses put before it (see
-//! [`crate::protocol::lua`]). They are built and hashed once per process ([`LazyLock`]) and
-//! sent with `EVALSHA`; a master that answers
-//! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`) gets the script loaded and the call resent
-//! (see `topology/backend/`).
+//! [`crate::protocol::lua`]). [`Which`] names them, and one table (the `scripts!` list below)
+//! gives each its file: the enum, the file list, the sources and their SHA1s follow from it.
+//! They are built and hashed once per process ([`LazyLock`]) and sent with `EVALSHA`; a master
+//! that answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`) gets the script loaded and the
+//! call resent (see `topology/backend/`).
+//!
+//! Each lock type's calls and the parsing of their replies are in the module of its name,
+//! beside its Lua (`mutex.rs`, `multi.rs`, `election.rs`, `fair_mutex.rs`, `rw_lock.rs`,
+//! `semaphore.rs`); here are what they share: [`Call`] and [`evalsha`], [`Holder`], [`Live`]
+//! and [`Level`], the replies an acquire and a release come to ([`AcquireReply`],
+//! [`ReleaseReply`]) and the parsers several types use, the renewal replies, and the holder
+//! values an operator's calls return ([`parse_held`]).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -13,8 +21,75 @@ use std::time::Duration;
 use redis::{Connection, Script, Value};
 
 use crate::error::{Error, Result};
-use crate::protocol::keys::LockKeys;
 use crate::transport::fault::Fault;
+
+/// The script table: each script's name in [`Which`] and its file in `src/protocol/scripts/`.
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $name:ident = $file:literal,)*) => {
+        /// One of the scripts.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Which {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Which {
+            /// Every script, in the table's order.
+            pub(crate) const ALL: [Which; [$($file),*].len()] = [$(Which::$name),*];
+
+            /// The file of the script's body, in `src/protocol/scripts/`.
+            pub(crate) fn file(self) -> &'static str {
+                match self {
+                    $(Which::$name => $file,)*
+                }
+            }
+
+            /// The script's body: its file's text.
+            pub(crate) fn body(self) -> &'static str {
+                match self {
+                    $(Which::$name => include_str!(concat!("scripts/", $file)),)*
+                }
+            }
+        }
+    };
+}
+
+scripts! {
+    /// A Mutex acquire (its fast path is also a function, `library.rs`).
+    Acquire = "acquire.lua",
+    /// The release of one level of a Mutex.
+    Release = "release.lua",
+    /// The renewal of one Mutex lease.
+    Renew = "renew.lua",
+    /// The renew script for several locks in one call.
+    RenewBatch = "renew_batch.lua",
+    /// Every operation of the fair mutex, named by a one-letter opcode.
+    Fair = "fair_mutex.lua",
+    /// Every operation of the semaphore but its renewal, named by a one-letter opcode.
+    Sem = "sem_permits.lua",
+    /// A read-write lock's write acquire.
+    RwWrite = "rw_write.lua",
+    /// A read-write lock's read acquire.
+    RwRead = "rw_read.lua",
+    /// The release of a read-write lock's writer or reader.
+    RwRelease = "rw_release.lua",
+    /// The renewal of a holder that is a string or a member of a sorted set of holders: a
+    /// read-write lock's writer or reader, or a semaphore's holder.
+    RenewHolder = "renew_holder.lua",
+    /// A re-entry of a read-write lock's writer or reader.
+    RwReenter = "rw_reenter.lua",
+    /// A waiter leaves a read-write lock's waiting sets.
+    RwCancel = "rw_cancel.lua",
+    /// Reads a read-write lock, or frees it by force, for an operator.
+    RwAdmin = "rw_admin.lua",
+    /// Acquires several mutex locks at once, all or none.
+    MultiAcquire = "multi_acquire.lua",
+    /// Releases one level of several mutex locks at once.
+    MultiRelease = "multi_release.lua",
+    /// Reads a mutex lock, or frees it by force, for an operator.
+    MutexAdmin = "mutex_admin.lua",
+    /// What only an election does: announce a leader, proclaim its value, read both.
+    Election = "election.lua",
+}
 
 /// Every script's source (see [`crate::protocol::lua`]), in the order of [`Which::ALL`].
 static SOURCES: LazyLock<Vec<String>> = LazyLock::new(|| {
@@ -27,6 +102,100 @@ static SOURCES: LazyLock<Vec<String>> = LazyLock::new(|| {
 /// Every script, hashed, in the order of [`Which::ALL`].
 static SCRIPTS: LazyLock<Vec<Script>> =
     LazyLock::new(|| SOURCES.iter().map(|s| Script::new(s)).collect());
+
+impl Which {
+    fn script(self) -> &'static Script {
+        &SCRIPTS[self as usize]
+    }
+
+    /// The script's Lua source, as it is sent: the body with the constants and helpers it
+    /// uses (see [`crate::protocol::lua`]).
+    pub(crate) fn source(self) -> &'static str {
+        &SOURCES[self as usize]
+    }
+
+    /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
+    /// with it: a renewal batch mixes the renew scripts of several lock types.
+    pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
+        self.script().prepare_invoke().load(con)?;
+        for other in Which::ALL {
+            if other != self {
+                other.script().prepare_invoke().load(con)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Lua source the client sends for the script whose body is the file `file` of
+/// `src/protocol/scripts/` (`"acquire.lua"`, `"rw_write.lua"`, ...), or `None` for no such
+/// script. For tests that recognise a script's calls by its SHA1, or run it themselves.
+pub fn lua_source(file: &str) -> Option<&'static str> {
+    Which::ALL
+        .into_iter()
+        .find(|w| w.file() == file)
+        .map(Which::source)
+}
+
+/// A script call: which script, and its `EVALSHA` command.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) which: Which,
+    pub(crate) cmd: redis::Cmd,
+}
+
+/// The arguments of `call`, as text, for the tests that check what a call sends.
+#[cfg(test)]
+pub(crate) fn args(call: &Call) -> Vec<String> {
+    call.cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => "<cursor>".into(),
+        })
+        .collect()
+}
+
+/// `EVALSHA` of `which` with `keys`; the caller adds the arguments.
+pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+impl Call {
+    /// `EVALSHA` of `which` with `keys`; the caller adds the arguments to `cmd`.
+    pub(crate) fn new(which: Which, keys: &[&str]) -> Call {
+        Call {
+            which,
+            cmd: evalsha(which, keys),
+        }
+    }
+}
+
+/// The call of `which` with `keys` and the arguments `args`.
+pub(crate) fn call(which: Which, keys: &[&str], args: &[&str]) -> Call {
+    let mut cmd = evalsha(which, keys);
+    cmd.arg(args);
+    Call { which, cmd }
+}
+
+pub(crate) use crate::protocol::lua::MAX_BLOCK;
+
+/// `GEN|`: how the scripts name an acquisition (a holder's value begins with it).
+pub(crate) fn named(acquisition: &str) -> String {
+    format!("{acquisition}|")
+}
+
+/// The holder string a grant starts with: `GEN|OWNER`.
+pub(crate) fn member(owner: &str, request: &str) -> String {
+    format!("{request}|{owner}")
+}
+
+/// A re-entry's `extend` in milliseconds, as the scripts take it: 0 leaves the expiry alone.
+pub(crate) fn extend_ms(extend: Duration) -> u64 {
+    if extend.is_zero() { 0 } else { millis(extend) }
+}
 
 /// The answer of the acquire script on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,176 +263,6 @@ pub(crate) fn unexpected(script: &str, v: &Value) -> Error {
     Fault::bad_reply(script, v).into()
 }
 
-/// One of the scripts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Which {
-    Acquire,
-    Release,
-    Renew,
-    /// The renew script for several locks in one call.
-    RenewBatch,
-    Fair,
-    Sem,
-    /// A read-write lock's write acquire.
-    RwWrite,
-    /// A read-write lock's read acquire.
-    RwRead,
-    /// The release of a read-write lock's writer or reader.
-    RwRelease,
-    /// The renewal of a read-write lock's writer or reader.
-    RwRenew,
-    /// A re-entry of a read-write lock's writer or reader.
-    RwReenter,
-    /// A waiter leaves a read-write lock's waiting sets.
-    RwCancel,
-    /// Reads a read-write lock, or frees it by force, for an operator.
-    RwAdmin,
-    /// Acquires several mutex locks at once, all or none.
-    MultiAcquire,
-    /// Releases one level of several mutex locks at once.
-    MultiRelease,
-    /// Reads a mutex lock, or frees it by force, for an operator.
-    MutexAdmin,
-    /// What only an election does: announce a leader, proclaim its value, read both.
-    Election,
-}
-
-impl Which {
-    pub(crate) const ALL: [Which; 17] = [
-        Which::Acquire,
-        Which::Release,
-        Which::Renew,
-        Which::RenewBatch,
-        Which::Fair,
-        Which::Sem,
-        Which::RwWrite,
-        Which::RwRead,
-        Which::RwRelease,
-        Which::RwRenew,
-        Which::RwReenter,
-        Which::RwCancel,
-        Which::RwAdmin,
-        Which::MultiAcquire,
-        Which::MultiRelease,
-        Which::MutexAdmin,
-        Which::Election,
-    ];
-
-    fn index(self) -> usize {
-        Which::ALL.iter().position(|w| *w == self).unwrap_or(0)
-    }
-
-    fn script(self) -> &'static Script {
-        &SCRIPTS[self.index()]
-    }
-
-    /// The file of the script's body, in `src/protocol/scripts/`.
-    pub(crate) fn file(self) -> &'static str {
-        match self {
-            Which::Acquire => "acquire.lua",
-            Which::Release => "release.lua",
-            Which::Renew => "renew.lua",
-            Which::RenewBatch => "renew_batch.lua",
-            Which::Fair => "fair_mutex.lua",
-            Which::Sem => "sem_permits.lua",
-            Which::RwWrite => "rw_write.lua",
-            Which::RwRead => "rw_read.lua",
-            Which::RwRelease => "rw_release.lua",
-            Which::RwRenew => "rw_renew.lua",
-            Which::RwReenter => "rw_reenter.lua",
-            Which::RwCancel => "rw_cancel.lua",
-            Which::RwAdmin => "rw_admin.lua",
-            Which::MultiAcquire => "multi_acquire.lua",
-            Which::MultiRelease => "multi_release.lua",
-            Which::MutexAdmin => "mutex_admin.lua",
-            Which::Election => "election.lua",
-        }
-    }
-
-    /// The script's body: its file's text.
-    pub(crate) fn body(self) -> &'static str {
-        match self {
-            Which::Acquire => include_str!("scripts/acquire.lua"),
-            Which::Release => include_str!("scripts/release.lua"),
-            Which::Renew => include_str!("scripts/renew.lua"),
-            Which::RenewBatch => include_str!("scripts/renew_batch.lua"),
-            Which::Fair => include_str!("scripts/fair_mutex.lua"),
-            Which::Sem => include_str!("scripts/sem_permits.lua"),
-            Which::RwWrite => include_str!("scripts/rw_write.lua"),
-            Which::RwRead => include_str!("scripts/rw_read.lua"),
-            Which::RwRelease => include_str!("scripts/rw_release.lua"),
-            Which::RwRenew => include_str!("scripts/rw_renew.lua"),
-            Which::RwReenter => include_str!("scripts/rw_reenter.lua"),
-            Which::RwCancel => include_str!("scripts/rw_cancel.lua"),
-            Which::RwAdmin => include_str!("scripts/rw_admin.lua"),
-            Which::MultiAcquire => include_str!("scripts/multi_acquire.lua"),
-            Which::MultiRelease => include_str!("scripts/multi_release.lua"),
-            Which::MutexAdmin => include_str!("scripts/mutex_admin.lua"),
-            Which::Election => include_str!("scripts/election.lua"),
-        }
-    }
-
-    /// The script's Lua source, as it is sent: the body with the constants and helpers it
-    /// uses (see [`crate::protocol::lua`]).
-    pub(crate) fn source(self) -> &'static str {
-        &SOURCES[self.index()]
-    }
-
-    /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
-    /// with it: a renewal batch mixes the renew scripts of several lock types.
-    pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
-        self.script().prepare_invoke().load(con)?;
-        for other in Which::ALL {
-            if other != self {
-                other.script().prepare_invoke().load(con)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The Lua source the client sends for the script whose body is the file `file` of
-/// `src/protocol/scripts/` (`"acquire.lua"`, `"rw_write.lua"`, ...), or `None` for no such
-/// script. For tests that recognise a script's calls by its SHA1, or run it themselves.
-pub fn lua_source(file: &str) -> Option<&'static str> {
-    Which::ALL
-        .into_iter()
-        .find(|w| w.file() == file)
-        .map(Which::source)
-}
-
-/// A script call: which script, and its `EVALSHA` command.
-#[derive(Debug, Clone)]
-pub(crate) struct Call {
-    pub(crate) which: Which,
-    pub(crate) cmd: redis::Cmd,
-}
-
-/// The arguments of `call`, as text, for the tests that check what a call sends.
-#[cfg(test)]
-pub(crate) fn args(call: &Call) -> Vec<String> {
-    call.cmd
-        .args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => "<cursor>".into(),
-        })
-        .collect()
-}
-
-pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
-    cmd
-}
-
-pub(crate) use crate::protocol::lua::MAX_BLOCK;
-
-/// `GEN|`: how the Mutex scripts name an acquisition (the lock's value begins with it).
-fn gen_prefix(acquisition: &str) -> String {
-    format!("{acquisition}|")
-}
-
 /// The caller's live hold on a lock, for a re-entry.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Live<'a> {
@@ -272,206 +271,6 @@ pub(crate) struct Live<'a> {
     /// The lease the key must have left after the re-entry (the hold's own lease); zero
     /// leaves the expiry as it is (a fixed lease).
     pub(crate) extend: Duration,
-}
-
-/// One Mutex acquire call, as the acquire script takes it (`scripts/acquire.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Acquire<'a> {
-    /// The owner id (never contains `|`).
-    pub(crate) owner: &'a str,
-    /// The lease of a new acquisition.
-    pub(crate) lease: Duration,
-    /// The request id: names the acquisition when granted.
-    pub(crate) request: &'a str,
-    /// The calling thread's live hold on the lock: a re-entry.
-    pub(crate) live: Option<Live<'a>>,
-    /// Tokens a new acquisition reserves after its own for local hand-offs.
-    pub(crate) block: u32,
-    /// The caller waited for the lock: a new acquisition is flagged at once, so that its
-    /// release publishes (others may wait too).
-    pub(crate) waited: bool,
-    /// A quorum of masters: releases and renewals raise the fencing mark (and no block is
-    /// reserved).
-    pub(crate) quorum: bool,
-}
-
-impl Acquire<'_> {
-    /// The hand-off block the call asks for: none with a quorum.
-    pub(crate) fn block(&self) -> u32 {
-        if self.quorum {
-            0
-        } else {
-            self.block.min(MAX_BLOCK)
-        }
-    }
-}
-
-/// The acquire script call (see [`Acquire`]).
-pub(crate) fn acquire(keys: &LockKeys, a: &Acquire<'_>) -> Call {
-    let mut cmd = evalsha(Which::Acquire, &[&keys.lock, &keys.fence]);
-    debug_assert!(!a.owner.contains('|') && !a.request.contains('|'));
-    cmd.arg(format!("{}|{}|{}", a.request, a.owner, a.block()))
-        .arg(millis(a.lease));
-    let live = a.live.map(|l| {
-        let extend = if l.extend.is_zero() {
-            0
-        } else {
-            millis(l.extend)
-        };
-        (l.acquisition, extend)
-    });
-    if live.is_some() || a.waited {
-        let (acquisition, extend) = live.unwrap_or(("", 0));
-        cmd.arg(acquisition).arg(extend);
-    }
-    if a.waited {
-        cmd.arg("w");
-    }
-    Call {
-        which: Which::Acquire,
-        cmd,
-    }
-}
-
-/// One lock of a set acquired at once: its keys, the owner it is taken for, and the caller's
-/// live hold on it (a re-entry).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Member<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) owner: &'a str,
-    pub(crate) live: Option<Live<'a>>,
-}
-
-/// The set acquire script (`multi_acquire.lua`): every member, or none; a new acquisition of a
-/// member gets a lease of `lease` and reserves no token for local hand-offs.
-pub(crate) fn multi_acquire(members: &[Member<'_>], lease: Duration, request: &str) -> Call {
-    let keys: Vec<&str> = members
-        .iter()
-        .map(|m| m.keys.lock.as_str())
-        .chain(members.iter().map(|m| m.keys.fence.as_str()))
-        .collect();
-    let mut cmd = evalsha(Which::MultiAcquire, &keys);
-    cmd.arg(millis(lease)).arg(request);
-    for m in members {
-        let (acquisition, extend) = match m.live {
-            Some(l) if l.extend.is_zero() => (l.acquisition, 0),
-            Some(l) => (l.acquisition, millis(l.extend)),
-            None => ("", 0),
-        };
-        cmd.arg(m.owner).arg(acquisition).arg(extend);
-    }
-    Call {
-        which: Which::MultiAcquire,
-        cmd,
-    }
-}
-
-/// One level of one lock of a set to release: its keys, holder and level, and whether its
-/// release must publish even when the lock is not flagged (threads of this client wait).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Leaving<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) holder: Holder<'a>,
-    pub(crate) level: Level,
-    pub(crate) publish: bool,
-}
-
-/// The set release script (`multi_release.lua`): one level of each lock, in one call.
-/// `retry`: the retry of a call whose first attempt failed on the connection (it may have
-/// run): the script then tells, by each lock's release marker, an outermost level the first
-/// attempt released.
-pub(crate) fn multi_release(leaving: &[Leaving<'_>], request: &str, retry: bool) -> Call {
-    let keys: Vec<&str> = leaving
-        .iter()
-        .flat_map(|l| [l.keys.lock.as_str(), l.keys.channel.as_str()])
-        .collect();
-    let mut cmd = evalsha(Which::MultiRelease, &keys);
-    cmd.arg(request);
-    for l in leaving {
-        let mut how = String::new();
-        match l.level {
-            Level::Inner => how.push('i'),
-            Level::Outermost if retry => how.push('r'),
-            Level::Outermost => {}
-        }
-        if l.publish {
-            how.push('p');
-        }
-        cmd.arg(gen_prefix(l.holder.acquisition)).arg(how);
-    }
-    Call {
-        which: Which::MultiRelease,
-        cmd,
-    }
-}
-
-/// The answer of the set acquire script.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MultiReply {
-    /// Every member is held now: per member, in order, its token, level count and
-    /// acquisition (the lock's `gen`).
-    Held(Vec<(u64, u64, String)>),
-    /// Member `index` (0-based) is held by another owner for `ttl` more; nothing changed.
-    Busy { index: usize, ttl: Duration },
-    /// Member `index`'s key holds something locksmith did not write; nothing changed.
-    Foreign { index: usize },
-}
-
-/// Parses a set acquire reply for `n` members.
-pub(crate) fn parse_multi_acquire(v: &Value, n: usize) -> Option<MultiReply> {
-    let Value::Array(items) = v else { return None };
-    let index = |v: Option<&Value>| -> Option<usize> {
-        usize::try_from(int(v?)?)
-            .ok()?
-            .checked_sub(1)
-            .filter(|i| *i < n)
-    };
-    match items.first().and_then(int)? {
-        1 if items.len() == 1 + 3 * n => {
-            let mut held = Vec::with_capacity(n);
-            for m in items[1..].chunks(3) {
-                held.push((
-                    u64::try_from(int(&m[0])?).ok()?,
-                    u64::try_from(int(&m[1])?).ok()?,
-                    text(&m[2])?,
-                ));
-            }
-            Some(MultiReply::Held(held))
-        }
-        0 => Some(MultiReply::Busy {
-            index: index(items.get(1))?,
-            ttl: Duration::from_millis(u64::try_from(int(items.get(2)?)?).unwrap_or(0)),
-        }),
-        -1 => Some(MultiReply::Foreign {
-            index: index(items.get(1))?,
-        }),
-        _ => None,
-    }
-}
-
-/// Parses a set release reply for `n` locks: one [`ReleaseReply`] per lock, in order.
-pub(crate) fn parse_multi_release(v: &Value, n: usize) -> Option<Vec<ReleaseReply>> {
-    let Value::Array(items) = v else { return None };
-    if items.len() != 2 * n {
-        return None;
-    }
-    items
-        .chunks(2)
-        .map(|p| {
-            let listeners = u64::try_from(int(&p[1])?).unwrap_or(0);
-            match int(&p[0])? {
-                r if r >= 0 => Some(ReleaseReply::Released {
-                    remaining: r.unsigned_abs(),
-                    listeners,
-                }),
-                -1 => Some(ReleaseReply::Missing),
-                -2 => Some(ReleaseReply::OtherOwner),
-                -3 => Some(ReleaseReply::Foreign),
-                -4 => Some(ReleaseReply::ReleasedBefore),
-                _ => None,
-            }
-        })
-        .collect()
 }
 
 /// Who releases or renews: the owner, and the acquisition (the lock's `gen`) its guard belongs to.
@@ -490,272 +289,8 @@ pub(crate) enum Level {
     Inner,
 }
 
-/// Whether a Mutex release publishes on the lock's release channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Publish {
-    /// When the lock is flagged (a waiter's failed acquire flagged it).
-    IfFlagged,
-    /// Always when it frees the lock: threads of the releasing client wait (their waits did
-    /// not all begin with an acquire that flagged it), or a quorum (waiters listen on one
-    /// master, and may have flagged the lock on others only).
-    Always,
-    /// Never: a quorum acquire undoing a partial grant (its own waiters must not be woken by
-    /// it, and nobody else waits for it).
-    Never,
-}
-
-/// One Mutex release call, as the release script takes it (`scripts/release.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Release<'a> {
-    /// The acquisition the guard belongs to.
-    pub(crate) acquisition: &'a str,
-    pub(crate) level: Level,
-    /// Unique per release call, the same on its retry (an inner level's retry is told by it).
-    pub(crate) request: &'a str,
-    pub(crate) publish: Publish,
-    /// With a quorum: the holder's token, which the fencing mark is raised to.
-    pub(crate) fence: Option<u64>,
-}
-
-/// The release script for `r`; `retry`: the retry of a call whose first attempt failed on the
-/// connection (it may have run, its reply lost), which the script then tells apart for an
-/// outermost level by the release marker ([`ReleaseReply::ReleasedBefore`]). An inner level is
-/// retried as it was: its request id tells the script it was counted already.
-pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
-    let mut cmd = match r.fence {
-        Some(_) => evalsha(Which::Release, &[&keys.lock, &keys.channel, &keys.fence]),
-        None => evalsha(Which::Release, &[&keys.lock, &keys.channel]),
-    };
-    cmd.arg(gen_prefix(r.acquisition));
-    let mut how = String::new();
-    if r.level == Level::Inner {
-        how.push('i');
-    } else if retry {
-        how.push('r');
-    }
-    match r.publish {
-        Publish::IfFlagged => {}
-        Publish::Always => how.push('p'),
-        Publish::Never => how.push('n'),
-    }
-    let common = how.is_empty() && r.fence.is_none();
-    if !common {
-        let rel = match r.level {
-            Level::Inner => r.request,
-            Level::Outermost => "",
-        };
-        cmd.arg(how)
-            .arg(rel)
-            .arg(r.fence.map_or_else(String::new, |t| t.to_string()));
-    }
-    Call {
-        which: Which::Release,
-        cmd,
-    }
-}
-
-/// The renew script for the Mutex acquisition `acquisition`; `fence`: with a quorum, the
-/// holder's token, which the fencing mark is raised to.
-pub(crate) fn renew(
-    keys: &LockKeys,
-    acquisition: &str,
-    lease: Duration,
-    fence: Option<u64>,
-) -> Call {
-    let mut cmd = match fence {
-        Some(_) => evalsha(Which::Renew, &[&keys.lock, &keys.fence]),
-        None => evalsha(Which::Renew, &[&keys.lock]),
-    };
-    cmd.arg(gen_prefix(acquisition)).arg(millis(lease));
-    if let Some(token) = fence {
-        cmd.arg(token);
-    }
-    Call {
-        which: Which::Renew,
-        cmd,
-    }
-}
-
-/// One lease of a batched renewal: the lock, its holder, the lease to set, and the token to
-/// raise the fencing mark to (0: leave the mark alone, as with a single master).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Renewing<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) holder: Holder<'a>,
-    pub(crate) lease: Duration,
-    pub(crate) token: u64,
-}
-
-/// The renewal of `leases` in one script call: `renew.lua` for one lease, `renew_batch.lua`
-/// for several. Its reply gives one outcome per lease (see [`parse_renews`]). The caller
-/// keeps a call within one Cluster slot where that matters, and its size bounded.
-pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
-    if let [one] = leases {
-        let fence = (one.token != 0).then_some(one.token);
-        return renew(one.keys, one.holder.acquisition, one.lease, fence);
-    }
-    // The tokens are all 0 (a single master) or none is (a quorum): one mode for the call.
-    let fence = leases.iter().any(|l| l.token != 0);
-    let mut keys: Vec<&str> = leases.iter().map(|l| l.keys.lock.as_str()).collect();
-    if fence {
-        keys.extend(leases.iter().map(|l| l.keys.fence.as_str()));
-    }
-    // Runs of consecutive leases with one lease: each run's lease is sent once (the caller
-    // orders the leases so that runs are long). No owner: the acquisition alone names it.
-    let mut runs: Vec<(u64, usize)> = Vec::new();
-    for l in leases {
-        let ms = millis(l.lease);
-        match runs.last_mut() {
-            Some((lease, count)) if *lease == ms => *count += 1,
-            _ => runs.push((ms, 1)),
-        }
-    }
-    let mut cmd = evalsha(Which::RenewBatch, &keys);
-    cmd.arg(if fence { "1" } else { "0" }).arg(runs.len());
-    for (lease, count) in runs {
-        cmd.arg(lease).arg(count);
-    }
-    for l in leases {
-        cmd.arg(gen_prefix(l.holder.acquisition));
-    }
-    if fence {
-        for l in leases {
-            cmd.arg(l.token);
-        }
-    }
-    Call {
-        which: Which::RenewBatch,
-        cmd,
-    }
-}
-
-/// Parses a Mutex acquire reply to the call `a`: the integer of a fresh grant (count 1, the
-/// acquisition named after the request, the block asked for), or as [`parse_acquire`].
-pub(crate) fn parse_mutex_acquire(v: &Value, a: &Acquire<'_>) -> Option<AcquireReply> {
-    if let Value::Int(token) = v {
-        let token = u64::try_from(*token).ok()?;
-        return Some(AcquireReply::Held {
-            token,
-            count: 1,
-            acquisition: a.request.to_owned(),
-            last: token.checked_add(u64::from(a.block()))?,
-        });
-    }
-    parse_acquire(v)
-}
-
-/// What an operator asks of a Mutex (`scripts/mutex_admin.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admin {
-    /// Read the lock: its value, its lease left, the server clock.
-    Holder,
-    /// Free it whoever holds it.
-    Force,
-}
-
-/// The admin script call for `op` on the Mutex `keys`.
-pub(crate) fn mutex_admin(keys: &LockKeys, op: Admin) -> Call {
-    let mut cmd = evalsha(Which::MutexAdmin, &[&keys.lock, &keys.channel]);
-    cmd.arg(match op {
-        Admin::Holder => "holder",
-        Admin::Force => "force",
-    });
-    Call {
-        which: Which::MutexAdmin,
-        cmd,
-    }
-}
-
-/// What the admin script found of a Mutex.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AdminReply {
-    /// Held (when asked: a force freed it), with this value (see `lock_value.rs`), its lease
-    /// left and the server clock in microseconds.
-    Held {
-        value: String,
-        pttl: Duration,
-        now_us: u64,
-    },
-    /// Free.
-    Free,
-    /// The key holds something locksmith did not write.
-    Foreign,
-}
-
-/// Parses an admin script reply (either operation).
-pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
-    let Value::Array(items) = v else { return None };
-    let ms = |v: &Value| Duration::from_millis(u64::try_from(int(v).unwrap_or(0)).unwrap_or(0));
-    let clock = |s: &Value, us: &Value| -> Option<u64> {
-        let s = u64::try_from(int(s)?).ok()?;
-        s.checked_mul(1_000_000)?
-            .checked_add(u64::try_from(int(us)?).ok()?)
-    };
-    match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
-        (1, [value, pttl, s, us]) => Some(AdminReply::Held {
-            value: text(value)?,
-            pttl: ms(pttl),
-            now_us: clock(s, us)?,
-        }),
-        (0, []) => Some(AdminReply::Free),
-        (-1, []) => Some(AdminReply::Foreign),
-        _ => None,
-    }
-}
-
-/// What an election call does (`scripts/election.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ElectionOp<'a> {
-    /// Announce the leadership of this acquisition.
-    Announce(&'a str),
-    /// Store the value of this acquisition's leadership.
-    Proclaim(&'a str, &'a str),
-    /// Read the leader and its value.
-    Leader,
-}
-
-/// The election call `op` on the election `keys`, whose leader's value is `value_key`.
-pub(crate) fn election(keys: &LockKeys, value_key: &str, op: ElectionOp<'_>) -> Call {
-    let mut cmd = evalsha(Which::Election, &[&keys.lock, value_key, &keys.channel]);
-    match op {
-        ElectionOp::Announce(acquisition) => cmd.arg("announce").arg(acquisition),
-        ElectionOp::Proclaim(acquisition, value) => cmd.arg("proclaim").arg(acquisition).arg(value),
-        ElectionOp::Leader => cmd.arg("leader"),
-    };
-    Call {
-        which: Which::Election,
-        cmd,
-    }
-}
-
-/// The reply of an election's `announce` or `proclaim`: `Some(true)` done, `Some(false)` the
-/// acquisition does not hold the lock; `None` for a foreign key or a reply of another shape.
-pub(crate) fn parse_election_done(v: &Value) -> Option<bool> {
-    match int(v)? {
-        1 => Some(true),
-        0 => Some(false),
-        _ => None,
-    }
-}
-
-/// The reply of an election's `leader`: what the admin script's `holder` would say of the
-/// lock, and the leader's stored value (`GEN|VALUE`) when there is one.
-pub(crate) fn parse_election_leader(v: &Value) -> Option<(AdminReply, Option<String>)> {
-    let Value::Array(items) = v else { return None };
-    match items.as_slice() {
-        [first, rest @ ..] if int(first) == Some(1) && rest.len() == 5 => {
-            let admin = parse_admin(&Value::Array(items[..5].to_vec()))?;
-            let said = match &items[5] {
-                Value::Nil | Value::Int(0) | Value::Boolean(false) => None,
-                other => Some(text(other)?),
-            };
-            Some((admin, said))
-        }
-        _ => Some((parse_admin(v)?, None)),
-    }
-}
-
-/// Parses an acquire reply.
+/// Parses an acquire reply in its array form: `{1, token, count, gen[, last]}` held, `{0, ttl}`
+/// busy, `{-1}` foreign.
 pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = v else { return None };
     match (items.first().and_then(int)?, items.get(1), items.get(2)) {
@@ -786,27 +321,47 @@ pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
     }
 }
 
-/// Parses a release reply.
-pub(crate) fn parse_release(v: &Value) -> Option<ReleaseReply> {
-    // The lock freed and the release published: `{0, receivers}`.
-    if let Value::Array(items) = v {
-        return match items.as_slice() {
-            [freed, receivers] if int(freed)? == 0 => Some(ReleaseReply::Released {
-                remaining: 0,
-                listeners: u64::try_from(int(receivers)?).ok()?,
-            }),
-            _ => None,
-        };
+/// Parses an acquire reply for acquisition `request`, which asked for `block` tokens for local
+/// hand-offs: the fast reply (a grant on a free lock) is one integer, the fencing token (`1`
+/// where the type has none), naming the acquisition after the request; the other replies are
+/// as [`parse_acquire`] reads them.
+pub(crate) fn parse_grant(v: &Value, request: &str, block: u32) -> Option<AcquireReply> {
+    if let Value::Int(token) = v {
+        let token = u64::try_from(*token).ok()?;
+        return Some(AcquireReply::Held {
+            token,
+            count: 1,
+            acquisition: request.to_owned(),
+            last: token.checked_add(u64::from(block))?,
+        });
     }
-    match int(v)? {
+    parse_acquire(v)
+}
+
+/// A release script's code: `n >= 0` released (`n` levels left), `-1`
+/// [`ReleaseReply::Missing`], `-2` [`ReleaseReply::OtherOwner`], `-3` [`ReleaseReply::Foreign`],
+/// `-4` [`ReleaseReply::ReleasedBefore`]; `listeners` received what the release published.
+pub(crate) fn release_code(n: i64, listeners: u64) -> Option<ReleaseReply> {
+    match n {
         n if n >= 0 => Some(ReleaseReply::Released {
             remaining: n.unsigned_abs(),
-            listeners: 0,
+            listeners,
         }),
         -1 => Some(ReleaseReply::Missing),
         -2 => Some(ReleaseReply::OtherOwner),
         -3 => Some(ReleaseReply::Foreign),
         -4 => Some(ReleaseReply::ReleasedBefore),
+        _ => None,
+    }
+}
+
+/// Parses the release reply of a fair mutex (`scripts/fair_mutex.lua`), a read-write lock
+/// (`rw_release.lua`) or a semaphore (`sem_permits.lua`): one integer, a [`release_code`] (for
+/// a fair mutex's inner level, `n >= 1` levels are left). Nothing is published that the caller
+/// counts, so `listeners` is 0. `None` for a reply of another shape.
+pub(crate) fn parse_family_release(v: &Value) -> Option<ReleaseReply> {
+    match v {
+        Value::Int(n) => release_code(*n, 0),
         _ => None,
     }
 }
@@ -867,10 +422,86 @@ pub(crate) fn parse_time(v: &Value) -> Option<u64> {
     s.checked_mul(1_000_000)?.checked_add(us)
 }
 
+/// What a holder's value (or sorted set member) says: its owner id, its count (levels, or
+/// permits), its fencing token (0 where none) and the server clock at its grant in µs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) owner: String,
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) since_us: Option<u64>,
+}
+
+/// The server clock at a grant, from its `S` and `US` fields, in µs.
+fn micros(s: &str, us: &str) -> Option<u64> {
+    s.parse::<u64>()
+        .ok()?
+        .checked_mul(1_000_000)?
+        .checked_add(us.parse().ok()?)
+}
+
+/// A value's fields, its trailing flags (`|` and letters) left out.
+fn fields(v: &str) -> Vec<&str> {
+    let mut f: Vec<&str> = v.split('|').collect();
+    if f.len() > 1
+        && f.last()
+            .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        f.pop();
+    }
+    f
+}
+
+/// The kinds of holder values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A fair mutex: `GEN|OWNER|S|US`, or `GEN|OWNER|S|US|REQ|REL|COUNT`; a token.
+    Fair,
+    /// A read-write lock's writer: `GEN|OWNER|S|US`; a token.
+    Writer,
+    /// A reader: `GEN|OWNER|S|US`; no token.
+    Reader,
+    /// A semaphore's holder: `GEN|OWNER|N|S|US`; no token.
+    Permits,
+}
+
+/// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them.
+pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
+    let f = fields(v);
+    match (shape, f.as_slice()) {
+        (Shape::Permits, [_, owner, n, s, us]) => Some(Held {
+            owner: (*owner).to_owned(),
+            count: n.parse().ok()?,
+            token: 0,
+            since_us: Some(micros(s, us)?),
+        }),
+        (Shape::Fair, [_, owner, s, us, rest @ ..]) if rest.is_empty() || rest.len() == 3 => {
+            let since = micros(s, us)?;
+            Some(Held {
+                owner: (*owner).to_owned(),
+                count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
+                token: since,
+                since_us: Some(since),
+            })
+        }
+        (Shape::Writer | Shape::Reader, [_, owner, s, us]) => {
+            let since = micros(s, us)?;
+            Some(Held {
+                owner: (*owner).to_owned(),
+                count: 1,
+                token: if shape == Shape::Writer { since } else { 0 },
+                since_us: Some(since),
+            })
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::lua::MARKER;
+    use crate::protocol::mutex::parse_release;
 
     #[test]
     #[allow(clippy::unwrap_used)]
@@ -1016,249 +647,7 @@ mod tests {
             assert!(!fence(w, "reach") && !w.body().contains("MARKS."), "{w:?}");
         }
         assert_eq!(lua_source("rw_lock.lua"), None);
-    }
-
-    fn rel<'a>(level: Level, publish: Publish) -> Release<'a> {
-        Release {
-            acquisition: "g",
-            level,
-            request: "r",
-            publish,
-            fence: None,
-        }
-    }
-
-    #[test]
-    fn the_common_release_sends_the_acquisition_alone() {
-        let k = LockKeys::new("p:", "a");
-        let common = release(&k, &rel(Level::Outermost, Publish::IfFlagged), false);
-        assert_eq!(
-            &args(&common)[2..],
-            ["2", "p:{a}:lock", "p:{a}:released", "g|"]
-        );
-        let retry = release(&k, &rel(Level::Outermost, Publish::IfFlagged), true);
-        assert_eq!(&args(&retry)[5..], ["g|", "r", "", ""]);
-        let inner = release(&k, &rel(Level::Inner, Publish::IfFlagged), true);
-        assert_eq!(&args(&inner)[5..], ["g|", "i", "r", ""]);
-        let mut quorum = rel(Level::Outermost, Publish::Always);
-        quorum.fence = Some(7);
-        let q = args(&release(&k, &quorum, false));
-        assert_eq!(
-            &q[2..],
-            [
-                "3",
-                "p:{a}:lock",
-                "p:{a}:released",
-                "p:{#17817}:fence",
-                "g|",
-                "p",
-                "",
-                "7"
-            ]
-        );
-        let undo = release(&k, &rel(Level::Outermost, Publish::Never), false);
-        assert_eq!(&args(&undo)[5..], ["g|", "n", "", ""]);
-        assert_eq!(
-            parse_release(&Value::Int(-4)),
-            Some(ReleaseReply::ReleasedBefore)
-        );
-        assert_eq!(
-            parse_release(&Value::Int(0)),
-            Some(ReleaseReply::Released {
-                remaining: 0,
-                listeners: 0
-            })
-        );
-    }
-
-    #[test]
-    fn admin_replies_parse() {
-        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
-        let held = Value::Array(vec![
-            Value::Int(1),
-            s("g|o|0|1|2"),
-            Value::Int(1500),
-            s("1700000000"),
-            s("25"),
-        ]);
-        assert_eq!(
-            parse_admin(&held),
-            Some(AdminReply::Held {
-                value: "g|o|0|1|2".into(),
-                pttl: Duration::from_millis(1500),
-                now_us: 1_700_000_000_000_025,
-            })
-        );
-        assert_eq!(
-            parse_admin(&Value::Array(vec![Value::Int(0)])),
-            Some(AdminReply::Free)
-        );
-        assert_eq!(
-            parse_admin(&Value::Array(vec![Value::Int(-1)])),
-            Some(AdminReply::Foreign)
-        );
-        assert_eq!(parse_admin(&Value::Array(vec![])), None);
-        assert_eq!(parse_admin(&Value::Array(vec![Value::Int(1)])), None);
-        assert_eq!(parse_admin(&Value::Nil), None);
-        let k = LockKeys::new("p:", "a");
-        assert_eq!(
-            &args(&mutex_admin(&k, Admin::Force))[2..],
-            ["2", "p:{a}:lock", "p:{a}:released", "force"]
-        );
-    }
-
-    #[test]
-    fn acquire_calls_and_the_fast_reply() {
-        let k = LockKeys::new("p:", "a");
-        let mut a = Acquire {
-            owner: "o",
-            lease: Duration::from_secs(3),
-            request: "q",
-            live: None,
-            block: 16,
-            waited: false,
-            quorum: false,
-        };
-        assert_eq!(
-            &args(&acquire(&k, &a))[2..],
-            ["2", "p:{a}:lock", "p:{#17817}:fence", "q|o|16", "3000"]
-        );
-        let fresh = parse_mutex_acquire(&Value::Int(1_000), &a);
-        assert_eq!(
-            fresh,
-            Some(AcquireReply::Held {
-                token: 1_000,
-                count: 1,
-                acquisition: "q".into(),
-                last: 1_016,
-            })
-        );
-        a.waited = true;
-        assert_eq!(
-            &args(&acquire(&k, &a))[3..],
-            [
-                "p:{a}:lock",
-                "p:{#17817}:fence",
-                "q|o|16",
-                "3000",
-                "",
-                "0",
-                "w"
-            ]
-        );
-        a.waited = false;
-        a.live = Some(Live {
-            acquisition: "g",
-            extend: Duration::from_secs(3),
-        });
-        assert_eq!(
-            &args(&acquire(&k, &a))[3..],
-            [
-                "p:{a}:lock",
-                "p:{#17817}:fence",
-                "q|o|16",
-                "3000",
-                "g",
-                "3000"
-            ]
-        );
-        // A quorum reserves no block.
-        a.quorum = true;
-        a.live = None;
-        assert_eq!(
-            &args(&acquire(&k, &a))[2..],
-            ["2", "p:{a}:lock", "p:{#17817}:fence", "q|o|0", "3000"]
-        );
-        assert_eq!(
-            parse_mutex_acquire(&Value::Int(1_000), &a).map(|r| match r {
-                AcquireReply::Held { last, .. } => last,
-                _ => 0,
-            }),
-            Some(1_000)
-        );
-        assert_eq!(parse_mutex_acquire(&Value::Int(-1), &a), None);
-    }
-
-    fn renewing<'a>(keys: &'a LockKeys, acquisition: &'a str, token: u64) -> Renewing<'a> {
-        Renewing {
-            keys,
-            holder: Holder {
-                owner: "o",
-                acquisition,
-            },
-            lease: Duration::from_millis(3000),
-            token,
-        }
-    }
-
-    #[test]
-    fn one_lease_is_renewed_by_the_per_lock_script() {
-        let k = LockKeys::new("p:", "a");
-        let call = renew_many(&[renewing(&k, "g", 0)]);
-        assert_eq!(call.which, Which::Renew);
-        let a = args(&call);
-        assert_eq!(a[0], "EVALSHA");
-        assert_eq!(&a[2..], ["1", "p:{a}:lock", "g|", "3000"]);
-        let quorum = renew_many(&[renewing(&k, "g", 7)]);
-        assert_eq!(
-            &args(&quorum)[2..],
-            ["2", "p:{a}:lock", "p:{#17817}:fence", "g|", "3000", "7"]
-        );
-    }
-
-    #[test]
-    fn a_batch_lists_locks_then_counters() {
-        let (a, b) = (LockKeys::new("p:", "a"), LockKeys::new("p:", "b"));
-        let single = renew_many(&[renewing(&a, "ga", 0), renewing(&b, "gb", 0)]);
-        assert_eq!(single.which, Which::RenewBatch);
-        assert_eq!(
-            &args(&single)[2..],
-            [
-                "2",
-                "p:{a}:lock",
-                "p:{b}:lock",
-                "0",
-                "1",
-                "3000",
-                "2",
-                "ga|",
-                "gb|"
-            ]
-        );
-        let quorum = renew_many(&[renewing(&a, "ga", 7), renewing(&b, "gb", 9)]);
-        assert_eq!(
-            &args(&quorum)[2..],
-            [
-                "4",
-                "p:{a}:lock",
-                "p:{b}:lock",
-                "p:{#17817}:fence",
-                "p:{#17814}:fence",
-                "1",
-                "1",
-                "3000",
-                "2",
-                "ga|",
-                "gb|",
-                "7",
-                "9"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_batch_sends_each_lease_once_per_run_and_no_owner() {
-        let keys: Vec<LockKeys> = (0..4)
-            .map(|i| LockKeys::new("p:", &i.to_string()))
-            .collect();
-        let mut leases: Vec<Renewing<'_>> = keys.iter().map(|k| renewing(k, "g", 0)).collect();
-        leases[2].holder.owner = "other";
-        leases[3].lease = Duration::from_secs(9);
-        let a = args(&renew_many(&leases));
-        assert_eq!(
-            &a[7..],
-            ["0", "2", "3000", "3", "9000", "1", "g|", "g|", "g|", "g|"]
-        );
+        assert_eq!(lua_source("rw_renew.lua"), None);
     }
 
     #[test]
@@ -1291,5 +680,93 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(10)), 1);
         assert_eq!(millis(Duration::from_millis(30)), 30);
         assert_eq!(millis(Duration::MAX), u64::MAX);
+    }
+
+    fn held(owner: &str, count: u32, token: u64, since_us: Option<u64>) -> Option<Held> {
+        Some(Held {
+            owner: owner.to_owned(),
+            count,
+            token,
+            since_us,
+        })
+    }
+
+    #[test]
+    fn holder_values_parse() {
+        let since = 1_764_000_000_000_042;
+        let token = since;
+        assert_eq!(
+            parse_held("g|o:1/web/t|1764000000|42", Shape::Fair),
+            held("o:1/web/t", 1, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|r||3|w", Shape::Fair),
+            held("o", 3, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|wd", Shape::Writer),
+            held("o", 1, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|w", Shape::Reader),
+            held("o", 1, 0, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|3|1764000000|42", Shape::Permits),
+            held("o", 3, 0, Some(since))
+        );
+        for bad in ["", "x", "g|o|s|us", "g|o|1|2|3", "o:1/g"] {
+            assert_eq!(parse_held(bad, Shape::Writer), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_fast_grant_is_one_integer() {
+        assert_eq!(
+            parse_grant(&Value::Int(1_764_000_000_000_000), "g", 0),
+            Some(AcquireReply::Held {
+                token: 1_764_000_000_000_000,
+                count: 1,
+                acquisition: "g".into(),
+                last: 1_764_000_000_000_000,
+            })
+        );
+        assert_eq!(parse_grant(&Value::Int(-1), "g", 0), None);
+        assert_eq!(
+            parse_grant(&Value::Array(vec![Value::Int(-1)]), "g", 0),
+            Some(AcquireReply::Foreign)
+        );
+    }
+
+    #[test]
+    fn family_releases_parse() {
+        assert_eq!(
+            parse_family_release(&Value::Int(0)),
+            Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 0
+            })
+        );
+        assert_eq!(
+            parse_family_release(&Value::Int(2)),
+            Some(ReleaseReply::Released {
+                remaining: 2,
+                listeners: 0
+            })
+        );
+        for (n, r) in [
+            (-1, ReleaseReply::Missing),
+            (-2, ReleaseReply::OtherOwner),
+            (-3, ReleaseReply::Foreign),
+            (-4, ReleaseReply::ReleasedBefore),
+        ] {
+            assert_eq!(parse_family_release(&Value::Int(n)), Some(r), "{n}");
+        }
+        assert_eq!(parse_family_release(&Value::Int(-5)), None);
+        assert_eq!(parse_family_release(&Value::Nil), None);
+        assert_eq!(
+            parse_family_release(&Value::Array(vec![Value::Int(0), Value::Int(1)])),
+            None
+        );
     }
 }

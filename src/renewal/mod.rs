@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 
 use crate::kind::Kind;
 use crate::protocol::hold::{self, Begin, Hold, Status};
-use crate::protocol::scripts;
+use crate::protocol::mutex;
 use crate::stats::Counters;
 use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;
@@ -457,7 +457,7 @@ impl Renewer {
                         .iter()
                         .map(|&i| {
                             let h = &batch[i];
-                            scripts::Renewing {
+                            mutex::Renewing {
                                 keys: &h.keys,
                                 holder: h.holder(),
                                 lease: h.lease,
@@ -465,7 +465,7 @@ impl Renewer {
                             }
                         })
                         .collect();
-                    (scripts::renew_many(&leases), g.len())
+                    (mutex::renew_many(&leases), g.len())
                 }
             })
             .collect();

@@ -24,9 +24,10 @@ use crate::locks::driver::{self, Attempt, Protocol, Queue, Watch, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::time::Budget;
 use crate::locks::wait::Fired;
+use crate::protocol::election::{self as script, ElectionOp};
 use crate::protocol::grant::request_id;
 use crate::protocol::keys::{self, LockKeys};
-use crate::protocol::scripts::{self, ElectionOp};
+use crate::protocol::scripts;
 use crate::subscriber::Registration;
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
@@ -188,12 +189,11 @@ impl Election {
     fn done(&self, op: ElectionOp<'_>) -> Result<bool> {
         let shared = self.mutex.client.shared();
         let by = Deadline::after(shared.config.one_call());
-        let call = scripts::election(&self.mutex.keys, &self.value_key, op);
+        let call = script::call(&self.mutex.keys, &self.value_key, op);
         let (mut yes, mut no, mut first_error) = (0, 0, None);
         for reply in shared.backend.eval_each(&call, by) {
             match reply.and_then(|v| {
-                scripts::parse_election_done(&v)
-                    .ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
+                script::parse_done(&v).ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
             }) {
                 Ok(true) => yes += 1,
                 Ok(false) => no += 1,
@@ -242,10 +242,10 @@ impl Election {
     }
 
     fn leader_by(&self, by: Deadline) -> Result<Option<Leader>> {
-        let call = scripts::election(&self.mutex.keys, &self.value_key, ElectionOp::Leader);
+        let call = script::call(&self.mutex.keys, &self.value_key, ElectionOp::Leader);
         let read = |v: &Value| {
-            let (admin, said) = scripts::parse_election_leader(v)
-                .ok_or_else(|| scripts::unexpected("election leader", v))?;
+            let (admin, said) =
+                script::parse_leader(v).ok_or_else(|| scripts::unexpected("election leader", v))?;
             Ok(self
                 .mutex
                 .admin_holder(admin)?

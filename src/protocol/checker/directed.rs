@@ -5,11 +5,10 @@ use std::time::Duration;
 
 use super::host::Host;
 use super::store::Reply;
-use crate::protocol::family;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{
-    self, Acquire, AcquireReply, Call, Holder, Level, Publish, Release, ReleaseReply,
-};
+use crate::protocol::mutex::{self, Acquire, Publish, Release};
+use crate::protocol::scripts::{self, AcquireReply, Call, Holder, Level, ReleaseReply};
+use crate::protocol::{fair_mutex, rw_lock, semaphore};
 
 const T0: i64 = 1_750_000_000_000_000;
 
@@ -48,8 +47,8 @@ fn acquire(
         waited: false,
         quorum,
     };
-    let r = run(h, &scripts::acquire(keys, &a), fcall, now);
-    match scripts::parse_mutex_acquire(&value(&r), &a) {
+    let r = run(h, &mutex::acquire(keys, &a), fcall, now);
+    match mutex::parse_acquire(&value(&r), &a) {
         Some(AcquireReply::Held { token, last, .. }) => Some((token, last)),
         Some(AcquireReply::Busy { .. }) => None,
         other => panic!("acquire answered {other:?} ({r:?})"),
@@ -75,8 +74,8 @@ fn release(
         },
         fence,
     };
-    let reply = run(h, &scripts::release(keys, &r, false), fcall, now);
-    scripts::parse_release(&value(&reply)).unwrap()
+    let reply = run(h, &mutex::release(keys, &r, false), fcall, now);
+    mutex::parse_release(&value(&reply)).unwrap()
 }
 
 #[test]
@@ -256,7 +255,7 @@ fn ok(r: Reply) {
 /// Runs `call` on `h` at `now` and reads it as a family acquire of `req`: Some(token) held.
 fn family_acquire(h: &mut Host, call: &Call, req: &str, now: i64) -> Option<u64> {
     let r = run(h, call, false, now);
-    match family::parse_acquire(&value(&r), req) {
+    match scripts::parse_grant(&value(&r), req, 0) {
         Some(AcquireReply::Held { token, .. }) => Some(token),
         Some(AcquireReply::Busy { .. }) => None,
         other => panic!("{:?} answered {other:?} ({r:?})", call.which),
@@ -265,7 +264,7 @@ fn family_acquire(h: &mut Host, call: &Call, req: &str, now: i64) -> Option<u64>
 
 fn family_release(h: &mut Host, call: &Call, now: i64) -> ReleaseReply {
     let r = run(h, call, false, now);
-    family::parse_family_release(&value(&r)).unwrap_or_else(|| panic!("release answered {r:?}"))
+    scripts::parse_family_release(&value(&r)).unwrap_or_else(|| panic!("release answered {r:?}"))
 }
 
 /// The other lock types' scripts run on the model too (lists, hashes, sorted sets, ZADD
@@ -281,7 +280,7 @@ fn the_other_lock_types_run_on_the_model() {
     let fair = LockKeys::family("d:", "f", "fair", "grant:");
     let ta = family_acquire(
         &mut h,
-        &family::fair_acquire(&fair, "a", "fa", lease, true, None),
+        &fair_mutex::acquire(&fair, "a", "fa", lease, true, None),
         "fa",
         T0,
     )
@@ -289,7 +288,7 @@ fn the_other_lock_types_run_on_the_model() {
     assert_eq!(
         family_acquire(
             &mut h,
-            &family::fair_acquire(&fair, "b", "fb", lease, true, None),
+            &fair_mutex::acquire(&fair, "b", "fb", lease, true, None),
             "fb",
             T0 + 10
         ),
@@ -297,33 +296,33 @@ fn the_other_lock_types_run_on_the_model() {
     );
     ok(run(
         &mut h,
-        &family::fair_renew(&fair, holder("a", "fa"), lease),
+        &fair_mutex::renew(&fair, holder("a", "fa"), lease),
         false,
         T0 + 20,
     ));
     assert!(matches!(
         family_release(
             &mut h,
-            &family::fair_release(&fair, holder("a", "fa"), Level::Outermost, "r1"),
+            &fair_mutex::release(&fair, holder("a", "fa"), Level::Outermost, "r1"),
             T0 + 30
         ),
         ReleaseReply::Released { remaining: 0, .. }
     ));
     let tb = family_acquire(
         &mut h,
-        &family::fair_acquire(&fair, "b", "fb", lease, true, None),
+        &fair_mutex::acquire(&fair, "b", "fb", lease, true, None),
         "fb",
         T0 + 40,
     )
     .unwrap();
     assert!(tb > ta, "{tb} <= {ta}");
-    ok(run(&mut h, &family::fair_info(&fair), false, T0 + 50));
-    ok(run(&mut h, &family::fair_force(&fair), false, T0 + 60));
+    ok(run(&mut h, &fair_mutex::info(&fair), false, T0 + 50));
+    ok(run(&mut h, &fair_mutex::force(&fair), false, T0 + 60));
     // Read-write lock: a writer holds; readers wait; after its release two readers share it.
     let rw = LockKeys::family("d:", "r", "rw", "free");
     let tw = family_acquire(
         &mut h,
-        &family::rw_write(&rw, "w", "rw1", lease, true),
+        &rw_lock::write(&rw, "w", "rw1", lease, true),
         "rw1",
         T0,
     )
@@ -331,7 +330,7 @@ fn the_other_lock_types_run_on_the_model() {
     assert_eq!(
         family_acquire(
             &mut h,
-            &family::rw_read(&rw, "x", "rr1", lease, true, true),
+            &rw_lock::read(&rw, "x", "rr1", lease, true, true),
             "rr1",
             T0 + 10
         ),
@@ -339,28 +338,28 @@ fn the_other_lock_types_run_on_the_model() {
     );
     ok(run(
         &mut h,
-        &family::rw_renew(&rw, holder("w", "rw1"), lease, false),
+        &rw_lock::renew(&rw, holder("w", "rw1"), lease, false),
         false,
         T0 + 20,
     ));
     assert!(matches!(
         family_release(
             &mut h,
-            &family::rw_release(&rw, holder("w", "rw1"), false, false),
+            &rw_lock::release(&rw, holder("w", "rw1"), false, false),
             T0 + 30
         ),
         ReleaseReply::Released { .. }
     ));
     family_acquire(
         &mut h,
-        &family::rw_read(&rw, "x", "rr1", lease, true, true),
+        &rw_lock::read(&rw, "x", "rr1", lease, true, true),
         "rr1",
         T0 + 40,
     )
     .unwrap();
     family_acquire(
         &mut h,
-        &family::rw_read(&rw, "y", "rr2", lease, false, false),
+        &rw_lock::read(&rw, "y", "rr2", lease, false, false),
         "rr2",
         T0 + 50,
     )
@@ -368,7 +367,7 @@ fn the_other_lock_types_run_on_the_model() {
     assert_eq!(
         family_acquire(
             &mut h,
-            &family::rw_write(&rw, "w", "rw2", lease, true),
+            &rw_lock::write(&rw, "w", "rw2", lease, true),
             "rw2",
             T0 + 60
         ),
@@ -376,15 +375,15 @@ fn the_other_lock_types_run_on_the_model() {
     );
     ok(run(
         &mut h,
-        &family::rw_cancel(&rw, "w", "rw2"),
+        &rw_lock::cancel(&rw, "w", "rw2"),
         false,
         T0 + 70,
     ));
-    ok(run(&mut h, &family::rw_info(&rw), false, T0 + 80));
-    ok(run(&mut h, &family::rw_force(&rw), false, T0 + 90));
+    ok(run(&mut h, &rw_lock::info(&rw), false, T0 + 80));
+    ok(run(&mut h, &rw_lock::force(&rw), false, T0 + 90));
     let tw2 = family_acquire(
         &mut h,
-        &family::rw_write(&rw, "w", "rw3", lease, false),
+        &rw_lock::write(&rw, "w", "rw3", lease, false),
         "rw3",
         T0 + 100,
     )
@@ -394,14 +393,14 @@ fn the_other_lock_types_run_on_the_model() {
     let sem = LockKeys::family("d:", "s", "sem", "released");
     family_acquire(
         &mut h,
-        &family::sem_acquire(&sem, "a", "s1", 1, 2, lease, true),
+        &semaphore::acquire(&sem, "a", "s1", 1, 2, lease, true),
         "s1",
         T0,
     )
     .unwrap();
     family_acquire(
         &mut h,
-        &family::sem_acquire(&sem, "b", "s2", 1, 2, lease, true),
+        &semaphore::acquire(&sem, "b", "s2", 1, 2, lease, true),
         "s2",
         T0 + 10,
     )
@@ -409,7 +408,7 @@ fn the_other_lock_types_run_on_the_model() {
     assert_eq!(
         family_acquire(
             &mut h,
-            &family::sem_acquire(&sem, "c", "s3", 1, 2, lease, true),
+            &semaphore::acquire(&sem, "c", "s3", 1, 2, lease, true),
             "s3",
             T0 + 20
         ),
@@ -417,26 +416,26 @@ fn the_other_lock_types_run_on_the_model() {
     );
     ok(run(
         &mut h,
-        &family::sem_renew(&sem, holder("a", "s1"), lease),
+        &semaphore::renew(&sem, holder("a", "s1"), lease),
         false,
         T0 + 30,
     ));
     assert!(matches!(
         family_release(
             &mut h,
-            &family::sem_release(&sem, holder("a", "s1")),
+            &semaphore::release(&sem, holder("a", "s1")),
             T0 + 40
         ),
         ReleaseReply::Released { .. }
     ));
     family_acquire(
         &mut h,
-        &family::sem_acquire(&sem, "c", "s3", 1, 2, lease, true),
+        &semaphore::acquire(&sem, "c", "s3", 1, 2, lease, true),
         "s3",
         T0 + 50,
     )
     .unwrap();
-    ok(run(&mut h, &family::sem_used(&sem), false, T0 + 60));
-    ok(run(&mut h, &family::sem_info(&sem), false, T0 + 70));
-    ok(run(&mut h, &family::sem_force(&sem), false, T0 + 80));
+    ok(run(&mut h, &semaphore::used(&sem), false, T0 + 60));
+    ok(run(&mut h, &semaphore::info(&sem), false, T0 + 70));
+    ok(run(&mut h, &semaphore::force(&sem), false, T0 + 80));
 }

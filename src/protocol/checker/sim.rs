@@ -10,9 +10,9 @@ use super::host::Host;
 use super::store::Reply;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lua::{MAX_BLOCK, RESERVE_US};
+use crate::protocol::mutex::{self, Acquire, Admin, Publish, Release, Renewing};
 use crate::protocol::scripts::{
-    self, Acquire, AcquireReply, Admin, Call, Holder, Level, Live, Publish, Release, ReleaseReply,
-    Renewing, Which,
+    self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which,
 };
 
 /// A small, fast, replayable random source (SplitMix64).
@@ -809,7 +809,7 @@ impl Sim {
             waited: self.rng.chance(0.3),
             quorum: !self.single(),
         };
-        let call = Split::from(&scripts::acquire(&keys, &a));
+        let call = Split::from(&mutex::acquire(&keys, &a));
         let mut held = Vec::new();
         let mut maybe_ran = Vec::new();
         for m in 0..self.s.masters {
@@ -819,7 +819,7 @@ impl Sim {
                 r = self.run(m, &call, fcall, client);
             }
             match r {
-                Some(Ok(reply)) => match scripts::parse_mutex_acquire(&value(&reply), &a) {
+                Some(Ok(reply)) => match mutex::parse_acquire(&value(&reply), &a) {
                     Some(AcquireReply::Held {
                         token,
                         count,
@@ -948,7 +948,7 @@ impl Sim {
         }
         for (targets, acquisition, token, level) in jobs {
             let rel = self.request();
-            let call = Split::from(&scripts::release(
+            let call = Split::from(&mutex::release(
                 &keys,
                 &Release {
                     acquisition: &acquisition,
@@ -1044,7 +1044,7 @@ impl Sim {
             (0..self.s.masters).collect()
         };
         let make = |retry: bool| {
-            Split::from(&scripts::release(
+            Split::from(&mutex::release(
                 &keys,
                 &Release {
                     acquisition: &h.acquisition,
@@ -1074,7 +1074,7 @@ impl Sim {
                 r = self.run_own(m, &again, fcall, client, name, &h.acquisition);
             }
             if let Some(Ok(reply)) = r {
-                match scripts::parse_release(&value(&reply)) {
+                match mutex::parse_release(&value(&reply)) {
                     Some(ReleaseReply::Released { remaining: 0, .. })
                     | Some(ReleaseReply::Missing) => {
                         raised += 1;
@@ -1135,7 +1135,7 @@ impl Sim {
                 token: if quorum { h.token } else { 0 },
             })
             .collect();
-        let call = Split::from(&scripts::renew_many(&leases));
+        let call = Split::from(&mutex::renew_many(&leases));
         let mut ok = vec![0usize; holds.len()];
         for m in 0..self.s.masters {
             // The renewal's check: each other acquisition's lock left as it was.
@@ -1185,7 +1185,7 @@ impl Sim {
 
     /// An operator frees `name` by force on every master.
     fn force(&mut self, name: usize) {
-        let (keys, argv) = split(&scripts::mutex_admin(&self.keys[name], Admin::Force));
+        let (keys, argv) = split(&mutex::admin(&self.keys[name], Admin::Force));
         for m in 0..self.s.masters {
             let now = self.now + self.masters[m].offset;
             self.masters[m]

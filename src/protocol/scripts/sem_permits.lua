@@ -12,7 +12,8 @@
 --          A string ending in '|w' has someone waiting: its release publishes.
 -- KEYS[2]  release only: the release marker of the caller's acquisition
 --          `P{T}:sem:released:<GEN>` (see there)
--- ARGV[1]  operation: 'a' acquire, 'r' release, 'n' renew, 'u' permits used
+-- ARGV[1]  operation: 'a' acquire, 'r' release, 'u' permits used, 'i' info, 'f' force (a
+--          holder's renewal is renew_holder.lua, which the read-write lock's readers share)
 --
 -- a  acquire  ARGV[2] 'GEN|OWNER|N' (N >= 1 permits wanted), ARGV[3] lease in milliseconds,
 --             ARGV[4] the caller's permit count (N <= it), ARGV[5] '1' when the caller will
@@ -30,7 +31,6 @@
 --             that the first attempt released it.
 --             Returns 0 released (a retry: by the first attempt), -1 not held (the lease had
 --             run out, or Redis lost it), -3 foreign.
--- n  renew    ARGV[2] 'GEN|', ARGV[3] lease. Returns 1 extended, 0 not held any more.
 -- u  used     Returns the permits held by live leases.
 -- i  info     Returns {S, US, holders}: the server clock (TIME's two fields) and the live
 --             holders as a flat list of value, lease left in ms. {-1}: foreign.
@@ -234,29 +234,6 @@ if op == 'r' then
     end
   end
   return released_before()
-end
-
-if op == 'n' then
-  local lease = tonumber(ARGV[3])
-  local v = redis.pcall('get', KEYS[1])
-  if type(v) == 'string' then
-    return renew_string(KEYS[1], v, ARGV[2], lease)
-  end
-  if v == false or kind() ~= 'zset' then
-    return 0
-  end
-  local now = clock()
-  local live, _, last = members(now, false)
-  for _, e in ipairs(live) do
-    if starts(e[1], ARGV[2]) then
-      redis.call('zadd', KEYS[1], now + lease, e[1])
-      if now + lease > last then
-        redis.call('pexpireat', KEYS[1], now + lease)
-      end
-      return 1
-    end
-  end
-  return 0
 end
 
 if op == 'u' then

@@ -11,7 +11,8 @@ use redis::Value;
 use super::{Backend, MAX_PRIMED, jitter, one};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Call, Level, Live, Publish, Which};
+use crate::protocol::mutex::{self, Publish};
+use crate::protocol::scripts::{AcquireReply, Call, Level, Live, Which};
 use crate::transport::conn::{Conn, Deadline};
 use crate::transport::fault::Fault;
 
@@ -55,8 +56,8 @@ pub(crate) struct AcquireCall<'a> {
 
 impl AcquireCall<'_> {
     /// The script's view of the call (`quorum`: on a quorum of masters).
-    fn script(&self, quorum: bool) -> scripts::Acquire<'_> {
-        scripts::Acquire {
+    fn script(&self, quorum: bool) -> mutex::Acquire<'_> {
+        mutex::Acquire {
             owner: self.owner,
             lease: self.lease,
             request: self.request,
@@ -117,8 +118,8 @@ impl Primed {
 }
 
 /// An acquire script's reply to `a`, parsed.
-fn acquire_reply(v: Value, a: &scripts::Acquire<'_>) -> Result<AcquireReply, Fault> {
-    scripts::parse_mutex_acquire(&v, a).ok_or_else(|| Fault::bad_reply("acquire", &v))
+fn acquire_reply(v: Value, a: &mutex::Acquire<'_>) -> Result<AcquireReply, Fault> {
+    mutex::parse_acquire(&v, a).ok_or_else(|| Fault::bad_reply("acquire", &v))
 }
 
 /// What one master's acquire reply means for the caller.
@@ -157,7 +158,7 @@ impl Backend {
             return None;
         }
         let script = a.script(false);
-        let mut primed = self.prime_script(&scripts::acquire(a.keys, &script))?;
+        let mut primed = self.prime_script(&mutex::acquire(a.keys, &script))?;
         primed.acquire = Some((a.request.to_owned(), script.block()));
         Some(primed)
     }
@@ -200,7 +201,7 @@ impl Backend {
         by: Deadline,
     ) -> Result<Acquired> {
         let (request, block) = p.acquire.take().unwrap_or_default();
-        let script = scripts::Acquire {
+        let script = mutex::Acquire {
             owner: "",
             lease: Duration::ZERO,
             request: &request,
@@ -257,7 +258,7 @@ impl Backend {
         } = *a;
         // A quorum never hands off locally (see `Client::redlock`): it reserves no tokens.
         let script = a.script(!self.single());
-        let call = scripts::acquire(keys, &script);
+        let call = mutex::acquire(keys, &script);
         if self.single() && self.wait.is_some() {
             return self.acquire_replicated(&call, a);
         }
@@ -478,19 +479,14 @@ impl Backend {
         }
         for (targets, acquisition, token, level, fresh) in jobs {
             let request = crate::protocol::grant::request_id();
-            let release = scripts::Release {
+            let release = mutex::Release {
                 acquisition,
                 level,
                 request: &request,
                 publish: Publish::Never,
                 fence: self.fence_of(token),
             };
-            let _ = self.call_all(
-                &scripts::release(keys, &release, false),
-                &targets,
-                by,
-                fresh,
-            );
+            let _ = self.call_all(&mutex::release(keys, &release, false), &targets, by, fresh);
         }
     }
 }

@@ -34,7 +34,8 @@ use super::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::library::{self, PLAIN};
-use crate::protocol::scripts::{self, Call, Level, Publish, ReleaseReply, Which};
+use crate::protocol::mutex::{self, Publish};
+use crate::protocol::scripts::{self, Call, Level, ReleaseReply, Which};
 use crate::transport::conn::{Conn, Deadline, Pool};
 use crate::transport::fault::Fault;
 
@@ -491,7 +492,7 @@ impl Backend {
         publish: bool,
         by: Deadline,
     ) -> Result<ReleaseReply> {
-        let release = scripts::Release {
+        let release = mutex::Release {
             acquisition,
             level,
             request,
@@ -502,7 +503,7 @@ impl Backend {
             },
             fence: self.fence_of(token),
         };
-        let call = scripts::release(keys, &release, false);
+        let call = mutex::release(keys, &release, false);
         let mut replies = self.call_all(&call, &self.all(), by, false);
         // A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
         // reply) never saw the release. While the masters that answered released fewer than
@@ -514,7 +515,7 @@ impl Backend {
             .filter(|(_, r)| {
                 r.as_ref()
                     .ok()
-                    .and_then(scripts::parse_release)
+                    .and_then(mutex::parse_release)
                     .is_some_and(|r| {
                         matches!(
                             r,
@@ -550,14 +551,12 @@ impl Backend {
             // So is it when Redis restarted empty, or the lease was lost: the retry asks the
             // script to tell them apart by the release marker (`ReleasedBefore`), and what it
             // cannot tell is a loss.
-            let again = scripts::release(keys, &release, true);
+            let again = mutex::release(keys, &release, true);
             replace_replies(&mut replies, self.call_all(&again, &retry, by, fresh));
         }
         let mut parsed = replies.into_iter().map(|(_, r)| {
-            r.and_then(|v| {
-                scripts::parse_release(&v).ok_or_else(|| Fault::bad_reply("release", &v))
-            })
-            .map_err(Error::from)
+            r.and_then(|v| mutex::parse_release(&v).ok_or_else(|| Fault::bad_reply("release", &v)))
+                .map_err(Error::from)
         });
         if self.single() {
             return parsed.next().unwrap_or(Err(Error::NoQuorum {

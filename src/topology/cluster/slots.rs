@@ -144,7 +144,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::protocol::keys::LockKeys;
-    use crate::protocol::scripts;
+    use crate::protocol::{mutex, scripts};
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -237,7 +237,7 @@ mod tests {
         for name in &names {
             for prefix in ["locksmith:", "", "p%:"] {
                 let k = LockKeys::new(prefix, name);
-                let acquire = scripts::Acquire {
+                let acquire = mutex::Acquire {
                     owner: "o",
                     lease,
                     request: "r",
@@ -246,22 +246,22 @@ mod tests {
                     waited: false,
                     quorum: false,
                 };
-                let release = scripts::Release {
+                let release = mutex::Release {
                     acquisition: "g",
                     level: scripts::Level::Outermost,
                     request: "r",
-                    publish: scripts::Publish::Always,
+                    publish: mutex::Publish::Always,
                     fence: None,
                 };
                 let calls = [
-                    scripts::acquire(&k, &acquire),
-                    scripts::release(&k, &release, false),
-                    scripts::renew(&k, "g", lease, None),
-                    crate::protocol::family::fair_acquire(&k, "o", "r", lease, true, None),
-                    crate::protocol::family::fair_release(&k, holder, scripts::Level::Inner, "r"),
-                    crate::protocol::family::sem_release(&k, holder),
-                    crate::protocol::family::rw_read(&k, "o", "r", lease, true, true),
-                    crate::protocol::family::rw_release(&k, holder, true, false),
+                    mutex::acquire(&k, &acquire),
+                    mutex::release(&k, &release, false),
+                    mutex::renew(&k, "g", lease, None),
+                    crate::protocol::fair_mutex::acquire(&k, "o", "r", lease, true, None),
+                    crate::protocol::fair_mutex::release(&k, holder, scripts::Level::Inner, "r"),
+                    crate::protocol::semaphore::release(&k, holder),
+                    crate::protocol::rw_lock::read(&k, "o", "r", lease, true, true),
+                    crate::protocol::rw_lock::release(&k, holder, true, false),
                 ];
                 for call in &calls {
                     let args: Vec<String> = call

@@ -1,0 +1,135 @@
+//! The fair mutex's calls (`scripts/fair_mutex.lua`, one script whose first argument names
+//! the operation in one letter), and what their replies mean (its acquire and release replies
+//! are parsed by `scripts.rs`'s [`parse_grant`](crate::protocol::scripts::parse_grant) and
+//! the Mutex's [`parse_release`](crate::protocol::mutex::parse_release)).
+//!
+//! An uncontended acquire and release take the fewest arguments the script accepts: the holder
+//! as one string (`GEN|OWNER`, or the prefix `GEN|` that names an acquisition), the lease, and
+//! what the operation needs besides.
+
+use std::time::Duration;
+
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{
+    Call, Holder, Level, Live, Which, call, extend_ms, member, millis, named,
+};
+
+/// A call of the fair mutex's script with its keys (the lock, the queue, the waiters'
+/// heartbeats and the name's fencing mark: every operation may grant the lock to a waiter),
+/// then the release marker when `marker`, and `args`.
+fn fair(keys: &LockKeys, marker: bool, args: &[&str]) -> Call {
+    let lock = &keys.lock;
+    let all = [
+        lock.clone(),
+        format!("{lock}:queue"),
+        format!("{lock}:waiters"),
+        keys.fence.clone(),
+        format!("{lock}:released"),
+    ];
+    let n = if marker { 5 } else { 4 };
+    let all: Vec<&str> = all.iter().take(n).map(String::as_str).collect();
+    call(Which::Fair, &all, args)
+}
+
+/// A fair mutex acquire for acquisition `request` of `owner` (`enqueue`: join the queue when not
+/// granted; `live`: the calling thread's live hold, a re-entry).
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    owner: &str,
+    request: &str,
+    lease: Duration,
+    enqueue: bool,
+    live: Option<Live<'_>>,
+) -> Call {
+    let who = member(owner, request);
+    let lease = millis(lease).to_string();
+    let mut args = vec!["a", who.as_str(), lease.as_str()];
+    let extend;
+    match live {
+        Some(l) => {
+            extend = extend_ms(l.extend).to_string();
+            args.extend([if enqueue { "1" } else { "0" }, l.acquisition, &extend]);
+        }
+        None if enqueue => args.push("1"),
+        None => {}
+    }
+    fair(keys, false, &args)
+}
+
+/// A fair mutex release of `level` of `holder`'s acquisition; `request` names an inner level's
+/// release (a retry of the same call releases nothing twice). A retry sends the same call.
+pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>, level: Level, request: &str) -> Call {
+    let prefix = named(holder.acquisition);
+    let mut args = vec!["r", prefix.as_str()];
+    if level == Level::Inner {
+        args.extend([request, "1"]);
+    }
+    fair(keys, true, &args)
+}
+
+/// A fair mutex renewal: the caller's lock, or its place in the queue (its heartbeat).
+pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
+    let who = member(holder.owner, holder.acquisition);
+    let lease = millis(lease).to_string();
+    fair(keys, false, &["n", &who, &lease])
+}
+
+/// A waiter leaves the fair mutex's queue.
+pub(crate) fn cancel(keys: &LockKeys, owner: &str, request: &str) -> Call {
+    fair(keys, false, &["c", &member(owner, request)])
+}
+
+/// The fair mutex's holder (and its TTL), its live waiters and the server clock.
+pub(crate) fn info(keys: &LockKeys) -> Call {
+    fair(keys, false, &["i"])
+}
+
+/// Frees the fair mutex whoever holds it; the first live waiter is granted it.
+pub(crate) fn force(keys: &LockKeys) -> Call {
+    fair(keys, false, &["f"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::scripts::args;
+
+    #[test]
+    fn uncontended_calls_send_few_arguments() {
+        let holder = Holder {
+            owner: "o",
+            acquisition: "g",
+        };
+        let lease = Duration::from_secs(3);
+        let fair = LockKeys::family("p:", "a", "fair", "grant:");
+        assert_eq!(
+            &args(&acquire(&fair, "o", "g", lease, false, None))[2..],
+            [
+                "4",
+                "p:{a}:fair",
+                "p:{a}:fair:queue",
+                "p:{a}:fair:waiters",
+                "p:{#17817}:fence",
+                "a",
+                "g|o",
+                "3000"
+            ]
+        );
+        assert_eq!(
+            &args(&release(&fair, holder, Level::Outermost, "r"))[7..],
+            ["p:{a}:fair:released", "r", "g|"]
+        );
+        assert_eq!(
+            &args(&release(&fair, holder, Level::Inner, "r"))[8..],
+            ["r", "g|", "r", "1"]
+        );
+        let live = Live {
+            acquisition: "l",
+            extend: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            &args(&acquire(&fair, "o", "g", lease, false, Some(live)))[7..],
+            ["a", "g|o", "3000", "0", "l", "1500"]
+        );
+    }
+}

@@ -1,0 +1,115 @@
+//! The semaphore's calls (`scripts/sem_permits.lua`, one script whose first argument names the
+//! operation in one letter; its renewal is `renew_holder.lua`, shared with the read-write
+//! lock's readers), and what their replies mean (its acquire and release replies are parsed by
+//! `scripts.rs`'s [`parse_grant`](crate::protocol::scripts::parse_grant) and
+//! [`parse_family_release`](crate::protocol::scripts::parse_family_release)).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::protocol::keys::LockKeys;
+use crate::protocol::scripts::{Call, Holder, Which, call, int, millis, named};
+
+/// A semaphore acquire of `n` permits, for a handle of `permits` (`waits`: the caller waits for
+/// a release when not granted, and flags the semaphore so that a release publishes).
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    owner: &str,
+    request: &str,
+    n: u32,
+    permits: u32,
+    lease: Duration,
+    waits: bool,
+) -> Call {
+    let who = format!("{request}|{owner}|{n}");
+    let lease = millis(lease).to_string();
+    let permits = permits.to_string();
+    let mut args = vec!["a", who.as_str(), lease.as_str(), permits.as_str()];
+    if waits {
+        args.push("1");
+    }
+    call(Which::Sem, &[&keys.lock], &args)
+}
+
+/// The release of `holder`'s permits. A retry sends the same call.
+pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>) -> Call {
+    let prefix = named(holder.acquisition);
+    let marker = format!("{}:released:{}", keys.lock, holder.acquisition);
+    call(Which::Sem, &[&keys.lock, &marker], &["r", &prefix])
+}
+
+/// The renewal of `holder`'s permits (`renew_holder.lua`: its string, or its member of the
+/// holders' sorted set).
+pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
+    let prefix = named(holder.acquisition);
+    let lease = millis(lease).to_string();
+    call(
+        Which::RenewHolder,
+        &[&keys.lock],
+        &["permits", &prefix, &lease],
+    )
+}
+
+/// The permits held by live leases.
+pub(crate) fn used(keys: &LockKeys) -> Call {
+    call(Which::Sem, &[&keys.lock], &["u"])
+}
+
+/// The semaphore's holders (with their leases left) and the server clock.
+pub(crate) fn info(keys: &LockKeys) -> Call {
+    call(Which::Sem, &[&keys.lock], &["i"])
+}
+
+/// Frees every permit of the semaphore, and wakes every waiter.
+pub(crate) fn force(keys: &LockKeys) -> Call {
+    call(Which::Sem, &[&keys.lock], &["f"])
+}
+
+/// Parses a semaphore's permits-used reply ([`used`]): the permits live leases hold.
+/// `None` for a reply of another shape.
+pub(crate) fn parse_used(v: &Value) -> Option<u32> {
+    match v {
+        Value::Int(_) => Some(u32::try_from(int(v)?).unwrap_or(u32::MAX)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::scripts::args;
+
+    #[test]
+    fn calls_send_few_arguments() {
+        let holder = Holder {
+            owner: "o",
+            acquisition: "g",
+        };
+        let lease = Duration::from_secs(3);
+        let sem = LockKeys::family("p:", "a", "sem", "released");
+        assert_eq!(
+            &args(&acquire(&sem, "o", "g", 2, 4, lease, false))[2..],
+            ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
+        );
+        assert_eq!(
+            &args(&release(&sem, holder))[2..],
+            ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
+        );
+        let renew = renew(&sem, holder, lease);
+        assert_eq!(renew.which, Which::RenewHolder);
+        assert_eq!(
+            &args(&renew)[2..],
+            ["1", "p:{a}:sem", "permits", "g|", "3000"]
+        );
+    }
+
+    #[test]
+    fn permits_used_parse() {
+        assert_eq!(parse_used(&Value::Int(3)), Some(3));
+        assert_eq!(parse_used(&Value::Int(2_147_483_647)), Some(2_147_483_647));
+        assert_eq!(parse_used(&Value::Int(i64::MAX)), Some(u32::MAX));
+        assert_eq!(parse_used(&Value::Int(-1)), Some(u32::MAX));
+        assert_eq!(parse_used(&Value::Nil), None);
+    }
+}
