@@ -69,8 +69,8 @@ use crate::protocol::fair_mutex as script;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::Shape;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
+use crate::protocol::scripts::{Admin, Shape};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -264,7 +264,7 @@ impl FairMutex {
 
     /// The server's `{S, US, holder, ttl, waiters}` (see `scripts/fair_mutex.lua`).
     fn info(&self) -> Result<Vec<Value>> {
-        let call = script::info(&self.keys);
+        let call = script::admin(&self.keys, Admin::Holder);
         match ask(&self.client, &call, &self.keys, "fair info")? {
             Value::Array(items) if items.len() == 5 => Ok(items),
             other => Err(scripts::unexpected("fair info", &other)),
@@ -287,7 +287,7 @@ impl FairMutex {
     ///
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = script::force(&self.keys);
+        let call = script::admin(&self.keys, Admin::Force);
         let logged = (module_path!(), "fair mutex", Shape::Fair);
         calls::force_holders(&self.client, &call, &self.keys, "fair force_unlock", logged)
     }

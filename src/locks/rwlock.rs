@@ -56,8 +56,8 @@ use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::rw_lock as script;
-use crate::protocol::scripts::Shape;
 use crate::protocol::scripts::{self, AcquireReply, Level};
+use crate::protocol::scripts::{Admin, Shape};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -216,7 +216,7 @@ impl RwLock {
     /// The server clock (µs) and `{S, US, writer, ttl, readers, waiting}` (see
     /// `scripts/rw_admin.lua`).
     fn info(&self) -> Result<(u64, Vec<Value>)> {
-        let call = script::info(&self.write_keys);
+        let call = script::admin(&self.write_keys, Admin::Holder);
         match ask(&self.client, &call, &self.write_keys, "rw info")? {
             Value::Array(items) if items.len() == 6 => match calls::clock_us(&items) {
                 Some(now) => Ok((now, items)),
@@ -241,7 +241,7 @@ impl RwLock {
     ///
     /// As [`writer`](RwLock::writer); foreign keys are left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = script::force(&self.write_keys);
+        let call = script::admin(&self.write_keys, Admin::Force);
         let forced = calls::forced(&self.client, &call, &self.write_keys, "rw force_unlock")?;
         let Some((v, removed)) = forced else {
             return Ok(false);

@@ -36,7 +36,7 @@ use crate::protocol::grant::request_id;
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts;
-use crate::protocol::scripts::Shape;
+use crate::protocol::scripts::{Admin, Shape};
 use crate::protocol::semaphore as script;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
@@ -177,7 +177,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn holders(&self) -> Result<Vec<Holder>> {
-        let call = script::info(&self.keys);
+        let call = script::admin(&self.keys, Admin::Holder);
         let v = ask(&self.client, &call, &self.keys, "semaphore info")?;
         let holders = match &v {
             Value::Array(items) if items.len() == 3 => calls::clock_us(items)
@@ -202,7 +202,7 @@ impl Semaphore {
     ///
     /// As [`holders`](Semaphore::holders); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = script::force(&self.keys);
+        let call = script::admin(&self.keys, Admin::Force);
         let what = "semaphore force_unlock";
         let logged = (module_path!(), "semaphore", Shape::Permits);
         calls::force_holders(&self.client, &call, &self.keys, what, logged)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    Call, Holder, Level, Live, Which, call, extend_ms, member, millis, named,
+    Admin, Call, Holder, Level, Live, Which, call, extend_ms, member, millis, named,
 };
 
 /// A call of the fair mutex's script with its keys (the lock, the queue, the waiters'
@@ -79,14 +79,14 @@ pub(crate) fn cancel(keys: &LockKeys, owner: &str, request: &str) -> Call {
     fair(keys, false, &["c", &member(owner, request)])
 }
 
-/// The fair mutex's holder (and its TTL), its live waiters and the server clock.
-pub(crate) fn info(keys: &LockKeys) -> Call {
-    fair(keys, false, &["i"])
-}
-
-/// Frees the fair mutex whoever holds it; the first live waiter is granted it.
-pub(crate) fn force(keys: &LockKeys) -> Call {
-    fair(keys, false, &["f"])
+/// An operator's call: the fair mutex's holder (and its TTL), its live waiters and the server
+/// clock; or a force, which frees it whoever holds it and grants it to the first live waiter.
+pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
+    let op = match op {
+        Admin::Holder => "i",
+        Admin::Force => "f",
+    };
+    fair(keys, false, &[op])
 }
 
 #[cfg(test)]

@@ -233,16 +233,9 @@ impl LockKeys {
     /// and the channel prefix `P{T}:<suffix>:<channel>` (`fence` is the name's fencing mark,
     /// which the plain mutex's grants raise too).
     pub(crate) fn family(prefix: &str, name: &str, suffix: &str, channel: &str) -> Self {
-        let root = base(prefix, name);
-        let lock = format!("{root}:{suffix}");
-        let slot = slot(&lock);
-        LockKeys {
-            name: name.to_owned(),
-            slot,
-            channel: format!("{lock}:{channel}"),
-            lock,
-            fence: mark_key(prefix, slot),
-        }
+        let lock = format!("{}:{suffix}", base(prefix, name));
+        let channel = format!("{lock}:{channel}");
+        LockKeys::with(prefix, name, lock, channel)
     }
 
     /// The keys of the election `name` under `prefix`: its leadership is a Mutex on
@@ -256,14 +249,24 @@ impl LockKeys {
     /// Derives the keys of `name` under `prefix`; both must already be validated.
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let base = base(prefix, name);
-        let lock = format!("{base}:lock");
+        LockKeys::with(
+            prefix,
+            name,
+            format!("{base}:lock"),
+            format!("{base}:released"),
+        )
+    }
+
+    /// The keys of `name` whose main key is `lock` and channel `channel`, with the fencing mark
+    /// of `lock`'s hash slot.
+    fn with(prefix: &str, name: &str, lock: String, channel: String) -> Self {
         let slot = slot(&lock);
         LockKeys {
             name: name.to_owned(),
             slot,
-            lock,
             fence: mark_key(prefix, slot),
-            channel: format!("{base}:released"),
+            lock,
+            channel,
         }
     }
 }

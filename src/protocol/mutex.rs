@@ -11,7 +11,7 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Call, Holder, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int,
+    AcquireReply, Admin, Call, Holder, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int,
     millis, named, parse_grant, release_code, text,
 };
 
@@ -201,15 +201,6 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
 /// [`parse_acquire`](crate::protocol::scripts::parse_acquire).
 pub(crate) fn parse_acquire(v: &Value, a: &Acquire<'_>) -> Option<AcquireReply> {
     parse_grant(v, a.request, a.block())
-}
-
-/// What an operator asks of a Mutex (`scripts/mutex_admin.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admin {
-    /// Read the lock: its value, its lease left, the server clock.
-    Holder,
-    /// Free it whoever holds it.
-    Force,
 }
 
 /// The admin script call for `op` on the Mutex `keys`.

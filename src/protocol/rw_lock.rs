@@ -13,7 +13,9 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Call, Holder, Which, call, extend_ms, member, millis, named};
+use crate::protocol::scripts::{
+    Admin, Call, Holder, Which, call, extend_ms, member, millis, named,
+};
 
 /// A call of `which` with the first `n` of the read-write lock's keys, from the writer's
 /// `P{T}:rw`: the writer, the readers, the waiting writers, deferring readers and eager
@@ -122,14 +124,14 @@ pub(crate) fn cancel(write: &LockKeys, owner: &str, request: &str) -> Call {
     rw(Which::RwCancel, write, 5, &[&member(owner, request)])
 }
 
-/// The read-write lock's writer (and its TTL), readers, registered waiters and the server clock.
-pub(crate) fn info(write: &LockKeys) -> Call {
-    rw(Which::RwAdmin, write, 5, &["info"])
-}
-
-/// Frees the read-write lock's writer and every reader, and wakes every waiter.
-pub(crate) fn force(write: &LockKeys) -> Call {
-    rw(Which::RwAdmin, write, 2, &["force"])
+/// An operator's call: the read-write lock's writer (and its TTL), readers, registered waiters
+/// and the server clock; or a force, which frees the writer and every reader, and wakes every
+/// waiter.
+pub(crate) fn admin(write: &LockKeys, op: Admin) -> Call {
+    match op {
+        Admin::Holder => rw(Which::RwAdmin, write, 5, &["info"]),
+        Admin::Force => rw(Which::RwAdmin, write, 2, &["force"]),
+    }
 }
 
 /// Parses a read-write lock's re-entry reply ([`reenter`]): `Some(true)` the acquisition
@@ -209,9 +211,9 @@ mod tests {
         let cancel = cancel(&rw, "o", "g");
         assert_eq!(cancel.which, Which::RwCancel);
         assert_eq!(&args(&cancel)[8..], ["g|o"]);
-        assert_eq!(&args(&info(&rw))[8..], ["info"]);
+        assert_eq!(&args(&admin(&rw, Admin::Holder))[8..], ["info"]);
         assert_eq!(
-            &args(&force(&rw))[2..],
+            &args(&admin(&rw, Admin::Force))[2..],
             ["2", "p:{a}:rw", "p:{a}:rw:readers", "force"]
         );
     }

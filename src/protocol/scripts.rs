@@ -18,7 +18,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Connection, Script, Value};
+use redis::{Connection, Script, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::transport::fault::Fault;
@@ -142,18 +142,6 @@ pub fn lua_source(file: &str) -> Option<&'static str> {
 pub(crate) struct Call {
     pub(crate) which: Which,
     pub(crate) cmd: redis::Cmd,
-}
-
-/// The arguments of `call`, as text, for the tests that check what a call sends.
-#[cfg(test)]
-pub(crate) fn args(call: &Call) -> Vec<String> {
-    call.cmd
-        .args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => "<cursor>".into(),
-        })
-        .collect()
 }
 
 /// `EVALSHA` of `which` with `keys`; the caller adds the arguments.
@@ -280,6 +268,15 @@ pub(crate) struct Holder<'a> {
     pub(crate) acquisition: &'a str,
 }
 
+/// What an operator asks of a lock (each type's admin call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admin {
+    /// Read the lock: its holders, their leases left, the server clock.
+    Holder,
+    /// Free it whoever holds it, and wake every waiter.
+    Force,
+}
+
 /// Which levels a release gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Level {
@@ -382,7 +379,7 @@ pub(crate) fn permission_refusal(v: &Value) -> Option<(String, Option<String>)> 
         return None;
     };
     let details = e.details().unwrap_or("");
-    let refused = e.code() == "NOPERM"
+    let refused = e.kind() == Some(ServerErrorKind::NoPerm)
         || details.contains("can't run this command")
         || details.contains("no permissions to run");
     if !refused {
@@ -495,6 +492,18 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
         }
         _ => None,
     }
+}
+
+/// The arguments of `call`, as text, for the tests that check what a call sends.
+#[cfg(test)]
+pub(crate) fn args(call: &Call) -> Vec<String> {
+    call.cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => "<cursor>".into(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

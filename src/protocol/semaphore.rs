@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Call, Holder, Which, call, int, millis, named};
+use crate::protocol::scripts::{Admin, Call, Holder, Which, call, int, millis, named};
 
 /// A semaphore acquire of `n` permits, for a handle of `permits` (`waits`: the caller waits for
 /// a release when not granted, and flags the semaphore so that a release publishes).
@@ -56,14 +56,14 @@ pub(crate) fn used(keys: &LockKeys) -> Call {
     call(Which::Sem, &[&keys.lock], &["u"])
 }
 
-/// The semaphore's holders (with their leases left) and the server clock.
-pub(crate) fn info(keys: &LockKeys) -> Call {
-    call(Which::Sem, &[&keys.lock], &["i"])
-}
-
-/// Frees every permit of the semaphore, and wakes every waiter.
-pub(crate) fn force(keys: &LockKeys) -> Call {
-    call(Which::Sem, &[&keys.lock], &["f"])
+/// An operator's call: the semaphore's holders (with their leases left) and the server clock;
+/// or a force, which frees every permit and wakes every waiter.
+pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
+    let op = match op {
+        Admin::Holder => "i",
+        Admin::Force => "f",
+    };
+    call(Which::Sem, &[&keys.lock], &[op])
 }
 
 /// Parses a semaphore's permits-used reply ([`used`]): the permits live leases hold.

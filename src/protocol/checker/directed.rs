@@ -7,7 +7,7 @@ use super::host::Host;
 use super::store::Reply;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex::{self, Acquire, Publish, Release};
-use crate::protocol::scripts::{self, AcquireReply, Call, Holder, Level, ReleaseReply};
+use crate::protocol::scripts::{self, AcquireReply, Admin, Call, Holder, Level, ReleaseReply};
 use crate::protocol::{fair_mutex, rw_lock, semaphore};
 
 const T0: i64 = 1_750_000_000_000_000;
@@ -316,8 +316,18 @@ fn the_other_lock_types_run_on_the_model() {
     )
     .unwrap();
     assert!(tb > ta, "{tb} <= {ta}");
-    ok(run(&mut h, &fair_mutex::info(&fair), false, T0 + 50));
-    ok(run(&mut h, &fair_mutex::force(&fair), false, T0 + 60));
+    ok(run(
+        &mut h,
+        &fair_mutex::admin(&fair, Admin::Holder),
+        false,
+        T0 + 50,
+    ));
+    ok(run(
+        &mut h,
+        &fair_mutex::admin(&fair, Admin::Force),
+        false,
+        T0 + 60,
+    ));
     // Read-write lock: a writer holds; readers wait; after its release two readers share it.
     let rw = LockKeys::family("d:", "r", "rw", "free");
     let tw = family_acquire(
@@ -379,8 +389,18 @@ fn the_other_lock_types_run_on_the_model() {
         false,
         T0 + 70,
     ));
-    ok(run(&mut h, &rw_lock::info(&rw), false, T0 + 80));
-    ok(run(&mut h, &rw_lock::force(&rw), false, T0 + 90));
+    ok(run(
+        &mut h,
+        &rw_lock::admin(&rw, Admin::Holder),
+        false,
+        T0 + 80,
+    ));
+    ok(run(
+        &mut h,
+        &rw_lock::admin(&rw, Admin::Force),
+        false,
+        T0 + 90,
+    ));
     let tw2 = family_acquire(
         &mut h,
         &rw_lock::write(&rw, "w", "rw3", lease, false),
@@ -436,6 +456,16 @@ fn the_other_lock_types_run_on_the_model() {
     )
     .unwrap();
     ok(run(&mut h, &semaphore::used(&sem), false, T0 + 60));
-    ok(run(&mut h, &semaphore::info(&sem), false, T0 + 70));
-    ok(run(&mut h, &semaphore::force(&sem), false, T0 + 80));
+    ok(run(
+        &mut h,
+        &semaphore::admin(&sem, Admin::Holder),
+        false,
+        T0 + 70,
+    ));
+    ok(run(
+        &mut h,
+        &semaphore::admin(&sem, Admin::Force),
+        false,
+        T0 + 80,
+    ));
 }

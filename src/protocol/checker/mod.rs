@@ -14,9 +14,9 @@
 //!   them (`MARKS` lives there from call to call). Clients use one form or the other (70 %
 //!   `FCALL`), so grants of both forms meet on one master.
 //! - **The calls as built**: KEYS and ARGV come from the crate's own builders
-//!   ([`scripts::acquire`](crate::protocol::scripts::acquire), `release`, `renew_many`,
-//!   `mutex_admin`), and replies are read by its own parsers (`parse_mutex_acquire`,
-//!   `parse_release`, `parse_renews`).
+//!   ([`mutex::acquire`](crate::protocol::mutex::acquire), `release`, `renew_many`,
+//!   `admin`), and replies are read by its own parsers (`mutex::parse_acquire`,
+//!   `parse_release`, `scripts::parse_renews`).
 //! - **Redis** (`store.rs`): strings with `SET` `NX`/`XX`/`PX`/`GET`/`KEEPTTL`, expiries
 //!   (`PTTL`, `PEXPIRE`, `PEXPIREAT`, lazy expiry at the master's clock, frozen during a
 //!   call), `RENAME`, `DEL`, `EXISTS`, `TYPE`, `TIME`, `PUBLISH`, `INCR`, hashes, lists and

@@ -10,9 +10,9 @@ use super::host::Host;
 use super::store::Reply;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lua::{MAX_BLOCK, RESERVE_US};
-use crate::protocol::mutex::{self, Acquire, Admin, Publish, Release, Renewing};
+use crate::protocol::mutex::{self, Acquire, Publish, Release, Renewing};
 use crate::protocol::scripts::{
-    self, AcquireReply, Call, Holder, Level, Live, ReleaseReply, Which,
+    self, AcquireReply, Admin, Call, Holder, Level, Live, ReleaseReply, Which,
 };
 
 /// A small, fast, replayable random source (SplitMix64).
