@@ -82,25 +82,17 @@ pub(crate) fn cancel(keys: &LockKeys, owner: &str, request: &str) -> Call {
 /// An operator's call: the fair mutex's holder (and its TTL), its live waiters and the server
 /// clock; or a force, which frees it whoever holds it and grants it to the first live waiter.
 pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
-    let op = match op {
-        Admin::Holder => "i",
-        Admin::Force => "f",
-    };
-    fair(keys, false, &[op])
+    fair(keys, false, &[op.letter()])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::scripts::args;
+    use crate::protocol::scripts::{HOLDER, LEASE, args};
 
     #[test]
     fn uncontended_calls_send_few_arguments() {
-        let holder = Holder {
-            owner: "o",
-            acquisition: "g",
-        };
-        let lease = Duration::from_secs(3);
+        let (holder, lease) = (HOLDER, LEASE);
         let fair = LockKeys::family("p:", "a", "fair", "grant:");
         assert_eq!(
             &args(&acquire(&fair, "o", "g", lease, false, None))[2..],

@@ -148,15 +148,11 @@ pub(crate) fn parse_reenter(v: &Value) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::scripts::args;
+    use crate::protocol::scripts::{HOLDER, LEASE, args};
 
     #[test]
     fn read_and_release_calls_send_few_arguments() {
-        let holder = Holder {
-            owner: "o",
-            acquisition: "g",
-        };
-        let lease = Duration::from_secs(3);
+        let (holder, lease) = (HOLDER, LEASE);
         let rw = LockKeys::family("p:", "a", "rw", "free");
         assert_eq!(
             &args(&read(&rw, "o", "g", lease, true, false))[2..],
@@ -191,12 +187,8 @@ mod tests {
 
     #[test]
     fn read_write_calls_name_their_operation() {
-        let holder = Holder {
-            owner: "o",
-            acquisition: "g",
-        };
+        let (holder, lease) = (HOLDER, LEASE);
         let rw = LockKeys::family("p:", "a", "rw", "free");
-        let lease = Duration::from_secs(3);
         let write = write(&rw, "o", "g", lease, false);
         assert_eq!(write.which, Which::RwWrite);
         assert_eq!(&args(&write)[9..], ["g|o", "3000"]);

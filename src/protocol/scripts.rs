@@ -277,6 +277,17 @@ pub(crate) enum Admin {
     Force,
 }
 
+impl Admin {
+    /// The operation's letter in the scripts that name it by one (`fair_mutex.lua`,
+    /// `sem_permits.lua`).
+    pub(crate) fn letter(self) -> &'static str {
+        match self {
+            Admin::Holder => "i",
+            Admin::Force => "f",
+        }
+    }
+}
+
 /// Which levels a release gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Level {
@@ -493,6 +504,15 @@ pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
         _ => None,
     }
 }
+
+/// The holder and lease the tests of the calls use.
+#[cfg(test)]
+pub(crate) const HOLDER: Holder<'static> = Holder {
+    owner: "o",
+    acquisition: "g",
+};
+#[cfg(test)]
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
 
 /// The arguments of `call`, as text, for the tests that check what a call sends.
 #[cfg(test)]

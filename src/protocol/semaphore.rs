@@ -59,11 +59,7 @@ pub(crate) fn used(keys: &LockKeys) -> Call {
 /// An operator's call: the semaphore's holders (with their leases left) and the server clock;
 /// or a force, which frees every permit and wakes every waiter.
 pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
-    let op = match op {
-        Admin::Holder => "i",
-        Admin::Force => "f",
-    };
-    call(Which::Sem, &[&keys.lock], &[op])
+    call(Which::Sem, &[&keys.lock], &[op.letter()])
 }
 
 /// Parses a semaphore's permits-used reply ([`used`]): the permits live leases hold.
@@ -78,15 +74,11 @@ pub(crate) fn parse_used(v: &Value) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::scripts::args;
+    use crate::protocol::scripts::{HOLDER, LEASE, args};
 
     #[test]
     fn calls_send_few_arguments() {
-        let holder = Holder {
-            owner: "o",
-            acquisition: "g",
-        };
-        let lease = Duration::from_secs(3);
+        let (holder, lease) = (HOLDER, LEASE);
         let sem = LockKeys::family("p:", "a", "sem", "released");
         assert_eq!(
             &args(&acquire(&sem, "o", "g", 2, 4, lease, false))[2..],
