@@ -157,7 +157,7 @@ pub(crate) struct Renewing<'a> {
 }
 
 /// The renewal of `leases` in one script call: `renew.lua` for one lease, `renew_batch.lua`
-/// for several. Its reply gives one outcome per lease (see [`parse_renews`]). The caller
+/// for several. Its reply gives one outcome per lease (see [`parse_renews`](crate::protocol::scripts::parse_renews)). The caller
 /// keeps a call within one Cluster slot where that matters, and its size bounded.
 pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     if let [one] = leases {

@@ -10,10 +10,16 @@
 //!
 //! Each lock type's calls and the parsing of their replies are in the module of its name,
 //! beside its Lua (`mutex.rs`, `multi.rs`, `election.rs`, `fair_mutex.rs`, `rw_lock.rs`,
-//! `semaphore.rs`); here are what they share: [`Call`] and [`evalsha`], [`Holder`], [`Live`]
-//! and [`Level`], the replies an acquire and a release come to ([`AcquireReply`],
+//! `semaphore.rs`); here are what they share: [`Call`] and [`evalsha`], [`Holder`], [`Live`],
+//! [`Level`] and [`Admin`], the replies an acquire and a release come to ([`AcquireReply`],
 //! [`ReleaseReply`]) and the parsers several types use, the renewal replies, and the holder
 //! values an operator's calls return ([`parse_held`]).
+//!
+//! The scripts keep the calling conventions they have: the fair mutex and the semaphore name
+//! an operation by a one-letter first argument of one script, the read-write lock and the
+//! Mutex have a script per operation. The wire form is what fault tests and operators' tools
+//! recognise a call by, so it stays; what the types share on the server is written once in the
+//! prelude (`scripts/prelude/*.lua`) and, for a holder's renewal, in `renew_holder.lua`.
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 -- The read-write lock's helpers (rw_write.lua describes its keys and values). Those that read
--- KEYS[1] .. KEYS[5] serve the scripts that take the keys W, R, WW, WR, WE in that order.
+-- KEYS[1] .. KEYS[5] serve the scripts that take the keys W, R, WW, WR, WE in that order;
+-- `string_at` and `find_reader` also serve renew_holder.lua for a semaphore's holders.
 
 -- A holder's string or member: its fields GEN, OWNER and its flags ('' none), or nil when it is
 -- not one.
@@ -75,7 +76,8 @@ local function readers(now, owner)
   return others, any, first, flagged
 end
 
--- The member of acquisition `gen` ('GEN|') in the readers' sorted set `key`, and its deadline.
+-- The member of acquisition `gen` ('GEN|') in the sorted set of holders `key` (the readers, or
+-- a semaphore's holders), and its deadline.
 local function find_reader(key, gen)
   local cursor = '0'
   repeat
