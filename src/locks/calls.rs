@@ -10,8 +10,8 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::locks::holder::{Holder, parse_owner};
 use crate::protocol::keys::LockKeys;
+use crate::protocol::lock_value::{Shape, parse_held};
 use crate::protocol::scripts::{self, int, text, unexpected};
-use crate::protocol::scripts::{Shape, parse_held};
 use crate::transport::conn::Deadline;
 
 /// Runs a script call once, and once more at once (on a new connection: a failure clears the

@@ -69,8 +69,9 @@ use crate::protocol::fair_mutex as script;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
+use crate::protocol::lock_value::Shape;
+use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
-use crate::protocol::scripts::{Admin, Shape};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 

@@ -55,9 +55,10 @@ use crate::locks::time::Budget;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
+use crate::protocol::lock_value::Shape;
 use crate::protocol::rw_lock as script;
+use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
-use crate::protocol::scripts::{Admin, Shape};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 

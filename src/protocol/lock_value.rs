@@ -1,11 +1,16 @@
-//! A [`Mutex`](crate::Mutex)'s lock value, as the server stores it: the one parse of it on
-//! the client side (the scripts in `scripts/*.lua` read it by the same layout, described in
-//! `scripts/acquire.lua` and `docs/key-layout.md`).
+//! The holders' values as the server stores them, parsed: the one parse of each on the client
+//! side (the scripts in `scripts/*.lua` read them by the same layouts).
+//!
+//! A [`Mutex`](crate::Mutex)'s lock value ([`parse`]; its layout is described in
+//! `scripts/acquire.lua` and `docs/key-layout.md`):
 //!
 //! - held, short form: `GEN|OWNER|B|S|US` (a fresh grant: count 1, `REQ` = `GEN`, no `REL`,
 //!   the implied token `S * 1000000 + US`);
 //! - held, long form: `GEN|OWNER|B|S|US|COUNT|REQ|REL|TOKEN` (`TOKEN` empty: the implied one);
 //! - either ending in `|w`: a waiter flagged it.
+//!
+//! The other lock types' holders ([`parse_held`], by their [`Shape`]), as an operator's calls
+//! return them.
 
 use crate::protocol::lua::{SEPARATOR, WAITING};
 
@@ -73,6 +78,81 @@ pub(crate) fn parse(v: &str) -> Option<Held> {
     })
 }
 
+/// What a holder's value (or sorted set member) says: its owner id, its count (levels, or
+/// permits), its fencing token (0 where none) and the server clock at its grant in µs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HolderValue {
+    pub(crate) owner: String,
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) since_us: Option<u64>,
+}
+
+/// The server clock at a grant, from its `S` and `US` fields, in µs.
+fn micros(s: &str, us: &str) -> Option<u64> {
+    s.parse::<u64>()
+        .ok()?
+        .checked_mul(1_000_000)?
+        .checked_add(us.parse().ok()?)
+}
+
+/// A value's fields, its trailing flags (`|` and letters) left out.
+fn fields(v: &str) -> Vec<&str> {
+    let mut f: Vec<&str> = v.split('|').collect();
+    if f.len() > 1
+        && f.last()
+            .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        f.pop();
+    }
+    f
+}
+
+/// The kinds of holder values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A fair mutex: `GEN|OWNER|S|US`, or `GEN|OWNER|S|US|REQ|REL|COUNT`; a token.
+    Fair,
+    /// A read-write lock's writer: `GEN|OWNER|S|US`; a token.
+    Writer,
+    /// A reader: `GEN|OWNER|S|US`; no token.
+    Reader,
+    /// A semaphore's holder: `GEN|OWNER|N|S|US`; no token.
+    Permits,
+}
+
+/// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them.
+pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<HolderValue> {
+    let f = fields(v);
+    match (shape, f.as_slice()) {
+        (Shape::Permits, [_, owner, n, s, us]) => Some(HolderValue {
+            owner: (*owner).to_owned(),
+            count: n.parse().ok()?,
+            token: 0,
+            since_us: Some(micros(s, us)?),
+        }),
+        (Shape::Fair, [_, owner, s, us, rest @ ..]) if rest.is_empty() || rest.len() == 3 => {
+            let since = micros(s, us)?;
+            Some(HolderValue {
+                owner: (*owner).to_owned(),
+                count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
+                token: since,
+                since_us: Some(since),
+            })
+        }
+        (Shape::Writer | Shape::Reader, [_, owner, s, us]) => {
+            let since = micros(s, us)?;
+            Some(HolderValue {
+                owner: (*owner).to_owned(),
+                count: 1,
+                token: if shape == Shape::Writer { since } else { 0 },
+                since_us: Some(since),
+            })
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +194,43 @@ mod tests {
         assert_eq!(parse("|o|0|1|2"), None);
         assert_eq!(parse("g|o|x|1|2"), None);
         assert_eq!(parse("g|o|0|99999999999999999|2"), None);
+    }
+
+    fn value(owner: &str, count: u32, token: u64, since_us: Option<u64>) -> Option<HolderValue> {
+        Some(HolderValue {
+            owner: owner.to_owned(),
+            count,
+            token,
+            since_us,
+        })
+    }
+
+    #[test]
+    fn holder_values_parse() {
+        let since = 1_764_000_000_000_042;
+        let token = since;
+        assert_eq!(
+            parse_held("g|o:1/web/t|1764000000|42", Shape::Fair),
+            value("o:1/web/t", 1, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|r||3|w", Shape::Fair),
+            value("o", 3, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|wd", Shape::Writer),
+            value("o", 1, token, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|1764000000|42|w", Shape::Reader),
+            value("o", 1, 0, Some(since))
+        );
+        assert_eq!(
+            parse_held("g|o|3|1764000000|42", Shape::Permits),
+            value("o", 3, 0, Some(since))
+        );
+        for bad in ["", "x", "g|o|s|us", "g|o|1|2|3", "o:1/g"] {
+            assert_eq!(parse_held(bad, Shape::Writer), None, "{bad}");
+        }
     }
 }

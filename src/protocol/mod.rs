@@ -8,7 +8,8 @@
 //!   their replies: [`mutex`], [`multi`] (a set of Mutex locks at once), [`election`],
 //!   [`fair_mutex`], [`rw_lock`] and [`semaphore`].
 //! - [`keys`]: lock names and the Redis keys derived from them.
-//! - [`lock_value`]: a `Mutex`'s lock value on the server, parsed.
+//! - [`lock_value`]: the holders' values on the server, parsed (a `Mutex`'s, and the other
+//!   types' as an operator's calls return them).
 //! - [`library`]: the Mutex acquire and release scripts as a function library (`FCALL`).
 //! - [`lua`]: each script's source: a header generated from the Rust constants, the shared
 //!   helpers it uses (`scripts/prelude/*.lua`), and its body.

@@ -12,8 +12,8 @@
 //! beside its Lua (`mutex.rs`, `multi.rs`, `election.rs`, `fair_mutex.rs`, `rw_lock.rs`,
 //! `semaphore.rs`); here are what they share: [`Call`] and [`evalsha`], [`Holder`], [`Live`],
 //! [`Level`] and [`Admin`], the replies an acquire and a release come to ([`AcquireReply`],
-//! [`ReleaseReply`]) and the parsers several types use, the renewal replies, and the holder
-//! values an operator's calls return ([`parse_held`]).
+//! [`ReleaseReply`]) and the parsers several types use, and the renewal replies (the holders'
+//! values an operator's calls return are parsed in `lock_value.rs`).
 //!
 //! The scripts keep the calling conventions they have: the fair mutex and the semaphore name
 //! an operation by a one-letter first argument of one script, the read-write lock and the
@@ -436,81 +436,6 @@ pub(crate) fn parse_time(v: &Value) -> Option<u64> {
     s.checked_mul(1_000_000)?.checked_add(us)
 }
 
-/// What a holder's value (or sorted set member) says: its owner id, its count (levels, or
-/// permits), its fencing token (0 where none) and the server clock at its grant in µs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Held {
-    pub(crate) owner: String,
-    pub(crate) count: u32,
-    pub(crate) token: u64,
-    pub(crate) since_us: Option<u64>,
-}
-
-/// The server clock at a grant, from its `S` and `US` fields, in µs.
-fn micros(s: &str, us: &str) -> Option<u64> {
-    s.parse::<u64>()
-        .ok()?
-        .checked_mul(1_000_000)?
-        .checked_add(us.parse().ok()?)
-}
-
-/// A value's fields, its trailing flags (`|` and letters) left out.
-fn fields(v: &str) -> Vec<&str> {
-    let mut f: Vec<&str> = v.split('|').collect();
-    if f.len() > 1
-        && f.last()
-            .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphabetic()))
-    {
-        f.pop();
-    }
-    f
-}
-
-/// The kinds of holder values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// A fair mutex: `GEN|OWNER|S|US`, or `GEN|OWNER|S|US|REQ|REL|COUNT`; a token.
-    Fair,
-    /// A read-write lock's writer: `GEN|OWNER|S|US`; a token.
-    Writer,
-    /// A reader: `GEN|OWNER|S|US`; no token.
-    Reader,
-    /// A semaphore's holder: `GEN|OWNER|N|S|US`; no token.
-    Permits,
-}
-
-/// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them.
-pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<Held> {
-    let f = fields(v);
-    match (shape, f.as_slice()) {
-        (Shape::Permits, [_, owner, n, s, us]) => Some(Held {
-            owner: (*owner).to_owned(),
-            count: n.parse().ok()?,
-            token: 0,
-            since_us: Some(micros(s, us)?),
-        }),
-        (Shape::Fair, [_, owner, s, us, rest @ ..]) if rest.is_empty() || rest.len() == 3 => {
-            let since = micros(s, us)?;
-            Some(Held {
-                owner: (*owner).to_owned(),
-                count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
-                token: since,
-                since_us: Some(since),
-            })
-        }
-        (Shape::Writer | Shape::Reader, [_, owner, s, us]) => {
-            let since = micros(s, us)?;
-            Some(Held {
-                owner: (*owner).to_owned(),
-                count: 1,
-                token: if shape == Shape::Writer { since } else { 0 },
-                since_us: Some(since),
-            })
-        }
-        _ => None,
-    }
-}
-
 /// The holder and lease the tests of the calls use.
 #[cfg(test)]
 pub(crate) const HOLDER: Holder<'static> = Holder {
@@ -715,44 +640,6 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(10)), 1);
         assert_eq!(millis(Duration::from_millis(30)), 30);
         assert_eq!(millis(Duration::MAX), u64::MAX);
-    }
-
-    fn held(owner: &str, count: u32, token: u64, since_us: Option<u64>) -> Option<Held> {
-        Some(Held {
-            owner: owner.to_owned(),
-            count,
-            token,
-            since_us,
-        })
-    }
-
-    #[test]
-    fn holder_values_parse() {
-        let since = 1_764_000_000_000_042;
-        let token = since;
-        assert_eq!(
-            parse_held("g|o:1/web/t|1764000000|42", Shape::Fair),
-            held("o:1/web/t", 1, token, Some(since))
-        );
-        assert_eq!(
-            parse_held("g|o|1764000000|42|r||3|w", Shape::Fair),
-            held("o", 3, token, Some(since))
-        );
-        assert_eq!(
-            parse_held("g|o|1764000000|42|wd", Shape::Writer),
-            held("o", 1, token, Some(since))
-        );
-        assert_eq!(
-            parse_held("g|o|1764000000|42|w", Shape::Reader),
-            held("o", 1, 0, Some(since))
-        );
-        assert_eq!(
-            parse_held("g|o|3|1764000000|42", Shape::Permits),
-            held("o", 3, 0, Some(since))
-        );
-        for bad in ["", "x", "g|o|s|us", "g|o|1|2|3", "o:1/g"] {
-            assert_eq!(parse_held(bad, Shape::Writer), None, "{bad}");
-        }
     }
 
     #[test]
