@@ -65,7 +65,7 @@ use crate::locks::holder::Holder;
 use crate::locks::lease::{
     Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
 };
-use crate::protocol::fair_mutex as script;
+use crate::protocol::fair_mutex;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
@@ -265,7 +265,7 @@ impl FairMutex {
 
     /// The server's `{S, US, holder, ttl, waiters}` (see `scripts/fair_mutex.lua`).
     fn info(&self) -> Result<Vec<Value>> {
-        let call = script::admin(&self.keys, Admin::Holder);
+        let call = fair_mutex::admin(&self.keys, Admin::Holder);
         match ask(&self.client, &call, &self.keys, "fair info")? {
             Value::Array(items) if items.len() == 5 => Ok(items),
             other => Err(scripts::unexpected("fair info", &other)),
@@ -288,7 +288,7 @@ impl FairMutex {
     ///
     /// As [`holder`](FairMutex::holder); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = script::admin(&self.keys, Admin::Force);
+        let call = fair_mutex::admin(&self.keys, Admin::Force);
         let logged = (module_path!(), "fair mutex", Shape::Fair);
         calls::force_holders(&self.client, &call, &self.keys, "fair force_unlock", logged)
     }
@@ -340,7 +340,7 @@ impl FairMutex {
         enqueue: bool,
         by: Deadline,
     ) -> Result<AcquireReply> {
-        let call = script::acquire(
+        let call = fair_mutex::acquire(
             &self.keys,
             owner,
             request,
@@ -354,7 +354,7 @@ impl FairMutex {
 
     /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
     fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
-        let call = script::cancel(&self.keys, owner, request);
+        let call = fair_mutex::cancel(&self.keys, owner, request);
         eval_twice(&self.client, &call, by)
     }
 
@@ -699,7 +699,7 @@ impl Release for FairMutex {
 /// The release call of `level` of `holder`'s acquisition, under a new request id (a retry
 /// of the same call releases nothing twice).
 fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call {
-    script::release(keys, holder, level, &request_id())
+    fair_mutex::release(keys, holder, level, &request_id())
 }
 
 /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops

@@ -60,7 +60,7 @@ use crate::locks::wait::Fired;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::{self, LockKeys};
-use crate::protocol::multi::{self as script, Leaving, Member, MultiReply};
+use crate::protocol::multi::{self, Leaving, Member, MultiReply};
 use crate::protocol::scripts::{self, Holder, Level, Live};
 use crate::stats::Held;
 use crate::topology::backend::Primed;
@@ -324,7 +324,7 @@ impl MultiMutex {
         let sent = Instant::now();
         let live: Vec<Option<Arc<Hold>>> = part.iter().map(|k| shared.live_hold(k)).collect();
         let members = Self::members(part, owner, &live, sent);
-        let call = script::acquire(&members, terms.lease, request);
+        let call = multi::acquire(&members, terms.lease, request);
         let v = eval_twice(&self.client, &call, by)?;
         self.settle(part, &members, &live, &v, sent, by)
     }
@@ -338,7 +338,7 @@ impl MultiMutex {
             level: Level::Outermost,
             publish: false,
         }];
-        let call = script::release(&leaving, &request_id(), false);
+        let call = multi::release(&leaving, &request_id(), false);
         if let Err(e) = eval_twice(&self.client, &call, by) {
             log::debug!("freeing an unusable grant of `{}`: {e}", keys.name);
         }
@@ -358,7 +358,7 @@ impl MultiMutex {
     ) -> Result<Taken> {
         let shared = self.client.shared();
         let terms = shared.config.terms();
-        let reply = script::parse_acquire(v, part.len())
+        let reply = multi::parse_acquire(v, part.len())
             .ok_or_else(|| scripts::unexpected("multi_acquire", v))?;
         let granted = match reply {
             MultiReply::Busy { index, ttl } => {
@@ -477,7 +477,7 @@ impl Protocol for Part<'_> {
         }
         let live = vec![None; self.part.len()];
         let members = MultiMutex::members(self.part, self.owner, &live, Instant::now());
-        let call = script::acquire(&members, shared.config.lease, &self.request);
+        let call = multi::acquire(&members, shared.config.lease, &self.request);
         shared.backend.prime_script(&call)
     }
 
@@ -542,14 +542,14 @@ fn release_part(
         })
         .collect();
     let request = request_id();
-    let call = script::release(&leaving, &request, false);
+    let call = multi::release(&leaving, &request, false);
     let by = by.min(Deadline::after(shared.config.one_call()));
     // The first attempt may have released before its reply was lost, or never ran (Redis
     // restarted empty): the retry asks the script to tell them apart by each lock's release
     // marker, and what it cannot tell is a loss.
     let reply = match shared.backend.eval_single(&call, by) {
         Err(e) if e.is_retriable() && !by.passed() => {
-            let again = script::release(&leaving, &request, true);
+            let again = multi::release(&leaving, &request, true);
             shared.backend.eval_single(&again, by)
         }
         other => other,
@@ -563,7 +563,7 @@ fn release_part(
         }
         Err(e) => return Err(e),
     };
-    let replies = script::parse_release(&v, levels.len())
+    let replies = multi::parse_release(&v, levels.len())
         .ok_or_else(|| scripts::unexpected("multi_release", &v))?;
     let mut first = None;
     for ((h, _, held), reply) in levels.iter().zip(replies) {

@@ -56,7 +56,7 @@ use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
-use crate::protocol::rw_lock as script;
+use crate::protocol::rw_lock;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::subscriber::Registration;
@@ -217,7 +217,7 @@ impl RwLock {
     /// The server clock (µs) and `{S, US, writer, ttl, readers, waiting}` (see
     /// `scripts/rw_admin.lua`).
     fn info(&self) -> Result<(u64, Vec<Value>)> {
-        let call = script::admin(&self.write_keys, Admin::Holder);
+        let call = rw_lock::admin(&self.write_keys, Admin::Holder);
         match ask(&self.client, &call, &self.write_keys, "rw info")? {
             Value::Array(items) if items.len() == 6 => match calls::clock_us(&items) {
                 Some(now) => Ok((now, items)),
@@ -242,7 +242,7 @@ impl RwLock {
     ///
     /// As [`writer`](RwLock::writer); foreign keys are left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = script::admin(&self.write_keys, Admin::Force);
+        let call = rw_lock::admin(&self.write_keys, Admin::Force);
         let forced = calls::forced(&self.client, &call, &self.write_keys, "rw force_unlock")?;
         let Some((v, removed)) = forced else {
             return Ok(false);
@@ -339,7 +339,7 @@ impl RwLock {
             return Ok(None);
         };
         let sent = Instant::now();
-        let call = script::reenter(
+        let call = rw_lock::reenter(
             &self.write_keys,
             hold.holder(),
             read,
@@ -348,7 +348,7 @@ impl RwLock {
         let reply = driver::within(&self.client, self.name(), budget, |by| {
             eval_twice(&self.client, &call, by)
         })?;
-        match script::parse_reenter(&reply) {
+        match rw_lock::parse_reenter(&reply) {
             // Held by this acquisition: one more level (lost or released locally meanwhile:
             // a new acquisition).
             Some(true) => Ok(hold.enter(sent).then_some(hold)),
@@ -374,9 +374,9 @@ impl RwLock {
         let lease = self.client.terms().lease;
         let keys = &self.write_keys;
         let call = if read {
-            script::read(keys, owner, request, lease, self.prefer_writers, register)
+            rw_lock::read(keys, owner, request, lease, self.prefer_writers, register)
         } else {
-            script::write(keys, owner, request, lease, register)
+            rw_lock::write(keys, owner, request, lease, register)
         };
         let v = eval_twice(&self.client, &call, by)?;
         match scripts::parse_grant(&v, request, 0) {
@@ -558,7 +558,7 @@ impl Protocol for Acquire<'_> {
     /// registration would only cost a spurious wake-up; it expires alone.
     fn cancel(&mut self, by: Deadline) -> Result<Option<Arc<Hold>>> {
         if !self.read {
-            let call = script::cancel(&self.lock.write_keys, &self.owner, &self.request);
+            let call = rw_lock::cancel(&self.lock.write_keys, &self.owner, &self.request);
             if let Err(e) = eval_twice(&self.lock.client, &call, by) {
                 log::debug!("leaving the writers' queue of `{}`: {e}", self.lock.name());
             }
@@ -596,7 +596,7 @@ fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<
         // on the server, so no flag says they wait: the release publishes for them.
         let call = outermost.then(|| {
             let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
-            script::release(keys, hold.holder(), read, publish)
+            rw_lock::release(keys, hold.holder(), read, publish)
         });
         (held, call)
     })

@@ -38,7 +38,7 @@ use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
 use crate::protocol::scripts;
 use crate::protocol::scripts::Admin;
-use crate::protocol::semaphore as script;
+use crate::protocol::semaphore;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -144,11 +144,11 @@ impl Semaphore {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn available(&self) -> Result<u32> {
-        let call = script::used(&self.keys);
+        let call = semaphore::used(&self.keys);
         let by = Deadline::after(self.client.shared().config.one_call());
         let v = eval_twice(&self.client, &call, by)?;
         let used =
-            script::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
+            semaphore::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
         Ok(self.permits.saturating_sub(used))
     }
 
@@ -178,7 +178,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn holders(&self) -> Result<Vec<Holder>> {
-        let call = script::admin(&self.keys, Admin::Holder);
+        let call = semaphore::admin(&self.keys, Admin::Holder);
         let v = ask(&self.client, &call, &self.keys, "semaphore info")?;
         let holders = match &v {
             Value::Array(items) if items.len() == 3 => calls::clock_us(items)
@@ -203,7 +203,7 @@ impl Semaphore {
     ///
     /// As [`holders`](Semaphore::holders); a foreign key is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let call = script::admin(&self.keys, Admin::Force);
+        let call = semaphore::admin(&self.keys, Admin::Force);
         let what = "semaphore force_unlock";
         let logged = (module_path!(), "semaphore", Shape::Permits);
         calls::force_holders(&self.client, &call, &self.keys, what, logged)
@@ -293,7 +293,7 @@ impl Semaphore {
         let shared = self.client.shared();
         let lease = self.lease();
         let sent = Instant::now();
-        let call = script::acquire(&self.keys, owner, request, n, self.permits, lease, waits);
+        let call = semaphore::acquire(&self.keys, owner, request, n, self.permits, lease, waits);
         let v = eval_twice(&self.client, &call, by)?;
         match scripts::parse_grant(&v, request, 0) {
             Some(scripts::AcquireReply::Held { .. }) => {
@@ -501,7 +501,7 @@ impl Semaphore {
             // too).
             let bound = by.left().unwrap_or(Duration::MAX);
             let held = self.client.shared().unwatch(hold, bound);
-            (held, Some(script::release(&self.keys, hold.holder())))
+            (held, Some(semaphore::release(&self.keys, hold.holder())))
         })
     }
 }

@@ -24,7 +24,7 @@ use crate::locks::driver::{self, Attempt, Protocol, Queue, Watch, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::time::Budget;
 use crate::locks::wait::Fired;
-use crate::protocol::election::{self as script, ElectionOp};
+use crate::protocol::election::{self, ElectionOp};
 use crate::protocol::grant::request_id;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts;
@@ -189,11 +189,11 @@ impl Election {
     fn done(&self, op: ElectionOp<'_>) -> Result<bool> {
         let shared = self.mutex.client.shared();
         let by = Deadline::after(shared.config.one_call());
-        let call = script::call(&self.mutex.keys, &self.value_key, op);
+        let call = election::call(&self.mutex.keys, &self.value_key, op);
         let (mut yes, mut no, mut first_error) = (0, 0, None);
         for reply in shared.backend.eval_each(&call, by) {
             match reply.and_then(|v| {
-                script::parse_done(&v).ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
+                election::parse_done(&v).ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
             }) {
                 Ok(true) => yes += 1,
                 Ok(false) => no += 1,
@@ -242,10 +242,10 @@ impl Election {
     }
 
     fn leader_by(&self, by: Deadline) -> Result<Option<Leader>> {
-        let call = script::call(&self.mutex.keys, &self.value_key, ElectionOp::Leader);
+        let call = election::call(&self.mutex.keys, &self.value_key, ElectionOp::Leader);
         let read = |v: &Value| {
-            let (admin, said) =
-                script::parse_leader(v).ok_or_else(|| scripts::unexpected("election leader", v))?;
+            let (admin, said) = election::parse_leader(v)
+                .ok_or_else(|| scripts::unexpected("election leader", v))?;
             Ok(self
                 .mutex
                 .admin_holder(admin)?

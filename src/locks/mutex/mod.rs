@@ -16,7 +16,7 @@ use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value;
-use crate::protocol::mutex::{self as script, AdminReply};
+use crate::protocol::mutex::{self, AdminReply};
 use crate::protocol::scripts::{self, Admin, Level, Live};
 use crate::subscriber::Passed;
 use crate::topology::backend::{AcquireCall, Acquired, Primed};
@@ -212,7 +212,7 @@ impl Mutex {
     /// ```
     pub fn holder(&self) -> Result<Option<Holder>> {
         let by = Deadline::after(self.client.shared().config.one_call());
-        let call = script::admin(&self.keys, Admin::Holder);
+        let call = mutex::admin(&self.keys, Admin::Holder);
         let read = |v: &redis::Value| {
             Ok(self
                 .admin_reply(v)?
@@ -245,7 +245,7 @@ impl Mutex {
     pub fn force_unlock(&self) -> Result<bool> {
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
-        let call = script::admin(&self.keys, Admin::Force);
+        let call = mutex::admin(&self.keys, Admin::Force);
         let (mut freed, mut answered, mut first_error) = (false, false, None);
         let mut told: Vec<String> = Vec::new();
         for reply in shared.backend.eval_each(&call, by) {
@@ -316,7 +316,7 @@ impl Mutex {
     }
 
     fn admin_reply(&self, v: &redis::Value) -> Result<Option<(String, Holder)>> {
-        let reply = script::parse_admin(v).ok_or_else(|| scripts::unexpected("mutex_admin", v))?;
+        let reply = mutex::parse_admin(v).ok_or_else(|| scripts::unexpected("mutex_admin", v))?;
         self.admin_holder(reply)
     }
 
