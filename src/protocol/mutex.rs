@@ -495,4 +495,35 @@ mod tests {
             ["0", "2", "3000", "3", "9000", "1", "g|", "g|", "g|", "g|"]
         );
     }
+
+    #[test]
+    fn release_replies_parse() {
+        assert_eq!(
+            parse_release(&Value::Int(2)),
+            Some(ReleaseReply::Released {
+                remaining: 2,
+                listeners: 0
+            })
+        );
+        assert_eq!(
+            parse_release(&Value::Array(vec![Value::Int(0), Value::Int(3)])),
+            Some(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 3
+            })
+        );
+        assert_eq!(
+            parse_release(&Value::Array(vec![Value::Int(1), Value::Int(3)])),
+            None
+        );
+        assert_eq!(
+            parse_release(&Value::Array(vec![Value::Int(0), Value::Int(-1)])),
+            None
+        );
+        assert_eq!(
+            parse_release(&Value::Int(-2)),
+            Some(ReleaseReply::OtherOwner)
+        );
+        assert_eq!(parse_release(&Value::Nil), None);
+    }
 }

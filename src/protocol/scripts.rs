@@ -380,11 +380,6 @@ pub(crate) fn parse_family_release(v: &Value) -> Option<ReleaseReply> {
     }
 }
 
-/// Parses one renew reply: `Some(true)` extended, `Some(false)` not owned any more.
-pub(crate) fn parse_renew(v: &Value) -> Option<bool> {
-    int(v).map(|n| n == 1)
-}
-
 /// A refusal for a missing permission (an ACL rule without a command the script calls), from
 /// a script call's reply: the server's message, and the command when the server names it.
 ///
@@ -415,7 +410,8 @@ pub(crate) fn permission_refusal(v: &Value) -> Option<(String, Option<String>)> 
 /// (an error, or a reply of the wrong shape).
 pub(crate) fn parse_renews(v: &Value, n: usize) -> Vec<Option<bool>> {
     match v {
-        _ if n == 1 => vec![parse_renew(v)],
+        // One lease's renew script: 1 extended, another integer not owned any more.
+        _ if n == 1 => vec![int(v).map(|r| r == 1)],
         Value::Array(failed) => {
             let mut out = vec![Some(true); n];
             for f in failed {
@@ -461,7 +457,6 @@ pub(crate) fn args(call: &Call) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::protocol::lua::MARKER;
-    use crate::protocol::mutex::parse_release;
 
     #[test]
     #[allow(clippy::unwrap_used)]
@@ -538,33 +533,6 @@ mod tests {
             parse_acquire(&Value::Array(vec![Value::Int(-1)])),
             Some(AcquireReply::Foreign)
         );
-        assert_eq!(
-            parse_release(&Value::Int(2)),
-            Some(ReleaseReply::Released {
-                remaining: 2,
-                listeners: 0
-            })
-        );
-        assert_eq!(
-            parse_release(&Value::Array(vec![Value::Int(0), Value::Int(3)])),
-            Some(ReleaseReply::Released {
-                remaining: 0,
-                listeners: 3
-            })
-        );
-        assert_eq!(
-            parse_release(&Value::Array(vec![Value::Int(1), Value::Int(3)])),
-            None
-        );
-        assert_eq!(
-            parse_release(&Value::Array(vec![Value::Int(0), Value::Int(-1)])),
-            None
-        );
-        assert_eq!(
-            parse_release(&Value::Int(-2)),
-            Some(ReleaseReply::OtherOwner)
-        );
-        assert_eq!(parse_release(&Value::Nil), None);
         assert_eq!(parse_acquire(&Value::Nil), None);
     }
 
