@@ -104,7 +104,7 @@ impl Library {
     pub(crate) fn load_on(&self, con: &mut redis::Connection) -> Result<()> {
         match self.load().query::<Value>(con) {
             Ok(_) => Ok(()),
-            Err(e) if already_exists(e.detail()) => Ok(()),
+            Err(e) if already_exists(e.code(), e.detail()) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -161,17 +161,23 @@ impl Library {
 /// name, or "already exists".
 pub(crate) fn loaded(v: &Value) -> bool {
     match v {
-        Value::ServerError(e) => already_exists(e.details()),
+        Value::ServerError(e) => already_exists(Some(e.code()), e.details()),
         _ => true,
     }
 }
 
-/// Whether a `FUNCTION LOAD` error's text says the library is there already.
-fn already_exists(detail: Option<&str>) -> bool {
-    detail.is_some_and(|d| d.contains("already exists"))
+/// Whether a `FUNCTION LOAD` error (its code and message) says the library is there already.
+///
+/// The server sends this one, and "Function not found" below, with the generic `ERR` code and
+/// nothing else to tell them by (the redis crate has no kind for either): the code is checked
+/// first, and the message's words only tell these two apart from other `ERR`s. A refusal with
+/// a code of its own (`NOPERM`) is never taken for them.
+fn already_exists(code: Option<&str>, detail: Option<&str>) -> bool {
+    code == Some("ERR") && detail.is_some_and(|d| d.contains("already exists"))
 }
 
-/// Whether `v` is the error of an `FCALL` whose function the server does not have.
+/// Whether `v` is the error of an `FCALL` whose function the server does not have (an `ERR`;
+/// see [`already_exists`]).
 pub(crate) fn is_no_function(v: &Value) -> bool {
     matches!(v, Value::ServerError(e)
         if e.code() == "ERR" && e.details().is_some_and(|d| d.starts_with("Function not found")))
@@ -277,5 +283,8 @@ mod tests {
         let exists =
             redis::parse_redis_value(b"-ERR Library 'locksmith_x' already exists\r\n").unwrap();
         assert!(loaded(&exists) && !loaded(&other));
+        let refused =
+            redis::parse_redis_value(b"-NOPERM Library 'locksmith_x' already exists\r\n").unwrap();
+        assert!(!loaded(&refused));
     }
 }
