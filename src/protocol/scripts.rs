@@ -10,7 +10,7 @@
 //!
 //! Each lock type's calls and the parsing of their replies are in the module of its name,
 //! beside its Lua (`mutex.rs`, `multi.rs`, `election.rs`, `fair_mutex.rs`, `rw_lock.rs`,
-//! `semaphore.rs`); here are what they share: [`Call`] and [`evalsha`], [`Holder`], [`Live`],
+//! `semaphore.rs`); here are what they share: [`Call`] and [`call`], [`Holder`], [`Live`],
 //! [`Level`] and [`Admin`], the replies an acquire and a release come to ([`AcquireReply`],
 //! [`ReleaseReply`]) and the parsers several types use, and the renewal replies (the holders'
 //! values an operator's calls return are parsed in `lock_value.rs`).
@@ -150,28 +150,20 @@ pub(crate) struct Call {
     pub(crate) cmd: redis::Cmd,
 }
 
-/// `EVALSHA` of `which` with `keys`; the caller adds the arguments.
-pub(crate) fn evalsha(which: Which, keys: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
-    cmd
-}
-
 impl Call {
     /// `EVALSHA` of `which` with `keys`; the caller adds the arguments to `cmd`.
     pub(crate) fn new(which: Which, keys: &[&str]) -> Call {
-        Call {
-            which,
-            cmd: evalsha(which, keys),
-        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
+        Call { which, cmd }
     }
 }
 
 /// The call of `which` with `keys` and the arguments `args`.
 pub(crate) fn call(which: Which, keys: &[&str], args: &[&str]) -> Call {
-    let mut cmd = evalsha(which, keys);
-    cmd.arg(args);
-    Call { which, cmd }
+    let mut call = Call::new(which, keys);
+    call.cmd.arg(args);
+    call
 }
 
 pub(crate) use crate::protocol::lua::MAX_BLOCK;
