@@ -6,13 +6,50 @@
 //!   ends it at once); [`Tally::need`] asks that a quorum answered.
 //! - [`decided`]: a yes/no question decided by a quorum, or still open.
 //! - [`free_in`]: how long until enough busy masters free a lock for a quorum.
+//! - [`Renewed`]: what a round of renewals came to, lease by lease.
 //! - [`worth_retrying`], [`replace_replies`]: which masters a retry goes to, and its replies
 //!   put in the place of the first ones.
 
 use std::time::Duration;
 
+use redis::Value;
+
 use crate::error::{Error, Result};
+use crate::protocol::scripts;
 use crate::transport::fault::Fault;
+
+/// What one round of renewals found: one outcome per lease, in the order of the calls
+/// (`Some(true)` kept, `Some(false)` lost, `None` unknown), a refusal for a permission if a
+/// call met one, and each master's clock.
+#[derive(Debug)]
+pub(crate) struct Renewed {
+    pub(crate) outcomes: Vec<Option<bool>>,
+    pub(crate) refused: Option<Refusal>,
+    /// Each master that answered, by name, with its clock (`TIME`, in microseconds since the
+    /// epoch) as read in the round: see `renewal::clock_watch`.
+    pub(crate) clocks: Vec<(String, u64)>,
+}
+
+/// A renewal the server refused for a missing permission: not a lost race, a rule to fix.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    /// The server's error.
+    pub(crate) message: String,
+    /// The command refused, when the server names it (Redis 7.2 and later, Valkey).
+    pub(crate) command: Option<String>,
+    /// Where (`host:port`).
+    pub(crate) server: String,
+}
+
+impl Refusal {
+    pub(crate) fn of(v: &Value, server: &str) -> Option<Refusal> {
+        scripts::permission_refusal(v).map(|(message, command)| Refusal {
+            message,
+            command,
+            server: server.to_owned(),
+        })
+    }
+}
 
 /// The masters' replies to one call, each read into an answer.
 #[derive(Debug)]

@@ -29,9 +29,10 @@ use redis::Value;
 
 use super::cluster::Cluster;
 use super::quorum::{self, replace_replies, worth_retrying};
+pub(crate) use super::quorum::{Refusal, Renewed};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, Call};
+use crate::protocol::scripts::Call;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
 
@@ -40,39 +41,6 @@ mod prime;
 
 pub(crate) use nodes::{Node, Nodes, Replies};
 pub(crate) use prime::Primed;
-
-/// What one round of renewals found: one outcome per lease, in the order of the calls
-/// (`Some(true)` kept, `Some(false)` lost, `None` unknown), a refusal for a permission if a
-/// call met one, and each master's clock.
-#[derive(Debug)]
-pub(crate) struct Renewed {
-    pub(crate) outcomes: Vec<Option<bool>>,
-    pub(crate) refused: Option<Refusal>,
-    /// Each master that answered, by name, with its clock (`TIME`, in microseconds since the
-    /// epoch) as read in the round: see `renewal::clock_watch`.
-    pub(crate) clocks: Vec<(String, u64)>,
-}
-
-/// A renewal the server refused for a missing permission: not a lost race, a rule to fix.
-#[derive(Debug, Clone)]
-pub(crate) struct Refusal {
-    /// The server's error.
-    pub(crate) message: String,
-    /// The command refused, when the server names it (Redis 7.2 and later, Valkey).
-    pub(crate) command: Option<String>,
-    /// Where (`host:port`).
-    pub(crate) server: String,
-}
-
-impl Refusal {
-    pub(crate) fn of(v: &Value, server: &str) -> Option<Refusal> {
-        scripts::permission_refusal(v).map(|(message, command)| Refusal {
-            message,
-            command,
-            server: server.to_owned(),
-        })
-    }
-}
 
 /// The topology a client locks on. A closed set of two, matched in the few places where they
 /// differ: a call's route (every master at once, or its slot's master), renewal, `SCAN`, and
@@ -278,27 +246,7 @@ impl Backend {
     pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
         match &self.masters {
             Masters::Nodes(n) => n.renew(calls, budget),
-            Masters::Cluster(c) => {
-                let (replies, clocks) = c.renew(calls, budget);
-                let mut outcomes = Vec::new();
-                let mut refused = None;
-                for ((_, count), v) in calls.iter().zip(replies) {
-                    match v {
-                        Some(v) => {
-                            if refused.is_none() {
-                                refused = Refusal::of(&v, "a cluster master");
-                            }
-                            outcomes.extend(scripts::parse_renews(&v, *count));
-                        }
-                        None => outcomes.extend(std::iter::repeat_n(None, *count)),
-                    }
-                }
-                Renewed {
-                    outcomes,
-                    refused,
-                    clocks,
-                }
-            }
+            Masters::Cluster(c) => c.renew(calls, budget),
         }
     }
 
