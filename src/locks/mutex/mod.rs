@@ -186,8 +186,8 @@ impl Mutex {
         let by = Deadline::after(shared.config.one_call());
         // Its key is there; a key of another type counts as held, since no acquire can take
         // the lock while it is there.
-        let mut cmd = redis::Cmd::new();
-        cmd.arg("GETRANGE").arg(&self.keys.lock).arg(0).arg(0);
+        let mut cmd = redis::cmd("GETRANGE");
+        cmd.arg(&self.keys.lock).arg(0).arg(0);
         shared.backend.quorum_says(&cmd, by, |r| match r {
             Ok(redis::Value::BulkString(b)) => Some(!b.is_empty()),
             Ok(redis::Value::SimpleString(s)) => Some(!s.is_empty()),

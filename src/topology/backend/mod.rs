@@ -58,6 +58,10 @@ pub(crate) struct Backend {
     drift_factor: f64,
 }
 
+/// The target of the backend's `warn` lines (see the crate docs' table of log lines), for
+/// those written in `nodes.rs` as well.
+const TARGET: &str = module_path!();
+
 /// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
 pub(crate) fn jitter(lo: Duration) -> Duration {
     let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;

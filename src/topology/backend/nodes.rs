@@ -400,6 +400,7 @@ impl Nodes {
                     let needed = self.wait.map_or(0, |(n, _)| n);
                     if acked < needed {
                         log::warn!(
+                            target: super::TARGET,
                             "renewal of {n} leases on {name} confirmed by {acked} of {needed} \
                              replicas in time; the leases are kept",
                         );
@@ -503,7 +504,8 @@ impl Nodes {
                     if self.single() {
                         return Err(e.into());
                     }
-                    log::warn!("master {} did not answer: {e}", self.nodes[i].name);
+                    let name = &self.nodes[i].name;
+                    log::warn!(target: super::TARGET, "master {name} did not answer: {e}");
                 }
             }
         }
