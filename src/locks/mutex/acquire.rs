@@ -9,7 +9,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, AcquireReply, Level, Live, Publish};
+use crate::protocol::scripts::{self, AcquireReply, Level, Publish};
 use crate::topology::backend::{Backend, Primed, jitter};
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
@@ -32,38 +32,25 @@ pub(crate) enum Acquired {
     Busy { wait: Duration, split: bool },
 }
 
-/// One acquire call.
+/// One acquire call: the script's arguments (its request id unique per acquire call, the
+/// same on its retries; its `live` hold making it a re-entry), when it started and its bound.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    pub(crate) owner: &'a str,
-    pub(crate) lease: Duration,
-    /// Unique per acquire call, the same on its retries; names the acquisition when granted.
-    pub(crate) request: &'a str,
-    /// The caller's live hold on this lock: `Some` makes this a re-entry.
-    pub(crate) live: Option<Live<'a>>,
+    /// As on one master: [`acquire`] sets `quorum` where the lock lives on a quorum.
+    pub(crate) script: scripts::Acquire<'a>,
     /// When the call started; a quorum grant's validity is judged against it.
     pub(crate) sent: Instant,
     /// The bound of the call.
     pub(crate) by: Deadline,
-    /// Tokens a new acquisition reserves after its own for local hand-offs (0: none).
-    pub(crate) block: u32,
-    /// The caller waited for the lock (an attempt after a release, or after a failed one): a
-    /// new acquisition is flagged at once, so that its release publishes.
-    pub(crate) waited: bool,
 }
 
 impl AcquireCall<'_> {
     /// The script's view of the call (`quorum`: on a quorum of masters).
     fn script(&self, quorum: bool) -> scripts::Acquire<'_> {
         scripts::Acquire {
-            owner: self.owner,
-            lease: self.lease,
-            request: self.request,
-            live: self.live,
-            block: self.block,
-            waited: self.waited,
             quorum,
+            ..self.script
         }
     }
 }
@@ -103,7 +90,7 @@ fn single_acquired(keys: &LockKeys, reply: AcquireReply) -> Result<Acquired> {
 /// A single plain master's acquire, ready for another thread to write the moment the lock is
 /// released (see [`Primed`]); `None` for a re-entry, or where the backend primes nothing.
 pub(crate) fn prime(backend: &Backend, a: &AcquireCall<'_>) -> Option<Primed> {
-    if a.live.is_some() {
+    if a.script.live.is_some() {
         return None;
     }
     backend.prime_script(&scripts::acquire(a.keys, &a.script(false)))
@@ -196,7 +183,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     );
     let (n, q) = (backend.masters(), backend.quorum());
     if let Some(acquisition) = winner(&votes.held, q).filter(|_| !votes.foreign)
-        && a.lease > a.sent.elapsed() + backend.drift(a.lease)
+        && a.script.lease > a.sent.elapsed() + backend.drift(a.script.lease)
     {
         let ours = votes.held.iter().filter(|h| h.3 == acquisition);
         let token = ours.clone().map(|h| h.1).max().unwrap_or(0);
@@ -208,7 +195,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
             .filter(|h| h.3 != acquisition)
             .cloned()
             .collect();
-        undo(backend, keys, a.request, &stray, &[], by);
+        undo(backend, keys, a.script.request, &stray, &[], by);
         return Ok(Acquired::Held {
             token,
             count,
@@ -220,12 +207,12 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     // was a re-entry, whose levels must not be undone twice) on those that did not answer,
     // since the script may have run there before the reply was lost.
     let split = !votes.held.is_empty();
-    let unanswered = if a.live.is_none() {
+    let unanswered = if a.script.live.is_none() {
         &votes.maybe_ran[..]
     } else {
         &[]
     };
-    undo(backend, keys, a.request, &votes.held, unanswered, by);
+    undo(backend, keys, a.script.request, &votes.held, unanswered, by);
     if votes.foreign {
         return Err(Error::ForeignKey {
             key: keys.lock.clone(),
@@ -277,7 +264,7 @@ fn acquire_replicated(
     // the grant must not stay behind.
     let undo_by = Deadline::after(backend.command_timeout());
     let granted = [(0, *token, *count, acquisition.clone())];
-    undo(backend, a.keys, a.request, &granted, &[], undo_by);
+    undo(backend, a.keys, a.script.request, &granted, &[], undo_by);
     log::debug!(
         "acquisition of `{}` confirmed by {acked} of {needed} replicas; undone",
         a.keys.name

@@ -416,7 +416,7 @@ impl Mutex {
 
     /// This handle's acquire call for `owner`: its lease, and the tokens a new acquisition
     /// reserves for local hand-offs; `live` makes it a re-entry; `waited` as in
-    /// [`AcquireCall::waited`].
+    /// [`scripts::Acquire::waited`].
     fn acquire_call<'a>(
         &'a self,
         owner: &'a str,
@@ -426,21 +426,25 @@ impl Mutex {
         sent: Instant,
         by: Deadline,
     ) -> AcquireCall<'a> {
+        let block = self
+            .client
+            .shared()
+            .config
+            .handoff
+            .map_or(0, |h| h.max_count);
         AcquireCall {
             keys: &self.keys,
-            owner,
-            lease: self.terms().lease,
-            request,
-            live,
+            script: scripts::Acquire {
+                owner,
+                lease: self.terms().lease,
+                request,
+                live,
+                block,
+                waited,
+                quorum: false,
+            },
             sent,
             by,
-            block: self
-                .client
-                .shared()
-                .config
-                .handoff
-                .map_or(0, |h| h.max_count),
-            waited,
         }
     }
 

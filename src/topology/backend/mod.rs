@@ -185,7 +185,7 @@ impl Backend {
         fresh: bool,
     ) -> Replies<Value> {
         match &self.masters {
-            Masters::Nodes(n) => n.call_on(call, targets, by, fresh),
+            Masters::Nodes(n) => n.one_each(targets, &n.pack(call), Some(call.which), by, fresh),
             Masters::Cluster(c) => vec![(0, c.call(call, by).and_then(|v| one(Some(v))))],
         }
     }

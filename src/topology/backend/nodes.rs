@@ -94,7 +94,7 @@ impl Nodes {
     }
 
     /// `call` packed as these masters run it: `FCALL` where the function library runs.
-    fn pack(&self, call: &Call) -> Vec<u8> {
+    pub(super) fn pack(&self, call: &Call) -> Vec<u8> {
         PLAIN.pack(call, self.functions.load(Ordering::Relaxed))
     }
 
@@ -288,19 +288,8 @@ impl Nodes {
         }
     }
 
-    /// Runs `call` on the masters `targets` at once, within `by`; `fresh` as in `round`.
-    pub(crate) fn call_on(
-        &self,
-        call: &Call,
-        targets: &[usize],
-        by: Deadline,
-        fresh: bool,
-    ) -> Replies<Value> {
-        let packed = self.pack(call);
-        self.one_each(targets, &packed, Some(call.which), by, fresh)
-    }
-
-    /// Runs the plain command `cmd` on the masters `targets` at once, as [`call_on`](Self::call_on).
+    /// Runs the plain command `cmd` on the masters `targets` at once, as
+    /// [`one_each`](Self::one_each) runs a script call.
     pub(crate) fn command_on(
         &self,
         cmd: &redis::Cmd,
@@ -311,8 +300,9 @@ impl Nodes {
         self.one_each(targets, &cmd.get_packed_command(), None, by, fresh)
     }
 
-    /// A round of one command: each master's single reply, a server error as `Err`.
-    fn one_each(
+    /// A round of one command, `packed`, on the masters `targets` at once within `by`: each
+    /// master's single reply, a server error as `Err`. `which` and `fresh` as in `round`.
+    pub(super) fn one_each(
         &self,
         targets: &[usize],
         packed: &[u8],
