@@ -219,6 +219,7 @@ impl ClientBuilder {
         let cluster = Arc::new(Cluster::new(infos.clone(), config.timeouts, tls.clone())?);
         let backend = Arc::new(Backend::for_cluster(
             Arc::clone(&cluster),
+            config.timeouts.command,
             self.drift_factor,
         ));
         backend

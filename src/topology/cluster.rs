@@ -529,11 +529,6 @@ impl Cluster {
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     }
 
-    /// The command timeout.
-    pub(crate) fn command_timeout(&self) -> Duration {
-        self.timeouts.command
-    }
-
     /// Runs the plain command `cmd` on the master of its key's slot, within `by`.
     pub(crate) fn command(&self, cmd: &redis::Cmd, by: Deadline) -> Result<Value, Fault> {
         self.run(call_slot(cmd), &cmd.get_packed_command(), by)

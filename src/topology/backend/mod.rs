@@ -55,6 +55,8 @@ enum Masters {
 #[derive(Debug)]
 pub(crate) struct Backend {
     masters: Masters,
+    /// The command timeout (what pooled connections are set to).
+    command_timeout: Duration,
     drift_factor: f64,
 }
 
@@ -78,15 +80,29 @@ impl Backend {
     ) -> Self {
         Backend {
             masters: Masters::Nodes(Nodes::new(nodes, call_timeout, command_timeout)),
+            command_timeout,
             drift_factor,
         }
     }
 
     /// A backend on a Redis Cluster: each lock lives on its slot's master, as on one master.
-    pub(crate) fn for_cluster(cluster: Arc<Cluster>, drift_factor: f64) -> Self {
+    pub(crate) fn for_cluster(
+        cluster: Arc<Cluster>,
+        command_timeout: Duration,
+        drift_factor: f64,
+    ) -> Self {
         Backend {
             masters: Masters::Cluster(cluster),
+            command_timeout,
             drift_factor,
+        }
+    }
+
+    /// The independent masters; `None` on a cluster.
+    fn nodes(&self) -> Option<&Nodes> {
+        match &self.masters {
+            Masters::Nodes(n) => Some(n),
+            Masters::Cluster(_) => None,
         }
     }
 
@@ -109,10 +125,7 @@ impl Backend {
 
     /// The replicas that must confirm each acquire and renewal, when asked for.
     pub(crate) fn wait_replicas(&self) -> Option<usize> {
-        match &self.masters {
-            Masters::Nodes(n) => n.wait.map(|(k, _)| k),
-            Masters::Cluster(_) => None,
-        }
+        self.nodes()?.wait.map(|(k, _)| k)
     }
 
     /// How many masters a lock is held on: 1 on a cluster (its slot's master).
@@ -144,18 +157,13 @@ impl Backend {
     /// The bound on one round of calls: the command timeout for one master (plus the
     /// replicas' wait), the per-master timeout for a quorum.
     pub(crate) fn call_timeout(&self) -> Duration {
-        match &self.masters {
-            Masters::Nodes(n) => n.call_timeout,
-            Masters::Cluster(c) => c.command_timeout(),
-        }
+        self.nodes()
+            .map_or(self.command_timeout, |n| n.call_timeout)
     }
 
     /// The command timeout.
     pub(crate) fn command_timeout(&self) -> Duration {
-        match &self.masters {
-            Masters::Nodes(n) => n.command_timeout,
-            Masters::Cluster(c) => c.command_timeout(),
-        }
+        self.command_timeout
     }
 
     /// The token to raise the masters' fencing marks to: with one master its mark is never
@@ -200,9 +208,9 @@ impl Backend {
     /// One master with replica confirmation: `call` and `WAIT` in one round trip, within
     /// `by`; the call's reply, and how many replicas confirmed it.
     pub(crate) fn call_waited(&self, call: &Call, by: Deadline) -> (Result<Value, Fault>, usize) {
-        match &self.masters {
-            Masters::Nodes(n) => n.call_waited(call, by),
-            Masters::Cluster(_) => (self.call_one(call, by), 0),
+        match self.nodes() {
+            Some(n) => n.call_waited(call, by),
+            None => (self.call_one(call, by), 0),
         }
     }
 
@@ -371,15 +379,12 @@ impl Backend {
     /// and fewer than [`MAX_PRIMED`](prime::MAX_PRIMED) are primed. `None` otherwise (a quorum, a cluster, a
     /// client that waits for replicas): the plain path is taken.
     pub(crate) fn prime_script(&self, call: &Call) -> Option<Primed> {
-        match &self.masters {
-            Masters::Nodes(n) => n.prime(call),
-            Masters::Cluster(_) => None,
-        }
+        self.nodes()?.prime(call)
     }
 
     /// Gives back the connection of a call that was primed and never written.
     pub(crate) fn unprime(&self, p: Primed) {
-        if let Masters::Nodes(n) = &self.masters {
+        if let Some(n) = self.nodes() {
             n.unprime(p);
         }
     }
@@ -393,10 +398,9 @@ impl Backend {
         wrote: Result<()>,
         by: Deadline,
     ) -> Result<Value> {
-        match &self.masters {
-            Masters::Nodes(n) => Ok(n.finish(p, wrote, by)?),
-            Masters::Cluster(_) => Err(Error::timeout("no reply")),
-        }
+        // Only independent masters prime a call.
+        let n = self.nodes().ok_or(Error::timeout("no reply"))?;
+        Ok(n.finish(p, wrote, by)?)
     }
 
     /// Drops every idle connection.
