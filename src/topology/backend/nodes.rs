@@ -61,7 +61,7 @@ pub(crate) struct Nodes {
     pub(crate) command_timeout: Duration,
     /// Replicas that must confirm each acquire and renewal (`WAIT`), and the wait's timeout.
     pub(crate) wait: Option<(usize, Duration)>,
-    /// How many primed calls hold a connection now (at most [`MAX_PRIMED`](super::MAX_PRIMED)).
+    /// How many primed calls hold a connection now (at most [`MAX_PRIMED`](super::prime::MAX_PRIMED)).
     primed: Arc<AtomicUsize>,
     /// Whether the Mutex acquire and release go as `FCALL` of the function library (every
     /// master reached at `build()` loaded and ran it; see `protocol/library.rs`).
@@ -521,7 +521,7 @@ impl Nodes {
 
     /// `call` ready for another thread to write (see [`Primed`]): on a single plain master
     /// only (not a client that waits for replicas), when an idle pooled connection is at hand
-    /// and fewer than [`MAX_PRIMED`](super::MAX_PRIMED) are primed; its timeouts set to the
+    /// and fewer than [`MAX_PRIMED`](super::prime::MAX_PRIMED) are primed; its timeouts set to the
     /// command timeout.
     pub(crate) fn prime(&self, call: &Call) -> Option<Primed> {
         if !self.single() || self.wait.is_some() {
