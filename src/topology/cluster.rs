@@ -49,6 +49,7 @@
 //! - `cluster/slots.rs`: the replies that name slots (`CLUSTER SHARDS`, `CLUSTER SLOTS`,
 //!   `MOVED`, `ASK`) parsed, and the slot of a call.
 //! - `cluster/scripts.rs`: the scripts with `spublish`, packed and loaded.
+//! - `cluster/renew.rs`: a batch of renewals, pipelined per master.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,12 +63,13 @@ use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 use crate::error::{Error, Result};
 use crate::protocol::keys::{self, SLOTS};
 use crate::protocol::library;
-use crate::protocol::scripts::{Call, parse_time};
+use crate::protocol::scripts::Call;
 use crate::subscriber::ShardMap;
 use crate::transport::conn::{Deadline, Pool, Timeouts};
 use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
 
+mod renew;
 mod scripts;
 mod slots;
 
@@ -527,105 +529,14 @@ impl Cluster {
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     }
 
+    /// Runs the plain command `cmd` on the master of its key's slot, within `by`.
+    pub(crate) fn command(&self, cmd: &redis::Cmd, by: Deadline) -> Result<Value, Fault> {
+        self.run(call_slot(cmd), &cmd.get_packed_command(), by)
+    }
+
     /// Runs a script call on its slot's master (the sharded script), within `by`.
     pub(crate) fn call(&self, call: &Call, by: Deadline) -> Result<Value, Fault> {
         self.run(call_slot(&call.cmd), &self.packed(call), by)
-    }
-
-    /// Renews: each call (one slot each) with the number of leases it covers. Calls are
-    /// pipelined per master (reading for at most half the budget), and a call that failed or
-    /// was redirected is retried alone within what is left. One reply per call.
-    pub(crate) fn renew(
-        &self,
-        calls: &[(Call, usize)],
-        budget: Duration,
-    ) -> (Vec<Option<Value>>, Vec<(String, u64)>) {
-        let by = Deadline::after(budget);
-        let first = by.min(Deadline::after(budget / 2));
-        let t = self.timeouts.command;
-        let mut out: Vec<Option<Value>> = vec![None; calls.len()];
-        let mut clocks = Vec::new();
-        let slots: Vec<u16> = calls.iter().map(|(c, _)| call_slot(&c.cmd)).collect();
-        let mut groups: Vec<(Arc<ClusterNode>, Vec<usize>)> = Vec::new();
-        // A slot without a known master is left to the one-by-one pass below.
-        for (i, &s) in slots.iter().enumerate() {
-            if let Some(n) = self.owner(s) {
-                match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &n)) {
-                    Some((_, v)) => v.push(i),
-                    None => groups.push((n, vec![i])),
-                }
-            }
-        }
-        // Write every master's pipeline first, then read: about one round trip in all.
-        let mut sent = Vec::new();
-        for (node, idx) in groups {
-            let mut packed_all = Vec::new();
-            for &i in &idx {
-                packed_all.extend_from_slice(&self.packed(&calls[i].0));
-            }
-            // The master's clock, read in the same round: see `renewal::clock_watch`.
-            packed_all.extend_from_slice(&redis::cmd("TIME").get_packed_command());
-            let con = match node.pool.idle() {
-                Some(c) => Ok(c),
-                None => node.pool.connect(first),
-            };
-            match con.and_then(|mut c| c.send(&packed_all, t, first).map(|()| c)) {
-                Ok(c) => sent.push((node, idx, c)),
-                Err(e) => {
-                    log::debug!("renewal pipeline to {} not sent: {e}", node.name);
-                    node.pool.clear();
-                }
-            }
-        }
-        for (node, idx, mut con) in sent {
-            let mut ok = true;
-            for &i in &idx {
-                match con.recv(t, first) {
-                    Ok(v) => match classify(v) {
-                        Tried::Done(Value::ServerError(e))
-                            if e.kind() == Some(ServerErrorKind::NoScript) => {}
-                        Tried::Done(v) => out[i] = Some(v),
-                        _ => {}
-                    },
-                    Err(e) => {
-                        log::debug!("renewal pipeline on {} failed: {e}", node.name);
-                        ok = false;
-                        break;
-                    }
-                }
-            }
-            if ok {
-                match con.recv(t, first) {
-                    Ok(v) => {
-                        if let Some(us) = parse_time(&v) {
-                            clocks.push((node.name.clone(), us));
-                        }
-                    }
-                    Err(e) => {
-                        log::debug!("renewal pipeline on {} failed: {e}", node.name);
-                        ok = false;
-                    }
-                }
-            }
-            if ok && con.is_open() {
-                node.pool.put(con);
-            } else {
-                node.pool.clear();
-            }
-        }
-        // What is left: one call at a time, through the routing (redirections, NOSCRIPT, a
-        // new connection), within the rest of the budget.
-        for i in 0..calls.len() {
-            if out[i].is_some() || by.passed() {
-                continue;
-            }
-            match self.run(slots[i], &self.packed(&calls[i].0), by) {
-                Ok(v) => out[i] = Some(v),
-                // At `debug`: a lease that is lost is reported once, by the renewal thread.
-                Err(e) => log::debug!("renewal of {} lease(s) failed: {e}", calls[i].1),
-            }
-        }
-        (out, clocks)
     }
 
     /// Reads the map and checks that every master answers `PING` and has the scripts

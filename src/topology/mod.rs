@@ -1,8 +1,10 @@
 //! The topologies: which masters a client locks on, and how a call reaches them.
 //!
-//! - [`backend`]: one master, or a quorum of independent masters (RedLock), behind one
-//!   [`Backend`](backend::Backend) that runs the protocol's script calls on every master at
-//!   once and counts the replies.
+//! - [`backend`]: what a lock needs of its masters, behind one [`Backend`](backend::Backend):
+//!   a call sent to one master or to all, each master's reply, the quorum. Its topologies:
+//!   one master or a quorum of independent masters (RedLock), every call on all of them at
+//!   once (`backend/nodes.rs`), or a cluster (below).
+//! - [`quorum`]: the quorum's arithmetic, pure functions over the masters' replies.
 //! - [`sentinel`]: the master a Redis Sentinel deployment names, found and followed through
 //!   failovers (a resolver that the transport's connections ask for the address).
 //! - [`cluster`]: a Redis Cluster: the slot map, a pool per master, redirections followed
@@ -14,4 +16,5 @@
 
 pub(crate) mod backend;
 pub(crate) mod cluster;
+pub(crate) mod quorum;
 pub(crate) mod sentinel;

@@ -30,6 +30,7 @@ use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts;
 use crate::subscriber::Registration;
 use crate::topology::backend::Primed;
+use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 
 /// The longest value a leader may [`proclaim`](Leadership::proclaim), in bytes.
@@ -190,29 +191,18 @@ impl Election {
         let shared = self.mutex.client.shared();
         let by = Deadline::after(shared.config.one_call());
         let call = election::call(&self.mutex.keys, &self.value_key, op);
-        let (mut yes, mut no, mut first_error) = (0, 0, None);
-        for reply in shared.backend.eval_each(&call, by) {
-            match reply.and_then(|v| {
-                election::parse_done(&v).ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
-            }) {
-                Ok(true) => yes += 1,
-                Ok(false) => no += 1,
-                Err(e @ Error::ForeignKey { .. }) => return Err(e),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        let t = quorum::tally(shared.backend.eval_each(&call, by), |v| {
+            election::parse_done(&v).ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
+        })?;
         let quorum = shared.backend.quorum();
+        let yes = t.answers.iter().filter(|&&y| y).count();
+        let no = t.answers.len() - yes;
         if yes >= quorum {
             Ok(true)
-        } else if no >= quorum || yes + no == 0 && first_error.is_none() {
+        } else if no >= quorum || t.answers.is_empty() && t.first_error.is_none() {
             Ok(false)
         } else {
-            Err(first_error.unwrap_or(Error::NoQuorum {
-                reached: yes,
-                needed: quorum,
-            }))
+            Err(t.error(yes, quorum))
         }
     }
 

@@ -205,19 +205,15 @@ pub(crate) fn release(
         Level::Outermost => GivingWay::begin(shared, hold),
         Level::Inner => None,
     };
-    let request = crate::protocol::grant::request_id();
     // Threads of this client wait for the lock: their waits did not all begin with an
     // acquire that flagged it, so the release publishes for them (see `handoff.rs`).
-    let publish = level == Level::Outermost && shared.subscriber.has_waiters(&keys.channel);
-    let reply = shared.backend.release(
-        keys,
-        &hold.acquisition,
-        &request,
-        hold.token,
+    let leave = super::release::Leave {
+        acquisition: &hold.acquisition,
+        token: hold.token,
         level,
-        publish,
-        by,
-    );
+        publish: level == Level::Outermost && shared.subscriber.has_waiters(&keys.channel),
+    };
+    let reply = super::release::release(&shared.backend, keys, leave, by);
     if let (
         Ok(ReleaseReply::Released {
             remaining: 0,

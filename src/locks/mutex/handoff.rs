@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::shared::Shared;
 use crate::kind::Kind;
-use crate::protocol::grant::{Terms, request_id};
+use crate::protocol::grant::Terms;
 use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::scripts::Level;
 use crate::subscriber::{GiveWay, Passed};
@@ -88,15 +88,13 @@ impl Baton {
         shared.note_released(hold);
         shared.end_run(hold);
         let publish = shared.subscriber.has_waiters(&hold.keys.channel);
-        if let Err(e) = shared.backend.release(
-            &hold.keys,
-            &hold.acquisition,
-            &request_id(),
-            hold.token,
-            Level::Outermost,
+        let leave = super::release::Leave {
+            acquisition: &hold.acquisition,
+            token: hold.token,
+            level: Level::Outermost,
             publish,
-            by,
-        ) {
+        };
+        if let Err(e) = super::release::release(&shared.backend, &hold.keys, leave, by) {
             log::debug!(
                 "releasing `{}` after a hand-off nobody took: {e}",
                 hold.keys.name

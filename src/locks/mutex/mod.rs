@@ -19,13 +19,18 @@ use crate::protocol::lock_value;
 use crate::protocol::mutex::{self, AdminReply};
 use crate::protocol::scripts::{self, Admin, Level, Live};
 use crate::subscriber::Passed;
-use crate::topology::backend::{AcquireCall, Acquired, Primed};
+use crate::topology::backend::Primed;
+use crate::topology::quorum;
 use crate::transport::conn::Deadline;
+use crate::transport::fault::Fault;
+use acquire::{AcquireCall, Acquired};
 use guard::MutexGuard;
 
+mod acquire;
 pub(crate) mod election;
 pub(crate) mod guard;
 pub(crate) mod handoff;
+pub(crate) mod release;
 
 /// How the lease of a lock is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +185,18 @@ impl Mutex {
     pub fn is_locked(&self) -> Result<bool> {
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
-        shared.backend.is_locked(&self.keys, by)
+        // Its key is there; a key of another type counts as held, since no acquire can take
+        // the lock while it is there.
+        let mut cmd = redis::cmd("GETRANGE");
+        cmd.arg(&self.keys.lock).arg(0).arg(0);
+        shared.backend.quorum_says(&cmd, by, |r| match r {
+            Ok(redis::Value::BulkString(b)) => Some(!b.is_empty()),
+            Ok(redis::Value::SimpleString(s)) => Some(!s.is_empty()),
+            Ok(_) => Some(false),
+            // WRONGTYPE: a key, not a string.
+            Err(Fault::Redis(e)) if e.code() == Some("WRONGTYPE") => Some(true),
+            Err(_) => None,
+        })
     }
 
     /// Who holds the lock now, as the server tells it: the holding client's label and thread,
@@ -246,39 +262,28 @@ impl Mutex {
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
         let call = mutex::admin(&self.keys, Admin::Force);
-        let (mut freed, mut answered, mut first_error) = (false, false, None);
         let mut told: Vec<String> = Vec::new();
-        for reply in shared.backend.eval_each(&call, by) {
-            match reply.and_then(|v| self.admin_reply(&v)) {
-                Ok(found) => {
-                    answered = true;
-                    if let Some((acquisition, h)) = found {
-                        freed = true;
-                        if !told.contains(&acquisition) {
-                            log::warn!(
-                                "lock `{}` was freed by force: it was held by {} (thread {}, \
-                                 fencing token {}, {} level(s), for {:?})",
-                                self.keys.name,
-                                if h.label.is_empty() { "?" } else { &h.label },
-                                h.thread,
-                                h.fencing_token,
-                                h.hold_count,
-                                h.held_for
-                            );
-                            told.push(acquisition);
-                        }
-                    }
-                }
-                Err(e @ Error::ForeignKey { .. }) => return Err(e),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
+        let t = quorum::tally(shared.backend.eval_each(&call, by), |v| {
+            let found = self.admin_reply(&v)?;
+            if let Some((acquisition, h)) = &found
+                && !told.contains(acquisition)
+            {
+                log::warn!(
+                    "lock `{}` was freed by force: it was held by {} (thread {}, fencing \
+                     token {}, {} level(s), for {:?})",
+                    self.keys.name,
+                    if h.label.is_empty() { "?" } else { &h.label },
+                    h.thread,
+                    h.fencing_token,
+                    h.hold_count,
+                    h.held_for
+                );
+                told.push(acquisition.clone());
             }
-        }
-        match first_error {
-            Some(e) if !answered && !freed => Err(e),
-            _ => Ok(freed),
-        }
+            Ok(found.is_some())
+        })?;
+        // Any master that answered (freeing the lock or not) tells.
+        Ok(t.need(1)?.contains(&true))
     }
 
     /// The holder a quorum of masters agrees on (with one master, the one there), from `call`
@@ -290,29 +295,14 @@ impl Mutex {
         by: Deadline,
         read: impl Fn(&redis::Value) -> Result<Option<(String, Holder, X)>>,
     ) -> Result<Option<(String, Holder, X)>> {
-        let shared = self.client.shared();
-        let mut seen: Vec<(String, Holder, X)> = Vec::new();
-        let (mut answered, mut first_error) = (0, None);
-        for reply in shared.backend.eval_each(call, by) {
-            match reply.and_then(|v| read(&v)) {
-                Ok(found) => {
-                    answered += 1;
-                    seen.extend(found);
-                }
-                Err(e @ Error::ForeignKey { .. }) => return Err(e),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        let quorum = shared.backend.quorum();
-        if answered < quorum {
-            return Err(first_error.unwrap_or(Error::NoQuorum {
-                reached: answered,
-                needed: quorum,
-            }));
-        }
-        agree(seen, quorum)
+        let backend = &self.client.shared().backend;
+        let answers = quorum::tally(backend.eval_each(call, by), |v| read(&v))?;
+        let seen = answers
+            .need(backend.quorum())?
+            .into_iter()
+            .flatten()
+            .collect();
+        agree(seen, backend.quorum())
     }
 
     fn admin_reply(&self, v: &redis::Value) -> Result<Option<(String, Holder)>> {
@@ -420,15 +410,14 @@ impl Mutex {
             acquisition: &h.acquisition,
             extend: h.reentry_extension(sent),
         });
-        let reply = shared
-            .backend
-            .acquire(&self.acquire_call(owner, request, reentry, waited, sent, by))?;
+        let call = self.acquire_call(owner, request, reentry, waited, sent, by);
+        let reply = acquire::acquire(&shared.backend, &call)?;
         self.settle(reply, owner, sent, live.as_ref(), by)
     }
 
     /// This handle's acquire call for `owner`: its lease, and the tokens a new acquisition
     /// reserves for local hand-offs; `live` makes it a re-entry; `waited` as in
-    /// [`AcquireCall::waited`].
+    /// [`mutex::Acquire::waited`].
     fn acquire_call<'a>(
         &'a self,
         owner: &'a str,
@@ -438,21 +427,25 @@ impl Mutex {
         sent: Instant,
         by: Deadline,
     ) -> AcquireCall<'a> {
+        let block = self
+            .client
+            .shared()
+            .config
+            .handoff
+            .map_or(0, |h| h.max_count);
         AcquireCall {
             keys: &self.keys,
-            owner,
-            lease: self.terms().lease,
-            request,
-            live,
+            script: mutex::Acquire {
+                owner,
+                lease: self.terms().lease,
+                request,
+                live,
+                block,
+                waited,
+                quorum: false,
+            },
             sent,
             by,
-            block: self
-                .client
-                .shared()
-                .config
-                .handoff
-                .map_or(0, |h| h.max_count),
-            waited,
         }
     }
 
@@ -516,15 +509,13 @@ impl Mutex {
     /// never issued; whoever waits for it is told.
     fn free_unusable(&self, acquisition: &str, token: u64, by: Deadline) {
         let shared = self.client.shared();
-        if let Err(e) = shared.backend.release(
-            &self.keys,
+        let leave = release::Leave {
             acquisition,
-            &request_id(),
             token,
-            Level::Outermost,
-            false,
-            by,
-        ) {
+            level: Level::Outermost,
+            publish: false,
+        };
+        if let Err(e) = release::release(&shared.backend, &self.keys, leave, by) {
             log::debug!("freeing an unusable grant of `{}`: {e}", self.keys.name);
         }
     }
@@ -598,7 +589,7 @@ impl Protocol for Acquire<'_> {
         let call =
             self.mutex
                 .acquire_call(&self.owner, &self.request, None, true, Instant::now(), by);
-        shared.backend.prime_acquire(&call)
+        acquire::prime(&shared.backend, &call)
     }
 
     fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
@@ -608,9 +599,10 @@ impl Protocol for Acquire<'_> {
             wrote,
         } = fired;
         let shared = self.mutex.client.shared();
-        let reply = shared
-            .backend
-            .finish_acquire(primed, wrote, &self.mutex.keys, by)?;
+        let call = self
+            .mutex
+            .acquire_call(&self.owner, &self.request, None, true, sent, by);
+        let reply = acquire::finish(&shared.backend, primed, wrote, &call)?;
         self.mutex.settle(reply, &self.owner, sent, None, by)
     }
 

@@ -907,7 +907,7 @@ impl Sim {
         }
     }
 
-    /// A quorum acquire gives back what it does not keep (see `backend/acquire.rs`).
+    /// A quorum acquire gives back what it does not keep (see `locks/mutex/acquire.rs`).
     fn undo(
         &mut self,
         t: usize,

@@ -1,0 +1,206 @@
+//! The [`Mutex`](super::Mutex) release on the masters: one level of an acquisition, retried
+//! once where a connection failed, and the quorum's verdict over the masters' replies
+//! ([`merge`], a pure function).
+
+use crate::error::{Error, Result};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::mutex::{self, Publish};
+use crate::protocol::scripts::{Level, ReleaseReply};
+use crate::topology::backend::Backend;
+use crate::topology::quorum;
+use crate::transport::conn::Deadline;
+use crate::transport::fault::Fault;
+
+/// Which level of which acquisition a release gives back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leave<'a> {
+    pub(crate) acquisition: &'a str,
+    /// The hold's fencing token.
+    pub(crate) token: u64,
+    pub(crate) level: Level,
+    /// Whether the release publishes even when no waiter flagged the lock (threads of this
+    /// client wait); with a quorum it always does (waiters listen on one master).
+    pub(crate) publish: bool,
+}
+
+/// Releases `leave` on every master, retrying once (on a new connection) where the
+/// connection failed, all within `by`.
+pub(crate) fn release(
+    backend: &Backend,
+    keys: &LockKeys,
+    leave: Leave<'_>,
+    by: Deadline,
+) -> Result<ReleaseReply> {
+    let request = crate::protocol::grant::request_id();
+    let release = mutex::Release {
+        acquisition: leave.acquisition,
+        level: leave.level,
+        request: &request,
+        publish: if leave.publish || !backend.single() {
+            Publish::Always
+        } else {
+            Publish::IfFlagged
+        },
+        fence: backend.fence_of(leave.token),
+    };
+    let call = mutex::release(keys, &release, false);
+    let mut replies = backend.call_on(&call, &backend.all(), by, false);
+    // A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
+    // reply) never saw the release. While the masters that answered released fewer than a
+    // quorum, the outcome rests on the skipped ones: the retry goes to them too, on a new
+    // connection, costing at most one more per-master timeout. Skipping them would fail the
+    // unlock of a lock still held on them, for the whole marked-down pause.
+    let released = replies
+        .iter()
+        .filter(|(_, r)| {
+            r.as_ref()
+                .ok()
+                .and_then(mutex::parse_release)
+                .is_some_and(|r| {
+                    matches!(
+                        r,
+                        ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore
+                    )
+                })
+        })
+        .count();
+    let undecided = released < backend.quorum();
+    let retry: Vec<usize> = replies
+        .iter()
+        .filter(|(_, r)| {
+            r.as_ref()
+                .err()
+                .is_some_and(|e| e.is_retriable() && (undecided || !e.is_marked_down()))
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    let fresh = replies
+        .iter()
+        .any(|(i, r)| retry.contains(i) && r.as_ref().err().is_some_and(Fault::is_marked_down));
+    // The retry takes a new connection (a failure clears the master's idle ones), and skips a
+    // quorum master marked down when the others decided the outcome already: waiting for it
+    // again would then cost the caller for nothing.
+    if !retry.is_empty() && !by.passed() {
+        log::debug!(
+            "release of `{}` failed on {} master(s); retrying once",
+            keys.name,
+            retry.len()
+        );
+        // The first attempt may have released the last level before its reply was lost: the
+        // key is then gone, or already another owner's (a waiter took it at once). So is it
+        // when Redis restarted empty, or the lease was lost: the retry asks the script to
+        // tell them apart by the release marker (`ReleasedBefore`), and what it cannot tell
+        // is a loss.
+        let again = mutex::release(keys, &release, true);
+        quorum::replace_replies(&mut replies, backend.call_on(&again, &retry, by, fresh));
+    }
+    let parsed = replies.into_iter().map(|(_, r)| {
+        r.and_then(|v| mutex::parse_release(&v).ok_or_else(|| Fault::bad_reply("release", &v)))
+            .map_err(Error::from)
+    });
+    if backend.single() {
+        return parsed.into_iter().next().unwrap_or(Err(Error::NoQuorum {
+            reached: 0,
+            needed: 1,
+        }));
+    }
+    merge(parsed, backend.quorum())
+}
+
+/// The quorum's verdict over the masters' release replies: released when `quorum` released;
+/// otherwise another owner's, a foreign key, an error when too few answered to tell, or
+/// missing.
+fn merge(
+    replies: impl IntoIterator<Item = Result<ReleaseReply>>,
+    quorum: usize,
+) -> Result<ReleaseReply> {
+    let (mut released, mut remaining, mut listeners, mut other, mut foreign, mut errors) =
+        (0, 0, 0u64, false, false, Vec::new());
+    for r in replies {
+        match r {
+            // Each client listens on one master at a time: the sum counts each once.
+            Ok(ReleaseReply::Released {
+                remaining: n,
+                listeners: l,
+            }) => {
+                released += 1;
+                remaining = remaining.max(n);
+                listeners = listeners.saturating_add(l);
+            }
+            Ok(ReleaseReply::ReleasedBefore) => released += 1,
+            Ok(ReleaseReply::Missing) => {}
+            Ok(ReleaseReply::OtherOwner) => other = true,
+            Ok(ReleaseReply::Foreign) => foreign = true,
+            Err(e) => errors.push(e),
+        }
+    }
+    if released >= quorum {
+        Ok(ReleaseReply::Released {
+            remaining,
+            listeners,
+        })
+    } else if other {
+        Ok(ReleaseReply::OtherOwner)
+    } else if foreign {
+        Ok(ReleaseReply::Foreign)
+    } else if released + errors.len() >= quorum {
+        // Could not tell: not enough masters answered.
+        Err(errors.into_iter().next().unwrap_or(Error::NoQuorum {
+            reached: released,
+            needed: quorum,
+        }))
+    } else {
+        Ok(ReleaseReply::Missing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn released(listeners: u64) -> Result<ReleaseReply> {
+        Ok(ReleaseReply::Released {
+            remaining: 0,
+            listeners,
+        })
+    }
+
+    #[test]
+    fn a_quorum_released_sums_listeners() {
+        let r = merge(
+            [released(1), Ok(ReleaseReply::ReleasedBefore), released(2)],
+            2,
+        );
+        assert!(matches!(
+            r,
+            Ok(ReleaseReply::Released {
+                remaining: 0,
+                listeners: 3
+            })
+        ));
+    }
+
+    #[test]
+    fn too_few_answers_cannot_tell() {
+        let r = merge(
+            [
+                released(0),
+                Err(Error::timeout("no reply")),
+                Ok(ReleaseReply::Missing),
+            ],
+            2,
+        );
+        assert!(r.is_err());
+        let r = merge(
+            [
+                released(0),
+                Ok(ReleaseReply::Missing),
+                Ok(ReleaseReply::Missing),
+            ],
+            2,
+        );
+        assert!(matches!(r, Ok(ReleaseReply::Missing)));
+        let r = merge([Ok(ReleaseReply::OtherOwner), Ok(ReleaseReply::Missing)], 2);
+        assert!(matches!(r, Ok(ReleaseReply::OtherOwner)));
+    }
+}
