@@ -11,6 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::io::tcp::socket2::SockRef;
 use redis::{ConnectionAddr, ConnectionInfo};
 use rustls::ClientConfig;
 
@@ -67,37 +68,26 @@ fn tcp_target<'a>(addr: &'a ConnectionAddr, tls: Option<&Tls>) -> Result<Option<
 }
 
 impl Stream {
-    pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+    /// The socket, for its options and shutdown (the same whatever runs over it).
+    fn socket(&self) -> SockRef<'_> {
         match self {
-            Stream::Tcp(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
-            Stream::Tls(s) => {
-                s.tcp().set_read_timeout(t)?;
-                s.tcp().set_write_timeout(t)
-            }
-            Stream::Unix(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
+            Stream::Tcp(s) => SockRef::from(s),
+            Stream::Tls(s) => SockRef::from(s.tcp()),
+            Stream::Unix(s) => SockRef::from(s),
         }
+    }
+
+    pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket().set_read_timeout(t)?;
+        self.socket().set_write_timeout(t)
     }
 
     pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_nonblocking(on),
-            Stream::Tls(s) => s.tcp().set_nonblocking(on),
-            Stream::Unix(s) => s.set_nonblocking(on),
-        }
+        self.socket().set_nonblocking(on)
     }
 
     pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(t),
-            Stream::Tls(s) => s.tcp().set_write_timeout(t),
-            Stream::Unix(s) => s.set_write_timeout(t),
-        }
+        self.socket().set_write_timeout(t)
     }
 
     pub(crate) fn try_clone(&self) -> io::Result<Stream> {
@@ -109,21 +99,13 @@ impl Stream {
     }
 
     pub(crate) fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
-            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(Shutdown::Both),
-        };
+        let _ = self.socket().shutdown(Shutdown::Both);
     }
 }
 
 impl AsRawFd for Stream {
     fn as_raw_fd(&self) -> RawFd {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Tls(s) => s.tcp().as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
+        self.socket().as_raw_fd()
     }
 }
 
