@@ -46,7 +46,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use polling::Event;
-use redis::{ServerErrorKind, Value};
+use redis::{ConnectionInfo, ServerErrorKind, Value};
 
 use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, Link, Reader, Routed, Subscriber, TARGET, bytes};
 use crate::error::{Error, Result};
@@ -442,45 +442,62 @@ impl Subscriber {
                     st.wake_leader();
                 }
             }
-            // Being opened: the channel waits for it (a frozen node holds up its own
-            // channels only).
-            if let Some(p) = conns.openings.values_mut().find(|p| p.node == node) {
-                p.channels.push(ch);
-                continue;
-            }
-            // Failed a moment ago: tried again after its backoff.
-            if conns
-                .retry
-                .get(&node)
-                .is_some_and(|(at, _)| Instant::now() < *at)
-            {
-                table.unrouted.push(ch);
-                stuck = true;
-                continue;
-            }
-            // Resolving a host name may take a moment: not under the table lock.
             drop(table);
-            let started =
-                Opening::start(&info, self.timeouts, self.tls.as_deref(), true).and_then(|op| {
-                    let key = conns.next_key;
-                    self.poller
-                        .add(op.sock(), Event::writable(key))
-                        .map_err(Error::io)?;
-                    conns.next_key += 1;
-                    Ok((key, op))
-                });
-            match started {
-                Ok((key, op)) => {
-                    let channels = vec![ch];
-                    conns.openings.insert(key, Pending { node, op, channels });
-                }
-                Err(e) => {
-                    self.open_failed(conns, &node, vec![ch], &e);
-                    stuck = true;
-                }
-            }
+            stuck |= self.open(conns, node, &info, Some(ch));
+        }
+        // The one server's connection stays open, waiters or not.
+        if !self.route.sharded()
+            && let Some((node, info)) = self.route.owner_of("")
+            && !self.table.lock().links.contains_key(&node)
+        {
+            stuck |= self.open(conns, node, &info, None);
         }
         stuck
+    }
+
+    /// Starts opening a connection to `node` for `ch`, or adds `ch` to the one being opened
+    /// (a frozen node holds up its own channels only). True when the node failed a moment
+    /// ago: it is tried again after its backoff.
+    fn open(
+        &self,
+        conns: &mut Conns,
+        node: String,
+        info: &ConnectionInfo,
+        ch: Option<Arc<Channel>>,
+    ) -> bool {
+        if let Some(p) = conns.openings.values_mut().find(|p| p.node == node) {
+            p.channels.extend(ch);
+            return false;
+        }
+        if conns
+            .retry
+            .get(&node)
+            .is_some_and(|(at, _)| Instant::now() < *at)
+        {
+            self.table.lock().unrouted.extend(ch);
+            return true;
+        }
+        // Resolving a host name may take a moment: not under the table lock.
+        let started =
+            Opening::start(info, self.timeouts, self.tls.as_deref(), true).and_then(|op| {
+                let key = conns.next_key;
+                self.poller
+                    .add(op.sock(), Event::writable(key))
+                    .map_err(Error::io)?;
+                conns.next_key += 1;
+                Ok((key, op))
+            });
+        match started {
+            Ok((key, op)) => {
+                let channels = ch.into_iter().collect();
+                conns.openings.insert(key, Pending { node, op, channels });
+                false
+            }
+            Err(e) => {
+                self.open_failed(conns, &node, ch.into_iter().collect(), &e);
+                true
+            }
+        }
     }
 
     /// `node`'s connection is gone: its channels are `down` and moved (subscribed again where
