@@ -91,6 +91,7 @@
 //! - `waiter.rs`: how a waiter sleeps: its place in the queue, its waits, how it leaves.
 //! - `outage.rs`: the log lines of a connection's outage.
 //! - `route.rs`: where each channel's server is, and the commands that subscribe there.
+//! - `replies.rs`: what the thread does with each reply it reads.
 //! - `pubsub_thread.rs`: the thread's loop: open, read, dispatch, probe, reconnect, follow the map.
 
 use std::collections::{HashMap, VecDeque};
@@ -113,6 +114,7 @@ use crate::transport::tls::Tls;
 mod outage;
 mod pubsub_thread;
 mod queue;
+mod replies;
 mod route;
 mod waiter;
 
@@ -126,6 +128,9 @@ pub(crate) use waiter::{Registration, Turn};
 /// The target of the thread's log lines: operators filter on the targets that "Log levels"
 /// in the crate docs lists.
 const TARGET: &str = "locksmith::subscriber";
+
+/// The target of the log lines that follow a cluster's slots (the crate docs list it).
+const SHARDS: &str = "locksmith::subscriber::shards";
 
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);

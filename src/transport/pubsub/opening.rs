@@ -86,15 +86,6 @@ pub(crate) struct Opening {
     timeouts: Timeouts,
 }
 
-impl std::fmt::Debug for Opening {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opening")
-            .field("host", &self.host)
-            .field("phase", &self.phase)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Starts a non-blocking TCP connect to `addr`, with `TCP_NODELAY` and keepalive.
 fn connect_nonblocking(addr: SocketAddr) -> io::Result<Stream> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
