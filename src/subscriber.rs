@@ -1,4 +1,5 @@
-//! The subscriber thread: one pub/sub connection per client, and the local waiter queues.
+//! The subscriber thread: the client's pub/sub connections (one to its one server, or one per
+//! Cluster master that waiters need), and the local waiter queues.
 //!
 //! # How a waiter waits
 //!

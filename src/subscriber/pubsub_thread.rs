@@ -324,13 +324,11 @@ impl Subscriber {
         for ch in table.channels.values() {
             let owner = self.route.owner_of(&ch.name).map(|(name, _)| name);
             let mut st = ch.state.lock();
-            if st.node.is_some() && st.node != owner {
-                if let Some(old) = st.node.take() {
-                    moved.push((old, Arc::clone(ch)));
-                }
-                st.confirmed = false;
-                st.epoch += 1;
-                st.wake_leader();
+            if st.node.is_some()
+                && st.node != owner
+                && let Some(old) = st.unsubscribed()
+            {
+                moved.push((old, Arc::clone(ch)));
             }
         }
         for (old, ch) in moved {
@@ -459,11 +457,8 @@ impl Subscriber {
         for ch in table.channels.values() {
             let mut st = ch.state.lock();
             if st.node.as_deref() == Some(node) {
-                st.node = None;
-                st.confirmed = false;
                 st.down = true;
-                st.epoch += 1;
-                st.wake_leader();
+                st.unsubscribed();
                 moved.push(Arc::clone(ch));
             }
         }

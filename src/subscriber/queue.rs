@@ -111,6 +111,16 @@ impl ChannelState {
         (now < y.until && self.epoch < end).then_some(y.until)
     }
 
+    /// The channel's subscription is gone (its connection lost, or its slot moved): it is
+    /// to be subscribed again, and its leader re-checks (a release may have been missed).
+    /// The node it was subscribed on, if any.
+    pub(super) fn unsubscribed(&mut self) -> Option<String> {
+        self.confirmed = false;
+        self.epoch += 1;
+        self.wake_leader();
+        self.node.take()
+    }
+
     /// Wakes the leader (every waiter of a broadcast channel), under the channel's lock:
     /// for paths that are not hot. See [`leader_wake`](Self::leader_wake).
     pub(super) fn wake_leader(&self) {

@@ -152,10 +152,7 @@ impl Subscriber {
                 target: SHARDS,
                 "{node} dropped the subscription to {name} (its slot moved); resubscribing"
             );
-            st.node = None;
-            st.confirmed = false;
-            st.epoch += 1;
-            st.wake_leader();
+            st.unsubscribed();
             drop(st);
             table.unrouted.push(ch);
             self.refresh.store(true, Ordering::SeqCst);
