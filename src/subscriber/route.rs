@@ -144,20 +144,20 @@ impl Route {
                 }
                 true
             }
-            Route::One(one) if (failed || due) && one.resolver.is_some() => {
-                let Some(r) = &one.resolver else {
-                    return false;
-                };
-                if failed {
+            Route::One(one) => match &one.resolver {
+                Some(r) if failed => {
                     match r.resolve(connect, true) {
                         Ok(info) => *one.current.lock() = (0, server_name(&info), info),
                         Err(e) => log::debug!(target: TARGET, "the master not found: {e}"),
                     }
-                } else {
-                    r.check(short);
+                    true
                 }
-                true
-            }
+                Some(r) if due => {
+                    r.check(short);
+                    true
+                }
+                _ => false,
+            },
             _ => false,
         }
     }
