@@ -129,6 +129,10 @@ impl Opening {
         tls: Option<&Tls>,
         hello: bool,
     ) -> Result<Opening> {
+        // The name resolution counts towards the connect timeout too.
+        let deadline = Instant::now()
+            .checked_add(timeouts.connect.min(MAX_SOCKET_TIMEOUT))
+            .unwrap_or_else(Instant::now);
         let (host, addrs, sock, session) = if let ConnectionAddr::Unix(path) = info.addr() {
             let s = UnixStream::connect(path).map_err(Error::io)?;
             s.set_nonblocking(true).map_err(Error::io)?;
@@ -175,9 +179,6 @@ impl Opening {
             // which is fine.
             commands.extend_from_slice(&encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]));
         }
-        let deadline = Instant::now()
-            .checked_add(timeouts.connect.min(MAX_SOCKET_TIMEOUT))
-            .unwrap_or_else(Instant::now);
         Ok(Opening {
             info: info.clone(),
             host,
