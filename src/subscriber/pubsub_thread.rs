@@ -17,9 +17,10 @@
 //!   (accepting connections, never answering) delays no subscription, release or heartbeat
 //!   on another master. The thread's other blocking steps against one node are bounded and
 //!   small: a read of a socket the poller reported readable, a write of a few bytes
-//!   (`SUBSCRIBE`, `PING`) to the kernel's buffer, and the map read below (a quarter second
+//!   (`SUBSCRIBE`, `PING`) to the kernel's buffer, the map read below (a quarter second
 //!   at most, and one per-node bound for a node that does not answer, which is then asked
-//!   last).
+//!   last), and with Sentinel, asking where the master is (within the connect timeout; there
+//!   is no other server to hold up).
 //! - **Reading.** Once open, the sockets are blocking again (waiting threads share the write
 //!   side); a [`polling::Poller`] says which are readable, and each readable socket is read
 //!   once, then its buffered replies parsed until the parser needs more bytes.
@@ -40,7 +41,6 @@
 //!   server's stays open.
 
 use std::collections::HashMap;
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
