@@ -541,4 +541,28 @@ mod tests {
         assert!(op.finish().0.is_err());
         assert!(t.elapsed() < Duration::from_secs(1));
     }
+
+    /// A Unix socket opens through the same steps (it joins them at the handshake).
+    #[test]
+    fn opens_over_a_unix_socket() {
+        let dir = std::env::temp_dir().join(format!("locksmith-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("redis.sock");
+        let mut child = std::process::Command::new(locksmith_testkit::server_program())
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(locksmith_testkit::wait_until(
+            Duration::from_secs(10),
+            || path.exists()
+        ));
+        let url = format!("redis+unix://{}", path.display());
+        opens(start(&url, Duration::from_secs(5), None));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
