@@ -103,9 +103,10 @@ impl Subscriber {
                     self.refresh.store(true, Ordering::SeqCst);
                     table.unrouted.push(ch);
                 } else {
-                    let (target, verb) = match self.route.sharded() {
-                        true => (SHARDS, "SSUBSCRIBE"),
-                        false => (TARGET, "SUBSCRIBE"),
+                    let (target, verb) = if self.route.sharded() {
+                        (SHARDS, "SSUBSCRIBE")
+                    } else {
+                        (TARGET, "SUBSCRIBE")
                     };
                     log::warn!(target: target, "{verb} {} refused: {e}; its waiters re-check", ch.name);
                     st.refused = true;
