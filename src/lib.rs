@@ -349,7 +349,7 @@
 //! - `stats.rs`: the client's counters ([`Stats`]) and their metrics.
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `transport/`: sockets to one server (`tls.rs`, `conn.rs`, `pubsub.rs`, `diagnose.rs`).
-//! - `subscriber{.rs,/}`: waiter queues (`queue`, `waiter`), pub/sub thread (`single`, `shards`).
+//! - `subscriber{.rs,/}`: waiter queues (`queue`, `waiter`), pub/sub thread (`pubsub_thread`, `route`).
 //! - `protocol/`: key names, the Lua scripts and their replies, a hold's record, a grant.
 //! - `topology/`: how a call reaches the masters: one or a quorum, Sentinel, Cluster (`cluster/`).
 //! - `renewal/`: the `locksmith-renew` thread and its timer wheel.

@@ -1,4 +1,5 @@
-//! The subscriber thread: one pub/sub connection per client, and the local waiter queues.
+//! The subscriber thread: the client's pub/sub connections (one to its one server, or one per
+//! Cluster master that waiters need), and the local waiter queues.
 //!
 //! # How a waiter waits
 //!
@@ -31,96 +32,106 @@
 //! A release published before Redis processed our `SUBSCRIBE` is not delivered. So the leader
 //! waits until the subscriber thread has read the confirmation of the channel's `SUBSCRIBE`
 //! (bounded by the command timeout) before its first attempt; any release after that attempt
-//! is then delivered. While the connection is down, leaders re-check every
-//! [`RECHECK`](crate::locks::wait::RECHECK) instead of sleeping until their TTL bound.
+//! is then delivered. While the channel's connection is down (lost, or failing to open: the
+//! channel is `down`), leaders re-check every [`RECHECK`](crate::locks::wait::RECHECK)
+//! instead of sleeping until their TTL bound.
 //!
 //! # Writes and reads
 //!
-//! The thread owns the read side of the connection. `SUBSCRIBE` and `UNSUBSCRIBE` are written
-//! by the waiter's own thread on a clone of it, under the table lock, so the order of writes
-//! matches the order of table changes and a new waiter's subscription goes out at once.
-//! Confirmations come back in the order the commands were written; `pending` pairs each one
-//! with the entry it was written for.
+//! The thread owns the read side of each connection. `SUBSCRIBE` and `UNSUBSCRIBE` are
+//! written by the waiter's own thread on a clone of it, under the table lock, so the order of
+//! writes matches the order of table changes and a new waiter's subscription goes out at
+//! once when its server's connection is open (else the thread opens one and subscribes it:
+//! `Table::unrouted`). Confirmations come back in the order the commands were written; each
+//! connection's `pending` pairs each one with the entry it was written for.
+//!
+//! # One server, or a shard map
+//!
+//! The thread does not care how many servers it listens on: a [`Route`] names each
+//! channel's server (its `node`, `host:port`). On a Cluster, that is the master of the
+//! channel's slot ([`ShardMap`]), and the commands are the sharded ones (`SSUBSCRIBE`,
+//! `smessage`: releases publish with `SPUBLISH` on that master); on one server (or the
+//! master a Sentinel names, or one master of a quorum: every release publishes on every
+//! master it reaches), every channel has the same node, and the commands are `SUBSCRIBE` and
+//! `message`. The first connection to that one server is opened by `build()`, so that a bad
+//! address fails there; a Cluster's open when waiters need them.
 //!
 //! # The transport, and why it is this one
 //!
-//! One socket (TCP, TLS over TCP, or Unix), written by waiting threads and read by the
-//! subscriber thread at the same time:
+//! One socket per server (TCP, TLS over TCP, or Unix), written by waiting threads and read
+//! by the subscriber thread at the same time:
 //!
-//! - Plain TCP and Unix: the socket is cloned; the thread blocks in `read` on its clone while
-//!   writers write on theirs. Nothing is shared but the kernel's socket.
+//! - Plain TCP and Unix: the socket is cloned; the thread reads its clone while writers
+//!   write on theirs. Nothing is shared but the kernel's socket.
 //! - TLS ([`TlsStream`](crate::transport::tls::TlsStream)): rustls's connection state is
 //!   shared under a lock by the reader and the writers, over a cloned `TcpStream`. The
-//!   reader blocks on the socket *without* the lock and takes it only to decrypt what
+//!   reader waits for the socket *without* the lock and takes it only to decrypt what
 //!   arrived; a writer takes it to encrypt and send. So a `SUBSCRIBE` goes out at once over
 //!   TLS too, and plain TCP pays nothing for TLS (not even a lock).
 //!
+//! The thread waits on a [`polling::Poller`] (epoll; it starts no thread) for its sockets
+//! to become readable, for `Poller::notify` (a channel to route, a changed slot map, a
+//! shutdown) or for its next timer (a heartbeat, a backoff), and opens connections as
+//! non-blocking steps of the same loop (`transport/pubsub/opening.rs`), so that one frozen
+//! server holds up no other (see `pubsub_thread.rs`).
+//!
 //! The other design, a thread that owns a `redis` connection and is woken through a private
-//! control channel, needs a way to wake a thread blocked in a read: a socket timeout (adding
-//! up to its length to every new subscription) or a second socket to poll, and the thread
-//! would make every waiter's `SUBSCRIBE` a message to it. The shared-state design keeps the
-//! write on the waiter's thread, where it is today. A Cluster client (one pub/sub connection
-//! per master, one thread) reads the same `Stream`s when a poller (the `polling` crate, which
-//! starts no threads) says they are readable, and opens them as non-blocking steps of its
-//! poll loop, so that one frozen master holds up no other (see `subscriber/shards.rs`).
+//! control channel, would make every waiter's `SUBSCRIBE` a message to it. The shared-state
+//! design keeps the write on the waiter's thread.
 //!
 //! Replies are parsed with the `redis` crate's [`redis::Parser`], which keeps a partly read
-//! reply across a read timeout and resumes it on the next read; so an idle timeout is
-//! harmless wherever it falls, and `PING` probes follow the heartbeat alone.
+//! reply and resumes it when more bytes arrive; so a read may end anywhere.
 //!
 //! # Files
 //!
 //! This file holds the state the thread and the waiting threads share (the table of channels
-//! and the connection's write half) and the waiters' entry points (`join`, `offer`,
+//! and the connections' write halves) and the waiters' entry points (`join`, `offer`,
 //! `give_way`). The rest, each apart for the reason its own docs give:
 //!
 //! - `queue.rs`: one lock name's local queue: waiters, release epoch, a passed lock, the call to write on release.
 //! - `waiter.rs`: how a waiter sleeps: its place in the queue, its waits, how it leaves.
 //! - `outage.rs`: the log lines of a connection's outage.
-//! - `single.rs`: the thread's loop on one server: read, dispatch, probe, reconnect.
-//! - `shards.rs`: the thread's loop on a cluster: one connection per master, polled.
+//! - `route.rs`: where each channel's server is, and the commands that subscribe there.
+//! - `replies.rs`: what the thread does with each reply it reads.
+//! - `pubsub_thread.rs`: the thread's loop: open, read, dispatch, probe, reconnect, follow the map.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use polling::Poller;
 use redis::{ConnectionInfo, Value};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stats::{self, Counters};
-use crate::transport::conn::{Deadline, Resolve, Timeouts, server_name};
+use crate::transport::conn::{Resolve, Timeouts, server_name};
 use crate::transport::pubsub::{ReadHalf, Stream, encode, open_any};
 use crate::transport::tls::Tls;
 
 mod outage;
+mod pubsub_thread;
 mod queue;
-mod shards;
-mod single;
+mod replies;
+mod route;
 mod waiter;
 
 use outage::Outage;
 use queue::{Channel, ChannelState, Waiter, Yielding};
 pub(crate) use queue::{OnRelease, Passed};
+pub(crate) use route::ShardMap;
+use route::{OneServer, Route};
 pub(crate) use waiter::{Registration, Turn};
 
-/// Where a sharded channel lives, as the pub/sub thread of a Redis Cluster client needs to
-/// know: the slot map of the cluster topology, seen from this layer (which sits below the
-/// topologies, so it names what it needs instead of importing them).
-pub(crate) trait ShardMap: Send + Sync + std::fmt::Debug {
-    /// A number that changes whenever the map changes.
-    fn epoch(&self) -> u64;
-    /// Reads the map again (at most once in a short while unless `force`), within `by`.
-    fn refresh(&self, by: Deadline, force: bool) -> Result<()>;
-    /// The master that owns `channel`'s slot: its `host:port` and how to reach it.
-    fn owner_of(&self, channel: &str) -> Option<(String, ConnectionInfo)>;
-    /// Learns a slot's new master from the details of a `MOVED` error.
-    fn learn_moved(&self, details: Option<&str>);
-}
+/// The target of the thread's log lines: operators filter on the targets that "Log levels"
+/// in the crate docs lists.
+const TARGET: &str = "locksmith::subscriber";
+
+/// The target of the log lines that follow a cluster's slots (the crate docs list it).
+const SHARDS: &str = "locksmith::subscriber::shards";
 
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
@@ -135,50 +146,104 @@ fn bytes(v: &Value) -> Option<&[u8]> {
     }
 }
 
-/// The subscriber's table of channels, guarded by one lock (taken before any channel's).
-#[derive(Debug, Default)]
-struct Table {
-    channels: HashMap<String, Arc<Channel>>,
-    /// `SUBSCRIBE`s written on the current connection whose confirmation is not yet read.
+/// The write side and bookkeeping of one server's pub/sub connection.
+#[derive(Debug)]
+struct Link {
+    writer: Stream,
+    /// Subscriptions written whose confirmation is not yet read.
     pending: VecDeque<Arc<Channel>>,
-    /// The write half of the current connection; `None` while disconnected.
-    writer: Option<Stream>,
-    /// A `PING` was sent and nothing has been read since.
+    /// Our own unsubscriptions not yet answered, per channel (to tell them from one the
+    /// server pushes).
+    unsubs: HashMap<String, usize>,
     ping_outstanding: bool,
-    /// On a cluster: one connection per master that owns a needed channel, the channels
-    /// still to subscribe, and the `SUNSUBSCRIBE`s to send (see `subscriber/shards.rs`).
-    sharded: bool,
-    shards: HashMap<String, shards::ShardConn>,
-    unrouted: Vec<Arc<Channel>>,
-    unsubs: Vec<(String, String)>,
+    last_read: Instant,
+    /// Since when no channel is subscribed here.
+    empty_since: Option<Instant>,
+    /// A write failed: the socket is shut down, and the thread drops the link.
+    broken: bool,
 }
 
-impl Table {
-    /// Writes a command on the current connection. On failure the connection is shut down so
-    /// that the reader notices at once and reconnects.
+impl Link {
+    fn new(writer: Stream) -> Link {
+        Link {
+            writer,
+            pending: VecDeque::new(),
+            unsubs: HashMap::new(),
+            ping_outstanding: false,
+            last_read: Instant::now(),
+            empty_since: None,
+            broken: false,
+        }
+    }
+
+    /// Writes a command. On failure the connection is shut down, so that the reader notices
+    /// at once, and the thread drops it.
     fn write(&mut self, args: &[&[u8]]) -> bool {
-        let Some(w) = self.writer.as_mut() else {
+        if self.broken {
             return false;
-        };
-        match w.write_all(&encode(args)) {
+        }
+        match self.writer.write_all(&encode(args)) {
             Ok(()) => true,
             Err(e) => {
-                log::debug!("pub/sub write failed: {e}");
-                w.shutdown();
-                self.writer = None;
+                log::debug!(target: TARGET, "pub/sub write failed: {e}");
+                self.writer.shutdown();
+                self.broken = true;
                 false
             }
         }
     }
+}
 
-    fn subscribe(&mut self, ch: &Arc<Channel>) {
-        if self.sharded {
-            // The pub/sub thread opens the master's connection if needed, and subscribes.
-            self.unrouted.push(Arc::clone(ch));
-            return;
+/// Where [`Table::subscribe`] left a channel.
+enum Routed {
+    /// Its subscription is written.
+    Written,
+    /// Its server is not known (the slot map has no master for its slot).
+    Unknown,
+    /// Its server has no open connection: the thread opens one.
+    NotOpen(Box<(String, ConnectionInfo)>),
+}
+
+/// The subscriber's table of channels, guarded by one lock (taken before any channel's).
+#[derive(Debug, Default)]
+struct Table {
+    channels: HashMap<String, Arc<Channel>>,
+    /// The open connections, by node (`host:port`).
+    links: HashMap<String, Link>,
+    /// Channels the thread is to subscribe (their server had no open connection).
+    unrouted: Vec<Arc<Channel>>,
+}
+
+impl Table {
+    /// Writes the subscription of `ch` on its server's connection, if that is open.
+    fn subscribe(&mut self, route: &Route, ch: &Arc<Channel>) -> Routed {
+        let Some((node, info)) = route.owner_of(&ch.name) else {
+            return Routed::Unknown;
+        };
+        let Some(link) = self.links.get_mut(&node) else {
+            return Routed::NotOpen(Box::new((node, info)));
+        };
+        if !link.write(&[route.verbs().subscribe, ch.name.as_bytes()]) {
+            return Routed::NotOpen(Box::new((node, info)));
         }
-        if self.write(&[b"SUBSCRIBE", ch.name.as_bytes()]) {
-            self.pending.push_back(Arc::clone(ch));
+        link.pending.push_back(Arc::clone(ch));
+        let mut st = ch.state.lock();
+        st.node = Some(node);
+        st.refused = false;
+        // Back after an outage: releases may have been missed, so the leader re-checks.
+        if std::mem::take(&mut st.down) {
+            st.epoch += 1;
+            st.wake_leader();
+        }
+        Routed::Written
+    }
+
+    /// Writes the unsubscription of channel `name` on `node`'s connection.
+    fn unsubscribe(&mut self, route: &Route, node: &str, name: &str) {
+        if let Some(link) = self.links.get_mut(node)
+            && link.write(&[route.verbs().unsubscribe, name.as_bytes()])
+        {
+            *link.unsubs.entry(name.to_owned()).or_insert(0) += 1;
         }
     }
 }
@@ -186,32 +251,28 @@ impl Table {
 /// State shared by the subscriber thread and the waiting threads.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
-    /// The masters it may listen on; it listens on one at a time.
-    infos: Vec<ConnectionInfo>,
-    /// Where the master is now, asked afresh on every reconnect (a topology whose master
-    /// moves); `infos` is then not used after the first connection.
-    resolver: Option<Arc<dyn Resolve>>,
-    /// The index of the master listened on (or tried next).
-    current: AtomicUsize,
+    /// Where each channel's server is.
+    route: Route,
     timeouts: Timeouts,
-    /// The TLS set-up of `rediss://` masters.
+    /// The TLS set-up of `rediss://` servers.
     tls: Option<Arc<Tls>>,
     table: Mutex<Table>,
     stop: AtomicBool,
-    /// Dropped (closed) to interrupt the thread's reconnect backoff.
-    stop_tx: Mutex<Option<Sender<()>>>,
-    /// On a cluster: the slot map, and the poller the thread waits on.
-    sharded: Option<shards::Sharded>,
-    /// The server listened on last, for log lines (a cluster's name theirs per node).
-    server: Mutex<String>,
+    /// What the thread waits on: its sockets, and [`Subscriber::wake_thread`].
+    poller: Poller,
+    /// Where the servers are should be asked again (a connection failed or was lost, a
+    /// redirection, a pushed unsubscription).
+    refresh: AtomicBool,
+    /// Each connection's outage, for its log lines (by node on a cluster; one for the one
+    /// server, wherever it moves).
+    outages: Mutex<HashMap<String, Outage>>,
     /// The client's counters (reconnects).
     counters: Arc<Counters>,
 }
 
-/// The read side handed to the thread.
+/// What the thread starts with: the first connection, opened by `build()` (one server).
 pub(crate) struct Reader {
-    reader: Option<ReadHalf>,
-    stop_rx: Receiver<()>,
+    first: Option<(String, ReadHalf)>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -221,8 +282,29 @@ impl std::fmt::Debug for Reader {
 }
 
 impl Subscriber {
-    /// Connects eagerly (so a bad address fails `build()`), returning the shared state and the
-    /// read side for [`Subscriber::run`].
+    fn new(
+        route: Route,
+        timeouts: Timeouts,
+        tls: Option<Arc<Tls>>,
+        counters: Arc<Counters>,
+    ) -> Result<Self> {
+        Ok(Subscriber {
+            route,
+            timeouts,
+            tls,
+            table: Mutex::new(Table::default()),
+            stop: AtomicBool::new(false),
+            poller: Poller::new().map_err(Error::io)?,
+            refresh: AtomicBool::new(false),
+            outages: Mutex::new(HashMap::new()),
+            counters,
+        })
+    }
+
+    /// The subscriber of one server (of the first of `infos` that answers, where the
+    /// resolver, if any, finds the master later): connects eagerly (so a bad address fails
+    /// `build()`), returning the shared state and the first connection for
+    /// [`Subscriber::run`].
     pub(crate) fn connect(
         infos: Vec<ConnectionInfo>,
         timeouts: Timeouts,
@@ -231,29 +313,21 @@ impl Subscriber {
         counters: Arc<Counters>,
     ) -> Result<(Arc<Self>, Reader)> {
         let (reader, writer, current) = open_any(&infos, 0, timeouts, tls.as_deref())?;
-        let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
-        let server = infos.get(current).map_or_else(String::new, server_name);
-        let sub = Arc::new(Subscriber {
-            server: Mutex::new(server),
-            infos,
-            resolver,
-            current: AtomicUsize::new(current),
-            timeouts,
-            tls,
-            table: Mutex::new(Table {
-                writer: Some(writer),
-                ..Table::default()
-            }),
-            stop: AtomicBool::new(false),
-            stop_tx: Mutex::new(Some(stop_tx)),
-            sharded: None,
-            counters,
-        });
+        let info = infos
+            .get(current)
+            .cloned()
+            .ok_or(Error::config("masters", "must name at least one Redis URL"))?;
+        let node = server_name(&info);
+        let route = Route::One(Box::new(OneServer::new(infos, current, info, resolver)));
+        let sub = Subscriber::new(route, timeouts, tls, counters)?;
+        sub.table
+            .lock()
+            .links
+            .insert(node.clone(), Link::new(writer));
         Ok((
-            sub,
+            Arc::new(sub),
             Reader {
-                reader: Some(reader),
-                stop_rx,
+                first: Some((node, reader)),
             },
         ))
     }
@@ -266,38 +340,13 @@ impl Subscriber {
         tls: Option<Arc<Tls>>,
         counters: Arc<Counters>,
     ) -> Result<(Arc<Self>, Reader)> {
-        let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
-        let sub = Arc::new(Subscriber {
-            server: Mutex::new(String::new()),
-            infos: Vec::new(),
-            resolver: None,
-            current: AtomicUsize::new(0),
-            timeouts,
-            tls,
-            table: Mutex::new(Table {
-                sharded: true,
-                ..Table::default()
-            }),
-            stop: AtomicBool::new(false),
-            stop_tx: Mutex::new(Some(stop_tx)),
-            sharded: Some(shards::Sharded::new(cluster)?),
-            counters,
-        });
-        Ok((
-            sub,
-            Reader {
-                reader: None,
-                stop_rx,
-            },
-        ))
+        let sub = Subscriber::new(Route::Slots(cluster), timeouts, tls, counters)?;
+        Ok((Arc::new(sub), Reader { first: None }))
     }
 
-    /// Wakes the thread of a cluster client (a channel to subscribe or unsubscribe, a
-    /// changed slot map, a shutdown).
+    /// Wakes the thread (a channel to subscribe, a changed slot map, a shutdown).
     fn wake_thread(&self) {
-        if let Some(sh) = &self.sharded {
-            sh.notify();
-        }
+        let _ = self.poller.notify();
     }
 
     /// The slot map changed: the thread moves subscriptions whose slot moved.
@@ -305,36 +354,25 @@ impl Subscriber {
         self.wake_thread();
     }
 
-    /// Whether `ch`'s waiters should re-check on a short period instead of waiting for a
-    /// confirmation (its connection is down).
-    fn is_down(&self, ch: &Channel) -> bool {
-        if self.sharded.is_some() {
-            return ch.state.lock().down;
-        }
-        self.table.lock().writer.is_none()
+    /// The outage of `node`'s connection, for its log lines.
+    fn outage<T>(&self, node: &str, f: impl FnOnce(&mut Outage) -> T) -> T {
+        let key = if self.route.sharded() { node } else { "" };
+        f(self.outages.lock().entry(key.to_owned()).or_default())
     }
 
-    /// Asks the thread to stop: closes the socket (ending a blocked read) and the stop channel
-    /// (ending a backoff sleep).
+    /// Asks the thread to stop: closes the sockets and wakes it.
     pub(crate) fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.stop_tx.lock().take();
-        let mut table = self.table.lock();
-        if let Some(w) = table.writer.take() {
-            w.shutdown();
-        }
-        for (_, shard) in table.shards.drain() {
-            shard.writer.shutdown();
-        }
-        drop(table);
+        self.reconnect_now();
         self.wake_thread();
     }
 
-    /// Makes the thread reconnect (the master moved): closes the socket, so that its read
-    /// ends and the usual reconnect follows (resubscribe, wake every waiter to re-check).
+    /// Makes the thread reconnect (the master moved): closes the sockets, so that their
+    /// reads end and the usual reconnect follows (ask where the master is, resubscribe,
+    /// wake every waiter to re-check).
     pub(crate) fn reconnect_now(&self) {
-        if let Some(w) = self.table.lock().writer.as_ref() {
-            w.shutdown();
+        for link in self.table.lock().links.values() {
+            link.writer.shutdown();
         }
     }
 
@@ -356,13 +394,16 @@ impl Subscriber {
                     }),
                 });
                 table.channels.insert(channel.to_owned(), Arc::clone(&ch));
-                table.subscribe(&ch);
+                if !matches!(table.subscribe(&self.route, &ch), Routed::Written) {
+                    // The thread opens the server's connection, and subscribes.
+                    table.unrouted.push(Arc::clone(&ch));
+                    self.wake_thread();
+                }
                 ch
             }
         };
         ch.state.lock().queue.push_back(Arc::clone(&me));
         drop(table);
-        self.wake_thread();
         Registration {
             sub: Arc::clone(self),
             channel: ch,
@@ -422,12 +463,7 @@ impl Subscriber {
         }
         // Its SUBSCRIBE was sent on the current connection (every channel of the table is,
         // when it has one) and not refused: the release's message will count this client.
-        let counted = !st.refused
-            && if table.sharded {
-                st.shard.is_some() && !st.down
-            } else {
-                table.writer.is_some()
-            };
+        let counted = !st.refused && st.node.is_some() && !st.down;
         drop(st);
         drop(table);
         Some(GiveWay {

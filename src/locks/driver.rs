@@ -25,7 +25,7 @@ use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::locks::time::Budget;
-use crate::locks::wait::{Fired, RECHECK, retrying, sleep_on, wait_release_firing};
+use crate::locks::wait::{Fired, RECHECK, retrying, wait_release_firing};
 use crate::subscriber::{Passed, Registration, Turn};
 use crate::topology::backend::{Primed, jitter};
 use crate::transport::conn::Deadline;
@@ -120,7 +120,7 @@ pub(crate) trait Protocol {
     }
 
     /// The longest a waiter sleeps without news, whatever the holder's TTL (see
-    /// [`sleep_on`]).
+    /// `Waiter::rest`).
     fn max_sleep(&self) -> Duration {
         Duration::MAX
     }
@@ -385,9 +385,7 @@ impl Waiter {
                 match self.sleep(p, seen, budget) {
                     Woke::Exit(exit) => return exit,
                     Woke::Busy(ttl) if p.channel() == self.channel => {
-                        self.bound =
-                            Deadline::after(sleep_on(ttl.min(p.max_sleep()), self.reg.confirmed()));
-                        self.turn = Turn::WaitFrom(seen + 1);
+                        self.rest(p, ttl, true, seen + 1);
                         continue;
                     }
                     Woke::Busy(_) => return Exit::Moved,
@@ -465,6 +463,16 @@ impl Waiter {
         }
     }
 
+    /// The lock was found held for `ttl` more: sleep until a release after `seen`, the
+    /// holder's TTL bounding the sleep (a crashed holder publishes nothing; the lock type's
+    /// longest sleep too), [`RECHECK`] at most without a confirmed subscription (see
+    /// [`sleep_bound`]). `confirmed`: the subscription was confirmed before the attempt.
+    fn rest<P: Protocol>(&mut self, p: &P, ttl: Duration, confirmed: bool, seen: u64) {
+        let until = Deadline::after(ttl.min(p.max_sleep()) + Duration::from_millis(1));
+        self.bound = sleep_bound(until, confirmed && self.reg.confirmed());
+        self.turn = Turn::WaitFrom(seen);
+    }
+
     /// A waiter's attempt, once its subscription is confirmed (a release before the
     /// SUBSCRIBE took effect would be missed) and no release of this client gives way to
     /// other processes' waiters. `Some` when the waiter leaves the queue.
@@ -484,15 +492,16 @@ impl Waiter {
             // server any more (this attempt found it free): leaving drops it, which changes
             // nothing there.
             Ok(Attempt::Held(h)) => Some(Exit::Held(h, seen)),
-            Ok(Attempt::Busy { ttl, split }) => {
-                let wait = if split && self.split_retries > 0 {
-                    self.split_retries -= 1;
-                    jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - self.split_retries)))
-                } else {
-                    sleep_on(ttl.min(p.max_sleep()), confirmed && self.reg.confirmed())
-                };
+            Ok(Attempt::Busy { split: true, .. }) if self.split_retries > 0 => {
+                self.split_retries -= 1;
+                let wait =
+                    jitter(Duration::from_millis(1) * (1 << (SPLIT_RETRIES - self.split_retries)));
                 self.bound = Deadline::after(wait);
                 self.turn = Turn::WaitFrom(seen);
+                None
+            }
+            Ok(Attempt::Busy { ttl, .. }) => {
+                self.rest(p, ttl, confirmed, seen);
                 None
             }
             Err(e) => Some(Exit::Failed(e)),
@@ -530,12 +539,19 @@ impl Watch {
     /// to read again: a message came, or the sleep was cut short for want of a subscription.
     pub(crate) fn wait(&self, until: Deadline) -> bool {
         let confirmed = self.reg.confirmed();
-        let bound = if confirmed {
-            until
-        } else {
-            until.min(Deadline::after(RECHECK))
-        };
-        self.reg.wait_release(self.seen, bound);
+        self.reg
+            .wait_release(self.seen, sleep_bound(until, confirmed));
         self.reg.epoch() != self.seen || (!confirmed && !until.passed())
+    }
+}
+
+/// How long a sleep without news may last, at most `until`: without a confirmed
+/// subscription, which could miss the release, [`RECHECK`] at most (the sleep after a busy
+/// attempt, and a watch's).
+fn sleep_bound(until: Deadline, confirmed: bool) -> Deadline {
+    if confirmed {
+        until
+    } else {
+        until.min(Deadline::after(RECHECK))
     }
 }

@@ -132,14 +132,3 @@ pub(crate) fn retrying<T>(
 
 /// How often a leader re-checks while the pub/sub connection is down or unconfirmed.
 pub(crate) const RECHECK: Duration = Duration::from_millis(100);
-
-/// How long a waiter that found the lock held with `ttl` left sleeps without news: the
-/// holder's TTL bounds the sleep (a crashed holder publishes nothing); without a confirmed
-/// subscription, which could miss the release, it re-checks sooner ([`RECHECK`]).
-pub(crate) fn sleep_on(ttl: Duration, confirmed: bool) -> Duration {
-    if confirmed {
-        ttl + Duration::from_millis(1)
-    } else {
-        ttl.min(RECHECK)
-    }
-}

@@ -2,8 +2,8 @@
 //! lasts, when it ends.
 //!
 //! Apart from the threads' loops because it is a policy of its own (how often a condition
-//! that lasts is reported), shared by the single-server loop (`single.rs`) and the cluster's
-//! (`shards.rs`, one per master), and tested with synthetic instants: it reads no clock.
+//! that lasts is reported), kept by the thread's loop (`pubsub_thread.rs`) for the one server or
+//! for each cluster master, and tested with synthetic instants: it reads no clock.
 //!
 //! Its log lines keep the parent's target, `locksmith::subscriber`: operators filter on
 //! the targets that "Log levels" in the crate docs lists.
@@ -91,6 +91,11 @@ impl Outage {
             self.tries
         );
         true
+    }
+
+    /// Whether the connection is down (lost, or failing to open).
+    pub(crate) fn is_down(&self) -> bool {
+        self.since.is_some()
     }
 
     /// The connection to `server` is up again at `now` (an `info` line if it had been down).

@@ -3,8 +3,8 @@
 //! a passed lock, a call to write on release, a release of this client giving way).
 //!
 //! Apart because both sides of the subscriber use it: the waiting threads (`waiter.rs`) sleep
-//! on it, and the thread's loops (`single.rs`, `shards.rs`) deliver release messages and
-//! confirmations to it. It knows nothing of connections.
+//! on it, and the thread's loop (`pubsub_thread.rs`) delivers release messages and confirmations
+//! to it. It knows nothing of connections.
 //!
 //! Its log lines keep the parent's target, `locksmith::subscriber`: operators filter on
 //! the targets that "Log levels" in the crate docs lists.
@@ -47,7 +47,7 @@ pub(super) struct Waiter {
 pub(super) struct ChannelState {
     /// Counts release messages and reconnects.
     pub(super) epoch: u64,
-    /// The `SUBSCRIBE` for this entry was confirmed on the current connection.
+    /// The subscription of this entry was confirmed on its current connection.
     pub(super) confirmed: bool,
     /// The server refused the `SUBSCRIBE` (an ACL without the permission): leaders re-check
     /// on a short period instead of waiting for a confirmation that will not come.
@@ -67,10 +67,10 @@ pub(super) struct ChannelState {
     ///
     /// [`Subscriber::offer`]: super::Subscriber::offer
     pub(super) passed: Option<Passed>,
-    /// On a cluster: the node (`host:port`) the channel is `SSUBSCRIBE`d on (or being).
-    pub(super) shard: Option<String>,
-    /// On a cluster: the connection to the channel's master could not be opened; leaders
-    /// re-check on a short period until it is.
+    /// The node (`host:port`) the channel's subscription is written on.
+    pub(super) node: Option<String>,
+    /// The connection to the channel's server is down (lost, or could not be opened);
+    /// leaders re-check on a short period until its subscription is written again.
     pub(super) down: bool,
     /// A thread of this client releases (or just released) the lock through Redis and lets
     /// others go first (see [`Subscriber::give_way`]).
@@ -109,6 +109,16 @@ impl ChannelState {
         let y = self.yielding?;
         let end = y.from.saturating_add(1).saturating_add(y.releases);
         (now < y.until && self.epoch < end).then_some(y.until)
+    }
+
+    /// The channel's subscription is gone (its connection lost, or its slot moved): it is
+    /// to be subscribed again, and its leader re-checks (a release may have been missed).
+    /// The node it was subscribed on, if any.
+    pub(super) fn unsubscribed(&mut self) -> Option<String> {
+        self.confirmed = false;
+        self.epoch += 1;
+        self.wake_leader();
+        self.node.take()
     }
 
     /// Wakes the leader (every waiter of a broadcast channel), under the channel's lock:

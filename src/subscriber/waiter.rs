@@ -4,8 +4,7 @@
 //! the next leader).
 //!
 //! Apart from the subscriber thread's code because it runs on the waiting threads; it reaches
-//! the subscriber only to leave a queue (the last waiter unsubscribes) and to ask whether the
-//! connection is down. See "How a waiter waits" in the parent module for the protocol.
+//! the subscriber only to leave a queue (the last waiter unsubscribes). See "How a waiter waits" in the parent module for the protocol.
 
 use std::sync::Arc;
 use std::thread;
@@ -101,11 +100,11 @@ impl Registration {
         loop {
             {
                 let st = self.channel.state.lock();
-                if st.confirmed || st.refused || st.passed.is_some() {
+                if st.confirmed || st.refused || st.passed.is_some() || st.down {
                     return st.confirmed;
                 }
             }
-            if self.sub.is_down(&self.channel) || !park_until(until.instant()) {
+            if !park_until(until.instant()) {
                 return false;
             }
         }
@@ -263,15 +262,9 @@ impl Registration {
                 .is_some_and(|c| Arc::ptr_eq(c, &self.channel));
             if current {
                 table.channels.remove(&self.channel.name);
-                if table.sharded {
-                    let shard = self.channel.state.lock().shard.clone();
-                    if let Some(node) = shard {
-                        table.unsubs.push((node, self.channel.name.clone()));
-                        drop(table);
-                        self.sub.wake_thread();
-                    }
-                } else {
-                    table.write(&[b"UNSUBSCRIBE", self.channel.name.as_bytes()]);
+                let node = self.channel.state.lock().node.clone();
+                if let Some(node) = node {
+                    table.unsubscribe(&self.sub.route, &node, &self.channel.name);
                 }
             }
             return passed;

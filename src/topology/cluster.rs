@@ -24,7 +24,7 @@
 //! - **Sharded pub/sub.** On a cluster the scripts publish with `SPUBLISH` (the same scripts
 //!   with `publish` replaced by `spublish`, under their own SHA1), so a release reaches only
 //!   the shard that owns the lock's slot; the pub/sub thread `SSUBSCRIBE`s each channel on
-//!   its slot's master (see `subscriber/shards.rs`).
+//!   its slot's master (see `subscriber/pubsub_thread.rs`).
 //! - **Renewal** calls (one slot each) are pipelined per master; a call that meets a
 //!   redirection or a failed connection is retried alone through the routing above, within
 //!   the batch's budget.

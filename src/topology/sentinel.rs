@@ -26,9 +26,9 @@
 //!   a second pub/sub connection (to a sentinel) read by the same thread. The pub/sub
 //!   connection asks the sentinels afresh on every reconnect, and is told to reconnect whenever
 //!   the command side finds the master at another address; it then resubscribes and wakes
-//!   every local waiter to re-check (see `subscriber/single.rs`). When Sentinel demotes the old
-//!   master it closes its clients (`CLIENT KILL`), so both kinds of connection notice then at
-//!   the latest.
+//!   every local waiter to re-check (see `subscriber/pubsub_thread.rs`). When Sentinel demotes
+//!   the old master it closes its clients (`CLIENT KILL`), so both kinds of connection notice
+//!   then at the latest.
 //! - **Bounds.** A resolution happens inside opening a connection: the sentinel's connect
 //!   (with its TLS handshake and `AUTH`), its answer and the master's connect, TLS handshake
 //!   and `AUTH`/`SELECT` together keep the connect timeout, and the call's own deadline, so

@@ -10,8 +10,8 @@
 //! - [`tls`]: the certificates a client trusts and presents, the TLS stream of the pub/sub
 //!   connection, and errors that say which TLS check failed.
 //! - [`pubsub`]: the socket of a pub/sub connection (read by one thread, written by others),
-//!   its bounded handshake (blocking, or as non-blocking steps of a poll loop:
-//!   [`pubsub::opening`]), and a TLS probe.
+//!   its bounded handshake (non-blocking steps of a poll loop, [`pubsub::opening`], also
+//!   driven to their end where blocking is wanted), and a TLS probe.
 //! - [`diagnose`]: what a failed first command means, where TLS is the likely cause (the
 //!   probe tells a plain-text port from a stalled server).
 //!

@@ -250,41 +250,6 @@ pub(crate) struct TlsStream {
 const RAW_READ: usize = 8 * 1024;
 
 impl TlsStream {
-    /// Runs the handshake on `tcp` for `host`, finishing within `within` (each socket step
-    /// is bounded by what is left, through the socket's timeouts).
-    pub(crate) fn handshake(
-        tcp: TcpStream,
-        host: &str,
-        config: Arc<ClientConfig>,
-        within: Duration,
-    ) -> Result<TlsStream> {
-        let until = Instant::now() + within;
-        let mut conn = session(host, config)?;
-        let mut sock = &tcp;
-        while conn.is_handshaking() {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::timeout(
-                    "the TLS handshake did not finish within the connect timeout",
-                ));
-            }
-            tcp.set_read_timeout(Some(left)).map_err(Error::io)?;
-            tcp.set_write_timeout(Some(left)).map_err(Error::io)?;
-            match conn.complete_io(&mut sock) {
-                Ok((0, 0)) if conn.is_handshaking() => {
-                    return Err(handshake_error(&io::ErrorKind::UnexpectedEof.into(), host));
-                }
-                Ok(_) => {}
-                Err(e) => return Err(handshake_error(&e, host)),
-            }
-        }
-        Ok(TlsStream {
-            tcp,
-            session: Arc::new(Mutex::new(conn)),
-            raw: vec![0; RAW_READ],
-        })
-    }
-
     /// A stream over `tcp` whose session `conn` finished its handshake (see
     /// [`handshake_step`]).
     pub(crate) fn established(tcp: TcpStream, conn: ClientConnection) -> TlsStream {

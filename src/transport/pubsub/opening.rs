@@ -1,14 +1,17 @@
-//! Opening a pub/sub connection without blocking, as steps of a poll loop: the TCP connect,
-//! the TLS handshake of a `rediss://` address and the `AUTH` / `CLIENT SETNAME` handshake,
-//! each advanced only as far as the socket allows, under one deadline (the connect timeout).
+//! Opening a pub/sub connection without blocking, as steps of a poll loop: the TCP connect
+//! (or Unix socket), the TLS handshake of a `rediss://` address and the `AUTH` /
+//! `CLIENT SETNAME` handshake, each advanced only as far as the socket allows, under one
+//! deadline (the connect timeout).
 //!
-//! A Cluster client's one pub/sub thread serves every master. Were it to open a connection
-//! blocking (as [`open`](super::open) does for the one connection of the other topologies), a
-//! frozen node (one that accepts connections and never answers) would hold it for a connect
-//! timeout per try, and no subscription on a healthy master would be written or confirmed
-//! meanwhile. So the thread registers the socket of an [`Opening`] with its poller and calls
-//! [`Opening::advance`] when the socket is ready; a node that does not finish within the
-//! connect timeout costs nothing but its own channels.
+//! The client's one pub/sub thread serves every server it listens on (one, or one per
+//! cluster master). Were it to open a connection blocking, a frozen node (one that accepts
+//! connections and never answers) would hold it for a connect timeout per try, and no
+//! subscription on a healthy master would be written or confirmed meanwhile. So the thread
+//! registers the socket of an [`Opening`] with its poller and calls [`Opening::advance`] when
+//! the socket is ready; a node that does not finish within the connect timeout costs nothing
+//! but its own channels. Where blocking is what is wanted (the first connection, opened by
+//! `build()`, and the TLS probe), [`Opening::finish`] drives the same steps on a poller of
+//! its own.
 //!
 //! # What is our own, and why
 //!
@@ -18,18 +21,22 @@
 //! `socket2` connect, rustls's sans-IO client session, the commands encoded by the `redis`
 //! crate, and its [`redis::Parser`], which keeps a partly read reply and resumes it when more
 //! bytes arrive. Name resolution (for a node announced by host name) is the system's, and
-//! blocking; nodes are usually announced by IP address, which resolves without I/O.
+//! blocking; nodes are usually announced by IP address, which resolves without I/O. A Unix
+//! socket connects at once (a local connect does not wait for a peer) and then joins the
+//! steps at the handshake.
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::time::Instant;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use polling::{Event, Poller};
 use redis::io::tcp::socket2::{Domain, Protocol, SockRef, Socket, Type};
-use redis::{ConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use rustls::ClientConnection;
 
-use super::{HEARTBEAT, ReadHalf, Stream, TcpTarget, encode, handshake_read_error, tcp_target};
+use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error, tcp_target};
 use crate::error::{Error, Result};
 use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::dns;
@@ -62,10 +69,10 @@ pub(crate) struct Opening {
     host: String,
     /// The host's addresses not tried yet (the next one last).
     addrs: Vec<SocketAddr>,
-    sock: TcpStream,
-    /// The TLS session of a `rediss://` address, and its configuration (for a retry on the
-    /// host's next address).
-    tls: Option<(ClientConnection, std::sync::Arc<rustls::ClientConfig>)>,
+    /// A TCP or Unix socket (TLS wraps it once open).
+    sock: Stream,
+    /// The TLS session of a `rediss://` address.
+    tls: Option<ClientConnection>,
     phase: Phase,
     /// The handshake's commands, and how much of them is written (plain TCP; over TLS they
     /// go to the session at once).
@@ -79,17 +86,8 @@ pub(crate) struct Opening {
     timeouts: Timeouts,
 }
 
-impl std::fmt::Debug for Opening {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opening")
-            .field("host", &self.host)
-            .field("phase", &self.phase)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Starts a non-blocking TCP connect to `addr`, with `TCP_NODELAY` and keepalive.
-fn connect_nonblocking(addr: SocketAddr) -> io::Result<TcpStream> {
+fn connect_nonblocking(addr: SocketAddr) -> io::Result<Stream> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_nonblocking(true)?;
     match s.connect(&addr.into()) {
@@ -100,7 +98,7 @@ fn connect_nonblocking(addr: SocketAddr) -> io::Result<TcpStream> {
     let tcp = TcpStream::from(s);
     tcp.set_nodelay(true)?;
     SockRef::from(&tcp).set_tcp_keepalive(&keepalive())?;
-    Ok(tcp)
+    Ok(Stream::Tcp(tcp))
 }
 
 /// `EINPROGRESS`: a non-blocking connect has started (`io::ErrorKind::InProgress` is not
@@ -113,59 +111,87 @@ fn in_progress(e: &io::Error) -> bool {
     e.raw_os_error() == Some(EINPROGRESS)
 }
 
+/// The TCP socket under a TLS session (TLS is only ever set up over TCP).
+fn tcp_of(sock: &Stream) -> io::Result<&TcpStream> {
+    match sock {
+        Stream::Tcp(t) => Ok(t),
+        _ => Err(io::ErrorKind::Unsupported.into()),
+    }
+}
+
 impl Opening {
-    /// Starts opening a pub/sub connection to `info` (a TCP or TLS address), to be done
-    /// within the connect timeout. No blocking I/O but the name resolution of a host name.
+    /// Starts opening a pub/sub connection to `info`, to be done within the connect timeout.
+    /// No blocking I/O but the name resolution of a host name. Without `hello`, the opening
+    /// stops after the TLS handshake (a probe).
     pub(crate) fn start(
         info: &ConnectionInfo,
         timeouts: Timeouts,
         tls: Option<&Tls>,
+        hello: bool,
     ) -> Result<Opening> {
-        let Some(TcpTarget { host, port, config }) = tcp_target(info.addr(), tls)? else {
-            return Err(Error::InvalidUrl {
-                reason: "a cluster node needs a TCP address".into(),
-            });
+        // The name resolution counts towards the connect timeout too.
+        let deadline = Instant::now()
+            .checked_add(timeouts.connect.min(MAX_SOCKET_TIMEOUT))
+            .unwrap_or_else(Instant::now);
+        let (host, addrs, sock, session) = if let ConnectionAddr::Unix(path) = info.addr() {
+            let s = UnixStream::connect(path).map_err(Error::io)?;
+            s.set_nonblocking(true).map_err(Error::io)?;
+            (
+                path.display().to_string(),
+                Vec::new(),
+                Stream::Unix(s),
+                None,
+            )
+        } else {
+            let Some(target) = tcp_target(info.addr(), tls)? else {
+                return Err(Error::InvalidUrl {
+                    reason: "this address type is not supported".into(),
+                });
+            };
+            // A host name is looked up within the connect timeout (an IP address needs none).
+            let mut addrs = dns::lookup(target.host, target.port, Some(timeouts.connect))?;
+            addrs.reverse();
+            let Some(first) = addrs.pop() else {
+                return Err(Error::InvalidUrl {
+                    reason: format!("the host `{}` resolves to no address", target.host),
+                });
+            };
+            let sock = connect_nonblocking(first).map_err(Error::io)?;
+            let session = match target.config {
+                Some(c) => Some(tls::session(target.host, Arc::clone(&c))?),
+                None => None,
+            };
+            (target.host.to_owned(), addrs, sock, session)
         };
-        // A host name is looked up within the connect timeout (an IP address needs none).
-        let mut addrs: Vec<SocketAddr> = dns::lookup(host, port, Some(timeouts.connect))?;
-        addrs.reverse();
-        let Some(first) = addrs.pop() else {
-            return Err(Error::InvalidUrl {
-                reason: format!("the host `{host}` resolves to no address"),
-            });
-        };
-        let sock = connect_nonblocking(first).map_err(Error::io)?;
-        let tls = match config {
-            Some(c) => Some((tls::session(host, std::sync::Arc::clone(&c))?, c)),
-            None => None,
-        };
-        let mut hello = Vec::new();
         let settings = info.redis_settings();
-        let auth = settings.password().is_some();
-        if let Some(password) = settings.password() {
+        let auth = hello && settings.password().is_some();
+        let mut commands = Vec::new();
+        if let Some(password) = settings.password().filter(|_| auth) {
             let mut args: Vec<&[u8]> = vec![b"AUTH"];
             if let Some(user) = settings.username() {
                 args.push(user.as_bytes());
             }
             args.push(password.as_bytes());
-            hello.extend_from_slice(&encode(&args));
+            commands.extend_from_slice(&encode(&args));
         }
-        // Names the connection for operators (`CLIENT LIST`); old servers may refuse, which
-        // is fine.
-        hello.extend_from_slice(&encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]));
-        let deadline = Instant::now()
-            .checked_add(timeouts.connect.min(MAX_SOCKET_TIMEOUT))
-            .unwrap_or_else(Instant::now);
+        if hello {
+            // Names the connection for operators (`CLIENT LIST`); old servers may refuse,
+            // which is fine.
+            commands.extend_from_slice(&encode(&[b"CLIENT", b"SETNAME", b"locksmith-pubsub"]));
+        }
         Ok(Opening {
             info: info.clone(),
-            host: host.to_owned(),
+            host,
             addrs,
+            phase: match sock {
+                Stream::Unix(_) => Phase::Hello,
+                _ => Phase::Connecting,
+            },
             sock,
-            tls,
-            phase: Phase::Connecting,
-            hello,
+            tls: session,
+            hello: commands,
             written: 0,
-            replies: if auth { 2 } else { 1 },
+            replies: usize::from(hello) + usize::from(auth),
             auth,
             parser: redis::Parser::new(),
             deadline,
@@ -174,8 +200,8 @@ impl Opening {
     }
 
     /// The socket to poll.
-    pub(crate) fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+    pub(crate) fn sock(&self) -> &Stream {
+        &self.sock
     }
 
     /// When the connection must be open (the connect timeout from the start).
@@ -193,9 +219,10 @@ impl Opening {
         loop {
             match self.phase {
                 Phase::Connecting => {
-                    let failed = match self.sock.take_error() {
+                    let tcp = tcp_of(&self.sock).map_err(Error::io)?;
+                    let failed = match tcp.take_error() {
                         Ok(Some(e)) | Err(e) => Some(e),
-                        Ok(None) => match self.sock.peer_addr() {
+                        Ok(None) => match tcp.peer_addr() {
                             Ok(_) => None,
                             Err(e) if e.kind() == io::ErrorKind::NotConnected => {
                                 return Ok(Step::Wait(Want::Write));
@@ -218,11 +245,12 @@ impl Opening {
                     };
                 }
                 Phase::Tls => {
-                    let Some((conn, _)) = self.tls.as_mut() else {
+                    let Some(conn) = self.tls.as_mut() else {
                         self.phase = Phase::Hello;
                         continue;
                     };
-                    match tls::handshake_step(conn, &self.sock) {
+                    let tcp = tcp_of(&self.sock).map_err(Error::io)?;
+                    match tls::handshake_step(conn, tcp) {
                         Ok(Some(want)) => return Ok(Step::Wait(want)),
                         Ok(None) => {
                             // The handshake's commands go to the session whole; they are
@@ -244,14 +272,15 @@ impl Opening {
     /// Writes the handshake's commands and reads their replies, as far as the socket allows.
     fn hello_step(&mut self) -> Result<Step> {
         match self.tls.as_mut() {
-            Some((conn, _)) => {
-                if !tls::flush_step(conn, &self.sock).map_err(Error::io)? {
+            Some(conn) => {
+                let tcp = tcp_of(&self.sock).map_err(Error::io)?;
+                if !tls::flush_step(conn, tcp).map_err(Error::io)? {
                     return Ok(Step::Wait(Want::Write));
                 }
             }
             None => {
                 while self.written < self.hello.len() {
-                    match (&self.sock).write(&self.hello[self.written..]) {
+                    match self.sock.write(&self.hello[self.written..]) {
                         Ok(0) => return Err(Error::io(io::ErrorKind::WriteZero.into())),
                         Ok(n) => self.written += n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -264,11 +293,11 @@ impl Opening {
         }
         while self.replies > 0 {
             let parsed = match self.tls.as_mut() {
-                Some((conn, _)) => self.parser.parse_value(PlainReader {
-                    conn,
-                    sock: &self.sock,
-                }),
-                None => self.parser.parse_value(&self.sock),
+                Some(conn) => {
+                    let sock = tcp_of(&self.sock).map_err(Error::io)?;
+                    self.parser.parse_value(PlainReader { conn, sock })
+                }
+                None => self.parser.parse_value(&mut self.sock),
             };
             match parsed {
                 Ok(Value::ServerError(e)) if self.auth => {
@@ -291,15 +320,13 @@ impl Opening {
     }
 
     /// The open connection (after [`Step::Ready`]): its read half, on the same socket as
-    /// polled, and a write half, made blocking again with the timeouts of
-    /// [`open`](super::open): reads wake up every heartbeat, writes wait at most the command
-    /// timeout.
+    /// polled, and a write half, made blocking again: reads wake up every [`HEARTBEAT`],
+    /// writes wait at most the command timeout.
     pub(crate) fn into_open(self) -> Result<(ReadHalf, Stream)> {
-        let sock = self.sock;
-        sock.set_nonblocking(false).map_err(Error::io)?;
-        let stream = match self.tls {
-            Some((conn, _)) => Stream::Tls(TlsStream::established(sock, conn)),
-            None => Stream::Tcp(sock),
+        self.sock.set_nonblocking(false).map_err(Error::io)?;
+        let stream = match (self.sock, self.tls) {
+            (Stream::Tcp(tcp), Some(conn)) => Stream::Tls(TlsStream::established(tcp, conn)),
+            (sock, _) => sock,
         };
         let writer = stream.try_clone().map_err(Error::io)?;
         stream.set_timeouts(Some(HEARTBEAT)).map_err(Error::io)?;
@@ -314,15 +341,69 @@ impl Opening {
             writer,
         ))
     }
+
+    /// Drives the opening to its end on a poller of its own, blocking (within the connect
+    /// timeout, as every step is bounded by the deadline). Also returns the longest single
+    /// step (none ever blocks: tests check it).
+    pub(crate) fn finish(mut self) -> (Result<(ReadHalf, Stream)>, Duration) {
+        let mut longest = Duration::ZERO;
+        let poller = match Poller::new() {
+            Ok(p) => p,
+            Err(e) => return (Err(Error::io(e)), longest),
+        };
+        let mut interest = Event::writable(0);
+        let mut events = Vec::new();
+        loop {
+            let now = Instant::now();
+            if now >= self.deadline {
+                let _ = poller.delete(&self.sock);
+                return (Err(self.timed_out()), longest);
+            }
+            let watched = poller
+                .modify(&self.sock, interest)
+                .or_else(|_| poller.add(&self.sock, interest));
+            events.clear();
+            if let Err(e) =
+                watched.and_then(|()| poller.wait(&mut events, Some(self.deadline - now)))
+            {
+                let _ = poller.delete(&self.sock);
+                return (Err(Error::io(e)), longest);
+            }
+            if events.is_empty() {
+                continue;
+            }
+            let t = Instant::now();
+            let step = self.advance();
+            longest = longest.max(t.elapsed());
+            match step {
+                Ok(Step::Wait(want)) => interest = want_event(want, 0),
+                Ok(Step::Ready) => {
+                    let _ = poller.delete(&self.sock);
+                    return (self.into_open(), longest);
+                }
+                Err(e) => {
+                    let _ = poller.delete(&self.sock);
+                    return (Err(e), longest);
+                }
+            }
+        }
+    }
+}
+
+/// The poller interest for what a step waits for, under `key`.
+pub(crate) fn want_event(want: Want, key: usize) -> Event {
+    match want {
+        Want::Read => Event::readable(key),
+        Want::Write => Event::writable(key),
+    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::time::Duration;
+    use std::net::TcpListener;
 
     use locksmith_testkit::{RedisServer, ServerCert, TlsFiles};
-    use polling::{Event, Poller};
 
     use super::*;
     use crate::transport::conn::parse_url;
@@ -335,54 +416,14 @@ mod tests {
         }
     }
 
-    /// Drives `op` as the pub/sub thread does: poll, advance, until open or its deadline.
-    /// Also returns the longest single `advance` (it must never block).
-    fn drive(mut op: Opening) -> (Result<(ReadHalf, Stream)>, Duration) {
-        let poller = Poller::new().unwrap();
-        poller.add(op.fd(), Event::writable(0)).unwrap();
-        let mut events = Vec::new();
-        let mut longest = Duration::ZERO;
-        loop {
-            let now = Instant::now();
-            if now >= op.deadline() {
-                let _ = poller.delete(op.fd());
-                return (Err(op.timed_out()), longest);
-            }
-            events.clear();
-            poller.wait(&mut events, Some(op.deadline() - now)).unwrap();
-            if events.is_empty() {
-                continue;
-            }
-            let t = Instant::now();
-            let step = op.advance();
-            longest = longest.max(t.elapsed());
-            match step {
-                Ok(Step::Wait(want)) => {
-                    let ev = match want {
-                        Want::Read => Event::readable(0),
-                        Want::Write => Event::writable(0),
-                    };
-                    if poller.modify(op.fd(), ev).is_err() {
-                        poller.add(op.fd(), ev).unwrap();
-                    }
-                }
-                Ok(Step::Ready) => {
-                    let _ = poller.delete(op.fd());
-                    return (op.into_open(), longest);
-                }
-                Err(e) => return (Err(e), longest),
-            }
-        }
-    }
-
     /// An opening of `url` with this connect timeout.
     fn start(url: &str, connect: Duration, tls: Option<&Tls>) -> Opening {
-        Opening::start(&parse_url(url).unwrap(), timeouts(connect), tls).unwrap()
+        Opening::start(&parse_url(url).unwrap(), timeouts(connect), tls, true).unwrap()
     }
 
     /// Drives `op` to an open connection, no step blocking, and checks that it works.
     fn opens(op: Opening) {
-        let (opened, longest) = drive(op);
+        let (opened, longest) = op.finish();
         let (mut reader, writer) = opened.unwrap();
         assert!(
             longest < Duration::from_millis(100),
@@ -397,13 +438,36 @@ mod tests {
         writer
             .write_all(&encode(&[b"SUBSCRIBE", b"opening-test"]))
             .unwrap();
-        let Value::Array(items) = reader.next().unwrap() else {
+        let Value::Array(items) = reader.parser.parse_value(&mut reader.stream).unwrap() else {
             panic!("not a confirmation")
         };
         assert_eq!(
             items.first(),
             Some(&Value::BulkString(b"subscribe".to_vec()))
         );
+    }
+
+    /// The keepalive values the docs state (first probe after 15 s idle, then every 5 s, 3
+    /// probes), read back from a socket opened as every connection is; also by a host name.
+    #[test]
+    fn connections_have_the_stated_keepalive() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        for host in ["127.0.0.1", "localhost"] {
+            let op = start(
+                &format!("redis://{host}:{port}/"),
+                Duration::from_secs(2),
+                None,
+            );
+            let sock = SockRef::from(tcp_of(op.sock()).unwrap());
+            assert!(sock.keepalive().unwrap());
+            assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(15));
+            assert_eq!(
+                sock.tcp_keepalive_interval().unwrap(),
+                Duration::from_secs(5)
+            );
+            assert_eq!(sock.tcp_keepalive_retries().unwrap(), 3);
+        }
     }
 
     #[test]
@@ -419,7 +483,7 @@ mod tests {
         opens(start(&url, Duration::from_secs(5), None));
         // A wrong password is refused as such.
         let url = format!("redis://:wrong@127.0.0.1:{}/", server.port());
-        let Err(e) = drive(start(&url, Duration::from_secs(5), None)).0 else {
+        let Err(e) = start(&url, Duration::from_secs(5), None).finish().0 else {
             panic!("a wrong password was taken")
         };
         assert!(e.to_string().contains("authentication"), "{e}");
@@ -441,7 +505,8 @@ mod tests {
         // A plain-text port does not pass for TLS.
         let plain = format!("rediss://127.0.0.1:{}/", server.port());
         assert!(
-            drive(start(&plain, Duration::from_secs(5), Some(&tls)))
+            start(&plain, Duration::from_secs(5), Some(&tls))
+                .finish()
                 .0
                 .is_err()
         );
@@ -451,10 +516,10 @@ mod tests {
     fn a_black_hole_costs_its_deadline_and_never_blocks_a_step() {
         // A listening socket that never accepts: the kernel completes the connect, nothing
         // ever answers (a frozen server).
-        let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let hole = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("redis://127.0.0.1:{}/", hole.local_addr().unwrap().port());
         let t = Instant::now();
-        let (opened, longest) = drive(start(&url, Duration::from_millis(300), None));
+        let (opened, longest) = start(&url, Duration::from_millis(300), None).finish();
         assert!(
             matches!(opened, Err(Error::Timeout { .. })),
             "{:?}",
@@ -473,7 +538,31 @@ mod tests {
         drop(hole);
         let op = start(&url, Duration::from_secs(5), None);
         let t = Instant::now();
-        assert!(drive(op).0.is_err());
+        assert!(op.finish().0.is_err());
         assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    /// A Unix socket opens through the same steps (it joins them at the handshake).
+    #[test]
+    fn opens_over_a_unix_socket() {
+        let dir = std::env::temp_dir().join(format!("locksmith-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("redis.sock");
+        let mut child = std::process::Command::new(locksmith_testkit::server_program())
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(locksmith_testkit::wait_until(
+            Duration::from_secs(10),
+            || path.exists()
+        ));
+        let url = format!("redis+unix://{}", path.display());
+        opens(start(&url, Duration::from_secs(5), None));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
