@@ -589,21 +589,24 @@ fn check_master(reply: &Value) -> Result<(), Fault> {
     ))))
 }
 
-/// `e` with `hint` added when it is a refusal of credentials (`WRONGPASS`, `NOAUTH`, a
-/// failed `AUTH`); other errors unchanged.
+/// Whether `r` is a refusal of credentials: a failed `AUTH`, or a server error coded
+/// `WRONGPASS` or `NOAUTH`, alone or among the errors of a pipeline (a connection's set-up).
+fn refuses_credentials(r: &redis::RedisError) -> bool {
+    r.kind() == redis::ErrorKind::AuthenticationFailed
+        || r.clone().into_server_errors().is_some_and(|errors| {
+            (errors.iter()).any(|(_, e)| matches!(e.code(), "WRONGPASS" | "NOAUTH"))
+        })
+}
+
+/// `e` with `hint` added when it is a refusal of credentials (see [`refuses_credentials`]);
+/// other errors unchanged.
 pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
     match e {
-        Error::Redis(r)
-            if r.kind() == redis::ErrorKind::AuthenticationFailed
-                || r.code().is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
-                || r.to_string().contains("WRONGPASS") =>
-        {
-            Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::AuthenticationFailed,
-                "credentials refused",
-                format!("{whom} refused the credentials ({r}); {hint}"),
-            )))
-        }
+        Error::Redis(r) if refuses_credentials(&r) => Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "credentials refused",
+            format!("{whom} refused the credentials ({r}); {hint}"),
+        ))),
         e => e,
     }
 }
