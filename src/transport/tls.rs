@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
@@ -76,17 +76,10 @@ impl Tls {
     /// (`insecure`).
     pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
         install_default_provider();
+        let config = |wanted: bool, insecure| wanted.then(|| client_config(&certs, insecure));
         Ok(Tls {
-            verified: if verified {
-                Some(client_config(&certs, false)?)
-            } else {
-                None
-            },
-            insecure: if insecure {
-                Some(client_config(&certs, true)?)
-            } else {
-                None
-            },
+            verified: config(verified, false).transpose()?,
+            insecure: config(insecure, true).transpose()?,
             certs,
         })
     }
@@ -130,7 +123,9 @@ pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Arc<Clie
     let builder = if insecure {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+            .with_custom_certificate_verifier(Arc::new(NoVerification(
+                provider().signature_verification_algorithms,
+            )))
     } else {
         builder.with_root_certificates(root_store(certs.root.as_deref())?)
     };
@@ -185,7 +180,7 @@ fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
 /// The verifier of `#insecure` URLs: accepts any certificate (signatures are still checked,
 /// so the handshake itself is sound).
 #[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
+struct NoVerification(WebPkiSupportedAlgorithms);
 
 impl ServerCertVerifier for NoVerification {
     fn verify_server_cert(
@@ -205,12 +200,7 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
     }
 
     fn verify_tls13_signature(
@@ -219,16 +209,11 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.0.supported_schemes()
     }
 }
 
@@ -258,31 +243,10 @@ impl TlsStream {
         config: Arc<ClientConfig>,
         within: Duration,
     ) -> Result<TlsStream> {
-        let until = Instant::now() + within;
         let mut conn = session(host, config)?;
-        let mut sock = &tcp;
-        while conn.is_handshaking() {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::timeout(
-                    "the TLS handshake did not finish within the connect timeout",
-                ));
-            }
-            tcp.set_read_timeout(Some(left)).map_err(Error::io)?;
-            tcp.set_write_timeout(Some(left)).map_err(Error::io)?;
-            match conn.complete_io(&mut sock) {
-                Ok((0, 0)) if conn.is_handshaking() => {
-                    return Err(handshake_error(&io::ErrorKind::UnexpectedEof.into(), host));
-                }
-                Ok(_) => {}
-                Err(e) => return Err(handshake_error(&e, host)),
-            }
-        }
-        Ok(TlsStream {
-            tcp,
-            session: Arc::new(Mutex::new(conn)),
-            raw: vec![0; RAW_READ],
-        })
+        blocking_handshake(&mut conn, &tcp, Instant::now() + within)
+            .map_err(|e| handshake_error(&e, host))?;
+        Ok(TlsStream::established(tcp, conn))
     }
 
     /// A stream over `tcp` whose session `conn` finished its handshake (see
@@ -310,6 +274,29 @@ impl TlsStream {
     }
 }
 
+/// Runs the handshake of `conn` on the blocking socket `tcp` until it is done or `until`
+/// (each socket step is bounded by what is left, through the socket's timeouts; a step that
+/// would pass `until` is a `TimedOut` error).
+fn blocking_handshake(
+    conn: &mut ClientConnection,
+    tcp: &TcpStream,
+    until: Instant,
+) -> io::Result<()> {
+    let mut sock = tcp;
+    while conn.is_handshaking() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        tcp.set_read_timeout(Some(left))?;
+        tcp.set_write_timeout(Some(left))?;
+        if conn.complete_io(&mut sock)? == (0, 0) && conn.is_handshaking() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
 /// A client session for `host`, before its handshake.
 pub(crate) fn session(host: &str, config: Arc<ClientConfig>) -> Result<ClientConnection> {
     let name = ServerName::try_from(host.to_owned())
@@ -334,12 +321,8 @@ pub(crate) fn handshake_step(
     mut sock: &TcpStream,
 ) -> io::Result<Option<Want>> {
     loop {
-        while conn.wants_write() {
-            match conn.write_tls(&mut sock) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(Want::Write)),
-                Err(e) => return Err(e),
-            }
+        if !flush_step(conn, sock)? {
+            return Ok(Some(Want::Write));
         }
         if !conn.is_handshaking() {
             return Ok(None);
@@ -537,23 +520,11 @@ pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
     else {
         return false;
     };
-    let mut sock = &tcp;
-    while conn.is_handshaking() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero()
-            || tcp.set_read_timeout(Some(left)).is_err()
-            || tcp.set_write_timeout(Some(left)).is_err()
-        {
-            return false;
+    match blocking_handshake(&mut conn, &tcp, until) {
+        Ok(()) => {
+            let _ = tcp.shutdown(std::net::Shutdown::Both);
+            true
         }
-        match conn.complete_io(&mut sock) {
-            Ok((0, 0)) if conn.is_handshaking() => return false,
-            Ok(_) => {}
-            Err(e) => {
-                return matches!(rustls_error(&e), Some(rustls::Error::AlertReceived(_)));
-            }
-        }
+        Err(e) => matches!(rustls_error(&e), Some(rustls::Error::AlertReceived(_))),
     }
-    let _ = tcp.shutdown(std::net::Shutdown::Both);
-    true
 }
