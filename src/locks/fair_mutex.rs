@@ -63,11 +63,11 @@ use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{
-    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
+    Lease, Release, ThreadBound, lease_guard, release_level, unless_late, watched_hold,
 };
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, request_id};
-use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::subscriber::Registration;
@@ -406,13 +406,8 @@ impl FairMutex {
                 return None;
             }
         };
-        if hold.is_held() {
-            return Some(FairMutexGuard::new(self, hold));
-        }
-        if let Err(e) = release(self, &hold, by) {
-            log::debug!("releasing a late grant of `{}`: {e}", self.keys.name);
-        }
-        None
+        let hold = unless_late(self, hold, "grant", by)?;
+        Some(FairMutexGuard::new(self, hold))
     }
 
     /// An acquire call by `deadline`, through the driver (see `locks/driver.rs`).
@@ -445,28 +440,16 @@ impl FairMutex {
             shared.unwatch(&h, Duration::ZERO);
             place.remade = true;
         }
-        let terms = self.client.terms();
-        let identity = Identity {
-            owner: owner.to_owned(),
-            acquisition: request.to_owned(),
-            token: 0,
-        };
-        let renewal = Renewal {
-            every: shared.config.renew_every,
-            until: None,
-        };
-        let drift = shared.backend.drift(terms.lease);
-        let hold = Hold::new(
-            Arc::clone(&self.keys),
-            identity,
-            terms.lease,
-            drift,
-            Some(renewal),
+        let lease = self.client.terms().lease;
+        let what = (Kind::FairPlace, lease);
+        place.hold = Some(watched_hold(
+            shared,
+            &self.keys,
+            (owner, request),
+            what,
             sent,
-        );
-        let hold = Arc::new(hold.with_kind(Kind::FairPlace));
-        shared.watch(&hold);
-        place.hold = Some(hold);
+            None,
+        ));
     }
 }
 
@@ -685,8 +668,16 @@ impl FairMutexGuard {
 }
 
 impl Release for FairMutex {
+    /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal
+    /// stops first).
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        release(self, hold, by)
+        let script = ("fair release", scripts::parse_release);
+        // The first attempt may have released the last level before its reply was lost (the
+        // lock then moved to the release marker, or was granted to the next waiter with a copy
+        // there).
+        release_level(&self.client, hold, script, &self.keys.lock, by, |level| {
+            Some(release_call(&self.keys, hold.holder(), level))
+        })
     }
 
     fn core(&self) -> &Core {
@@ -698,19 +689,6 @@ impl Release for FairMutex {
 /// of the same call releases nothing twice).
 fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call {
     family::fair_release(keys, holder, level, &request_id())
-}
-
-/// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
-/// first).
-fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let script = ("fair release", scripts::parse_release);
-    release_by_script(&mutex.client, hold, script, &mutex.keys.lock, by, || {
-        let (level, held) = leave_level(mutex.client.shared(), hold, by);
-        // The first attempt may have released the last level before its reply was lost (the
-        // lock then moved to the release marker, or was granted to the next waiter with a copy
-        // there).
-        (held, Some(release_call(&mutex.keys, hold.holder(), level)))
-    })
 }
 
 // A handle is shared across threads by design; a guard is not (see above).

@@ -6,14 +6,16 @@
 //! ([`released`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::marker::PhantomData;
 
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::calls::eval_twice;
-use crate::protocol::hold::Hold;
+use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
@@ -304,6 +306,75 @@ pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> (L
 /// The bound of a release: one connect and one command timeout.
 fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
+}
+
+/// Releases one level of `hold` within `by` as [`release_by_script`] does, the level ended on
+/// this side by [`leave_level`]: `call` gives the script's call for the level left (`None`:
+/// nothing to ask the server).
+pub(crate) fn release_level(
+    core: &Core,
+    hold: &Arc<Hold>,
+    script: (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
+    foreign: &str,
+    by: Deadline,
+    call: impl FnOnce(Level) -> Option<Call>,
+) -> Result<()> {
+    release_by_script(core, hold, script, foreign, by, || {
+        let (level, held) = leave_level(core.shared(), hold, by);
+        (held, call(level))
+    })
+}
+
+/// `hold`, just granted, when its lease is known valid; else (its reply came so late that the
+/// lease may have run out) `lock` releases it within `by` (a failure logged at `debug`, the
+/// hold called a late `what`), and `None`.
+pub(crate) fn unless_late(
+    lock: &dyn Release,
+    hold: Arc<Hold>,
+    what: &str,
+    by: Deadline,
+) -> Option<Arc<Hold>> {
+    if hold.is_held() {
+        return Some(hold);
+    }
+    if let Err(e) = lock.release(&hold, by) {
+        log::debug!("releasing a late {what} of `{}`: {e}", hold.keys.name);
+    }
+    None
+}
+
+/// A renewed hold of `kind` on `keys` for acquisition `request` of `owner` (no fencing token),
+/// with `lease` from `sent`, renewed every renewal interval until `until`; watched by the
+/// renewal thread from now on.
+pub(crate) fn watched_hold(
+    shared: &Shared,
+    keys: &Arc<LockKeys>,
+    (owner, request): (&str, &str),
+    (kind, lease): (Kind, Duration),
+    sent: Instant,
+    until: Option<Instant>,
+) -> Arc<Hold> {
+    let identity = Identity {
+        owner: owner.to_owned(),
+        acquisition: request.to_owned(),
+        token: 0,
+    };
+    let renewal = Renewal {
+        every: shared.config.renew_every,
+        until,
+    };
+    let drift = shared.backend.drift(lease);
+    let hold = Hold::new(
+        Arc::clone(keys),
+        identity,
+        lease,
+        drift,
+        Some(renewal),
+        sent,
+    );
+    let hold = Arc::new(hold.with_kind(kind));
+    shared.watch(&hold);
+    hold
 }
 
 /// Releases one level of `hold` within `by` by a release script: `leave` ends the level on

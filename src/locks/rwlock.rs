@@ -48,9 +48,7 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{
-    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
-};
+use crate::locks::lease::{Lease, Release, ThreadBound, lease_guard, release_level, unless_late};
 use crate::locks::time::Budget;
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::{Adopted, Grant, request_id};
@@ -424,13 +422,10 @@ impl RwLock {
             // answered as not held, and the entry runs out by its lease.
             return Ok(Attempt::busy(Duration::ZERO));
         };
-        if hold.is_held() {
-            return Ok(Attempt::Held(hold));
-        }
-        if let Err(e) = release(self, read, &hold, by) {
-            log::debug!("releasing a late grant of `{}`: {e}", self.name());
-        }
-        Ok(Attempt::busy(Duration::ZERO))
+        Ok(match unless_late(self, hold, "grant", by) {
+            Some(hold) => Attempt::Held(hold),
+            None => Attempt::busy(Duration::ZERO),
+        })
     }
 
     /// A read call by `deadline`, through the driver (see `locks/driver.rs`).
@@ -567,37 +562,37 @@ impl Protocol for Acquire<'_> {
 
 impl Release for RwLock {
     /// A read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
+    /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        release(self, hold.kind == Kind::Read, hold, by)
+        let read = hold.kind == Kind::Read;
+        let keys = if read {
+            &self.read_keys
+        } else {
+            &self.write_keys
+        };
+        let script = ("rw release", family::parse_family_release);
+        release_level(
+            &self.client,
+            hold,
+            script,
+            &self.write_keys.lock,
+            by,
+            |level| {
+                // An inner level: the thread still holds the lock, and nothing is asked. Writers
+                // of this client that queue behind the one that asks Redis are not registered on
+                // the server, so no flag says they wait: the release publishes for them.
+                (level == Level::Outermost).then(|| {
+                    let publish =
+                        (self.client.shared().subscriber).has_waiters(&self.write_keys.channel);
+                    family::rw_release(keys, hold.holder(), read, publish)
+                })
+            },
+        )
     }
 
     fn core(&self) -> &Core {
         &self.client
     }
-}
-
-/// Releases one level of `hold` within `by`; at the outermost level, the server entry.
-fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let keys = if read {
-        &lock.read_keys
-    } else {
-        &lock.write_keys
-    };
-    let script = ("rw release", family::parse_family_release);
-    let foreign = &lock.write_keys.lock;
-    release_by_script(&lock.client, hold, script, foreign, by, || {
-        // An inner level: the thread still holds the lock, and nothing is asked.
-        let shared = lock.client.shared();
-        let (level, held) = leave_level(shared, hold, by);
-        let outermost = level == Level::Outermost;
-        // Writers of this client that queue behind the one that asks Redis are not registered
-        // on the server, so no flag says they wait: the release publishes for them.
-        let call = outermost.then(|| {
-            let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
-            family::rw_release(keys, hold.holder(), read, publish)
-        });
-        (held, call)
-    })
 }
 
 /// The guard type `$name` of the `$what` of an [`RwLock`] (see `lease_guard!`).
