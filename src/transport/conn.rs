@@ -429,14 +429,9 @@ impl Pool {
                 .write_packed_command(&mut handshake);
             handshake_replies += 1;
         }
-        let bare = info
-            .addr()
-            .clone()
-            .into_connection_info()?
-            .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-            .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name());
+        let address = bare(info.addr().clone().into_connection_info()?);
         Ok(Pool {
-            client: client_for(bare, tls.map(|t| &**t))?,
+            client: client_for(address, tls.map(|t| &**t))?,
             handshake: (!handshake.is_empty()).then_some(handshake),
             handshake_replies,
             timeouts,
@@ -468,9 +463,7 @@ impl Pool {
         let moved = match &self.resolver {
             // The address only (with its TLS mode): the handshake is ours, as above.
             Some(r) => Some(client_for(
-                r.resolve(by, false)?
-                    .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-                    .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name()),
+                bare(r.resolve(by, false)?),
                 self.tls.as_deref(),
             )?),
             None => None,
@@ -534,8 +527,13 @@ impl Pool {
     }
 }
 
-/// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
-/// the builder's certificates (the system's roots when none were given).
+/// `info` as the `redis` crate gets it: the address (with its TLS mode) and keepalive only,
+/// since the handshake is ours (see [`Pool::new`]).
+fn bare(info: ConnectionInfo) -> ConnectionInfo {
+    info.set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
+        .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name())
+}
+
 /// Opens `client`'s TCP (or TLS, or Unix) connection within `connect`. The `redis` crate looks
 /// a host name up itself, with no bound: a connection to a host name is opened on a
 /// short-lived thread waited for at most `connect` (see [`dns`]), so that the lookup keeps the
@@ -559,6 +557,8 @@ pub(crate) fn open(client: &redis::Client, connect: Duration) -> Result<redis::C
     .map_err(Fault::from)
 }
 
+/// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
+/// the builder's certificates (the system's roots when none were given).
 pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
     match (info.addr(), tls) {
         (ConnectionAddr::TcpTls { .. }, Some(tls))
@@ -614,6 +614,41 @@ pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_credentials_are_known_by_their_code() {
+        let server = |reply: &[u8]| match redis::parse_redis_value(reply) {
+            Ok(Value::ServerError(e)) => redis::RedisError::from(e),
+            other => panic!("not a server error: {other:?}"),
+        };
+        assert!(refuses_credentials(&server(
+            b"-WRONGPASS invalid password\r\n"
+        )));
+        assert!(refuses_credentials(&server(
+            b"-NOAUTH Authentication required.\r\n"
+        )));
+        let failed = (redis::ErrorKind::AuthenticationFailed, "auth failed");
+        assert!(refuses_credentials(&redis::RedisError::from(failed)));
+        // The code decides, not the text.
+        assert!(!refuses_credentials(&server(
+            b"-ERR WRONGPASS in a message\r\n"
+        )));
+        let e = auth_hint(
+            Error::Redis(server(b"-NOPERM no\r\n")),
+            "a sentinel",
+            "hint",
+        );
+        assert!(!e.to_string().contains("hint"), "{e}");
+        let e = auth_hint(
+            Error::Redis(server(b"-WRONGPASS no\r\n")),
+            "a sentinel",
+            "hint",
+        );
+        assert!(
+            e.to_string().contains("a sentinel refused the credentials"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn socket_timeouts_are_whole_milliseconds_never_longer() {
