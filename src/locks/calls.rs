@@ -124,6 +124,25 @@ pub(crate) fn holder_of(
     ))
 }
 
+/// The one holder named by items 2 (its value, of `shape`; empty: nobody holds the lock) and
+/// 3 (its lease left, in ms) of the `info` reply `items` of the call `what`, with the server
+/// clock `now` (µs) its items 0 and 1 gave.
+pub(crate) fn lone_holder(
+    items: Vec<Value>,
+    now: Option<u64>,
+    shape: Shape,
+    what: &str,
+) -> Result<Option<Holder>> {
+    let holder = match (items.get(2).and_then(text), items.get(3), now) {
+        (Some(v), _, _) if v.is_empty() => return Ok(None),
+        (Some(v), Some(ttl), Some(now)) => holder_of(&v, shape, int(ttl).unwrap_or(0), now),
+        _ => None,
+    };
+    holder
+        .map(Some)
+        .ok_or_else(|| unexpected(what, &Value::Array(items)))
+}
+
 /// The holders of a flat list `[value, lease left in ms, ...]` of an `info` reply.
 pub(crate) fn holders_of(v: &Value, shape: Shape, now_us: u64) -> Option<Vec<Holder>> {
     let Value::Array(items) = v else { return None };

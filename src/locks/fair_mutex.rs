@@ -232,17 +232,7 @@ impl FairMutex {
     pub fn holder(&self) -> Result<Option<Holder>> {
         let items = self.info()?;
         let now = calls::clock_us(&items);
-        match (items.get(2).and_then(scripts::text), items.get(3), now) {
-            (Some(v), _, _) if v.is_empty() => Ok(None),
-            (Some(v), Some(ttl), Some(now)) => {
-                let ttl = scripts::int(ttl).unwrap_or(0);
-                match calls::holder_of(&v, Shape::Fair, ttl, now) {
-                    Some(h) => Ok(Some(h)),
-                    None => Err(scripts::unexpected("fair holder", &Value::Array(items))),
-                }
-            }
-            _ => Err(scripts::unexpected("fair holder", &Value::Array(items))),
-        }
+        calls::lone_holder(items, now, Shape::Fair, "fair holder")
     }
 
     /// How many live waiters are queued for the lock (waiters whose heartbeat lapsed, dead

@@ -169,16 +169,7 @@ impl RwLock {
     /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
     pub fn writer(&self) -> Result<Option<Holder>> {
         let (now, items) = self.info()?;
-        match (items.get(2).and_then(scripts::text), items.get(3)) {
-            (Some(v), _) if v.is_empty() => Ok(None),
-            (Some(v), Some(ttl)) => {
-                let ttl = scripts::int(ttl).unwrap_or(0);
-                calls::holder_of(&v, Shape::Writer, ttl, now)
-                    .map(Some)
-                    .ok_or_else(|| scripts::unexpected("rw writer", &Value::Array(items)))
-            }
-            _ => Err(scripts::unexpected("rw writer", &Value::Array(items))),
-        }
+        calls::lone_holder(items, Some(now), Shape::Writer, "rw writer")
     }
 
     /// Who holds read locks now, as the server tells it: one [`Holder`] per read acquisition
