@@ -503,13 +503,8 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
 /// one without verifying the certificate, or sends a TLS alert (it wants a client
 /// certificate, say). Silence, a closed connection or bytes that are not TLS: false.
 pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
-    let Ok(config) = client_config(&TlsCerts::default(), true) else {
-        return false;
-    };
-    let Ok(name) = ServerName::try_from(host.to_owned()) else {
-        return false;
-    };
-    let Ok(mut conn) = ClientConnection::new(config, name) else {
+    let config = client_config(&TlsCerts::default(), true);
+    let Ok(mut conn) = config.and_then(|config| session(host, config)) else {
         return false;
     };
     let until = Instant::now() + connect;
