@@ -2,8 +2,10 @@
 //! [`Hold`] (`is_held`, `check`, `validity`), and released exactly once, by `unlock` or, best
 //! effort, on drop (a failure then logged at `warn`). The lock type says how a level is
 //! released ([`Release`]); the guard types add what is their own (a fencing token, a permit
-//! count) and their docs. A release's reply means the same for every lock type
-//! ([`released`]).
+//! count) and their docs. A level's release by a script ([`release_level`],
+//! [`release_by_script`]) and its reply ([`released`]) mean the same for every lock type; so do
+//! a grant that came too late ([`unless_late`]) and a renewed hold without a token
+//! ([`watched_hold`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
