@@ -519,26 +519,33 @@ impl Protocol for Acquire<'_> {
             self.mutex.client.shared().unwatch(&h, Duration::ZERO);
         }
         let v = self.mutex.cancel(&self.owner, &self.request, by)?;
-        Ok(
-            match (self.mutex.parse(&v, &self.request, "fair cancel")?, since) {
-                (
-                    AcquireReply::Held {
-                        token,
-                        count,
-                        acquisition,
-                        ..
-                    },
-                    Some(since),
-                ) => self
-                    .mutex
-                    .take(&self.owner, &acquisition, token, count, since, by),
-                _ => None,
-            },
-        )
+        let reply = self.mutex.parse(&v, &self.request, "fair cancel")?;
+        Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
     }
 }
 
 impl Acquire<'_> {
+    /// The guard of the grant `reply` holds, counted from `since` (`None`: a grant that
+    /// cannot be used, see [`FairMutex::take`]); the reply itself when it is no grant.
+    fn take_grant(
+        &self,
+        reply: AcquireReply,
+        since: Instant,
+        by: Deadline,
+    ) -> std::result::Result<Option<FairMutexGuard>, AcquireReply> {
+        match reply {
+            AcquireReply::Held {
+                token,
+                count,
+                acquisition,
+                ..
+            } => Ok(self
+                .mutex
+                .take(&self.owner, &acquisition, token, count, since, by)),
+            other => Err(other),
+        }
+    }
+
     /// The first attempt. A re-entry keeps the terms of the acquisition it enters (it never
     /// shortens the lease on the server).
     fn first(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
@@ -552,20 +559,12 @@ impl Acquire<'_> {
         let reply = self
             .mutex
             .attempt(&self.owner, &self.request, live_arg, false, by)?;
-        match reply {
-            AcquireReply::Held {
-                token,
-                count,
-                acquisition,
-                ..
-            } => Ok(self
-                .mutex
-                .take(&self.owner, &acquisition, token, count, sent, by)
-                .map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+        match self.take_grant(reply, sent, by) {
+            Ok(guard) => Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
             // Another owner holds the lock, or the server no longer has the live hold's
             // acquisition: that hold is lost, and learns it now rather than at its next
             // renewal (its guards then say so).
-            other => {
+            Err(other) => {
                 if let Some(h) = &live {
                     shared.report_lost(h);
                 }
@@ -584,20 +583,10 @@ impl Acquire<'_> {
         let reply = self
             .mutex
             .attempt(&self.owner, &self.request, None, true, by)?;
-        let ttl = match reply {
-            AcquireReply::Held {
-                token,
-                count,
-                acquisition,
-                ..
-            } => {
-                let guard = self
-                    .mutex
-                    .take(&self.owner, &acquisition, token, count, sent, by);
-                return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held));
-            }
-            AcquireReply::Busy { ttl } => ttl,
-            _ => Duration::ZERO,
+        let ttl = match self.take_grant(reply, sent, by) {
+            Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+            Err(AcquireReply::Busy { ttl }) => ttl,
+            Err(_) => Duration::ZERO,
         };
         let (owner, request) = (&self.owner, &self.request);
         self.mutex.keep_place(&mut self.place, owner, request, sent);
