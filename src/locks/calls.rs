@@ -9,9 +9,9 @@ use redis::Value;
 use crate::client::shared::Core;
 use crate::error::{Error, Result};
 use crate::locks::holder::{Holder, parse_owner};
-use crate::protocol::family::{Shape, parse_held};
+use crate::protocol::family::{Shape, parse_acquire, parse_held};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{self, int, text, unexpected};
+use crate::protocol::scripts::{self, AcquireReply, int, text, unexpected};
 use crate::transport::conn::Deadline;
 
 /// Runs a script call once, and once more at once (on a new connection: a failure clears the
@@ -37,6 +37,23 @@ pub(crate) fn twice<T>(
             once(by)
         }
         other => other,
+    }
+}
+
+/// The reply `v` of the acquire call `what` of acquisition `request` on the lock of `keys`:
+/// [`Error::ForeignKey`] when its key holds something else.
+pub(crate) fn acquire_reply(
+    v: &Value,
+    request: &str,
+    keys: &LockKeys,
+    what: &str,
+) -> Result<AcquireReply> {
+    match parse_acquire(v, request) {
+        Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
+            key: keys.lock.clone(),
+        }),
+        Some(reply) => Ok(reply),
+        None => Err(unexpected(what, v)),
     }
 }
 

@@ -337,23 +337,13 @@ impl FairMutex {
             live,
         );
         let v = eval_twice(&self.client, &call, by)?;
-        self.parse(&v, request, "fair acquire")
+        calls::acquire_reply(&v, request, &self.keys, "fair acquire")
     }
 
     /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
     fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
         let call = family::fair_cancel(&self.keys, owner, request);
         eval_twice(&self.client, &call, by)
-    }
-
-    fn parse(&self, v: &Value, request: &str, what: &str) -> Result<AcquireReply> {
-        match family::parse_acquire(v, request) {
-            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
-                key: self.keys.lock.clone(),
-            }),
-            Some(r) => Ok(r),
-            None => Err(scripts::unexpected(what, v)),
-        }
     }
 
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
@@ -519,7 +509,7 @@ impl Protocol for Acquire<'_> {
             self.mutex.client.shared().unwatch(&h, Duration::ZERO);
         }
         let v = self.mutex.cancel(&self.owner, &self.request, by)?;
-        let reply = self.mutex.parse(&v, &self.request, "fair cancel")?;
+        let reply = calls::acquire_reply(&v, &self.request, &self.mutex.keys, "fair cancel")?;
         Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
     }
 }

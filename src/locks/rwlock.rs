@@ -366,16 +366,13 @@ impl RwLock {
             family::rw_write(keys, owner, request, lease, register)
         };
         let v = eval_twice(&self.client, &call, by)?;
-        match family::parse_acquire(&v, request) {
+        match calls::acquire_reply(&v, request, &self.write_keys, "rw acquire")? {
             // One server entry per acquisition (re-entry is counted here), named by the server
             // after this call's request id.
-            Some(AcquireReply::Held {
+            AcquireReply::Held {
                 token, acquisition, ..
-            }) if acquisition == request => self.adopt(read, owner, request, token, sent, by),
-            Some(AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
-            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
-                key: self.write_keys.lock.clone(),
-            }),
+            } if acquisition == request => self.adopt(read, owner, request, token, sent, by),
+            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
             _ => Err(scripts::unexpected("rw acquire", &v)),
         }
     }

@@ -38,7 +38,7 @@ use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts;
+use crate::protocol::scripts::{self, AcquireReply};
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -295,8 +295,8 @@ impl Semaphore {
         let sent = Instant::now();
         let call = family::sem_acquire(&self.keys, owner, request, n, self.permits, lease, waits);
         let v = eval_twice(&self.client, &call, by)?;
-        match family::parse_acquire(&v, request) {
-            Some(scripts::AcquireReply::Held { .. }) => {
+        match calls::acquire_reply(&v, request, &self.keys, "semaphore acquire")? {
+            AcquireReply::Held { .. } => {
                 let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
                 let who = (owner, request);
                 let hold =
@@ -310,11 +310,9 @@ impl Semaphore {
                     None => Attempt::busy(Duration::ZERO),
                 })
             }
-            Some(scripts::AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
-            Some(scripts::AcquireReply::Foreign) => Err(Error::ForeignKey {
-                key: self.keys.lock.clone(),
-            }),
-            None => Err(scripts::unexpected("semaphore acquire", &v)),
+            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
+            // A foreign key is an error of `acquire_reply` already.
+            AcquireReply::Foreign => Err(scripts::unexpected("semaphore acquire", &v)),
         }
     }
 
