@@ -156,6 +156,15 @@ impl RwLock {
         &self.write_keys.name
     }
 
+    /// The keys a thread's read hold (`read`) or write hold is known by.
+    fn keys(&self, read: bool) -> &Arc<LockKeys> {
+        if read {
+            &self.read_keys
+        } else {
+            &self.write_keys
+        }
+    }
+
     /// Who holds the write lock now, as the server tells it (any process, any thread): `None`
     /// when no writer holds it. `held_for` is since the write acquisition, by the server's
     /// clock; `hold_count` is 1 (re-entry is counted by the holding client).
@@ -317,11 +326,7 @@ impl RwLock {
     /// keeps out. A re-entry counted on the lost hold would say "held" beside that owner.
     fn reenter(&self, read: bool, budget: &Budget) -> Result<Option<Arc<Hold>>> {
         let shared = self.client.shared();
-        let keys = if read {
-            &self.read_keys
-        } else {
-            &self.write_keys
-        };
+        let keys = self.keys(read);
         let Some(hold) = shared.live_hold(keys) else {
             return Ok(None);
         };
@@ -389,11 +394,7 @@ impl RwLock {
         sent: Instant,
         by: Deadline,
     ) -> Result<Attempt<Arc<Hold>>> {
-        let (keys, kind) = if read {
-            (&self.read_keys, Kind::Read)
-        } else {
-            (&self.write_keys, Kind::Write)
-        };
+        let (keys, kind) = (self.keys(read), if read { Kind::Read } else { Kind::Write });
         let grant = Grant {
             // A read grant has no fencing token (its fast reply is 1).
             token: if read { 0 } else { token },
@@ -553,11 +554,7 @@ impl Release for RwLock {
     /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
         let read = hold.kind == Kind::Read;
-        let keys = if read {
-            &self.read_keys
-        } else {
-            &self.write_keys
-        };
+        let keys = self.keys(read);
         let script = ("rw release", family::parse_family_release);
         release_level(
             &self.client,
