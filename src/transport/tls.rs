@@ -466,6 +466,16 @@ pub(crate) fn describe(e: &rustls::Error, host: &str) -> String {
     }
 }
 
+/// Whether an I/O error of `kind` says the peer closed the connection (not refused, not
+/// timed out).
+pub(crate) fn closed_by_peer(kind: io::ErrorKind) -> bool {
+    use io::ErrorKind as K;
+    matches!(
+        kind,
+        K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+    )
+}
+
 /// The error of a failed handshake with `host`.
 pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
     if let Some(t) = rustls_error(e) {
@@ -475,10 +485,7 @@ pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
             Error::timeout("the TLS handshake did not finish within the connect timeout")
         }
-        io::ErrorKind::UnexpectedEof
-        | io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => bad(format!(
+        kind if closed_by_peer(kind) => bad(format!(
             "`{host}` closed the connection during the TLS handshake ({e}): is this a \
              plain-text port, or does it require a client certificate?"
         )),
