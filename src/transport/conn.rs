@@ -47,15 +47,11 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
             if host.is_empty() {
                 return Err(bad("the host is missing".into()));
             }
-            if let Some(port) = port {
-                match port.parse::<u16>() {
-                    Ok(p) if p > 0 => {}
-                    _ => {
-                        return Err(bad(format!(
-                            "the port `{port}` is not a number from 1 to 65535"
-                        )));
-                    }
-                }
+            if let Some(port) = port
+                && !port.parse::<u16>().is_ok_and(|p| p > 0)
+            {
+                let reason = format!("the port `{port}` is not a number from 1 to 65535");
+                return Err(bad(reason));
             }
             check_db(
                 rest[authority.len()..]
