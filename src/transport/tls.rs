@@ -327,12 +327,9 @@ pub(crate) fn handshake_step(
         if !conn.is_handshaking() {
             return Ok(None);
         }
-        match conn.read_tls(&mut sock) {
+        match take_records(conn, &mut sock) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => {
-                conn.process_new_packets()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            }
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(Want::Read)),
             Err(e) => return Err(e),
         }
@@ -362,20 +359,34 @@ pub(crate) struct PlainReader<'a> {
 impl Read for PlainReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            match self.conn.reader().read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            if let Some(read) = plaintext(self.conn, buf) {
+                return read;
             }
             let mut sock = self.sock;
-            if self.conn.read_tls(&mut sock)? == 0 {
+            if take_records(self.conn, &mut sock)? == 0 {
                 return Ok(0);
             }
-            self.conn
-                .process_new_packets()
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
     }
+}
+
+/// The plaintext `conn` has for `buf`; `None` when it has none yet (it needs more records).
+fn plaintext(conn: &mut ClientConnection, buf: &mut [u8]) -> Option<io::Result<usize>> {
+    match conn.reader().read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        read => Some(read),
+    }
+}
+
+/// Reads ciphertext for `conn` from `input` and decrypts the records it completes: how many
+/// bytes were read (0: the peer closed the connection).
+fn take_records(conn: &mut ClientConnection, input: &mut dyn Read) -> io::Result<usize> {
+    let n = conn.read_tls(input)?;
+    if n > 0 {
+        conn.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+    Ok(n)
 }
 
 /// Sends whatever rustls has queued (records, alerts, key updates).
@@ -389,13 +400,8 @@ fn flush_tls(conn: &mut ClientConnection, mut sock: &TcpStream) -> io::Result<()
 impl Read for TlsStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            {
-                let mut conn = self.session.lock();
-                match conn.reader().read(buf) {
-                    Ok(n) => return Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
+            if let Some(read) = plaintext(&mut self.session.lock(), buf) {
+                return read;
             }
             // Wait for ciphertext without the lock, so that writers are never held up.
             let n = (&self.tcp).read(&mut self.raw)?;
@@ -405,9 +411,7 @@ impl Read for TlsStream {
             let mut conn = self.session.lock();
             let mut input = &self.raw[..n];
             while !input.is_empty() {
-                conn.read_tls(&mut input)?;
-                conn.process_new_packets()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                take_records(&mut conn, &mut input)?;
             }
             flush_tls(&mut conn, &self.tcp)?;
         }
