@@ -550,29 +550,22 @@ impl Protocol for Acquire<'_> {
 }
 
 impl Release for RwLock {
-    /// A read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
-    /// Releases one level of `hold` within `by`; at the outermost level, the server entry.
+    /// Releases one level of `hold` within `by`; at the outermost level, the server entry. A
+    /// read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
         let read = hold.kind == Kind::Read;
-        let keys = self.keys(read);
         let script = ("rw release", family::parse_family_release);
-        release_level(
-            &self.client,
-            hold,
-            script,
-            &self.write_keys.lock,
-            by,
-            |level| {
-                // An inner level: the thread still holds the lock, and nothing is asked. Writers
-                // of this client that queue behind the one that asks Redis are not registered on
-                // the server, so no flag says they wait: the release publishes for them.
-                (level == Level::Outermost).then(|| {
-                    let publish =
-                        (self.client.shared().subscriber).has_waiters(&self.write_keys.channel);
-                    family::rw_release(keys, hold.holder(), read, publish)
-                })
-            },
-        )
+        // An inner level: the thread still holds the lock, and nothing is asked. Writers of
+        // this client that queue behind the one that asks Redis are not registered on the
+        // server, so no flag says they wait: the release publishes for them.
+        let call = |level: Level| {
+            (level == Level::Outermost).then(|| {
+                let shared = self.client.shared();
+                let publish = shared.subscriber.has_waiters(&self.write_keys.channel);
+                family::rw_release(self.keys(read), hold.holder(), read, publish)
+            })
+        };
+        release_level(&self.client, hold, script, &self.write_keys.lock, by, call)
     }
 
     fn core(&self) -> &Core {
