@@ -420,13 +420,13 @@ impl FairMutex {
             shared.unwatch(&h, Duration::ZERO);
             place.remade = true;
         }
-        let lease = self.client.terms().lease;
-        let what = (Kind::FairPlace, lease);
+        let place_lease = (Kind::FairPlace, self.client.terms().lease);
+        let who = (owner, request);
         place.hold = Some(watched_hold(
             shared,
             &self.keys,
-            (owner, request),
-            what,
+            who,
+            place_lease,
             sent,
             None,
         ));
