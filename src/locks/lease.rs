@@ -2,8 +2,8 @@
 //! [`Hold`] (`is_held`, `check`, `validity`), and released exactly once, by `unlock` or, best
 //! effort, on drop (a failure then logged at `warn`). The lock type says how a level is
 //! released ([`Release`]); the guard types add what is their own (a fencing token, a permit
-//! count) and their docs. A level's release by a script ([`release_level`],
-//! [`release_by_script`]) and its reply ([`released`]) mean the same for every lock type; so do
+//! count) and their docs. A level's release by a script ([`release_level`]) and its reply
+//! ([`released`]) mean the same for every lock type; so do
 //! a grant that came too late ([`unless_late`]) and a renewed hold without a token
 //! ([`watched_hold`]).
 
@@ -310,21 +310,30 @@ fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
 }
 
-/// Releases one level of `hold` within `by` as [`release_by_script`] does, the level ended on
-/// this side by [`leave_level`]: `call` gives the script's call for the level left (`None`:
-/// nothing to ask the server).
+/// Releases one level of `hold` within `by` by a release script: the level is ended on this
+/// side first ([`leave_level`]), and `call` gives the script's call for the level left
+/// (`None`: nothing to ask the server, the level was an inner one). The call, of the script
+/// `what` whose reply `parse` reads, is retried once on a new connection (a failure clears
+/// the pool): the first attempt may have released before its reply was lost, or never ran
+/// (Redis restarted empty), and the same call, retried, tells them apart by the release
+/// marker the first attempt left; what it cannot tell is a loss. `foreign`: the lock's key,
+/// named when it holds something else.
 pub(crate) fn release_level(
     core: &Core,
     hold: &Arc<Hold>,
-    script: (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
+    (what, parse): (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
     foreign: &str,
     by: Deadline,
     call: impl FnOnce(Level) -> Option<Call>,
 ) -> Result<()> {
-    release_by_script(core, hold, script, foreign, by, || {
-        let (level, held) = leave_level(core.shared(), hold, by);
-        (held, call(level))
-    })
+    let (level, held) = leave_level(core.shared(), hold, by);
+    let Some(call) = call(level) else {
+        // An inner level of a lease lost before it was left: the loss came first.
+        return if held { Ok(()) } else { Err(Error::LeaseLost) };
+    };
+    let reply = eval_twice(core, &call, by)
+        .and_then(|v| parse(&v).ok_or_else(|| scripts::unexpected(what, &v)));
+    released(core.shared(), hold, held, foreign, reply)
 }
 
 /// `hold`, just granted, when its lease is known valid; else (its reply came so late that the
@@ -379,33 +388,7 @@ pub(crate) fn watched_hold(
     hold
 }
 
-/// Releases one level of `hold` within `by` by a release script: `leave` ends the level on
-/// this side and gives whether the lease was known valid as it was left, and the script's
-/// call (`None`: nothing to ask the server, the level was an inner one). The call, of the script
-/// `what` whose reply `parse` reads, is retried once on a new connection (a failure clears
-/// the pool): the first attempt may have released before its reply was lost, or never ran
-/// (Redis restarted empty), and the same call, retried, tells them apart by the release
-/// marker the first attempt left; what it cannot tell is a loss. `foreign`: the lock's key,
-/// named when it holds something else.
-pub(crate) fn release_by_script(
-    core: &Core,
-    hold: &Arc<Hold>,
-    (what, parse): (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
-    foreign: &str,
-    by: Deadline,
-    leave: impl FnOnce() -> (bool, Option<Call>),
-) -> Result<()> {
-    let (held, call) = leave();
-    let Some(call) = call else {
-        // An inner level of a lease lost before it was left: the loss came first.
-        return if held { Ok(()) } else { Err(Error::LeaseLost) };
-    };
-    let reply = eval_twice(core, &call, by)
-        .and_then(|v| parse(&v).ok_or_else(|| scripts::unexpected(what, &v)));
-    released(core.shared(), hold, held, foreign, reply)
-}
-
-/// What a release's `reply` means for `hold` (see [`release_by_script`] for the rest), whose
+/// What a release's `reply` means for `hold` (see [`release_level`] for the rest), whose
 /// level was left with the lease known valid (`held`) or not: `Ok` only where it was, and the
 /// server shows this acquisition's level released, by this call or by its first attempt; a
 /// loss is reported once.

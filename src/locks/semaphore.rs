@@ -31,9 +31,7 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::{Detached, Guard, Parts};
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{
-    Lease, Release, lease_view, release_by_script, unless_late, watched_hold,
-};
+use crate::locks::lease::{Lease, Release, lease_view, release_level, unless_late, watched_hold};
 use crate::protocol::family::{self, Shape};
 use crate::protocol::grant::request_id;
 use crate::protocol::hold::Hold;
@@ -465,12 +463,9 @@ impl Release for Semaphore {
     /// Gives the permits of `hold` back within `by`.
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
         let script = ("semaphore release", family::parse_family_release);
-        release_by_script(&self.client, hold, script, &self.keys.lock, by, || {
-            // The wait for a renewal on the wire is part of the bound (renewals are bounded
-            // too).
-            let bound = by.left().unwrap_or(Duration::MAX);
-            let held = self.client.shared().unwatch(hold, bound);
-            (held, Some(family::sem_release(&self.keys, hold.holder())))
+        // Permits have one level, and no thread's slot: leaving it stops their renewal.
+        release_level(&self.client, hold, script, &self.keys.lock, by, |_| {
+            Some(family::sem_release(&self.keys, hold.holder()))
         })
     }
 
