@@ -151,10 +151,7 @@ impl Lease {
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease")
-            .field("name", &self.hold.keys.name)
-            .field("is_held", &self.hold.is_held())
-            .finish_non_exhaustive()
+        self.debug_as(f, "Lease", None)
     }
 }
 
