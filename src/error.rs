@@ -162,6 +162,15 @@ impl Error {
     }
 }
 
+/// One rule of a setting: `Ok` where `holds`, else the [`Error::InvalidConfig`] of `field`
+/// that says `reason`.
+pub(crate) fn ensure(holds: bool, field: &'static str, reason: impl Into<String>) -> Result<()> {
+    if holds {
+        return Ok(());
+    }
+    Err(Error::config(field, reason))
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

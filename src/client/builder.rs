@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::Client;
 use super::shared::validate_max_hold;
 use super::shared::{Config, HandoffBound, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ensure};
 use crate::locks::holder;
 use crate::protocol::keys;
 use crate::renewal::{LostHook, LostLease};
@@ -380,132 +380,114 @@ impl ClientBuilder {
             }
             None => holder::encode_part(&holder::default_label()),
         };
-        if self.lease < MIN_LEASE {
-            return Err(Error::config(
-                "lease",
-                format!("must be at least {MIN_LEASE:?}"),
-            ));
-        }
-        if self.lease > MAX_LEASE {
-            return Err(Error::config("lease", "must be at most 365 days"));
-        }
+        ensure(
+            self.lease >= MIN_LEASE,
+            "lease",
+            format!("must be at least {MIN_LEASE:?}"),
+        )?;
+        ensure(self.lease <= MAX_LEASE, "lease", "must be at most 365 days")?;
         let renew_every = self.renew_every.unwrap_or(self.lease / 3);
         // A renewal is sent `renew_every` after the last one and may take half that (a try on
         // a pooled connection, then one on a new connection); past half the lease, a renewal
         // delayed by the one before it could end after the lease did.
-        if renew_every > self.lease / 2 {
-            return Err(Error::config(
-                "renew_interval",
-                format!(
-                    "must be at most half the lease ({:?} of {:?}), so that a renewal and its \
-                     retry end before the lease does",
-                    self.lease / 2,
-                    self.lease
-                ),
-            ));
-        }
-        if renew_every < Duration::from_millis(10) {
-            return Err(Error::config("renew_interval", "must be at least 10ms"));
-        }
-        for (field, t) in [
-            ("connect_timeout", self.connect_timeout),
-            ("command_timeout", self.command_timeout),
-        ] {
-            if t < Duration::from_millis(1) {
-                return Err(Error::config(field, "must be at least 1ms"));
-            }
-        }
+        ensure(
+            renew_every <= self.lease / 2,
+            "renew_interval",
+            format!(
+                "must be at most half the lease ({:?} of {:?}), so that a renewal and its \
+                 retry end before the lease does",
+                self.lease / 2,
+                self.lease
+            ),
+        )?;
+        let ms = Duration::from_millis(1);
+        ensure(
+            renew_every >= 10 * ms,
+            "renew_interval",
+            "must be at least 10ms",
+        )?;
+        ensure(
+            self.connect_timeout >= ms,
+            "connect_timeout",
+            "must be at least 1ms",
+        )?;
+        ensure(
+            self.command_timeout >= ms,
+            "command_timeout",
+            "must be at least 1ms",
+        )?;
         if let Some(max) = self.max_hold {
             validate_max_hold(max)?;
         }
         keys::validate_prefix(&self.prefix)?;
         self.topology.validate()?;
-        if !(0.0..0.5).contains(&self.drift_factor) {
-            return Err(Error::config(
-                "clock_drift_factor",
-                "must be at least 0 and below 0.5",
-            ));
-        }
-        if self.master_timeout.is_some() && !matches!(self.topology, Topology::Quorum(_)) {
-            return Err(Error::config(
-                "master_timeout",
-                "applies to a quorum client (Client::redlock) only",
-            ));
-        }
+        ensure(
+            (0.0..0.5).contains(&self.drift_factor),
+            "clock_drift_factor",
+            "must be at least 0 and below 0.5",
+        )?;
+        let quorum = matches!(self.topology, Topology::Quorum(_));
+        ensure(
+            self.master_timeout.is_none() || quorum,
+            "master_timeout",
+            "applies to a quorum client (Client::redlock) only",
+        )?;
         if let Some(t) = self
             .master_timeout
-            .or(matches!(self.topology, Topology::Quorum(_)).then_some(DEFAULT_MASTER_TIMEOUT))
-            && (t < Duration::from_millis(1) || t >= self.lease / 2)
+            .or(quorum.then_some(DEFAULT_MASTER_TIMEOUT))
         {
-            return Err(Error::config(
-                "master_timeout",
-                "must be at least 1ms and below half the lease",
-            ));
+            let why = "must be at least 1ms and below half the lease";
+            ensure(t >= ms && t < self.lease / 2, "master_timeout", why)?;
         }
         if let Some((n, t)) = self.wait_replicas {
-            if matches!(self.topology, Topology::Cluster(_)) {
-                return Err(Error::config(
-                    "wait_replicas",
-                    "is not supported on a cluster client",
-                ));
-            }
-            if matches!(self.topology, Topology::Quorum(_)) {
-                return Err(Error::config(
-                    "wait_replicas",
-                    "applies to one server or Sentinel, not to a quorum client",
-                ));
-            }
-            if n == 0 {
-                return Err(Error::config(
-                    "wait_replicas",
-                    "must ask for at least 1 replica",
-                ));
-            }
-            if t < Duration::from_millis(1) || t > renew_every / 4 {
-                return Err(Error::config(
-                    "wait_replicas",
-                    format!(
-                        "timeout must be at least 1ms and at most a quarter of the renewal \
-                         interval ({:?})",
-                        renew_every / 4
-                    ),
-                ));
-            }
-        }
-        if self.local_handoff_max_count == 0 || self.local_handoff_max_count > MAX_HANDOFF_COUNT {
-            return Err(Error::config(
-                "local_handoff_max_count",
+            let cluster = matches!(self.topology, Topology::Cluster(_));
+            let replicas = "wait_replicas";
+            ensure(!cluster, replicas, "is not supported on a cluster client")?;
+            let why = "applies to one server or Sentinel, not to a quorum client";
+            ensure(!quorum, replicas, why)?;
+            ensure(n > 0, replicas, "must ask for at least 1 replica")?;
+            ensure(
+                t >= ms && t <= renew_every / 4,
+                replicas,
                 format!(
-                    "must be from 1 to {MAX_HANDOFF_COUNT} (turn hand-offs off with \
-                     local_handoff(false))"
+                    "timeout must be at least 1ms and at most a quarter of the renewal \
+                     interval ({:?})",
+                    renew_every / 4
                 ),
-            ));
+            )?;
         }
-        if self.local_handoff_max_time.is_zero() || self.local_handoff_max_time > self.lease {
-            return Err(Error::config(
-                "local_handoff_max_time",
-                format!(
-                    "must be more than zero and at most the lease ({:?}) (turn hand-offs off \
-                     with local_handoff(false))",
-                    self.lease
-                ),
-            ));
-        }
-        if self.local_handoff_give_way > self.lease {
-            return Err(Error::config(
-                "local_handoff_give_way",
-                format!(
-                    "must be at most the lease ({:?}) (zero turns it off)",
-                    self.lease
-                ),
-            ));
-        }
-        let handoff = (self.local_handoff && !matches!(self.topology, Topology::Quorum(_)))
-            .then_some(HandoffBound {
-                max_count: self.local_handoff_max_count,
-                max_time: self.local_handoff_max_time,
-                give_way: self.local_handoff_give_way,
-            });
+        let count = self.local_handoff_max_count;
+        ensure(
+            count > 0 && count <= MAX_HANDOFF_COUNT,
+            "local_handoff_max_count",
+            format!(
+                "must be from 1 to {MAX_HANDOFF_COUNT} (turn hand-offs off with \
+                 local_handoff(false))"
+            ),
+        )?;
+        let time = self.local_handoff_max_time;
+        ensure(
+            !time.is_zero() && time <= self.lease,
+            "local_handoff_max_time",
+            format!(
+                "must be more than zero and at most the lease ({:?}) (turn hand-offs off \
+                 with local_handoff(false))",
+                self.lease
+            ),
+        )?;
+        ensure(
+            self.local_handoff_give_way <= self.lease,
+            "local_handoff_give_way",
+            format!(
+                "must be at most the lease ({:?}) (zero turns it off)",
+                self.lease
+            ),
+        )?;
+        let handoff = (self.local_handoff && !quorum).then_some(HandoffBound {
+            max_count: self.local_handoff_max_count,
+            max_time: self.local_handoff_max_time,
+            give_way: self.local_handoff_give_way,
+        });
         Ok(Config {
             handoff,
             wait_replicas: self.wait_replicas,
@@ -589,41 +571,33 @@ impl ClientBuilder {
         let sentinel = matches!(self.topology, Topology::Sentinel { .. });
         let mut settings = redis::RedisConnectionInfo::default();
         if let Some(auth) = &self.master_auth {
-            if !sentinel {
-                return Err(Error::config(
-                    "master_auth",
-                    "applies to a Sentinel client (Client::sentinel) only; put the \
-                     credentials in the URL (redis://user:password@host)",
-                ));
-            }
-            if auth.password.is_empty() {
-                return Err(Error::config(
-                    "master_auth",
-                    "the password must not be empty",
-                ));
-            }
+            let field = "master_auth";
+            ensure(
+                sentinel,
+                field,
+                "applies to a Sentinel client (Client::sentinel) only; put the credentials in \
+                 the URL (redis://user:password@host)",
+            )?;
+            ensure(
+                !auth.password.is_empty(),
+                field,
+                "the password must not be empty",
+            )?;
             if let Some(user) = &auth.username {
-                if user.is_empty() {
-                    return Err(Error::config(
-                        "master_auth",
-                        "the user name must not be empty (None is the default user)",
-                    ));
-                }
+                let why = "the user name must not be empty (None is the default user)";
+                ensure(!user.is_empty(), field, why)?;
                 settings = settings.set_username(user);
             }
             settings = settings.set_password(&auth.password);
         }
         if let Some(db) = self.master_db {
-            if !sentinel {
-                return Err(Error::config(
-                    "master_db",
-                    "applies to a Sentinel client (Client::sentinel) only; put the database \
-                     in the URL (redis://host/db)",
-                ));
-            }
-            if db < 0 {
-                return Err(Error::config("master_db", "must not be negative"));
-            }
+            ensure(
+                sentinel,
+                "master_db",
+                "applies to a Sentinel client (Client::sentinel) only; put the database in the \
+                 URL (redis://host/db)",
+            )?;
+            ensure(db >= 0, "master_db", "must not be negative")?;
             settings = settings.set_db(db);
         }
         Ok(settings)

@@ -251,16 +251,12 @@ impl ClientBuilder {
     /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
     /// a warning once for `#insecure` URLs.
     fn tls_setup(&self, infos: &[ConnectionInfo]) -> Result<Option<Arc<Tls>>> {
-        let (mut verified, mut insecure) = (false, false);
-        for info in infos {
-            if let ConnectionAddr::TcpTls { insecure: i, .. } = info.addr() {
-                if *i {
-                    insecure = true;
-                } else {
-                    verified = true;
-                }
-            }
-        }
+        // Each `rediss://` master's `#insecure` flag.
+        let flags = infos.iter().filter_map(|i| match i.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+            _ => None,
+        });
+        let (verified, insecure) = (flags.clone().any(|i| !i), flags.clone().any(|i| i));
         if !verified && !insecure {
             return Ok(None);
         }

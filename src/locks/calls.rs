@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::locks::holder::{Holder, parse_owner};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::{Shape, parse_held};
-use crate::protocol::scripts::{self, int, text, unexpected};
+use crate::protocol::scripts::{self, AcquireReply, int, parse_grant, text, unexpected};
 use crate::transport::conn::Deadline;
 
 /// Runs a script call once, and once more at once (on a new connection: a failure clears the
@@ -37,6 +37,23 @@ pub(crate) fn twice<T>(
             once(by)
         }
         other => other,
+    }
+}
+
+/// The reply `v` of the acquire call `what` of acquisition `request` on the lock of `keys`:
+/// [`Error::ForeignKey`] when its key holds something else.
+pub(crate) fn acquire_reply(
+    v: &Value,
+    request: &str,
+    keys: &LockKeys,
+    what: &str,
+) -> Result<AcquireReply> {
+    match parse_grant(v, request, 0) {
+        Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
+            key: keys.lock.clone(),
+        }),
+        Some(reply) => Ok(reply),
+        None => Err(unexpected(what, v)),
     }
 }
 
@@ -122,6 +139,25 @@ pub(crate) fn holder_of(
         held_for,
         left,
     ))
+}
+
+/// The one holder named by items 2 (its value, of `shape`; empty: nobody holds the lock) and
+/// 3 (its lease left, in ms) of the `info` reply `items` of the call `what`, with the server
+/// clock `now` (µs) its items 0 and 1 gave.
+pub(crate) fn lone_holder(
+    items: Vec<Value>,
+    now: Option<u64>,
+    shape: Shape,
+    what: &str,
+) -> Result<Option<Holder>> {
+    let holder = match (items.get(2).and_then(text), items.get(3), now) {
+        (Some(v), _, _) if v.is_empty() => return Ok(None),
+        (Some(v), Some(ttl), Some(now)) => holder_of(&v, shape, int(ttl).unwrap_or(0), now),
+        _ => None,
+    };
+    holder
+        .map(Some)
+        .ok_or_else(|| unexpected(what, &Value::Array(items)))
 }
 
 /// The holders of a flat list `[value, lease left in ms, ...]` of an `info` reply.

@@ -63,11 +63,11 @@ use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
 use crate::locks::lease::{
-    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
+    Lease, Release, ThreadBound, lease_guard, release_level, unless_late, watched_hold,
 };
 use crate::protocol::fair_mutex;
 use crate::protocol::grant::{Adopted, Grant, request_id};
-use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
 use crate::protocol::scripts::Admin;
@@ -234,17 +234,7 @@ impl FairMutex {
     pub fn holder(&self) -> Result<Option<Holder>> {
         let items = self.info()?;
         let now = calls::clock_us(&items);
-        match (items.get(2).and_then(scripts::text), items.get(3), now) {
-            (Some(v), _, _) if v.is_empty() => Ok(None),
-            (Some(v), Some(ttl), Some(now)) => {
-                let ttl = scripts::int(ttl).unwrap_or(0);
-                match calls::holder_of(&v, Shape::Fair, ttl, now) {
-                    Some(h) => Ok(Some(h)),
-                    None => Err(scripts::unexpected("fair holder", &Value::Array(items))),
-                }
-            }
-            _ => Err(scripts::unexpected("fair holder", &Value::Array(items))),
-        }
+        calls::lone_holder(items, now, Shape::Fair, "fair holder")
     }
 
     /// How many live waiters are queued for the lock (waiters whose heartbeat lapsed, dead
@@ -349,23 +339,13 @@ impl FairMutex {
             live,
         );
         let v = eval_twice(&self.client, &call, by)?;
-        self.parse(&v, request, "fair acquire")
+        calls::acquire_reply(&v, request, &self.keys, "fair acquire")
     }
 
     /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
     fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
         let call = fair_mutex::cancel(&self.keys, owner, request);
         eval_twice(&self.client, &call, by)
-    }
-
-    fn parse(&self, v: &Value, request: &str, what: &str) -> Result<AcquireReply> {
-        match scripts::parse_grant(v, request, 0) {
-            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
-                key: self.keys.lock.clone(),
-            }),
-            Some(r) => Ok(r),
-            None => Err(scripts::unexpected(what, v)),
-        }
     }
 
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
@@ -408,13 +388,8 @@ impl FairMutex {
                 return None;
             }
         };
-        if hold.is_held() {
-            return Some(FairMutexGuard::new(self, hold));
-        }
-        if let Err(e) = release(self, &hold, by) {
-            log::debug!("releasing a late grant of `{}`: {e}", self.keys.name);
-        }
-        None
+        let hold = unless_late(self, hold, "grant", by)?;
+        Some(FairMutexGuard::new(self, hold))
     }
 
     /// An acquire call by `deadline`, through the driver (see `locks/driver.rs`).
@@ -447,28 +422,16 @@ impl FairMutex {
             shared.unwatch(&h, Duration::ZERO);
             place.remade = true;
         }
-        let terms = self.client.terms();
-        let identity = Identity {
-            owner: owner.to_owned(),
-            acquisition: request.to_owned(),
-            token: 0,
-        };
-        let renewal = Renewal {
-            every: shared.config.renew_every,
-            until: None,
-        };
-        let drift = shared.backend.drift(terms.lease);
-        let hold = Hold::new(
-            Arc::clone(&self.keys),
-            identity,
-            terms.lease,
-            drift,
-            Some(renewal),
+        let place_lease = (Kind::FairPlace, self.client.terms().lease);
+        let who = (owner, request);
+        place.hold = Some(watched_hold(
+            shared,
+            &self.keys,
+            who,
+            place_lease,
             sent,
-        );
-        let hold = Arc::new(hold.with_kind(Kind::FairPlace));
-        shared.watch(&hold);
-        place.hold = Some(hold);
+            None,
+        ));
     }
 }
 
@@ -548,26 +511,33 @@ impl Protocol for Acquire<'_> {
             self.mutex.client.shared().unwatch(&h, Duration::ZERO);
         }
         let v = self.mutex.cancel(&self.owner, &self.request, by)?;
-        Ok(
-            match (self.mutex.parse(&v, &self.request, "fair cancel")?, since) {
-                (
-                    AcquireReply::Held {
-                        token,
-                        count,
-                        acquisition,
-                        ..
-                    },
-                    Some(since),
-                ) => self
-                    .mutex
-                    .take(&self.owner, &acquisition, token, count, since, by),
-                _ => None,
-            },
-        )
+        let reply = calls::acquire_reply(&v, &self.request, &self.mutex.keys, "fair cancel")?;
+        Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
     }
 }
 
 impl Acquire<'_> {
+    /// The guard of the grant `reply` holds, counted from `since` (`None`: a grant that
+    /// cannot be used, see [`FairMutex::take`]); the reply itself when it is no grant.
+    fn take_grant(
+        &self,
+        reply: AcquireReply,
+        since: Instant,
+        by: Deadline,
+    ) -> std::result::Result<Option<FairMutexGuard>, AcquireReply> {
+        match reply {
+            AcquireReply::Held {
+                token,
+                count,
+                acquisition,
+                ..
+            } => Ok(self
+                .mutex
+                .take(&self.owner, &acquisition, token, count, since, by)),
+            other => Err(other),
+        }
+    }
+
     /// The first attempt. A re-entry keeps the terms of the acquisition it enters (it never
     /// shortens the lease on the server).
     fn first(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
@@ -581,20 +551,12 @@ impl Acquire<'_> {
         let reply = self
             .mutex
             .attempt(&self.owner, &self.request, live_arg, false, by)?;
-        match reply {
-            AcquireReply::Held {
-                token,
-                count,
-                acquisition,
-                ..
-            } => Ok(self
-                .mutex
-                .take(&self.owner, &acquisition, token, count, sent, by)
-                .map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+        match self.take_grant(reply, sent, by) {
+            Ok(guard) => Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
             // Another owner holds the lock, or the server no longer has the live hold's
             // acquisition: that hold is lost, and learns it now rather than at its next
             // renewal (its guards then say so).
-            other => {
+            Err(other) => {
                 if let Some(h) = &live {
                     shared.report_lost(h);
                 }
@@ -613,20 +575,10 @@ impl Acquire<'_> {
         let reply = self
             .mutex
             .attempt(&self.owner, &self.request, None, true, by)?;
-        let ttl = match reply {
-            AcquireReply::Held {
-                token,
-                count,
-                acquisition,
-                ..
-            } => {
-                let guard = self
-                    .mutex
-                    .take(&self.owner, &acquisition, token, count, sent, by);
-                return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held));
-            }
-            AcquireReply::Busy { ttl } => ttl,
-            _ => Duration::ZERO,
+        let ttl = match self.take_grant(reply, sent, by) {
+            Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+            Err(AcquireReply::Busy { ttl }) => ttl,
+            Err(_) => Duration::ZERO,
         };
         let (owner, request) = (&self.owner, &self.request);
         self.mutex.keep_place(&mut self.place, owner, request, sent);
@@ -687,8 +639,16 @@ impl FairMutexGuard {
 }
 
 impl Release for FairMutex {
+    /// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal
+    /// stops first).
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        release(self, hold, by)
+        let script = ("fair release", crate::protocol::mutex::parse_release);
+        // The first attempt may have released the last level before its reply was lost (the
+        // lock then moved to the release marker, or was granted to the next waiter with a copy
+        // there).
+        release_level(&self.client, hold, script, &self.keys.lock, by, |level| {
+            Some(release_call(&self.keys, hold.holder(), level))
+        })
     }
 
     fn core(&self) -> &Core {
@@ -700,19 +660,6 @@ impl Release for FairMutex {
 /// of the same call releases nothing twice).
 fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call {
     fair_mutex::release(keys, holder, level, &request_id())
-}
-
-/// Releases one level of `hold` within `by` (see `mutex/guard.rs` for the order: renewal stops
-/// first).
-fn release(mutex: &FairMutex, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let script = ("fair release", crate::protocol::mutex::parse_release);
-    release_by_script(&mutex.client, hold, script, &mutex.keys.lock, by, || {
-        let (level, held) = leave_level(mutex.client.shared(), hold, by);
-        // The first attempt may have released the last level before its reply was lost (the
-        // lock then moved to the release marker, or was granted to the next waiter with a copy
-        // there).
-        (held, Some(release_call(&mutex.keys, hold.holder(), level)))
-    })
 }
 
 // A handle is shared across threads by design; a guard is not (see above).

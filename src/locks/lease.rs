@@ -2,18 +2,22 @@
 //! [`Hold`] (`is_held`, `check`, `validity`), and released exactly once, by `unlock` or, best
 //! effort, on drop (a failure then logged at `warn`). The lock type says how a level is
 //! released ([`Release`]); the guard types add what is their own (a fencing token, a permit
-//! count) and their docs. A release's reply means the same for every lock type
-//! ([`released`]).
+//! count) and their docs. A level's release by a script ([`release_level`]) and its reply
+//! ([`released`]) mean the same for every lock type; so do
+//! a grant that came too late ([`unless_late`]) and a renewed hold without a token
+//! ([`watched_hold`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::marker::PhantomData;
 
 use crate::client::shared::{Core, Shared};
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::locks::calls::eval_twice;
-use crate::protocol::hold::Hold;
+use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex;
 use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
 use crate::stats::Held;
@@ -148,10 +152,7 @@ impl Lease {
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease")
-            .field("name", &self.hold.keys.name)
-            .field("is_held", &self.hold.is_held())
-            .finish_non_exhaustive()
+        self.debug_as(f, "Lease", None)
     }
 }
 
@@ -307,24 +308,24 @@ fn release_bound(lock: &dyn Release) -> Deadline {
     Deadline::after(lock.core().shared().config.one_call())
 }
 
-/// Releases one level of `hold` within `by` by a release script: `leave` ends the level on
-/// this side and gives whether the lease was known valid as it was left, and the script's
-/// call (`None`: nothing to ask the server, the level was an inner one). The call, of the script
+/// Releases one level of `hold` within `by` by a release script: the level is ended on this
+/// side first ([`leave_level`]), and `call` gives the script's call for the level left
+/// (`None`: nothing to ask the server, the level was an inner one). The call, of the script
 /// `what` whose reply `parse` reads, is retried once on a new connection (a failure clears
 /// the pool): the first attempt may have released before its reply was lost, or never ran
 /// (Redis restarted empty), and the same call, retried, tells them apart by the release
 /// marker the first attempt left; what it cannot tell is a loss. `foreign`: the lock's key,
 /// named when it holds something else.
-pub(crate) fn release_by_script(
+pub(crate) fn release_level(
     core: &Core,
     hold: &Arc<Hold>,
     (what, parse): (&str, impl Fn(&redis::Value) -> Option<ReleaseReply>),
     foreign: &str,
     by: Deadline,
-    leave: impl FnOnce() -> (bool, Option<Call>),
+    call: impl FnOnce(Level) -> Option<Call>,
 ) -> Result<()> {
-    let (held, call) = leave();
-    let Some(call) = call else {
+    let (level, held) = leave_level(core.shared(), hold, by);
+    let Some(call) = call(level) else {
         // An inner level of a lease lost before it was left: the loss came first.
         return if held { Ok(()) } else { Err(Error::LeaseLost) };
     };
@@ -333,7 +334,59 @@ pub(crate) fn release_by_script(
     released(core.shared(), hold, held, foreign, reply)
 }
 
-/// What a release's `reply` means for `hold` (see [`release_by_script`] for the rest), whose
+/// `hold`, just granted, when its lease is known valid; else (its reply came so late that the
+/// lease may have run out) `lock` releases it within `by` (a failure logged at `debug`, the
+/// hold called a late `what`), and `None`.
+pub(crate) fn unless_late(
+    lock: &dyn Release,
+    hold: Arc<Hold>,
+    what: &str,
+    by: Deadline,
+) -> Option<Arc<Hold>> {
+    if hold.is_held() {
+        return Some(hold);
+    }
+    if let Err(e) = lock.release(&hold, by) {
+        log::debug!("releasing a late {what} of `{}`: {e}", hold.keys.name);
+    }
+    None
+}
+
+/// A renewed hold of `kind` on `keys` for acquisition `request` of `owner` (no fencing token),
+/// with `lease` from `sent`, renewed every renewal interval until `until`; watched by the
+/// renewal thread from now on.
+pub(crate) fn watched_hold(
+    shared: &Shared,
+    keys: &Arc<LockKeys>,
+    (owner, request): (&str, &str),
+    (kind, lease): (Kind, Duration),
+    sent: Instant,
+    until: Option<Instant>,
+) -> Arc<Hold> {
+    let identity = Identity {
+        owner: owner.to_owned(),
+        acquisition: request.to_owned(),
+        token: 0,
+    };
+    let renewal = Renewal {
+        every: shared.config.renew_every,
+        until,
+    };
+    let drift = shared.backend.drift(lease);
+    let hold = Hold::new(
+        Arc::clone(keys),
+        identity,
+        lease,
+        drift,
+        Some(renewal),
+        sent,
+    );
+    let hold = Arc::new(hold.with_kind(kind));
+    shared.watch(&hold);
+    hold
+}
+
+/// What a release's `reply` means for `hold` (see [`release_level`] for the rest), whose
 /// level was left with the lease known valid (`held`) or not: `Ok` only where it was, and the
 /// server shows this acquisition's level released, by this call or by its first attempt; a
 /// loss is reported once.

@@ -48,9 +48,7 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::detachable;
 use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{
-    Lease, Release, ThreadBound, lease_guard, leave_level, release_by_script,
-};
+use crate::locks::lease::{Lease, Release, ThreadBound, lease_guard, release_level, unless_late};
 use crate::locks::time::Budget;
 use crate::protocol::grant::{Adopted, Grant, request_id};
 use crate::protocol::hold::Hold;
@@ -160,6 +158,15 @@ impl RwLock {
         &self.write_keys.name
     }
 
+    /// The keys a thread's read hold (`read`) or write hold is known by.
+    fn keys(&self, read: bool) -> &Arc<LockKeys> {
+        if read {
+            &self.read_keys
+        } else {
+            &self.write_keys
+        }
+    }
+
     /// Who holds the write lock now, as the server tells it (any process, any thread): `None`
     /// when no writer holds it. `held_for` is since the write acquisition, by the server's
     /// clock; `hold_count` is 1 (re-entry is counted by the holding client).
@@ -173,16 +180,7 @@ impl RwLock {
     /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
     pub fn writer(&self) -> Result<Option<Holder>> {
         let (now, items) = self.info()?;
-        match (items.get(2).and_then(scripts::text), items.get(3)) {
-            (Some(v), _) if v.is_empty() => Ok(None),
-            (Some(v), Some(ttl)) => {
-                let ttl = scripts::int(ttl).unwrap_or(0);
-                calls::holder_of(&v, Shape::Writer, ttl, now)
-                    .map(Some)
-                    .ok_or_else(|| scripts::unexpected("rw writer", &Value::Array(items)))
-            }
-            _ => Err(scripts::unexpected("rw writer", &Value::Array(items))),
-        }
+        calls::lone_holder(items, Some(now), Shape::Writer, "rw writer")
     }
 
     /// Who holds read locks now, as the server tells it: one [`Holder`] per read acquisition
@@ -330,11 +328,7 @@ impl RwLock {
     /// keeps out. A re-entry counted on the lost hold would say "held" beside that owner.
     fn reenter(&self, read: bool, budget: &Budget) -> Result<Option<Arc<Hold>>> {
         let shared = self.client.shared();
-        let keys = if read {
-            &self.read_keys
-        } else {
-            &self.write_keys
-        };
+        let keys = self.keys(read);
         let Some(hold) = shared.live_hold(keys) else {
             return Ok(None);
         };
@@ -379,16 +373,13 @@ impl RwLock {
             rw_lock::write(keys, owner, request, lease, register)
         };
         let v = eval_twice(&self.client, &call, by)?;
-        match scripts::parse_grant(&v, request, 0) {
+        match calls::acquire_reply(&v, request, &self.write_keys, "rw acquire")? {
             // One server entry per acquisition (re-entry is counted here), named by the server
             // after this call's request id.
-            Some(AcquireReply::Held {
+            AcquireReply::Held {
                 token, acquisition, ..
-            }) if acquisition == request => self.adopt(read, owner, request, token, sent, by),
-            Some(AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
-            Some(AcquireReply::Foreign) => Err(Error::ForeignKey {
-                key: self.write_keys.lock.clone(),
-            }),
+            } if acquisition == request => self.adopt(read, owner, request, token, sent, by),
+            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
             _ => Err(scripts::unexpected("rw acquire", &v)),
         }
     }
@@ -405,11 +396,7 @@ impl RwLock {
         sent: Instant,
         by: Deadline,
     ) -> Result<Attempt<Arc<Hold>>> {
-        let (keys, kind) = if read {
-            (&self.read_keys, Kind::Read)
-        } else {
-            (&self.write_keys, Kind::Write)
-        };
+        let (keys, kind) = (self.keys(read), if read { Kind::Read } else { Kind::Write });
         let grant = Grant {
             // A read grant has no fencing token (its fast reply is 1).
             token: if read { 0 } else { token },
@@ -426,13 +413,10 @@ impl RwLock {
             // answered as not held, and the entry runs out by its lease.
             return Ok(Attempt::busy(Duration::ZERO));
         };
-        if hold.is_held() {
-            return Ok(Attempt::Held(hold));
-        }
-        if let Err(e) = release(self, read, &hold, by) {
-            log::debug!("releasing a late grant of `{}`: {e}", self.name());
-        }
-        Ok(Attempt::busy(Duration::ZERO))
+        Ok(match unless_late(self, hold, "grant", by) {
+            Some(hold) => Attempt::Held(hold),
+            None => Attempt::busy(Duration::ZERO),
+        })
     }
 
     /// A read call by `deadline`, through the driver (see `locks/driver.rs`).
@@ -568,38 +552,27 @@ impl Protocol for Acquire<'_> {
 }
 
 impl Release for RwLock {
-    /// A read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
+    /// Releases one level of `hold` within `by`; at the outermost level, the server entry. A
+    /// read guard's hold is of [`Kind::Read`], a write guard's of [`Kind::Write`].
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        release(self, hold.kind == Kind::Read, hold, by)
+        let read = hold.kind == Kind::Read;
+        let script = ("rw release", scripts::parse_family_release);
+        // An inner level: the thread still holds the lock, and nothing is asked. Writers of
+        // this client that queue behind the one that asks Redis are not registered on the
+        // server, so no flag says they wait: the release publishes for them.
+        let call = |level: Level| {
+            (level == Level::Outermost).then(|| {
+                let shared = self.client.shared();
+                let publish = shared.subscriber.has_waiters(&self.write_keys.channel);
+                rw_lock::release(self.keys(read), hold.holder(), read, publish)
+            })
+        };
+        release_level(&self.client, hold, script, &self.write_keys.lock, by, call)
     }
 
     fn core(&self) -> &Core {
         &self.client
     }
-}
-
-/// Releases one level of `hold` within `by`; at the outermost level, the server entry.
-fn release(lock: &RwLock, read: bool, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-    let keys = if read {
-        &lock.read_keys
-    } else {
-        &lock.write_keys
-    };
-    let script = ("rw release", scripts::parse_family_release);
-    let foreign = &lock.write_keys.lock;
-    release_by_script(&lock.client, hold, script, foreign, by, || {
-        // An inner level: the thread still holds the lock, and nothing is asked.
-        let shared = lock.client.shared();
-        let (level, held) = leave_level(shared, hold, by);
-        let outermost = level == Level::Outermost;
-        // Writers of this client that queue behind the one that asks Redis are not registered
-        // on the server, so no flag says they wait: the release publishes for them.
-        let call = outermost.then(|| {
-            let publish = shared.subscriber.has_waiters(&lock.write_keys.channel);
-            rw_lock::release(keys, hold.holder(), read, publish)
-        });
-        (held, call)
-    })
 }
 
 /// The guard type `$name` of the `$what` of an [`RwLock`] (see `lease_guard!`).

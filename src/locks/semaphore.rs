@@ -31,13 +31,13 @@ use crate::locks::calls::{self, ask, eval_twice};
 use crate::locks::detached::{Detached, Guard, Parts};
 use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
 use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, lease_view, release_by_script};
+use crate::locks::lease::{Lease, Release, lease_view, release_level, unless_late, watched_hold};
 use crate::protocol::grant::request_id;
-use crate::protocol::hold::{Hold, Identity, Renewal};
+use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
-use crate::protocol::scripts;
 use crate::protocol::scripts::Admin;
+use crate::protocol::scripts::{self, AcquireReply};
 use crate::protocol::semaphore;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
@@ -295,45 +295,24 @@ impl Semaphore {
         let sent = Instant::now();
         let call = semaphore::acquire(&self.keys, owner, request, n, self.permits, lease, waits);
         let v = eval_twice(&self.client, &call, by)?;
-        match scripts::parse_grant(&v, request, 0) {
-            Some(scripts::AcquireReply::Held { .. }) => {
-                let config = &shared.config;
-                let hold = Arc::new(
-                    Hold::new(
-                        Arc::clone(&self.keys),
-                        Identity {
-                            owner: owner.to_owned(),
-                            acquisition: request.to_owned(),
-                            token: 0,
-                        },
-                        lease,
-                        shared.backend.drift(lease),
-                        Some(Renewal {
-                            every: config.renew_every,
-                            until: config.max_hold.and_then(|m| sent.checked_add(m)),
-                        }),
-                        sent,
-                    )
-                    .with_kind(Kind::Permits),
-                );
-                shared.watch(&hold);
-                if hold.is_held() {
-                    return Ok(Attempt::Held(SemaphorePermit {
+        match calls::acquire_reply(&v, request, &self.keys, "semaphore acquire")? {
+            AcquireReply::Held { .. } => {
+                let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
+                let who = (owner, request);
+                let hold =
+                    watched_hold(shared, &self.keys, who, (Kind::Permits, lease), sent, until);
+                // A reply so late that the lease may have run out: the permits go back.
+                Ok(match unless_late(self, hold, "permit", by) {
+                    Some(hold) => Attempt::Held(SemaphorePermit {
                         lease: Lease::new(self, hold, "a permit of"),
                         n,
-                    }));
-                }
-                // The reply came so late that the lease may have run out: give it back.
-                if let Err(e) = self.give_back(&hold, by) {
-                    log::debug!("releasing a late permit of `{}`: {e}", self.keys.name);
-                }
-                Ok(Attempt::busy(Duration::ZERO))
+                    }),
+                    None => Attempt::busy(Duration::ZERO),
+                })
             }
-            Some(scripts::AcquireReply::Busy { ttl }) => Ok(Attempt::busy(ttl)),
-            Some(scripts::AcquireReply::Foreign) => Err(Error::ForeignKey {
-                key: self.keys.lock.clone(),
-            }),
-            None => Err(scripts::unexpected("semaphore acquire", &v)),
+            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
+            // A foreign key is an error of `acquire_reply` already.
+            AcquireReply::Foreign => Err(scripts::unexpected("semaphore acquire", &v)),
         }
     }
 
@@ -483,26 +462,17 @@ impl Parts for SemaphorePermit {
 }
 
 impl Release for Semaphore {
+    /// Gives the permits of `hold` back within `by`.
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        self.give_back(hold, by)
+        let script = ("semaphore release", scripts::parse_family_release);
+        // Permits have one level, and no thread's slot: leaving it stops their renewal.
+        release_level(&self.client, hold, script, &self.keys.lock, by, |_| {
+            Some(semaphore::release(&self.keys, hold.holder()))
+        })
     }
 
     fn core(&self) -> &Core {
         &self.client
-    }
-}
-
-impl Semaphore {
-    /// Gives the permits of `hold` back within `by`.
-    fn give_back(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
-        let script = ("semaphore release", scripts::parse_family_release);
-        release_by_script(&self.client, hold, script, &self.keys.lock, by, || {
-            // The wait for a renewal on the wire is part of the bound (renewals are bounded
-            // too).
-            let bound = by.left().unwrap_or(Duration::MAX);
-            let held = self.client.shared().unwatch(hold, bound);
-            (held, Some(semaphore::release(&self.keys, hold.holder())))
-        })
     }
 }
 

@@ -437,38 +437,32 @@ impl Renewer {
         // By lease: a call sends each lease once per run of leases that share it.
         mutexes.sort_by_key(|&i| batch[i].lease);
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
+        // The calls, and the batch's holds in the calls' order.
+        let mut calls = Vec::new();
+        let mut order = Vec::with_capacity(batch.len());
         // On a cluster a call covers one slot; elsewhere leases of any slots share a call.
-        let mut groups: Vec<Vec<usize>> =
-            batch::group(&slots, self.backend.spreads_slots(), batch::MAX_PER_CALL)
-                .into_iter()
-                .map(|g| g.into_iter().map(|k| mutexes[k]).collect())
+        for group in batch::group(&slots, self.backend.spreads_slots(), batch::MAX_PER_CALL) {
+            let holds: Vec<usize> = group.into_iter().map(|k| mutexes[k]).collect();
+            let leases: Vec<_> = holds
+                .iter()
+                .map(|&i| {
+                    let h = &batch[i];
+                    mutex::Renewing {
+                        keys: &h.keys,
+                        holder: h.holder(),
+                        lease: h.lease,
+                        token: self.backend.fence(h.token),
+                    }
+                })
                 .collect();
-        groups.extend(others.into_iter().map(|i| vec![i]));
-        let calls: Vec<_> = groups
-            .iter()
-            .map(|g| match g.as_slice() {
-                // Another lock type's hold: its own renew script, one per hold.
-                [one] if !batch[*one].kind.is_mutex() => {
-                    let h = &batch[*one];
-                    (hold::renew_hold(h, self.backend.fence(h.token)), 1)
-                }
-                _ => {
-                    let leases: Vec<_> = g
-                        .iter()
-                        .map(|&i| {
-                            let h = &batch[i];
-                            mutex::Renewing {
-                                keys: &h.keys,
-                                holder: h.holder(),
-                                lease: h.lease,
-                                token: self.backend.fence(h.token),
-                            }
-                        })
-                        .collect();
-                    (mutex::renew_many(&leases), g.len())
-                }
-            })
-            .collect();
+            calls.push((mutex::renew_many(&leases), leases.len()));
+            order.extend(holds);
+        }
+        for i in others {
+            let h = &batch[i];
+            calls.push((hold::renew_hold(h, self.backend.fence(h.token)), 1));
+            order.push(i);
+        }
         let renewed = self.backend.renew(&calls, self.timeout);
         let now = Instant::now();
         for (master, us) in &renewed.clocks {
@@ -480,7 +474,6 @@ impl Renewer {
         if let Some(refusal) = &renewed.refused {
             self.refused(refusal);
         }
-        let flat = renewed.outcomes;
         log::trace!(
             "renewed a batch of {} leases in {} script calls",
             batch.len(),
@@ -488,7 +481,7 @@ impl Renewer {
         );
         // Back from the calls' order to the batch's.
         let mut outcomes = vec![None; batch.len()];
-        for (&i, outcome) in groups.iter().flatten().zip(flat) {
+        for (i, outcome) in order.into_iter().zip(renewed.outcomes) {
             outcomes[i] = outcome;
         }
         (outcomes, renewed.refused.is_some())

@@ -74,37 +74,25 @@ pub(crate) struct Wheel<T> {
     pending: Vec<(u64, T)>,
     /// The smallest deadline among `pending` (`u64::MAX` when it is empty).
     pending_earliest: u64,
-    /// The levels, level 0 (one-tick slots) first; exactly `NUM_LEVELS` long.
-    levels: Box<[Level<T>]>,
+    /// The levels, level 0 (one-tick slots) first.
+    levels: Box<[Level<T>; NUM_LEVELS]>,
 }
 
-/// One level of the wheel: 64 slots, each spanning `2^shift` ticks.
+/// One level of the wheel: 64 slots, each spanning `64^level` ticks.
 struct Level<T> {
-    /// `log2` of the number of ticks spanned by one slot (`6 * level`).
-    shift: u32,
     /// Bit `i` is set exactly when `slots[i]` holds at least one entry.
     occupied: u64,
-    /// The slots, indexed by bits `shift..shift + 6` of the deadline.
-    slots: [Slot<T>; SLOTS],
+    /// Each slot's `(deadline, item)` pairs, in insertion order, indexed by the
+    /// level's 6-bit group of the deadline.
+    slots: [Vec<(u64, T)>; SLOTS],
+    /// The smallest deadline in each slot (`u64::MAX` when it is empty).
+    earliest: [u64; SLOTS],
 }
 
-/// One slot of a level: the entries it holds and their earliest deadline.
-struct Slot<T> {
-    /// `(deadline, item)` pairs, in insertion order.
-    entries: Vec<(u64, T)>,
-    /// The smallest deadline in `entries` (`u64::MAX` when empty).
-    earliest: u64,
-}
-
-/// The next slot to process: where it is and the tick at which it starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Expiration {
-    /// Index of the level holding the slot.
-    level: usize,
-    /// Index of the slot within its level.
-    slot: usize,
-    /// The first tick covered by the slot; always `> elapsed`.
-    start: u64,
+/// `log2` of the number of ticks spanned by one slot of `level` (`6 * level`).
+fn shift_of(level: usize) -> u32 {
+    // `level < NUM_LEVELS == 11`, so this is at most 60.
+    (level as u32).saturating_mul(SLOT_BITS)
 }
 
 /// The level at which an entry due at `when` is stored when the current time
@@ -124,83 +112,6 @@ fn slot_for(when: u64, shift: u32) -> usize {
     (when.checked_shr(shift).unwrap_or(0) & SLOT_MASK) as usize
 }
 
-impl<T> Slot<T> {
-    /// An empty slot.
-    fn new() -> Self {
-        Self {
-            entries: Vec::new(),
-            earliest: u64::MAX,
-        }
-    }
-}
-
-impl<T> Level<T> {
-    /// An empty level number `level` (0 = finest).
-    fn new(level: usize) -> Self {
-        Self {
-            // `level < NUM_LEVELS == 11`, so this is at most 60.
-            shift: (level as u32).saturating_mul(SLOT_BITS),
-            occupied: 0,
-            slots: std::array::from_fn(|_| Slot::new()),
-        }
-    }
-
-    /// Stores `item`, due at `deadline`, in the slot that `deadline` maps to.
-    fn push(&mut self, deadline: u64, item: T) {
-        let index = slot_for(deadline, self.shift);
-        if let Some(slot) = self.slots.get_mut(index) {
-            slot.entries.push((deadline, item));
-            slot.earliest = slot.earliest.min(deadline);
-            self.occupied |= 1 << index;
-        }
-    }
-
-    /// Empties slot `index` and returns its entries.
-    fn take(&mut self, index: usize) -> Vec<(u64, T)> {
-        match self.slots.get_mut(index) {
-            Some(slot) => {
-                self.occupied &= !(1u64 << index);
-                slot.earliest = u64::MAX;
-                std::mem::take(&mut slot.entries)
-            }
-            None => Vec::new(),
-        }
-    }
-
-    /// The earliest deadline held in slot `index` (`u64::MAX` if empty).
-    fn earliest(&self, index: usize) -> u64 {
-        self.slots.get(index).map_or(u64::MAX, |slot| slot.earliest)
-    }
-
-    /// The first occupied slot of this level at or after the slot of `now`,
-    /// and the tick at which that slot starts. `None` when the level is empty.
-    fn next_expiration(&self, now: u64) -> Option<(usize, u64)> {
-        if self.occupied == 0 {
-            return None;
-        }
-        // By the wheel invariant every occupied slot lies after the slot of
-        // `now` within the current level span; rotating by `now`'s slot makes
-        // the search robust anyway (it finds the first occupied slot at or
-        // after `now`'s slot, wrapping around).
-        let now_slot = slot_for(now, self.shift);
-        let rotated = self.occupied.rotate_right(now_slot as u32);
-        let slot = (rotated.trailing_zeros() as usize + now_slot) % SLOTS;
-        // Start of the level span containing `now` (all bits from group
-        // `level` downwards cleared); for the top level the span is the whole
-        // `u64` range, so the start is 0.
-        let span_bits = self.shift.saturating_add(SLOT_BITS);
-        let level_start = now
-            .checked_shr(span_bits)
-            .unwrap_or(0)
-            .checked_shl(span_bits)
-            .unwrap_or(0);
-        // Bitwise OR cannot overflow; for the top level only slots 0..16 can
-        // ever be occupied (a deadline has just 4 bits above bit 60).
-        let start = level_start | (slot as u64).checked_shl(self.shift).unwrap_or(0);
-        Some((slot, start))
-    }
-}
-
 impl<T> Wheel<T> {
     /// Creates an empty wheel whose current time is tick 0.
     pub(crate) fn new() -> Self {
@@ -209,7 +120,11 @@ impl<T> Wheel<T> {
             len: 0,
             pending: Vec::new(),
             pending_earliest: u64::MAX,
-            levels: (0..NUM_LEVELS).map(Level::new).collect(),
+            levels: Box::new(std::array::from_fn(|_| Level {
+                occupied: 0,
+                slots: std::array::from_fn(|_| Vec::new()),
+                earliest: [u64::MAX; SLOTS],
+            })),
         }
     }
 
@@ -252,10 +167,8 @@ impl<T> Wheel<T> {
         // entry: lower levels are empty, later slots of that level start after
         // this slot ends, and higher levels only hold entries beyond the end
         // of this level's current span.
-        let exp = self.next_expiration()?;
-        self.levels
-            .get(exp.level)
-            .map(|level| level.earliest(exp.slot))
+        let (level, slot, _) = self.next_expiration()?;
+        Some(self.levels[level].earliest[slot])
     }
 
     /// Advances time to `now` and appends to `out` every item whose deadline is
@@ -267,19 +180,32 @@ impl<T> Wheel<T> {
     /// occupied slot to the next via the occupancy bitmasks.
     pub(crate) fn poll(&mut self, now: u64, out: &mut Vec<T>) {
         let now = now.max(self.elapsed);
-        if !self.pending.is_empty() {
-            self.len = self.len.saturating_sub(self.pending.len());
-            // All pending deadlines are <= elapsed < any deadline in the
-            // levels; sorting them keeps the whole output in deadline order.
-            self.pending.sort_by_key(|entry| entry.0);
-            out.extend(self.pending.drain(..).map(|(_, item)| item));
-            self.pending_earliest = u64::MAX;
-        }
-        while let Some(exp) = self.next_expiration() {
-            if exp.start > now {
+        // All pending deadlines are <= elapsed < any deadline in the levels;
+        // sorting them keeps the whole output in deadline order.
+        self.len = self.len.saturating_sub(self.pending.len());
+        self.pending.sort_by_key(|entry| entry.0);
+        out.extend(self.pending.drain(..).map(|(_, item)| item));
+        self.pending_earliest = u64::MAX;
+        while let Some((level, slot, start)) = self.next_expiration() {
+            if start > now {
                 break;
             }
-            self.process_expiration(exp, out);
+            // Time moves to the slot's start (always `> elapsed`; `max` keeps it
+            // monotonic regardless): its entries due then come out, the others
+            // go back in, always to strictly lower levels.
+            let level = &mut self.levels[level];
+            level.occupied &= !(1u64 << slot);
+            level.earliest[slot] = u64::MAX;
+            let entries = std::mem::take(&mut level.slots[slot]);
+            self.elapsed = self.elapsed.max(start);
+            for (deadline, item) in entries {
+                if deadline <= self.elapsed {
+                    self.len = self.len.saturating_sub(1);
+                    out.push(item);
+                } else {
+                    self.push_level(deadline, item);
+                }
+            }
         }
         self.elapsed = now;
     }
@@ -295,42 +221,41 @@ impl<T> Wheel<T> {
         self.len == 0
     }
 
-    /// Stores an item due strictly after `elapsed` in its level.
+    /// Stores an item due strictly after `elapsed` in its level and slot.
     fn push_level(&mut self, deadline: u64, item: T) {
         let level = level_for(self.elapsed, deadline);
-        if let Some(level) = self.levels.get_mut(level) {
-            level.push(deadline, item);
-        }
+        let slot = slot_for(deadline, shift_of(level));
+        let level = &mut self.levels[level];
+        level.slots[slot].push((deadline, item));
+        level.earliest[slot] = level.earliest[slot].min(deadline);
+        level.occupied |= 1 << slot;
     }
 
-    /// The next occupied slot, searching levels from the finest. The first
-    /// non-empty level always holds the earliest slot (see the module docs).
-    fn next_expiration(&self) -> Option<Expiration> {
-        self.levels.iter().enumerate().find_map(|(level, lvl)| {
-            lvl.next_expiration(self.elapsed)
-                .map(|(slot, start)| Expiration { level, slot, start })
-        })
-    }
-
-    /// Moves time to the start of the slot described by `exp`, emits the
-    /// slot's entries that are due exactly then and re-inserts the others,
-    /// which always land in strictly lower levels.
-    fn process_expiration(&mut self, exp: Expiration, out: &mut Vec<T>) {
-        let entries = match self.levels.get_mut(exp.level) {
-            Some(level) => level.take(exp.slot),
-            None => return,
-        };
-        // `exp.start > elapsed` by the wheel invariant; `max` keeps time
-        // monotonic regardless.
-        self.elapsed = self.elapsed.max(exp.start);
-        for (deadline, item) in entries {
-            if deadline <= self.elapsed {
-                self.len = self.len.saturating_sub(1);
-                out.push(item);
-            } else {
-                self.push_level(deadline, item);
+    /// The next occupied slot, searching levels from the finest (the first
+    /// non-empty level always holds the earliest slot, see the module docs):
+    /// its level, its index, and the tick at which it starts (`> elapsed`).
+    fn next_expiration(&self) -> Option<(usize, usize, u64)> {
+        let now = self.elapsed;
+        self.levels.iter().enumerate().find_map(|(index, level)| {
+            if level.occupied == 0 {
+                return None;
             }
-        }
+            // By the wheel invariant every occupied slot lies after the slot of
+            // `now` within the current level span; rotating by `now`'s slot
+            // makes the search robust anyway (it finds the first occupied slot
+            // at or after `now`'s slot, wrapping around).
+            let shift = shift_of(index);
+            let now_slot = slot_for(now, shift);
+            let rotated = level.occupied.rotate_right(now_slot as u32);
+            let slot = (rotated.trailing_zeros() as usize + now_slot) % SLOTS;
+            // Start of the level span containing `now` (all bits from group
+            // `level` downwards cleared); for the top level the span is the
+            // whole `u64` range, so the start is 0. The OR cannot overflow.
+            let span = shift.saturating_add(SLOT_BITS);
+            let level_start = now.checked_shr(span).unwrap_or(0);
+            let level_start = level_start.checked_shl(span).unwrap_or(0);
+            Some((index, slot, level_start | (slot as u64) << shift))
+        })
     }
 }
 
@@ -405,18 +330,18 @@ mod tests {
                 assert!(self.pending_earliest <= self.elapsed);
             }
             for (l, level) in self.levels.iter().enumerate() {
-                assert_eq!(level.shift, SLOT_BITS * l as u32);
-                for (s, slot) in level.slots.iter().enumerate() {
+                assert_eq!(shift_of(l), SLOT_BITS * l as u32);
+                for (s, entries) in level.slots.iter().enumerate() {
                     let bit = level.occupied & (1 << s) != 0;
-                    assert_eq!(bit, !slot.entries.is_empty(), "level {l} slot {s}");
-                    let min = slot.entries.iter().map(|e| e.0).min();
-                    assert_eq!(slot.earliest, min.unwrap_or(u64::MAX));
-                    for &(d, _) in &slot.entries {
+                    assert_eq!(bit, !entries.is_empty(), "level {l} slot {s}");
+                    let min = entries.iter().map(|e| e.0).min();
+                    assert_eq!(level.earliest[s], min.unwrap_or(u64::MAX));
+                    for &(d, _) in entries {
                         assert!(d > self.elapsed, "entry {d} not after {}", self.elapsed);
                         assert_eq!(level_for(self.elapsed, d), l, "entry {d}");
-                        assert_eq!(slot_for(d, level.shift), s, "entry {d}");
+                        assert_eq!(slot_for(d, shift_of(l)), s, "entry {d}");
                     }
-                    count += slot.entries.len();
+                    count += entries.len();
                 }
             }
             assert_eq!(count, self.len);

@@ -47,15 +47,11 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
             if host.is_empty() {
                 return Err(bad("the host is missing".into()));
             }
-            if let Some(port) = port {
-                match port.parse::<u16>() {
-                    Ok(p) if p > 0 => {}
-                    _ => {
-                        return Err(bad(format!(
-                            "the port `{port}` is not a number from 1 to 65535"
-                        )));
-                    }
-                }
+            if let Some(port) = port
+                && !port.parse::<u16>().is_ok_and(|p| p > 0)
+            {
+                let reason = format!("the port `{port}` is not a number from 1 to 65535");
+                return Err(bad(reason));
             }
             check_db(
                 rest[authority.len()..]
@@ -429,14 +425,9 @@ impl Pool {
                 .write_packed_command(&mut handshake);
             handshake_replies += 1;
         }
-        let bare = info
-            .addr()
-            .clone()
-            .into_connection_info()?
-            .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-            .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name());
+        let address = bare(info.addr().clone().into_connection_info()?);
         Ok(Pool {
-            client: client_for(bare, tls.map(|t| &**t))?,
+            client: client_for(address, tls.map(|t| &**t))?,
             handshake: (!handshake.is_empty()).then_some(handshake),
             handshake_replies,
             timeouts,
@@ -468,9 +459,7 @@ impl Pool {
         let moved = match &self.resolver {
             // The address only (with its TLS mode): the handshake is ours, as above.
             Some(r) => Some(client_for(
-                r.resolve(by, false)?
-                    .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-                    .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name()),
+                bare(r.resolve(by, false)?),
                 self.tls.as_deref(),
             )?),
             None => None,
@@ -534,8 +523,13 @@ impl Pool {
     }
 }
 
-/// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
-/// the builder's certificates (the system's roots when none were given).
+/// `info` as the `redis` crate gets it: the address (with its TLS mode) and keepalive only,
+/// since the handshake is ours (see [`Pool::new`]).
+fn bare(info: ConnectionInfo) -> ConnectionInfo {
+    info.set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
+        .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name())
+}
+
 /// Opens `client`'s TCP (or TLS, or Unix) connection within `connect`. The `redis` crate looks
 /// a host name up itself, with no bound: a connection to a host name is opened on a
 /// short-lived thread waited for at most `connect` (see [`dns`]), so that the lookup keeps the
@@ -559,6 +553,8 @@ pub(crate) fn open(client: &redis::Client, connect: Duration) -> Result<redis::C
     .map_err(Fault::from)
 }
 
+/// The `redis` client of an address: TLS through the `redis` crate's rustls support, with
+/// the builder's certificates (the system's roots when none were given).
 pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
     match (info.addr(), tls) {
         (ConnectionAddr::TcpTls { .. }, Some(tls))
@@ -589,21 +585,24 @@ fn check_master(reply: &Value) -> Result<(), Fault> {
     ))))
 }
 
-/// `e` with `hint` added when it is a refusal of credentials (`WRONGPASS`, `NOAUTH`, a
-/// failed `AUTH`); other errors unchanged.
+/// Whether `r` is a refusal of credentials: a failed `AUTH`, or a server error coded
+/// `WRONGPASS` or `NOAUTH`, alone or among the errors of a pipeline (a connection's set-up).
+fn refuses_credentials(r: &redis::RedisError) -> bool {
+    r.kind() == redis::ErrorKind::AuthenticationFailed
+        || r.clone().into_server_errors().is_some_and(|errors| {
+            (errors.iter()).any(|(_, e)| matches!(e.code(), "WRONGPASS" | "NOAUTH"))
+        })
+}
+
+/// `e` with `hint` added when it is a refusal of credentials (see [`refuses_credentials`]);
+/// other errors unchanged.
 pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
     match e {
-        Error::Redis(r)
-            if r.kind() == redis::ErrorKind::AuthenticationFailed
-                || r.code().is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
-                || r.to_string().contains("WRONGPASS") =>
-        {
-            Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::AuthenticationFailed,
-                "credentials refused",
-                format!("{whom} refused the credentials ({r}); {hint}"),
-            )))
-        }
+        Error::Redis(r) if refuses_credentials(&r) => Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "credentials refused",
+            format!("{whom} refused the credentials ({r}); {hint}"),
+        ))),
         e => e,
     }
 }
@@ -611,6 +610,41 @@ pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_credentials_are_known_by_their_code() {
+        let server = |reply: &[u8]| match redis::parse_redis_value(reply) {
+            Ok(Value::ServerError(e)) => redis::RedisError::from(e),
+            other => panic!("not a server error: {other:?}"),
+        };
+        assert!(refuses_credentials(&server(
+            b"-WRONGPASS invalid password\r\n"
+        )));
+        assert!(refuses_credentials(&server(
+            b"-NOAUTH Authentication required.\r\n"
+        )));
+        let failed = (redis::ErrorKind::AuthenticationFailed, "auth failed");
+        assert!(refuses_credentials(&redis::RedisError::from(failed)));
+        // The code decides, not the text.
+        assert!(!refuses_credentials(&server(
+            b"-ERR WRONGPASS in a message\r\n"
+        )));
+        let e = auth_hint(
+            Error::Redis(server(b"-NOPERM no\r\n")),
+            "a sentinel",
+            "hint",
+        );
+        assert!(!e.to_string().contains("hint"), "{e}");
+        let e = auth_hint(
+            Error::Redis(server(b"-WRONGPASS no\r\n")),
+            "a sentinel",
+            "hint",
+        );
+        assert!(
+            e.to_string().contains("a sentinel refused the credentials"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn socket_timeouts_are_whole_milliseconds_never_longer() {

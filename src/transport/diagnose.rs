@@ -4,8 +4,7 @@
 
 use crate::error::{Error, io_error};
 use crate::transport::pubsub;
-use crate::transport::tls::{Tls, bad, classify, handshake_error, speaks_tls};
-use std::io;
+use crate::transport::tls::{Tls, bad, classify, closed_by_peer, handshake_error, speaks_tls};
 
 /// The error of a client's first command (at `build()`), explained where TLS is the likely
 /// cause: a failed TLS check on a `rediss://` master names the check; a TLS master that does
@@ -56,15 +55,7 @@ pub(crate) fn explain(
     let closed = |r: &redis::RedisError| {
         r.is_connection_dropped()
             && !r.is_connection_refusal()
-            && io_error(r).is_some_and(|io| {
-                matches!(
-                    io.kind(),
-                    io::ErrorKind::UnexpectedEof
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::ConnectionAborted
-                        | io::ErrorKind::BrokenPipe
-                )
-            })
+            && io_error(r).is_some_and(|io| closed_by_peer(io.kind()))
     };
     match (&e, plain) {
         // A closed connection is no evidence of TLS by itself (a server that stops, a proxy,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
@@ -76,17 +76,10 @@ impl Tls {
     /// (`insecure`).
     pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
         install_default_provider();
+        let config = |wanted: bool, insecure| wanted.then(|| client_config(&certs, insecure));
         Ok(Tls {
-            verified: if verified {
-                Some(client_config(&certs, false)?)
-            } else {
-                None
-            },
-            insecure: if insecure {
-                Some(client_config(&certs, true)?)
-            } else {
-                None
-            },
+            verified: config(verified, false).transpose()?,
+            insecure: config(insecure, true).transpose()?,
             certs,
         })
     }
@@ -130,7 +123,9 @@ pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Arc<Clie
     let builder = if insecure {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+            .with_custom_certificate_verifier(Arc::new(NoVerification(
+                provider().signature_verification_algorithms,
+            )))
     } else {
         builder.with_root_certificates(root_store(certs.root.as_deref())?)
     };
@@ -185,7 +180,7 @@ fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
 /// The verifier of `#insecure` URLs: accepts any certificate (signatures are still checked,
 /// so the handshake itself is sound).
 #[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
+struct NoVerification(WebPkiSupportedAlgorithms);
 
 impl ServerCertVerifier for NoVerification {
     fn verify_server_cert(
@@ -205,12 +200,7 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
     }
 
     fn verify_tls13_signature(
@@ -219,16 +209,11 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.0.supported_schemes()
     }
 }
 
@@ -275,6 +260,29 @@ impl TlsStream {
     }
 }
 
+/// Runs the handshake of `conn` on the blocking socket `tcp` until it is done or `until`
+/// (each socket step is bounded by what is left, through the socket's timeouts; a step that
+/// would pass `until` is a `TimedOut` error).
+fn blocking_handshake(
+    conn: &mut ClientConnection,
+    tcp: &TcpStream,
+    until: Instant,
+) -> io::Result<()> {
+    let mut sock = tcp;
+    while conn.is_handshaking() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        tcp.set_read_timeout(Some(left))?;
+        tcp.set_write_timeout(Some(left))?;
+        if conn.complete_io(&mut sock)? == (0, 0) && conn.is_handshaking() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
 /// A client session for `host`, before its handshake.
 pub(crate) fn session(host: &str, config: Arc<ClientConfig>) -> Result<ClientConnection> {
     let name = ServerName::try_from(host.to_owned())
@@ -299,22 +307,15 @@ pub(crate) fn handshake_step(
     mut sock: &TcpStream,
 ) -> io::Result<Option<Want>> {
     loop {
-        while conn.wants_write() {
-            match conn.write_tls(&mut sock) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(Want::Write)),
-                Err(e) => return Err(e),
-            }
+        if !flush_step(conn, sock)? {
+            return Ok(Some(Want::Write));
         }
         if !conn.is_handshaking() {
             return Ok(None);
         }
-        match conn.read_tls(&mut sock) {
+        match take_records(conn, &mut sock) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => {
-                conn.process_new_packets()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            }
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(Want::Read)),
             Err(e) => return Err(e),
         }
@@ -344,20 +345,34 @@ pub(crate) struct PlainReader<'a> {
 impl Read for PlainReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            match self.conn.reader().read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            if let Some(read) = plaintext(self.conn, buf) {
+                return read;
             }
             let mut sock = self.sock;
-            if self.conn.read_tls(&mut sock)? == 0 {
+            if take_records(self.conn, &mut sock)? == 0 {
                 return Ok(0);
             }
-            self.conn
-                .process_new_packets()
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
     }
+}
+
+/// The plaintext `conn` has for `buf`; `None` when it has none yet (it needs more records).
+fn plaintext(conn: &mut ClientConnection, buf: &mut [u8]) -> Option<io::Result<usize>> {
+    match conn.reader().read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        read => Some(read),
+    }
+}
+
+/// Reads ciphertext for `conn` from `input` and decrypts the records it completes: how many
+/// bytes were read (0: the peer closed the connection).
+fn take_records(conn: &mut ClientConnection, input: &mut dyn Read) -> io::Result<usize> {
+    let n = conn.read_tls(input)?;
+    if n > 0 {
+        conn.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+    Ok(n)
 }
 
 /// Sends whatever rustls has queued (records, alerts, key updates).
@@ -371,13 +386,8 @@ fn flush_tls(conn: &mut ClientConnection, mut sock: &TcpStream) -> io::Result<()
 impl Read for TlsStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            {
-                let mut conn = self.session.lock();
-                match conn.reader().read(buf) {
-                    Ok(n) => return Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
+            if let Some(read) = plaintext(&mut self.session.lock(), buf) {
+                return read;
             }
             // Wait for ciphertext without the lock, so that writers are never held up.
             let n = (&self.tcp).read(&mut self.raw)?;
@@ -387,9 +397,7 @@ impl Read for TlsStream {
             let mut conn = self.session.lock();
             let mut input = &self.raw[..n];
             while !input.is_empty() {
-                conn.read_tls(&mut input)?;
-                conn.process_new_packets()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                take_records(&mut conn, &mut input)?;
             }
             flush_tls(&mut conn, &self.tcp)?;
         }
@@ -448,6 +456,16 @@ pub(crate) fn describe(e: &rustls::Error, host: &str) -> String {
     }
 }
 
+/// Whether an I/O error of `kind` says the peer closed the connection (not refused, not
+/// timed out).
+pub(crate) fn closed_by_peer(kind: io::ErrorKind) -> bool {
+    use io::ErrorKind as K;
+    matches!(
+        kind,
+        K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+    )
+}
+
 /// The error of a failed handshake with `host`.
 pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
     if let Some(t) = rustls_error(e) {
@@ -457,10 +475,7 @@ pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
             Error::timeout("the TLS handshake did not finish within the connect timeout")
         }
-        io::ErrorKind::UnexpectedEof
-        | io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => bad(format!(
+        kind if closed_by_peer(kind) => bad(format!(
             "`{host}` closed the connection during the TLS handshake ({e}): is this a \
              plain-text port, or does it require a client certificate?"
         )),
@@ -485,13 +500,8 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
 /// one without verifying the certificate, or sends a TLS alert (it wants a client
 /// certificate, say). Silence, a closed connection or bytes that are not TLS: false.
 pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
-    let Ok(config) = client_config(&TlsCerts::default(), true) else {
-        return false;
-    };
-    let Ok(name) = ServerName::try_from(host.to_owned()) else {
-        return false;
-    };
-    let Ok(mut conn) = ClientConnection::new(config, name) else {
+    let config = client_config(&TlsCerts::default(), true);
+    let Ok(mut conn) = config.and_then(|config| session(host, config)) else {
         return false;
     };
     let until = Instant::now() + connect;
@@ -502,23 +512,11 @@ pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
     else {
         return false;
     };
-    let mut sock = &tcp;
-    while conn.is_handshaking() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero()
-            || tcp.set_read_timeout(Some(left)).is_err()
-            || tcp.set_write_timeout(Some(left)).is_err()
-        {
-            return false;
+    match blocking_handshake(&mut conn, &tcp, until) {
+        Ok(()) => {
+            let _ = tcp.shutdown(std::net::Shutdown::Both);
+            true
         }
-        match conn.complete_io(&mut sock) {
-            Ok((0, 0)) if conn.is_handshaking() => return false,
-            Ok(_) => {}
-            Err(e) => {
-                return matches!(rustls_error(&e), Some(rustls::Error::AlertReceived(_)));
-            }
-        }
+        Err(e) => matches!(rustls_error(&e), Some(rustls::Error::AlertReceived(_))),
     }
-    let _ = tcp.shutdown(std::net::Shutdown::Both);
-    true
 }
