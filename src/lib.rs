@@ -341,46 +341,52 @@
 //!
 //! # Layout
 //!
-//! For readers of the source, the rooms, lowest first. A file uses its own room and those
-//! above it in this list, never one below, and no file imports a file that imports it back
-//! (`tests/layers.rs` checks both).
+//! For readers of the source: the folders are the layers, lowest first. A file uses its own
+//! folder and those above it in this list, never one below; the lock types stand side by side
+//! and none uses another; and no file imports a file that imports it back (`tests/layers.rs`
+//! checks all three).
 //!
-//! - `kind.rs`: which kind of lock a call or a hold is, one enum for the crate.
-//! - `stats.rs`: the client's counters ([`Stats`]) and their metrics.
-//! - `error.rs`: [`Error`] and [`Result`].
-//! - `transport/`: sockets to one server (`tls.rs`, `conn.rs`, `pubsub.rs`, `diagnose.rs`).
-//! - `subscriber{.rs,/}`: waiter queues (`queue`, `waiter`), pub/sub thread (`pubsub_thread`, `route`).
-//! - `protocol/`: key names, the Lua scripts and their replies, a hold's record, a grant.
-//! - `topology/`: how a call reaches the masters: one or a quorum, Sentinel, Cluster (`cluster/`).
-//! - `renewal/`: the `locksmith-renew` thread and its timer wheel.
-//! - `client/shared.rs`: the client's core: its settings, shared state and two threads.
-//! - `locks/{time,wait,calls,lease}.rs`: a call's budget, retries and sleeps, one-shot script
-//!   calls, leases and what a release's reply means.
-//! - `locks/driver.rs`: the waiting driver, which runs every acquire call of every lock type
-//!   (the fast path, the local queue, the sleep until a release, retries, the give-up, stats).
-//! - `locks/mutex/`, `locks/{multi,fair_mutex,rwlock,semaphore}.rs`: the lock types, side by
-//!   side, each its protocol under the driver (one attempt, what a wake brings, the cancel of
-//!   a waiter that gives up) and its guard.
-//! - `client/{builder,connect,mod}.rs`: [`ClientBuilder`], [`Client`].
+//! - `kind.rs`, `stats.rs`, `error.rs`: which kind of lock a call or a hold is; the client's
+//!   counters ([`Stats`]) and their metrics; [`Error`] and [`Result`].
+//! - `transport/`: sockets to one server: connections and their pool (`conn.rs`), TLS, the
+//!   pub/sub socket and its non-blocking opening (`pubsub.rs`, `pubsub/opening.rs`).
+//! - `subscriber/`: the pub/sub thread (`pubsub_thread.rs`, one loop for one server and for a
+//!   cluster's masters; `route.rs`, where a channel is subscribed; `replies.rs`) and the local
+//!   waiter queues (`queue.rs`, `waiter.rs`).
+//! - `protocol/`: key names, the script table and each lock type's calls and replies beside
+//!   its Lua (`scripts.rs`, `mutex.rs`, `fair_mutex.rs`, `rw_lock.rs`, `semaphore.rs`, ...).
+//! - `topology/`: how a call reaches the masters: independent masters (one, Sentinel's, or a
+//!   RedLock quorum: `backend/nodes.rs`) or a Cluster (`cluster/`), and the quorum's
+//!   arithmetic over replies (`quorum.rs`).
+//! - `shared/`: what every lock type shares: the client's core and two threads (`mod.rs`), its
+//!   settings (`config.rs`), owner ids (`holder.rs`), the record of holds (`grant.rs`,
+//!   `hold.rs`) and the `locksmith-renew` thread with its timer wheel (`renewal/`).
+//! - `driver/`: the waiting driver, which runs every acquire call of every lock type (the fast
+//!   path, the local queue, the sleep until a release, retries, the give-up, stats), and its
+//!   helpers: a call's budget (`time.rs`), retries and sleeps (`wait.rs`), one-shot calls
+//!   (`calls.rs`), leases and releases (`lease.rs`), detached holds (`detached.rs`).
+//! - `locks/`: the lock types, side by side (`mutex/`, `multi.rs`, `fair_mutex.rs`,
+//!   `rwlock.rs`, `semaphore.rs`), each its protocol under the driver (one attempt, what a
+//!   wake brings, the cancel of a waiter that gives up) and its guard.
+//! - `client/`: the public face: [`ClientBuilder`], [`Client`], connecting, listing locks.
 
 mod client;
+mod driver;
 mod error;
 mod kind;
 mod locks;
 mod protocol;
-mod renewal;
+mod shared;
 mod stats;
 mod subscriber;
 mod topology;
 mod transport;
 
 pub use client::inspect::{LIST_TIMEOUT, Locks};
-pub use client::shared::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use client::{Client, builder::ClientBuilder};
+pub use driver::detached::Detached;
 pub use error::{Error, Result};
-pub use locks::detached::Detached;
 pub use locks::fair_mutex::{FairMutex, FairMutexGuard};
-pub use locks::holder::{Holder, LockInfo, LockKind, MAX_LABEL_LEN};
 pub use locks::multi::{MultiGuard, MultiMutex};
 pub use locks::mutex::election::{Election, Leader, Leadership, MAX_PROCLAIM_LEN, Observer};
 pub use locks::mutex::{Mutex, guard::MutexGuard};
@@ -390,7 +396,9 @@ pub use protocol::keys::MAX_NAME_LEN;
 /// The Lua source the client sends for a script, by its body's file name (for the tests).
 #[doc(hidden)]
 pub use protocol::scripts::lua_source as __lua_source;
-pub use renewal::{LeaseKind, LostLease};
+pub use shared::config::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
+pub use shared::holder::{Holder, LockInfo, LockKind, MAX_LABEL_LEN};
+pub use shared::renewal::{LeaseKind, LostLease};
 pub use stats::{Histogram, Stats};
 
 /// The Rust snippets of the README and of `docs/*.md`, compiled (and run where they need no

@@ -1,7 +1,8 @@
 //! The sources import one way (see "Layout" in the crate docs).
 //!
-//! - `src/`: the files form layers; no file names a file of a higher layer, and the rooms of a
-//!   layer that keeps them side by side (the lock types) name no other room of that layer.
+//! - `src/`: the folders form layers; no file names a file of a higher layer, and the rooms of
+//!   a layer that keeps them side by side (the lock types, each a child of `locks/`) name no
+//!   other room of that layer.
 //! - `src/`, `benches/locks/` and `testkit/src/`: no file imports a file that imports it back,
 //!   directly or through others.
 //! - `benches/locks/`: no workload imports another; what two share is in a support module.
@@ -19,59 +20,29 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The layers of `src/`, lowest first. A file belongs to the first entry that matches it: a
-/// path ending in `/` matches the files under it, any other path one file. A file may name
-/// files of its own layer and of the layers below; in a side-by-side layer, each entry is a
+/// The layers of `src/`, lowest first: each a folder (or a file at the root). A file belongs
+/// to the first entry that matches it: a path ending in `/` matches the files under it, any
+/// other path one file. A file may name files of its own layer and of the layers below; in a
+/// layer of rooms, each child of the folder (a file, or a folder with what is under it) is a
 /// room that names no other room of the layer.
 const LAYERS: &[Layer] = &[
     Layer::new("kinds", &["kind.rs"]),
     Layer::new("counters", &["stats.rs"]),
     Layer::new("error", &["error.rs"]),
-    Layer::new("holders", &["locks/holder.rs"]),
     Layer::new("transport", &["transport/"]),
-    Layer::new("pub/sub", &["subscriber.rs", "subscriber/"]),
+    Layer::new("pub/sub", &["subscriber/"]),
     Layer::new("protocol", &["protocol/"]),
     Layer::new("topology", &["topology/"]),
-    Layer::new("renewal", &["renewal/"]),
-    Layer::new("client core", &["client/shared.rs"]),
-    Layer::new(
-        "lock helpers",
-        &[
-            "locks/mod.rs",
-            "locks/time.rs",
-            "locks/wait.rs",
-            "locks/calls.rs",
-            "locks/lease.rs",
-            "locks/detached.rs",
-        ],
-    ),
-    Layer::new("waiting driver", &["locks/driver.rs"]),
-    Layer::side_by_side(
-        "lock types",
-        &[
-            "locks/mutex/",
-            "locks/multi.rs",
-            "locks/fair_mutex.rs",
-            "locks/rwlock.rs",
-            "locks/semaphore.rs",
-        ],
-    ),
-    Layer::new(
-        "client",
-        &[
-            "client/builder.rs",
-            "client/connect.rs",
-            "client/inspect.rs",
-            "client/mod.rs",
-            "lib.rs",
-        ],
-    ),
+    Layer::new("shared", &["shared/"]),
+    Layer::new("driver", &["driver/"]),
+    Layer::rooms("lock types", &["locks/"]),
+    Layer::new("client", &["client/", "lib.rs"]),
 ];
 
 struct Layer {
     name: &'static str,
     entries: &'static [&'static str],
-    side_by_side: bool,
+    rooms: bool,
 }
 
 impl Layer {
@@ -79,30 +50,37 @@ impl Layer {
         Layer {
             name,
             entries,
-            side_by_side: false,
+            rooms: false,
         }
     }
 
-    const fn side_by_side(name: &'static str, entries: &'static [&'static str]) -> Layer {
+    /// A layer whose folder holds rooms side by side (its `mod.rs` only declares them).
+    const fn rooms(name: &'static str, entries: &'static [&'static str]) -> Layer {
         Layer {
             name,
             entries,
-            side_by_side: true,
+            rooms: true,
         }
     }
 }
 
-/// Where a file of `src/` sits: its layer and the entry (room) of that layer.
-fn place_of(rel: &str) -> Option<(usize, usize)> {
+/// Where a file of `src/` sits: its layer, the entry of that layer, and its room (the child of
+/// the entry's folder it is under, for a layer of rooms; the entry otherwise).
+fn place_of(rel: &str) -> Option<(usize, usize, String)> {
     LAYERS.iter().enumerate().find_map(|(l, layer)| {
-        layer
-            .entries
-            .iter()
-            .position(|e| match e.strip_suffix('/') {
-                Some(dir) => rel.starts_with(&format!("{dir}/")),
-                None => rel == *e,
-            })
-            .map(|e| (l, e))
+        layer.entries.iter().enumerate().find_map(|(e, entry)| {
+            let inside = match entry.strip_suffix('/') {
+                Some(dir) => rel.strip_prefix(&format!("{dir}/")),
+                None => (rel == *entry).then_some(""),
+            }?;
+            let room = if layer.rooms {
+                let child = inside.split('/').next().unwrap_or_default();
+                child.trim_end_matches(".rs").to_owned()
+            } else {
+                (*entry).to_owned()
+            };
+            Some((l, e, room))
+        })
     })
 }
 
@@ -498,11 +476,11 @@ fn layer_violations(krate: &Crate, graph: &Graph) -> Vec<String> {
         }
     }
     for (from, tos) in &graph.edges {
-        let Some((fl, fe)) = place_of(from) else {
+        let Some((fl, _, fe)) = place_of(from) else {
             continue;
         };
         for (to, path) in tos {
-            let Some((tl, te)) = place_of(to) else {
+            let Some((tl, _, te)) = place_of(to) else {
                 continue;
             };
             if tl > fl {
@@ -510,7 +488,7 @@ fn layer_violations(krate: &Crate, graph: &Graph) -> Vec<String> {
                     "src/{from} ({}) names `{path}` in src/{to}, of the higher layer {}",
                     LAYERS[fl].name, LAYERS[tl].name
                 ));
-            } else if tl == fl && fe != te && LAYERS[fl].side_by_side {
+            } else if tl == fl && fe != te && LAYERS[fl].rooms {
                 bad.push(format!(
                     "src/{from} names `{path}` in src/{to}: the {} stand side by side, none \
                      importing another",
@@ -663,7 +641,7 @@ fn src_imports_one_way_by_layers_and_without_cycles() {
     for layer in LAYERS {
         for entry in layer.entries {
             let held = krate.files.iter().any(|(rel, _)| {
-                place_of(rel).is_some_and(|(l, e)| {
+                place_of(rel).is_some_and(|(l, e, _)| {
                     LAYERS[l].name == layer.name && layer.entries[e] == *entry
                 })
             });
@@ -671,15 +649,6 @@ fn src_imports_one_way_by_layers_and_without_cycles() {
         }
     }
 }
-
-/// The lock rooms: each is its protocol and its guard; the driver waits for all of them.
-const LOCK_ROOMS: &[&str] = &[
-    "locks/mutex/mod.rs",
-    "locks/multi.rs",
-    "locks/fair_mutex.rs",
-    "locks/rwlock.rs",
-    "locks/semaphore.rs",
-];
 
 /// What only the waiting driver (and the helpers below it) may do: join a lock's local queue,
 /// wait for a turn, a confirmation, a release or a give-way, retry an attempt.
@@ -691,28 +660,31 @@ const WAITING: &[&str] = &[
     ".wait_give_way(",
     "wait_release_firing(",
     "retrying(",
-    "sleep_on(",
 ];
 
 /// The lock rooms that wait on their own instead of through the driver.
 fn rooms_that_wait(krate: &Crate) -> Vec<String> {
     let mut bad = Vec::new();
     for (rel, text) in &krate.files {
-        let room = LOCK_ROOMS.contains(&rel.as_str())
-            || (rel.starts_with("locks/mutex/") && LOCK_ROOMS.contains(&"locks/mutex/mod.rs"));
-        if !room {
+        // The lock rooms are the children of `locks/` (a file, or a folder whose `mod.rs` is
+        // the room's head): each is its protocol and its guard; the driver waits for all.
+        let Some(inside) = rel.strip_prefix("locks/") else {
+            continue;
+        };
+        if inside == "mod.rs" {
             continue;
         }
+        let head = !inside.contains('/') || inside.split('/').nth(1) == Some("mod.rs");
         let code = without_test_modules(&code_of(text));
         for w in WAITING {
             if code.contains(w) {
                 bad.push(format!(
-                    "{rel} calls `{w}`: a lock room waits through locks/driver.rs"
+                    "{rel} calls `{w}`: a lock room waits through driver/mod.rs"
                 ));
             }
         }
-        if LOCK_ROOMS.contains(&rel.as_str()) && !code.contains("driver::") {
-            bad.push(format!("{rel} does not acquire through locks/driver.rs"));
+        if head && !code.contains("driver::") {
+            bad.push(format!("{rel} does not acquire through driver/mod.rs"));
         }
     }
     bad
@@ -729,7 +701,7 @@ fn every_lock_room_waits_through_the_driver() {
 fn the_check_finds_a_lock_room_with_a_loop_of_its_own() {
     let krate = fake_src(
         "
---- locks/driver.rs
+--- driver/mod.rs
 pub fn acquire() {}
 --- locks/semaphore.rs
 fn acquire() { let reg = shared.subscriber.join(c); reg.wait_release(0, d); }
@@ -844,10 +816,10 @@ fn fake_src(files: &str) -> Crate {
 fn the_check_finds_an_upward_import_and_a_file_in_no_layer() {
     let krate = fake_src(
         "
---- protocol/hold.rs
+--- protocol/keys.rs
 use crate::Result;
-use crate::client::shared::Shared;
---- client/shared.rs
+use crate::shared::Shared;
+--- shared/mod.rs
 fn f() { crate::locks::mutex::guard::x(); }
 --- locks/mutex/guard.rs
 --- transport/conn.rs
@@ -862,12 +834,12 @@ use crate::error::Error;
     assert!(any_starts(&bad, "src/newlayer.rs is in no layer"));
     assert!(any_starts(
         &bad,
-        "src/protocol/hold.rs (protocol) names `crate::client::shared::Shared` in \
-         src/client/shared.rs"
+        "src/protocol/keys.rs (protocol) names `crate::shared::Shared` in \
+         src/shared/mod.rs"
     ));
     assert!(any_starts(
         &bad,
-        "src/client/shared.rs (client core) names `crate::locks::mutex::guard::x` in \
+        "src/shared/mod.rs (shared) names `crate::locks::mutex::guard::x` in \
          src/locks/mutex/guard.rs"
     ));
 }
@@ -879,8 +851,8 @@ fn the_check_finds_lock_types_that_import_each_other() {
 --- locks/rwlock.rs
 use crate::locks::fair_mutex::eval_twice;
 --- locks/fair_mutex.rs
-use crate::locks::calls::eval_twice;
---- locks/calls.rs
+use crate::driver::calls::eval_twice;
+--- driver/calls.rs
 --- locks/mutex/mod.rs
 mod guard;
 use guard::MutexGuard;
@@ -941,7 +913,7 @@ use super::guard::Guard;
 fn comments_strings_tests_and_ancestors_do_not_count() {
     let krate = fake_src(
         r##"
---- protocol/hold.rs
+--- shared/hold.rs
 /// Used by [`Mutex`](crate::Mutex).
 use crate::error::Error; // crate::client
 /* crate::locks::mutex */
@@ -963,7 +935,7 @@ use super::X;
     let g = graph(&krate, true);
     assert_eq!(layer_violations(&krate, &g), Vec::<String>::new());
     assert_eq!(cycles(&krate, &g), Vec::<String>::new());
-    let hold = &g.edges["protocol/hold.rs"];
+    let hold = &g.edges["shared/hold.rs"];
     assert_eq!(hold.keys().collect::<Vec<_>>(), ["error.rs"]);
 }
 

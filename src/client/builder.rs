@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Client;
-use super::shared::validate_max_hold;
-use super::shared::{Config, HandoffBound, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 use crate::error::{Error, Result, ensure};
-use crate::locks::holder;
 use crate::protocol::keys;
-use crate::renewal::{LostHook, LostLease};
+use crate::shared::config::validate_max_hold;
+use crate::shared::config::{Config, HandoffBound, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
+use crate::shared::holder;
+use crate::shared::renewal::{LostHook, LostLease};
 use crate::transport::conn::{self, Timeouts};
 use crate::transport::tls::TlsCerts;
 

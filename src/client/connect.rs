@@ -16,8 +16,9 @@ use redis::{ConnectionAddr, ConnectionInfo};
 
 use super::Client;
 use super::builder::{ClientBuilder, DEFAULT_MASTER_TIMEOUT, Topology};
-use super::shared::{Config, Core};
 use crate::error::{Error, Result};
+use crate::shared::Core;
+use crate::shared::config::Config;
 use crate::stats::Counters;
 use crate::subscriber::Subscriber;
 use crate::topology::backend::{Backend, Node};

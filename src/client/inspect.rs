@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::Client;
 use crate::error::Result;
-use crate::locks::holder::{LockInfo, LockKind};
 use crate::protocol::keys;
+use crate::shared::holder::{LockInfo, LockKind};
 use crate::transport::conn::Deadline;
 
 /// The bound of the `SCAN` that [`Client::locks`] starts with, over every master.

@@ -1,6 +1,6 @@
-//! [`Client`]: a handle on one deployment, which makes the lock handles. A client's settings
-//! are in `builder.rs`, how it connects is in `connect.rs`; what its clones, locks and threads
-//! share is in `shared.rs`.
+//! The public face: [`Client`], a handle on one deployment, which makes the lock handles. A
+//! client's settings are in `builder.rs`, how it connects is in `connect.rs`, the listing of
+//! locks is in `inspect.rs`; what its clones, locks and threads share is in `src/shared/`.
 
 use std::sync::Arc;
 
@@ -12,13 +12,12 @@ use crate::locks::mutex::election::Election;
 use crate::locks::rwlock::RwLock;
 use crate::locks::semaphore::Semaphore;
 use crate::protocol::keys::{self, LockKeys};
+use crate::shared::Core;
 use crate::stats::Stats;
-use shared::Core;
 
 pub(crate) mod builder;
 mod connect;
 pub(crate) mod inspect;
-pub(crate) mod shared;
 
 /// A connection to one Redis server, shared by all locks made from it.
 ///

@@ -55,23 +55,23 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::shared::Core;
-use crate::error::{Error, Result};
-use crate::kind::Kind;
-use crate::locks::calls::{self, ask, eval_twice};
-use crate::locks::detached::detachable;
-use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
-use crate::locks::holder::Holder;
-use crate::locks::lease::{
+use crate::driver::calls::{self, ask, eval_twice};
+use crate::driver::detached::detachable;
+use crate::driver::lease::{
     Lease, Release, ThreadBound, lease_guard, release_level, unless_late, watched_hold,
 };
+use crate::driver::{self, Attempt, Protocol, timed_forms};
+use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::protocol::fair_mutex;
-use crate::protocol::grant::{Adopted, Grant, request_id};
-use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
+use crate::shared::Core;
+use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::hold::Hold;
+use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -392,7 +392,7 @@ impl FairMutex {
         Some(FairMutexGuard::new(self, hold))
     }
 
-    /// An acquire call by `deadline`, through the driver (see `locks/driver.rs`).
+    /// An acquire call by `deadline`, through the driver (see `driver/mod.rs`).
     fn acquire(&self, deadline: Deadline) -> Result<Option<FairMutexGuard>> {
         let owner = self.client.shared().owner();
         let request = request_id();

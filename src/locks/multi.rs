@@ -48,20 +48,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::shared::{Core, Shared};
+use crate::driver::calls::eval_twice;
+use crate::driver::detached::{Detached, Guard, Parts};
+use crate::driver::lease::{ThreadBound, leave_level, released};
+use crate::driver::time::Budget;
+use crate::driver::wait::Fired;
+use crate::driver::{self, Attempt, Protocol, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::calls::eval_twice;
-use crate::locks::detached::{Detached, Guard, Parts};
-use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
-use crate::locks::lease::{ThreadBound, leave_level, released};
-use crate::locks::time::Budget;
-use crate::locks::wait::Fired;
-use crate::protocol::grant::{Adopted, Grant, request_id};
-use crate::protocol::hold::Hold;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::multi::{self, Leaving, Member, MultiReply};
 use crate::protocol::scripts::{self, Holder, Level, Live};
+use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::hold::Hold;
+use crate::shared::{Core, Shared};
 use crate::stats::Held;
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
@@ -235,7 +235,7 @@ impl MultiMutex {
         fn try_lock_until;
     }
 
-    /// Takes the parts in order, each through the driver (see `locks/driver.rs`); gives back
+    /// Takes the parts in order, each through the driver (see `driver/mod.rs`); gives back
     /// what was taken when a later part cannot be had. Counted in the client's
     /// [`Stats`](crate::Stats) under the names joined by `,`.
     fn acquire(&self, deadline: Deadline) -> Result<Option<MultiGuard>> {

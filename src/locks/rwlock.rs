@@ -41,22 +41,22 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::shared::Core;
+use crate::driver::calls::{self, ask, eval_twice};
+use crate::driver::detached::detachable;
+use crate::driver::lease::{Lease, Release, ThreadBound, lease_guard, release_level, unless_late};
+use crate::driver::time::Budget;
+use crate::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::calls::{self, ask, eval_twice};
-use crate::locks::detached::detachable;
-use crate::locks::driver::{self, Attempt, Protocol, Queue, timed_forms};
-use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, ThreadBound, lease_guard, release_level, unless_late};
-use crate::locks::time::Budget;
-use crate::protocol::grant::{Adopted, Grant, request_id};
-use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
 use crate::protocol::rw_lock;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
+use crate::shared::Core;
+use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::hold::Hold;
+use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -419,14 +419,14 @@ impl RwLock {
         })
     }
 
-    /// A read call by `deadline`, through the driver (see `locks/driver.rs`).
+    /// A read call by `deadline`, through the driver (see `driver/mod.rs`).
     fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
         let mut call = Acquire::new(self, true);
         let hold = driver::acquire(&mut call, Kind::Read, deadline)?;
         Ok(hold.map(|h| RwLockReadGuard::new(self, h)))
     }
 
-    /// A write call by `deadline`, through the driver (see `locks/driver.rs`).
+    /// A write call by `deadline`, through the driver (see `driver/mod.rs`).
     fn write_until(&self, deadline: Deadline) -> Result<Option<RwLockWriteGuard>> {
         let mut call = Acquire::new(self, false);
         let hold = driver::acquire(&mut call, Kind::Write, deadline)?;

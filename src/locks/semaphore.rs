@@ -24,21 +24,21 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::shared::Core;
+use crate::driver::calls::{self, ask, eval_twice};
+use crate::driver::detached::{Detached, Guard, Parts};
+use crate::driver::lease::{Lease, Release, lease_view, release_level, unless_late, watched_hold};
+use crate::driver::{self, Attempt, Protocol, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::calls::{self, ask, eval_twice};
-use crate::locks::detached::{Detached, Guard, Parts};
-use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
-use crate::locks::holder::Holder;
-use crate::locks::lease::{Lease, Release, lease_view, release_level, unless_late, watched_hold};
-use crate::protocol::grant::request_id;
-use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::Shape;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply};
 use crate::protocol::semaphore;
+use crate::shared::Core;
+use crate::shared::grant::request_id;
+use crate::shared::hold::Hold;
+use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
 use crate::transport::conn::Deadline;
 
@@ -322,7 +322,7 @@ impl Semaphore {
     }
 
     /// An acquire call for `n` permits by `deadline`, through the driver (see
-    /// `locks/driver.rs`).
+    /// `driver/mod.rs`).
     fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
         if n == 0 || n > self.permits {
             return Err(Error::config(

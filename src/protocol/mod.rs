@@ -13,22 +13,20 @@
 //! - [`library`]: the Mutex acquire and release scripts as a function library (`FCALL`).
 //! - [`lua`]: each script's source: a header generated from the Rust constants, the shared
 //!   helpers it uses (`scripts/prelude/*.lua`), and its body.
-//! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
-//!   client made of it.
-//! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state),
-//!   shared by its guards and the renewal thread.
 //!
-//! The topologies below run these calls on their masters; nothing here opens a connection.
-//! The calls and the Lua import only [`crate::error`] (and the transport's fault type, for a
-//! reply of the wrong shape); [`grant`] and [`hold`] are the runtime state of holds, which
-//! also name the lock types' kinds ([`crate::kind`]).
+//! The topologies above run these calls on their masters; nothing here opens a connection or
+//! keeps state: the calls and the Lua import only [`crate::error`] (and the transport's fault
+//! type, for a reply of the wrong shape). The runtime record of holds is in `shared/`.
+//!
+//! The script checker (`tests/checker/`) runs these scripts, exactly as sent, in an embedded
+//! Lua over a model of Redis. It is a unit test of this module (it calls the builders and
+//! parsers here, which are private to the crate), kept beside the other tests.
 
 #[cfg(test)]
+#[path = "../../tests/checker/mod.rs"]
 mod checker;
 pub(crate) mod election;
 pub(crate) mod fair_mutex;
-pub(crate) mod grant;
-pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod library;
 pub(crate) mod lock_value;

@@ -12,7 +12,7 @@
 //!   connect timeout of its own; its channels wait for it, and nothing else does. A server
 //!   whose connection failed is tried again after a backoff of its own (20 ms doubling to
 //!   1 s), its channels `down` meanwhile (their leaders re-check every
-//!   [`RECHECK`](crate::locks::wait::RECHECK)); one server of a quorum moves on to the next
+//!   [`RECHECK`](crate::driver::wait::RECHECK)); one server of a quorum moves on to the next
 //!   master, and a Sentinel is asked again where the master is. So a frozen master
 //!   (accepting connections, never answering) delays no subscription, release or heartbeat
 //!   on another master. The thread's other blocking steps against one node are bounded and

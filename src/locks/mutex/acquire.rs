@@ -311,7 +311,7 @@ fn undo(
         jobs.push((unanswered.to_vec(), request, token, Level::Outermost, true));
     }
     for (targets, acquisition, token, level, fresh) in jobs {
-        let request = crate::protocol::grant::request_id();
+        let request = crate::shared::grant::request_id();
         let release = mutex::Release {
             acquisition,
             level,

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::handoff::{self, GivingWay};
-use crate::client::shared::Shared;
+use crate::driver::detached::detachable;
+use crate::driver::lease::{Lease, ThreadBound, lease_guard, leave_level, released};
 use crate::error::Result;
-use crate::locks::detached::detachable;
-use crate::locks::lease::{Lease, ThreadBound, lease_guard, leave_level, released};
-use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{Level, ReleaseReply};
+use crate::shared::Shared;
+use crate::shared::hold::Hold;
 use crate::transport::conn::Deadline;
 
 /// A held lock. Dropping it releases one level of the lock (the lock is free once the

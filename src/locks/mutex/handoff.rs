@@ -56,11 +56,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::shared::Shared;
 use crate::kind::Kind;
-use crate::protocol::grant::Terms;
-use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::scripts::Level;
+use crate::shared::Shared;
+use crate::shared::grant::Terms;
+use crate::shared::hold::{Chain, Hold, Identity, Renewal};
 use crate::subscriber::{GiveWay, Passed};
 use crate::transport::conn::Deadline;
 

@@ -4,20 +4,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::shared::{Core, MAX_LEASE, MIN_LEASE, validate_max_hold};
+use crate::driver::calls::twice;
+use crate::driver::lease::Release;
+use crate::driver::wait::Fired;
+use crate::driver::{self, Attempt, Protocol, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::calls::twice;
-use crate::locks::driver::{self, Attempt, Protocol, timed_forms};
-use crate::locks::holder::Holder;
-use crate::locks::lease::Release;
-use crate::locks::wait::Fired;
-use crate::protocol::grant::{Adopted, Grant, Terms, request_id};
-use crate::protocol::hold::Hold;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value;
 use crate::protocol::mutex::{self, AdminReply};
 use crate::protocol::scripts::{self, Admin, Level, Live};
+use crate::shared::Core;
+use crate::shared::config::{MAX_LEASE, MIN_LEASE, validate_max_hold};
+use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::hold::Hold;
+use crate::shared::holder::Holder;
 use crate::subscriber::Passed;
 use crate::topology::backend::Primed;
 use crate::topology::quorum;
@@ -520,7 +521,7 @@ impl Mutex {
         }
     }
 
-    /// An acquire call by `deadline`, through the driver (see `locks/driver.rs`).
+    /// An acquire call by `deadline`, through the driver (see `driver/mod.rs`).
     fn acquire(&self, deadline: Deadline) -> Result<Option<MutexGuard>> {
         let shared = self.client.shared();
         let mut call = Acquire {

@@ -31,7 +31,7 @@ pub(crate) fn release(
     leave: Leave<'_>,
     by: Deadline,
 ) -> Result<ReleaseReply> {
-    let request = crate::protocol::grant::request_id();
+    let request = crate::shared::grant::request_id();
     let release = mutex::Release {
         acquisition: leave.acquisition,
         level: leave.level,

@@ -17,7 +17,7 @@ pub(crate) const MAX_PRIMED: usize = 8;
 /// A script call packed on a connection, for a thread that does not wait for its reply to
 /// write it: the pub/sub thread writes a leader's acquire the moment the release message
 /// arrives, before it wakes the leader, so that the acquire does not wait for that thread hop
-/// (see the waiting driver, `locks/driver.rs`). The leader reads the reply.
+/// (see the waiting driver, `driver/mod.rs`). The leader reads the reply.
 pub(crate) struct Primed {
     pub(super) con: Conn,
     pub(super) packed: Vec<u8>,

@@ -1,7 +1,18 @@
-//! The shared core of a client: its settings ([`Config`]), the state every lock, guard and
-//! thread of the client shares ([`Shared`]: the id, the backend, the subscriber, the renewal
-//! inbox, the registry of this client's holds), and [`Core`], which owns the two threads and
-//! is what a [`Client`](crate::Client) and every lock handle keep alive.
+//! What every lock room shares: the client's core, its settings and the record of its holds.
+//!
+//! Here: the state every lock, guard and thread of the client shares ([`Shared`]: the id, the
+//! backend, the subscriber, the renewal inbox, the registry of this client's holds), and
+//! [`Core`], which owns the two threads and is what a [`Client`](crate::Client) and every
+//! lock handle keep alive. Below it:
+//!
+//! - [`config`]: the client's settings ([`Config`]);
+//! - [`holder`]: owner ids, labels and what an operator sees of a holder;
+//! - [`grant`]: one acquisition's request id, lease terms, the server's grant, and what the
+//!   client made of it;
+//! - [`hold`]: the local record of one held lock (its lease deadline, renewal and state),
+//!   shared by its guards and the renewal thread;
+//! - [`renewal`]: the `locksmith-renew` thread and its timer wheel, which keep the holds'
+//!   leases.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,97 +24,20 @@ use parking_lot::Mutex as PlMutex;
 
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::holder;
-use crate::protocol::grant::{Adopted, Grant, Terms};
-use crate::protocol::hold::{Chain, Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
-use crate::renewal::{self, Inbox, LostHook};
 use crate::stats::Counters;
 use crate::subscriber::{Reader, Subscriber};
 use crate::topology::backend::Backend;
-use crate::transport::conn::{Deadline, Timeouts};
+use config::Config;
+use grant::{Adopted, Grant, Terms};
+use hold::{Chain, Hold, Identity, Renewal};
+use renewal::{Inbox, LostHook};
 
-/// The shortest lease accepted.
-pub const MIN_LEASE: Duration = Duration::from_millis(30);
-/// The longest lease accepted.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Settings shared by every lock of a client.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) lease: Duration,
-    pub(crate) renew_every: Duration,
-    pub(crate) prefix: String,
-    /// The client's label, encoded for owner ids (see `locks/holder.rs`).
-    pub(crate) label: String,
-    pub(crate) timeouts: Timeouts,
-    pub(crate) retry_timeout: Duration,
-    pub(crate) max_hold: Option<Duration>,
-    /// Replicas that must confirm each acquire (and renewal), and how long to wait for them.
-    pub(crate) wait_replicas: Option<(usize, Duration)>,
-    /// The bound of local hand-offs; `None`: every release goes through Redis (the option is
-    /// off, or a quorum client).
-    pub(crate) handoff: Option<HandoffBound>,
-}
-
-/// How far a run of local hand-offs may go before a release goes through Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HandoffBound {
-    /// Local hand-offs in a row after an acquisition through Redis.
-    pub(crate) max_count: u32,
-    /// Time since the send of the acquisition through Redis after which no hand-off starts.
-    pub(crate) max_time: Duration,
-    /// How long the local leader lets others go first after a release through Redis that
-    /// others heard (zero: it competes at once).
-    pub(crate) give_way: Duration,
-}
-
-/// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
-/// each acquisition through Redis reserves that many fencing tokens.
-///
-/// [`ClientBuilder::local_handoff_max_count`]: crate::ClientBuilder::local_handoff_max_count
-pub const MAX_HANDOFF_COUNT: u32 = crate::protocol::scripts::MAX_BLOCK;
-
-impl Config {
-    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
-    pub(crate) fn terms(&self) -> Terms {
-        Terms {
-            lease: self.lease,
-            watchdog: true,
-            max_hold: self.max_hold,
-        }
-    }
-
-    /// The bound of one call that may have to open a connection first: the connect timeout
-    /// plus the command timeout (plus the replicas' timeout with
-    /// [`wait_replicas`](ClientBuilder::wait_replicas)).
-    pub(crate) fn one_call(&self) -> Duration {
-        self.timeouts
-            .connect
-            .saturating_add(self.timeouts.command)
-            .saturating_add(self.wait_replicas.map_or(Duration::ZERO, |(_, t)| t))
-    }
-
-    /// How long a waiter waits for its subscription's confirmation before an attempt whose
-    /// failure leads to sleeping: one command timeout (at most an hour) from now, never past
-    /// `deadline`.
-    pub(crate) fn confirm_by(&self, deadline: Deadline) -> Deadline {
-        deadline.min(Deadline::after(
-            self.timeouts.command.min(Duration::from_secs(3600)),
-        ))
-    }
-}
-
-/// Checks a maximum hold time.
-pub(crate) fn validate_max_hold(max: Duration) -> Result<()> {
-    if max < MIN_LEASE {
-        return Err(Error::config(
-            "max_hold",
-            format!("must be at least {MIN_LEASE:?}"),
-        ));
-    }
-    Ok(())
-}
+pub(crate) mod config;
+pub(crate) mod grant;
+pub(crate) mod hold;
+pub(crate) mod holder;
+pub(crate) mod renewal;
 
 /// State shared by a client's clones, locks, guards and threads.
 #[derive(Debug)]
@@ -397,7 +331,7 @@ impl Shared {
 
     /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
     /// renewal of it on the wire. Returns whether its lease was known valid until then (see
-    /// [`Left`](crate::protocol::hold::Left)).
+    /// [`Left`](crate::shared::hold::Left)).
     pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) -> bool {
         let held = hold.leave(bound).held;
         if hold.renewal.is_some() {

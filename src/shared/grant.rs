@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use crate::protocol::hold::Hold;
+use crate::shared::hold::Hold;
 
 /// A request id, unique across every client and process: it tells a retry apart from a new
 /// call, and a new acquisition is named after it (the lock's `gen`), so that an acquisition id
@@ -57,7 +57,7 @@ pub(crate) struct Grant<'a> {
     pub(crate) last: u64,
 }
 
-/// What the client made of a grant (see `Shared::adopt` in `client/shared.rs`).
+/// What the client made of a grant (see `Shared::adopt` in `shared/mod.rs`).
 #[derive(Debug)]
 pub(crate) enum Adopted {
     /// The caller holds the lock through this hold (a new one, or its live hold re-entered).

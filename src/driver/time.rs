@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::client::shared::Shared;
+use crate::shared::Shared;
 use crate::transport::conn::{Deadline, Timeouts};
 
 /// What a lock call may spend: it waits until `deadline`, and its I/O ends by `limit`.

@@ -1,4 +1,15 @@
-//! The one waiting driver under every lock type.
+//! The one waiting driver under every lock type, and the helpers every lock type's calls use:
+//!
+//! - `time.rs`: a call's budget, its deadline and the bound of its I/O;
+//! - `wait.rs`: the retry loop of an attempt, how long a waiter sleeps, and a primed attempt
+//!   left for the subscriber thread to write;
+//! - `calls.rs`: one script call retried once on a new connection, an acquire reply read once,
+//!   and what an operator's query of a lock type other than the plain mutex shows;
+//! - `lease.rs`: what every guard shows of its lease, its release once, and what a release's
+//!   reply means;
+//! - `detached.rs`: a hold that moves between threads ([`Detached`](crate::Detached)).
+//!
+//! # The driver
 //!
 //! A lock type says how one acquire call talks to Redis: its [`Protocol`] (one attempt, where
 //! its waiters listen, what a wake may bring, how a waiter leaves the server's queue). The
@@ -21,14 +32,20 @@
 
 use std::time::Duration;
 
-use crate::client::shared::Core;
+use crate::driver::time::Budget;
+use crate::driver::wait::{Fired, RECHECK, retrying, wait_release_firing};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::time::Budget;
-use crate::locks::wait::{Fired, RECHECK, retrying, wait_release_firing};
+use crate::shared::Core;
 use crate::subscriber::{Passed, Registration, Turn};
 use crate::topology::backend::{Primed, jitter};
 use crate::transport::conn::Deadline;
+
+pub(crate) mod calls;
+pub(crate) mod detached;
+pub(crate) mod lease;
+pub(crate) mod time;
+pub(crate) mod wait;
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<H> {
@@ -153,7 +170,7 @@ macro_rules! timed_forms {
     ) => {
         $(#[$block_doc])*
         pub fn $block(&self) -> $crate::Result<$guard> {
-            $crate::locks::driver::held(
+            $crate::driver::held(
                 self.$call($crate::transport::conn::Deadline::NONE),
                 $fails,
             )
@@ -251,7 +268,7 @@ pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P:
 /// A call of a lock type within a budget that is not an attempt (a read-write lock's check of
 /// its re-entry): exactly one when the deadline has passed, else retried while Redis cannot be
 /// reached, as every attempt is.
-pub(crate) use crate::locks::wait::retrying as within;
+pub(crate) use crate::driver::wait::retrying as within;
 
 /// The first attempt: exactly one when the deadline has passed, else retried while Redis
 /// cannot be reached (see [`retrying`]).

@@ -33,7 +33,7 @@
 //! waits until the subscriber thread has read the confirmation of the channel's `SUBSCRIBE`
 //! (bounded by the command timeout) before its first attempt; any release after that attempt
 //! is then delivered. While the channel's connection is down (lost, or failing to open: the
-//! channel is `down`), leaders re-check every [`RECHECK`](crate::locks::wait::RECHECK)
+//! channel is `down`), leaders re-check every [`RECHECK`](crate::driver::wait::RECHECK)
 //! instead of sleeping until their TTL bound.
 //!
 //! # Writes and reads

@@ -37,8 +37,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::kind::Kind;
-use crate::protocol::hold::{self, Begin, Hold, Status};
 use crate::protocol::mutex;
+use crate::shared::hold::{self, Begin, Hold, Status};
 use crate::stats::Counters;
 use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;

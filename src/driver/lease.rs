@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use std::marker::PhantomData;
 
-use crate::client::shared::{Core, Shared};
+use crate::driver::calls::eval_twice;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
-use crate::locks::calls::eval_twice;
-use crate::protocol::hold::{Hold, Identity, Renewal};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex;
 use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
+use crate::shared::hold::{Hold, Identity, Renewal};
+use crate::shared::{Core, Shared};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
 
@@ -76,15 +76,15 @@ macro_rules! lease_guard {
         impl $guard {
             pub(crate) fn new(
                 lock: &$lock,
-                hold: std::sync::Arc<$crate::protocol::hold::Hold>,
+                hold: std::sync::Arc<$crate::shared::hold::Hold>,
             ) -> Self {
                 $guard {
-                    lease: $crate::locks::lease::Lease::new(lock, hold, $what),
+                    lease: $crate::driver::lease::Lease::new(lock, hold, $what),
                     _thread: std::marker::PhantomData,
                 }
             }
 
-            $crate::locks::lease::lease_view!("unlock");
+            $crate::driver::lease::lease_view!("unlock");
 
             $(#[$unlock])*
             pub fn unlock(self) -> $crate::Result<()> {
@@ -94,7 +94,7 @@ macro_rules! lease_guard {
 
         impl std::fmt::Debug for $guard {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                let extra = $crate::locks::lease::lease_guard!(@extra $debug self.lease);
+                let extra = $crate::driver::lease::lease_guard!(@extra $debug self.lease);
                 self.lease.debug_as(f, stringify!($guard), extra)
             }
         }
@@ -287,7 +287,7 @@ impl Drop for Lease {
 
 /// Ends one level of `hold` on this side, before its release asks the server: the level it
 /// was, and whether the lease was known valid as it was left (the `held` that [`released`]
-/// takes; see [`Left`](crate::protocol::hold::Left)). The outermost level stops renewal (the
+/// takes; see [`Left`](crate::shared::hold::Left)). The outermost level stops renewal (the
 /// wait for a renewal on the wire is part of `by`; renewals are bounded too) and is forgotten
 /// as the thread's hold; its release then frees the lock on the server whatever count it has
 /// there: levels the server counts beyond the local ones (an inner release that never
@@ -392,7 +392,7 @@ pub(crate) fn watched_hold(
 /// loss is reported once.
 ///
 /// `held` was decided in one step with the hold's loss (see
-/// [`Left`](crate::protocol::hold::Left)): a loss marked first makes every release of the hold
+/// [`Left`](crate::shared::hold::Left)): a loss marked first makes every release of the hold
 /// an error, even one the server still carries out (a lease lost on this side, by its local
 /// deadline or a refused renewal, whose key outlives it for a moment); a release first keeps
 /// a later loss from being marked or reported at all. So `on_lease_lost`, `is_held()` and

@@ -1,8 +1,9 @@
 //! The script checker: the crate's own Lua, exactly as the client sends it, run in an embedded
 //! Lua 5.1 (the version Redis embeds) over an in-memory model of the Redis commands the
 //! scripts call, driven by many clients through random interleavings under faults, with the
-//! lock's promises checked at every grant. Unit tests only; real-server tests stay in
-//! `tests/`.
+//! lock's promises checked at every grant. A unit test of `src/protocol/`, which includes this
+//! folder with `#[path]` (the checker calls the crate's private builders and parsers); the
+//! real-server tests are the other files of `tests/`.
 //!
 //! # What it models
 //!

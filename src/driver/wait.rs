@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::shared::{Core, Shared};
+use crate::driver::time::Budget;
 use crate::error::{Error, Result};
-use crate::locks::time::Budget;
+use crate::shared::{Core, Shared};
 use crate::subscriber::{OnRelease, Registration};
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::client::shared::Core;
 use crate::error::{Error, Result};
-use crate::locks::holder::{Holder, parse_owner};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value::{Shape, parse_held};
 use crate::protocol::scripts::{self, AcquireReply, int, parse_grant, text, unexpected};
+use crate::shared::Core;
+use crate::shared::holder::{Holder, parse_owner};
 use crate::transport::conn::Deadline;
 
 /// Runs a script call once, and once more at once (on a new connection: a failure clears the

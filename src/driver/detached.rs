@@ -9,8 +9,8 @@
 
 use std::marker::PhantomData;
 
+use crate::driver::lease::Lease;
 use crate::error::Result;
-use crate::locks::lease::Lease;
 
 /// A held lock that no thread owns, on its way from the thread that locked it to the thread
 /// that does the work: `Send + 'static`, made by a guard's `detach`.
@@ -215,8 +215,8 @@ macro_rules! detachable {
             }
         }
 
-        impl $crate::locks::detached::Guard for $guard {
-            type Parts = $crate::locks::lease::Lease;
+        impl $crate::driver::detached::Guard for $guard {
+            type Parts = $crate::driver::lease::Lease;
 
             fn attach(parts: Self::Parts) -> $crate::Result<Self> {
                 Ok($guard {
