@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
+use crate::protocol::mutex::how;
 use crate::protocol::scripts::{
     Call, Holder, Level, Live, ReleaseReply, Which, extend_ms, int, millis, named, release_code,
     text,
@@ -28,8 +29,9 @@ pub(crate) fn acquire(members: &[Member<'_>], lease: Duration, request: &str) ->
         .map(|m| m.keys.lock.as_str())
         .chain(members.iter().map(|m| m.keys.fence.as_str()))
         .collect();
-    let mut call = Call::new(Which::MultiAcquire, &keys);
-    call.cmd.arg(millis(lease)).arg(request);
+    let mut call = Call::new(Which::MultiAcquire, &keys)
+        .arg(millis(lease))
+        .arg(request);
     for m in members {
         let (acquisition, extend) = m
             .live
@@ -58,15 +60,9 @@ pub(crate) fn release(leaving: &[Leaving<'_>], request: &str, retry: bool) -> Ca
         .iter()
         .flat_map(|l| [l.keys.lock.as_str(), l.keys.channel.as_str()])
         .collect();
-    let mut call = Call::new(Which::MultiRelease, &keys);
-    call.cmd.arg(request);
+    let mut call = Call::new(Which::MultiRelease, &keys).arg(request);
     for l in leaving {
-        let mut how = String::new();
-        match l.level {
-            Level::Inner => how.push('i'),
-            Level::Outermost if retry => how.push('r'),
-            Level::Outermost => {}
-        }
+        let mut how = how(l.level, retry);
         if l.publish {
             how.push('p');
         }

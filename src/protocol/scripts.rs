@@ -27,6 +27,7 @@ use std::time::Duration;
 use redis::{Connection, Script, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
+use crate::protocol::keys::LockKeys;
 use crate::transport::fault::Fault;
 
 /// The script table: each script's name in [`Which`] and its file in `src/protocol/scripts/`.
@@ -151,19 +152,38 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// `EVALSHA` of `which` with `keys`; the caller adds the arguments to `cmd`.
+    /// `EVALSHA` of `which` with `keys`; the caller adds the arguments ([`arg`](Call::arg)).
     pub(crate) fn new(which: Which, keys: &[&str]) -> Call {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
         Call { which, cmd }
     }
+
+    /// The call with `arg` added (a number is sent in decimal, as the scripts read it).
+    pub(crate) fn arg(mut self, arg: impl redis::ToRedisArgs) -> Call {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// The call with `arg` added when `on`.
+    pub(crate) fn arg_if(self, on: bool, arg: &str) -> Call {
+        if on { self.arg(arg) } else { self }
+    }
 }
 
-/// The call of `which` with `keys` and the arguments `args`.
-pub(crate) fn call(which: Which, keys: &[&str], args: &[&str]) -> Call {
-    let mut call = Call::new(which, keys);
-    call.cmd.arg(args);
-    call
+/// The renewal of `holder`'s string, or its member of a sorted set of holders, at `keys.lock`
+/// (`renew_holder.lua`): `what` is `"write"` or `"read"` (a read-write lock's writer or
+/// reader) or `"permits"` (a semaphore's holder).
+pub(crate) fn renew_holder(
+    keys: &LockKeys,
+    what: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+) -> Call {
+    Call::new(Which::RenewHolder, &[&keys.lock])
+        .arg(what)
+        .arg(named(holder.acquisition))
+        .arg(millis(lease))
 }
 
 pub(crate) use crate::protocol::lua::MAX_BLOCK;

@@ -1127,10 +1127,7 @@ impl Sim {
             .zip(&keys)
             .map(|(h, k)| Renewing {
                 keys: k,
-                holder: Holder {
-                    owner: &h.owner,
-                    acquisition: &h.acquisition,
-                },
+                acquisition: &h.acquisition,
                 lease,
                 token: if quorum { h.token } else { 0 },
             })

@@ -449,7 +449,7 @@ impl Renewer {
                     let h = &batch[i];
                     mutex::Renewing {
                         keys: &h.keys,
-                        holder: h.holder(),
+                        acquisition: &h.acquisition,
                         lease: h.lease,
                         token: self.backend.fence(h.token),
                     }
