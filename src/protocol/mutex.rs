@@ -11,8 +11,8 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Admin, Call, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int, millis,
-    named, parse_grant, release_code, text,
+    AcquireReply, Admin, Call, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int, micros,
+    millis, named, parse_grant, release_code, text,
 };
 
 /// One Mutex acquire call, as the acquire script takes it (`scripts/acquire.lua`).
@@ -234,9 +234,7 @@ pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
     let Value::Array(items) = v else { return None };
     let ms = |v: &Value| Duration::from_millis(u64::try_from(int(v).unwrap_or(0)).unwrap_or(0));
     let clock = |s: &Value, us: &Value| -> Option<u64> {
-        let s = u64::try_from(int(s)?).ok()?;
-        s.checked_mul(1_000_000)?
-            .checked_add(u64::try_from(int(us)?).ok()?)
+        micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)
     };
     match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
         (1, [value, pttl, s, us]) => Some(AdminReply::Held {

@@ -441,6 +441,12 @@ pub(crate) fn parse_renews(v: &Value, n: usize) -> Vec<Option<bool>> {
 /// The server clock of a `TIME` reply, in microseconds since the epoch.
 pub(crate) fn parse_time(v: &Value) -> Option<u64> {
     let (s, us): (u64, u64) = redis::from_redis_value(v.clone()).ok()?;
+    micros(s, us)
+}
+
+/// A server clock reading of `s` seconds and `us` microseconds (as `TIME` gives it, and as the
+/// scripts store a grant's time), in microseconds since the epoch.
+pub(crate) fn micros(s: u64, us: u64) -> Option<u64> {
     s.checked_mul(1_000_000)?.checked_add(us)
 }
 

@@ -82,6 +82,13 @@ pub(crate) enum Status {
     Released,
 }
 
+impl Status {
+    /// Held: valid or uncertain, neither lost nor released.
+    fn holding(self) -> bool {
+        matches!(self, Status::Valid | Status::Uncertain)
+    }
+}
+
 #[derive(Debug)]
 struct State {
     /// Send time of the last successful acquire or renewal.
@@ -173,10 +180,7 @@ impl Hold {
     /// is the only one and the lease is known valid. [`unpass`](Hold::unpass) undoes it.
     pub(crate) fn pass(&self) -> bool {
         let mut st = self.state.lock();
-        if st.depth != 1
-            || !matches!(st.status, Status::Valid | Status::Uncertain)
-            || self.deadline_of(&st).is_none_or(|d| Instant::now() >= d)
-        {
+        if st.depth != 1 || !self.live(&st) {
             return false;
         }
         st.depth = 0;
@@ -194,9 +198,7 @@ impl Hold {
     /// any more: the successor must not be made.
     pub(crate) fn retire(&self) -> Option<Instant> {
         let mut st = self.state.lock();
-        let valid = st.depth == 0
-            && matches!(st.status, Status::Valid | Status::Uncertain)
-            && self.deadline_of(&st).is_some_and(|d| Instant::now() < d);
+        let valid = st.depth == 0 && self.live(&st);
         if st.status != Status::Lost {
             st.status = Status::Released;
         }
@@ -214,6 +216,16 @@ impl Hold {
             .checked_add(self.lease.saturating_sub(self.drift))
     }
 
+    /// Whether the local deadline has passed.
+    fn expired(&self, st: &State) -> bool {
+        self.deadline_of(st).is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Whether the lease is known valid: held (valid or uncertain), its deadline not passed.
+    fn live(&self, st: &State) -> bool {
+        st.status.holding() && !self.expired(st)
+    }
+
     /// The levels local guards hold (0 while passed on in a local hand-off, or released).
     pub(crate) fn depth(&self) -> u32 {
         self.state.lock().depth
@@ -228,18 +240,14 @@ impl Hold {
     pub(crate) fn status(&self) -> Status {
         let st = self.state.lock();
         match st.status {
-            Status::Valid | Status::Uncertain
-                if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) =>
-            {
-                Status::Lost
-            }
+            s if s.holding() && self.expired(&st) => Status::Lost,
             s => s,
         }
     }
 
     /// True while the lease is known valid.
     pub(crate) fn is_held(&self) -> bool {
-        matches!(self.status(), Status::Valid | Status::Uncertain)
+        self.status().holding()
     }
 
     /// `Ok` while the lease is known valid, [`Error::LeaseLost`](crate::Error::LeaseLost)
@@ -283,10 +291,7 @@ impl Hold {
     /// Returns false if the hold is no longer usable (lost, released, or past its deadline).
     pub(crate) fn enter(&self, sent: Instant) -> bool {
         let mut st = self.state.lock();
-        if !matches!(st.status, Status::Valid | Status::Uncertain) || st.depth == 0 {
-            return false;
-        }
-        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+        if !self.live(&st) || st.depth == 0 {
             return false;
         }
         st.depth += 1;
@@ -306,8 +311,7 @@ impl Hold {
         // Read under the lock every loss is marked under: a loss marked before this is seen
         // here, and one after it finds the outermost level released (`mark_lost`,
         // `end_renewal` and `begin_renewal` then change nothing and report nothing).
-        let held = matches!(st.status, Status::Valid | Status::Uncertain)
-            && self.deadline_of(&st).is_none_or(|d| Instant::now() < d);
+        let held = self.live(&st);
         st.depth = st.depth.saturating_sub(1);
         if st.depth > 0 {
             return Left {
@@ -338,23 +342,22 @@ impl Hold {
     /// Marks the hold lost; returns true if it was not lost or released before.
     pub(crate) fn mark_lost(&self) -> bool {
         let mut st = self.state.lock();
-        if matches!(st.status, Status::Valid | Status::Uncertain) {
+        let was = st.status.holding();
+        if was {
             st.status = Status::Lost;
-            true
-        } else {
-            false
         }
+        was
     }
 
     /// Called by the renewal thread before sending a renewal.
     pub(crate) fn begin_renewal(&self) -> Begin {
         let mut st = self.state.lock();
-        if !matches!(st.status, Status::Valid | Status::Uncertain) {
+        if !st.status.holding() {
             return Begin::Skip;
         }
         // Past the local deadline the hold is lost for good, even if a renewal would still
         // find the key: `is_held()` never turns true again once it read false.
-        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+        if self.expired(&st) {
             st.status = Status::Lost;
             return Begin::Expired;
         }
@@ -369,7 +372,7 @@ impl Hold {
     pub(crate) fn end_renewal(&self, sent: Instant, outcome: Option<bool>) -> Option<Status> {
         let mut st = self.state.lock();
         st.in_flight = false;
-        let status = if matches!(st.status, Status::Valid | Status::Uncertain) {
+        let status = if st.status.holding() {
             match outcome {
                 Some(true) => {
                     st.last_ok = st.last_ok.max(sent);
@@ -377,7 +380,7 @@ impl Hold {
                 }
                 Some(false) => st.status = Status::Lost,
                 None => {
-                    st.status = if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+                    st.status = if self.expired(&st) {
                         Status::Lost
                     } else {
                         Status::Uncertain

@@ -133,22 +133,25 @@ fn tick_of(epoch: Instant, t: Instant) -> u64 {
 }
 
 impl Inbox {
-    /// Starts renewing `hold`.
-    pub(crate) fn register(&self, hold: Arc<Hold>) {
+    /// Starts renewing `hold` (nothing for a fixed lease).
+    pub(crate) fn register(&self, hold: &Arc<Hold>) {
         let Some(at) = hold.next_renewal() else {
             return;
         };
         let due = tick_of(self.epoch, at);
-        self.holds.lock().push(hold);
+        self.holds.lock().push(Arc::clone(hold));
         if due < self.wake_at.load(Ordering::SeqCst) {
             // The thread lives as long as the client; a send can only fail during its drop.
             let _ = self.tx.send(Msg::Wake);
         }
     }
 
-    /// Notes that a registered hold was released (no wake-up).
-    pub(crate) fn released(&self) {
-        self.released.fetch_add(1, Ordering::Relaxed);
+    /// Notes that `hold` was released (no wake-up); nothing for a fixed lease, which was
+    /// never registered.
+    pub(crate) fn released(&self, hold: &Hold) {
+        if hold.renewal.is_some() {
+            self.released.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Has the thread report a hold that another thread just marked lost (the `warn` log and
