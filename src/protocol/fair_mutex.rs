@@ -83,10 +83,13 @@ mod tests {
 
     #[test]
     fn uncontended_calls_send_few_arguments() {
-        let (holder, lease) = (HOLDER, LEASE);
         let fair = LockKeys::family("p:", "a", "fair", "grant:");
+        let live = Live {
+            acquisition: "l",
+            extend: Duration::from_millis(1500),
+        };
         assert_eq!(
-            &args(&acquire(&fair, "o", "g", lease, false, None))[2..],
+            &args(&acquire(&fair, "o", "g", LEASE, false, None))[2..],
             [
                 "4",
                 "p:{a}:fair",
@@ -99,19 +102,15 @@ mod tests {
             ]
         );
         assert_eq!(
-            &args(&release(&fair, holder, Level::Outermost, "r"))[7..],
+            &args(&release(&fair, HOLDER, Level::Outermost, "r"))[7..],
             ["p:{a}:fair:released", "r", "g|"]
         );
         assert_eq!(
-            &args(&release(&fair, holder, Level::Inner, "r"))[8..],
+            &args(&release(&fair, HOLDER, Level::Inner, "r"))[8..],
             ["r", "g|", "r", "1"]
         );
-        let live = Live {
-            acquisition: "l",
-            extend: Duration::from_millis(1500),
-        };
         assert_eq!(
-            &args(&acquire(&fair, "o", "g", lease, false, Some(live)))[7..],
+            &args(&acquire(&fair, "o", "g", LEASE, false, Some(live)))[7..],
             ["a", "g|o", "3000", "0", "l", "1500"]
         );
     }

@@ -134,10 +134,9 @@ mod tests {
 
     #[test]
     fn read_and_release_calls_send_few_arguments() {
-        let (holder, lease) = (HOLDER, LEASE);
         let rw = LockKeys::family("p:", "a", "rw", "free");
         assert_eq!(
-            &args(&read(&rw, "o", "g", lease, true, false))[2..],
+            &args(&read(&rw, "o", "g", LEASE, true, false))[2..],
             [
                 "3",
                 "p:{a}:rw",
@@ -148,7 +147,7 @@ mod tests {
                 "3000"
             ]
         );
-        let write = args(&write(&rw, "o", "g", lease, true));
+        let write = args(&write(&rw, "o", "g", LEASE, true));
         assert_eq!(
             (write[2].as_str(), write[8].as_str()),
             ("6", "p:{#17817}:fence")
@@ -158,29 +157,28 @@ mod tests {
             ..rw.clone()
         };
         assert_eq!(
-            &args(&release(&readers, holder, true, false))[2..],
+            &args(&release(&readers, HOLDER, true, false))[2..],
             ["2", "p:{a}:rw:readers", "p:{a}:rw:released:g", "read", "g|"]
         );
         assert_eq!(
-            &args(&release(&rw, holder, false, true))[2..],
+            &args(&release(&rw, HOLDER, false, true))[2..],
             ["2", "p:{a}:rw", "p:{a}:rw:released", "write", "g|", "p"]
         );
     }
 
     #[test]
     fn read_write_calls_name_their_operation() {
-        let (holder, lease) = (HOLDER, LEASE);
         let rw = LockKeys::family("p:", "a", "rw", "free");
-        let write = write(&rw, "o", "g", lease, false);
+        let write = write(&rw, "o", "g", LEASE, false);
         assert_eq!(write.which, Which::RwWrite);
         assert_eq!(&args(&write)[9..], ["g|o", "3000"]);
-        let eager = read(&rw, "o", "g", lease, false, true);
+        let eager = read(&rw, "o", "g", LEASE, false, true);
         assert_eq!(eager.which, Which::RwRead);
         assert_eq!(&args(&eager)[8..], ["eager", "g|o", "3000", "1"]);
-        let renew = renew(&rw, holder, lease, false);
+        let renew = renew(&rw, HOLDER, LEASE, false);
         assert_eq!(renew.which, Which::RenewHolder);
         assert_eq!(&args(&renew)[2..], ["1", "p:{a}:rw", "write", "g|", "3000"]);
-        let reenter = reenter(&rw, holder, true, Duration::ZERO);
+        let reenter = reenter(&rw, HOLDER, true, Duration::ZERO);
         assert_eq!(&args(&reenter)[5..], ["read", "g|", "0"]);
         let cancel = cancel(&rw, "o", "g");
         assert_eq!(cancel.which, Which::RwCancel);

@@ -71,21 +71,20 @@ mod tests {
 
     #[test]
     fn calls_send_few_arguments() {
-        let (holder, lease) = (HOLDER, LEASE);
         let sem = LockKeys::family("p:", "a", "sem", "released");
-        assert_eq!(
-            &args(&acquire(&sem, "o", "g", 2, 4, lease, false))[2..],
-            ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
-        );
-        assert_eq!(
-            &args(&release(&sem, holder))[2..],
-            ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
-        );
-        let renew = renew(&sem, holder, lease);
+        let renew = renew(&sem, HOLDER, LEASE);
         assert_eq!(renew.which, Which::RenewHolder);
         assert_eq!(
             &args(&renew)[2..],
             ["1", "p:{a}:sem", "permits", "g|", "3000"]
+        );
+        assert_eq!(
+            &args(&acquire(&sem, "o", "g", 2, 4, LEASE, false))[2..],
+            ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
+        );
+        assert_eq!(
+            &args(&release(&sem, HOLDER))[2..],
+            ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
         );
     }
 

@@ -35,16 +35,24 @@ pub(crate) struct Renewal {
     pub(crate) until: Option<Instant>,
 }
 
-/// Where a hold stands in a run of local hand-offs: the acquisition through Redis that
-/// started the run, and what the run may still hand out.
+/// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Chain {
-    /// Send time of the acquire through Redis that started the run.
-    pub(crate) since: Instant,
-    /// Local hand-offs in the run up to this hold (0: this hold came from Redis).
-    pub(crate) passes: u32,
-    /// The last fencing token reserved for the run (the hold's own token: none left).
-    pub(crate) last: u64,
+pub(crate) enum Status {
+    /// Held, and the last renewal (if any) succeeded.
+    Valid,
+    /// The last renewal failed for a reason that may pass; the lease has not run out yet.
+    Uncertain,
+    /// Lost: renewal found another owner or no key, or the deadline passed.
+    Lost,
+    /// Released by its owner.
+    Released,
+}
+
+impl Status {
+    /// Held: valid or uncertain, neither lost nor released.
+    fn holding(self) -> bool {
+        matches!(self, Status::Valid | Status::Uncertain)
+    }
 }
 
 /// What the renewal thread should do with a hold that is due.
@@ -69,24 +77,16 @@ pub(crate) struct Left {
     pub(crate) held: bool,
 }
 
-/// Where a hold stands.
+/// Where a hold stands in a run of local hand-offs: the acquisition through Redis that
+/// started the run, and what the run may still hand out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
-    /// Held, and the last renewal (if any) succeeded.
-    Valid,
-    /// The last renewal failed for a reason that may pass; the lease has not run out yet.
-    Uncertain,
-    /// Lost: renewal found another owner or no key, or the deadline passed.
-    Lost,
-    /// Released by its owner.
-    Released,
-}
-
-impl Status {
-    /// Held: valid or uncertain, neither lost nor released.
-    fn holding(self) -> bool {
-        matches!(self, Status::Valid | Status::Uncertain)
-    }
+pub(crate) struct Chain {
+    /// Send time of the acquire through Redis that started the run.
+    pub(crate) since: Instant,
+    /// Local hand-offs in the run up to this hold (0: this hold came from Redis).
+    pub(crate) passes: u32,
+    /// The last fencing token reserved for the run (the hold's own token: none left).
+    pub(crate) last: u64,
 }
 
 #[derive(Debug)]
