@@ -17,6 +17,7 @@
 //! [`slot`] is the Redis Cluster hash slot of a tag (CRC16/XMODEM mod 16384, as Redis
 //! computes it), so that calls covering several locks can be grouped by slot.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::LazyLock;
 
@@ -154,16 +155,23 @@ pub(crate) fn slot(key: &str) -> u16 {
 /// `name` as it appears inside the hash tag of its keys: `%`, `{` and `}` percent-encoded, so
 /// that two names never share keys and the tag never holds a brace.
 pub(crate) fn encode_name(name: &str) -> String {
-    let mut tag = String::with_capacity(name.len() + 2);
-    for c in name.chars() {
-        match c {
-            '%' => tag.push_str("%25"),
-            '{' => tag.push_str("%7B"),
-            '}' => tag.push_str("%7D"),
-            c => tag.push(c),
+    percent_encode(name, |c| matches!(c, '%' | '{' | '}'))
+}
+
+/// `s` with each character that `special` picks written as the escapes of its UTF-8 bytes
+/// (`%` and two upper-case hex digits: `{` is `%7B`).
+pub(crate) fn percent_encode(s: &str, special: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    for c in s.chars() {
+        if special(c) {
+            for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
         }
     }
-    tag
+    out
 }
 
 /// Undoes [`encode_name`]: `None` for a tag that no name encodes to (a key locksmith did not

@@ -128,17 +128,18 @@ pub(crate) struct Inbox {
     tx: Sender<Msg>,
 }
 
-fn tick_of(epoch: Instant, t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
-}
-
 impl Inbox {
+    /// The renewal thread's tick of `t`: milliseconds since the inbox was made.
+    fn tick(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Starts renewing `hold` (nothing for a fixed lease).
     pub(crate) fn register(&self, hold: &Arc<Hold>) {
         let Some(at) = hold.next_renewal() else {
             return;
         };
-        let due = tick_of(self.epoch, at);
+        let due = self.tick(at);
         self.holds.lock().push(Arc::clone(hold));
         if due < self.wake_at.load(Ordering::SeqCst) {
             // The thread lives as long as the client; a send can only fail during its drop.
@@ -175,9 +176,8 @@ pub(crate) fn renewer(
     stats: Arc<Counters>,
 ) -> (Arc<Inbox>, Renewer) {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let epoch = Instant::now();
     let inbox = Arc::new(Inbox {
-        epoch,
+        epoch: Instant::now(),
         holds: Mutex::new(Vec::new()),
         wake_at: AtomicU64::new(u64::MAX),
         released: AtomicUsize::new(0),
@@ -192,7 +192,6 @@ pub(crate) fn renewer(
         coalesce: (renew_every / 5).min(Duration::from_millis(400)),
         retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
         timeout: renew_every / 2,
-        epoch,
         wheel: Wheel::new(),
         stale: 0,
         on_lost,
@@ -215,7 +214,6 @@ pub(crate) struct Renewer {
     retry: Duration,
     /// The bound on a batch's I/O, retry on a new connection included.
     timeout: Duration,
-    epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
     /// Released holds still in the wheel (an estimate: some have fired since).
     stale: usize,
@@ -238,13 +236,9 @@ impl std::fmt::Debug for Renewer {
 }
 
 impl Renewer {
-    fn tick(&self, t: Instant) -> u64 {
-        tick_of(self.epoch, t)
-    }
-
     fn schedule(&mut self, hold: Arc<Hold>, at: Instant) {
         // Round up, so a renewal is never sent before its due time minus the coalescing window.
-        let tick = self.tick(at).saturating_add(1);
+        let tick = self.inbox.tick(at).saturating_add(1);
         self.wheel.insert(tick, hold);
     }
 
@@ -309,7 +303,7 @@ impl Renewer {
         loop {
             let msg = match self.drain() {
                 Some(tick) => {
-                    let at = self.epoch + Duration::from_millis(tick);
+                    let at = self.inbox.epoch + Duration::from_millis(tick);
                     self.rx
                         .recv_timeout(at.saturating_duration_since(Instant::now()))
                 }
@@ -325,7 +319,7 @@ impl Renewer {
             self.drain();
             self.report_found_lost();
             self.compact_if_stale();
-            let now = self.tick(Instant::now() + self.coalesce);
+            let now = self.inbox.tick(Instant::now() + self.coalesce);
             self.wheel.poll(now, &mut due);
             if !due.is_empty() {
                 self.renew(&mut due);
