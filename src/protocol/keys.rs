@@ -12,7 +12,8 @@
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
 //! injective, so two names never share keys, and the tag never contains a brace, so Redis
 //! hashes exactly `T`. The prefix may not contain braces (checked by the builder), so the
-//! first `{` of every key is the tag's.
+//! first `{` of every key is the tag's. The escapes are [`percent_encode`]'s, which also
+//! writes the parts of an owner id (`shared/holder.rs`).
 //!
 //! [`slot`] is the Redis Cluster hash slot of a tag (CRC16/XMODEM mod 16384, as Redis
 //! computes it), so that calls covering several locks can be grouped by slot.

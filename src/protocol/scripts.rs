@@ -10,10 +10,12 @@
 //!
 //! Each lock type's calls and the parsing of their replies are in the module of its name,
 //! beside its Lua (`mutex.rs`, `multi.rs`, `election.rs`, `fair_mutex.rs`, `rw_lock.rs`,
-//! `semaphore.rs`); here are what they share: [`Call`] and [`call`], [`Holder`], [`Live`],
-//! [`Level`] and [`Admin`], the replies an acquire and a release come to ([`AcquireReply`],
-//! [`ReleaseReply`]) and the parsers several types use, and the renewal replies (the holders'
-//! values an operator's calls return are parsed in `lock_value.rs`).
+//! `semaphore.rs`); here are what they share: [`Call`] (its keys, then its arguments added
+//! with [`Call::arg`]), [`renew_holder`] (the read-write lock's and the semaphore's renewal),
+//! [`Holder`], [`Live`], [`Level`] and [`Admin`], the replies an acquire and a release come to
+//! ([`AcquireReply`], [`ReleaseReply`]) and the parsers several types use, the server clock
+//! ([`micros`]), and the renewal replies (the holders' values an operator's calls return are
+//! parsed in `lock_value.rs`).
 //!
 //! The scripts keep the calling conventions they have: the fair mutex and the semaphore name
 //! an operation by a one-letter first argument of one script, the read-write lock and the

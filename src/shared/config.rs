@@ -61,7 +61,7 @@ impl Config {
 
     /// The bound of one call that may have to open a connection first: the connect timeout
     /// plus the command timeout (plus the replicas' timeout with
-    /// [`wait_replicas`](ClientBuilder::wait_replicas)).
+    /// [`wait_replicas`](crate::ClientBuilder::wait_replicas)).
     pub(crate) fn one_call(&self) -> Duration {
         self.timeouts
             .connect
