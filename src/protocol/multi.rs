@@ -8,8 +8,8 @@ use redis::Value;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex::how;
 use crate::protocol::scripts::{
-    Call, Holder, Level, Live, ReleaseReply, Which, extend_ms, int, millis, named, release_code,
-    text,
+    Call, Holder, Level, Live, ReleaseReply, Which, extend_ms, int, millis, ms, named,
+    release_code, text,
 };
 
 /// One lock of a set acquired at once: its keys, the owner it is taken for, and the caller's
@@ -106,7 +106,7 @@ pub(crate) fn parse_acquire(v: &Value, n: usize) -> Option<MultiReply> {
         }
         0 => Some(MultiReply::Busy {
             index: index(items.get(1))?,
-            ttl: Duration::from_millis(u64::try_from(int(items.get(2)?)?).unwrap_or(0)),
+            ttl: ms(items.get(2)?)?,
         }),
         -1 => Some(MultiReply::Foreign {
             index: index(items.get(1))?,

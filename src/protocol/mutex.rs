@@ -12,7 +12,7 @@ use redis::Value;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
     AcquireReply, Admin, Call, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int, micros,
-    millis, named, parse_grant, release_code, text,
+    millis, ms, named, parse_grant, release_code, text,
 };
 
 /// One Mutex acquire call, as the acquire script takes it (`scripts/acquire.lua`).
@@ -232,14 +232,13 @@ pub(crate) enum AdminReply {
 /// Parses an admin script reply (either operation).
 pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
     let Value::Array(items) = v else { return None };
-    let ms = |v: &Value| Duration::from_millis(u64::try_from(int(v).unwrap_or(0)).unwrap_or(0));
     let clock = |s: &Value, us: &Value| -> Option<u64> {
         micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)
     };
     match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
         (1, [value, pttl, s, us]) => Some(AdminReply::Held {
             value: text(value)?,
-            pttl: ms(pttl),
+            pttl: ms(pttl).unwrap_or_default(),
             now_us: clock(s, us)?,
         }),
         (0, []) => Some(AdminReply::Free),

@@ -256,6 +256,12 @@ pub(crate) fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// A number of milliseconds in a reply (a lease left, a wait), as a duration; a negative
+/// number is zero.
+pub(crate) fn ms(v: &Value) -> Option<Duration> {
+    Some(Duration::from_millis(u64::try_from(int(v)?).unwrap_or(0)))
+}
+
 pub(crate) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
@@ -339,10 +345,7 @@ pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
         (0, Some(ttl), _) => {
             // -1 (no expiry) and -2 (gone) cannot come from our own keys; a zero wait makes
             // the caller simply try again.
-            let ms = u64::try_from(int(ttl)?).unwrap_or(0);
-            Some(AcquireReply::Busy {
-                ttl: Duration::from_millis(ms),
-            })
+            Some(AcquireReply::Busy { ttl: ms(ttl)? })
         }
         (-1, _, _) => Some(AcquireReply::Foreign),
         _ => None,

@@ -15,8 +15,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::kind::Kind;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Call, Holder};
-use crate::protocol::{fair_mutex, mutex, rw_lock, semaphore};
+use crate::protocol::scripts::Holder;
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]
@@ -413,24 +412,6 @@ impl Hold {
             Some(u) if at > u => None,
             _ => Some(at),
         }
-    }
-}
-
-/// The renew call of a registered hold, by its lock type.
-pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
-    match hold.kind {
-        Kind::Mutex | Kind::MultiMutex | Kind::Election => mutex::renew(
-            &hold.keys,
-            &hold.acquisition,
-            hold.lease,
-            (fence != 0).then_some(fence),
-        ),
-        Kind::FairMutex | Kind::FairPlace => {
-            fair_mutex::renew(&hold.keys, hold.holder(), hold.lease)
-        }
-        Kind::Permits => semaphore::renew(&hold.keys, hold.holder(), hold.lease),
-        Kind::Read => rw_lock::renew(&hold.keys, hold.holder(), hold.lease, true),
-        Kind::Write => rw_lock::renew(&hold.keys, hold.holder(), hold.lease, false),
     }
 }
 

@@ -37,8 +37,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::kind::Kind;
-use crate::protocol::mutex;
-use crate::shared::hold::{self, Begin, Hold, Status};
+use crate::protocol::{fair_mutex, mutex, rw_lock, semaphore};
+use crate::shared::hold::{Begin, Hold, Status};
 use crate::stats::Counters;
 use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;
@@ -428,9 +428,24 @@ impl Renewer {
     /// call for a permission.
     fn send(&mut self, batch: &[Arc<Hold>]) -> (Vec<Option<bool>>, bool) {
         // Mutex leases share calls of the batch script; other lock types' holds keep their
-        // own renew script, one call each.
-        let (mut mutexes, others): (Vec<usize>, Vec<usize>) =
-            (0..batch.len()).partition(|&i| batch[i].kind.is_mutex());
+        // own renew script, one call each, sent after them.
+        let mut mutexes = Vec::new();
+        let mut own = Vec::new();
+        for (i, h) in batch.iter().enumerate() {
+            let (keys, holder, lease) = (&h.keys, h.holder(), h.lease);
+            let call = match h.kind {
+                Kind::Mutex | Kind::MultiMutex | Kind::Election => {
+                    mutexes.push(i);
+                    continue;
+                }
+                Kind::FairMutex | Kind::FairPlace => fair_mutex::renew(keys, holder, lease),
+                Kind::Permits => semaphore::renew(keys, holder, lease),
+                Kind::Read | Kind::Write => {
+                    rw_lock::renew(keys, holder, lease, h.kind == Kind::Read)
+                }
+            };
+            own.push((call, i));
+        }
         // By lease: a call sends each lease once per run of leases that share it.
         mutexes.sort_by_key(|&i| batch[i].lease);
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
@@ -455,9 +470,8 @@ impl Renewer {
             calls.push((mutex::renew_many(&leases), leases.len()));
             order.extend(holds);
         }
-        for i in others {
-            let h = &batch[i];
-            calls.push((hold::renew_hold(h, self.backend.fence(h.token)), 1));
+        for (call, i) in own {
+            calls.push((call, 1));
             order.push(i);
         }
         let renewed = self.backend.renew(&calls, self.timeout);
