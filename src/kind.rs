@@ -39,12 +39,6 @@ impl Kind {
         }
     }
 
-    /// Whether holds of this kind are Mutex locks, renewed by the Mutex's scripts (in the
-    /// renewal thread's batches): a mutex's, and an election's leadership.
-    pub(crate) fn is_mutex(self) -> bool {
-        matches!(self, Kind::Mutex | Kind::MultiMutex | Kind::Election)
-    }
-
     /// Whether a hold of this kind is a lease the application holds (not a waiter's place).
     pub(crate) fn is_lease(self) -> bool {
         self != Kind::FairPlace

@@ -20,15 +20,14 @@ pub(crate) enum ElectionOp<'a> {
 
 /// The election call `op` on the election `keys`, whose leader's value is `value_key`.
 pub(crate) fn call(keys: &LockKeys, value_key: &str, op: ElectionOp<'_>) -> Call {
-    let mut call = Call::new(Which::Election, &[&keys.lock, value_key, &keys.channel]);
+    let call = Call::new(Which::Election, &[&keys.lock, value_key, &keys.channel]);
     match op {
-        ElectionOp::Announce(acquisition) => call.cmd.arg("announce").arg(acquisition),
+        ElectionOp::Announce(acquisition) => call.arg("announce").arg(acquisition),
         ElectionOp::Proclaim(acquisition, value) => {
-            call.cmd.arg("proclaim").arg(acquisition).arg(value)
+            call.arg("proclaim").arg(acquisition).arg(value)
         }
-        ElectionOp::Leader => call.cmd.arg("leader"),
-    };
-    call
+        ElectionOp::Leader => call.arg("leader"),
+    }
 }
 
 /// The reply of an election's `announce` or `proclaim`: `Some(true)` done, `Some(false)` the

@@ -11,24 +11,19 @@ use std::time::Duration;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    Admin, Call, Holder, Level, Live, Which, call, extend_ms, member, millis, named,
+    Admin, Call, Holder, Level, Live, Which, extend_ms, member, millis, named,
 };
 
 /// A call of the fair mutex's script with its keys (the lock, the queue, the waiters'
 /// heartbeats and the name's fencing mark: every operation may grant the lock to a waiter),
-/// then the release marker when `marker`, and `args`.
-fn fair(keys: &LockKeys, marker: bool, args: &[&str]) -> Call {
+/// then the release marker when `marker`; the caller adds the arguments.
+fn fair(keys: &LockKeys, marker: bool) -> Call {
     let lock = &keys.lock;
-    let all = [
-        lock.clone(),
-        format!("{lock}:queue"),
-        format!("{lock}:waiters"),
-        keys.fence.clone(),
-        format!("{lock}:released"),
-    ];
-    let n = if marker { 5 } else { 4 };
-    let all: Vec<&str> = all.iter().take(n).map(String::as_str).collect();
-    call(Which::Fair, &all, args)
+    let queue = format!("{lock}:queue");
+    let waiters = format!("{lock}:waiters");
+    let released = format!("{lock}:released");
+    let all = [lock, &queue, &waiters, &keys.fence, &released].map(String::as_str);
+    Call::new(Which::Fair, &all[..if marker { 5 } else { 4 }])
 }
 
 /// A fair mutex acquire for acquisition `request` of `owner` (`enqueue`: join the queue when not
@@ -41,48 +36,44 @@ pub(crate) fn acquire(
     enqueue: bool,
     live: Option<Live<'_>>,
 ) -> Call {
-    let who = member(owner, request);
-    let lease = millis(lease).to_string();
-    let mut args = vec!["a", who.as_str(), lease.as_str()];
-    let extend;
+    let call = fair(keys, false)
+        .arg("a")
+        .arg(member(owner, request))
+        .arg(millis(lease));
     match live {
-        Some(l) => {
-            extend = extend_ms(l.extend).to_string();
-            args.extend([if enqueue { "1" } else { "0" }, l.acquisition, &extend]);
-        }
-        None if enqueue => args.push("1"),
-        None => {}
+        Some(l) => call
+            .arg(if enqueue { "1" } else { "0" })
+            .arg(l.acquisition)
+            .arg(extend_ms(l.extend)),
+        None => call.arg_if(enqueue, "1"),
     }
-    fair(keys, false, &args)
 }
 
 /// A fair mutex release of `level` of `holder`'s acquisition; `request` names an inner level's
 /// release (a retry of the same call releases nothing twice). A retry sends the same call.
 pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>, level: Level, request: &str) -> Call {
-    let prefix = named(holder.acquisition);
-    let mut args = vec!["r", prefix.as_str()];
-    if level == Level::Inner {
-        args.extend([request, "1"]);
+    let call = fair(keys, true).arg("r").arg(named(holder.acquisition));
+    match level {
+        Level::Inner => call.arg(request).arg("1"),
+        Level::Outermost => call,
     }
-    fair(keys, true, &args)
 }
 
 /// A fair mutex renewal: the caller's lock, or its place in the queue (its heartbeat).
 pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
     let who = member(holder.owner, holder.acquisition);
-    let lease = millis(lease).to_string();
-    fair(keys, false, &["n", &who, &lease])
+    fair(keys, false).arg("n").arg(who).arg(millis(lease))
 }
 
 /// A waiter leaves the fair mutex's queue.
 pub(crate) fn cancel(keys: &LockKeys, owner: &str, request: &str) -> Call {
-    fair(keys, false, &["c", &member(owner, request)])
+    fair(keys, false).arg("c").arg(member(owner, request))
 }
 
 /// An operator's call: the fair mutex's holder (and its TTL), its live waiters and the server
 /// clock; or a force, which frees it whoever holds it and grants it to the first live waiter.
 pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
-    fair(keys, false, &[op.letter()])
+    fair(keys, false).arg(op.letter())
 }
 
 #[cfg(test)]
@@ -92,10 +83,13 @@ mod tests {
 
     #[test]
     fn uncontended_calls_send_few_arguments() {
-        let (holder, lease) = (HOLDER, LEASE);
         let fair = LockKeys::family("p:", "a", "fair", "grant:");
+        let live = Live {
+            acquisition: "l",
+            extend: Duration::from_millis(1500),
+        };
         assert_eq!(
-            &args(&acquire(&fair, "o", "g", lease, false, None))[2..],
+            &args(&acquire(&fair, "o", "g", LEASE, false, None))[2..],
             [
                 "4",
                 "p:{a}:fair",
@@ -108,19 +102,15 @@ mod tests {
             ]
         );
         assert_eq!(
-            &args(&release(&fair, holder, Level::Outermost, "r"))[7..],
+            &args(&release(&fair, HOLDER, Level::Outermost, "r"))[7..],
             ["p:{a}:fair:released", "r", "g|"]
         );
         assert_eq!(
-            &args(&release(&fair, holder, Level::Inner, "r"))[8..],
+            &args(&release(&fair, HOLDER, Level::Inner, "r"))[8..],
             ["r", "g|", "r", "1"]
         );
-        let live = Live {
-            acquisition: "l",
-            extend: Duration::from_millis(1500),
-        };
         assert_eq!(
-            &args(&acquire(&fair, "o", "g", lease, false, Some(live)))[7..],
+            &args(&acquire(&fair, "o", "g", LEASE, false, Some(live)))[7..],
             ["a", "g|o", "3000", "0", "l", "1500"]
         );
     }

@@ -12,11 +12,14 @@
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
 //! injective, so two names never share keys, and the tag never contains a brace, so Redis
 //! hashes exactly `T`. The prefix may not contain braces (checked by the builder), so the
-//! first `{` of every key is the tag's.
+//! first `{` of every key is the tag's. The escapes are [`percent_encode`]'s, which also
+//! writes the parts of an owner id (`shared/holder.rs`).
 //!
 //! [`slot`] is the Redis Cluster hash slot of a tag (CRC16/XMODEM mod 16384, as Redis
 //! computes it), so that calls covering several locks can be grouped by slot.
 
+use std::fmt::Write as _;
+use std::io::Write;
 use std::sync::LazyLock;
 
 use crate::error::{Error, Result};
@@ -33,8 +36,12 @@ static MARK_TAGS: LazyLock<Vec<u32>> = LazyLock::new(|| {
     // `#N` is written in place: the search hashes about 170,000 tags, once per process.
     let mut tag = [0u8; 11];
     tag[0] = b'#';
+    let room = tag.len();
     while left > 0 {
-        let len = 1 + write_decimal(n, &mut tag[1..]);
+        let mut digits = &mut tag[1..];
+        // Ten bytes hold any `u32` in decimal: the write cannot fail.
+        let _ = write!(digits, "{n}");
+        let len = room - digits.len();
         let s = usize::from(crc16(&tag[..len]) % SLOTS);
         if tags[s] == u32::MAX {
             tags[s] = n;
@@ -44,24 +51,6 @@ static MARK_TAGS: LazyLock<Vec<u32>> = LazyLock::new(|| {
     }
     tags
 });
-
-/// Writes `n` in decimal at the start of `out` (room for 10 digits); returns how many bytes.
-fn write_decimal(mut n: u32, out: &mut [u8]) -> usize {
-    let mut digits = [0u8; 10];
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for (i, d) in digits[..len].iter().rev().enumerate() {
-        out[i] = *d;
-    }
-    len
-}
 
 /// The hash tag of the fencing mark of `slot`: `#N`, the first such tag that hashes to it.
 pub(crate) fn mark_tag(slot: u16) -> String {
@@ -167,16 +156,23 @@ pub(crate) fn slot(key: &str) -> u16 {
 /// `name` as it appears inside the hash tag of its keys: `%`, `{` and `}` percent-encoded, so
 /// that two names never share keys and the tag never holds a brace.
 pub(crate) fn encode_name(name: &str) -> String {
-    let mut tag = String::with_capacity(name.len() + 2);
-    for c in name.chars() {
-        match c {
-            '%' => tag.push_str("%25"),
-            '{' => tag.push_str("%7B"),
-            '}' => tag.push_str("%7D"),
-            c => tag.push(c),
+    percent_encode(name, |c| matches!(c, '%' | '{' | '}'))
+}
+
+/// `s` with each character that `special` picks written as the escapes of its UTF-8 bytes
+/// (`%` and two upper-case hex digits: `{` is `%7B`).
+pub(crate) fn percent_encode(s: &str, special: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    for c in s.chars() {
+        if special(c) {
+            for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
         }
     }
-    tag
+    out
 }
 
 /// Undoes [`encode_name`]: `None` for a tag that no name encodes to (a key locksmith did not
@@ -337,15 +333,6 @@ mod tests {
         // The harness computes the same tags (testkit's `fence_key`).
         assert_eq!(mark_tag(slot("x")), "#2329");
         assert_eq!(mark_tag(0), "#4549");
-    }
-
-    #[test]
-    fn decimal_tags_are_written_as_format_writes_them() {
-        let mut out = [0u8; 10];
-        for n in [0, 7, 10, 99, 4549, 123_456, u32::MAX] {
-            let len = write_decimal(n, &mut out);
-            assert_eq!(&out[..len], n.to_string().as_bytes());
-        }
     }
 
     #[test]

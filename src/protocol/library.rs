@@ -128,18 +128,12 @@ impl Library {
             call.cmd.write_packed_command(out);
             return;
         }
-        let mut cmd = match function {
-            Some(name) => {
-                let mut c = redis::cmd("FCALL");
-                c.arg(name);
-                c
-            }
-            None => {
-                let mut c = redis::cmd("EVALSHA");
-                c.arg(sha.unwrap_or_default());
-                c
-            }
+        let (verb, name) = match function {
+            Some(name) => ("FCALL", name),
+            None => ("EVALSHA", sha.unwrap_or_default()),
         };
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(name);
         // The call's own arguments after `EVALSHA <sha>`: the key count, the keys, the rest.
         for a in call.cmd.args_iter().skip(2) {
             if let redis::Arg::Simple(b) = a {

@@ -13,6 +13,7 @@
 //! return them.
 
 use crate::protocol::lua::{SEPARATOR, WAITING};
+use crate::protocol::scripts;
 
 /// A held lock's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +28,8 @@ pub(crate) struct Held {
     pub(crate) token: u64,
     /// The last token reserved for the acquisition's local hand-offs (`token + B`).
     pub(crate) upto: u64,
-    /// The server clock at the grant: seconds and microseconds (`TIME`).
-    pub(crate) granted: (u64, u64),
+    /// The server clock at the grant, in microseconds since the epoch (`S * 1000000 + US`).
+    pub(crate) granted: u64,
     /// A waiter flagged it: its release publishes.
     pub(crate) waiters: bool,
 }
@@ -37,9 +38,6 @@ impl Held {
     /// The grant's time by the server clock, in microseconds since the epoch.
     pub(crate) fn granted_us(&self) -> u64 {
         self.granted
-            .0
-            .saturating_mul(1_000_000)
-            .saturating_add(self.granted.1)
     }
 }
 
@@ -55,17 +53,16 @@ pub(crate) fn parse(v: &str) -> Option<Held> {
         return None;
     }
     let block: u64 = f[2].parse().ok()?;
-    let granted: (u64, u64) = (f[3].parse().ok()?, f[4].parse().ok()?);
-    let implied = granted.0.checked_mul(1_000_000)?.checked_add(granted.1)?;
+    let granted = micros(f[3], f[4])?;
     let (count, token) = if f.len() == 9 {
         let token = if f[8].is_empty() {
-            implied
+            granted
         } else {
             f[8].parse().ok()?
         };
         (f[5].parse().ok()?, token)
     } else {
-        (1, implied)
+        (1, granted)
     };
     Some(Held {
         acquisition: f[0].to_owned(),
@@ -90,10 +87,7 @@ pub(crate) struct HolderValue {
 
 /// The server clock at a grant, from its `S` and `US` fields, in µs.
 fn micros(s: &str, us: &str) -> Option<u64> {
-    s.parse::<u64>()
-        .ok()?
-        .checked_mul(1_000_000)?
-        .checked_add(us.parse().ok()?)
+    scripts::micros(s.parse().ok()?, us.parse().ok()?)
 }
 
 /// A value's fields, its trailing flags (`|` and letters) left out.
@@ -169,7 +163,6 @@ mod tests {
         assert_eq!(h.count, 1);
         assert_eq!(h.token, 1_700_000_000_000_005);
         assert_eq!(h.upto, h.token + 16);
-        assert_eq!(h.granted, (1_700_000_000, 5));
         assert_eq!(h.granted_us(), 1_700_000_000_000_005);
         assert!(!h.waiters);
     }

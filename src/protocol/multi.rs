@@ -6,9 +6,10 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
+use crate::protocol::mutex::how;
 use crate::protocol::scripts::{
-    Call, Holder, Level, Live, ReleaseReply, Which, extend_ms, int, millis, named, release_code,
-    text,
+    Call, Holder, Level, Live, ReleaseReply, Which, extend_ms, int, millis, ms, named,
+    release_code, text,
 };
 
 /// One lock of a set acquired at once: its keys, the owner it is taken for, and the caller's
@@ -28,8 +29,9 @@ pub(crate) fn acquire(members: &[Member<'_>], lease: Duration, request: &str) ->
         .map(|m| m.keys.lock.as_str())
         .chain(members.iter().map(|m| m.keys.fence.as_str()))
         .collect();
-    let mut call = Call::new(Which::MultiAcquire, &keys);
-    call.cmd.arg(millis(lease)).arg(request);
+    let mut call = Call::new(Which::MultiAcquire, &keys)
+        .arg(millis(lease))
+        .arg(request);
     for m in members {
         let (acquisition, extend) = m
             .live
@@ -58,15 +60,9 @@ pub(crate) fn release(leaving: &[Leaving<'_>], request: &str, retry: bool) -> Ca
         .iter()
         .flat_map(|l| [l.keys.lock.as_str(), l.keys.channel.as_str()])
         .collect();
-    let mut call = Call::new(Which::MultiRelease, &keys);
-    call.cmd.arg(request);
+    let mut call = Call::new(Which::MultiRelease, &keys).arg(request);
     for l in leaving {
-        let mut how = String::new();
-        match l.level {
-            Level::Inner => how.push('i'),
-            Level::Outermost if retry => how.push('r'),
-            Level::Outermost => {}
-        }
+        let mut how = how(l.level, retry);
         if l.publish {
             how.push('p');
         }
@@ -110,7 +106,7 @@ pub(crate) fn parse_acquire(v: &Value, n: usize) -> Option<MultiReply> {
         }
         0 => Some(MultiReply::Busy {
             index: index(items.get(1))?,
-            ttl: Duration::from_millis(u64::try_from(int(items.get(2)?)?).unwrap_or(0)),
+            ttl: ms(items.get(2)?)?,
         }),
         -1 => Some(MultiReply::Foreign {
             index: index(items.get(1))?,

@@ -11,8 +11,8 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    AcquireReply, Admin, Call, Holder, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int,
-    millis, named, parse_grant, release_code, text,
+    AcquireReply, Admin, Call, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int, micros,
+    millis, ms, named, parse_grant, release_code, text,
 };
 
 /// One Mutex acquire call, as the acquire script takes it (`scripts/acquire.lua`).
@@ -49,20 +49,16 @@ impl Acquire<'_> {
 
 /// The acquire script call (see [`Acquire`]).
 pub(crate) fn acquire(keys: &LockKeys, a: &Acquire<'_>) -> Call {
-    let mut call = Call::new(Which::Acquire, &[&keys.lock, &keys.fence]);
     debug_assert!(!a.owner.contains('|') && !a.request.contains('|'));
-    call.cmd
+    let call = Call::new(Which::Acquire, &[&keys.lock, &keys.fence])
         .arg(format!("{}|{}|{}", a.request, a.owner, a.block()))
         .arg(millis(a.lease));
     let live = a.live.map(|l| (l.acquisition, extend_ms(l.extend)));
-    if live.is_some() || a.waited {
-        let (acquisition, extend) = live.unwrap_or(("", 0));
-        call.cmd.arg(acquisition).arg(extend);
+    if live.is_none() && !a.waited {
+        return call;
     }
-    if a.waited {
-        call.cmd.arg("w");
-    }
-    call
+    let (acquisition, extend) = live.unwrap_or(("", 0));
+    call.arg(acquisition).arg(extend).arg_if(a.waited, "w")
 }
 
 /// Whether a Mutex release publishes on the lock's release channel.
@@ -97,34 +93,40 @@ pub(crate) struct Release<'a> {
 /// outermost level by the release marker ([`ReleaseReply::ReleasedBefore`]). An inner level is
 /// retried as it was: its request id tells the script it was counted already.
 pub(crate) fn release(keys: &LockKeys, r: &Release<'_>, retry: bool) -> Call {
-    let mut call = match r.fence {
-        Some(_) => Call::new(Which::Release, &[&keys.lock, &keys.channel, &keys.fence]),
-        None => Call::new(Which::Release, &[&keys.lock, &keys.channel]),
-    };
-    call.cmd.arg(named(r.acquisition));
-    let mut how = String::new();
-    if r.level == Level::Inner {
-        how.push('i');
-    } else if retry {
-        how.push('r');
-    }
+    let all = [&keys.lock, &keys.channel, &keys.fence].map(String::as_str);
+    let call = Call::new(
+        Which::Release,
+        &all[..if r.fence.is_some() { 3 } else { 2 }],
+    )
+    .arg(named(r.acquisition));
+    let mut how = how(r.level, retry);
     match r.publish {
         Publish::IfFlagged => {}
         Publish::Always => how.push('p'),
         Publish::Never => how.push('n'),
     }
-    let common = how.is_empty() && r.fence.is_none();
-    if !common {
-        let rel = match r.level {
-            Level::Inner => r.request,
-            Level::Outermost => "",
-        };
-        call.cmd
-            .arg(how)
-            .arg(rel)
-            .arg(r.fence.map_or_else(String::new, |t| t.to_string()));
+    if how.is_empty() && r.fence.is_none() {
+        return call;
     }
-    call
+    let rel = match r.level {
+        Level::Inner => r.request,
+        Level::Outermost => "",
+    };
+    call.arg(how)
+        .arg(rel)
+        .arg(r.fence.map_or_else(String::new, |t| t.to_string()))
+}
+
+/// How a release script (`release.lua`, `multi_release.lua`) is told which level goes: `i` an
+/// inner level, `r` the retry of an outermost level, nothing for its first try; the caller
+/// adds how it publishes.
+pub(crate) fn how(level: Level, retry: bool) -> String {
+    match level {
+        Level::Inner => "i",
+        Level::Outermost if retry => "r",
+        Level::Outermost => "",
+    }
+    .to_owned()
 }
 
 /// The renew script for the Mutex acquisition `acquisition`; `fence`: with a quorum, the
@@ -135,23 +137,23 @@ pub(crate) fn renew(
     lease: Duration,
     fence: Option<u64>,
 ) -> Call {
-    let mut call = match fence {
-        Some(_) => Call::new(Which::Renew, &[&keys.lock, &keys.fence]),
-        None => Call::new(Which::Renew, &[&keys.lock]),
-    };
-    call.cmd.arg(named(acquisition)).arg(millis(lease));
-    if let Some(token) = fence {
-        call.cmd.arg(token);
+    let all = [&keys.lock, &keys.fence].map(String::as_str);
+    let call = Call::new(Which::Renew, &all[..if fence.is_some() { 2 } else { 1 }])
+        .arg(named(acquisition))
+        .arg(millis(lease));
+    match fence {
+        Some(token) => call.arg(token),
+        None => call,
     }
-    call
 }
 
-/// One lease of a batched renewal: the lock, its holder, the lease to set, and the token to
-/// raise the fencing mark to (0: leave the mark alone, as with a single master).
+/// One lease of a batched renewal: the lock, its acquisition (which alone names the holder),
+/// the lease to set, and the token to raise the fencing mark to (0: leave the mark alone, as
+/// with a single master).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Renewing<'a> {
     pub(crate) keys: &'a LockKeys,
-    pub(crate) holder: Holder<'a>,
+    pub(crate) acquisition: &'a str,
     pub(crate) lease: Duration,
     pub(crate) token: u64,
 }
@@ -162,7 +164,7 @@ pub(crate) struct Renewing<'a> {
 pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     if let [one] = leases {
         let fence = (one.token != 0).then_some(one.token);
-        return renew(one.keys, one.holder.acquisition, one.lease, fence);
+        return renew(one.keys, one.acquisition, one.lease, fence);
     }
     // The tokens are all 0 (a single master) or none is (a quorum): one mode for the call.
     let fence = leases.iter().any(|l| l.token != 0);
@@ -171,7 +173,7 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
         keys.extend(leases.iter().map(|l| l.keys.fence.as_str()));
     }
     // Runs of consecutive leases with one lease: each run's lease is sent once (the caller
-    // orders the leases so that runs are long). No owner: the acquisition alone names it.
+    // orders the leases so that runs are long).
     let mut runs: Vec<(u64, usize)> = Vec::new();
     for l in leases {
         let ms = millis(l.lease);
@@ -186,7 +188,7 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
         call.cmd.arg(lease).arg(count);
     }
     for l in leases {
-        call.cmd.arg(named(l.holder.acquisition));
+        call.cmd.arg(named(l.acquisition));
     }
     if fence {
         for l in leases {
@@ -205,12 +207,10 @@ pub(crate) fn parse_acquire(v: &Value, a: &Acquire<'_>) -> Option<AcquireReply> 
 
 /// The admin script call for `op` on the Mutex `keys`.
 pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
-    let mut call = Call::new(Which::MutexAdmin, &[&keys.lock, &keys.channel]);
-    call.cmd.arg(match op {
+    Call::new(Which::MutexAdmin, &[&keys.lock, &keys.channel]).arg(match op {
         Admin::Holder => "holder",
         Admin::Force => "force",
-    });
-    call
+    })
 }
 
 /// What the admin script found of a Mutex.
@@ -232,16 +232,13 @@ pub(crate) enum AdminReply {
 /// Parses an admin script reply (either operation).
 pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
     let Value::Array(items) = v else { return None };
-    let ms = |v: &Value| Duration::from_millis(u64::try_from(int(v).unwrap_or(0)).unwrap_or(0));
     let clock = |s: &Value, us: &Value| -> Option<u64> {
-        let s = u64::try_from(int(s)?).ok()?;
-        s.checked_mul(1_000_000)?
-            .checked_add(u64::try_from(int(us)?).ok()?)
+        micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)
     };
     match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
         (1, [value, pttl, s, us]) => Some(AdminReply::Held {
             value: text(value)?,
-            pttl: ms(pttl),
+            pttl: ms(pttl).unwrap_or_default(),
             now_us: clock(s, us)?,
         }),
         (0, []) => Some(AdminReply::Free),
@@ -417,10 +414,7 @@ mod tests {
     fn renewing<'a>(keys: &'a LockKeys, acquisition: &'a str, token: u64) -> Renewing<'a> {
         Renewing {
             keys,
-            holder: Holder {
-                owner: "o",
-                acquisition,
-            },
+            acquisition,
             lease: Duration::from_millis(3000),
             token,
         }
@@ -482,12 +476,11 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_sends_each_lease_once_per_run_and_no_owner() {
+    fn a_batch_sends_each_lease_once_per_run() {
         let keys: Vec<LockKeys> = (0..4)
             .map(|i| LockKeys::new("p:", &i.to_string()))
             .collect();
         let mut leases: Vec<Renewing<'_>> = keys.iter().map(|k| renewing(k, "g", 0)).collect();
-        leases[2].holder.owner = "other";
         leases[3].lease = Duration::from_secs(9);
         let a = args(&renew_many(&leases));
         assert_eq!(

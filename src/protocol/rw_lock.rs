@@ -14,24 +14,21 @@ use redis::Value;
 
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::{
-    Admin, Call, Holder, Which, call, extend_ms, member, millis, named,
+    Admin, Call, Holder, Which, extend_ms, member, millis, named, renew_holder,
 };
 
 /// A call of `which` with the first `n` of the read-write lock's keys, from the writer's
 /// `P{T}:rw`: the writer, the readers, the waiting writers, deferring readers and eager
-/// readers, then the name's fencing mark (only a write acquire issues a token).
-fn rw(which: Which, write: &LockKeys, n: usize, args: &[&str]) -> Call {
+/// readers, then the name's fencing mark (only a write acquire issues a token); the caller
+/// adds the arguments.
+fn rw(which: Which, write: &LockKeys, n: usize) -> Call {
     let w = &write.lock;
-    let keys = [
-        w.clone(),
-        format!("{w}:readers"),
-        format!("{w}:wwait"),
-        format!("{w}:rwait"),
-        format!("{w}:eager"),
-        write.fence.clone(),
-    ];
-    let keys: Vec<&str> = keys.iter().take(n).map(String::as_str).collect();
-    call(which, &keys, args)
+    let readers = format!("{w}:readers");
+    let wwait = format!("{w}:wwait");
+    let rwait = format!("{w}:rwait");
+    let eager = format!("{w}:eager");
+    let keys = [w, &readers, &wwait, &rwait, &eager, &write.fence].map(String::as_str);
+    Call::new(which, &keys[..n])
 }
 
 /// Which hold of a read-write lock a call concerns, as the scripts name it.
@@ -47,13 +44,10 @@ pub(crate) fn write(
     lease: Duration,
     register: bool,
 ) -> Call {
-    let who = member(owner, request);
-    let lease = millis(lease).to_string();
-    let mut args = vec![who.as_str(), lease.as_str()];
-    if register {
-        args.push("1");
-    }
-    rw(Which::RwWrite, write, 6, &args)
+    rw(Which::RwWrite, write, 6)
+        .arg(member(owner, request))
+        .arg(millis(lease))
+        .arg_if(register, "1")
 }
 
 /// A read acquire (`defer`: defer to waiting writers; `register`: register as a waiting reader
@@ -66,15 +60,12 @@ pub(crate) fn read(
     defer: bool,
     register: bool,
 ) -> Call {
-    let who = member(owner, request);
-    let lease = millis(lease).to_string();
-    let mode = if defer { "defer" } else { "eager" };
-    let mut args = vec![mode, who.as_str(), lease.as_str()];
-    if register {
-        args.push("1");
-    }
     // Only a registering reader needs the waiting readers' sets.
-    rw(Which::RwRead, write, if register { 5 } else { 3 }, &args)
+    rw(Which::RwRead, write, if register { 5 } else { 3 })
+        .arg(if defer { "defer" } else { "eager" })
+        .arg(member(owner, request))
+        .arg(millis(lease))
+        .arg_if(register, "1")
 }
 
 /// The release of `holder`'s write (`read` false) or read acquisition; `keys` are the hold's
@@ -83,45 +74,36 @@ pub(crate) fn read(
 /// whether or not a waiter flagged it (they queue in the client, not on the server). A retry
 /// sends the same call.
 pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>, read: bool, publish: bool) -> Call {
-    let prefix = named(holder.acquisition);
     let marker = if read {
         let root = keys.lock.strip_suffix(":readers").unwrap_or(&keys.lock);
         format!("{root}:released:{}", holder.acquisition)
     } else {
         format!("{}:released", keys.lock)
     };
-    let side = side(read);
-    let args: &[&str] = if publish {
-        &[side, &prefix, "p"]
-    } else {
-        &[side, &prefix]
-    };
-    call(Which::RwRelease, &[&keys.lock, &marker], args)
+    Call::new(Which::RwRelease, &[&keys.lock, &marker])
+        .arg(side(read))
+        .arg(named(holder.acquisition))
+        .arg_if(publish, "p")
 }
 
 /// The renewal of `holder`'s write or read acquisition (`keys`: the hold's, as for
 /// [`release`]), by `renew_holder.lua`.
 pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration, read: bool) -> Call {
-    let prefix = named(holder.acquisition);
-    let lease = millis(lease).to_string();
-    call(
-        Which::RenewHolder,
-        &[&keys.lock],
-        &[side(read), &prefix, &lease],
-    )
+    renew_holder(keys, side(read), holder, lease)
 }
 
 /// A re-entry of `holder`'s write or read acquisition, which must have `extend` left after it
 /// (zero: the expiry is left as it is).
 pub(crate) fn reenter(write: &LockKeys, holder: Holder<'_>, read: bool, extend: Duration) -> Call {
-    let prefix = named(holder.acquisition);
-    let ms = extend_ms(extend).to_string();
-    rw(Which::RwReenter, write, 2, &[side(read), &prefix, &ms])
+    rw(Which::RwReenter, write, 2)
+        .arg(side(read))
+        .arg(named(holder.acquisition))
+        .arg(extend_ms(extend))
 }
 
 /// A waiter leaves the read-write lock's waiting sets.
 pub(crate) fn cancel(write: &LockKeys, owner: &str, request: &str) -> Call {
-    rw(Which::RwCancel, write, 5, &[&member(owner, request)])
+    rw(Which::RwCancel, write, 5).arg(member(owner, request))
 }
 
 /// An operator's call: the read-write lock's writer (and its TTL), readers, registered waiters
@@ -129,8 +111,8 @@ pub(crate) fn cancel(write: &LockKeys, owner: &str, request: &str) -> Call {
 /// waiter.
 pub(crate) fn admin(write: &LockKeys, op: Admin) -> Call {
     match op {
-        Admin::Holder => rw(Which::RwAdmin, write, 5, &["info"]),
-        Admin::Force => rw(Which::RwAdmin, write, 2, &["force"]),
+        Admin::Holder => rw(Which::RwAdmin, write, 5).arg("info"),
+        Admin::Force => rw(Which::RwAdmin, write, 2).arg("force"),
     }
 }
 
@@ -152,10 +134,9 @@ mod tests {
 
     #[test]
     fn read_and_release_calls_send_few_arguments() {
-        let (holder, lease) = (HOLDER, LEASE);
         let rw = LockKeys::family("p:", "a", "rw", "free");
         assert_eq!(
-            &args(&read(&rw, "o", "g", lease, true, false))[2..],
+            &args(&read(&rw, "o", "g", LEASE, true, false))[2..],
             [
                 "3",
                 "p:{a}:rw",
@@ -166,7 +147,7 @@ mod tests {
                 "3000"
             ]
         );
-        let write = args(&write(&rw, "o", "g", lease, true));
+        let write = args(&write(&rw, "o", "g", LEASE, true));
         assert_eq!(
             (write[2].as_str(), write[8].as_str()),
             ("6", "p:{#17817}:fence")
@@ -176,29 +157,28 @@ mod tests {
             ..rw.clone()
         };
         assert_eq!(
-            &args(&release(&readers, holder, true, false))[2..],
+            &args(&release(&readers, HOLDER, true, false))[2..],
             ["2", "p:{a}:rw:readers", "p:{a}:rw:released:g", "read", "g|"]
         );
         assert_eq!(
-            &args(&release(&rw, holder, false, true))[2..],
+            &args(&release(&rw, HOLDER, false, true))[2..],
             ["2", "p:{a}:rw", "p:{a}:rw:released", "write", "g|", "p"]
         );
     }
 
     #[test]
     fn read_write_calls_name_their_operation() {
-        let (holder, lease) = (HOLDER, LEASE);
         let rw = LockKeys::family("p:", "a", "rw", "free");
-        let write = write(&rw, "o", "g", lease, false);
+        let write = write(&rw, "o", "g", LEASE, false);
         assert_eq!(write.which, Which::RwWrite);
         assert_eq!(&args(&write)[9..], ["g|o", "3000"]);
-        let eager = read(&rw, "o", "g", lease, false, true);
+        let eager = read(&rw, "o", "g", LEASE, false, true);
         assert_eq!(eager.which, Which::RwRead);
         assert_eq!(&args(&eager)[8..], ["eager", "g|o", "3000", "1"]);
-        let renew = renew(&rw, holder, lease, false);
+        let renew = renew(&rw, HOLDER, LEASE, false);
         assert_eq!(renew.which, Which::RenewHolder);
         assert_eq!(&args(&renew)[2..], ["1", "p:{a}:rw", "write", "g|", "3000"]);
-        let reenter = reenter(&rw, holder, true, Duration::ZERO);
+        let reenter = reenter(&rw, HOLDER, true, Duration::ZERO);
         assert_eq!(&args(&reenter)[5..], ["read", "g|", "0"]);
         let cancel = cancel(&rw, "o", "g");
         assert_eq!(cancel.which, Which::RwCancel);

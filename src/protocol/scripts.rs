@@ -10,10 +10,12 @@
 //!
 //! Each lock type's calls and the parsing of their replies are in the module of its name,
 //! beside its Lua (`mutex.rs`, `multi.rs`, `election.rs`, `fair_mutex.rs`, `rw_lock.rs`,
-//! `semaphore.rs`); here are what they share: [`Call`] and [`call`], [`Holder`], [`Live`],
-//! [`Level`] and [`Admin`], the replies an acquire and a release come to ([`AcquireReply`],
-//! [`ReleaseReply`]) and the parsers several types use, and the renewal replies (the holders'
-//! values an operator's calls return are parsed in `lock_value.rs`).
+//! `semaphore.rs`); here are what they share: [`Call`] (its keys, then its arguments added
+//! with [`Call::arg`]), [`renew_holder`] (the read-write lock's and the semaphore's renewal),
+//! [`Holder`], [`Live`], [`Level`] and [`Admin`], the replies an acquire and a release come to
+//! ([`AcquireReply`], [`ReleaseReply`]) and the parsers several types use, the server clock
+//! ([`micros`]), and the renewal replies (the holders' values an operator's calls return are
+//! parsed in `lock_value.rs`).
 //!
 //! The scripts keep the calling conventions they have: the fair mutex and the semaphore name
 //! an operation by a one-letter first argument of one script, the read-write lock and the
@@ -27,6 +29,7 @@ use std::time::Duration;
 use redis::{Connection, Script, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
+use crate::protocol::keys::LockKeys;
 use crate::transport::fault::Fault;
 
 /// The script table: each script's name in [`Which`] and its file in `src/protocol/scripts/`.
@@ -151,19 +154,38 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// `EVALSHA` of `which` with `keys`; the caller adds the arguments to `cmd`.
+    /// `EVALSHA` of `which` with `keys`; the caller adds the arguments ([`arg`](Call::arg)).
     pub(crate) fn new(which: Which, keys: &[&str]) -> Call {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
         Call { which, cmd }
     }
+
+    /// The call with `arg` added (a number is sent in decimal, as the scripts read it).
+    pub(crate) fn arg(mut self, arg: impl redis::ToRedisArgs) -> Call {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// The call with `arg` added when `on`.
+    pub(crate) fn arg_if(self, on: bool, arg: &str) -> Call {
+        if on { self.arg(arg) } else { self }
+    }
 }
 
-/// The call of `which` with `keys` and the arguments `args`.
-pub(crate) fn call(which: Which, keys: &[&str], args: &[&str]) -> Call {
-    let mut call = Call::new(which, keys);
-    call.cmd.arg(args);
-    call
+/// The renewal of `holder`'s string, or its member of a sorted set of holders, at `keys.lock`
+/// (`renew_holder.lua`): `what` is `"write"` or `"read"` (a read-write lock's writer or
+/// reader) or `"permits"` (a semaphore's holder).
+pub(crate) fn renew_holder(
+    keys: &LockKeys,
+    what: &str,
+    holder: Holder<'_>,
+    lease: Duration,
+) -> Call {
+    Call::new(Which::RenewHolder, &[&keys.lock])
+        .arg(what)
+        .arg(named(holder.acquisition))
+        .arg(millis(lease))
 }
 
 pub(crate) use crate::protocol::lua::MAX_BLOCK;
@@ -232,6 +254,12 @@ pub(crate) fn text(v: &Value) -> Option<String> {
         Value::Int(i) => Some(i.to_string()),
         _ => None,
     }
+}
+
+/// A number of milliseconds in a reply (a lease left, a wait), as a duration; a negative
+/// number is zero.
+pub(crate) fn ms(v: &Value) -> Option<Duration> {
+    Some(Duration::from_millis(u64::try_from(int(v)?).unwrap_or(0)))
 }
 
 pub(crate) fn int(v: &Value) -> Option<i64> {
@@ -317,10 +345,7 @@ pub(crate) fn parse_acquire(v: &Value) -> Option<AcquireReply> {
         (0, Some(ttl), _) => {
             // -1 (no expiry) and -2 (gone) cannot come from our own keys; a zero wait makes
             // the caller simply try again.
-            let ms = u64::try_from(int(ttl)?).unwrap_or(0);
-            Some(AcquireReply::Busy {
-                ttl: Duration::from_millis(ms),
-            })
+            Some(AcquireReply::Busy { ttl: ms(ttl)? })
         }
         (-1, _, _) => Some(AcquireReply::Foreign),
         _ => None,
@@ -421,6 +446,12 @@ pub(crate) fn parse_renews(v: &Value, n: usize) -> Vec<Option<bool>> {
 /// The server clock of a `TIME` reply, in microseconds since the epoch.
 pub(crate) fn parse_time(v: &Value) -> Option<u64> {
     let (s, us): (u64, u64) = redis::from_redis_value(v.clone()).ok()?;
+    micros(s, us)
+}
+
+/// A server clock reading of `s` seconds and `us` microseconds (as `TIME` gives it, and as the
+/// scripts store a grant's time), in microseconds since the epoch.
+pub(crate) fn micros(s: u64, us: u64) -> Option<u64> {
     s.checked_mul(1_000_000)?.checked_add(us)
 }
 

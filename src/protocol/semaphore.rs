@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Admin, Call, Holder, Which, call, int, millis, named};
+use crate::protocol::scripts::{Admin, Call, Holder, Which, int, millis, named, renew_holder};
 
 /// A semaphore acquire of `n` permits, for a handle of `permits` (`waits`: the caller waits for
 /// a release when not granted, and flags the semaphore so that a release publishes).
@@ -22,44 +22,37 @@ pub(crate) fn acquire(
     lease: Duration,
     waits: bool,
 ) -> Call {
-    let who = format!("{request}|{owner}|{n}");
-    let lease = millis(lease).to_string();
-    let permits = permits.to_string();
-    let mut args = vec!["a", who.as_str(), lease.as_str(), permits.as_str()];
-    if waits {
-        args.push("1");
-    }
-    call(Which::Sem, &[&keys.lock], &args)
+    Call::new(Which::Sem, &[&keys.lock])
+        .arg("a")
+        .arg(format!("{request}|{owner}|{n}"))
+        .arg(millis(lease))
+        .arg(permits)
+        .arg_if(waits, "1")
 }
 
 /// The release of `holder`'s permits. A retry sends the same call.
 pub(crate) fn release(keys: &LockKeys, holder: Holder<'_>) -> Call {
-    let prefix = named(holder.acquisition);
     let marker = format!("{}:released:{}", keys.lock, holder.acquisition);
-    call(Which::Sem, &[&keys.lock, &marker], &["r", &prefix])
+    Call::new(Which::Sem, &[&keys.lock, &marker])
+        .arg("r")
+        .arg(named(holder.acquisition))
 }
 
 /// The renewal of `holder`'s permits (`renew_holder.lua`: its string, or its member of the
 /// holders' sorted set).
 pub(crate) fn renew(keys: &LockKeys, holder: Holder<'_>, lease: Duration) -> Call {
-    let prefix = named(holder.acquisition);
-    let lease = millis(lease).to_string();
-    call(
-        Which::RenewHolder,
-        &[&keys.lock],
-        &["permits", &prefix, &lease],
-    )
+    renew_holder(keys, "permits", holder, lease)
 }
 
 /// The permits held by live leases.
 pub(crate) fn used(keys: &LockKeys) -> Call {
-    call(Which::Sem, &[&keys.lock], &["u"])
+    Call::new(Which::Sem, &[&keys.lock]).arg("u")
 }
 
 /// An operator's call: the semaphore's holders (with their leases left) and the server clock;
 /// or a force, which frees every permit and wakes every waiter.
 pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
-    call(Which::Sem, &[&keys.lock], &[op.letter()])
+    Call::new(Which::Sem, &[&keys.lock]).arg(op.letter())
 }
 
 /// Parses a semaphore's permits-used reply ([`used`]): the permits live leases hold.
@@ -78,21 +71,20 @@ mod tests {
 
     #[test]
     fn calls_send_few_arguments() {
-        let (holder, lease) = (HOLDER, LEASE);
         let sem = LockKeys::family("p:", "a", "sem", "released");
-        assert_eq!(
-            &args(&acquire(&sem, "o", "g", 2, 4, lease, false))[2..],
-            ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
-        );
-        assert_eq!(
-            &args(&release(&sem, holder))[2..],
-            ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
-        );
-        let renew = renew(&sem, holder, lease);
+        let renew = renew(&sem, HOLDER, LEASE);
         assert_eq!(renew.which, Which::RenewHolder);
         assert_eq!(
             &args(&renew)[2..],
             ["1", "p:{a}:sem", "permits", "g|", "3000"]
+        );
+        assert_eq!(
+            &args(&acquire(&sem, "o", "g", 2, 4, LEASE, false))[2..],
+            ["1", "p:{a}:sem", "a", "g|o|2", "3000", "4"]
+        );
+        assert_eq!(
+            &args(&release(&sem, HOLDER))[2..],
+            ["2", "p:{a}:sem", "p:{a}:sem:released:g", "r", "g|"]
         );
     }
 

@@ -15,20 +15,27 @@ pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Settings shared by every lock of a client.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
+    /// The lease terms of the client's own acquisitions (see [`Config::terms`]).
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) prefix: String,
     /// The client's label, encoded for owner ids (see `shared/holder.rs`).
     pub(crate) label: String,
     pub(crate) timeouts: Timeouts,
     pub(crate) retry_timeout: Duration,
-    pub(crate) max_hold: Option<Duration>,
     /// Replicas that must confirm each acquire (and renewal), and how long to wait for them.
     pub(crate) wait_replicas: Option<(usize, Duration)>,
     /// The bound of local hand-offs; `None`: every release goes through Redis (the option is
     /// off, or a quorum client).
     pub(crate) handoff: Option<HandoffBound>,
 }
+
+/// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
+/// each acquisition through Redis reserves that many fencing tokens.
+///
+/// [`ClientBuilder::local_handoff_max_count`]: crate::ClientBuilder::local_handoff_max_count
+pub const MAX_HANDOFF_COUNT: u32 = crate::protocol::scripts::MAX_BLOCK;
 
 /// How far a run of local hand-offs may go before a release goes through Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,12 +49,6 @@ pub(crate) struct HandoffBound {
     pub(crate) give_way: Duration,
 }
 
-/// The most local hand-offs in a row that [`ClientBuilder::local_handoff_max_count`] accepts:
-/// each acquisition through Redis reserves that many fencing tokens.
-///
-/// [`ClientBuilder::local_handoff_max_count`]: crate::ClientBuilder::local_handoff_max_count
-pub const MAX_HANDOFF_COUNT: u32 = crate::protocol::scripts::MAX_BLOCK;
-
 impl Config {
     /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
     pub(crate) fn terms(&self) -> Terms {
@@ -60,7 +61,7 @@ impl Config {
 
     /// The bound of one call that may have to open a connection first: the connect timeout
     /// plus the command timeout (plus the replicas' timeout with
-    /// [`wait_replicas`](ClientBuilder::wait_replicas)).
+    /// [`wait_replicas`](crate::ClientBuilder::wait_replicas)).
     pub(crate) fn one_call(&self) -> Duration {
         self.timeouts
             .connect

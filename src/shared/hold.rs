@@ -15,8 +15,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::kind::Kind;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Call, Holder};
-use crate::protocol::{fair_mutex, mutex, rw_lock, semaphore};
+use crate::protocol::scripts::Holder;
 
 /// Who holds: the owner, the acquisition (its request id) and its fencing token.
 #[derive(Debug, Clone)]
@@ -35,16 +34,24 @@ pub(crate) struct Renewal {
     pub(crate) until: Option<Instant>,
 }
 
-/// Where a hold stands in a run of local hand-offs: the acquisition through Redis that
-/// started the run, and what the run may still hand out.
+/// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Chain {
-    /// Send time of the acquire through Redis that started the run.
-    pub(crate) since: Instant,
-    /// Local hand-offs in the run up to this hold (0: this hold came from Redis).
-    pub(crate) passes: u32,
-    /// The last fencing token reserved for the run (the hold's own token: none left).
-    pub(crate) last: u64,
+pub(crate) enum Status {
+    /// Held, and the last renewal (if any) succeeded.
+    Valid,
+    /// The last renewal failed for a reason that may pass; the lease has not run out yet.
+    Uncertain,
+    /// Lost: renewal found another owner or no key, or the deadline passed.
+    Lost,
+    /// Released by its owner.
+    Released,
+}
+
+impl Status {
+    /// Held: valid or uncertain, neither lost nor released.
+    fn holding(self) -> bool {
+        matches!(self, Status::Valid | Status::Uncertain)
+    }
 }
 
 /// What the renewal thread should do with a hold that is due.
@@ -69,17 +76,16 @@ pub(crate) struct Left {
     pub(crate) held: bool,
 }
 
-/// Where a hold stands.
+/// Where a hold stands in a run of local hand-offs: the acquisition through Redis that
+/// started the run, and what the run may still hand out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
-    /// Held, and the last renewal (if any) succeeded.
-    Valid,
-    /// The last renewal failed for a reason that may pass; the lease has not run out yet.
-    Uncertain,
-    /// Lost: renewal found another owner or no key, or the deadline passed.
-    Lost,
-    /// Released by its owner.
-    Released,
+pub(crate) struct Chain {
+    /// Send time of the acquire through Redis that started the run.
+    pub(crate) since: Instant,
+    /// Local hand-offs in the run up to this hold (0: this hold came from Redis).
+    pub(crate) passes: u32,
+    /// The last fencing token reserved for the run (the hold's own token: none left).
+    pub(crate) last: u64,
 }
 
 #[derive(Debug)]
@@ -173,10 +179,7 @@ impl Hold {
     /// is the only one and the lease is known valid. [`unpass`](Hold::unpass) undoes it.
     pub(crate) fn pass(&self) -> bool {
         let mut st = self.state.lock();
-        if st.depth != 1
-            || !matches!(st.status, Status::Valid | Status::Uncertain)
-            || self.deadline_of(&st).is_none_or(|d| Instant::now() >= d)
-        {
+        if st.depth != 1 || !self.live(&st) {
             return false;
         }
         st.depth = 0;
@@ -194,9 +197,7 @@ impl Hold {
     /// any more: the successor must not be made.
     pub(crate) fn retire(&self) -> Option<Instant> {
         let mut st = self.state.lock();
-        let valid = st.depth == 0
-            && matches!(st.status, Status::Valid | Status::Uncertain)
-            && self.deadline_of(&st).is_some_and(|d| Instant::now() < d);
+        let valid = st.depth == 0 && self.live(&st);
         if st.status != Status::Lost {
             st.status = Status::Released;
         }
@@ -214,6 +215,16 @@ impl Hold {
             .checked_add(self.lease.saturating_sub(self.drift))
     }
 
+    /// Whether the local deadline has passed.
+    fn expired(&self, st: &State) -> bool {
+        self.deadline_of(st).is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Whether the lease is known valid: held (valid or uncertain), its deadline not passed.
+    fn live(&self, st: &State) -> bool {
+        st.status.holding() && !self.expired(st)
+    }
+
     /// The levels local guards hold (0 while passed on in a local hand-off, or released).
     pub(crate) fn depth(&self) -> u32 {
         self.state.lock().depth
@@ -228,18 +239,14 @@ impl Hold {
     pub(crate) fn status(&self) -> Status {
         let st = self.state.lock();
         match st.status {
-            Status::Valid | Status::Uncertain
-                if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) =>
-            {
-                Status::Lost
-            }
+            s if s.holding() && self.expired(&st) => Status::Lost,
             s => s,
         }
     }
 
     /// True while the lease is known valid.
     pub(crate) fn is_held(&self) -> bool {
-        matches!(self.status(), Status::Valid | Status::Uncertain)
+        self.status().holding()
     }
 
     /// `Ok` while the lease is known valid, [`Error::LeaseLost`](crate::Error::LeaseLost)
@@ -283,10 +290,7 @@ impl Hold {
     /// Returns false if the hold is no longer usable (lost, released, or past its deadline).
     pub(crate) fn enter(&self, sent: Instant) -> bool {
         let mut st = self.state.lock();
-        if !matches!(st.status, Status::Valid | Status::Uncertain) || st.depth == 0 {
-            return false;
-        }
-        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+        if !self.live(&st) || st.depth == 0 {
             return false;
         }
         st.depth += 1;
@@ -306,8 +310,7 @@ impl Hold {
         // Read under the lock every loss is marked under: a loss marked before this is seen
         // here, and one after it finds the outermost level released (`mark_lost`,
         // `end_renewal` and `begin_renewal` then change nothing and report nothing).
-        let held = matches!(st.status, Status::Valid | Status::Uncertain)
-            && self.deadline_of(&st).is_none_or(|d| Instant::now() < d);
+        let held = self.live(&st);
         st.depth = st.depth.saturating_sub(1);
         if st.depth > 0 {
             return Left {
@@ -338,23 +341,22 @@ impl Hold {
     /// Marks the hold lost; returns true if it was not lost or released before.
     pub(crate) fn mark_lost(&self) -> bool {
         let mut st = self.state.lock();
-        if matches!(st.status, Status::Valid | Status::Uncertain) {
+        let was = st.status.holding();
+        if was {
             st.status = Status::Lost;
-            true
-        } else {
-            false
         }
+        was
     }
 
     /// Called by the renewal thread before sending a renewal.
     pub(crate) fn begin_renewal(&self) -> Begin {
         let mut st = self.state.lock();
-        if !matches!(st.status, Status::Valid | Status::Uncertain) {
+        if !st.status.holding() {
             return Begin::Skip;
         }
         // Past the local deadline the hold is lost for good, even if a renewal would still
         // find the key: `is_held()` never turns true again once it read false.
-        if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+        if self.expired(&st) {
             st.status = Status::Lost;
             return Begin::Expired;
         }
@@ -369,7 +371,7 @@ impl Hold {
     pub(crate) fn end_renewal(&self, sent: Instant, outcome: Option<bool>) -> Option<Status> {
         let mut st = self.state.lock();
         st.in_flight = false;
-        let status = if matches!(st.status, Status::Valid | Status::Uncertain) {
+        let status = if st.status.holding() {
             match outcome {
                 Some(true) => {
                     st.last_ok = st.last_ok.max(sent);
@@ -377,7 +379,7 @@ impl Hold {
                 }
                 Some(false) => st.status = Status::Lost,
                 None => {
-                    st.status = if self.deadline_of(&st).is_some_and(|d| Instant::now() >= d) {
+                    st.status = if self.expired(&st) {
                         Status::Lost
                     } else {
                         Status::Uncertain
@@ -410,24 +412,6 @@ impl Hold {
             Some(u) if at > u => None,
             _ => Some(at),
         }
-    }
-}
-
-/// The renew call of a registered hold, by its lock type.
-pub(crate) fn renew_hold(hold: &Hold, fence: u64) -> Call {
-    match hold.kind {
-        Kind::Mutex | Kind::MultiMutex | Kind::Election => mutex::renew(
-            &hold.keys,
-            &hold.acquisition,
-            hold.lease,
-            (fence != 0).then_some(fence),
-        ),
-        Kind::FairMutex | Kind::FairPlace => {
-            fair_mutex::renew(&hold.keys, hold.holder(), hold.lease)
-        }
-        Kind::Permits => semaphore::renew(&hold.keys, hold.holder(), hold.lease),
-        Kind::Read => rw_lock::renew(&hold.keys, hold.holder(), hold.lease, true),
-        Kind::Write => rw_lock::renew(&hold.keys, hold.holder(), hold.lease, false),
     }
 }
 

@@ -21,6 +21,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::protocol::keys::percent_encode;
 
 /// The longest label [`ClientBuilder::label`](crate::ClientBuilder::label) accepts, in bytes.
 pub const MAX_LABEL_LEN: usize = 128;
@@ -206,18 +207,7 @@ pub(crate) fn default_label() -> String {
 
 /// `s` with `%`, `/`, `|` and control characters percent-encoded (UTF-8 bytes).
 pub(crate) fn encode_part(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c == '%' || c == '/' || c == '|' || c.is_control() {
-            let mut buf = [0u8; 4];
-            for b in c.encode_utf8(&mut buf).bytes() {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    percent_encode(s, |c| matches!(c, '%' | '/' | '|') || c.is_control())
 }
 
 /// Undoes [`encode_part`]; a malformed escape is kept as it is.

@@ -145,9 +145,7 @@ impl Shared {
         if let Some(old) = old.and_then(|w| w.upgrade()) {
             self.report_lost(&old);
         }
-        if hold.renewal.is_some() {
-            self.renewals.register(Arc::clone(hold));
-        }
+        self.renewals.register(hold);
         true
     }
 
@@ -201,9 +199,7 @@ impl Shared {
     /// Notes that a registered hold left the renewal wheel's care (released, or retired for
     /// a successor): it sits in the wheel until its slot fires.
     pub(crate) fn note_released(&self, hold: &Hold) {
-        if hold.renewal.is_some() {
-            self.renewals.released();
-        }
+        self.renewals.released(hold);
     }
 
     /// Whether the calling thread holds `keys` through this client (as far as it knows).
@@ -304,9 +300,7 @@ impl Shared {
         }
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
-        if renewal.is_some() {
-            self.renewals.register(Arc::clone(&hold));
-        }
+        self.renewals.register(&hold);
         Adopted::Held(hold)
     }
 
@@ -324,9 +318,7 @@ impl Shared {
     /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,
     /// such as a waiter's place in a queue) until [`unwatch`](Shared::unwatch).
     pub(crate) fn watch(&self, hold: &Arc<Hold>) {
-        if hold.renewal.is_some() {
-            self.renewals.register(Arc::clone(hold));
-        }
+        self.renewals.register(hold);
     }
 
     /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
@@ -334,9 +326,7 @@ impl Shared {
     /// [`Left`](crate::shared::hold::Left)).
     pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) -> bool {
         let held = hold.leave(bound).held;
-        if hold.renewal.is_some() {
-            self.renewals.released();
-        }
+        self.renewals.released(hold);
         held
     }
 
@@ -345,9 +335,7 @@ impl Shared {
     pub(crate) fn forget(&self, hold: &Arc<Hold>) {
         self.leave_slot(hold);
         self.end_run(hold);
-        if hold.renewal.is_some() {
-            self.renewals.released();
-        }
+        self.renewals.released(hold);
     }
 
     /// Empties the calling thread's slot for the lock of `hold` if `hold` is in it.
@@ -431,23 +419,17 @@ impl Core {
             holds: PlMutex::new(HashMap::new()),
             runs: PlMutex::new(HashMap::new()),
         });
-        let mut threads = Vec::with_capacity(2);
+        let spawn = |name: &str| thread::Builder::new().name(name.into());
         let sub = Arc::clone(&subscriber);
-        let spawned = thread::Builder::new()
-            .name("locksmith-pubsub".into())
-            .spawn(move || sub.run(reader));
-        match spawned {
-            Ok(h) => threads.push(h),
-            Err(e) => {
-                subscriber.shutdown();
-                return Err(Error::Spawn(e));
-            }
-        }
-        match thread::Builder::new()
-            .name("locksmith-renew".into())
-            .spawn(move || renewer.run())
-        {
-            Ok(h) => threads.push(h),
+        let mut threads = Vec::with_capacity(2);
+        let started = spawn("locksmith-pubsub")
+            .spawn(move || sub.run(reader))
+            .and_then(|pubsub| {
+                threads.push(pubsub);
+                spawn("locksmith-renew").spawn(move || renewer.run())
+            });
+        match started {
+            Ok(renew) => threads.push(renew),
             Err(e) => {
                 subscriber.shutdown();
                 for t in threads {

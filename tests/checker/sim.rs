@@ -11,9 +11,7 @@ use super::store::Reply;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lua::{MAX_BLOCK, RESERVE_US};
 use crate::protocol::mutex::{self, Acquire, Publish, Release, Renewing};
-use crate::protocol::scripts::{
-    self, AcquireReply, Admin, Call, Holder, Level, Live, ReleaseReply, Which,
-};
+use crate::protocol::scripts::{self, AcquireReply, Admin, Call, Level, Live, ReleaseReply, Which};
 
 /// A small, fast, replayable random source (SplitMix64).
 #[derive(Debug, Clone)]
@@ -1127,10 +1125,7 @@ impl Sim {
             .zip(&keys)
             .map(|(h, k)| Renewing {
                 keys: k,
-                holder: Holder {
-                    owner: &h.owner,
-                    acquisition: &h.acquisition,
-                },
+                acquisition: &h.acquisition,
                 lease,
                 token: if quorum { h.token } else { 0 },
             })

@@ -37,8 +37,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::kind::Kind;
-use crate::protocol::mutex;
-use crate::shared::hold::{self, Begin, Hold, Status};
+use crate::protocol::{fair_mutex, mutex, rw_lock, semaphore};
+use crate::shared::hold::{Begin, Hold, Status};
 use crate::stats::Counters;
 use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;
@@ -128,27 +128,31 @@ pub(crate) struct Inbox {
     tx: Sender<Msg>,
 }
 
-fn tick_of(epoch: Instant, t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
-}
-
 impl Inbox {
-    /// Starts renewing `hold`.
-    pub(crate) fn register(&self, hold: Arc<Hold>) {
+    /// The renewal thread's tick of `t`: milliseconds since the inbox was made.
+    fn tick(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts renewing `hold` (nothing for a fixed lease).
+    pub(crate) fn register(&self, hold: &Arc<Hold>) {
         let Some(at) = hold.next_renewal() else {
             return;
         };
-        let due = tick_of(self.epoch, at);
-        self.holds.lock().push(hold);
+        let due = self.tick(at);
+        self.holds.lock().push(Arc::clone(hold));
         if due < self.wake_at.load(Ordering::SeqCst) {
             // The thread lives as long as the client; a send can only fail during its drop.
             let _ = self.tx.send(Msg::Wake);
         }
     }
 
-    /// Notes that a registered hold was released (no wake-up).
-    pub(crate) fn released(&self) {
-        self.released.fetch_add(1, Ordering::Relaxed);
+    /// Notes that `hold` was released (no wake-up); nothing for a fixed lease, which was
+    /// never registered.
+    pub(crate) fn released(&self, hold: &Hold) {
+        if hold.renewal.is_some() {
+            self.released.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Has the thread report a hold that another thread just marked lost (the `warn` log and
@@ -172,9 +176,8 @@ pub(crate) fn renewer(
     stats: Arc<Counters>,
 ) -> (Arc<Inbox>, Renewer) {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let epoch = Instant::now();
     let inbox = Arc::new(Inbox {
-        epoch,
+        epoch: Instant::now(),
         holds: Mutex::new(Vec::new()),
         wake_at: AtomicU64::new(u64::MAX),
         released: AtomicUsize::new(0),
@@ -189,7 +192,6 @@ pub(crate) fn renewer(
         coalesce: (renew_every / 5).min(Duration::from_millis(400)),
         retry: (renew_every / 4).clamp(Duration::from_millis(5), Duration::from_millis(500)),
         timeout: renew_every / 2,
-        epoch,
         wheel: Wheel::new(),
         stale: 0,
         on_lost,
@@ -212,7 +214,6 @@ pub(crate) struct Renewer {
     retry: Duration,
     /// The bound on a batch's I/O, retry on a new connection included.
     timeout: Duration,
-    epoch: Instant,
     wheel: Wheel<Arc<Hold>>,
     /// Released holds still in the wheel (an estimate: some have fired since).
     stale: usize,
@@ -235,13 +236,9 @@ impl std::fmt::Debug for Renewer {
 }
 
 impl Renewer {
-    fn tick(&self, t: Instant) -> u64 {
-        tick_of(self.epoch, t)
-    }
-
     fn schedule(&mut self, hold: Arc<Hold>, at: Instant) {
         // Round up, so a renewal is never sent before its due time minus the coalescing window.
-        let tick = self.tick(at).saturating_add(1);
+        let tick = self.inbox.tick(at).saturating_add(1);
         self.wheel.insert(tick, hold);
     }
 
@@ -306,7 +303,7 @@ impl Renewer {
         loop {
             let msg = match self.drain() {
                 Some(tick) => {
-                    let at = self.epoch + Duration::from_millis(tick);
+                    let at = self.inbox.epoch + Duration::from_millis(tick);
                     self.rx
                         .recv_timeout(at.saturating_duration_since(Instant::now()))
                 }
@@ -322,7 +319,7 @@ impl Renewer {
             self.drain();
             self.report_found_lost();
             self.compact_if_stale();
-            let now = self.tick(Instant::now() + self.coalesce);
+            let now = self.inbox.tick(Instant::now() + self.coalesce);
             self.wheel.poll(now, &mut due);
             if !due.is_empty() {
                 self.renew(&mut due);
@@ -431,9 +428,24 @@ impl Renewer {
     /// call for a permission.
     fn send(&mut self, batch: &[Arc<Hold>]) -> (Vec<Option<bool>>, bool) {
         // Mutex leases share calls of the batch script; other lock types' holds keep their
-        // own renew script, one call each.
-        let (mut mutexes, others): (Vec<usize>, Vec<usize>) =
-            (0..batch.len()).partition(|&i| batch[i].kind.is_mutex());
+        // own renew script, one call each, sent after them.
+        let mut mutexes = Vec::new();
+        let mut own = Vec::new();
+        for (i, h) in batch.iter().enumerate() {
+            let (keys, holder, lease) = (&h.keys, h.holder(), h.lease);
+            let call = match h.kind {
+                Kind::Mutex | Kind::MultiMutex | Kind::Election => {
+                    mutexes.push(i);
+                    continue;
+                }
+                Kind::FairMutex | Kind::FairPlace => fair_mutex::renew(keys, holder, lease),
+                Kind::Permits => semaphore::renew(keys, holder, lease),
+                Kind::Read | Kind::Write => {
+                    rw_lock::renew(keys, holder, lease, h.kind == Kind::Read)
+                }
+            };
+            own.push((call, i));
+        }
         // By lease: a call sends each lease once per run of leases that share it.
         mutexes.sort_by_key(|&i| batch[i].lease);
         let slots: Vec<u16> = mutexes.iter().map(|&i| batch[i].keys.slot).collect();
@@ -449,7 +461,7 @@ impl Renewer {
                     let h = &batch[i];
                     mutex::Renewing {
                         keys: &h.keys,
-                        holder: h.holder(),
+                        acquisition: &h.acquisition,
                         lease: h.lease,
                         token: self.backend.fence(h.token),
                     }
@@ -458,9 +470,8 @@ impl Renewer {
             calls.push((mutex::renew_many(&leases), leases.len()));
             order.extend(holds);
         }
-        for i in others {
-            let h = &batch[i];
-            calls.push((hold::renew_hold(h, self.backend.fence(h.token)), 1));
+        for (call, i) in own {
+            calls.push((call, 1));
             order.push(i);
         }
         let renewed = self.backend.renew(&calls, self.timeout);
