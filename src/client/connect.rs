@@ -45,46 +45,13 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
         let master_settings = self.master_settings()?;
-        if let Topology::Cluster(seeds) = &self.topology {
-            return self.build_cluster(config, seeds);
-        }
         // What each master is called in messages, how it is reached, and the TLS set-up.
-        type Masters = (
-            Vec<String>,
-            Vec<ConnectionInfo>,
-            Option<Arc<Sentinel>>,
-            Option<Arc<Tls>>,
-        );
-        let (names, infos, resolver, tls): Masters = match &self.topology {
-            Topology::Single(url) => {
-                let infos = vec![conn::parse_url(url)?];
-                let tls = self.tls_setup(&infos)?;
-                (vec![conn::server_name(&infos[0])], infos, None, tls)
-            }
-            Topology::Quorum(urls) => {
-                let infos = urls
-                    .iter()
-                    .map(|u| conn::parse_url(u))
-                    .collect::<Result<Vec<_>>>()?;
-                let tls = self.tls_setup(&infos)?;
-                (
-                    infos.iter().map(conn::server_name).collect(),
-                    infos,
-                    None,
-                    tls,
-                )
-            }
-            Topology::Cluster(_) => {
-                return Err(Error::config(
-                    "seeds",
-                    "a cluster client is built on its own path",
-                ));
-            }
+        let (names, infos, resolver, tls) = match &self.topology {
+            Topology::Cluster(seeds) => return self.build_cluster(config, seeds),
+            Topology::Single(url) => self.masters(std::slice::from_ref(url))?,
+            Topology::Quorum(urls) => self.masters(urls)?,
             Topology::Sentinel { sentinels, master } => {
-                let sentinel_infos = sentinels
-                    .iter()
-                    .map(|u| conn::parse_url(u))
-                    .collect::<Result<Vec<_>>>()?;
+                let sentinel_infos = parse_urls(sentinels)?;
                 // The master is reached over TLS exactly when the sentinels are.
                 let tls = self.tls_setup(&sentinel_infos)?;
                 let sentinel = Arc::new(Sentinel::new(
@@ -111,22 +78,22 @@ impl ClientBuilder {
         };
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
-        let quorum_timeout = match self.topology {
-            Topology::Quorum(_) => Some(self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT)),
-            _ => None,
-        };
-        let (call_timeout, node_timeouts) = match quorum_timeout {
-            Some(t) => (
-                t,
-                Timeouts {
-                    connect: config
-                        .timeouts
-                        .connect
-                        .min(t.max(Duration::from_millis(50))),
-                    command: config.timeouts.command,
-                },
-            ),
-            None => (config.timeouts.command, config.timeouts),
+        let (call_timeout, node_timeouts) = match self.topology {
+            Topology::Quorum(_) => {
+                let t = self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT);
+                let connect = config
+                    .timeouts
+                    .connect
+                    .min(t.max(Duration::from_millis(50)));
+                (
+                    t,
+                    Timeouts {
+                        connect,
+                        ..config.timeouts
+                    },
+                )
+            }
+            _ => (config.timeouts.command, config.timeouts),
         };
         let nodes = infos
             .iter()
@@ -187,10 +154,7 @@ impl ClientBuilder {
     /// Connects to a Redis Cluster: the slot map from a seed, every master's `PING`, then the
     /// client's threads (the pub/sub connections open when waiters need them).
     fn build_cluster(&self, config: Config, seeds: &[String]) -> Result<Client> {
-        let infos = seeds
-            .iter()
-            .map(|u| conn::parse_url(u))
-            .collect::<Result<Vec<_>>>()?;
+        let infos = parse_urls(seeds)?;
         if let Some(bad) = infos.iter().find(|i| {
             !matches!(
                 i.addr(),
@@ -205,13 +169,8 @@ impl ClientBuilder {
             return Err(Error::config("seeds", "a cluster has database 0 only"));
         }
         let tls = self.tls_setup(&infos)?;
-        if infos
-            .iter()
-            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
-            != infos
-                .iter()
-                .all(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
-        {
+        let over_tls = |i: &ConnectionInfo| matches!(i.addr(), ConnectionAddr::TcpTls { .. });
+        if infos.iter().any(over_tls) != infos.iter().all(over_tls) {
             return Err(Error::config(
                 "seeds",
                 "must all be redis:// or all be rediss://",
@@ -249,6 +208,19 @@ impl ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// The masters of one server or of a quorum, given by `urls`: what each is called in
+    /// messages, how it is reached, and the TLS set-up (no resolver: they do not move).
+    fn masters(&self, urls: &[String]) -> Result<Masters> {
+        let infos = parse_urls(urls)?;
+        let tls = self.tls_setup(&infos)?;
+        Ok((
+            infos.iter().map(conn::server_name).collect(),
+            infos,
+            None,
+            tls,
+        ))
+    }
+
     /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
     /// a warning once for `#insecure` URLs.
     fn tls_setup(&self, infos: &[ConnectionInfo]) -> Result<Option<Arc<Tls>>> {
@@ -274,6 +246,20 @@ impl ClientBuilder {
             insecure,
         )?)))
     }
+}
+
+/// What each master is called in messages, how it is reached, where it is now (a master
+/// that Sentinel names) and the TLS set-up.
+type Masters = (
+    Vec<String>,
+    Vec<ConnectionInfo>,
+    Option<Arc<Sentinel>>,
+    Option<Arc<Tls>>,
+);
+
+/// Each URL checked (see [`conn::parse_url`]).
+fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>> {
+    urls.iter().map(|u| conn::parse_url(u)).collect()
 }
 
 /// Logs a warning for each master that may evict lock keys to make room: a `maxmemory` limit

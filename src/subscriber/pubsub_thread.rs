@@ -51,7 +51,7 @@ use redis::ConnectionInfo;
 use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, Link, Reader, Routed, SHARDS, Subscriber, TARGET};
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, RESOLVE_EVERY};
-use crate::transport::pubsub::opening::{Opening, Step, want_event};
+use crate::transport::pubsub::opening::{Opening, Step, want_event, watch};
 use crate::transport::pubsub::{HEARTBEAT, ReadHalf};
 
 /// How long a cluster's connection without channels stays open (a waiter may come back
@@ -82,11 +82,7 @@ impl Conns {
     /// Reads from `key` from now on (its socket is registered with the poller already, or
     /// is added).
     fn read(&mut self, sub: &Subscriber, key: usize, node: String, r: ReadHalf) -> Result<()> {
-        let ev = Event::readable(key);
-        sub.poller
-            .modify(&r.stream, ev)
-            .or_else(|_| sub.poller.add(&r.stream, ev))
-            .map_err(Error::io)?;
+        watch(&sub.poller, &r.stream, Event::readable(key)).map_err(Error::io)?;
         self.readers.insert(key, (node, r));
         Ok(())
     }
@@ -211,12 +207,7 @@ impl Subscriber {
             Ok(Step::Wait(want)) => {
                 // A connect to the host's next address has a new socket (the old one, closed,
                 // left the poller by itself).
-                let interest = want_event(want, key);
-                match self
-                    .poller
-                    .modify(p.op.sock(), interest)
-                    .or_else(|_| self.poller.add(p.op.sock(), interest))
-                {
+                match watch(&self.poller, p.op.sock(), want_event(want, key)) {
                     Ok(()) => return,
                     Err(e) => Error::io(e),
                 }

@@ -411,12 +411,8 @@ impl Pool {
         // it gets the address only, and the handshake is ours.
         let mut handshake = Vec::new();
         let mut handshake_replies = 0;
-        if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
-            }
-            auth.arg(password).write_packed_command(&mut handshake);
+        if let Some(auth) = auth(settings) {
+            auth.write_packed_command(&mut handshake);
             handshake_replies += 1;
         }
         if settings.db() != 0 {
@@ -564,6 +560,17 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redi
         }
         _ => Ok(redis::Client::open(info)?),
     }
+}
+
+/// The `AUTH [username] password` of `settings`; `None` without a password.
+pub(crate) fn auth(settings: &RedisConnectionInfo) -> Option<redis::Cmd> {
+    let password = settings.password()?;
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    auth.arg(password);
+    Some(auth)
 }
 
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection
