@@ -411,16 +411,12 @@ impl ClientBuilder {
             "renew_interval",
             "must be at least 10ms",
         )?;
-        ensure(
-            self.connect_timeout >= ms,
-            "connect_timeout",
-            "must be at least 1ms",
-        )?;
-        ensure(
-            self.command_timeout >= ms,
-            "command_timeout",
-            "must be at least 1ms",
-        )?;
+        for (field, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("command_timeout", self.command_timeout),
+        ] {
+            ensure(timeout >= ms, field, "must be at least 1ms")?;
+        }
         if let Some(max) = self.max_hold {
             validate_max_hold(max)?;
         }

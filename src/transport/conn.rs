@@ -576,14 +576,13 @@ pub(crate) fn auth(settings: &RedisConnectionInfo) -> Option<redis::Cmd> {
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection
 /// (so that a call retries and the address is resolved again).
 fn check_master(reply: &Value) -> Result<(), Fault> {
-    let role = match reply {
-        Value::Array(items) => match items.first() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    };
+    let role: String = match reply {
+        Value::Array(items) => items
+            .first()
+            .and_then(|r| redis::from_redis_value_ref(r).ok()),
+        _ => None,
+    }
+    .unwrap_or_default();
     if role == "master" {
         return Ok(());
     }
