@@ -9,6 +9,7 @@
 //! Its log lines keep the parent's target, `locksmith::client::builder`: operators filter on
 //! the targets that "Log levels" in the crate docs lists.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -272,8 +273,9 @@ fn warn_if_locks_evictable(backend: &Backend) {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory*");
     for (master, reply) in backend.each_master(cmd) {
-        let settings = match reply {
-            Ok(v) => config_pairs(v),
+        // An array of pairs in RESP2, a map in RESP3: the `redis` crate reads both.
+        let settings: HashMap<String, String> = match reply {
+            Ok(v) => redis::from_redis_value(v).unwrap_or_default(),
             Err(e) => {
                 log::debug!(
                     target: "locksmith::client::builder",
@@ -282,14 +284,10 @@ fn warn_if_locks_evictable(backend: &Backend) {
                 continue;
             }
         };
-        let get = |k: &str| {
-            settings
-                .iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.as_str())
-        };
-        let limit = get("maxmemory").and_then(|v| v.parse::<u64>().ok());
-        match (limit, get("maxmemory-policy")) {
+        let limit = settings
+            .get("maxmemory")
+            .and_then(|v| v.parse::<u64>().ok());
+        match (limit, settings.get("maxmemory-policy")) {
             (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
                 target: "locksmith::client::builder",
                 "Redis at {master} may evict lock keys: maxmemory-policy is {policy} with \
@@ -297,27 +295,5 @@ fn warn_if_locks_evictable(backend: &Backend) {
             ),
             _ => {}
         }
-    }
-}
-
-/// The name/value pairs of a `CONFIG GET` reply (an array in RESP2, a map in RESP3).
-fn config_pairs(v: redis::Value) -> Vec<(String, String)> {
-    use redis::Value;
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    };
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
-            .collect(),
-        _ => Vec::new(),
     }
 }
