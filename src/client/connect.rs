@@ -96,16 +96,14 @@ impl ClientBuilder {
             }
             _ => (config.timeouts.command, config.timeouts),
         };
+        // Where a Sentinel master is now, for the command pools and the pub/sub connection.
+        let moves = resolver.clone().map(|r| r as Arc<dyn Resolve>);
         let nodes = infos
             .iter()
             .zip(names)
             .map(|(info, name)| {
                 let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
-                let pool = match &resolver {
-                    Some(r) => pool.with_resolver(Arc::clone(r) as Arc<dyn Resolve>),
-                    None => pool,
-                };
-                Ok(Node::new(name, pool))
+                Ok(Node::new(name, pool.with_resolver(moves.clone())))
             })
             .collect::<Result<Vec<_>>>()?;
         let backend = Arc::new(
@@ -132,13 +130,8 @@ impl ClientBuilder {
             .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
         let counters = Arc::new(Counters::new(self.metrics_lock_names));
-        let (subscriber, reader) = Subscriber::connect(
-            infos,
-            node_timeouts,
-            tls,
-            resolver.clone().map(|r| r as Arc<dyn Resolve>),
-            Arc::clone(&counters),
-        )?;
+        let (subscriber, reader) =
+            Subscriber::connect(infos, node_timeouts, tls, moves, Arc::clone(&counters))?;
         if let Some(r) = &resolver {
             // When the command side finds the master elsewhere, the pub/sub connection follows.
             let sub = Arc::downgrade(&subscriber);

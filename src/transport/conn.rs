@@ -433,9 +433,9 @@ impl Pool {
         })
     }
 
-    /// Takes the master's address from `resolver` on every new connection.
-    pub(crate) fn with_resolver(mut self, resolver: std::sync::Arc<dyn Resolve>) -> Self {
-        self.resolver = Some(resolver);
+    /// Takes the master's address from `resolver`, if any, on every new connection.
+    pub(crate) fn with_resolver(mut self, resolver: Option<std::sync::Arc<dyn Resolve>>) -> Self {
+        self.resolver = resolver;
         self
     }
 
