@@ -103,7 +103,7 @@ impl Subscriber {
         if let Some((node, r)) = reader.first {
             conns.next_key = 1;
             if conns.read(self, 0, node.clone(), r).is_err() {
-                self.lost(&node);
+                self.lost(&mut conns, &node);
             }
         }
         let mut seen = self.route.epoch();
@@ -164,10 +164,7 @@ impl Subscriber {
                     let _ = self.poller.modify(&r.stream, Event::readable(ev.key));
                     continue;
                 }
-                if let Some((_, r)) = conns.readers.remove(&ev.key) {
-                    let _ = self.poller.delete(&r.stream);
-                }
-                self.lost(&node);
+                self.lost(&mut conns, &node);
             }
             let now = Instant::now();
             let late: Vec<Pending> = (conns.openings)
@@ -182,8 +179,7 @@ impl Subscriber {
                 self.outage(&node, |o| {
                     o.lost(&node, &"no answer to PING", Instant::now())
                 });
-                conns.drop_readers(self, |n| n == node);
-                self.lost(&node);
+                self.lost(&mut conns, &node);
             }
             // Readers whose connection the table dropped (idle, or shut down).
             let table = self.table.lock();
@@ -339,8 +335,7 @@ impl Subscriber {
             .map(|(n, _)| n.clone())
             .collect();
         for node in broken {
-            conns.drop_readers(self, |n| n == node);
-            self.lost(&node);
+            self.lost(conns, &node);
         }
         let todo = std::mem::take(&mut self.table.lock().unrouted);
         let mut stuck = false;
@@ -436,10 +431,11 @@ impl Subscriber {
         }
     }
 
-    /// `node`'s connection is gone: its channels are `down` and moved (subscribed again where
-    /// their server is now), their leaders woken to re-check, and where the servers are is
-    /// asked again.
-    fn lost(&self, node: &str) {
+    /// `node`'s connection is gone: it is no longer read, its channels are `down` and moved
+    /// (subscribed again where their server is now), their leaders woken to re-check, and
+    /// where the servers are is asked again.
+    fn lost(&self, conns: &mut Conns, node: &str) {
+        conns.drop_readers(self, |n| n == node);
         let mut table = self.table.lock();
         if let Some(s) = table.links.remove(node) {
             s.writer.shutdown();
