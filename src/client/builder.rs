@@ -1,6 +1,7 @@
 //! [`ClientBuilder`], and the entry points that give one ([`Client::open`],
 //! [`Client::builder`], [`Client::sentinel`], [`Client::redlock`], [`Client::cluster`]):
-//! the topology, the settings and their checks. How a builder connects ([`ClientBuilder::build`]:
+//! the topology, the settings (their setters made by one `setters!` macro, each with its
+//! docs) and their checks. How a builder connects ([`ClientBuilder::build`]:
 //! the connections, the TLS set-up and the start of the client's two threads) is in
 //! `connect.rs`.
 
@@ -125,6 +126,9 @@ pub struct ClientBuilder {
 
 /// The builder's setters: each stores its argument (as the expression after `=>` makes it)
 /// in its field and gives the builder back; [`build`](ClientBuilder::build) checks them all.
+/// `pub fn name(arg: T) => field = value;` stands for
+/// `pub fn name(mut self, arg: T) -> Self { self.field = value; self }`, with the doc
+/// comments written above it.
 macro_rules! setters {
     ($($(#[$attr:meta])*
     pub fn $name:ident($($arg:ident: $ty:ty),+) => $($field:ident).+ = $value:expr;)+) => {
