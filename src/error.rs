@@ -160,6 +160,12 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// An I/O error on a connection to Redis. Not a `From` impl, so that a user's unrelated
+    /// `?` on an I/O error never turns into a "redis error".
+    pub(crate) fn io(e: std::io::Error) -> Self {
+        Error::from(redis::RedisError::from(e))
+    }
 }
 
 /// One rule of a setting: `Ok` where `holds`, else the [`Error::InvalidConfig`] of `field`
@@ -292,13 +298,8 @@ pub(crate) fn rustls_error<'a>(
     mut e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a rustls::Error> {
     loop {
-        // `RedisError` keeps its cause as an `Arc<dyn Error>`, whose own `source` skips it.
-        if let Some(inner) = e.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()
-        {
-            let inner: &(dyn std::error::Error + 'static) = inner.as_ref();
-            if let Some(t) = rustls_error(inner) {
-                return Some(t);
-            }
+        if let Some(t) = in_arc(e).and_then(rustls_error) {
+            return Some(t);
         }
         if let Some(t) = e.downcast_ref::<rustls::Error>() {
             return Some(t);
@@ -316,11 +317,18 @@ pub(crate) fn rustls_error<'a>(
 /// `Arc`).
 pub(crate) fn io_error(r: &redis::RedisError) -> Option<&std::io::Error> {
     let inner = std::error::Error::source(r)?;
-    if let Some(a) = inner.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>() {
-        let a: &(dyn std::error::Error + 'static) = a.as_ref();
-        return a.downcast_ref::<std::io::Error>();
-    }
-    inner.downcast_ref::<std::io::Error>()
+    in_arc(inner)
+        .unwrap_or(inner)
+        .downcast_ref::<std::io::Error>()
+}
+
+/// The error inside `e` when `e` is the `Arc<dyn Error>` in which `RedisError` keeps its
+/// cause (whose own `source` skips it).
+fn in_arc<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    let inner = e.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()?;
+    Some(inner.as_ref())
 }
 
 impl Error {
@@ -381,14 +389,6 @@ impl Error {
             };
         }
         self.with_context(|t| format!("{t} (tried {tries} times over {took:.1?})"))
-    }
-}
-
-impl Error {
-    /// An I/O error on a connection to Redis. Not a `From` impl, so that a user's unrelated
-    /// `?` on an I/O error never turns into a "redis error".
-    pub(crate) fn io(e: std::io::Error) -> Self {
-        Error::from(redis::RedisError::from(e))
     }
 }
 

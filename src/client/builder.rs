@@ -1,11 +1,14 @@
 //! [`ClientBuilder`], and the entry points that give one ([`Client::open`],
 //! [`Client::builder`], [`Client::sentinel`], [`Client::redlock`], [`Client::cluster`]):
-//! the topology, the settings and their checks. How a builder connects ([`ClientBuilder::build`]:
+//! the topology, the settings (their setters made by one `setters!` macro, each with its
+//! docs) and their checks. How a builder connects ([`ClientBuilder::build`]:
 //! the connections, the TLS set-up and the start of the client's two threads) is in
 //! `connect.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use redis::RedisConnectionInfo;
 
 use super::Client;
 use crate::error::{Error, Result, ensure};
@@ -108,8 +111,9 @@ pub struct ClientBuilder {
     max_hold: Option<Duration>,
     pub(super) on_lost: Option<LostHook>,
     pub(super) tls: TlsCerts,
-    /// The Sentinel master's credentials.
-    master_auth: Option<MasterAuth>,
+    /// The Sentinel master's credentials (the `redis` crate's `Debug` never shows the
+    /// password).
+    master_auth: Option<RedisConnectionInfo>,
     /// The Sentinel master's database.
     master_db: Option<i64>,
     local_handoff: bool,
@@ -120,23 +124,25 @@ pub struct ClientBuilder {
     pub(super) metrics_lock_names: bool,
 }
 
-/// The credentials of a master found through Sentinel (the password never printed).
-#[derive(Clone)]
-struct MasterAuth {
-    username: Option<String>,
-    password: String,
+/// The builder's setters: each stores its argument (as the expression after `=>` makes it)
+/// in its field and gives the builder back; [`build`](ClientBuilder::build) checks them all.
+/// `pub fn name(arg: T) => field = value;` stands for
+/// `pub fn name(mut self, arg: T) -> Self { self.field = value; self }`, with the doc
+/// comments written above it.
+macro_rules! setters {
+    ($($(#[$attr:meta])*
+    pub fn $name:ident($($arg:ident: $ty:ty),+) => $($field:ident).+ = $value:expr;)+) => {
+        impl ClientBuilder {
+            $($(#[$attr])*
+            pub fn $name(mut self, $($arg: $ty),+) -> Self {
+                self.$($field).+ = $value;
+                self
+            })+
+        }
+    };
 }
 
-impl std::fmt::Debug for MasterAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MasterAuth")
-            .field("username", &self.username)
-            .field("password", &"***")
-            .finish()
-    }
-}
-
-impl ClientBuilder {
+setters! {
     /// Whether a [`Mutex`] released while other threads of this client wait for it is handed
     /// to the next of them directly, without a round trip to Redis (default: on).
     ///
@@ -169,10 +175,7 @@ impl ClientBuilder {
     /// [`Mutex`]: crate::Mutex
     /// [`FairMutex`]: crate::FairMutex
     /// [`Mutex::with_lease`]: crate::Mutex::with_lease
-    pub fn local_handoff(mut self, on: bool) -> Self {
-        self.local_handoff = on;
-        self
-    }
+    pub fn local_handoff(on: bool) => local_handoff = on;
 
     /// How many local hand-offs in a row may follow an acquisition through Redis before a
     /// release goes through Redis again (default 16; from 1 to [`MAX_HANDOFF_COUNT`]). Each
@@ -182,18 +185,12 @@ impl ClientBuilder {
     /// or Redis restarted empty; see [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)):
     /// such an acquisition reserves none, and its release goes through Redis. See
     /// [`local_handoff`](Self::local_handoff).
-    pub fn local_handoff_max_count(mut self, count: u32) -> Self {
-        self.local_handoff_max_count = count;
-        self
-    }
+    pub fn local_handoff_max_count(count: u32) => local_handoff_max_count = count;
 
     /// How long after an acquisition through Redis (counted from the send of its acquire)
     /// local hand-offs may still start (default 10 ms; more than zero, at most the lease).
     /// The release after that goes through Redis. See [`local_handoff`](Self::local_handoff).
-    pub fn local_handoff_max_time(mut self, time: Duration) -> Self {
-        self.local_handoff_max_time = time;
-        self
-    }
+    pub fn local_handoff_max_time(time: Duration) => local_handoff_max_time = time;
 
     /// How long this client's waiting threads let others go first after a release through
     /// Redis (default 5 ms; from zero to the lease; zero turns it off). See
@@ -217,34 +214,22 @@ impl ClientBuilder {
     /// when a listener does not take the lock.
     ///
     /// [`Mutex`]: crate::Mutex
-    pub fn local_handoff_give_way(mut self, time: Duration) -> Self {
-        self.local_handoff_give_way = time;
-        self
-    }
+    pub fn local_handoff_give_way(time: Duration) => local_handoff_give_way = time;
 
     /// The watchdog lease (default 30 s): how long a lock stays held after its holder stops
     /// renewing it, for example because its process died. Held locks are renewed every
     /// third of it. At least [`MIN_LEASE`], at most [`MAX_LEASE`].
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
+    pub fn lease(lease: Duration) => lease = lease;
 
     /// How often held leases are renewed (default: a third of the lease). At least 10 ms and
     /// at most half the lease. A renewal's I/O is bounded by half this interval: a try on a
     /// pooled connection (at most a quarter of the interval, or the command timeout if
     /// shorter), then, if that connection failed or stayed silent, one on a new connection.
-    pub fn renew_interval(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
-        self
-    }
+    pub fn renew_interval(every: Duration) => renew_every = Some(every);
 
     /// The prefix of every Redis key and channel (default `"locksmith:"`). At most 256
     /// bytes, without `{` or `}` (they would move the Redis Cluster hash tag).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
+    pub fn key_prefix(prefix: impl Into<String>) => prefix = prefix.into();
 
     /// A short human label for this client (default `"<hostname>:<pid>"`), stored with every
     /// lock it holds so that [`Mutex::holder`](crate::Mutex::holder),
@@ -252,25 +237,16 @@ impl ClientBuilder {
     /// who holds a lock. Not empty, at most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes,
     /// no control characters; checked by [`build`](Self::build) (`Error::InvalidConfig`).
     /// Anyone who can read the lock keys can read it: put no secret in it.
-    pub fn label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
-        self
-    }
+    pub fn label(label: impl Into<String>) => label = Some(label.into());
 
     /// The bound on opening a connection (default 5 s): the TCP connect and the `AUTH` /
     /// `SELECT` handshake together. See the crate's "Time bounds" for how it adds up with the
     /// command timeout in each call.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+    pub fn connect_timeout(timeout: Duration) => connect_timeout = timeout;
 
     /// The bound on one command's round trip (default 5 s). A renewal uses the shorter of this
     /// and a quarter of the renewal interval, so a long command timeout never costs a lease.
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
-        self
-    }
+    pub fn command_timeout(timeout: Duration) => command_timeout = timeout;
 
     /// The bound on one master's answer to one call of a quorum client (default 50 ms): far
     /// below the lease, so that a stalled master costs an attempt little of its validity. At
@@ -279,10 +255,7 @@ impl ClientBuilder {
     ///
     /// Applies to [`Client::redlock`] only: set on another topology, `build()` refuses it with
     /// [`Error::InvalidConfig`].
-    pub fn master_timeout(mut self, timeout: Duration) -> Self {
-        self.master_timeout = Some(timeout);
-        self
-    }
+    pub fn master_timeout(timeout: Duration) => master_timeout = Some(timeout);
 
     /// The share of the lease given up for clocks running at different rates (default 0.01);
     /// the drift allowed is `lease x factor + 2 ms`. From 0 to below 0.5.
@@ -291,10 +264,7 @@ impl ClientBuilder {
     /// it also sets the margin of a guard's local lease deadline
     /// ([`MutexGuard::is_held`](crate::MutexGuard::is_held) turns false this much before the
     /// lease ends, measured from the send time of the last acquire or renewal).
-    pub fn clock_drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
-        self
-    }
+    pub fn clock_drift_factor(factor: f64) => drift_factor = factor;
 
     /// Asks the master, after each acquire and each renewal, to confirm that at least
     /// `replicas` replicas have the write (`WAIT replicas timeout`, pipelined in the same round
@@ -314,20 +284,15 @@ impl ClientBuilder {
     /// not make the write strongly consistent. Fencing tokens remain the resource's defence;
     /// [`Client::redlock`] is the choice when losing a lock in a failover is not acceptable.
     /// One server and Sentinel only: refused on a quorum client.
-    pub fn wait_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
-        self.wait_replicas = Some((replicas, timeout));
-        self
-    }
+    pub fn wait_replicas(replicas: usize, timeout: Duration) =>
+        wait_replicas = Some((replicas, timeout));
 
     /// How long a lock call keeps retrying while Redis cannot be reached (connection refused,
     /// reset or timed out) before it returns the error (default 10 s), counted from the start
     /// of the first attempt that failed; no attempt runs past it. Also bounded by the call's
     /// own deadline; [`try_lock`](crate::Mutex::try_lock) retries once at most, within its
     /// bound.
-    pub fn retry_timeout(mut self, timeout: Duration) -> Self {
-        self.retry_timeout = timeout;
-        self
-    }
+    pub fn retry_timeout(timeout: Duration) => retry_timeout = timeout;
 
     /// The longest time any lock of this client is kept by renewal (default: no limit).
     /// After it, renewal stops and the lease runs out, so a holder that is alive but stuck
@@ -335,10 +300,7 @@ impl ClientBuilder {
     /// false. Per lock: [`Mutex::with_max_hold`].
     ///
     /// [`Mutex::with_max_hold`]: crate::Mutex::with_max_hold
-    pub fn max_hold(mut self, max: Duration) -> Self {
-        self.max_hold = Some(max);
-        self
-    }
+    pub fn max_hold(max: Duration) => max_hold = Some(max);
 
     /// A callback told, once per lease, when a lease is lost while a guard of it still exists:
     /// the key vanished or has another owner (found by a renewal, or by a re-entry or an inner
@@ -356,10 +318,8 @@ impl ClientBuilder {
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub fn on_lease_lost(mut self, f: impl Fn(&LostLease) + Send + Sync + 'static) -> Self {
-        self.on_lost = Some(LostHook(Arc::new(f)));
-        self
-    }
+    pub fn on_lease_lost(f: impl Fn(&LostLease) + Send + Sync + 'static) =>
+        on_lost = Some(LostHook(Arc::new(f)));
 
     /// Whether the metrics (with the `metrics` feature) carry a `name` label, the lock's name
     /// (a [`MultiMutex`](crate::MultiMutex)'s names joined by `,`), besides their `type`
@@ -367,11 +327,60 @@ impl ClientBuilder {
     /// time series of every metric in the metrics backend. Turn it on only for a small, fixed
     /// set of names. [`Client::stats`](crate::Client::stats) never tells names apart.
     #[cfg(feature = "metrics")]
-    pub fn metrics_lock_names(mut self, on: bool) -> Self {
-        self.metrics_lock_names = on;
-        self
-    }
+    pub fn metrics_lock_names(on: bool) => metrics_lock_names = on;
 
+    /// Trusts the CA whose certificate (PEM) is given, for `rediss://` connections, instead
+    /// of the system's root certificates (for a private CA, or a managed service's own). The
+    /// PEM may hold several certificates. Checked by [`build`](Self::build).
+    pub fn tls_root_cert(pem: impl Into<Vec<u8>>) => tls.root = Some(pem.into());
+
+    /// Presents this client certificate and its private key (both PEM) on `rediss://`
+    /// connections, for servers that require mutual TLS (`tls-auth-clients yes`). Checked by
+    /// [`build`](Self::build).
+    pub fn tls_client_cert(cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) =>
+        tls.client = Some((cert_pem.into(), key_pem.into()));
+
+    /// The credentials of the master found through Sentinel: `AUTH [username] password` on
+    /// every connection to it, command and pub/sub (default: none). A sentinel URL's own
+    /// `user:pass@` authenticates to that sentinel only; the master usually has other
+    /// credentials. `username` `None` is the `default` user (a `requirepass` password).
+    ///
+    /// Applies to [`Client::sentinel`] only (other topologies take the credentials from their
+    /// URLs): set on another topology, or with an empty password or user name, `build()`
+    /// refuses it with [`Error::InvalidConfig`]. A wrong password fails `build()` with the
+    /// server's refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = locksmith::Client::sentinel(
+    ///     ["rediss://sentinel:s3cret@10.0.0.1:26379", "rediss://sentinel:s3cret@10.0.0.2:26379"],
+    ///     "mymaster",
+    /// )
+    /// .tls_root_cert(std::fs::read("ca.crt")?)
+    /// .master_auth(Some("locksmith"), "m4ster-s3cret")
+    /// .master_db(2)
+    /// .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn master_auth(username: Option<&str>, password: &str) => master_auth = Some(
+        match username {
+            Some(user) => RedisConnectionInfo::default().set_username(user),
+            None => RedisConnectionInfo::default(),
+        }
+        .set_password(password),
+    );
+
+    /// The database of the master found through Sentinel (`SELECT db` on every command
+    /// connection; default 0). Applies to [`Client::sentinel`] only (other topologies take it
+    /// from their URLs' `/db`): set on another topology, or negative, `build()` refuses it with
+    /// [`Error::InvalidConfig`]. A database the server does not have fails `build()` with the
+    /// server's refusal.
+    pub fn master_db(db: i64) => master_db = Some(db);
+}
+
+impl ClientBuilder {
     pub(super) fn config(&self) -> Result<Config> {
         let label_part = match &self.label {
             Some(l) => {
@@ -406,16 +415,12 @@ impl ClientBuilder {
             "renew_interval",
             "must be at least 10ms",
         )?;
-        ensure(
-            self.connect_timeout >= ms,
-            "connect_timeout",
-            "must be at least 1ms",
-        )?;
-        ensure(
-            self.command_timeout >= ms,
-            "command_timeout",
-            "must be at least 1ms",
-        )?;
+        for (field, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("command_timeout", self.command_timeout),
+        ] {
+            ensure(timeout >= ms, field, "must be at least 1ms")?;
+        }
         if let Some(max) = self.max_hold {
             validate_max_hold(max)?;
         }
@@ -504,73 +509,11 @@ impl ClientBuilder {
         })
     }
 
-    /// Trusts the CA whose certificate (PEM) is given, for `rediss://` connections, instead
-    /// of the system's root certificates (for a private CA, or a managed service's own). The
-    /// PEM may hold several certificates. Checked by [`build`](Self::build).
-    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root = Some(pem.into());
-        self
-    }
-
-    /// Presents this client certificate and its private key (both PEM) on `rediss://`
-    /// connections, for servers that require mutual TLS (`tls-auth-clients yes`). Checked by
-    /// [`build`](Self::build).
-    pub fn tls_client_cert(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
-    /// The credentials of the master found through Sentinel: `AUTH [username] password` on
-    /// every connection to it, command and pub/sub (default: none). A sentinel URL's own
-    /// `user:pass@` authenticates to that sentinel only; the master usually has other
-    /// credentials. `username` `None` is the `default` user (a `requirepass` password).
-    ///
-    /// Applies to [`Client::sentinel`] only (other topologies take the credentials from their
-    /// URLs): set on another topology, or with an empty password or user name, `build()`
-    /// refuses it with [`Error::InvalidConfig`]. A wrong password fails `build()` with the
-    /// server's refusal.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let client = locksmith::Client::sentinel(
-    ///     ["rediss://sentinel:s3cret@10.0.0.1:26379", "rediss://sentinel:s3cret@10.0.0.2:26379"],
-    ///     "mymaster",
-    /// )
-    /// .tls_root_cert(std::fs::read("ca.crt")?)
-    /// .master_auth(Some("locksmith"), "m4ster-s3cret")
-    /// .master_db(2)
-    /// .build()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
-        self.master_auth = Some(MasterAuth {
-            username: username.map(str::to_owned),
-            password: password.to_owned(),
-        });
-        self
-    }
-
-    /// The database of the master found through Sentinel (`SELECT db` on every command
-    /// connection; default 0). Applies to [`Client::sentinel`] only (other topologies take it
-    /// from their URLs' `/db`): set on another topology, or negative, `build()` refuses it with
-    /// [`Error::InvalidConfig`]. A database the server does not have fails `build()` with the
-    /// server's refusal.
-    pub fn master_db(mut self, db: i64) -> Self {
-        self.master_db = Some(db);
-        self
-    }
-
     /// The Sentinel master's credentials and database, checked.
-    pub(super) fn master_settings(&self) -> Result<redis::RedisConnectionInfo> {
+    pub(super) fn master_settings(&self) -> Result<RedisConnectionInfo> {
         let sentinel = matches!(self.topology, Topology::Sentinel { .. });
-        let mut settings = redis::RedisConnectionInfo::default();
-        if let Some(auth) = &self.master_auth {
+        let settings = self.master_auth.clone().unwrap_or_default();
+        if self.master_auth.is_some() {
             let field = "master_auth";
             ensure(
                 sentinel,
@@ -578,17 +521,14 @@ impl ClientBuilder {
                 "applies to a Sentinel client (Client::sentinel) only; put the credentials in \
                  the URL (redis://user:password@host)",
             )?;
+            let password = settings.password().unwrap_or_default();
             ensure(
-                !auth.password.is_empty(),
+                !password.is_empty(),
                 field,
                 "the password must not be empty",
             )?;
-            if let Some(user) = &auth.username {
-                let why = "the user name must not be empty (None is the default user)";
-                ensure(!user.is_empty(), field, why)?;
-                settings = settings.set_username(user);
-            }
-            settings = settings.set_password(&auth.password);
+            let why = "the user name must not be empty (None is the default user)";
+            ensure(settings.username() != Some(""), field, why)?;
         }
         if let Some(db) = self.master_db {
             ensure(
@@ -598,7 +538,7 @@ impl ClientBuilder {
                  URL (redis://host/db)",
             )?;
             ensure(db >= 0, "master_db", "must not be negative")?;
-            settings = settings.set_db(db);
+            return Ok(settings.set_db(db));
         }
         Ok(settings)
     }
@@ -637,16 +577,12 @@ impl Client {
     /// let guard = lock.lock()?;
     /// # Ok(()) }
     /// ```
-    pub fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> ClientBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
+    pub fn sentinel<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        sentinel_urls: I,
+        master_name: &str,
+    ) -> ClientBuilder {
         Self::with_topology(Topology::Sentinel {
-            sentinels: sentinel_urls
-                .into_iter()
-                .map(|u| u.as_ref().to_owned())
-                .collect(),
+            sentinels: owned(sentinel_urls),
             master: master_name.to_owned(),
         })
     }
@@ -714,17 +650,8 @@ impl Client {
     /// println!("held for at least {:?} more", guard.validity());
     /// # Ok(()) }
     /// ```
-    pub fn redlock<I, S>(master_urls: I) -> ClientBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::with_topology(Topology::Quorum(
-            master_urls
-                .into_iter()
-                .map(|u| u.as_ref().to_owned())
-                .collect(),
-        ))
+    pub fn redlock<I: IntoIterator<Item = S>, S: AsRef<str>>(master_urls: I) -> ClientBuilder {
+        Self::with_topology(Topology::Quorum(owned(master_urls)))
     }
 
     /// A builder for a client of a Redis Cluster, found through any node of `seed_urls` that
@@ -752,17 +679,8 @@ impl Client {
     /// let guard = lock.lock()?;
     /// # Ok(()) }
     /// ```
-    pub fn cluster<I, S>(seed_urls: I) -> ClientBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::with_topology(Topology::Cluster(
-            seed_urls
-                .into_iter()
-                .map(|u| u.as_ref().to_owned())
-                .collect(),
-        ))
+    pub fn cluster<I: IntoIterator<Item = S>, S: AsRef<str>>(seed_urls: I) -> ClientBuilder {
+        Self::with_topology(Topology::Cluster(owned(seed_urls)))
     }
 
     fn with_topology(topology: Topology) -> ClientBuilder {
@@ -790,6 +708,11 @@ impl Client {
             metrics_lock_names: false,
         }
     }
+}
+
+/// The URLs given, as the builder keeps them.
+fn owned<S: AsRef<str>>(urls: impl IntoIterator<Item = S>) -> Vec<String> {
+    urls.into_iter().map(|u| u.as_ref().to_owned()).collect()
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! Its log lines keep the parent's target, `locksmith::client::builder`: operators filter on
 //! the targets that "Log levels" in the crate docs lists.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,46 +46,13 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
         let master_settings = self.master_settings()?;
-        if let Topology::Cluster(seeds) = &self.topology {
-            return self.build_cluster(config, seeds);
-        }
         // What each master is called in messages, how it is reached, and the TLS set-up.
-        type Masters = (
-            Vec<String>,
-            Vec<ConnectionInfo>,
-            Option<Arc<Sentinel>>,
-            Option<Arc<Tls>>,
-        );
-        let (names, infos, resolver, tls): Masters = match &self.topology {
-            Topology::Single(url) => {
-                let infos = vec![conn::parse_url(url)?];
-                let tls = self.tls_setup(&infos)?;
-                (vec![conn::server_name(&infos[0])], infos, None, tls)
-            }
-            Topology::Quorum(urls) => {
-                let infos = urls
-                    .iter()
-                    .map(|u| conn::parse_url(u))
-                    .collect::<Result<Vec<_>>>()?;
-                let tls = self.tls_setup(&infos)?;
-                (
-                    infos.iter().map(conn::server_name).collect(),
-                    infos,
-                    None,
-                    tls,
-                )
-            }
-            Topology::Cluster(_) => {
-                return Err(Error::config(
-                    "seeds",
-                    "a cluster client is built on its own path",
-                ));
-            }
+        let (names, infos, resolver, tls) = match &self.topology {
+            Topology::Cluster(seeds) => return self.build_cluster(config, seeds),
+            Topology::Single(url) => self.masters(std::slice::from_ref(url))?,
+            Topology::Quorum(urls) => self.masters(urls)?,
             Topology::Sentinel { sentinels, master } => {
-                let sentinel_infos = sentinels
-                    .iter()
-                    .map(|u| conn::parse_url(u))
-                    .collect::<Result<Vec<_>>>()?;
+                let sentinel_infos = parse_urls(sentinels)?;
                 // The master is reached over TLS exactly when the sentinels are.
                 let tls = self.tls_setup(&sentinel_infos)?;
                 let sentinel = Arc::new(Sentinel::new(
@@ -111,33 +79,31 @@ impl ClientBuilder {
         };
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
-        let quorum_timeout = match self.topology {
-            Topology::Quorum(_) => Some(self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT)),
-            _ => None,
+        let (call_timeout, node_timeouts) = match self.topology {
+            Topology::Quorum(_) => {
+                let t = self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT);
+                let connect = config
+                    .timeouts
+                    .connect
+                    .min(t.max(Duration::from_millis(50)));
+                (
+                    t,
+                    Timeouts {
+                        connect,
+                        ..config.timeouts
+                    },
+                )
+            }
+            _ => (config.timeouts.command, config.timeouts),
         };
-        let (call_timeout, node_timeouts) = match quorum_timeout {
-            Some(t) => (
-                t,
-                Timeouts {
-                    connect: config
-                        .timeouts
-                        .connect
-                        .min(t.max(Duration::from_millis(50))),
-                    command: config.timeouts.command,
-                },
-            ),
-            None => (config.timeouts.command, config.timeouts),
-        };
+        // Where a Sentinel master is now, for the command pools and the pub/sub connection.
+        let moves = resolver.clone().map(|r| r as Arc<dyn Resolve>);
         let nodes = infos
             .iter()
             .zip(names)
             .map(|(info, name)| {
                 let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
-                let pool = match &resolver {
-                    Some(r) => pool.with_resolver(Arc::clone(r) as Arc<dyn Resolve>),
-                    None => pool,
-                };
-                Ok(Node::new(name, pool))
+                Ok(Node::new(name, pool.with_resolver(moves.clone())))
             })
             .collect::<Result<Vec<_>>>()?;
         let backend = Arc::new(
@@ -164,13 +130,8 @@ impl ClientBuilder {
             .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), node_timeouts))?;
         warn_if_locks_evictable(&backend);
         let counters = Arc::new(Counters::new(self.metrics_lock_names));
-        let (subscriber, reader) = Subscriber::connect(
-            infos,
-            node_timeouts,
-            tls,
-            resolver.clone().map(|r| r as Arc<dyn Resolve>),
-            Arc::clone(&counters),
-        )?;
+        let (subscriber, reader) =
+            Subscriber::connect(infos, node_timeouts, tls, moves, Arc::clone(&counters))?;
         if let Some(r) = &resolver {
             // When the command side finds the master elsewhere, the pub/sub connection follows.
             let sub = Arc::downgrade(&subscriber);
@@ -187,10 +148,7 @@ impl ClientBuilder {
     /// Connects to a Redis Cluster: the slot map from a seed, every master's `PING`, then the
     /// client's threads (the pub/sub connections open when waiters need them).
     fn build_cluster(&self, config: Config, seeds: &[String]) -> Result<Client> {
-        let infos = seeds
-            .iter()
-            .map(|u| conn::parse_url(u))
-            .collect::<Result<Vec<_>>>()?;
+        let infos = parse_urls(seeds)?;
         if let Some(bad) = infos.iter().find(|i| {
             !matches!(
                 i.addr(),
@@ -205,13 +163,8 @@ impl ClientBuilder {
             return Err(Error::config("seeds", "a cluster has database 0 only"));
         }
         let tls = self.tls_setup(&infos)?;
-        if infos
-            .iter()
-            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
-            != infos
-                .iter()
-                .all(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
-        {
+        let over_tls = |i: &ConnectionInfo| matches!(i.addr(), ConnectionAddr::TcpTls { .. });
+        if infos.iter().any(over_tls) != infos.iter().all(over_tls) {
             return Err(Error::config(
                 "seeds",
                 "must all be redis:// or all be rediss://",
@@ -249,6 +202,19 @@ impl ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// The masters of one server or of a quorum, given by `urls`: what each is called in
+    /// messages, how it is reached, and the TLS set-up (no resolver: they do not move).
+    fn masters(&self, urls: &[String]) -> Result<Masters> {
+        let infos = parse_urls(urls)?;
+        let tls = self.tls_setup(&infos)?;
+        Ok((
+            infos.iter().map(conn::server_name).collect(),
+            infos,
+            None,
+            tls,
+        ))
+    }
+
     /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
     /// a warning once for `#insecure` URLs.
     fn tls_setup(&self, infos: &[ConnectionInfo]) -> Result<Option<Arc<Tls>>> {
@@ -276,6 +242,20 @@ impl ClientBuilder {
     }
 }
 
+/// What each master is called in messages, how it is reached, where it is now (a master
+/// that Sentinel names) and the TLS set-up.
+type Masters = (
+    Vec<String>,
+    Vec<ConnectionInfo>,
+    Option<Arc<Sentinel>>,
+    Option<Arc<Tls>>,
+);
+
+/// Each URL checked (see [`conn::parse_url`]).
+fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>> {
+    urls.iter().map(|u| conn::parse_url(u)).collect()
+}
+
 /// Logs a warning for each master that may evict lock keys to make room: a `maxmemory` limit
 /// with a `maxmemory-policy` other than `noeviction`. Lock keys carry an expiry, so the
 /// `volatile-*` policies evict them as readily as the `allkeys-*` ones; an evicted lock key is
@@ -286,8 +266,9 @@ fn warn_if_locks_evictable(backend: &Backend) {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory*");
     for (master, reply) in backend.each_master(cmd) {
-        let settings = match reply {
-            Ok(v) => config_pairs(v),
+        // An array of pairs in RESP2, a map in RESP3: the `redis` crate reads both.
+        let settings: HashMap<String, String> = match reply {
+            Ok(v) => redis::from_redis_value(v).unwrap_or_default(),
             Err(e) => {
                 log::debug!(
                     target: "locksmith::client::builder",
@@ -296,14 +277,10 @@ fn warn_if_locks_evictable(backend: &Backend) {
                 continue;
             }
         };
-        let get = |k: &str| {
-            settings
-                .iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.as_str())
-        };
-        let limit = get("maxmemory").and_then(|v| v.parse::<u64>().ok());
-        match (limit, get("maxmemory-policy")) {
+        let limit = settings
+            .get("maxmemory")
+            .and_then(|v| v.parse::<u64>().ok());
+        match (limit, settings.get("maxmemory-policy")) {
             (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
                 target: "locksmith::client::builder",
                 "Redis at {master} may evict lock keys: maxmemory-policy is {policy} with \
@@ -311,27 +288,5 @@ fn warn_if_locks_evictable(backend: &Backend) {
             ),
             _ => {}
         }
-    }
-}
-
-/// The name/value pairs of a `CONFIG GET` reply (an array in RESP2, a map in RESP3).
-fn config_pairs(v: redis::Value) -> Vec<(String, String)> {
-    use redis::Value;
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    };
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
-            .collect(),
-        _ => Vec::new(),
     }
 }

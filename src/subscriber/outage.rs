@@ -59,20 +59,12 @@ impl Outage {
             self.lost(server, e, now);
         }
         self.tries = self.tries.saturating_add(1);
-        match retry_in {
-            Some(d) => {
-                log::debug!(
-                    target: "locksmith::subscriber",
-                    "pub/sub reconnect to {server} failed (retrying in {d:?}): {e}"
-                )
-            }
-            None => {
-                log::debug!(
-                    target: "locksmith::subscriber",
-                    "pub/sub reconnect to {server} failed: {e}"
-                )
-            }
-        }
+        let retry = retry_in.map(|d| format!(" (retrying in {d:?})"));
+        log::debug!(
+            target: "locksmith::subscriber",
+            "pub/sub reconnect to {server} failed{}: {e}",
+            retry.unwrap_or_default()
+        );
         let due = self
             .reported
             .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_REPORT_EVERY);

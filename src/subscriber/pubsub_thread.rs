@@ -51,7 +51,7 @@ use redis::ConnectionInfo;
 use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, Link, Reader, Routed, SHARDS, Subscriber, TARGET};
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, RESOLVE_EVERY};
-use crate::transport::pubsub::opening::{Opening, Step, want_event};
+use crate::transport::pubsub::opening::{Opening, Step, want_event, watch};
 use crate::transport::pubsub::{HEARTBEAT, ReadHalf};
 
 /// How long a cluster's connection without channels stays open (a waiter may come back
@@ -82,11 +82,7 @@ impl Conns {
     /// Reads from `key` from now on (its socket is registered with the poller already, or
     /// is added).
     fn read(&mut self, sub: &Subscriber, key: usize, node: String, r: ReadHalf) -> Result<()> {
-        let ev = Event::readable(key);
-        sub.poller
-            .modify(&r.stream, ev)
-            .or_else(|_| sub.poller.add(&r.stream, ev))
-            .map_err(Error::io)?;
+        watch(&sub.poller, &r.stream, Event::readable(key)).map_err(Error::io)?;
         self.readers.insert(key, (node, r));
         Ok(())
     }
@@ -107,7 +103,7 @@ impl Subscriber {
         if let Some((node, r)) = reader.first {
             conns.next_key = 1;
             if conns.read(self, 0, node.clone(), r).is_err() {
-                self.lost(&node);
+                self.lost(&mut conns, &node);
             }
         }
         let mut seen = self.route.epoch();
@@ -168,10 +164,7 @@ impl Subscriber {
                     let _ = self.poller.modify(&r.stream, Event::readable(ev.key));
                     continue;
                 }
-                if let Some((_, r)) = conns.readers.remove(&ev.key) {
-                    let _ = self.poller.delete(&r.stream);
-                }
-                self.lost(&node);
+                self.lost(&mut conns, &node);
             }
             let now = Instant::now();
             let late: Vec<Pending> = (conns.openings)
@@ -186,8 +179,7 @@ impl Subscriber {
                 self.outage(&node, |o| {
                     o.lost(&node, &"no answer to PING", Instant::now())
                 });
-                conns.drop_readers(self, |n| n == node);
-                self.lost(&node);
+                self.lost(&mut conns, &node);
             }
             // Readers whose connection the table dropped (idle, or shut down).
             let table = self.table.lock();
@@ -211,12 +203,7 @@ impl Subscriber {
             Ok(Step::Wait(want)) => {
                 // A connect to the host's next address has a new socket (the old one, closed,
                 // left the poller by itself).
-                let interest = want_event(want, key);
-                match self
-                    .poller
-                    .modify(p.op.sock(), interest)
-                    .or_else(|_| self.poller.add(p.op.sock(), interest))
-                {
+                match watch(&self.poller, p.op.sock(), want_event(want, key)) {
                     Ok(()) => return,
                     Err(e) => Error::io(e),
                 }
@@ -348,8 +335,7 @@ impl Subscriber {
             .map(|(n, _)| n.clone())
             .collect();
         for node in broken {
-            conns.drop_readers(self, |n| n == node);
-            self.lost(&node);
+            self.lost(conns, &node);
         }
         let todo = std::mem::take(&mut self.table.lock().unrouted);
         let mut stuck = false;
@@ -445,10 +431,11 @@ impl Subscriber {
         }
     }
 
-    /// `node`'s connection is gone: its channels are `down` and moved (subscribed again where
-    /// their server is now), their leaders woken to re-check, and where the servers are is
-    /// asked again.
-    fn lost(&self, node: &str) {
+    /// `node`'s connection is gone: it is no longer read, its channels are `down` and moved
+    /// (subscribed again where their server is now), their leaders woken to re-check, and
+    /// where the servers are is asked again.
+    fn lost(&self, conns: &mut Conns, node: &str) {
+        conns.drop_readers(self, |n| n == node);
         let mut table = self.table.lock();
         if let Some(s) = table.links.remove(node) {
             s.writer.shutdown();

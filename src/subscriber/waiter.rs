@@ -97,15 +97,21 @@ impl Registration {
     /// Returns at once while the connection is down: the caller then re-checks on a short
     /// period instead (a disconnect wakes the leader, so a wait in progress ends too).
     pub(crate) fn wait_confirmed(&self, until: Deadline) -> bool {
+        self.wait_for(until, |st| {
+            (st.confirmed || st.refused || st.passed.is_some() || st.down).then_some(st.confirmed)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Parks until `done` gives an answer from the channel's state (checked under its lock
+    /// at each wake-up), or `until` passes (`None`).
+    fn wait_for<T>(&self, until: Deadline, done: impl Fn(&ChannelState) -> Option<T>) -> Option<T> {
         loop {
-            {
-                let st = self.channel.state.lock();
-                if st.confirmed || st.refused || st.passed.is_some() || st.down {
-                    return st.confirmed;
-                }
+            if let Some(answer) = done(&self.channel.state.lock()) {
+                return Some(answer);
             }
             if !park_until(until.instant()) {
-                return false;
+                return None;
             }
         }
     }
@@ -175,17 +181,9 @@ impl Registration {
     /// Sleeps until a release after epoch `seen` arrives, a passed lock is handed to this leader,
     /// or `until` passes.
     pub(crate) fn wait_release(&self, seen: u64, until: Deadline) {
-        loop {
-            {
-                let st = self.channel.state.lock();
-                if st.epoch != seen || st.passed.is_some() {
-                    return;
-                }
-            }
-            if !park_until(until.instant()) {
-                return;
-            }
-        }
+        self.wait_for(until, |st| {
+            (st.epoch != seen || st.passed.is_some()).then_some(())
+        });
     }
 
     /// Sleeps while a release of this client gives way to others (see

@@ -411,12 +411,8 @@ impl Pool {
         // it gets the address only, and the handshake is ours.
         let mut handshake = Vec::new();
         let mut handshake_replies = 0;
-        if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
-            }
-            auth.arg(password).write_packed_command(&mut handshake);
+        if let Some(auth) = auth(settings) {
+            auth.write_packed_command(&mut handshake);
             handshake_replies += 1;
         }
         if settings.db() != 0 {
@@ -437,9 +433,9 @@ impl Pool {
         })
     }
 
-    /// Takes the master's address from `resolver` on every new connection.
-    pub(crate) fn with_resolver(mut self, resolver: std::sync::Arc<dyn Resolve>) -> Self {
-        self.resolver = Some(resolver);
+    /// Takes the master's address from `resolver`, if any, on every new connection.
+    pub(crate) fn with_resolver(mut self, resolver: Option<std::sync::Arc<dyn Resolve>>) -> Self {
+        self.resolver = resolver;
         self
     }
 
@@ -566,17 +562,27 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redi
     }
 }
 
+/// The `AUTH [username] password` of `settings`; `None` without a password.
+pub(crate) fn auth(settings: &RedisConnectionInfo) -> Option<redis::Cmd> {
+    let password = settings.password()?;
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    auth.arg(password);
+    Some(auth)
+}
+
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection
 /// (so that a call retries and the address is resolved again).
 fn check_master(reply: &Value) -> Result<(), Fault> {
-    let role = match reply {
-        Value::Array(items) => match items.first() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    };
+    let role: String = match reply {
+        Value::Array(items) => items
+            .first()
+            .and_then(|r| redis::from_redis_value_ref(r).ok()),
+        _ => None,
+    }
+    .unwrap_or_default();
     if role == "master" {
         return Ok(());
     }

@@ -76,10 +76,7 @@ pub(crate) enum Fault {
 impl Fault {
     /// The public error's text of a socket's timeout, with no server yet.
     pub(crate) fn no_answer() -> Fault {
-        Fault::Timeout {
-            what: NO_ANSWER,
-            server: None,
-        }
+        Fault::timeout(NO_ANSWER)
     }
 
     /// A timeout of the bound named by `what`, with no server.

@@ -8,15 +8,13 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
 use std::time::Duration;
 
+use redis::ConnectionInfo;
 use redis::io::tcp::socket2::SockRef;
-use redis::{ConnectionAddr, ConnectionInfo};
-use rustls::ClientConfig;
 
 use crate::error::{Error, Result};
-use crate::transport::conn::Timeouts;
+use crate::transport::conn::{Timeouts, reply_error, server_name};
 use crate::transport::tls::{Tls, TlsStream};
 
 pub(crate) mod opening;
@@ -32,39 +30,6 @@ pub(crate) enum Stream {
     Tcp(TcpStream),
     Tls(TlsStream),
     Unix(UnixStream),
-}
-
-/// Where a TCP or TLS address leads: its host and port, and for a `rediss://` address the
-/// pub/sub TLS configuration.
-struct TcpTarget<'a> {
-    host: &'a str,
-    port: u16,
-    config: Option<Arc<ClientConfig>>,
-}
-
-/// Where the TCP or TLS address `addr` leads (an error where the client has no TLS
-/// configuration for it); `None` for another kind of address.
-fn tcp_target<'a>(addr: &'a ConnectionAddr, tls: Option<&Tls>) -> Result<Option<TcpTarget<'a>>> {
-    let (host, port, insecure) = match addr {
-        ConnectionAddr::Tcp(host, port) => (host, *port, None),
-        ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure,
-            ..
-        } => (host, *port, Some(*insecure)),
-        _ => return Ok(None),
-    };
-    let config = match insecure.map(|insecure| tls.and_then(|tls| tls.config(insecure))) {
-        None => None,
-        Some(Some(config)) => Some(config),
-        Some(None) => {
-            return Err(Error::Tls {
-                reason: "no TLS configuration for a rediss:// address".into(),
-            });
-        }
-    };
-    Ok(Some(TcpTarget { host, port, config }))
 }
 
 impl Stream {
@@ -161,15 +126,10 @@ fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
     if e.is_timeout() {
         return Error::from(e);
     }
-    let addr = info.addr();
+    let addr = server_name(info);
     if e.kind() == redis::ErrorKind::Parse {
-        return Error::io(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{addr} did not answer as a Redis server ({})",
-                first_line(&e)
-            ),
-        ));
+        // Not RESP: said in one line, as on a command connection.
+        return reply_error(e, &addr).into();
     }
     match crate::error::io_error(&e) {
         Some(io) => Error::io(io::Error::new(
@@ -178,12 +138,6 @@ fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
         )),
         None => Error::from(e),
     }
-}
-
-/// The first line of an error's text (a parse error quotes what it read, over lines).
-fn first_line(e: &dyn std::fmt::Display) -> String {
-    let text = e.to_string();
-    text.lines().next().unwrap_or("").trim().to_owned()
 }
 
 /// Opens a TLS connection to `info` and closes it again: the handshake's error, if any (to

@@ -28,7 +28,6 @@
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use polling::{Event, Poller};
@@ -36,9 +35,9 @@ use redis::io::tcp::socket2::{Domain, Protocol, SockRef, Socket, Type};
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 use rustls::ClientConnection;
 
-use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error, tcp_target};
+use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
 use crate::error::{Error, Result};
-use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
+use crate::transport::conn::{self, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::dns;
 use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
 
@@ -143,37 +142,40 @@ impl Opening {
                 None,
             )
         } else {
-            let Some(target) = tcp_target(info.addr(), tls)? else {
-                return Err(Error::InvalidUrl {
-                    reason: "this address type is not supported".into(),
-                });
+            let (host, port, config) = match info.addr() {
+                ConnectionAddr::Tcp(host, port) => (host, *port, None),
+                ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure,
+                    ..
+                } => {
+                    let config = tls.and_then(|tls| tls.config(*insecure));
+                    let none = || tls::bad("no TLS configuration for a rediss:// address");
+                    (host, *port, Some(config.ok_or_else(none)?))
+                }
+                _ => {
+                    return Err(Error::InvalidUrl {
+                        reason: "this address type is not supported".into(),
+                    });
+                }
             };
             // A host name is looked up within the connect timeout (an IP address needs none).
-            let mut addrs = dns::lookup(target.host, target.port, Some(timeouts.connect))?;
+            let mut addrs = dns::lookup(host, port, Some(timeouts.connect))?;
             addrs.reverse();
             let Some(first) = addrs.pop() else {
                 return Err(Error::InvalidUrl {
-                    reason: format!("the host `{}` resolves to no address", target.host),
+                    reason: format!("the host `{host}` resolves to no address"),
                 });
             };
             let sock = connect_nonblocking(first).map_err(Error::io)?;
-            let session = match target.config {
-                Some(c) => Some(tls::session(target.host, Arc::clone(&c))?),
-                None => None,
-            };
-            (target.host.to_owned(), addrs, sock, session)
+            let session = config.map(|c| tls::session(host, c)).transpose()?;
+            (host.to_owned(), addrs, sock, session)
         };
-        let settings = info.redis_settings();
-        let auth = hello && settings.password().is_some();
-        let mut commands = Vec::new();
-        if let Some(password) = settings.password().filter(|_| auth) {
-            let mut args: Vec<&[u8]> = vec![b"AUTH"];
-            if let Some(user) = settings.username() {
-                args.push(user.as_bytes());
-            }
-            args.push(password.as_bytes());
-            commands.extend_from_slice(&encode(&args));
-        }
+        let auth = conn::auth(info.redis_settings()).filter(|_| hello);
+        let mut commands = (auth.as_ref())
+            .map(redis::Cmd::get_packed_command)
+            .unwrap_or_default();
         if hello {
             // Names the connection for operators (`CLIENT LIST`); old servers may refuse,
             // which is fine.
@@ -191,8 +193,8 @@ impl Opening {
             tls: session,
             hello: commands,
             written: 0,
-            replies: usize::from(hello) + usize::from(auth),
-            auth,
+            replies: usize::from(hello) + usize::from(auth.is_some()),
+            auth: auth.is_some(),
             parser: redis::Parser::new(),
             deadline,
             timeouts,
@@ -353,21 +355,16 @@ impl Opening {
         };
         let mut interest = Event::writable(0);
         let mut events = Vec::new();
-        loop {
+        let done = loop {
             let now = Instant::now();
             if now >= self.deadline {
-                let _ = poller.delete(&self.sock);
-                return (Err(self.timed_out()), longest);
+                break Err(self.timed_out());
             }
-            let watched = poller
-                .modify(&self.sock, interest)
-                .or_else(|_| poller.add(&self.sock, interest));
             events.clear();
-            if let Err(e) =
-                watched.and_then(|()| poller.wait(&mut events, Some(self.deadline - now)))
-            {
-                let _ = poller.delete(&self.sock);
-                return (Err(Error::io(e)), longest);
+            let waited = watch(&poller, &self.sock, interest)
+                .and_then(|()| poller.wait(&mut events, Some(self.deadline - now)));
+            if let Err(e) = waited {
+                break Err(Error::io(e));
             }
             if events.is_empty() {
                 continue;
@@ -377,17 +374,20 @@ impl Opening {
             longest = longest.max(t.elapsed());
             match step {
                 Ok(Step::Wait(want)) => interest = want_event(want, 0),
-                Ok(Step::Ready) => {
-                    let _ = poller.delete(&self.sock);
-                    return (self.into_open(), longest);
-                }
-                Err(e) => {
-                    let _ = poller.delete(&self.sock);
-                    return (Err(e), longest);
-                }
+                Ok(Step::Ready) => break Ok(()),
+                Err(e) => break Err(e),
             }
-        }
+        };
+        let _ = poller.delete(&self.sock);
+        (done.and_then(|()| self.into_open()), longest)
     }
+}
+
+/// Has `poller` report `interest` on `sock`, whether it watches it already or not yet.
+pub(crate) fn watch(poller: &Poller, sock: &Stream, interest: Event) -> io::Result<()> {
+    poller
+        .modify(sock, interest)
+        .or_else(|_| poller.add(sock, interest))
 }
 
 /// The poller interest for what a step waits for, under `key`.
