@@ -24,9 +24,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Connection, Script, ServerErrorKind, Value};
+use redis::{Script, ServerErrorKind, Value};
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::transport::fault::Fault;
 
 /// The script table: each script's name in [`Which`] and its file in `src/protocol/scripts/`.
@@ -118,18 +118,6 @@ impl Which {
     /// uses (see [`crate::protocol::lua`]).
     pub(crate) fn source(self) -> &'static str {
         &SOURCES[self as usize]
-    }
-
-    /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
-    /// with it: a renewal batch mixes the renew scripts of several lock types.
-    pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
-        self.script().prepare_invoke().load(con)?;
-        for other in Which::ALL {
-            if other != self {
-                other.script().prepare_invoke().load(con)?;
-            }
-        }
-        Ok(())
     }
 }
 

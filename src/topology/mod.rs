@@ -17,4 +17,5 @@
 pub(crate) mod backend;
 pub(crate) mod cluster;
 pub(crate) mod quorum;
+pub(crate) mod send;
 pub(crate) mod sentinel;

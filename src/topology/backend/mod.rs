@@ -30,6 +30,7 @@ use redis::Value;
 use super::cluster::Cluster;
 use super::quorum::{self, replace_replies, worth_retrying};
 pub(crate) use super::quorum::{Refusal, Renewed};
+use super::send::{Replies, one};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::Call;
@@ -39,7 +40,7 @@ use crate::transport::fault::Fault;
 mod nodes;
 mod prime;
 
-pub(crate) use nodes::{Node, Nodes, Replies};
+pub(crate) use nodes::{Node, Nodes};
 pub(crate) use prime::Primed;
 
 /// The topology a client locks on. A closed set of two, matched in the few places where they
@@ -193,7 +194,7 @@ impl Backend {
         fresh: bool,
     ) -> Replies<Value> {
         match &self.masters {
-            Masters::Nodes(n) => n.one_each(targets, &n.pack(call), Some(call.which), by, fresh),
+            Masters::Nodes(n) => n.one_each(targets, &n.pack(call), by, fresh),
             Masters::Cluster(c) => vec![(0, c.call(call, by).and_then(|v| one(Some(v))))],
         }
     }
@@ -412,22 +413,6 @@ impl Backend {
     }
 }
 
-/// Whether `e` says that a master gave no answer now (a failed connection, a timeout, no
-/// time left, an answer that was not RESP), rather than an error of its own.
-fn unanswered(e: &Fault) -> bool {
-    match e {
-        Fault::Redis(r) | Fault::Other(Error::Redis(r)) => r.code().is_none(),
-        Fault::Other(Error::Timeout { .. }) => true,
-        Fault::Other(_) => false,
-        Fault::RanOut { .. }
-        | Fault::MarkedDown
-        | Fault::Timeout { .. }
-        | Fault::Io { .. }
-        | Fault::NotRedis { .. }
-        | Fault::BadReply { .. } => true,
-    }
-}
-
 /// A `SCAN` reply: the next cursor and the keys of this step.
 fn scan_reply(v: Value) -> Result<(String, Vec<String>), Fault> {
     let text = |v: &Value| match v {
@@ -442,13 +427,4 @@ fn scan_reply(v: Value) -> Result<(String, Vec<String>), Fault> {
         return Ok((cursor, keys.iter().filter_map(text).collect()));
     }
     Err(Fault::bad_reply("SCAN", &v))
-}
-
-/// The single reply of a one-command round, with a server error turned into `Err`.
-pub(crate) fn one(v: Option<Value>) -> Result<Value, Fault> {
-    match v {
-        Some(Value::ServerError(e)) => Err(Fault::Redis(e.into())),
-        Some(v) => Ok(v),
-        None => Err(Fault::timeout("no reply")),
-    }
 }
