@@ -447,12 +447,7 @@ impl Cluster {
             redis::cmd("ASKING").write_packed_command(&mut out);
         }
         out.extend_from_slice(packed);
-        let part = Part {
-            to: 0,
-            pool: &node.pool,
-            packed: &out,
-            replies: 1 + usize::from(asking),
-        };
+        let part = Part::new(0, &node.pool, &out, 1 + usize::from(asking));
         let reply = self.sender(None, by).run(vec![part]).pop();
         reply
             .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)

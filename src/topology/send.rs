@@ -92,6 +92,21 @@ impl Flavor {
         }
     }
 
+    /// A renewal pipeline: each of `calls`, then `TIME` (the master's clock, read in the same
+    /// round: see `renewal::clock_watch`).
+    pub(crate) fn renewals<'c>(
+        self,
+        calls: impl IntoIterator<Item = &'c Call>,
+        functions: bool,
+    ) -> Vec<u8> {
+        let mut packed = Vec::new();
+        for c in calls {
+            self.write(c, functions, &mut packed);
+        }
+        redis::cmd("TIME").write_packed_command(&mut packed);
+        packed
+    }
+
     /// Appends `SCRIPT LOAD` of every lock type's script to `out` (a renewal batch may mix
     /// them, and none should meet `NOSCRIPT` twice); how many commands.
     fn write_loads(self, out: &mut Vec<u8>) -> usize {
@@ -116,6 +131,17 @@ pub(crate) struct Part<'a> {
     pub(crate) pool: &'a Pool,
     pub(crate) packed: &'a [u8],
     pub(crate) replies: usize,
+}
+
+impl<'a> Part<'a> {
+    pub(crate) fn new(to: usize, pool: &'a Pool, packed: &'a [u8], replies: usize) -> Self {
+        Part {
+            to,
+            pool,
+            packed,
+            replies,
+        }
+    }
 }
 
 /// How one round is sent: the topology's scripts, the bounds, and what a failure does.
@@ -302,12 +328,7 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
         fn parts<'a>(masters: &[(usize, &'a Pool)], packed: &'a [u8], n: usize) -> Vec<Part<'a>> {
             masters
                 .iter()
-                .map(|&(to, pool)| Part {
-                    to,
-                    pool,
-                    packed,
-                    replies: n,
-                })
+                .map(|&(to, pool)| Part::new(to, pool, packed, n))
                 .collect()
         }
         let mut loaded = None;

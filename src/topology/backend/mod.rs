@@ -9,6 +9,9 @@
 //! - [`Cluster`] (`topology/cluster.rs`): each call goes to the master of its lock's slot, as
 //!   to one server; the quorum is 1.
 //!
+//! Both send through the same [`Round`](super::send::Round) (`topology/send.rs`): they differ
+//! in routing and in the quorum, not in sending.
+//!
 //! The backend knows calls and replies only: what a lock type's arguments and replies mean
 //! stays with the lock type (the Mutex acquire and release are in `locks/mutex/`). What the
 //! replies of a quorum come to is `topology/quorum.rs`, pure functions over them.

@@ -158,12 +158,7 @@ impl Nodes {
                 out.push((i, Err(Fault::MarkedDown)));
                 continue;
             }
-            parts.push(Part {
-                to: i,
-                pool: &node.pool,
-                packed,
-                replies,
-            });
+            parts.push(Part::new(i, &node.pool, packed, replies));
         }
         out.extend(self.sender(step, by, fresh).run(parts));
         out
@@ -237,13 +232,8 @@ impl Nodes {
     /// dropped) gets the batch again at once on a new connection, within what is left, unless
     /// the outcome of every lease is known already.
     pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
-        let mut packed = Vec::new();
         let functions = self.functions.load(Ordering::Relaxed);
-        for (c, _) in calls {
-            Flavor::Plain.write(c, functions, &mut packed);
-        }
-        // Each master's clock, read in the same round: see `renewal::clock_watch`.
-        packed.extend_from_slice(&redis::cmd("TIME").get_packed_command());
+        let mut packed = Flavor::Plain.renewals(calls.iter().map(|c| &c.0), functions);
         let waits = self.push_wait(&mut packed);
         let by = Deadline::after(budget);
         let first = (budget / 2).min(self.reply_timeout());
@@ -390,12 +380,7 @@ impl Nodes {
             self.failed(0, &e);
             return Err(e);
         }
-        let part = Part {
-            to: 0,
-            pool: &self.nodes[0].pool,
-            packed: &p.packed,
-            replies: 1,
-        };
+        let part = Part::new(0, &self.nodes[0].pool, &p.packed, 1);
         let read_by = by.min(Deadline::after(self.call_timeout));
         self.sender(self.call_timeout, by, false)
             .collect(&part, p.con, read_by)

@@ -39,26 +39,13 @@ impl Cluster {
         // Every master's pipeline written first, then read: about one round trip in all.
         let packed: Vec<Vec<u8>> = groups
             .iter()
-            .map(|(_, idx)| {
-                let mut packed = Vec::new();
-                for &i in idx {
-                    Flavor::Sharded.write(&calls[i].0, functions, &mut packed);
-                }
-                // The master's clock, read in the same round: see `renewal::clock_watch`.
-                redis::cmd("TIME").write_packed_command(&mut packed);
-                packed
-            })
+            .map(|(_, idx)| Flavor::Sharded.renewals(idx.iter().map(|&i| &calls[i].0), functions))
             .collect();
         let parts = groups
             .iter()
             .zip(&packed)
             .enumerate()
-            .map(|(to, ((node, idx), packed))| Part {
-                to,
-                pool: &node.pool,
-                packed,
-                replies: idx.len() + 1,
-            })
+            .map(|(to, ((node, idx), packed))| Part::new(to, &node.pool, packed, idx.len() + 1))
             .collect();
         for (g, r) in self.sender(Some(budget / 2), by).run(parts) {
             let (node, idx) = &groups[g];
