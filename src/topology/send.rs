@@ -360,10 +360,17 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
         if loaded != Some(true) {
             return (answers, false);
         }
-        // FCALL may still be refused where FUNCTION LOAD was not (an ACL).
+        // FCALL may still be refused where FUNCTION LOAD was not (an ACL). Asked of the
+        // masters that answered: one that did not is judged by its FUNCTION LOAD, and costs
+        // no second wait.
+        let answered: Vec<(usize, &Pool)> = masters
+            .iter()
+            .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()))
+            .copied()
+            .collect();
         let ping = library.ping().get_packed_command();
         let runs = self
-            .run(parts(masters, &ping, 1))
+            .run(parts(&answered, &ping, 1))
             .into_iter()
             .all(|(i, r)| {
                 match r.and_then(|mut v| one(v.pop())) {
