@@ -71,7 +71,7 @@ use crate::transport::tls::Tls;
 mod renew;
 mod slots;
 
-use super::send::{Flavor, Part, Round};
+use super::send::{Flavor, Part, Round, one};
 use slots::redirect;
 use slots::{Range, call_slot, parse_shards, parse_slots};
 
@@ -549,37 +549,23 @@ impl Cluster {
 
     /// Runs `cmd` on every master, all within one connect and one command timeout.
     pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value, Fault>)> {
-        let packed = cmd.get_packed_command();
         let by = Deadline::after(self.timeouts.connect.saturating_add(self.timeouts.command));
         self.masters()
             .into_iter()
-            .map(|n| (n.name.clone(), self.try_on(&n, &packed, false, by)))
+            .map(|n| (n.name.clone(), self.on(&n, cmd, by)))
             .collect()
     }
 
-    /// The names of the masters, in the order [`on_master`](Self::on_master) counts them.
-    pub(crate) fn master_names(&self) -> Vec<String> {
-        self.masters().into_iter().map(|n| n.name.clone()).collect()
-    }
-
-    /// Runs `cmd` on the `i`-th master of [`master_names`](Self::master_names), within `by`.
-    /// The map may change between the two calls: a master that is gone answers as an error.
-    pub(crate) fn on_master(
+    /// Runs `cmd` on `node` (one of [`masters`](Self::masters)), within `by`; a server error
+    /// as `Err`.
+    pub(crate) fn on(
         &self,
-        i: usize,
+        node: &ClusterNode,
         cmd: &redis::Cmd,
         by: Deadline,
     ) -> Result<Value, Fault> {
-        let node = self
-            .masters()
-            .into_iter()
-            .nth(i)
-            .ok_or(Fault::timeout("the cluster map changed during the scan"))?;
-        self.try_on(&node, &cmd.get_packed_command(), false, by)
-            .and_then(|v| match v {
-                Value::ServerError(e) => Err(Fault::Redis(e.into())),
-                v => Ok(v),
-            })
+        self.try_on(node, &cmd.get_packed_command(), false, by)
+            .and_then(|v| one(Some(v)))
     }
 
     /// Drops every idle connection.

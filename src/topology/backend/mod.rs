@@ -275,11 +275,7 @@ impl Backend {
                 .into_iter()
                 .map(|(i, r)| (n.nodes[i].name.clone(), r))
                 .collect(),
-            Masters::Cluster(c) => c
-                .each_master(&cmd)
-                .into_iter()
-                .map(|(name, r)| (name, r.and_then(|v| one(Some(v)))))
-                .collect(),
+            Masters::Cluster(c) => c.each_master(&cmd),
         };
         replies
             .into_iter()
@@ -292,6 +288,11 @@ impl Backend {
     /// each master with its own cursor, every step within the command timeout and the whole
     /// within `by`. Each master's name with its keys (a key may come twice; callers dedupe).
     pub(crate) fn scan(&self, pattern: &str, by: Deadline) -> Vec<(String, Result<Vec<String>>)> {
+        // A cluster's masters as the map has them now, kept for the whole scan.
+        let cluster = match &self.masters {
+            Masters::Cluster(c) => c.masters(),
+            Masters::Nodes(_) => Vec::new(),
+        };
         let step = |i: usize, cursor: &str| -> Result<Value, Fault> {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -304,12 +305,14 @@ impl Backend {
                     .command_on(&cmd, &[i], by, true)
                     .pop()
                     .map_or(Err(Fault::timeout("no reply")), |(_, r)| r),
-                Masters::Cluster(c) => c.on_master(i, &cmd, by),
+                Masters::Cluster(c) => cluster
+                    .get(i)
+                    .map_or(Err(Fault::timeout("no reply")), |n| c.on(n, &cmd, by)),
             }
         };
-        let names = match &self.masters {
+        let names: Vec<String> = match &self.masters {
             Masters::Nodes(n) => n.nodes.iter().map(|n| n.name.clone()).collect(),
-            Masters::Cluster(c) => c.master_names(),
+            Masters::Cluster(_) => cluster.iter().map(|n| n.name.clone()).collect(),
         };
         names
             .into_iter()
