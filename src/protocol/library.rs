@@ -29,7 +29,6 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use crate::error::Result;
 use crate::protocol::lua::{self, NO_MARKS};
 use crate::protocol::scripts::{Call, Which};
 
@@ -98,15 +97,6 @@ impl Library {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg(&self.source);
         cmd
-    }
-
-    /// Loads the library on `con` (see [`load`](Self::load)).
-    pub(crate) fn load_on(&self, con: &mut redis::Connection) -> Result<()> {
-        match self.load().query::<Value>(con) {
-            Ok(_) => Ok(()),
-            Err(e) if already_exists(e.code(), e.detail()) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// A call of the library's `ping` function, which answers 1: whether `FCALL` of this

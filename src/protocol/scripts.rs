@@ -26,9 +26,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Connection, Script, ServerErrorKind, Value};
+use redis::{Script, ServerErrorKind, Value};
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::protocol::keys::LockKeys;
 use crate::transport::fault::Fault;
 
@@ -121,18 +121,6 @@ impl Which {
     /// uses (see [`crate::protocol::lua`]).
     pub(crate) fn source(self) -> &'static str {
         &SOURCES[self as usize]
-    }
-
-    /// Loads the script into a server's cache (after `NOSCRIPT`), and every other script
-    /// with it: a renewal batch mixes the renew scripts of several lock types.
-    pub(crate) fn load(self, con: &mut Connection) -> Result<()> {
-        self.script().prepare_invoke().load(con)?;
-        for other in Which::ALL {
-            if other != self {
-                other.script().prepare_invoke().load(con)?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -22,7 +22,8 @@
 //!   map again and retry after a short backoff (20 ms doubling to 200 ms). The scripts are
 //!   idempotent per request id, so a retry after a lost reply does no harm.
 //! - **Sharded pub/sub.** On a cluster the scripts publish with `SPUBLISH` (the same scripts
-//!   with `publish` replaced by `spublish`, under their own SHA1), so a release reaches only
+//!   with `publish` replaced by `spublish`, under their own SHA1: `topology/send.rs`'s
+//!   `Flavor::Sharded`), so a release reaches only
 //!   the shard that owns the lock's slot; the pub/sub thread `SSUBSCRIBE`s each channel on
 //!   its slot's master (see `subscriber/pubsub_thread.rs`).
 //! - **Renewal** calls (one slot each) are pipelined per master; a call that meets a
@@ -48,7 +49,6 @@
 //!
 //! - `cluster/slots.rs`: the replies that name slots (`CLUSTER SHARDS`, `CLUSTER SLOTS`,
 //!   `MOVED`, `ASK`) parsed, and the slot of a call.
-//! - `cluster/scripts.rs`: the scripts with `spublish`, packed and loaded.
 //! - `cluster/renew.rs`: a batch of renewals, pipelined per master.
 
 use std::collections::HashMap;
@@ -62,7 +62,6 @@ use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::{self, SLOTS};
-use crate::protocol::library;
 use crate::protocol::scripts::Call;
 use crate::subscriber::ShardMap;
 use crate::transport::conn::{Deadline, Pool, Timeouts};
@@ -70,10 +69,9 @@ use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
 
 mod renew;
-mod scripts;
 mod slots;
 
-use scripts::{LIBRARY, load_library, load_scripts, packed};
+use super::send::{Flavor, Part, Round, one};
 use slots::redirect;
 use slots::{Range, call_slot, parse_shards, parse_slots};
 
@@ -415,8 +413,28 @@ impl Cluster {
         Err(last_err.unwrap_or(Fault::timeout("no cluster node answered")))
     }
 
+    /// How the cluster sends: with the sharded scripts, within `by` and the command timeout;
+    /// a `READONLY` reply is left to the routing, a broken connection drops the node's pool.
+    fn sender(&self, step: Option<Duration>, by: Deadline) -> Round<impl Fn(usize, &Pool, &Fault)> {
+        Round {
+            flavor: Flavor::Sharded,
+            command: self.timeouts.command,
+            reply: self.timeouts.command,
+            step,
+            by,
+            fresh: false,
+            readonly_fails: false,
+            failed: |_, pool: &Pool, e: &Fault| {
+                if e.is_broken() {
+                    pool.clear();
+                }
+            },
+        }
+    }
+
     /// Sends `packed` (one command) to `node`, preceded by `ASKING` when `asking`, and reads
-    /// its reply; loads the scripts and resends after `NOSCRIPT`. Within `by`.
+    /// its reply (see [`Round`]: the scripts are loaded and the command resent after
+    /// `NOSCRIPT`). Within `by`.
     fn try_on(
         &self,
         node: &ClusterNode,
@@ -424,48 +442,16 @@ impl Cluster {
         asking: bool,
         by: Deadline,
     ) -> Result<Value, Fault> {
-        let t = self.timeouts.command;
-        let mut con = match node.pool.idle() {
-            Some(c) => c,
-            None => node.pool.connect(by)?,
-        };
         let mut out = Vec::with_capacity(packed.len() + 20);
         if asking {
             redis::cmd("ASKING").write_packed_command(&mut out);
         }
         out.extend_from_slice(packed);
-        let result = (|| {
-            con.send(&out, t, by)?;
-            if asking {
-                con.recv(t, by)?;
-            }
-            let v = con.recv(t, by)?;
-            let noscript =
-                matches!(&v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
-            if noscript || library::is_no_function(&v) {
-                if noscript {
-                    load_scripts(&mut con, t, by)?;
-                } else {
-                    load_library(&mut con, t, by)?;
-                }
-                con.send(&out, t, by)?;
-                if asking {
-                    con.recv(t, by)?;
-                }
-                return con.recv(t, by);
-            }
-            Ok(v)
-        })();
-        match &result {
-            Ok(_) if con.is_open() => node.pool.put(con),
-            Ok(_) => {}
-            Err(e) => {
-                if e.is_broken() {
-                    node.pool.clear();
-                }
-            }
-        }
-        result
+        let part = Part::new(0, &node.pool, &out, 1 + usize::from(asking));
+        let reply = self.sender(None, by).run(vec![part]).pop();
+        reply
+            .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
+            .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")))
     }
 
     /// Runs one command on the master of `slot`, following redirections and retrying after
@@ -541,83 +527,45 @@ impl Cluster {
 
     /// Reads the map and checks that every master answers `PING` and has the scripts
     /// loaded, and the function library (the Mutex acquire and release go as `FCALL` when every
-    /// master loaded and ran it), within `by`. Fails when no node gives a map, or a master does
-    /// not answer.
+    /// master loaded and ran it; see [`Round::start`]), within `by`. Fails when no node gives
+    /// a map, or a master does not answer.
     pub(crate) fn start(&self, by: Deadline) -> Result<()> {
         self.refresh(by, true)?;
-        let mut functions = true;
-        for node in self.masters() {
-            let mut con = node.pool.connect(by)?;
-            let ping = redis::cmd("PING").get_packed_command();
-            con.send(&ping, self.timeouts.command, by)?;
-            if let Value::ServerError(e) = con.recv(self.timeouts.command, by)? {
-                return Err(Fault::Redis(e.into()).into());
-            }
-            if let Err(e) = load_scripts(&mut con, self.timeouts.command, by) {
-                // An ACL may refuse SCRIPT LOAD: the calls report it by name.
-                log::debug!("scripts not loaded on {}: {e}", node.name);
-            }
-            // A refused FUNCTION LOAD or FCALL (an ACL) leaves the calls on EVALSHA.
-            let runs = load_library(&mut con, self.timeouts.command, by).and_then(|()| {
-                con.send(
-                    &LIBRARY.ping().get_packed_command(),
-                    self.timeouts.command,
-                    by,
-                )?;
-                match con.recv(self.timeouts.command, by)? {
-                    Value::Int(1) => Ok(true),
-                    Value::ServerError(e) => Err(Fault::Redis(e.into())),
-                    _ => Ok(false),
-                }
-            });
-            if let Err(e) = &runs {
-                log::debug!("functions not used on {}: {e}", node.name);
-            }
-            functions &= runs.unwrap_or(false);
-            node.pool.put(con);
+        let masters = self.masters();
+        let pools: Vec<(usize, &Pool)> = masters.iter().map(|n| &n.pool).enumerate().collect();
+        let name = |i: usize| masters[i].name.clone();
+        let (answers, functions) = self.sender(None, by).start(&pools, name);
+        for (_, r) in answers {
+            r?;
         }
         self.functions.store(functions, Ordering::Relaxed);
         Ok(())
     }
 
-    /// `call` packed as this cluster sends it (see `cluster/scripts.rs`).
+    /// `call` packed as this cluster sends it: the sharded script or function.
     fn packed(&self, call: &Call) -> Vec<u8> {
-        packed(call, self.functions.load(Ordering::Relaxed))
+        Flavor::Sharded.pack(call, self.functions.load(Ordering::Relaxed))
     }
 
     /// Runs `cmd` on every master, all within one connect and one command timeout.
     pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value, Fault>)> {
-        let packed = cmd.get_packed_command();
         let by = Deadline::after(self.timeouts.connect.saturating_add(self.timeouts.command));
         self.masters()
             .into_iter()
-            .map(|n| (n.name.clone(), self.try_on(&n, &packed, false, by)))
+            .map(|n| (n.name.clone(), self.on(&n, cmd, by)))
             .collect()
     }
 
-    /// The names of the masters, in the order [`on_master`](Self::on_master) counts them.
-    pub(crate) fn master_names(&self) -> Vec<String> {
-        self.masters().into_iter().map(|n| n.name.clone()).collect()
-    }
-
-    /// Runs `cmd` on the `i`-th master of [`master_names`](Self::master_names), within `by`.
-    /// The map may change between the two calls: a master that is gone answers as an error.
-    pub(crate) fn on_master(
+    /// Runs `cmd` on `node` (one of [`masters`](Self::masters)), within `by`; a server error
+    /// as `Err`.
+    pub(crate) fn on(
         &self,
-        i: usize,
+        node: &ClusterNode,
         cmd: &redis::Cmd,
         by: Deadline,
     ) -> Result<Value, Fault> {
-        let node = self
-            .masters()
-            .into_iter()
-            .nth(i)
-            .ok_or(Fault::timeout("the cluster map changed during the scan"))?;
-        self.try_on(&node, &cmd.get_packed_command(), false, by)
-            .and_then(|v| match v {
-                Value::ServerError(e) => Err(Fault::Redis(e.into())),
-                v => Ok(v),
-            })
+        self.try_on(node, &cmd.get_packed_command(), false, by)
+            .and_then(|v| one(Some(v)))
     }
 
     /// Drops every idle connection.

@@ -4,6 +4,9 @@
 //!   a call sent to one master or to all, each master's reply, the quorum. Its topologies:
 //!   one master or a quorum of independent masters (RedLock), every call on all of them at
 //!   once (`backend/nodes.rs`), or a cluster (below).
+//! - [`send`]: sending, the same for every topology: one round of packed commands written to
+//!   each master's pooled connection and then read, within one bound, the scripts reloaded on
+//!   `NOSCRIPT`, the start-up check; the scripts as plain masters or a cluster run them.
 //! - [`quorum`]: the quorum's arithmetic, pure functions over the masters' replies.
 //! - [`sentinel`]: the master a Redis Sentinel deployment names, found and followed through
 //!   failovers (a resolver that the transport's connections ask for the address).
@@ -17,4 +20,5 @@
 pub(crate) mod backend;
 pub(crate) mod cluster;
 pub(crate) mod quorum;
+pub(crate) mod send;
 pub(crate) mod sentinel;

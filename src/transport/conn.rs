@@ -349,11 +349,6 @@ impl Conn {
             .map_err(|e| reply_error(e, &self.server))
     }
 
-    /// The connection, for a command whose timeouts were set by [`Conn::set_timeouts`].
-    pub(crate) fn raw(&mut self) -> &mut redis::Connection {
-        &mut self.con
-    }
-
     /// False once the connection read an end of stream or a protocol error.
     pub(crate) fn is_open(&self) -> bool {
         self.con.is_open()

@@ -9,6 +9,9 @@
 //! - [`Cluster`] (`topology/cluster.rs`): each call goes to the master of its lock's slot, as
 //!   to one server; the quorum is 1.
 //!
+//! Both send through the same [`Round`](super::send::Round) (`topology/send.rs`): they differ
+//! in routing and in the quorum, not in sending.
+//!
 //! The backend knows calls and replies only: what a lock type's arguments and replies mean
 //! stays with the lock type (the Mutex acquire and release are in `locks/mutex/`). What the
 //! replies of a quorum come to is `topology/quorum.rs`, pure functions over them.
@@ -30,6 +33,7 @@ use redis::Value;
 use super::cluster::Cluster;
 use super::quorum::{self, replace_replies, worth_retrying};
 pub(crate) use super::quorum::{Refusal, Renewed};
+use super::send::{Replies, one};
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::Call;
@@ -39,7 +43,7 @@ use crate::transport::fault::Fault;
 mod nodes;
 mod prime;
 
-pub(crate) use nodes::{Node, Nodes, Replies};
+pub(crate) use nodes::{Node, Nodes};
 pub(crate) use prime::Primed;
 
 /// The topology a client locks on. A closed set of two, matched in the few places where they
@@ -193,7 +197,7 @@ impl Backend {
         fresh: bool,
     ) -> Replies<Value> {
         match &self.masters {
-            Masters::Nodes(n) => n.one_each(targets, &n.pack(call), Some(call.which), by, fresh),
+            Masters::Nodes(n) => n.one_each(targets, &n.pack(call), by, fresh),
             Masters::Cluster(c) => vec![(0, c.call(call, by).and_then(|v| one(Some(v))))],
         }
     }
@@ -271,11 +275,7 @@ impl Backend {
                 .into_iter()
                 .map(|(i, r)| (n.nodes[i].name.clone(), r))
                 .collect(),
-            Masters::Cluster(c) => c
-                .each_master(&cmd)
-                .into_iter()
-                .map(|(name, r)| (name, r.and_then(|v| one(Some(v)))))
-                .collect(),
+            Masters::Cluster(c) => c.each_master(&cmd),
         };
         replies
             .into_iter()
@@ -288,6 +288,11 @@ impl Backend {
     /// each master with its own cursor, every step within the command timeout and the whole
     /// within `by`. Each master's name with its keys (a key may come twice; callers dedupe).
     pub(crate) fn scan(&self, pattern: &str, by: Deadline) -> Vec<(String, Result<Vec<String>>)> {
+        // A cluster's masters as the map has them now, kept for the whole scan.
+        let cluster = match &self.masters {
+            Masters::Cluster(c) => c.masters(),
+            Masters::Nodes(_) => Vec::new(),
+        };
         let step = |i: usize, cursor: &str| -> Result<Value, Fault> {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -300,12 +305,14 @@ impl Backend {
                     .command_on(&cmd, &[i], by, true)
                     .pop()
                     .map_or(Err(Fault::timeout("no reply")), |(_, r)| r),
-                Masters::Cluster(c) => c.on_master(i, &cmd, by),
+                Masters::Cluster(c) => cluster
+                    .get(i)
+                    .map_or(Err(Fault::timeout("no reply")), |n| c.on(n, &cmd, by)),
             }
         };
-        let names = match &self.masters {
+        let names: Vec<String> = match &self.masters {
             Masters::Nodes(n) => n.nodes.iter().map(|n| n.name.clone()).collect(),
-            Masters::Cluster(c) => c.master_names(),
+            Masters::Cluster(_) => cluster.iter().map(|n| n.name.clone()).collect(),
         };
         names
             .into_iter()
@@ -412,22 +419,6 @@ impl Backend {
     }
 }
 
-/// Whether `e` says that a master gave no answer now (a failed connection, a timeout, no
-/// time left, an answer that was not RESP), rather than an error of its own.
-fn unanswered(e: &Fault) -> bool {
-    match e {
-        Fault::Redis(r) | Fault::Other(Error::Redis(r)) => r.code().is_none(),
-        Fault::Other(Error::Timeout { .. }) => true,
-        Fault::Other(_) => false,
-        Fault::RanOut { .. }
-        | Fault::MarkedDown
-        | Fault::Timeout { .. }
-        | Fault::Io { .. }
-        | Fault::NotRedis { .. }
-        | Fault::BadReply { .. } => true,
-    }
-}
-
 /// A `SCAN` reply: the next cursor and the keys of this step.
 fn scan_reply(v: Value) -> Result<(String, Vec<String>), Fault> {
     let text = |v: &Value| match v {
@@ -442,13 +433,4 @@ fn scan_reply(v: Value) -> Result<(String, Vec<String>), Fault> {
         return Ok((cursor, keys.iter().filter_map(text).collect()));
     }
     Err(Fault::bad_reply("SCAN", &v))
-}
-
-/// The single reply of a one-command round, with a server error turned into `Err`.
-pub(crate) fn one(v: Option<Value>) -> Result<Value, Fault> {
-    match v {
-        Some(Value::ServerError(e)) => Err(Fault::Redis(e.into())),
-        Some(v) => Ok(v),
-        None => Err(Fault::timeout("no reply")),
-    }
 }

@@ -1,11 +1,10 @@
 //! [`Nodes`]: independent masters, each with its own pool: one Redis server (found directly or
 //! through Sentinel), or a quorum of them (RedLock). One master is the quorum 1 of 1.
 //!
-//! A call goes to every master *at once* without a thread per master: the command is written
-//! on each master's connection first, then the replies are read, all within one bound
-//! measured from the first write. So five masters cost about one round trip, not five. On a
-//! reply, `NOSCRIPT` (or a missing function) loads the scripts and resends on that master,
-//! and `READONLY` (a master demoted by a failover) is a failure of the connection.
+//! A call goes to every master *at once* without a thread per master, as a
+//! [`Round`](crate::topology::send::Round) sends it (`topology/send.rs`: every write first,
+//! then the reads, within one bound; `NOSCRIPT` reloads; `READONLY`, a master demoted by a
+//! failover, is a failure of the connection).
 //!
 //! With a quorum, a master that failed at the connection level is skipped for a short while
 //! (a few times the per-master timeout), so that one stalled master cannot make every call
@@ -19,12 +18,12 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use super::prime::{Primed, PrimedSlot};
-use super::{Refusal, Renewed, one, unanswered};
+use super::{Refusal, Renewed};
 use crate::error::Result;
-use crate::protocol::library::{self, PLAIN};
-use crate::protocol::scripts::{self, Call, Which};
+use crate::protocol::scripts::{self, Call};
 use crate::topology::quorum::{self, replace_replies, worth_retrying};
-use crate::transport::conn::{Conn, Deadline, Pool};
+use crate::topology::send::{Flavor, Part, Replies, Round, one};
+use crate::transport::conn::{Deadline, Pool};
 use crate::transport::fault::Fault;
 
 /// One Redis master.
@@ -46,9 +45,6 @@ impl Node {
         }
     }
 }
-
-/// Each master's replies to one round.
-pub(crate) type Replies<T> = Vec<(usize, Result<T, Fault>)>;
 
 /// The masters and the bounds of one call.
 #[derive(Debug)]
@@ -95,7 +91,7 @@ impl Nodes {
 
     /// `call` packed as these masters run it: `FCALL` where the function library runs.
     pub(super) fn pack(&self, call: &Call) -> Vec<u8> {
-        PLAIN.pack(call, self.functions.load(Ordering::Relaxed))
+        Flavor::Plain.pack(call, self.functions.load(Ordering::Relaxed))
     }
 
     /// The bound on one reply: the command timeout, plus the replicas' wait when asked for.
@@ -118,27 +114,40 @@ impl Nodes {
         }
     }
 
+    /// How this topology sends a round: reads within `step` of its start and within `by`;
+    /// `fresh`: a retry, on new connections.
+    fn sender(
+        &self,
+        step: Duration,
+        by: Deadline,
+        fresh: bool,
+    ) -> Round<impl Fn(usize, &Pool, &Fault) + '_> {
+        Round {
+            flavor: Flavor::Plain,
+            command: self.command_timeout,
+            reply: self.reply_timeout(),
+            step: Some(step),
+            by,
+            fresh,
+            readonly_fails: true,
+            failed: |i, _: &Pool, e: &Fault| self.failed(i, e),
+        }
+    }
+
     /// Sends `packed` (holding `replies` commands) to the masters `targets` at once and
     /// collects each master's replies, all within `step` of the start of the round and within
-    /// `by`. `fresh`: a retry, on new connections, and to masters marked down too. `which`:
-    /// the script to load on `NOSCRIPT` (`None` for plain commands).
-    #[allow(clippy::too_many_arguments)]
+    /// `by`. `fresh`: a retry, on new connections, and to masters marked down too.
     fn round(
         &self,
         targets: &[usize],
         packed: &[u8],
         replies: usize,
-        which: Option<Which>,
         step: Duration,
         by: Deadline,
         fresh: bool,
     ) -> Replies<Vec<Value>> {
-        let read_by = by.min(Deadline::after(step));
-        let mut sent: Vec<(usize, Conn)> = Vec::with_capacity(targets.len());
-        let mut out = Vec::with_capacity(targets.len());
-        // Masters with an idle connection get the command first; opening a connection (up to
-        // the connect timeout for a stalled master) comes after, so it delays nobody's send.
-        let mut new = Vec::new();
+        let mut out = Vec::new();
+        let mut parts = Vec::with_capacity(targets.len());
         for &i in targets {
             let node = &self.nodes[i];
             if !self.single()
@@ -149,126 +158,10 @@ impl Nodes {
                 out.push((i, Err(Fault::MarkedDown)));
                 continue;
             }
-            match node.pool.idle().filter(|_| !fresh) {
-                Some(con) => self.send(i, con, packed, by, &mut sent, &mut out),
-                None => new.push(i),
-            }
+            parts.push(Part::new(i, &node.pool, packed, replies));
         }
-        for i in new {
-            match self.nodes[i].pool.connect(by) {
-                Ok(con) => self.send(i, con, packed, by, &mut sent, &mut out),
-                Err(e) => {
-                    self.failed(i, &e);
-                    out.push((i, Err(e)));
-                }
-            }
-        }
-        for (i, con) in sent {
-            let result = self.collect(i, con, packed, replies, which, step, read_by, by);
-            out.push((i, result));
-        }
+        out.extend(self.sender(step, by, fresh).run(parts));
         out
-    }
-
-    /// Writes `packed` on `con`, recording the connection or the failure.
-    fn send(
-        &self,
-        i: usize,
-        mut con: Conn,
-        packed: &[u8],
-        by: Deadline,
-        sent: &mut Vec<(usize, Conn)>,
-        out: &mut Replies<Vec<Value>>,
-    ) {
-        match con.send(packed, self.command_timeout, by) {
-            Ok(()) => sent.push((i, con)),
-            Err(e) => {
-                if matches!(e, Fault::RanOut { .. }) {
-                    // Nothing was written: the connection is as good as before.
-                    self.nodes[i].pool.put(con);
-                } else {
-                    self.failed(i, &e);
-                }
-                out.push((i, Err(e)));
-            }
-        }
-    }
-
-    /// Reads the `replies` replies to `packed`, written on master `i`'s `con`: reloads the
-    /// script and resends on `NOSCRIPT` (within `step` and `by`), turns a `READONLY` reply
-    /// into a failure of the connection, and gives the connection back to the pool or notes
-    /// the failure. Reads end by `read_by`.
-    #[allow(clippy::too_many_arguments)]
-    fn collect(
-        &self,
-        i: usize,
-        mut con: Conn,
-        packed: &[u8],
-        replies: usize,
-        which: Option<Which>,
-        step: Duration,
-        read_by: Deadline,
-        by: Deadline,
-    ) -> Result<Vec<Value>, Fault> {
-        let result = match self.receive(&mut con, replies, read_by) {
-            Ok(values)
-                if values
-                    .iter()
-                    .any(|v| is_noscript(v) || library::is_no_function(v)) =>
-            {
-                // After a restart, SCRIPT FLUSH or FUNCTION FLUSH: load, and resend on this
-                // master alone, still within the call's bound.
-                let again = by.min(Deadline::after(step));
-                let scripts = values.iter().any(is_noscript);
-                let functions = values.iter().any(library::is_no_function);
-                by.cap(self.command_timeout)
-                    .and_then(|t| con.set_timeouts(t))
-                    .and_then(|()| {
-                        if let Some(which) = which.filter(|_| scripts) {
-                            which.load(con.raw())?;
-                        }
-                        if functions {
-                            PLAIN.load_on(con.raw())?;
-                        }
-                        Ok(())
-                    })
-                    .and_then(|()| con.send(packed, self.command_timeout, again))
-                    .and_then(|()| self.receive(&mut con, replies, again))
-            }
-            other => other,
-        };
-        // A master demoted to a replica (a failover) answers writes with `READONLY`: the
-        // whole reply is a failure of the connection, retried where the master is now.
-        let result = result.and_then(|values| match values.iter().position(is_readonly) {
-            Some(k) => Err(one(values.into_iter().nth(k))
-                .err()
-                .unwrap_or(Fault::timeout("no reply"))),
-            None => Ok(values),
-        });
-        match &result {
-            Err(e) => self.failed(i, e),
-            Ok(_) if con.is_open() => self.nodes[i].pool.put(con),
-            Ok(_) => {}
-        }
-        result
-    }
-
-    /// Reads `n` replies, each read bounded by the command timeout and by `by` (checked again
-    /// every 256 replies of a long pipeline).
-    fn receive(&self, con: &mut Conn, n: usize, by: Deadline) -> Result<Vec<Value>, Fault> {
-        let mut values = Vec::with_capacity(n);
-        for k in 0..n {
-            if k % 256 == 0 {
-                // Past the deadline, a reply that has already arrived is still taken: a
-                // stalled master read before this one must not fail a healthy one.
-                let t = by
-                    .cap(self.reply_timeout())
-                    .unwrap_or(Duration::from_millis(1));
-                con.set_read_timeout(t)?;
-            }
-            values.push(con.recv_now()?);
-        }
-        Ok(values)
     }
 
     /// Notes a failure of master `i`: a broken connection (or a master demoted by a failover)
@@ -297,20 +190,19 @@ impl Nodes {
         by: Deadline,
         fresh: bool,
     ) -> Replies<Value> {
-        self.one_each(targets, &cmd.get_packed_command(), None, by, fresh)
+        self.one_each(targets, &cmd.get_packed_command(), by, fresh)
     }
 
     /// A round of one command, `packed`, on the masters `targets` at once within `by`: each
-    /// master's single reply, a server error as `Err`. `which` and `fresh` as in `round`.
+    /// master's single reply, a server error as `Err`. `fresh` as in `round`.
     pub(super) fn one_each(
         &self,
         targets: &[usize],
         packed: &[u8],
-        which: Option<Which>,
         by: Deadline,
         fresh: bool,
     ) -> Replies<Value> {
-        self.round(targets, packed, 1, which, self.call_timeout, by, fresh)
+        self.round(targets, packed, 1, self.call_timeout, by, fresh)
             .into_iter()
             .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
             .collect()
@@ -322,15 +214,7 @@ impl Nodes {
         let mut packed = self.pack(call);
         self.push_wait(&mut packed);
         let reply = self
-            .round(
-                &[0],
-                &packed,
-                2,
-                Some(call.which),
-                self.call_timeout,
-                by,
-                false,
-            )
+            .round(&[0], &packed, 2, self.call_timeout, by, false)
             .pop()
             .map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
         match reply {
@@ -348,21 +232,15 @@ impl Nodes {
     /// dropped) gets the batch again at once on a new connection, within what is left, unless
     /// the outcome of every lease is known already.
     pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
-        let mut packed = Vec::new();
         let functions = self.functions.load(Ordering::Relaxed);
-        for (c, _) in calls {
-            PLAIN.write(c, functions, None, &mut packed);
-        }
-        // Each master's clock, read in the same round: see `renewal::clock_watch`.
-        packed.extend_from_slice(&redis::cmd("TIME").get_packed_command());
+        let mut packed = Flavor::Plain.renewals(calls.iter().map(|c| &c.0), functions);
         let waits = self.push_wait(&mut packed);
         let by = Deadline::after(budget);
         let first = (budget / 2).min(self.reply_timeout());
         let counts: Vec<usize> = calls.iter().map(|c| c.1).collect();
         let n: usize = counts.iter().sum();
         let expected = calls.len() + 1 + usize::from(waits);
-        let which = Some(Which::RenewBatch);
-        let mut replies = self.round(&self.all(), &packed, expected, which, first, by, false);
+        let mut replies = self.round(&self.all(), &packed, expected, first, by, false);
         let mut outcomes = self.renewed(&counts, &replies);
         let retry = worth_retrying(&replies);
         if !retry.is_empty() && !by.passed() && outcomes.iter().any(Option::is_none) {
@@ -371,7 +249,7 @@ impl Nodes {
                 retry.len()
             );
             // Renewing again is harmless: a renewal only sets the lease from now on.
-            let again = self.round(&retry, &packed, expected, which, budget, by, true);
+            let again = self.round(&retry, &packed, expected, budget, by, true);
             replace_replies(&mut replies, again);
             outcomes = self.renewed(&counts, &replies);
         }
@@ -444,78 +322,25 @@ impl Nodes {
             .collect()
     }
 
-    /// Checks that every master answers and loads the scripts into their caches, so that the
-    /// first calls (and the first renewal batch) do not meet `NOSCRIPT`, and the function
-    /// library: the Mutex acquire and release go as `FCALL` when every master that answered
-    /// loaded it and ran its `ping` function. Within `by`.
+    /// Checks that every master answers and loads the scripts and the function library (see
+    /// [`Round::start`]); fails when one server does not answer, warns of a master of a
+    /// quorum that does not. Within `by`.
     pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
-        let mut packed = redis::cmd("PING").get_packed_command();
-        // Every lock type's script: a renewal batch may mix them, and none meets `NOSCRIPT`
-        // on its first use.
-        for which in Which::ALL {
-            redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(which.source())
-                .write_packed_command(&mut packed);
-        }
-        PLAIN.load().write_packed_command(&mut packed);
-        let replies = self.round(
-            &self.all(),
-            &packed,
-            2 + Which::ALL.len(),
-            None,
-            self.call_timeout,
-            by,
-            false,
-        );
-        let mut loaded = None;
-        for (i, r) in replies {
-            // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
-            // which then report the server's error by name, and a refused FUNCTION LOAD (an
-            // ACL, a server before 7.0) leaves the calls on EVALSHA.
-            let r = r.and_then(|mut values| {
-                let library = values.split_off(values.len().min(1 + Which::ALL.len()));
-                let library = match library.into_iter().next() {
-                    Some(v) if library::loaded(&v) => Ok(()),
-                    other => one(other).map(drop),
-                };
-                if let Err(e) = &library {
-                    log::debug!("function library not loaded on {}: {e}", self.nodes[i].name);
+        let masters: Vec<(usize, &Pool)> = self.nodes.iter().map(|n| &n.pool).enumerate().collect();
+        let name = |i: usize| self.nodes[i].name.clone();
+        let (answers, functions) = self
+            .sender(self.call_timeout, by, false)
+            .start(&masters, name);
+        for (i, r) in answers {
+            if let Err(e) = r {
+                if self.single() {
+                    return Err(e.into());
                 }
-                let loads = values.split_off(1.min(values.len()));
-                if let Some(e) = loads.into_iter().find_map(|v| one(Some(v)).err()) {
-                    log::debug!("scripts not loaded on {}: {e}", self.nodes[i].name);
-                }
-                one(values.pop()).map(|_| library.is_ok())
-            });
-            match r {
-                Ok(ok) => loaded = Some(loaded.unwrap_or(true) && ok),
-                Err(e) => {
-                    if self.single() {
-                        return Err(e.into());
-                    }
-                    let name = &self.nodes[i].name;
-                    log::warn!(target: super::TARGET, "master {name} did not answer: {e}");
-                }
+                let name = &self.nodes[i].name;
+                log::warn!(target: super::TARGET, "master {name} did not answer: {e}");
             }
         }
-        if loaded == Some(true) {
-            // FCALL may still be refused where FUNCTION LOAD was not (an ACL).
-            let runs = self
-                .command_on(&PLAIN.ping(), &self.all(), by, false)
-                .into_iter()
-                .all(|(i, r)| match r {
-                    Ok(Value::Int(1)) => true,
-                    Ok(_) => false,
-                    // A master that does not answer now is judged by its FUNCTION LOAD.
-                    Err(e) if unanswered(&e) => true,
-                    Err(e) => {
-                        log::debug!("FCALL refused on {}: {e}", self.nodes[i].name);
-                        false
-                    }
-                });
-            self.functions.store(runs, Ordering::Relaxed);
-        }
+        self.functions.store(functions, Ordering::Relaxed);
         Ok(())
     }
 
@@ -533,7 +358,7 @@ impl Nodes {
             log::debug!("priming a script call: {e}");
             return None;
         }
-        Some(Primed::new(con, self.pack(call), call.which, slot))
+        Some(Primed::new(con, self.pack(call), slot))
     }
 
     /// Gives back the connection of a call that was primed and never written.
@@ -555,19 +380,11 @@ impl Nodes {
             self.failed(0, &e);
             return Err(e);
         }
-        let (con, packed, which) = (p.con, p.packed, p.which);
+        let part = Part::new(0, &self.nodes[0].pool, &p.packed, 1);
         let read_by = by.min(Deadline::after(self.call_timeout));
-        self.collect(
-            0,
-            con,
-            &packed,
-            1,
-            Some(which),
-            self.call_timeout,
-            read_by,
-            by,
-        )
-        .and_then(|mut v| one(v.pop()))
+        self.sender(self.call_timeout, by, false)
+            .collect(&part, p.con, read_by)
+            .and_then(|mut v| one(v.pop()))
     }
 
     /// Drops every idle connection.
@@ -584,12 +401,4 @@ fn acked(v: Option<&Value>) -> usize {
         Some(Value::Int(k)) => usize::try_from(*k).unwrap_or(0),
         _ => 0,
     }
-}
-
-fn is_readonly(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::ReadOnly))
-}
-
-fn is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
-use crate::protocol::scripts::Which;
 use crate::transport::conn::Conn;
 
 /// The most calls one client keeps primed at once (see [`Backend::prime_script`](super::Backend::prime_script)):
@@ -21,7 +20,6 @@ pub(crate) const MAX_PRIMED: usize = 8;
 pub(crate) struct Primed {
     pub(super) con: Conn,
     pub(super) packed: Vec<u8>,
-    pub(super) which: Which,
     _slot: PrimedSlot,
 }
 
@@ -52,11 +50,10 @@ impl std::fmt::Debug for Primed {
 }
 
 impl Primed {
-    pub(super) fn new(con: Conn, packed: Vec<u8>, which: Which, slot: PrimedSlot) -> Self {
+    pub(super) fn new(con: Conn, packed: Vec<u8>, slot: PrimedSlot) -> Self {
         Primed {
             con,
             packed,
-            which,
             _slot: slot,
         }
     }

@@ -1,16 +1,18 @@
-//! A batch of renewals on a cluster: the calls (one slot each) pipelined per master, written
-//! to every master first and then read, and what failed or was redirected retried alone
-//! through the routing ([`Cluster::run`]).
+//! A batch of renewals on a cluster: the calls (one slot each) pipelined per master, sent as
+//! one [`Round`](crate::topology::send::Round) (written to every master first, then read),
+//! and what failed or was redirected retried alone through the routing ([`Cluster::run`]).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis::{ServerErrorKind, Value};
+use redis::Value;
 
 use super::slots::call_slot;
 use super::{Cluster, ClusterNode, Tried, classify};
 use crate::protocol::scripts::{Call, parse_renews, parse_time};
 use crate::topology::quorum::{Refusal, Renewed};
+use crate::topology::send::{Flavor, Part, is_noscript};
 use crate::transport::conn::Deadline;
 
 impl Cluster {
@@ -20,8 +22,7 @@ impl Cluster {
     /// [`Backend::renew`](crate::topology::backend::Backend::renew) gives them.
     pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
         let by = Deadline::after(budget);
-        let first = by.min(Deadline::after(budget / 2));
-        let t = self.timeouts.command;
+        let functions = self.functions.load(Ordering::Relaxed);
         let mut out: Vec<Option<Value>> = vec![None; calls.len()];
         let mut clocks = Vec::new();
         let slots: Vec<u16> = calls.iter().map(|(c, _)| call_slot(&c.cmd)).collect();
@@ -35,61 +36,32 @@ impl Cluster {
                 }
             }
         }
-        // Write every master's pipeline first, then read: about one round trip in all.
-        let mut sent = Vec::new();
-        for (node, idx) in groups {
-            let mut packed_all = Vec::new();
-            for &i in &idx {
-                packed_all.extend_from_slice(&self.packed(&calls[i].0));
-            }
-            // The master's clock, read in the same round: see `renewal::clock_watch`.
-            packed_all.extend_from_slice(&redis::cmd("TIME").get_packed_command());
-            let con = match node.pool.idle() {
-                Some(c) => Ok(c),
-                None => node.pool.connect(first),
-            };
-            match con.and_then(|mut c| c.send(&packed_all, t, first).map(|()| c)) {
-                Ok(c) => sent.push((node, idx, c)),
-                Err(e) => {
-                    log::debug!("renewal pipeline to {} not sent: {e}", node.name);
-                    node.pool.clear();
-                }
-            }
-        }
-        for (node, idx, mut con) in sent {
-            let mut ok = true;
-            for &i in &idx {
-                match con.recv(t, first) {
-                    Ok(v) => match classify(v) {
-                        Tried::Done(Value::ServerError(e))
-                            if e.kind() == Some(ServerErrorKind::NoScript) => {}
-                        Tried::Done(v) => out[i] = Some(v),
-                        _ => {}
-                    },
-                    Err(e) => {
-                        log::debug!("renewal pipeline on {} failed: {e}", node.name);
-                        ok = false;
-                        break;
+        // Every master's pipeline written first, then read: about one round trip in all.
+        let packed: Vec<Vec<u8>> = groups
+            .iter()
+            .map(|(_, idx)| Flavor::Sharded.renewals(idx.iter().map(|&i| &calls[i].0), functions))
+            .collect();
+        let parts = groups
+            .iter()
+            .zip(&packed)
+            .enumerate()
+            .map(|(to, ((node, idx), packed))| Part::new(to, &node.pool, packed, idx.len() + 1))
+            .collect();
+        for (g, r) in self.sender(Some(budget / 2), by).run(parts) {
+            let (node, idx) = &groups[g];
+            match r {
+                Ok(mut values) => {
+                    if let Some(us) = values.pop().as_ref().and_then(parse_time) {
+                        clocks.push((node.name.clone(), us));
                     }
-                }
-            }
-            if ok {
-                match con.recv(t, first) {
-                    Ok(v) => {
-                        if let Some(us) = parse_time(&v) {
-                            clocks.push((node.name.clone(), us));
+                    for (&i, v) in idx.iter().zip(values) {
+                        match classify(v) {
+                            Tried::Done(v) if !is_noscript(&v) => out[i] = Some(v),
+                            _ => {}
                         }
                     }
-                    Err(e) => {
-                        log::debug!("renewal pipeline on {} failed: {e}", node.name);
-                        ok = false;
-                    }
                 }
-            }
-            if ok && con.is_open() {
-                node.pool.put(con);
-            } else {
-                node.pool.clear();
+                Err(e) => log::debug!("renewal pipeline on {} failed: {e}", node.name),
             }
         }
         // What is left: one call at a time, through the routing (redirections, NOSCRIPT, a

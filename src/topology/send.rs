@@ -1,0 +1,442 @@
+//! Sending, as every topology does it. A [`Round`] writes each master's [`Part`] (its packed
+//! commands) on a pooled connection, idle ones first, then reads every master's replies, all
+//! within one bound measured from the first write: so five masters cost about one round trip,
+//! not five. On a reply, `NOSCRIPT` (or a missing function) loads the scripts and resends on
+//! that master; `READONLY` (a master demoted by a failover) is a failure of the connection
+//! where the topology says so. [`Round::start`] is the check every topology makes once, when
+//! the client is built: each master answers, and has the scripts and the function library.
+//!
+//! The independent masters (`backend/nodes.rs`) and the cluster (`cluster.rs`) send through
+//! it alike; they differ in whom a call goes to (every master, or its slot's master), in what
+//! a failure does to a master (marked down, or its pool dropped), and in their [`Flavor`]:
+//! the scripts as their masters run them, a cluster's with `publish` made a sharded
+//! `spublish` (under its own SHA1, and in its own function library).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{ServerErrorKind, Value};
+
+use crate::error::Error;
+use crate::protocol::library::{self, Library, PLAIN};
+use crate::protocol::scripts::{Call, Which};
+use crate::transport::conn::{Conn, Deadline, Pool};
+use crate::transport::fault::Fault;
+
+/// Each master's replies to one round, by the master's index.
+pub(crate) type Replies<T> = Vec<(usize, Result<T, Fault>)>;
+
+/// The scripts as a topology's masters run them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// As written: one server, Sentinel's master, a quorum of independent masters.
+    Plain,
+    /// On a cluster: `publish` is `spublish` (sharded pub/sub).
+    Sharded,
+}
+
+/// The scripts as a cluster runs them, in the order of [`Which::ALL`].
+static SHARDED: LazyLock<Vec<(Which, redis::Script, String)>> = LazyLock::new(|| {
+    Which::ALL
+        .iter()
+        .map(|&w| {
+            let source = sharded_source(w.source());
+            (w, redis::Script::new(&source), source)
+        })
+        .collect()
+});
+
+/// The function library of the sharded scripts.
+static SHARDED_LIBRARY: LazyLock<Library> = LazyLock::new(|| Library::new(sharded_source));
+
+/// A script's source with every `publish` made a sharded `spublish`.
+pub(crate) fn sharded_source(source: &str) -> String {
+    source.replace("redis.call('publish'", "redis.call('spublish'")
+}
+
+fn sharded(which: Which) -> &'static (Which, redis::Script, String) {
+    SHARDED
+        .iter()
+        .find(|(w, ..)| *w == which)
+        .unwrap_or(&SHARDED[0])
+}
+
+impl Flavor {
+    /// The function library that holds the Mutex acquire and release.
+    pub(crate) fn library(self) -> &'static Library {
+        match self {
+            Flavor::Plain => &PLAIN,
+            Flavor::Sharded => &SHARDED_LIBRARY,
+        }
+    }
+
+    /// Writes `call` to `out`: `FCALL` of its function when `functions` and the library holds
+    /// it, `EVALSHA` of the script otherwise.
+    pub(crate) fn write(self, call: &Call, functions: bool, out: &mut Vec<u8>) {
+        let sha = match self {
+            Flavor::Plain => None,
+            Flavor::Sharded => Some(sharded(call.which).1.get_hash()),
+        };
+        self.library().write(call, functions, sha, out);
+    }
+
+    /// `call` packed (see [`write`](Self::write)).
+    pub(crate) fn pack(self, call: &Call, functions: bool) -> Vec<u8> {
+        match self {
+            Flavor::Plain => PLAIN.pack(call, functions),
+            Flavor::Sharded => {
+                let mut out = Vec::new();
+                self.write(call, functions, &mut out);
+                out
+            }
+        }
+    }
+
+    /// A renewal pipeline: each of `calls`, then `TIME` (the master's clock, read in the same
+    /// round: see `renewal::clock_watch`).
+    pub(crate) fn renewals<'c>(
+        self,
+        calls: impl IntoIterator<Item = &'c Call>,
+        functions: bool,
+    ) -> Vec<u8> {
+        let mut packed = Vec::new();
+        for c in calls {
+            self.write(c, functions, &mut packed);
+        }
+        redis::cmd("TIME").write_packed_command(&mut packed);
+        packed
+    }
+
+    /// Appends `SCRIPT LOAD` of every lock type's script to `out` (a renewal batch may mix
+    /// them, and none should meet `NOSCRIPT` twice); how many commands.
+    fn write_loads(self, out: &mut Vec<u8>) -> usize {
+        for w in Which::ALL {
+            let source = match self {
+                Flavor::Plain => w.source(),
+                Flavor::Sharded => sharded(w).2.as_str(),
+            };
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .write_packed_command(out);
+        }
+        Which::ALL.len()
+    }
+}
+
+/// One master's part of a round: its index (as the topology counts its masters), its pool,
+/// the commands packed, and how many replies they ask for.
+pub(crate) struct Part<'a> {
+    pub(crate) to: usize,
+    pub(crate) pool: &'a Pool,
+    pub(crate) packed: &'a [u8],
+    pub(crate) replies: usize,
+}
+
+impl<'a> Part<'a> {
+    pub(crate) fn new(to: usize, pool: &'a Pool, packed: &'a [u8], replies: usize) -> Self {
+        Part {
+            to,
+            pool,
+            packed,
+            replies,
+        }
+    }
+}
+
+/// How one round is sent: the topology's scripts, the bounds, and what a failure does.
+pub(crate) struct Round<F> {
+    pub(crate) flavor: Flavor,
+    /// The bound on each write, and on each step of loading the scripts (the command
+    /// timeout).
+    pub(crate) command: Duration,
+    /// The bound on each read (the command timeout, plus the replicas' wait when asked for).
+    pub(crate) reply: Duration,
+    /// The reads end `step` after the start of the round (a resend after loading the scripts
+    /// gets another `step`), and all by `by`. `None`: by `by` alone.
+    pub(crate) step: Option<Duration>,
+    pub(crate) by: Deadline,
+    /// A retry: on new connections only.
+    pub(crate) fresh: bool,
+    /// Whether a `READONLY` reply fails the whole reply as a failure of the connection (the
+    /// independent masters; a cluster follows it as it follows a redirection).
+    pub(crate) readonly_fails: bool,
+    /// Told of each failure of a master (its index, its pool, the fault), after which the
+    /// connection is dropped.
+    pub(crate) failed: F,
+}
+
+impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
+    /// `by`, and `step` from now.
+    fn within(&self) -> Deadline {
+        match self.step {
+            Some(s) => self.by.min(Deadline::after(s)),
+            None => self.by,
+        }
+    }
+
+    /// Sends every part at once and collects each master's replies. Masters with an idle
+    /// connection get their part first; opening a connection (up to the connect timeout for
+    /// a stalled master) comes after, so it delays nobody's send.
+    pub(crate) fn run(&self, parts: Vec<Part<'_>>) -> Replies<Vec<Value>> {
+        let read_by = self.within();
+        let mut sent = Vec::with_capacity(parts.len());
+        let mut out = Vec::with_capacity(parts.len());
+        let mut new = Vec::new();
+        for p in parts {
+            match p.pool.idle().filter(|_| !self.fresh) {
+                Some(con) => self.send(p, con, &mut sent, &mut out),
+                None => new.push(p),
+            }
+        }
+        for p in new {
+            match p.pool.connect(self.by) {
+                Ok(con) => self.send(p, con, &mut sent, &mut out),
+                Err(e) => {
+                    (self.failed)(p.to, p.pool, &e);
+                    out.push((p.to, Err(e)));
+                }
+            }
+        }
+        for (p, con) in sent {
+            let result = self.collect(&p, con, read_by);
+            out.push((p.to, result));
+        }
+        out
+    }
+
+    /// Writes `p` on `con`, recording the connection or the failure.
+    fn send<'a>(
+        &self,
+        p: Part<'a>,
+        mut con: Conn,
+        sent: &mut Vec<(Part<'a>, Conn)>,
+        out: &mut Replies<Vec<Value>>,
+    ) {
+        match con.send(p.packed, self.command, self.by) {
+            Ok(()) => sent.push((p, con)),
+            Err(e) => {
+                if matches!(e, Fault::RanOut { .. }) {
+                    // Nothing was written: the connection is as good as before.
+                    p.pool.put(con);
+                } else {
+                    (self.failed)(p.to, p.pool, &e);
+                }
+                out.push((p.to, Err(e)));
+            }
+        }
+    }
+
+    /// Reads the replies to `p`, written on `con`, by `read_by`: loads the scripts and
+    /// resends on `NOSCRIPT` (within another `step`), fails on `READONLY` where the topology
+    /// says so, and gives the connection back to the pool or reports the failure.
+    pub(crate) fn collect(
+        &self,
+        p: &Part<'_>,
+        mut con: Conn,
+        read_by: Deadline,
+    ) -> Result<Vec<Value>, Fault> {
+        let result = match self.receive(&mut con, p.replies, read_by) {
+            Ok(values)
+                if values
+                    .iter()
+                    .any(|v| is_noscript(v) || library::is_no_function(v)) =>
+            {
+                // After a restart, SCRIPT FLUSH or FUNCTION FLUSH: load, and resend on this
+                // master alone, still within the call's bound.
+                let again = self.within();
+                let scripts = values.iter().any(is_noscript);
+                let functions = values.iter().any(library::is_no_function);
+                self.reload(&mut con, scripts, functions)
+                    .and_then(|()| con.send(p.packed, self.command, again))
+                    .and_then(|()| self.receive(&mut con, p.replies, again))
+            }
+            other => other,
+        };
+        // A master demoted to a replica (a failover) answers writes with `READONLY`: the
+        // whole reply is a failure of the connection, retried where the master is now.
+        let result = result.and_then(|values| match values.iter().position(is_readonly) {
+            Some(k) if self.readonly_fails => Err(one(values.into_iter().nth(k))
+                .err()
+                .unwrap_or(Fault::timeout("no reply"))),
+            _ => Ok(values),
+        });
+        match &result {
+            Err(e) => (self.failed)(p.to, p.pool, e),
+            Ok(_) if con.is_open() => p.pool.put(con),
+            Ok(_) => {}
+        }
+        result
+    }
+
+    /// Reads `n` replies, each read bounded by the reply bound and by `by` (checked again
+    /// every 256 replies of a long pipeline).
+    fn receive(&self, con: &mut Conn, n: usize, by: Deadline) -> Result<Vec<Value>, Fault> {
+        let mut values = Vec::with_capacity(n);
+        for k in 0..n {
+            if k % 256 == 0 {
+                // Past the deadline, a reply that has already arrived is still taken: a
+                // stalled master read before this one must not fail a healthy one.
+                let t = by.cap(self.reply).unwrap_or(Duration::from_millis(1));
+                con.set_read_timeout(t)?;
+            }
+            values.push(con.recv_now()?);
+        }
+        Ok(values)
+    }
+
+    /// Loads every script (`scripts`) and the function library (`functions`) on `con`, in
+    /// one round trip within `by`.
+    fn reload(&self, con: &mut Conn, scripts: bool, functions: bool) -> Result<(), Fault> {
+        let mut packed = Vec::new();
+        let loads = if scripts {
+            self.flavor.write_loads(&mut packed)
+        } else {
+            0
+        };
+        if functions {
+            self.flavor
+                .library()
+                .load()
+                .write_packed_command(&mut packed);
+        }
+        con.send(&packed, self.command, self.by)?;
+        for k in 0..loads + usize::from(functions) {
+            match con.recv(self.command, self.by)? {
+                v if k >= loads && library::loaded(&v) => {}
+                Value::ServerError(e) => return Err(Fault::Redis(e.into())),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that each of `masters` (index and pool) answers `PING`, and loads the scripts
+    /// into their caches, so that the first calls (and the first renewal batch) do not meet
+    /// `NOSCRIPT`, and the function library. Each master's answer to `PING`, and whether the
+    /// Mutex acquire and release may go as `FCALL`: every master that answered loaded the
+    /// library and ran its `ping` function. `name` names a master in the logs.
+    pub(crate) fn start(
+        &self,
+        masters: &[(usize, &Pool)],
+        name: impl Fn(usize) -> String,
+    ) -> (Replies<()>, bool) {
+        let mut packed = redis::cmd("PING").get_packed_command();
+        let loads = self.flavor.write_loads(&mut packed);
+        let library = self.flavor.library();
+        library.load().write_packed_command(&mut packed);
+        fn parts<'a>(masters: &[(usize, &'a Pool)], packed: &'a [u8], n: usize) -> Vec<Part<'a>> {
+            masters
+                .iter()
+                .map(|&(to, pool)| Part::new(to, pool, packed, n))
+                .collect()
+        }
+        let mut loaded = None;
+        let mut answers = Vec::new();
+        for (i, r) in self.run(parts(masters, &packed, 2 + loads)) {
+            // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
+            // which then report the server's error by name, and a refused FUNCTION LOAD (an
+            // ACL, a server before 7.0) leaves the calls on EVALSHA.
+            let r = r.and_then(|mut values| {
+                let lib = values.split_off(values.len().min(1 + loads));
+                let lib = match lib.into_iter().next() {
+                    Some(v) if library::loaded(&v) => Ok(()),
+                    other => one(other).map(drop),
+                };
+                if let Err(e) = &lib {
+                    log::debug!("function library not loaded on {}: {e}", name(i));
+                }
+                let script_loads = values.split_off(1.min(values.len()));
+                if let Some(e) = script_loads.into_iter().find_map(|v| one(Some(v)).err()) {
+                    log::debug!("scripts not loaded on {}: {e}", name(i));
+                }
+                one(values.pop()).map(|_| lib.is_ok())
+            });
+            if let Ok(ok) = r {
+                loaded = Some(loaded.unwrap_or(true) && ok);
+            }
+            answers.push((i, r.map(drop)));
+        }
+        if loaded != Some(true) {
+            return (answers, false);
+        }
+        // FCALL may still be refused where FUNCTION LOAD was not (an ACL). Asked of the
+        // masters that answered: one that did not is judged by its FUNCTION LOAD, and costs
+        // no second wait.
+        let answered: Vec<(usize, &Pool)> = masters
+            .iter()
+            .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()))
+            .copied()
+            .collect();
+        let ping = library.ping().get_packed_command();
+        let runs = self
+            .run(parts(&answered, &ping, 1))
+            .into_iter()
+            .all(|(i, r)| {
+                match r.and_then(|mut v| one(v.pop())) {
+                    Ok(Value::Int(1)) => true,
+                    Ok(_) => false,
+                    // A master that does not answer now is judged by its FUNCTION LOAD.
+                    Err(e) if unanswered(&e) => true,
+                    Err(e) => {
+                        log::debug!("FCALL refused on {}: {e}", name(i));
+                        false
+                    }
+                }
+            });
+        (answers, runs)
+    }
+}
+
+/// The single reply of a one-command round, with a server error turned into `Err`.
+pub(crate) fn one(v: Option<Value>) -> Result<Value, Fault> {
+    match v {
+        Some(Value::ServerError(e)) => Err(Fault::Redis(e.into())),
+        Some(v) => Ok(v),
+        None => Err(Fault::timeout("no reply")),
+    }
+}
+
+/// Whether `e` says that a master gave no answer now (a failed connection, a timeout, no
+/// time left, an answer that was not RESP), rather than an error of its own.
+fn unanswered(e: &Fault) -> bool {
+    match e {
+        Fault::Redis(r) | Fault::Other(Error::Redis(r)) => r.code().is_none(),
+        Fault::Other(Error::Timeout { .. }) => true,
+        Fault::Other(_) => false,
+        Fault::RanOut { .. }
+        | Fault::MarkedDown
+        | Fault::Timeout { .. }
+        | Fault::Io { .. }
+        | Fault::NotRedis { .. }
+        | Fault::BadReply { .. } => true,
+    }
+}
+
+fn is_readonly(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::ReadOnly))
+}
+
+pub(crate) fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharded_scripts_publish_with_spublish_only() {
+        for w in Which::ALL {
+            let s = sharded_source(w.source());
+            assert!(!s.contains("redis.call('publish'"), "{w:?}");
+            if w.source().contains("redis.call('publish'") {
+                assert!(s.contains("redis.call('spublish'"), "{w:?}");
+                assert_ne!(
+                    sharded(w).1.get_hash(),
+                    redis::Script::new(w.source()).get_hash()
+                );
+            }
+        }
+    }
+}
