@@ -446,25 +446,17 @@ struct Acquire<'a> {
     place: QueuePlace<'a>,
 }
 
-impl Protocol for Acquire<'_> {
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = FairMutexGuard;
 
-    fn core(&self) -> &Core {
-        &self.mutex.client
-    }
-
-    fn name(&self) -> &str {
-        &self.mutex.keys.name
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.mutex.client, &self.mutex.keys)
     }
 
     /// The grant channel is subscribed, and confirmed (bounded), before this waiter joins
     /// the queue: no grant can be published before it listens.
     fn channel(&self) -> &str {
         &self.channel
-    }
-
-    fn lease(&self) -> Duration {
-        self.mutex.client.terms().lease
     }
 
     /// The queue is on the server: the first attempt never waits in a local one.

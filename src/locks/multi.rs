@@ -433,23 +433,16 @@ impl Part<'_> {
     }
 }
 
-impl Protocol for Part<'_> {
+impl<'a> Protocol<'a> for Part<'a> {
     type Held = Vec<Arc<Hold>>;
 
-    fn core(&self) -> &Core {
-        &self.set.client
-    }
-
-    fn name(&self) -> &str {
-        &self.part[0].name
+    /// The part is called by its first lock's name.
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.set.client, &self.part[0])
     }
 
     fn channel(&self) -> &str {
         &self.part[self.blocked].channel
-    }
-
-    fn lease(&self) -> Duration {
-        self.set.client.shared().config.lease
     }
 
     /// Threads of this client that queue for one of the names go first, unless this thread
@@ -482,13 +475,8 @@ impl Protocol for Part<'_> {
     }
 
     fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<Vec<Arc<Hold>>>> {
-        let Fired {
-            primed,
-            sent,
-            wrote,
-        } = fired;
-        let shared = self.set.client.shared();
-        let v = shared.backend.finish_script(primed, wrote, by)?;
+        let sent = fired.sent;
+        let v = fired.reply(&self.set.client.shared().backend, by)?;
         let live = vec![None; self.part.len()];
         let members = MultiMutex::members(self.part, self.owner, &live, sent);
         let taken = self.set.settle(self.part, &members, &live, &v, sent, by)?;

@@ -453,15 +453,12 @@ impl<'a> Acquire<'a> {
     }
 }
 
-impl Protocol for Acquire<'_> {
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = Arc<Hold>;
 
-    fn core(&self) -> &Core {
-        &self.lock.client
-    }
-
-    fn name(&self) -> &str {
-        self.lock.name()
+    /// The lock's writers' keys (its name).
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.lock.client, &self.lock.write_keys)
     }
 
     /// Readers wait on the readers' channel, writers on the writers'.
@@ -481,10 +478,6 @@ impl Protocol for Acquire<'_> {
         } else {
             Queue::Line
         }
-    }
-
-    fn lease(&self) -> Duration {
-        self.lock.client.terms().lease
     }
 
     /// A re-entry of the thread's live hold. A thread that holds a read lock but not the

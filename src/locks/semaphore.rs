@@ -348,23 +348,15 @@ struct Acquire<'a> {
     n: u32,
 }
 
-impl Protocol for Acquire<'_> {
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = SemaphorePermit;
 
-    fn core(&self) -> &Core {
-        &self.sem.client
-    }
-
-    fn name(&self) -> &str {
-        self.sem.name()
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.sem.client, &self.sem.keys)
     }
 
     fn channel(&self) -> &str {
         &self.sem.keys.channel
-    }
-
-    fn lease(&self) -> Duration {
-        self.sem.lease()
     }
 
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<SemaphorePermit>> {

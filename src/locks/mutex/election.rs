@@ -1,7 +1,7 @@
 //! [`Election`]: one instance leads, everyone can see which. The leadership is a [`Mutex`] on
-//! the election's own keys (`P{T}:elect`), taken through the waiting driver by one more
-//! protocol ([`Campaign`]): every candidate of a client waits on the election's channel, and
-//! every grant is flagged, so that a resignation publishes there for the observers as for the
+//! the election's own keys (`P{T}:elect`), of [`Kind::Election`], taken through the waiting
+//! driver as a campaign (see `Acquire` in `mutex/mod.rs`): every candidate of a client waits
+//! on the election's channel, and every grant is flagged, so that a resignation publishes there for the observers as for the
 //! candidates. What only an election does (announce a leader, proclaim its value, read both)
 //! is `scripts/election.lua`.
 //!
@@ -14,22 +14,18 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::Mutex;
 use super::guard::MutexGuard;
-use super::{Acquire, Mutex};
 use crate::driver::detached::Detached;
 use crate::driver::time::Budget;
-use crate::driver::wait::Fired;
-use crate::driver::{self, Attempt, Protocol, Queue, Watch, timed_forms};
+use crate::driver::{self, Watch, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::protocol::election::{self, ElectionOp};
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts;
 use crate::shared::Core;
-use crate::shared::grant::request_id;
 use crate::shared::holder::Holder;
-use crate::subscriber::Registration;
-use crate::topology::backend::Primed;
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 
@@ -161,13 +157,7 @@ impl Election {
     /// A campaign by `deadline`, through the driver; then the announcement that wakes the
     /// observers.
     fn campaign_by(&self, deadline: Deadline) -> Result<Option<Leadership>> {
-        let shared = self.mutex.client.shared();
-        let mut campaign = Campaign(Acquire {
-            mutex: &self.mutex,
-            owner: shared.owner(),
-            request: request_id(),
-        });
-        let Some(guard) = driver::acquire(&mut campaign, Kind::Election, deadline)? else {
+        let Some(guard) = self.mutex.acquire(deadline)? else {
             return Ok(None);
         };
         let term = guard.fencing_token();
@@ -279,58 +269,6 @@ impl Election {
     /// As [`Mutex::force_unlock`].
     pub fn force_unlock(&self) -> Result<bool> {
         self.mutex.force_unlock()
-    }
-}
-
-/// The campaign of one candidate: the [`Mutex`] protocol on the election's keys, with every
-/// candidate of a client woken by each message of the election (announcements and
-/// proclamations come there too), and every attempt flagged, so that the leadership's release
-/// publishes for the observers as for the candidates.
-struct Campaign<'a>(Acquire<'a>);
-
-impl Protocol for Campaign<'_> {
-    type Held = MutexGuard;
-
-    fn core(&self) -> &Core {
-        self.0.core()
-    }
-
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn channel(&self) -> &str {
-        self.0.channel()
-    }
-
-    fn lease(&self) -> Duration {
-        self.0.lease()
-    }
-
-    fn queue(&self) -> Queue {
-        Queue::Together
-    }
-
-    fn defers(&self) -> bool {
-        false
-    }
-
-    fn attempt(&mut self, _waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        self.0.attempt(true, by)
-    }
-
-    /// As a `Mutex` waiter's (a waiter's attempt is flagged): the candidate first in the
-    /// client's queue has its next attempt written the moment the leadership ends.
-    fn prime(&mut self, by: Deadline) -> Option<Primed> {
-        self.0.prime(by)
-    }
-
-    fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        self.0.fired(fired, by)
-    }
-
-    fn leave(&self, reg: Registration, _seen: u64) {
-        drop(reg);
     }
 }
 

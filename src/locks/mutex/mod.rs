@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::driver::calls::twice;
 use crate::driver::lease::Release;
 use crate::driver::wait::Fired;
-use crate::driver::{self, Attempt, Protocol, timed_forms};
+use crate::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::protocol::keys::LockKeys;
@@ -19,7 +19,7 @@ use crate::shared::config::{MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
-use crate::subscriber::Passed;
+use crate::subscriber::{Passed, Registration};
 use crate::topology::backend::Primed;
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
@@ -535,25 +535,42 @@ impl Mutex {
 
 /// One acquire call of a [`Mutex`]: its owner and request id, the same in every attempt (the
 /// script recognises a retry of an acquire whose reply was lost).
+///
+/// An election's campaign (a mutex of [`Kind::Election`], see `election.rs`) is the same call
+/// with every candidate of a client woken by each message of the election (announcements and
+/// proclamations come there too), and every attempt flagged, so that the leadership's release
+/// publishes for the observers as for the candidates.
 struct Acquire<'a> {
     mutex: &'a Mutex,
     owner: String,
     request: String,
 }
 
-impl Protocol for Acquire<'_> {
+impl Acquire<'_> {
+    /// Whether this call is an election's campaign.
+    fn campaign(&self) -> bool {
+        self.mutex.kind == Kind::Election
+    }
+}
+
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = MutexGuard;
 
-    fn core(&self) -> &Core {
-        &self.mutex.client
-    }
-
-    fn name(&self) -> &str {
-        &self.mutex.keys.name
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.mutex.client, &self.mutex.keys)
     }
 
     fn channel(&self) -> &str {
         &self.mutex.keys.channel
+    }
+
+    /// Every candidate of a campaign wakes on each message of the election.
+    fn queue(&self) -> Queue {
+        if self.campaign() {
+            Queue::Together
+        } else {
+            Queue::Line
+        }
     }
 
     fn lease(&self) -> Duration {
@@ -561,19 +578,23 @@ impl Protocol for Acquire<'_> {
     }
 
     /// Threads of this client that queue for the lock go first, unless this thread
-    /// re-enters: waiting behind threads that wait for its own lock would never end.
+    /// re-enters: waiting behind threads that wait for its own lock would never end. A
+    /// candidate tries at once.
     fn defers(&self) -> bool {
         let shared = self.mutex.client.shared();
-        shared.subscriber.has_waiters(&self.mutex.keys.channel)
+        !self.campaign()
+            && shared.subscriber.has_waiters(&self.mutex.keys.channel)
             && !shared.holds_locally(&self.mutex.keys)
     }
 
-    /// A waiter's attempt flags the grant, so that its release publishes for whoever else
-    /// waits (a leader of another client that gives way sleeps until it).
+    /// A waiter's attempt (and every attempt of a campaign) flags the grant, so that its
+    /// release publishes for whoever else waits (a leader of another client that gives way
+    /// sleeps until it).
     /// Retried at once on a new connection when the first try failed at the connection level
     /// (same request id: the script recognises a retry of an acquire whose reply was lost, so
     /// a re-entry is never counted twice); both within one connect plus one command timeout.
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
+        let waiting = waiting || self.campaign();
         let (mutex, owner, request) = (self.mutex, &self.owner, &self.request);
         twice(&mutex.client, by, |by| {
             mutex.attempt_once(owner, request, waiting, by)
@@ -594,17 +615,10 @@ impl Protocol for Acquire<'_> {
     }
 
     fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        let Fired {
-            primed,
-            sent,
-            wrote,
-        } = fired;
-        let shared = self.mutex.client.shared();
-        let call = self
-            .mutex
-            .acquire_call(&self.owner, &self.request, None, true, sent, by);
-        let reply = acquire::finish(&shared.backend, primed, wrote, &call)?;
-        self.mutex.settle(reply, &self.owner, sent, None, by)
+        let (mutex, sent) = (self.mutex, fired.sent);
+        let call = mutex.acquire_call(&self.owner, &self.request, None, true, sent, by);
+        let v = fired.reply(&mutex.client.shared().backend, by)?;
+        mutex.settle(acquire::finish(v, &call)?, &self.owner, sent, None, by)
     }
 
     /// A lock handed over by a thread of this client (see `handoff.rs`). Taking it does no
@@ -613,6 +627,15 @@ impl Protocol for Acquire<'_> {
         let shared = self.mutex.client.shared();
         let hold = handoff::receive(shared, passed, self.mutex.terms(), by)?;
         Some(MutexGuard::new(self.mutex, hold))
+    }
+
+    /// A candidate leaves as every candidate woke: the next one needs no turn.
+    fn leave(&self, reg: Registration, seen: u64) {
+        if self.campaign() {
+            drop(reg);
+        } else {
+            drop(reg.leave_acquired_quietly(seen));
+        }
     }
 }
 
