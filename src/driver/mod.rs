@@ -75,8 +75,8 @@ pub(crate) enum Queue {
 }
 
 /// What a lock type does in one acquire call; the driver calls it. The defaults are those of
-/// a lock with no hand-off, no priming and no queue on the server, whose holders have the
-/// client's lease. `'a`: the lock's handle, which the call borrows.
+/// a lock with no hand-off, no priming and no queue on the server, whose waiters listen on its
+/// keys' channel and whose holders have the client's lease. `'a`: the lock's handle, which the call borrows.
 pub(crate) trait Protocol<'a> {
     /// What a grant gives the caller (a guard).
     type Held;
@@ -86,7 +86,9 @@ pub(crate) trait Protocol<'a> {
 
     /// The channel where the releases this waiter waits for (or its grant) are published.
     /// A set of locks waits on the lock that blocked it last, so this may change.
-    fn channel(&self) -> &str;
+    fn channel(&self) -> &'a str {
+        &self.lock().1.channel
+    }
 
     /// How its waiters queue in this client.
     fn queue(&self) -> Queue {
@@ -158,18 +160,30 @@ pub(crate) trait Protocol<'a> {
 /// The four forms of a lock type's acquire, written once: the blocking one (`lock`), a
 /// one-attempt `try_*`, a `try_*_for` and a `try_*_until`, each calling `self.$call(deadline)`
 /// with its [`Deadline`], and the bounds and errors of the timed ones in their docs. The type
-/// gives each form its first paragraph (the blocking form all its docs); `fails` is what a
-/// blocking call that ended without the lock says (it cannot happen: without a deadline the
-/// driver ends holding the lock or with an error).
+/// gives each form its first paragraph, and the blocking form's errors (`errors { .. }`) the
+/// errors besides Redis's, and what follows them; the retries of the blocking form are
+/// written here. `fails` is what a blocking call that ended without the lock says (it cannot
+/// happen: without a deadline the driver ends holding the lock or with an error).
 macro_rules! timed_forms {
     (
         guard: $guard:ty, call: $call:ident, fails: $fails:literal;
-        $(#[$block_doc:meta])* fn $block:ident;
+        $(#[$block_doc:meta])* fn $block:ident, errors { $(#[$errors:meta])* }
         $(#[$try_doc:meta])* fn $try:ident;
         $(#[$for_doc:meta])* fn $for:ident;
         $(#[$until_doc:meta])* fn $until:ident;
     ) => {
         $(#[$block_doc])*
+        ///
+        /// While Redis cannot be reached (refused, reset, or no answer within the timeouts),
+        /// it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first
+        /// attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached or answers with
+        /// an error;
+        $(#[$errors])*
         pub fn $block(&self) -> $crate::Result<$guard> {
             $crate::driver::held(
                 self.$call($crate::transport::conn::Deadline::NONE),

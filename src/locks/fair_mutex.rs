@@ -286,16 +286,9 @@ impl FairMutex {
     timed_forms! { guard: FairMutexGuard, call: acquire, fails: "lock() ended without the lock";
         /// Blocks until the lock is held by the calling thread, after every waiter that queued
         /// before it.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-        /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's key holds
-        /// something else; [`Error::InvalidConfig`] on a client over several masters.
+        fn lock, errors {
+        /// [`Error::ForeignKey`] when the lock's key holds something else;
+        /// [`Error::InvalidConfig`] on a client over several masters.
         ///
         /// # Examples
         ///
@@ -306,7 +299,7 @@ impl FairMutex {
         /// let _guard = lock.lock()?;
         /// # Ok(()) }
         /// ```
-        fn lock;
+        }
         /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
         /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
         fn try_lock;
@@ -396,10 +389,11 @@ impl FairMutex {
     fn acquire(&self, deadline: Deadline) -> Result<Option<FairMutexGuard>> {
         let owner = self.client.shared().owner();
         let request = request_id();
+        // Grants to this waiter are published on a channel of its own.
+        let channel = format!("{}{owner}/{request}", self.keys.channel);
         let mut call = Acquire {
             mutex: self,
-            // Grants to this waiter are published on a channel of its own.
-            channel: format!("{}{owner}/{request}", self.keys.channel),
+            channel: &channel,
             owner,
             request,
             place: QueuePlace {
@@ -442,7 +436,7 @@ struct Acquire<'a> {
     mutex: &'a FairMutex,
     owner: String,
     request: String,
-    channel: String,
+    channel: &'a str,
     place: QueuePlace<'a>,
 }
 
@@ -455,8 +449,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 
     /// The grant channel is subscribed, and confirmed (bounded), before this waiter joins
     /// the queue: no grant can be published before it listens.
-    fn channel(&self) -> &str {
-        &self.channel
+    fn channel(&self) -> &'a str {
+        self.channel
     }
 
     /// The queue is on the server: the first attempt never waits in a local one.

@@ -214,16 +214,11 @@ impl MultiMutex {
         /// Blocks until the calling thread holds every name of the set.
         ///
         /// While another owner holds one of the names, this waits (holding none of the set on
-        /// one server). While Redis cannot be reached it retries with backoff and returns the
-        /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
-        /// the first attempt that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// one server).
+        fn lock, errors {
         /// [`Error::ForeignKey`] when a name's key holds something else;
         /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
-        fn lock;
+        }
         /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
         /// holds one of the names; the call then holds none of them.
         fn try_lock;
@@ -441,7 +436,7 @@ impl<'a> Protocol<'a> for Part<'a> {
         (&self.set.client, &self.part[0])
     }
 
-    fn channel(&self) -> &str {
+    fn channel(&self) -> &'a str {
         &self.part[self.blocked].channel
     }
 

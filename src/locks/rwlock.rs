@@ -277,17 +277,10 @@ impl RwLock {
 
     timed_forms! { guard: RwLockReadGuard, call: read_until, fails: "read() ended without the lock";
         /// Blocks until the calling thread holds a read lock.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-        /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
-        /// something else; [`Error::InvalidConfig`] on a client over several masters.
-        fn read;
+        fn read, errors {
+        /// [`Error::ForeignKey`] when the lock's keys hold something else;
+        /// [`Error::InvalidConfig`] on a client over several masters.
+        }
         /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
         /// with writer preference, waits for it).
         fn try_read;
@@ -299,16 +292,11 @@ impl RwLock {
 
     timed_forms! { guard: RwLockWriteGuard, call: write_until, fails: "write() ended without the lock";
         /// Blocks until the calling thread holds the write lock.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
-        /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
-        fn write;
+        fn write, errors {
+        /// [`Error::ForeignKey`] when the lock's keys hold something else;
+        /// [`Error::InvalidConfig`] on a client over several masters, and when the calling
+        /// thread holds a read lock but not the write lock (it would wait for itself).
+        }
         /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
         /// lock (a writer, or readers).
         fn try_write;
@@ -462,12 +450,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     }
 
     /// Readers wait on the readers' channel, writers on the writers'.
-    fn channel(&self) -> &str {
-        if self.read {
-            &self.lock.read_keys.channel
-        } else {
-            &self.lock.write_keys.channel
-        }
+    fn channel(&self) -> &'a str {
+        &self.lock.keys(self.read).channel
     }
 
     /// Every waiting reader of this client wakes on each message: they may all proceed. One

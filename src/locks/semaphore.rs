@@ -240,17 +240,10 @@ impl Semaphore {
 
     timed_forms! { guard: SemaphorePermit, call: acquire_one, fails: "acquire() ended without a permit";
         /// Blocks until one permit is held.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-        /// timeout) or answers with an error; [`Error::ForeignKey`] when the semaphore's keys
-        /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
-        fn acquire;
+        fn acquire, errors {
+        /// [`Error::ForeignKey`] when the semaphore's keys hold something else;
+        /// [`Error::InvalidConfig`] on a client over several masters.
+        }
         /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
         fn try_acquire;
         /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
@@ -353,10 +346,6 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 
     fn lock(&self) -> (&'a Core, &'a LockKeys) {
         (&self.sem.client, &self.sem.keys)
-    }
-
-    fn channel(&self) -> &str {
-        &self.sem.keys.channel
     }
 
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<SemaphorePermit>> {

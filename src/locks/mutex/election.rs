@@ -133,18 +133,12 @@ impl Election {
         /// Blocks until the calling process leads: its [`Leadership`], renewed while it lives.
         ///
         /// While another candidate leads, this waits, woken when the leadership ends (a
-        /// resignation publishes; a dead leader's lease runs out). While Redis cannot be reached
-        /// it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first
-        /// attempt that failed, as [`Mutex::lock`].
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// resignation publishes; a dead leader's lease runs out).
+        fn campaign, errors {
         /// [`Error::ForeignKey`] when the election's key holds something else;
         /// [`Error::LeaseLost`] when the leadership was lost before it could be announced (the
         /// call then leads nothing).
-        fn campaign;
+        }
         /// Makes exactly one attempt. `Ok(None)` when another candidate leads.
         fn try_campaign;
         /// Waits at most `timeout` to lead. `Ok(None)` when another candidate led throughout.

@@ -338,14 +338,8 @@ impl Mutex {
     timed_forms! { guard: MutexGuard, call: acquire, fails: "lock() ended without the lock";
         /// Blocks until the lock is held by the calling thread.
         ///
-        /// While another owner holds the lock, this waits. While Redis cannot be reached (refused,
-        /// reset, or no answer within the timeouts), it retries with backoff and returns the
-        /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
-        /// the first attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// While another owner holds the lock, this waits.
+        fn lock, errors {
         /// [`Error::ForeignKey`] when the lock's key holds something else.
         ///
         /// # Examples
@@ -358,7 +352,7 @@ impl Mutex {
         /// // held until `_guard` goes out of scope
         /// # Ok(()) }
         /// ```
-        fn lock;
+        }
         /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
         fn try_lock;
         /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
@@ -558,10 +552,6 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 
     fn lock(&self) -> (&'a Core, &'a LockKeys) {
         (&self.mutex.client, &self.mutex.keys)
-    }
-
-    fn channel(&self) -> &str {
-        &self.mutex.keys.channel
     }
 
     /// Every candidate of a campaign wakes on each message of the election.
