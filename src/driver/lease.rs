@@ -251,15 +251,9 @@ impl Lease {
 
     /// Releases the level within the bound of a release (one connect and one command
     /// timeout), and reports the outcome.
-    pub(crate) fn unlock(self) -> Result<()> {
-        let by = release_bound(&*self.lock);
-        self.unlock_by(by)
-    }
-
-    /// Releases the level within `by`, and reports the outcome.
-    pub(crate) fn unlock_by(mut self, by: Deadline) -> Result<()> {
+    pub(crate) fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.lock.release(&self.hold, by)
+        self.lock.release(&self.hold, release_bound(&*self.lock))
     }
 }
 

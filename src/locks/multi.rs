@@ -48,7 +48,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::calls::eval_twice;
+use crate::driver::calls::{eval_twice, twice};
 use crate::driver::detached::{Detached, Guard, Parts};
 use crate::driver::lease::{ThreadBound, leave_level, released};
 use crate::driver::time::Budget;
@@ -59,9 +59,9 @@ use crate::kind::Kind;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::multi::{self, Leaving, Member, MultiReply};
 use crate::protocol::scripts::{self, Holder, Level, Live};
+use crate::shared::Core;
 use crate::shared::grant::{Adopted, Grant, request_id};
 use crate::shared::hold::Hold;
-use crate::shared::{Core, Shared};
 use crate::stats::Held;
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
@@ -264,7 +264,7 @@ impl MultiMutex {
                 other => {
                     if !holds.is_empty() {
                         let by = Deadline::after(shared.config.one_call());
-                        if let Err(e) = release_holds(shared, &holds, by) {
+                        if let Err(e) = release_holds(&self.client, &holds, by) {
                             log::debug!("giving back part of a set of locks: {e}");
                         }
                     }
@@ -392,7 +392,7 @@ impl MultiMutex {
         // Part of the grant cannot be used (an acquisition this thread counts as lost, or a
         // reply so late that a lease may have run out): give back every level this attempt
         // took, and try again at once.
-        if let Err(e) = release_holds(shared, &holds, by) {
+        if let Err(e) = release_holds(&self.client, &holds, by) {
             log::debug!("giving back a late set acquisition: {e}");
         }
         for (i, acquisition) in unusable {
@@ -481,7 +481,8 @@ impl<'a> Protocol<'a> for Part<'a> {
 
 /// Releases one level of each hold within `by`: renewal stops first for an outermost level,
 /// then one script per slot. Returns the first error; every lock is released all the same.
-fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Result<()> {
+fn release_holds(core: &Core, holds: &[Arc<Hold>], by: Deadline) -> Result<()> {
+    let shared = core.shared();
     let mut first: Option<Error> = None;
     let levels: Vec<(Arc<Hold>, Level, bool)> = holds
         .iter()
@@ -498,7 +499,7 @@ fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Res
                 .iter()
                 .take_while(|(h, ..)| !shared.backend.spreads_slots() || h.keys.slot == slot)
                 .count();
-        if let Err(e) = release_part(shared, &levels[start..end], by) {
+        if let Err(e) = release_part(core, &levels[start..end], by) {
             first.get_or_insert(e);
         }
         start = end;
@@ -508,11 +509,8 @@ fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Res
 
 /// Releases one level of each lock of one slot in one script call (retried once on a new
 /// connection, with the same request id).
-fn release_part(
-    shared: &Arc<Shared>,
-    levels: &[(Arc<Hold>, Level, bool)],
-    by: Deadline,
-) -> Result<()> {
+fn release_part(core: &Core, levels: &[(Arc<Hold>, Level, bool)], by: Deadline) -> Result<()> {
+    let shared = core.shared();
     let leaving: Vec<Leaving<'_>> = levels
         .iter()
         .map(|(h, level, _)| Leaving {
@@ -525,18 +523,14 @@ fn release_part(
         })
         .collect();
     let request = request_id();
-    let call = multi::release(&leaving, &request, false);
-    let by = by.min(Deadline::after(shared.config.one_call()));
     // The first attempt may have released before its reply was lost, or never ran (Redis
     // restarted empty): the retry asks the script to tell them apart by each lock's release
     // marker, and what it cannot tell is a loss.
-    let reply = match shared.backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => {
-            let again = multi::release(&leaving, &request, true);
-            shared.backend.eval_single(&again, by)
-        }
-        other => other,
-    };
+    let mut retry = false;
+    let reply = twice(core, by, |by| {
+        let call = multi::release(&leaving, &request, std::mem::replace(&mut retry, true));
+        shared.backend.eval_single(&call, by)
+    });
     let v = match reply {
         Ok(v) => v,
         // Redis could not be asked, but every lease was known lost already: that is the news.
@@ -727,7 +721,7 @@ impl Parts for HeldSet {
         self.released = true;
         let shared = self.client.shared();
         release_holds(
-            shared,
+            &self.client,
             &self.holds,
             Deadline::after(shared.config.one_call()),
         )
@@ -741,7 +735,7 @@ impl Drop for HeldSet {
         }
         let shared = self.client.shared();
         let by = Deadline::after(shared.config.one_call());
-        if let Err(e) = release_holds(shared, &self.holds, by) {
+        if let Err(e) = release_holds(&self.client, &self.holds, by) {
             let names: Vec<&str> = self.holds.iter().map(|h| h.keys.name.as_str()).collect();
             log::warn!("releasing the set {names:?} on drop failed: {e}");
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver::calls::twice;
-use crate::driver::lease::Release;
+use crate::driver::lease::{Release, unless_late};
 use crate::driver::wait::Fired;
 use crate::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::error::{Error, Result};
@@ -487,16 +487,14 @@ impl Mutex {
             self.free_unusable(&acquisition, token, by);
             return Ok(Attempt::busy(Duration::ZERO));
         };
-        let guard = MutexGuard::new(self, hold);
-        if guard.is_held() {
-            return Ok(Attempt::Held(guard));
-        }
         // The reply came so late that the lease may already have run out: never hand out a
-        // guard whose validity has passed. Give the level back and try again.
-        if let Err(e) = guard.unlock_by(by) {
-            log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
-        }
-        Ok(Attempt::busy(Duration::ZERO))
+        // guard whose validity has passed. The level goes back (counted as held and released,
+        // as a guard given back at once), and the next attempt tries again.
+        let Some(hold) = unless_late(self, hold, "acquisition", by) else {
+            drop(shared.stats.held(self.kind, &self.keys.name));
+            return Ok(Attempt::busy(Duration::ZERO));
+        };
+        Ok(Attempt::Held(MutexGuard::new(self, hold)))
     }
 
     /// Frees an acquisition that no hold of this thread may use (see [`Adopted::Unusable`]),
