@@ -160,13 +160,21 @@ impl QueuePlace<'_> {
     }
 }
 
+impl QueuePlace<'_> {
+    /// Stops keeping the place; whether there was one. No wait for a heartbeat on the wire:
+    /// once the place is left, a heartbeat finds it gone and extends nothing.
+    fn leave(&mut self) -> bool {
+        let Some(h) = self.hold.take() else {
+            return false;
+        };
+        self.client.shared().unwatch(&h, Duration::ZERO);
+        true
+    }
+}
+
 impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
-        if let Some(h) = self.hold.take() {
-            // No wait for a heartbeat on the wire: once the place is left, a heartbeat finds
-            // it gone and extends nothing.
-            self.client.shared().unwatch(&h, Duration::ZERO);
-        }
+        self.leave();
     }
 }
 
@@ -411,21 +419,18 @@ impl FairMutex {
         if place.hold.as_ref().is_some_and(|h| h.is_held()) {
             return;
         }
-        let shared = self.client.shared();
-        if let Some(h) = place.hold.take() {
-            shared.unwatch(&h, Duration::ZERO);
-            place.remade = true;
-        }
+        place.remade |= place.leave();
         let place_lease = (Kind::FairPlace, self.client.terms().lease);
-        let who = (owner, request);
-        place.hold = Some(watched_hold(
+        let shared = self.client.shared();
+        let hold = watched_hold(
             shared,
             &self.keys,
-            who,
+            (owner, request),
             place_lease,
             sent,
             None,
-        ));
+        );
+        place.hold = Some(hold);
     }
 }
 
@@ -459,11 +464,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     }
 
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        if waiting {
-            self.queue(by)
-        } else {
-            self.first(by)
-        }
+        self.try_grant(waiting, by)
     }
 
     /// A grant message for this waiter, taken while its place is known valid.
@@ -476,7 +477,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     fn woken(&mut self, reg: &Registration, by: Deadline) -> Option<FairMutexGuard> {
         let token = reg.take_message().and_then(|m| parse_token(&m))?;
         if self.place.remade {
-            return match self.queue(by) {
+            return match self.try_grant(true, by) {
                 Ok(Attempt::Held(guard)) => Some(guard),
                 Ok(Attempt::Busy { .. }) => None,
                 Err(e) => {
@@ -493,9 +494,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     /// Leaves the queue; a grant that came in the meantime is kept.
     fn cancel(&mut self, by: Deadline) -> Result<Option<FairMutexGuard>> {
         let since = self.place.granted_since();
-        if let Some(h) = self.place.hold.take() {
-            self.mutex.client.shared().unwatch(&h, Duration::ZERO);
-        }
+        self.place.leave();
         let v = self.mutex.cancel(&self.owner, &self.request, by)?;
         let reply = calls::acquire_reply(&v, &self.request, &self.mutex.keys, "fair cancel")?;
         Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
@@ -524,50 +523,37 @@ impl Acquire<'_> {
         }
     }
 
-    /// The first attempt. A re-entry keeps the terms of the acquisition it enters (it never
-    /// shortens the lease on the server).
-    fn first(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+    /// One attempt: the first one without queueing, re-entering the thread's live hold (a
+    /// re-entry keeps the terms of the acquisition it enters: it never shortens the lease on
+    /// the server); a waiter's (`enqueue`) granted, or its place in the queue kept from the
+    /// call's send time.
+    fn try_grant(&mut self, enqueue: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
         let shared = self.mutex.client.shared();
-        let live = shared.live_hold(&self.mutex.keys);
+        let live = (!enqueue)
+            .then(|| shared.live_hold(&self.mutex.keys))
+            .flatten();
         let sent = Instant::now();
         let live_arg = live.as_ref().map(|h| Live {
             acquisition: &h.acquisition,
             extend: h.reentry_extension(sent),
         });
-        let reply = self
-            .mutex
-            .attempt(&self.owner, &self.request, live_arg, false, by)?;
-        match self.take_grant(reply, sent, by) {
-            Ok(guard) => Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
-            // Another owner holds the lock, or the server no longer has the live hold's
-            // acquisition: that hold is lost, and learns it now rather than at its next
-            // renewal (its guards then say so).
-            Err(other) => {
-                if let Some(h) = &live {
-                    shared.report_lost(h);
-                }
-                let ttl = match other {
-                    AcquireReply::Busy { ttl } => ttl,
-                    _ => Duration::ZERO,
-                };
-                Ok(Attempt::busy(ttl))
-            }
-        }
-    }
-
-    /// A waiter's attempt: granted, or its place in the queue kept from the call's send time.
-    fn queue(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        let sent = Instant::now();
-        let reply = self
-            .mutex
-            .attempt(&self.owner, &self.request, None, true, by)?;
+        let (owner, request) = (&self.owner, &self.request);
+        let reply = self.mutex.attempt(owner, request, live_arg, enqueue, by)?;
         let ttl = match self.take_grant(reply, sent, by) {
             Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
             Err(AcquireReply::Busy { ttl }) => ttl,
             Err(_) => Duration::ZERO,
         };
-        let (owner, request) = (&self.owner, &self.request);
-        self.mutex.keep_place(&mut self.place, owner, request, sent);
+        // Another owner holds the lock, or the server no longer has the live hold's
+        // acquisition: that hold is lost, and learns it now rather than at its next renewal
+        // (its guards then say so).
+        if let Some(h) = &live {
+            shared.report_lost(h);
+        }
+        if enqueue {
+            let (owner, request) = (&self.owner, &self.request);
+            self.mutex.keep_place(&mut self.place, owner, request, sent);
+        }
         Ok(Attempt::busy(ttl))
     }
 }

@@ -718,13 +718,16 @@ impl Parts for HeldSet {
     }
 
     fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+}
+
+impl HeldSet {
+    /// Releases one level of every name, once, within the bound of a release.
+    fn release(&mut self) -> Result<()> {
         self.released = true;
-        let shared = self.client.shared();
-        release_holds(
-            &self.client,
-            &self.holds,
-            Deadline::after(shared.config.one_call()),
-        )
+        let by = Deadline::after(self.client.shared().config.one_call());
+        release_holds(&self.client, &self.holds, by)
     }
 }
 
@@ -733,9 +736,7 @@ impl Drop for HeldSet {
         if self.released {
             return;
         }
-        let shared = self.client.shared();
-        let by = Deadline::after(shared.config.one_call());
-        if let Err(e) = release_holds(&self.client, &self.holds, by) {
+        if let Err(e) = self.release() {
             let names: Vec<&str> = self.holds.iter().map(|h| h.keys.name.as_str()).collect();
             log::warn!("releasing the set {names:?} on drop failed: {e}");
         }

@@ -245,31 +245,18 @@ impl RwLock {
         let Some((v, removed)) = forced else {
             return Ok(false);
         };
-        // The writer first (its value starts the list); the rest are readers.
-        let (writer, readers): (Vec<String>, Vec<String>) = match &v {
-            Value::Array(items)
-                if items
-                    .first()
-                    .and_then(scripts::text)
-                    .is_some_and(|w| !w.is_empty()) =>
-            {
-                (removed[..1].to_vec(), removed[1..].to_vec())
-            }
-            _ => (Vec::new(), removed),
-        };
+        // The writer first (its value starts the list, when there was one); the rest are
+        // readers.
+        let wrote = matches!(&v, Value::Array(items)
+            if items.first().and_then(scripts::text).is_some_and(|w| !w.is_empty()));
+        let (writer, readers) = removed.split_at(usize::from(wrote).min(removed.len()));
+        let lock = (module_path!(), "read-write lock", self.name());
         for (role, removed, shape) in [
             ("writer", writer, Shape::Writer),
             ("reader", readers, Shape::Reader),
         ] {
             if !removed.is_empty() {
-                calls::log_forced(
-                    module_path!(),
-                    "read-write lock",
-                    self.name(),
-                    role,
-                    &removed,
-                    shape,
-                );
+                calls::log_forced(lock, role, removed, shape);
             }
         }
         Ok(true)
