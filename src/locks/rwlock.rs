@@ -329,71 +329,6 @@ impl RwLock {
         }
     }
 
-    /// One read (`read`) or write attempt as acquisition `request` of `owner` within `by`;
-    /// `register`: as a waiter, which the server counts (writers defer new readers).
-    fn attempt(
-        &self,
-        read: bool,
-        owner: &str,
-        request: &str,
-        register: bool,
-        by: Deadline,
-    ) -> Result<Attempt<Arc<Hold>>> {
-        let sent = Instant::now();
-        let lease = self.client.terms().lease;
-        let keys = &self.write_keys;
-        let call = if read {
-            rw_lock::read(keys, owner, request, lease, self.prefer_writers, register)
-        } else {
-            rw_lock::write(keys, owner, request, lease, register)
-        };
-        let v = eval_twice(&self.client, &call, by)?;
-        match calls::acquire_reply(&v, request, &self.write_keys, "rw acquire")? {
-            // One server entry per acquisition (re-entry is counted here), named by the server
-            // after this call's request id.
-            AcquireReply::Held {
-                token, acquisition, ..
-            } if acquisition == request => self.adopt(read, owner, request, token, sent, by),
-            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
-            _ => Err(scripts::unexpected("rw acquire", &v)),
-        }
-    }
-
-    /// The hold of a grant of `token` to acquisition `request` of `owner`, asked for at
-    /// `sent`; a grant whose reply came so late that the lease may have run out is given
-    /// back within `by`.
-    fn adopt(
-        &self,
-        read: bool,
-        owner: &str,
-        request: &str,
-        token: u64,
-        sent: Instant,
-        by: Deadline,
-    ) -> Result<Attempt<Arc<Hold>>> {
-        let (keys, kind) = (self.keys(read), if read { Kind::Read } else { Kind::Write });
-        let grant = Grant {
-            // A read grant has no fencing token (its fast reply is 1).
-            token: if read { 0 } else { token },
-            count: 1,
-            sent,
-            acquisition: request,
-            last: 0,
-        };
-        let shared = self.client.shared();
-        let Adopted::Held(hold) =
-            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.client.terms())
-        else {
-            // Cannot happen for a new acquisition (count 1, a request id no hold has);
-            // answered as not held, and the entry runs out by its lease.
-            return Ok(Attempt::busy(Duration::ZERO));
-        };
-        Ok(match unless_late(self, hold, "grant", by) {
-            Some(hold) => Attempt::Held(hold),
-            None => Attempt::busy(Duration::ZERO),
-        })
-    }
-
     /// A read call by `deadline`, through the driver (see `driver/mod.rs`).
     fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
         let mut call = Acquire::new(self, true);
@@ -483,10 +418,60 @@ impl<'a> Protocol<'a> for Acquire<'a> {
                 .has_waiters(self.channel())
     }
 
-    /// A waiter's attempt registers it as a waiter on the server.
+    /// One read or write attempt; a waiter's registers it as a waiter on the server, which
+    /// counts it (writers defer new readers). A grant whose reply came so late that the lease
+    /// may have run out is given back within `by`.
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Arc<Hold>>> {
-        self.lock
-            .attempt(self.read, &self.owner, &self.request, waiting, by)
+        let (lock, read, owner, request) = (self.lock, self.read, &self.owner, &self.request);
+        let sent = Instant::now();
+        let (terms, keys) = (lock.client.terms(), &lock.write_keys);
+        let call = if read {
+            rw_lock::read(
+                keys,
+                owner,
+                request,
+                terms.lease,
+                lock.prefer_writers,
+                waiting,
+            )
+        } else {
+            rw_lock::write(keys, owner, request, terms.lease, waiting)
+        };
+        let v = eval_twice(&lock.client, &call, by)?;
+        let token = match calls::acquire_reply(&v, request, keys, "rw acquire")? {
+            // One server entry per acquisition (re-entry is counted here), named by the server
+            // after this call's request id.
+            AcquireReply::Held {
+                token, acquisition, ..
+            } if acquisition == *request => token,
+            AcquireReply::Busy { ttl } => return Ok(Attempt::busy(ttl)),
+            _ => return Err(scripts::unexpected("rw acquire", &v)),
+        };
+        // A read grant has no fencing token (its fast reply is 1).
+        let (kind, token) = if read {
+            (Kind::Read, 0)
+        } else {
+            (Kind::Write, token)
+        };
+        let grant = Grant {
+            token,
+            count: 1,
+            sent,
+            acquisition: request,
+            last: 0,
+        };
+        let shared = lock.client.shared();
+        let Adopted::Held(hold) =
+            shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms)
+        else {
+            // Cannot happen for a new acquisition (count 1, a request id no hold has);
+            // answered as not held, and the entry runs out by its lease.
+            return Ok(Attempt::busy(Duration::ZERO));
+        };
+        Ok(match unless_late(lock, hold, "grant", by) {
+            Some(hold) => Attempt::Held(hold),
+            None => Attempt::busy(Duration::ZERO),
+        })
     }
 
     /// A renewal interval: a waiter's registration on the server must be refreshed.

@@ -269,46 +269,6 @@ impl Semaphore {
         self.acquire_n(n, Deadline::after(timeout))
     }
 
-    fn lease(&self) -> Duration {
-        self.client.shared().config.lease
-    }
-
-    /// One acquire call for `n` permits as acquisition `request` of `owner` (`waits`: the
-    /// caller waits for a release when not granted).
-    fn attempt(
-        &self,
-        owner: &str,
-        request: &str,
-        n: u32,
-        waits: bool,
-        by: Deadline,
-    ) -> Result<Attempt<SemaphorePermit>> {
-        let shared = self.client.shared();
-        let lease = self.lease();
-        let sent = Instant::now();
-        let call = semaphore::acquire(&self.keys, owner, request, n, self.permits, lease, waits);
-        let v = eval_twice(&self.client, &call, by)?;
-        match calls::acquire_reply(&v, request, &self.keys, "semaphore acquire")? {
-            AcquireReply::Held { .. } => {
-                let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
-                let who = (owner, request);
-                let hold =
-                    watched_hold(shared, &self.keys, who, (Kind::Permits, lease), sent, until);
-                // A reply so late that the lease may have run out: the permits go back.
-                Ok(match unless_late(self, hold, "permit", by) {
-                    Some(hold) => Attempt::Held(SemaphorePermit {
-                        lease: Lease::new(self, hold, "a permit of"),
-                        n,
-                    }),
-                    None => Attempt::busy(Duration::ZERO),
-                })
-            }
-            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
-            // A foreign key is an error of `acquire_reply` already.
-            AcquireReply::Foreign => Err(scripts::unexpected("semaphore acquire", &v)),
-        }
-    }
-
     /// An acquire call for one permit by `deadline`.
     fn acquire_one(&self, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(1, deadline)
@@ -348,9 +308,34 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         (&self.sem.client, &self.sem.keys)
     }
 
+    /// One acquire call for the permits (`waiting`: the caller waits for a release when not
+    /// granted, and flags the semaphore for it).
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<SemaphorePermit>> {
-        self.sem
-            .attempt(&self.owner, &self.request, self.n, waiting, by)
+        let (sem, owner, request, n) = (self.sem, &self.owner, &self.request, self.n);
+        let shared = sem.client.shared();
+        let lease = shared.config.lease;
+        let sent = Instant::now();
+        let call = semaphore::acquire(&sem.keys, owner, request, n, sem.permits, lease, waiting);
+        let v = eval_twice(&sem.client, &call, by)?;
+        match calls::acquire_reply(&v, request, &sem.keys, "semaphore acquire")? {
+            AcquireReply::Held { .. } => {
+                let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
+                let who = (owner.as_str(), request.as_str());
+                let hold =
+                    watched_hold(shared, &sem.keys, who, (Kind::Permits, lease), sent, until);
+                // A reply so late that the lease may have run out: the permits go back.
+                Ok(match unless_late(sem, hold, "permit", by) {
+                    Some(hold) => Attempt::Held(SemaphorePermit {
+                        lease: Lease::new(sem, hold, "a permit of"),
+                        n,
+                    }),
+                    None => Attempt::busy(Duration::ZERO),
+                })
+            }
+            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
+            // A foreign key is an error of `acquire_reply` already.
+            AcquireReply::Foreign => Err(scripts::unexpected("semaphore acquire", &v)),
+        }
     }
 
     /// The next waiter tries at once: more permits may be free.
