@@ -321,34 +321,6 @@ impl FairMutex {
         fn try_lock_until;
     }
 
-    /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
-    /// join the queue when not granted).
-    fn attempt(
-        &self,
-        owner: &str,
-        request: &str,
-        live: Option<Live<'_>>,
-        enqueue: bool,
-        by: Deadline,
-    ) -> Result<AcquireReply> {
-        let call = fair_mutex::acquire(
-            &self.keys,
-            owner,
-            request,
-            self.client.terms().lease,
-            enqueue,
-            live,
-        );
-        let v = eval_twice(&self.client, &call, by)?;
-        calls::acquire_reply(&v, request, &self.keys, "fair acquire")
-    }
-
-    /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
-    fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
-        let call = fair_mutex::cancel(&self.keys, owner, request);
-        eval_twice(&self.client, &call, by)
-    }
-
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
     /// passed (a very late reply or message), or it is an acquisition no local hold may use
     /// (see [`Adopted::Unusable`]): then the lock is given back (to the next waiter) and `None`
@@ -495,7 +467,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     fn cancel(&mut self, by: Deadline) -> Result<Option<FairMutexGuard>> {
         let since = self.place.granted_since();
         self.place.leave();
-        let v = self.mutex.cancel(&self.owner, &self.request, by)?;
+        let call = fair_mutex::cancel(&self.mutex.keys, &self.owner, &self.request);
+        let v = eval_twice(&self.mutex.client, &call, by)?;
         let reply = calls::acquire_reply(&v, &self.request, &self.mutex.keys, "fair cancel")?;
         Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
     }
@@ -537,8 +510,11 @@ impl Acquire<'_> {
             acquisition: &h.acquisition,
             extend: h.reentry_extension(sent),
         });
-        let (owner, request) = (&self.owner, &self.request);
-        let reply = self.mutex.attempt(owner, request, live_arg, enqueue, by)?;
+        let (mutex, request) = (self.mutex, &self.request);
+        let lease = mutex.client.terms().lease;
+        let call = fair_mutex::acquire(&mutex.keys, &self.owner, request, lease, enqueue, live_arg);
+        let v = eval_twice(&mutex.client, &call, by)?;
+        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
         let ttl = match self.take_grant(reply, sent, by) {
             Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
             Err(AcquireReply::Busy { ttl }) => ttl,
