@@ -1,5 +1,6 @@
 //! [`Mutex`]: a named distributed lock, and its protocol under the waiting driver (an
-//! attempt, the primed attempt, and a lock handed over by a thread of this client).
+//! attempt, the primed attempt, and a lock handed over by a thread of this client), which is
+//! also an election's campaign.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,15 +33,6 @@ pub(crate) mod election;
 pub(crate) mod guard;
 pub(crate) mod handoff;
 pub(crate) mod release;
-
-/// How the lease of a lock is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lease {
-    /// The client's lease, renewed by the renewal thread while the guard lives.
-    Watchdog,
-    /// A fixed lease, never renewed: the lock frees itself when it runs out.
-    Fixed(Duration),
-}
 
 /// A distributed, reentrant lock on a name, shared by every process that uses the same Redis
 /// and key prefix.
@@ -106,7 +98,9 @@ enum Lease {
 pub struct Mutex {
     client: Core,
     keys: Arc<LockKeys>,
-    lease: Lease,
+    /// A fixed lease, never renewed (the lock frees itself when it runs out); `None`: the
+    /// client's lease, renewed by the renewal thread while the guard lives.
+    fixed_lease: Option<Duration>,
     /// Overrides the client's maximum hold time.
     max_hold: Option<Duration>,
     /// What its holds are: a mutex's, or an election's leadership (see `election.rs`).
@@ -118,7 +112,7 @@ impl Mutex {
         Mutex {
             client,
             keys,
-            lease: Lease::Watchdog,
+            fixed_lease: None,
             max_hold: None,
             kind: Kind::Mutex,
         }
@@ -164,7 +158,7 @@ impl Mutex {
             return Err(Error::config("lease", "must be at most 365 days"));
         }
         Ok(Mutex {
-            lease: Lease::Fixed(lease),
+            fixed_lease: Some(lease),
             ..self.clone()
         })
     }
@@ -367,13 +361,9 @@ impl Mutex {
 
     fn terms(&self) -> Terms {
         let config = &self.client.shared().config;
-        let (lease, watchdog) = match self.lease {
-            Lease::Watchdog => (config.lease, true),
-            Lease::Fixed(d) => (d, false),
-        };
         Terms {
-            lease,
-            watchdog,
+            lease: self.fixed_lease.unwrap_or(config.lease),
+            watchdog: self.fixed_lease.is_none(),
             max_hold: self.max_hold.or(config.max_hold),
         }
     }
