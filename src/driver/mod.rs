@@ -76,7 +76,8 @@ pub(crate) enum Queue {
 
 /// What a lock type does in one acquire call; the driver calls it. The defaults are those of
 /// a lock with no hand-off, no priming and no queue on the server, whose waiters listen on its
-/// keys' channel and whose holders have the client's lease. `'a`: the lock's handle, which the call borrows.
+/// keys' channel and whose holders have the client's lease. `'a`: the lock's handle, which the
+/// call borrows (its client and keys serve the whole call, the driver's logs and stats too).
 pub(crate) trait Protocol<'a> {
     /// What a grant gives the caller (a guard).
     type Held;
