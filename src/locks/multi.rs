@@ -153,14 +153,6 @@ pub struct MultiMutex {
     parts: Arc<[Vec<Arc<LockKeys>>]>,
 }
 
-/// What one attempt at a part came to.
-enum Taken {
-    /// Every lock of the part is held: one hold per lock, in the part's order.
-    Held(Vec<Arc<Hold>>),
-    /// Lock `index` of the part is held by another owner, for `ttl` more at most.
-    Busy { index: usize, ttl: Duration },
-}
-
 impl MultiMutex {
     /// A set of the names: duplicates collapse; at least one name, each as for
     /// [`Client::mutex`](crate::Client::mutex).
@@ -282,14 +274,26 @@ impl MultiMutex {
             _thread: std::marker::PhantomData,
         }))
     }
+}
 
+/// One acquire call of a part of a set (its locks in one slot): it waits as a `Mutex` waiter
+/// of the lock that blocked it last does.
+struct Part<'a> {
+    set: &'a MultiMutex,
+    part: &'a [Arc<LockKeys>],
+    owner: &'a str,
+    request: String,
+    /// The lock that blocked the part last.
+    blocked: usize,
+}
+
+impl<'a> Part<'a> {
     /// The part's members: their keys and owners, and `live` holds (a re-entry).
-    fn members<'a>(
-        part: &'a [Arc<LockKeys>],
-        owner: &'a str,
-        live: &'a [Option<Arc<Hold>>],
-        sent: Instant,
-    ) -> Vec<Member<'a>> {
+    fn members<'m>(&self, live: &'m [Option<Arc<Hold>>], sent: Instant) -> Vec<Member<'m>>
+    where
+        'a: 'm,
+    {
+        let (part, owner) = (self.part, self.owner);
         part.iter()
             .zip(live)
             .map(|(keys, h)| Member {
@@ -305,25 +309,6 @@ impl MultiMutex {
             .collect()
     }
 
-    /// One set acquire round trip for the part (retried once on a new connection when the
-    /// connection failed, with the same request id), within `by` and one call's bound.
-    fn attempt(
-        &self,
-        part: &[Arc<LockKeys>],
-        owner: &str,
-        request: &str,
-        by: Deadline,
-    ) -> Result<Taken> {
-        let shared = self.client.shared();
-        let terms = shared.config.terms();
-        let sent = Instant::now();
-        let live: Vec<Option<Arc<Hold>>> = part.iter().map(|k| shared.live_hold(k)).collect();
-        let members = Self::members(part, owner, &live, sent);
-        let call = multi::acquire(&members, terms.lease, request);
-        let v = eval_twice(&self.client, &call, by)?;
-        self.settle(part, &members, &live, &v, sent, by)
-    }
-
     /// Frees acquisition `acquisition` of `owner` of the lock `keys`, which no hold of this
     /// thread may use (see [`Adopted::Unusable`]), within `by`.
     fn free_unusable(&self, keys: &LockKeys, owner: &str, acquisition: &str, by: Deadline) {
@@ -334,24 +319,25 @@ impl MultiMutex {
             publish: false,
         }];
         let call = multi::release(&leaving, &request_id(), false);
-        if let Err(e) = eval_twice(&self.client, &call, by) {
+        if let Err(e) = eval_twice(&self.set.client, &call, by) {
             log::debug!("freeing an unusable grant of `{}`: {e}", keys.name);
         }
     }
 
     /// What a set acquire's reply `v` means, for the part's `members` (with the caller's
-    /// `live` holds; the call was written at `sent`): the holds, or where it is blocked. A
-    /// grant that cannot be used is given back within `by`.
+    /// `live` holds; the call was written at `sent`): the holds, or the lock that blocks the
+    /// part (its waiter then waits for that lock). A grant that cannot be used is given back
+    /// within `by`.
     fn settle(
-        &self,
-        part: &[Arc<LockKeys>],
+        &mut self,
         members: &[Member<'_>],
         live: &[Option<Arc<Hold>>],
         v: &redis::Value,
         sent: Instant,
         by: Deadline,
-    ) -> Result<Taken> {
-        let shared = self.client.shared();
+    ) -> Result<Attempt<Vec<Arc<Hold>>>> {
+        let (set, part) = (self.set, self.part);
+        let shared = set.client.shared();
         let terms = shared.config.terms();
         let reply = multi::parse_acquire(v, part.len())
             .ok_or_else(|| scripts::unexpected("multi_acquire", v))?;
@@ -361,7 +347,8 @@ impl MultiMutex {
                 if let Some(h) = &live[index] {
                     shared.report_lost(h);
                 }
-                return Ok(Taken::Busy { index, ttl });
+                self.blocked = index;
+                return Ok(Attempt::busy(ttl));
             }
             MultiReply::Foreign { index } => {
                 return Err(Error::ForeignKey {
@@ -387,44 +374,19 @@ impl MultiMutex {
             }
         }
         if unusable.is_empty() && holds.iter().all(|h| h.is_held()) {
-            return Ok(Taken::Held(holds));
+            return Ok(Attempt::Held(holds));
         }
         // Part of the grant cannot be used (an acquisition this thread counts as lost, or a
         // reply so late that a lease may have run out): give back every level this attempt
         // took, and try again at once.
-        if let Err(e) = release_holds(&self.client, &holds, by) {
+        if let Err(e) = release_holds(&set.client, &holds, by) {
             log::debug!("giving back a late set acquisition: {e}");
         }
         for (i, acquisition) in unusable {
             self.free_unusable(&part[i], members[i].owner, &acquisition, by);
         }
-        Ok(Taken::Busy {
-            index: 0,
-            ttl: Duration::ZERO,
-        })
-    }
-}
-
-/// One acquire call of a part of a set (its locks in one slot): it waits as a `Mutex` waiter
-/// of the lock that blocked it last does.
-struct Part<'a> {
-    set: &'a MultiMutex,
-    part: &'a [Arc<LockKeys>],
-    owner: &'a str,
-    request: String,
-    /// The lock that blocked the part last.
-    blocked: usize,
-}
-
-impl Part<'_> {
-    fn taken(&mut self, taken: Taken) -> Attempt<Vec<Arc<Hold>>> {
-        match taken {
-            Taken::Held(h) => Attempt::Held(h),
-            Taken::Busy { index, ttl } => {
-                self.blocked = index;
-                Attempt::busy(ttl)
-            }
-        }
+        self.blocked = 0;
+        Ok(Attempt::busy(Duration::ZERO))
     }
 }
 
@@ -451,9 +413,17 @@ impl<'a> Protocol<'a> for Part<'a> {
         queued && !self.part.iter().any(|k| shared.holds_locally(k))
     }
 
+    /// One set acquire round trip for the part (retried once on a new connection when the
+    /// connection failed, with the same request id), within `by` and one call's bound.
     fn attempt(&mut self, _waiting: bool, by: Deadline) -> Result<Attempt<Vec<Arc<Hold>>>> {
-        let taken = self.set.attempt(self.part, self.owner, &self.request, by)?;
-        Ok(self.taken(taken))
+        let set = self.set;
+        let shared = set.client.shared();
+        let sent = Instant::now();
+        let live: Vec<Option<Arc<Hold>>> = self.part.iter().map(|k| shared.live_hold(k)).collect();
+        let members = self.members(&live, sent);
+        let call = multi::acquire(&members, shared.config.lease, &self.request);
+        let v = eval_twice(&set.client, &call, by)?;
+        self.settle(&members, &live, &v, sent, by)
     }
 
     /// Only on a single plain master, for a thread without a live hold of any of the part's
@@ -464,7 +434,7 @@ impl<'a> Protocol<'a> for Part<'a> {
             return None;
         }
         let live = vec![None; self.part.len()];
-        let members = MultiMutex::members(self.part, self.owner, &live, Instant::now());
+        let members = self.members(&live, Instant::now());
         let call = multi::acquire(&members, shared.config.lease, &self.request);
         shared.backend.prime_script(&call)
     }
@@ -473,9 +443,8 @@ impl<'a> Protocol<'a> for Part<'a> {
         let sent = fired.sent;
         let v = fired.reply(&self.set.client.shared().backend, by)?;
         let live = vec![None; self.part.len()];
-        let members = MultiMutex::members(self.part, self.owner, &live, sent);
-        let taken = self.set.settle(self.part, &members, &live, &v, sent, by)?;
-        Ok(self.taken(taken))
+        let members = self.members(&live, sent);
+        self.settle(&members, &live, &v, sent, by)
     }
 }
 
