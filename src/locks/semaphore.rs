@@ -415,11 +415,11 @@ impl Guard for SemaphorePermit {
 
 impl Parts for SemaphorePermit {
     fn is_held(&self) -> bool {
-        self.lease.is_held()
+        self.lease.hold().is_held()
     }
 
     fn check(&self) -> Result<()> {
-        self.lease.check()
+        self.lease.hold().check()
     }
 
     fn unlock(self) -> Result<()> {

@@ -327,7 +327,7 @@ impl Leadership {
     /// How much longer the leadership is known valid: the time until the local deadline,
     /// which each successful renewal moves forward (zero once lost).
     pub fn validity(&self) -> Duration {
-        self.held.parts().validity()
+        self.held.parts().hold().validity()
     }
 
     /// Sets the value observers see with this leader (an address, a version), and wakes
