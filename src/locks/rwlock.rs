@@ -392,13 +392,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         if let Some(h) = self.lock.reenter(self.read, budget)? {
             return Ok(Some(h));
         }
-        if !self.read
-            && self
-                .lock
-                .client
-                .shared()
-                .holds_locally(&self.lock.read_keys)
-        {
+        let shared = self.lock.client.shared();
+        if !self.read && shared.holds_locally(&self.lock.read_keys) {
             return Err(Error::config(
                 "write",
                 "the calling thread holds a read lock of this RwLock; release it before writing",
@@ -409,13 +404,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 
     /// A reader tries at once whoever waits: readers do not exclude one another.
     fn defers(&self) -> bool {
-        !self.read
-            && self
-                .lock
-                .client
-                .shared()
-                .subscriber
-                .has_waiters(self.channel())
+        let shared = self.lock.client.shared();
+        !self.read && shared.subscriber.has_waiters(self.channel())
     }
 
     /// One read or write attempt; a waiter's registers it as a waiter on the server, which
@@ -425,17 +415,11 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         let (lock, read, owner, request) = (self.lock, self.read, &self.owner, &self.request);
         let sent = Instant::now();
         let (terms, keys) = (lock.client.terms(), &lock.write_keys);
+        let (lease, prefer_writers) = (terms.lease, lock.prefer_writers);
         let call = if read {
-            rw_lock::read(
-                keys,
-                owner,
-                request,
-                terms.lease,
-                lock.prefer_writers,
-                waiting,
-            )
+            rw_lock::read(keys, owner, request, lease, prefer_writers, waiting)
         } else {
-            rw_lock::write(keys, owner, request, terms.lease, waiting)
+            rw_lock::write(keys, owner, request, lease, waiting)
         };
         let v = eval_twice(&lock.client, &call, by)?;
         let token = match calls::acquire_reply(&v, request, keys, "rw acquire")? {
