@@ -341,14 +341,9 @@ impl FairMutex {
             acquisition,
             last: 0,
         };
-        let shared = self.client.shared();
-        let hold = match shared.adopt_as(
-            Kind::FairMutex,
-            &self.keys,
-            owner.to_owned(),
-            grant,
-            self.client.terms(),
-        ) {
+        let (shared, terms) = (self.client.shared(), self.client.terms());
+        let kind = Kind::FairMutex;
+        let hold = match shared.adopt_as(kind, &self.keys, owner.to_owned(), grant, terms) {
             Adopted::Held(hold) => hold,
             Adopted::Unusable => {
                 // Free the acquisition nobody may use (owner- and acquisition-checked), so

@@ -412,12 +412,8 @@ impl Mutex {
         sent: Instant,
         by: Deadline,
     ) -> AcquireCall<'a> {
-        let block = self
-            .client
-            .shared()
-            .config
-            .handoff
-            .map_or(0, |h| h.max_count);
+        let config = &self.client.shared().config;
+        let block = config.handoff.map_or(0, |h| h.max_count);
         AcquireCall {
             keys: &self.keys,
             script: mutex::Acquire {
