@@ -368,38 +368,6 @@ impl Mutex {
         }
     }
 
-    /// One acquire script round trip for `owner`, within `by`.
-    ///
-    /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
-    /// hold's acquisition, whatever this handle's terms: it never shortens the key's lease,
-    /// extends a renewed hold's lease to at least its own length, and leaves a fixed lease
-    /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
-    /// hold lost at once (its guards then say so); it gets a new acquisition with this
-    /// handle's terms, or `Busy` when another owner holds the lock.
-    fn attempt_once(
-        &self,
-        owner: &str,
-        request: &str,
-        waited: bool,
-        by: Deadline,
-    ) -> Result<Attempt<MutexGuard>> {
-        let shared = self.client.shared();
-        let sent = Instant::now();
-        // Levels of this owner on the server without a live local guard are orphans (a release
-        // whose reply was lost); the script replaces them instead of counting on top of them.
-        let live = shared.live_hold(&self.keys);
-        // A re-entry speaks for the owner on the server: after a local hand-off that is the
-        // thread that took the lock through Redis, not this one.
-        let owner = live.as_ref().map_or(owner, |h| h.owner.as_str());
-        let reentry = live.as_ref().map(|h| Live {
-            acquisition: &h.acquisition,
-            extend: h.reentry_extension(sent),
-        });
-        let call = self.acquire_call(owner, request, reentry, waited, sent, by);
-        let reply = acquire::acquire(&shared.backend, &call)?;
-        self.settle(reply, owner, sent, live.as_ref(), by)
-    }
-
     /// This handle's acquire call for `owner`: its lease, and the tokens a new acquisition
     /// reserves for local hand-offs; `live` makes it a re-entry; `waited` as in
     /// [`mutex::Acquire::waited`].
@@ -561,17 +529,42 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             && !shared.holds_locally(&self.mutex.keys)
     }
 
-    /// A waiter's attempt (and every attempt of a campaign) flags the grant, so that its
-    /// release publishes for whoever else waits (a leader of another client that gives way
-    /// sleeps until it).
+    /// One acquire script round trip. A waiter's attempt (and every attempt of a campaign)
+    /// flags the grant, so that its release publishes for whoever else waits (a leader of
+    /// another client that gives way sleeps until it).
+    ///
+    /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
+    /// hold's acquisition, whatever this handle's terms: it never shortens the key's lease,
+    /// extends a renewed hold's lease to at least its own length, and leaves a fixed lease
+    /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
+    /// hold lost at once (its guards then say so); it gets a new acquisition with this
+    /// handle's terms, or `Busy` when another owner holds the lock.
+    ///
     /// Retried at once on a new connection when the first try failed at the connection level
     /// (same request id: the script recognises a retry of an acquire whose reply was lost, so
     /// a re-entry is never counted twice); both within one connect plus one command timeout.
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        let waiting = waiting || self.campaign();
-        let (mutex, owner, request) = (self.mutex, &self.owner, &self.request);
+        let waited = waiting || self.campaign();
+        let (mutex, request) = (self.mutex, &self.request);
+        let shared = mutex.client.shared();
         twice(&mutex.client, by, |by| {
-            mutex.attempt_once(owner, request, waiting, by)
+            let sent = Instant::now();
+            // Levels of this owner on the server without a live local guard are orphans (a
+            // release whose reply was lost); the script replaces them instead of counting on
+            // top of them.
+            let live = shared.live_hold(&mutex.keys);
+            // A re-entry speaks for the owner on the server: after a local hand-off that is
+            // the thread that took the lock through Redis, not this one.
+            let owner = live
+                .as_ref()
+                .map_or(self.owner.as_str(), |h| h.owner.as_str());
+            let reentry = live.as_ref().map(|h| Live {
+                acquisition: &h.acquisition,
+                extend: h.reentry_extension(sent),
+            });
+            let call = mutex.acquire_call(owner, request, reentry, waited, sent, by);
+            let reply = acquire::acquire(&shared.backend, &call)?;
+            mutex.settle(reply, owner, sent, live.as_ref(), by)
         })
     }
 
