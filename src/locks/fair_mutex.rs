@@ -158,9 +158,7 @@ impl QueuePlace<'_> {
             .saturating_sub(self.client.shared().backend.drift(hold.lease));
         hold.deadline()?.checked_sub(keep)
     }
-}
 
-impl QueuePlace<'_> {
     /// Stops keeping the place; whether there was one. No wait for a heartbeat on the wire:
     /// once the place is left, a heartbeat finds it gone and extends nothing.
     fn leave(&mut self) -> bool {
@@ -169,6 +167,25 @@ impl QueuePlace<'_> {
         };
         self.client.shared().unwatch(&h, Duration::ZERO);
         true
+    }
+
+    /// Keeps the place of acquisition `who` (owner, request) on the lock of `keys`, by the
+    /// renewal thread from `sent`, the send time of the call that made it (a place lost while
+    /// paused is made anew).
+    fn keep(&mut self, keys: &Arc<LockKeys>, who: (&str, &str), sent: Instant) {
+        if self.hold.as_ref().is_some_and(|h| h.is_held()) {
+            return;
+        }
+        self.remade |= self.leave();
+        let lease = (Kind::FairPlace, self.client.terms().lease);
+        self.hold = Some(watched_hold(
+            self.client.shared(),
+            keys,
+            who,
+            lease,
+            sent,
+            None,
+        ));
     }
 }
 
@@ -379,26 +396,6 @@ impl FairMutex {
         };
         driver::acquire(&mut call, Kind::FairMutex, deadline)
     }
-
-    /// A waiter's place on the server, kept by the renewal thread from `sent`, the send time
-    /// of the call that made it (a place lost while paused is made anew).
-    fn keep_place(&self, place: &mut QueuePlace<'_>, owner: &str, request: &str, sent: Instant) {
-        if place.hold.as_ref().is_some_and(|h| h.is_held()) {
-            return;
-        }
-        place.remade |= place.leave();
-        let place_lease = (Kind::FairPlace, self.client.terms().lease);
-        let shared = self.client.shared();
-        let hold = watched_hold(
-            shared,
-            &self.keys,
-            (owner, request),
-            place_lease,
-            sent,
-            None,
-        );
-        place.hold = Some(hold);
-    }
 }
 
 /// One acquire call of a [`FairMutex`]: the first attempt without queueing (it succeeds when
@@ -522,8 +519,8 @@ impl Acquire<'_> {
             shared.report_lost(h);
         }
         if enqueue {
-            let (owner, request) = (&self.owner, &self.request);
-            self.mutex.keep_place(&mut self.place, owner, request, sent);
+            let who = (self.owner.as_str(), self.request.as_str());
+            self.place.keep(&self.mutex.keys, who, sent);
         }
         Ok(Attempt::busy(ttl))
     }
