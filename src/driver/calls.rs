@@ -108,7 +108,7 @@ pub(crate) fn force_holders(
     let Some((_, removed)) = forced(client, call, keys, what)? else {
         return Ok(false);
     };
-    log_forced(target, lock, &keys.name, "holder", &removed, shape);
+    log_forced((target, lock, &keys.name), "holder", &removed, shape);
     Ok(true)
 }
 
@@ -185,9 +185,7 @@ pub(crate) fn removed(v: &Value) -> Option<Vec<String>> {
 /// Logs (at `warn`, under `target`, the lock type's module) the holders (`role`: holder,
 /// writer, reader) a `force_unlock` of the lock `what` `name` removed, by label and thread.
 pub(crate) fn log_forced(
-    target: &str,
-    what: &str,
-    name: &str,
+    (target, what, name): (&str, &str, &str),
     role: &str,
     removed: &[String],
     shape: Shape,

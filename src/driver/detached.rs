@@ -177,11 +177,11 @@ pub trait Parts: Send + 'static {
 
 impl Parts for Lease {
     fn is_held(&self) -> bool {
-        Lease::is_held(self)
+        self.hold().is_held()
     }
 
     fn check(&self) -> Result<()> {
-        Lease::check(self)
+        self.hold().check()
     }
 
     fn unlock(self) -> Result<()> {

@@ -44,7 +44,7 @@ macro_rules! lease_view {
         /// still reads true until the next renewal or the local deadline.
         #[doc = concat!("[`", $ends, "`](Self::", $ends, ") asks the server.")]
         pub fn is_held(&self) -> bool {
-            self.lease.is_held()
+            self.lease.hold().is_held()
         }
 
         /// Checks that the lease is still valid, for use right before a side effect. Like
@@ -55,13 +55,13 @@ macro_rules! lease_view {
         /// [`Error::LeaseLost`](crate::Error::LeaseLost) when [`is_held`](Self::is_held) is
         /// false.
         pub fn check(&self) -> crate::Result<()> {
-            self.lease.check()
+            self.lease.hold().check()
         }
 
         /// How much longer the lease is known to be valid (zero once lost): the time until the
         /// local deadline, which a successful renewal moves forward.
         pub fn validity(&self) -> std::time::Duration {
-            self.lease.validity()
+            self.lease.hold().validity()
         }
     };
 }
@@ -142,11 +142,12 @@ impl Lease {
         extra: Option<(&str, &dyn std::fmt::Debug)>,
     ) -> std::fmt::Result {
         let mut d = f.debug_struct(guard);
-        d.field("name", &self.name());
+        d.field("name", &self.hold.keys.name);
         if let Some((field, value)) = extra {
             d.field(field, value);
         }
-        d.field("is_held", &self.is_held()).finish_non_exhaustive()
+        d.field("is_held", &self.hold.is_held())
+            .finish_non_exhaustive()
     }
 }
 
@@ -177,27 +178,6 @@ impl Lease {
     /// The hold this level belongs to.
     pub(crate) fn hold(&self) -> &Hold {
         &self.hold
-    }
-
-    /// The lock's name.
-    pub(crate) fn name(&self) -> &str {
-        &self.hold.keys.name
-    }
-
-    /// True while the lease is known to be valid.
-    pub(crate) fn is_held(&self) -> bool {
-        self.hold.is_held()
-    }
-
-    /// `Ok` while the lease is known to be valid; [`Error::LeaseLost`](crate::Error::LeaseLost)
-    /// otherwise.
-    pub(crate) fn check(&self) -> Result<()> {
-        self.hold.check()
-    }
-
-    /// How much longer the lease is known to be valid (zero once lost).
-    pub(crate) fn validity(&self) -> Duration {
-        self.hold.validity()
     }
 
     /// Lets the calling thread go of the hold (see `detached.rs`); `Err(self)`, unchanged,
@@ -251,15 +231,9 @@ impl Lease {
 
     /// Releases the level within the bound of a release (one connect and one command
     /// timeout), and reports the outcome.
-    pub(crate) fn unlock(self) -> Result<()> {
-        let by = release_bound(&*self.lock);
-        self.unlock_by(by)
-    }
-
-    /// Releases the level within `by`, and reports the outcome.
-    pub(crate) fn unlock_by(mut self, by: Deadline) -> Result<()> {
+    pub(crate) fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.lock.release(&self.hold, by)
+        self.lock.release(&self.hold, release_bound(&*self.lock))
     }
 }
 

@@ -36,6 +36,7 @@ use crate::driver::time::Budget;
 use crate::driver::wait::{Fired, RECHECK, retrying, wait_release_firing};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
+use crate::protocol::keys::LockKeys;
 use crate::shared::Core;
 use crate::subscriber::{Passed, Registration, Turn};
 use crate::topology::backend::{Primed, jitter};
@@ -74,20 +75,21 @@ pub(crate) enum Queue {
 }
 
 /// What a lock type does in one acquire call; the driver calls it. The defaults are those of
-/// a lock with no hand-off, no priming and no queue on the server.
-pub(crate) trait Protocol {
+/// a lock with no hand-off, no priming and no queue on the server, whose waiters listen on its
+/// keys' channel and whose holders have the client's lease. `'a`: the lock's handle, which the
+/// call borrows (its client and keys serve the whole call, the driver's logs and stats too).
+pub(crate) trait Protocol<'a> {
     /// What a grant gives the caller (a guard).
     type Held;
 
-    /// The client the lock was made from.
-    fn core(&self) -> &Core;
-
-    /// The lock's name, in logs.
-    fn name(&self) -> &str;
+    /// The client the lock was made from, and the lock's keys (its name, in logs and stats).
+    fn lock(&self) -> (&'a Core, &'a LockKeys);
 
     /// The channel where the releases this waiter waits for (or its grant) are published.
     /// A set of locks waits on the lock that blocked it last, so this may change.
-    fn channel(&self) -> &str;
+    fn channel(&self) -> &'a str {
+        &self.lock().1.channel
+    }
 
     /// How its waiters queue in this client.
     fn queue(&self) -> Queue {
@@ -96,7 +98,9 @@ pub(crate) trait Protocol {
 
     /// How long a waiter waits at most for its turn before it tries anyway, and sleeps after
     /// its turn began with a release to wait for (the lease a holder has).
-    fn lease(&self) -> Duration;
+    fn lease(&self) -> Duration {
+        self.lock().0.shared().config.lease
+    }
 
     /// Before any attempt: a re-entry that the driver need not try for, or an error.
     fn enter(&mut self, _budget: &Budget) -> Result<Option<Self::Held>> {
@@ -105,7 +109,7 @@ pub(crate) trait Protocol {
 
     /// Whether the first attempt waits in line: threads of this client wait already.
     fn defers(&self) -> bool {
-        let shared = self.core().shared();
+        let shared = self.lock().0.shared();
         shared.subscriber.has_waiters(self.channel())
     }
 
@@ -121,7 +125,7 @@ pub(crate) trait Protocol {
 
     /// What the primed attempt that was written says.
     fn fired(&mut self, fired: Fired, _by: Deadline) -> Result<Attempt<Self::Held>> {
-        self.core().shared().backend.unprime(fired.primed);
+        self.lock().0.shared().backend.unprime(fired.primed);
         Ok(Attempt::busy(Duration::ZERO))
     }
 
@@ -157,18 +161,30 @@ pub(crate) trait Protocol {
 /// The four forms of a lock type's acquire, written once: the blocking one (`lock`), a
 /// one-attempt `try_*`, a `try_*_for` and a `try_*_until`, each calling `self.$call(deadline)`
 /// with its [`Deadline`], and the bounds and errors of the timed ones in their docs. The type
-/// gives each form its first paragraph (the blocking form all its docs); `fails` is what a
-/// blocking call that ended without the lock says (it cannot happen: without a deadline the
-/// driver ends holding the lock or with an error).
+/// gives each form its first paragraph, and the blocking form's errors (`errors { .. }`) the
+/// errors besides Redis's, and what follows them; the retries of the blocking form are
+/// written here. `fails` is what a blocking call that ended without the lock says (it cannot
+/// happen: without a deadline the driver ends holding the lock or with an error).
 macro_rules! timed_forms {
     (
         guard: $guard:ty, call: $call:ident, fails: $fails:literal;
-        $(#[$block_doc:meta])* fn $block:ident;
+        $(#[$block_doc:meta])* fn $block:ident, errors { $(#[$errors:meta])* }
         $(#[$try_doc:meta])* fn $try:ident;
         $(#[$for_doc:meta])* fn $for:ident;
         $(#[$until_doc:meta])* fn $until:ident;
     ) => {
         $(#[$block_doc])*
+        ///
+        /// While Redis cannot be reached (refused, reset, or no answer within the timeouts),
+        /// it retries with backoff and returns the error within
+        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first
+        /// attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached or answers with
+        /// an error;
+        $(#[$errors])*
         pub fn $block(&self) -> $crate::Result<$guard> {
             $crate::driver::held(
                 self.$call($crate::transport::conn::Deadline::NONE),
@@ -219,16 +235,14 @@ pub(crate) use timed_forms;
 
 /// An acquire call of `p`, by `deadline` (never: waits until held; passed: one attempt),
 /// counted in the client's [`Stats`](crate::Stats) as a call of kind `kind` on `name`.
-pub(crate) fn acquire<P: Protocol>(
+pub(crate) fn acquire<'a, P: Protocol<'a>>(
     p: &mut P,
     kind: Kind,
     deadline: Deadline,
 ) -> Result<Option<P::Held>> {
-    let core = p.core().clone();
-    let name = p.name().to_owned();
-    counted(&core, kind, &name, deadline, || {
-        let budget = Budget::new(core.shared(), deadline);
-        drive(p, &budget)
+    let (core, keys) = p.lock();
+    counted(core, kind, &keys.name, deadline, || {
+        drive(p, &Budget::new(core.shared(), deadline))
     })
 }
 
@@ -251,12 +265,14 @@ pub(crate) fn held<H>(outcome: Result<Option<H>>, what: &'static str) -> Result<
 }
 
 /// One acquire call of `p` within `budget`: the fast path, then the queue.
-pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
+pub(crate) fn drive<'a, P: Protocol<'a>>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
     if let Some(h) = p.enter(budget)? {
         return Ok(Some(h));
     }
     if budget.past() || !p.defers() {
-        match first(p, budget)? {
+        // Exactly one attempt when the deadline has passed, else retried while Redis cannot
+        // be reached (see [`retrying`]).
+        match attempt_retrying(p, false, budget)? {
             Attempt::Held(h) => return Ok(Some(h)),
             Attempt::Busy { .. } if budget.past() => return Ok(None),
             Attempt::Busy { .. } => {}
@@ -270,26 +286,19 @@ pub(crate) fn drive<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P:
 /// reached, as every attempt is.
 pub(crate) use crate::driver::wait::retrying as within;
 
-/// The first attempt: exactly one when the deadline has passed, else retried while Redis
-/// cannot be reached (see [`retrying`]).
-fn first<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Attempt<P::Held>> {
-    attempt_retrying(p, false, budget)
-}
-
 /// Attempts until one gets an answer (see [`retrying`]).
-fn attempt_retrying<P: Protocol>(
+fn attempt_retrying<'a, P: Protocol<'a>>(
     p: &mut P,
     waiting: bool,
     budget: &Budget,
 ) -> Result<Attempt<P::Held>> {
-    let core = p.core().clone();
-    let name = p.name().to_owned();
-    retrying(&core, &name, budget, |by| p.attempt(waiting, by))
+    let (core, keys) = p.lock();
+    retrying(core, &keys.name, budget, |by| p.attempt(waiting, by))
 }
 
 /// Leaves without the lock (a deadline), unless a lock handed over or granted meanwhile
 /// cannot go to anyone else: then the call holds it all the same.
-fn give_up<P: Protocol>(
+fn give_up<'a, P: Protocol<'a>>(
     p: &mut P,
     reg: Option<Registration>,
     budget: &Budget,
@@ -344,7 +353,7 @@ enum Woke<H> {
 
 /// Waits in the local queue until the call is done, on one channel or, for a set of locks,
 /// on the channel of the lock that blocks it.
-fn wait<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
+fn wait<'a, P: Protocol<'a>>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
     loop {
         let Some(mut w) = Waiter::join(p, budget) else {
             return give_up(p, None, budget);
@@ -370,8 +379,8 @@ fn wait<P: Protocol>(p: &mut P, budget: &Budget) -> Result<Option<P::Held>> {
 impl Waiter {
     /// Joins the queue on the protocol's channel and waits for its turn; `None` when the
     /// deadline passed first.
-    fn join<P: Protocol>(p: &P, budget: &Budget) -> Option<Waiter> {
-        let shared = p.core().shared();
+    fn join<'a, P: Protocol<'a>>(p: &P, budget: &Budget) -> Option<Waiter> {
+        let shared = p.lock().0.shared();
         let channel = p.channel().to_owned();
         let (reg, turn) = match p.queue() {
             Queue::Together => (shared.subscriber.join_all(&channel), Turn::TryNow),
@@ -393,7 +402,7 @@ impl Waiter {
     }
 
     /// Waits in turn until it leaves the queue.
-    fn run<P: Protocol>(&mut self, p: &mut P, budget: &Budget) -> Exit<P::Held> {
+    fn run<'a, P: Protocol<'a>>(&mut self, p: &mut P, budget: &Budget) -> Exit<P::Held> {
         loop {
             if let Some(h) = self.received(p, budget) {
                 return Exit::Held(h, self.reg.epoch());
@@ -422,7 +431,7 @@ impl Waiter {
     }
 
     /// A lock handed to this waiter (by a thread of this client, or a grant addressed to it).
-    fn received<P: Protocol>(&self, p: &mut P, budget: &Budget) -> Option<P::Held> {
+    fn received<'a, P: Protocol<'a>>(&self, p: &mut P, budget: &Budget) -> Option<P::Held> {
         if let Some(passed) = self.reg.take_passed()
             && let Some(h) = p.passed(passed, budget.limit)
         {
@@ -433,7 +442,12 @@ impl Waiter {
 
     /// Sleeps until a release after epoch `seen`, bounded by the holder's lease and the
     /// deadline, with the next attempt primed where the protocol can prime one.
-    fn sleep<P: Protocol>(&mut self, p: &mut P, seen: u64, budget: &Budget) -> Woke<P::Held> {
+    fn sleep<'a, P: Protocol<'a>>(
+        &mut self,
+        p: &mut P,
+        seen: u64,
+        budget: &Budget,
+    ) -> Woke<P::Held> {
         let until = budget.deadline.min(self.bound);
         let fired = self.wait_release(p, seen, until, budget);
         if let Some(Attempt::Held(h)) = fired {
@@ -459,7 +473,7 @@ impl Waiter {
     /// protocol's next attempt primed. The fired attempt's outcome; `None` when nothing was
     /// fired, or the fired call failed (the plain path then retries the same request, which
     /// answers as the first did).
-    fn wait_release<P: Protocol>(
+    fn wait_release<'a, P: Protocol<'a>>(
         &self,
         p: &mut P,
         seen: u64,
@@ -470,11 +484,11 @@ impl Waiter {
             self.reg.wait_release(seen, until);
             return None;
         };
-        let fired = wait_release_firing(p.core().shared(), &self.reg, primed, seen, until)?;
+        let fired = wait_release_firing(p.lock().0.shared(), &self.reg, primed, seen, until)?;
         match p.fired(fired, budget.limit) {
             Ok(attempt) => Some(attempt),
             Err(e) => {
-                log::debug!("a primed acquire of `{}` failed: {e}", p.name());
+                log::debug!("a primed acquire of `{}` failed: {e}", p.lock().1.name);
                 None
             }
         }
@@ -484,7 +498,7 @@ impl Waiter {
     /// holder's TTL bounding the sleep (a crashed holder publishes nothing; the lock type's
     /// longest sleep too), [`RECHECK`] at most without a confirmed subscription (see
     /// [`sleep_bound`]). `confirmed`: the subscription was confirmed before the attempt.
-    fn rest<P: Protocol>(&mut self, p: &P, ttl: Duration, confirmed: bool, seen: u64) {
+    fn rest<'a, P: Protocol<'a>>(&mut self, p: &P, ttl: Duration, confirmed: bool, seen: u64) {
         let until = Deadline::after(ttl.min(p.max_sleep()) + Duration::from_millis(1));
         self.bound = sleep_bound(until, confirmed && self.reg.confirmed());
         self.turn = Turn::WaitFrom(seen);
@@ -493,8 +507,12 @@ impl Waiter {
     /// A waiter's attempt, once its subscription is confirmed (a release before the
     /// SUBSCRIBE took effect would be missed) and no release of this client gives way to
     /// other processes' waiters. `Some` when the waiter leaves the queue.
-    fn try_once<P: Protocol>(&mut self, p: &mut P, budget: &Budget) -> Option<Exit<P::Held>> {
-        let shared = p.core().shared();
+    fn try_once<'a, P: Protocol<'a>>(
+        &mut self,
+        p: &mut P,
+        budget: &Budget,
+    ) -> Option<Exit<P::Held>> {
+        let shared = p.lock().0.shared();
         let confirmed = self
             .reg
             .wait_confirmed(shared.config.confirm_by(budget.deadline));

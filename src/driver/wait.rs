@@ -10,7 +10,7 @@ use crate::driver::time::Budget;
 use crate::error::{Error, Result};
 use crate::shared::{Core, Shared};
 use crate::subscriber::{OnRelease, Registration};
-use crate::topology::backend::Primed;
+use crate::topology::backend::{Backend, Primed};
 use crate::transport::conn::Deadline;
 
 /// A primed call the subscriber thread wrote when the release came: the call, when it was
@@ -19,6 +19,15 @@ pub(crate) struct Fired {
     pub(crate) primed: Primed,
     pub(crate) sent: Instant,
     pub(crate) wrote: Result<()>,
+}
+
+impl Fired {
+    /// The reply of the call that was written, read within `by`. A failed write is a failure
+    /// of the connection: the caller retries the same request on the plain path (a request
+    /// id makes the retry of a call that ran answer as that call did).
+    pub(crate) fn reply(self, backend: &Backend, by: Deadline) -> Result<redis::Value> {
+        backend.finish_script(self.primed, self.wrote, by)
+    }
 }
 
 /// A leader's primed call, shared with the shot the subscriber thread fires.

@@ -158,15 +158,40 @@ impl QueuePlace<'_> {
             .saturating_sub(self.client.shared().backend.drift(hold.lease));
         hold.deadline()?.checked_sub(keep)
     }
+
+    /// Stops keeping the place; whether there was one. No wait for a heartbeat on the wire:
+    /// once the place is left, a heartbeat finds it gone and extends nothing.
+    fn leave(&mut self) -> bool {
+        let Some(h) = self.hold.take() else {
+            return false;
+        };
+        self.client.shared().unwatch(&h, Duration::ZERO);
+        true
+    }
+
+    /// Keeps the place of acquisition `who` (owner, request) on the lock of `keys`, by the
+    /// renewal thread from `sent`, the send time of the call that made it (a place lost while
+    /// paused is made anew).
+    fn keep(&mut self, keys: &Arc<LockKeys>, who: (&str, &str), sent: Instant) {
+        if self.hold.as_ref().is_some_and(|h| h.is_held()) {
+            return;
+        }
+        self.remade |= self.leave();
+        let lease = (Kind::FairPlace, self.client.terms().lease);
+        self.hold = Some(watched_hold(
+            self.client.shared(),
+            keys,
+            who,
+            lease,
+            sent,
+            None,
+        ));
+    }
 }
 
 impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
-        if let Some(h) = self.hold.take() {
-            // No wait for a heartbeat on the wire: once the place is left, a heartbeat finds
-            // it gone and extends nothing.
-            self.client.shared().unwatch(&h, Duration::ZERO);
-        }
+        self.leave();
     }
 }
 
@@ -286,16 +311,9 @@ impl FairMutex {
     timed_forms! { guard: FairMutexGuard, call: acquire, fails: "lock() ended without the lock";
         /// Blocks until the lock is held by the calling thread, after every waiter that queued
         /// before it.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-        /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's key holds
-        /// something else; [`Error::InvalidConfig`] on a client over several masters.
+        fn lock, errors {
+        /// [`Error::ForeignKey`] when the lock's key holds something else;
+        /// [`Error::InvalidConfig`] on a client over several masters.
         ///
         /// # Examples
         ///
@@ -306,7 +324,7 @@ impl FairMutex {
         /// let _guard = lock.lock()?;
         /// # Ok(()) }
         /// ```
-        fn lock;
+        }
         /// Makes exactly one attempt, without joining the queue. `Ok(None)` when another owner
         /// holds the lock or a live waiter is queued for it (a fair mutex never barges).
         fn try_lock;
@@ -318,34 +336,6 @@ impl FairMutex {
         /// Waits until `deadline` at most for the lock, as
         /// [`try_lock_for`](FairMutex::try_lock_for).
         fn try_lock_until;
-    }
-
-    /// One acquire call (`live`: the calling thread's live hold, for a re-entry; `enqueue`:
-    /// join the queue when not granted).
-    fn attempt(
-        &self,
-        owner: &str,
-        request: &str,
-        live: Option<Live<'_>>,
-        enqueue: bool,
-        by: Deadline,
-    ) -> Result<AcquireReply> {
-        let call = fair_mutex::acquire(
-            &self.keys,
-            owner,
-            request,
-            self.client.terms().lease,
-            enqueue,
-            live,
-        );
-        let v = eval_twice(&self.client, &call, by)?;
-        calls::acquire_reply(&v, request, &self.keys, "fair acquire")
-    }
-
-    /// Leaves the queue (a waiter that gives up); the lock may have been granted to it before.
-    fn cancel(&self, owner: &str, request: &str, by: Deadline) -> Result<Value> {
-        let call = fair_mutex::cancel(&self.keys, owner, request);
-        eval_twice(&self.client, &call, by)
     }
 
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
@@ -368,14 +358,9 @@ impl FairMutex {
             acquisition,
             last: 0,
         };
-        let shared = self.client.shared();
-        let hold = match shared.adopt_as(
-            Kind::FairMutex,
-            &self.keys,
-            owner.to_owned(),
-            grant,
-            self.client.terms(),
-        ) {
+        let (shared, terms) = (self.client.shared(), self.client.terms());
+        let kind = Kind::FairMutex;
+        let hold = match shared.adopt_as(kind, &self.keys, owner.to_owned(), grant, terms) {
             Adopted::Held(hold) => hold,
             Adopted::Unusable => {
                 // Free the acquisition nobody may use (owner- and acquisition-checked), so
@@ -396,10 +381,11 @@ impl FairMutex {
     fn acquire(&self, deadline: Deadline) -> Result<Option<FairMutexGuard>> {
         let owner = self.client.shared().owner();
         let request = request_id();
+        // Grants to this waiter are published on a channel of its own.
+        let channel = format!("{}{owner}/{request}", self.keys.channel);
         let mut call = Acquire {
             mutex: self,
-            // Grants to this waiter are published on a channel of its own.
-            channel: format!("{}{owner}/{request}", self.keys.channel),
+            channel: &channel,
             owner,
             request,
             place: QueuePlace {
@@ -410,29 +396,6 @@ impl FairMutex {
         };
         driver::acquire(&mut call, Kind::FairMutex, deadline)
     }
-
-    /// A waiter's place on the server, kept by the renewal thread from `sent`, the send time
-    /// of the call that made it (a place lost while paused is made anew).
-    fn keep_place(&self, place: &mut QueuePlace<'_>, owner: &str, request: &str, sent: Instant) {
-        if place.hold.as_ref().is_some_and(|h| h.is_held()) {
-            return;
-        }
-        let shared = self.client.shared();
-        if let Some(h) = place.hold.take() {
-            shared.unwatch(&h, Duration::ZERO);
-            place.remade = true;
-        }
-        let place_lease = (Kind::FairPlace, self.client.terms().lease);
-        let who = (owner, request);
-        place.hold = Some(watched_hold(
-            shared,
-            &self.keys,
-            who,
-            place_lease,
-            sent,
-            None,
-        ));
-    }
 }
 
 /// One acquire call of a [`FairMutex`]: the first attempt without queueing (it succeeds when
@@ -442,29 +405,21 @@ struct Acquire<'a> {
     mutex: &'a FairMutex,
     owner: String,
     request: String,
-    channel: String,
+    channel: &'a str,
     place: QueuePlace<'a>,
 }
 
-impl Protocol for Acquire<'_> {
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = FairMutexGuard;
 
-    fn core(&self) -> &Core {
-        &self.mutex.client
-    }
-
-    fn name(&self) -> &str {
-        &self.mutex.keys.name
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.mutex.client, &self.mutex.keys)
     }
 
     /// The grant channel is subscribed, and confirmed (bounded), before this waiter joins
     /// the queue: no grant can be published before it listens.
-    fn channel(&self) -> &str {
-        &self.channel
-    }
-
-    fn lease(&self) -> Duration {
-        self.mutex.client.terms().lease
+    fn channel(&self) -> &'a str {
+        self.channel
     }
 
     /// The queue is on the server: the first attempt never waits in a local one.
@@ -473,11 +428,7 @@ impl Protocol for Acquire<'_> {
     }
 
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        if waiting {
-            self.queue(by)
-        } else {
-            self.first(by)
-        }
+        self.try_grant(waiting, by)
     }
 
     /// A grant message for this waiter, taken while its place is known valid.
@@ -490,7 +441,7 @@ impl Protocol for Acquire<'_> {
     fn woken(&mut self, reg: &Registration, by: Deadline) -> Option<FairMutexGuard> {
         let token = reg.take_message().and_then(|m| parse_token(&m))?;
         if self.place.remade {
-            return match self.queue(by) {
+            return match self.try_grant(true, by) {
                 Ok(Attempt::Held(guard)) => Some(guard),
                 Ok(Attempt::Busy { .. }) => None,
                 Err(e) => {
@@ -507,10 +458,9 @@ impl Protocol for Acquire<'_> {
     /// Leaves the queue; a grant that came in the meantime is kept.
     fn cancel(&mut self, by: Deadline) -> Result<Option<FairMutexGuard>> {
         let since = self.place.granted_since();
-        if let Some(h) = self.place.hold.take() {
-            self.mutex.client.shared().unwatch(&h, Duration::ZERO);
-        }
-        let v = self.mutex.cancel(&self.owner, &self.request, by)?;
+        self.place.leave();
+        let call = fair_mutex::cancel(&self.mutex.keys, &self.owner, &self.request);
+        let v = eval_twice(&self.mutex.client, &call, by)?;
         let reply = calls::acquire_reply(&v, &self.request, &self.mutex.keys, "fair cancel")?;
         Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
     }
@@ -538,50 +488,40 @@ impl Acquire<'_> {
         }
     }
 
-    /// The first attempt. A re-entry keeps the terms of the acquisition it enters (it never
-    /// shortens the lease on the server).
-    fn first(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+    /// One attempt: the first one without queueing, re-entering the thread's live hold (a
+    /// re-entry keeps the terms of the acquisition it enters: it never shortens the lease on
+    /// the server); a waiter's (`enqueue`) granted, or its place in the queue kept from the
+    /// call's send time.
+    fn try_grant(&mut self, enqueue: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
         let shared = self.mutex.client.shared();
-        let live = shared.live_hold(&self.mutex.keys);
+        let live = (!enqueue)
+            .then(|| shared.live_hold(&self.mutex.keys))
+            .flatten();
         let sent = Instant::now();
         let live_arg = live.as_ref().map(|h| Live {
             acquisition: &h.acquisition,
             extend: h.reentry_extension(sent),
         });
-        let reply = self
-            .mutex
-            .attempt(&self.owner, &self.request, live_arg, false, by)?;
-        match self.take_grant(reply, sent, by) {
-            Ok(guard) => Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
-            // Another owner holds the lock, or the server no longer has the live hold's
-            // acquisition: that hold is lost, and learns it now rather than at its next
-            // renewal (its guards then say so).
-            Err(other) => {
-                if let Some(h) = &live {
-                    shared.report_lost(h);
-                }
-                let ttl = match other {
-                    AcquireReply::Busy { ttl } => ttl,
-                    _ => Duration::ZERO,
-                };
-                Ok(Attempt::busy(ttl))
-            }
-        }
-    }
-
-    /// A waiter's attempt: granted, or its place in the queue kept from the call's send time.
-    fn queue(&mut self, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        let sent = Instant::now();
-        let reply = self
-            .mutex
-            .attempt(&self.owner, &self.request, None, true, by)?;
+        let (mutex, request) = (self.mutex, &self.request);
+        let lease = mutex.client.terms().lease;
+        let call = fair_mutex::acquire(&mutex.keys, &self.owner, request, lease, enqueue, live_arg);
+        let v = eval_twice(&mutex.client, &call, by)?;
+        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
         let ttl = match self.take_grant(reply, sent, by) {
             Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
             Err(AcquireReply::Busy { ttl }) => ttl,
             Err(_) => Duration::ZERO,
         };
-        let (owner, request) = (&self.owner, &self.request);
-        self.mutex.keep_place(&mut self.place, owner, request, sent);
+        // Another owner holds the lock, or the server no longer has the live hold's
+        // acquisition: that hold is lost, and learns it now rather than at its next renewal
+        // (its guards then say so).
+        if let Some(h) = &live {
+            shared.report_lost(h);
+        }
+        if enqueue {
+            let who = (self.owner.as_str(), self.request.as_str());
+            self.place.keep(&self.mutex.keys, who, sent);
+        }
         Ok(Attempt::busy(ttl))
     }
 }

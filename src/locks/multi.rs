@@ -48,7 +48,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::calls::eval_twice;
+use crate::driver::calls::{eval_twice, twice};
 use crate::driver::detached::{Detached, Guard, Parts};
 use crate::driver::lease::{ThreadBound, leave_level, released};
 use crate::driver::time::Budget;
@@ -59,9 +59,9 @@ use crate::kind::Kind;
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::multi::{self, Leaving, Member, MultiReply};
 use crate::protocol::scripts::{self, Holder, Level, Live};
+use crate::shared::Core;
 use crate::shared::grant::{Adopted, Grant, request_id};
 use crate::shared::hold::Hold;
-use crate::shared::{Core, Shared};
 use crate::stats::Held;
 use crate::topology::backend::Primed;
 use crate::transport::conn::Deadline;
@@ -153,14 +153,6 @@ pub struct MultiMutex {
     parts: Arc<[Vec<Arc<LockKeys>>]>,
 }
 
-/// What one attempt at a part came to.
-enum Taken {
-    /// Every lock of the part is held: one hold per lock, in the part's order.
-    Held(Vec<Arc<Hold>>),
-    /// Lock `index` of the part is held by another owner, for `ttl` more at most.
-    Busy { index: usize, ttl: Duration },
-}
-
 impl MultiMutex {
     /// A set of the names: duplicates collapse; at least one name, each as for
     /// [`Client::mutex`](crate::Client::mutex).
@@ -214,16 +206,11 @@ impl MultiMutex {
         /// Blocks until the calling thread holds every name of the set.
         ///
         /// While another owner holds one of the names, this waits (holding none of the set on
-        /// one server). While Redis cannot be reached it retries with backoff and returns the
-        /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
-        /// the first attempt that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// one server).
+        fn lock, errors {
         /// [`Error::ForeignKey`] when a name's key holds something else;
         /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
-        fn lock;
+        }
         /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
         /// holds one of the names; the call then holds none of them.
         fn try_lock;
@@ -269,7 +256,7 @@ impl MultiMutex {
                 other => {
                     if !holds.is_empty() {
                         let by = Deadline::after(shared.config.one_call());
-                        if let Err(e) = release_holds(shared, &holds, by) {
+                        if let Err(e) = release_holds(&self.client, &holds, by) {
                             log::debug!("giving back part of a set of locks: {e}");
                         }
                     }
@@ -287,14 +274,26 @@ impl MultiMutex {
             _thread: std::marker::PhantomData,
         }))
     }
+}
 
+/// One acquire call of a part of a set (its locks in one slot): it waits as a `Mutex` waiter
+/// of the lock that blocked it last does.
+struct Part<'a> {
+    set: &'a MultiMutex,
+    part: &'a [Arc<LockKeys>],
+    owner: &'a str,
+    request: String,
+    /// The lock that blocked the part last.
+    blocked: usize,
+}
+
+impl<'a> Part<'a> {
     /// The part's members: their keys and owners, and `live` holds (a re-entry).
-    fn members<'a>(
-        part: &'a [Arc<LockKeys>],
-        owner: &'a str,
-        live: &'a [Option<Arc<Hold>>],
-        sent: Instant,
-    ) -> Vec<Member<'a>> {
+    fn members<'m>(&self, live: &'m [Option<Arc<Hold>>], sent: Instant) -> Vec<Member<'m>>
+    where
+        'a: 'm,
+    {
+        let (part, owner) = (self.part, self.owner);
         part.iter()
             .zip(live)
             .map(|(keys, h)| Member {
@@ -310,25 +309,6 @@ impl MultiMutex {
             .collect()
     }
 
-    /// One set acquire round trip for the part (retried once on a new connection when the
-    /// connection failed, with the same request id), within `by` and one call's bound.
-    fn attempt(
-        &self,
-        part: &[Arc<LockKeys>],
-        owner: &str,
-        request: &str,
-        by: Deadline,
-    ) -> Result<Taken> {
-        let shared = self.client.shared();
-        let terms = shared.config.terms();
-        let sent = Instant::now();
-        let live: Vec<Option<Arc<Hold>>> = part.iter().map(|k| shared.live_hold(k)).collect();
-        let members = Self::members(part, owner, &live, sent);
-        let call = multi::acquire(&members, terms.lease, request);
-        let v = eval_twice(&self.client, &call, by)?;
-        self.settle(part, &members, &live, &v, sent, by)
-    }
-
     /// Frees acquisition `acquisition` of `owner` of the lock `keys`, which no hold of this
     /// thread may use (see [`Adopted::Unusable`]), within `by`.
     fn free_unusable(&self, keys: &LockKeys, owner: &str, acquisition: &str, by: Deadline) {
@@ -339,24 +319,25 @@ impl MultiMutex {
             publish: false,
         }];
         let call = multi::release(&leaving, &request_id(), false);
-        if let Err(e) = eval_twice(&self.client, &call, by) {
+        if let Err(e) = eval_twice(&self.set.client, &call, by) {
             log::debug!("freeing an unusable grant of `{}`: {e}", keys.name);
         }
     }
 
     /// What a set acquire's reply `v` means, for the part's `members` (with the caller's
-    /// `live` holds; the call was written at `sent`): the holds, or where it is blocked. A
-    /// grant that cannot be used is given back within `by`.
+    /// `live` holds; the call was written at `sent`): the holds, or the lock that blocks the
+    /// part (its waiter then waits for that lock). A grant that cannot be used is given back
+    /// within `by`.
     fn settle(
-        &self,
-        part: &[Arc<LockKeys>],
+        &mut self,
         members: &[Member<'_>],
         live: &[Option<Arc<Hold>>],
         v: &redis::Value,
         sent: Instant,
         by: Deadline,
-    ) -> Result<Taken> {
-        let shared = self.client.shared();
+    ) -> Result<Attempt<Vec<Arc<Hold>>>> {
+        let (set, part) = (self.set, self.part);
+        let shared = set.client.shared();
         let terms = shared.config.terms();
         let reply = multi::parse_acquire(v, part.len())
             .ok_or_else(|| scripts::unexpected("multi_acquire", v))?;
@@ -366,7 +347,8 @@ impl MultiMutex {
                 if let Some(h) = &live[index] {
                     shared.report_lost(h);
                 }
-                return Ok(Taken::Busy { index, ttl });
+                self.blocked = index;
+                return Ok(Attempt::busy(ttl));
             }
             MultiReply::Foreign { index } => {
                 return Err(Error::ForeignKey {
@@ -392,64 +374,32 @@ impl MultiMutex {
             }
         }
         if unusable.is_empty() && holds.iter().all(|h| h.is_held()) {
-            return Ok(Taken::Held(holds));
+            return Ok(Attempt::Held(holds));
         }
         // Part of the grant cannot be used (an acquisition this thread counts as lost, or a
         // reply so late that a lease may have run out): give back every level this attempt
         // took, and try again at once.
-        if let Err(e) = release_holds(shared, &holds, by) {
+        if let Err(e) = release_holds(&set.client, &holds, by) {
             log::debug!("giving back a late set acquisition: {e}");
         }
         for (i, acquisition) in unusable {
             self.free_unusable(&part[i], members[i].owner, &acquisition, by);
         }
-        Ok(Taken::Busy {
-            index: 0,
-            ttl: Duration::ZERO,
-        })
+        self.blocked = 0;
+        Ok(Attempt::busy(Duration::ZERO))
     }
 }
 
-/// One acquire call of a part of a set (its locks in one slot): it waits as a `Mutex` waiter
-/// of the lock that blocked it last does.
-struct Part<'a> {
-    set: &'a MultiMutex,
-    part: &'a [Arc<LockKeys>],
-    owner: &'a str,
-    request: String,
-    /// The lock that blocked the part last.
-    blocked: usize,
-}
-
-impl Part<'_> {
-    fn taken(&mut self, taken: Taken) -> Attempt<Vec<Arc<Hold>>> {
-        match taken {
-            Taken::Held(h) => Attempt::Held(h),
-            Taken::Busy { index, ttl } => {
-                self.blocked = index;
-                Attempt::busy(ttl)
-            }
-        }
-    }
-}
-
-impl Protocol for Part<'_> {
+impl<'a> Protocol<'a> for Part<'a> {
     type Held = Vec<Arc<Hold>>;
 
-    fn core(&self) -> &Core {
-        &self.set.client
+    /// The part is called by its first lock's name.
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.set.client, &self.part[0])
     }
 
-    fn name(&self) -> &str {
-        &self.part[0].name
-    }
-
-    fn channel(&self) -> &str {
+    fn channel(&self) -> &'a str {
         &self.part[self.blocked].channel
-    }
-
-    fn lease(&self) -> Duration {
-        self.set.client.shared().config.lease
     }
 
     /// Threads of this client that queue for one of the names go first, unless this thread
@@ -463,9 +413,17 @@ impl Protocol for Part<'_> {
         queued && !self.part.iter().any(|k| shared.holds_locally(k))
     }
 
+    /// One set acquire round trip for the part (retried once on a new connection when the
+    /// connection failed, with the same request id), within `by` and one call's bound.
     fn attempt(&mut self, _waiting: bool, by: Deadline) -> Result<Attempt<Vec<Arc<Hold>>>> {
-        let taken = self.set.attempt(self.part, self.owner, &self.request, by)?;
-        Ok(self.taken(taken))
+        let set = self.set;
+        let shared = set.client.shared();
+        let sent = Instant::now();
+        let live: Vec<Option<Arc<Hold>>> = self.part.iter().map(|k| shared.live_hold(k)).collect();
+        let members = self.members(&live, sent);
+        let call = multi::acquire(&members, shared.config.lease, &self.request);
+        let v = eval_twice(&set.client, &call, by)?;
+        self.settle(&members, &live, &v, sent, by)
     }
 
     /// Only on a single plain master, for a thread without a live hold of any of the part's
@@ -476,29 +434,24 @@ impl Protocol for Part<'_> {
             return None;
         }
         let live = vec![None; self.part.len()];
-        let members = MultiMutex::members(self.part, self.owner, &live, Instant::now());
+        let members = self.members(&live, Instant::now());
         let call = multi::acquire(&members, shared.config.lease, &self.request);
         shared.backend.prime_script(&call)
     }
 
     fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<Vec<Arc<Hold>>>> {
-        let Fired {
-            primed,
-            sent,
-            wrote,
-        } = fired;
-        let shared = self.set.client.shared();
-        let v = shared.backend.finish_script(primed, wrote, by)?;
+        let sent = fired.sent;
+        let v = fired.reply(&self.set.client.shared().backend, by)?;
         let live = vec![None; self.part.len()];
-        let members = MultiMutex::members(self.part, self.owner, &live, sent);
-        let taken = self.set.settle(self.part, &members, &live, &v, sent, by)?;
-        Ok(self.taken(taken))
+        let members = self.members(&live, sent);
+        self.settle(&members, &live, &v, sent, by)
     }
 }
 
 /// Releases one level of each hold within `by`: renewal stops first for an outermost level,
 /// then one script per slot. Returns the first error; every lock is released all the same.
-fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Result<()> {
+fn release_holds(core: &Core, holds: &[Arc<Hold>], by: Deadline) -> Result<()> {
+    let shared = core.shared();
     let mut first: Option<Error> = None;
     let levels: Vec<(Arc<Hold>, Level, bool)> = holds
         .iter()
@@ -515,7 +468,7 @@ fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Res
                 .iter()
                 .take_while(|(h, ..)| !shared.backend.spreads_slots() || h.keys.slot == slot)
                 .count();
-        if let Err(e) = release_part(shared, &levels[start..end], by) {
+        if let Err(e) = release_part(core, &levels[start..end], by) {
             first.get_or_insert(e);
         }
         start = end;
@@ -525,11 +478,8 @@ fn release_holds(shared: &Arc<Shared>, holds: &[Arc<Hold>], by: Deadline) -> Res
 
 /// Releases one level of each lock of one slot in one script call (retried once on a new
 /// connection, with the same request id).
-fn release_part(
-    shared: &Arc<Shared>,
-    levels: &[(Arc<Hold>, Level, bool)],
-    by: Deadline,
-) -> Result<()> {
+fn release_part(core: &Core, levels: &[(Arc<Hold>, Level, bool)], by: Deadline) -> Result<()> {
+    let shared = core.shared();
     let leaving: Vec<Leaving<'_>> = levels
         .iter()
         .map(|(h, level, _)| Leaving {
@@ -542,18 +492,14 @@ fn release_part(
         })
         .collect();
     let request = request_id();
-    let call = multi::release(&leaving, &request, false);
-    let by = by.min(Deadline::after(shared.config.one_call()));
     // The first attempt may have released before its reply was lost, or never ran (Redis
     // restarted empty): the retry asks the script to tell them apart by each lock's release
     // marker, and what it cannot tell is a loss.
-    let reply = match shared.backend.eval_single(&call, by) {
-        Err(e) if e.is_retriable() && !by.passed() => {
-            let again = multi::release(&leaving, &request, true);
-            shared.backend.eval_single(&again, by)
-        }
-        other => other,
-    };
+    let mut retry = false;
+    let reply = twice(core, by, |by| {
+        let call = multi::release(&leaving, &request, std::mem::replace(&mut retry, true));
+        shared.backend.eval_single(&call, by)
+    });
     let v = match reply {
         Ok(v) => v,
         // Redis could not be asked, but every lease was known lost already: that is the news.
@@ -741,13 +687,16 @@ impl Parts for HeldSet {
     }
 
     fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+}
+
+impl HeldSet {
+    /// Releases one level of every name, once, within the bound of a release.
+    fn release(&mut self) -> Result<()> {
         self.released = true;
-        let shared = self.client.shared();
-        release_holds(
-            shared,
-            &self.holds,
-            Deadline::after(shared.config.one_call()),
-        )
+        let by = Deadline::after(self.client.shared().config.one_call());
+        release_holds(&self.client, &self.holds, by)
     }
 }
 
@@ -756,9 +705,7 @@ impl Drop for HeldSet {
         if self.released {
             return;
         }
-        let shared = self.client.shared();
-        let by = Deadline::after(shared.config.one_call());
-        if let Err(e) = release_holds(shared, &self.holds, by) {
+        if let Err(e) = self.release() {
             let names: Vec<&str> = self.holds.iter().map(|h| h.keys.name.as_str()).collect();
             log::warn!("releasing the set {names:?} on drop failed: {e}");
         }

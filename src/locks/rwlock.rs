@@ -245,31 +245,18 @@ impl RwLock {
         let Some((v, removed)) = forced else {
             return Ok(false);
         };
-        // The writer first (its value starts the list); the rest are readers.
-        let (writer, readers): (Vec<String>, Vec<String>) = match &v {
-            Value::Array(items)
-                if items
-                    .first()
-                    .and_then(scripts::text)
-                    .is_some_and(|w| !w.is_empty()) =>
-            {
-                (removed[..1].to_vec(), removed[1..].to_vec())
-            }
-            _ => (Vec::new(), removed),
-        };
+        // The writer first (its value starts the list, when there was one); the rest are
+        // readers.
+        let wrote = matches!(&v, Value::Array(items)
+            if items.first().and_then(scripts::text).is_some_and(|w| !w.is_empty()));
+        let (writer, readers) = removed.split_at(usize::from(wrote).min(removed.len()));
+        let lock = (module_path!(), "read-write lock", self.name());
         for (role, removed, shape) in [
             ("writer", writer, Shape::Writer),
             ("reader", readers, Shape::Reader),
         ] {
             if !removed.is_empty() {
-                calls::log_forced(
-                    module_path!(),
-                    "read-write lock",
-                    self.name(),
-                    role,
-                    &removed,
-                    shape,
-                );
+                calls::log_forced(lock, role, removed, shape);
             }
         }
         Ok(true)
@@ -277,17 +264,10 @@ impl RwLock {
 
     timed_forms! { guard: RwLockReadGuard, call: read_until, fails: "read() ended without the lock";
         /// Blocks until the calling thread holds a read lock.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-        /// timeout) or answers with an error; [`Error::ForeignKey`] when the lock's keys hold
-        /// something else; [`Error::InvalidConfig`] on a client over several masters.
-        fn read;
+        fn read, errors {
+        /// [`Error::ForeignKey`] when the lock's keys hold something else;
+        /// [`Error::InvalidConfig`] on a client over several masters.
+        }
         /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
         /// with writer preference, waits for it).
         fn try_read;
@@ -299,16 +279,11 @@ impl RwLock {
 
     timed_forms! { guard: RwLockWriteGuard, call: write_until, fails: "write() ended without the lock";
         /// Blocks until the calling thread holds the write lock.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::InvalidConfig`] when the calling thread holds a read lock but not the write
-        /// lock (it would wait for itself); otherwise as [`read`](RwLock::read).
-        fn write;
+        fn write, errors {
+        /// [`Error::ForeignKey`] when the lock's keys hold something else;
+        /// [`Error::InvalidConfig`] on a client over several masters, and when the calling
+        /// thread holds a read lock but not the write lock (it would wait for itself).
+        }
         /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
         /// lock (a writer, or readers).
         fn try_write;
@@ -354,71 +329,6 @@ impl RwLock {
         }
     }
 
-    /// One read (`read`) or write attempt as acquisition `request` of `owner` within `by`;
-    /// `register`: as a waiter, which the server counts (writers defer new readers).
-    fn attempt(
-        &self,
-        read: bool,
-        owner: &str,
-        request: &str,
-        register: bool,
-        by: Deadline,
-    ) -> Result<Attempt<Arc<Hold>>> {
-        let sent = Instant::now();
-        let lease = self.client.terms().lease;
-        let keys = &self.write_keys;
-        let call = if read {
-            rw_lock::read(keys, owner, request, lease, self.prefer_writers, register)
-        } else {
-            rw_lock::write(keys, owner, request, lease, register)
-        };
-        let v = eval_twice(&self.client, &call, by)?;
-        match calls::acquire_reply(&v, request, &self.write_keys, "rw acquire")? {
-            // One server entry per acquisition (re-entry is counted here), named by the server
-            // after this call's request id.
-            AcquireReply::Held {
-                token, acquisition, ..
-            } if acquisition == request => self.adopt(read, owner, request, token, sent, by),
-            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
-            _ => Err(scripts::unexpected("rw acquire", &v)),
-        }
-    }
-
-    /// The hold of a grant of `token` to acquisition `request` of `owner`, asked for at
-    /// `sent`; a grant whose reply came so late that the lease may have run out is given
-    /// back within `by`.
-    fn adopt(
-        &self,
-        read: bool,
-        owner: &str,
-        request: &str,
-        token: u64,
-        sent: Instant,
-        by: Deadline,
-    ) -> Result<Attempt<Arc<Hold>>> {
-        let (keys, kind) = (self.keys(read), if read { Kind::Read } else { Kind::Write });
-        let grant = Grant {
-            // A read grant has no fencing token (its fast reply is 1).
-            token: if read { 0 } else { token },
-            count: 1,
-            sent,
-            acquisition: request,
-            last: 0,
-        };
-        let shared = self.client.shared();
-        let Adopted::Held(hold) =
-            shared.adopt_as(kind, keys, owner.to_owned(), grant, self.client.terms())
-        else {
-            // Cannot happen for a new acquisition (count 1, a request id no hold has);
-            // answered as not held, and the entry runs out by its lease.
-            return Ok(Attempt::busy(Duration::ZERO));
-        };
-        Ok(match unless_late(self, hold, "grant", by) {
-            Some(hold) => Attempt::Held(hold),
-            None => Attempt::busy(Duration::ZERO),
-        })
-    }
-
     /// A read call by `deadline`, through the driver (see `driver/mod.rs`).
     fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
         let mut call = Acquire::new(self, true);
@@ -453,24 +363,17 @@ impl<'a> Acquire<'a> {
     }
 }
 
-impl Protocol for Acquire<'_> {
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = Arc<Hold>;
 
-    fn core(&self) -> &Core {
-        &self.lock.client
-    }
-
-    fn name(&self) -> &str {
-        self.lock.name()
+    /// The lock's writers' keys (its name).
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.lock.client, &self.lock.write_keys)
     }
 
     /// Readers wait on the readers' channel, writers on the writers'.
-    fn channel(&self) -> &str {
-        if self.read {
-            &self.lock.read_keys.channel
-        } else {
-            &self.lock.write_keys.channel
-        }
+    fn channel(&self) -> &'a str {
+        &self.lock.keys(self.read).channel
     }
 
     /// Every waiting reader of this client wakes on each message: they may all proceed. One
@@ -483,23 +386,14 @@ impl Protocol for Acquire<'_> {
         }
     }
 
-    fn lease(&self) -> Duration {
-        self.lock.client.terms().lease
-    }
-
     /// A re-entry of the thread's live hold. A thread that holds a read lock but not the
     /// write lock cannot write: it would wait for itself.
     fn enter(&mut self, budget: &Budget) -> Result<Option<Arc<Hold>>> {
         if let Some(h) = self.lock.reenter(self.read, budget)? {
             return Ok(Some(h));
         }
-        if !self.read
-            && self
-                .lock
-                .client
-                .shared()
-                .holds_locally(&self.lock.read_keys)
-        {
+        let shared = self.lock.client.shared();
+        if !self.read && shared.holds_locally(&self.lock.read_keys) {
             return Err(Error::config(
                 "write",
                 "the calling thread holds a read lock of this RwLock; release it before writing",
@@ -510,19 +404,58 @@ impl Protocol for Acquire<'_> {
 
     /// A reader tries at once whoever waits: readers do not exclude one another.
     fn defers(&self) -> bool {
-        !self.read
-            && self
-                .lock
-                .client
-                .shared()
-                .subscriber
-                .has_waiters(self.channel())
+        let shared = self.lock.client.shared();
+        !self.read && shared.subscriber.has_waiters(self.channel())
     }
 
-    /// A waiter's attempt registers it as a waiter on the server.
+    /// One read or write attempt; a waiter's registers it as a waiter on the server, which
+    /// counts it (writers defer new readers). A grant whose reply came so late that the lease
+    /// may have run out is given back within `by`.
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Arc<Hold>>> {
-        self.lock
-            .attempt(self.read, &self.owner, &self.request, waiting, by)
+        let (lock, read, owner, request) = (self.lock, self.read, &self.owner, &self.request);
+        let sent = Instant::now();
+        let (terms, keys) = (lock.client.terms(), &lock.write_keys);
+        let (lease, prefer_writers) = (terms.lease, lock.prefer_writers);
+        let call = if read {
+            rw_lock::read(keys, owner, request, lease, prefer_writers, waiting)
+        } else {
+            rw_lock::write(keys, owner, request, lease, waiting)
+        };
+        let v = eval_twice(&lock.client, &call, by)?;
+        let token = match calls::acquire_reply(&v, request, keys, "rw acquire")? {
+            // One server entry per acquisition (re-entry is counted here), named by the server
+            // after this call's request id.
+            AcquireReply::Held {
+                token, acquisition, ..
+            } if acquisition == *request => token,
+            AcquireReply::Busy { ttl } => return Ok(Attempt::busy(ttl)),
+            _ => return Err(scripts::unexpected("rw acquire", &v)),
+        };
+        // A read grant has no fencing token (its fast reply is 1).
+        let (kind, token) = if read {
+            (Kind::Read, 0)
+        } else {
+            (Kind::Write, token)
+        };
+        let grant = Grant {
+            token,
+            count: 1,
+            sent,
+            acquisition: request,
+            last: 0,
+        };
+        let shared = lock.client.shared();
+        let Adopted::Held(hold) =
+            shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms)
+        else {
+            // Cannot happen for a new acquisition (count 1, a request id no hold has);
+            // answered as not held, and the entry runs out by its lease.
+            return Ok(Attempt::busy(Duration::ZERO));
+        };
+        Ok(match unless_late(lock, hold, "grant", by) {
+            Some(hold) => Attempt::Held(hold),
+            None => Attempt::busy(Duration::ZERO),
+        })
     }
 
     /// A renewal interval: a waiter's registration on the server must be refreshed.

@@ -240,17 +240,10 @@ impl Semaphore {
 
     timed_forms! { guard: SemaphorePermit, call: acquire_one, fails: "acquire() ended without a permit";
         /// Blocks until one permit is held.
-        ///
-        /// While Redis cannot be reached, it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-        /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached (after retrying for the client's retry
-        /// timeout) or answers with an error; [`Error::ForeignKey`] when the semaphore's keys
-        /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
-        fn acquire;
+        fn acquire, errors {
+        /// [`Error::ForeignKey`] when the semaphore's keys hold something else;
+        /// [`Error::InvalidConfig`] on a client over several masters.
+        }
         /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
         fn try_acquire;
         /// Waits at most `timeout` for one permit. `Ok(None)` when none came free in time. A zero
@@ -274,46 +267,6 @@ impl Semaphore {
         timeout: Duration,
     ) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(n, Deadline::after(timeout))
-    }
-
-    fn lease(&self) -> Duration {
-        self.client.shared().config.lease
-    }
-
-    /// One acquire call for `n` permits as acquisition `request` of `owner` (`waits`: the
-    /// caller waits for a release when not granted).
-    fn attempt(
-        &self,
-        owner: &str,
-        request: &str,
-        n: u32,
-        waits: bool,
-        by: Deadline,
-    ) -> Result<Attempt<SemaphorePermit>> {
-        let shared = self.client.shared();
-        let lease = self.lease();
-        let sent = Instant::now();
-        let call = semaphore::acquire(&self.keys, owner, request, n, self.permits, lease, waits);
-        let v = eval_twice(&self.client, &call, by)?;
-        match calls::acquire_reply(&v, request, &self.keys, "semaphore acquire")? {
-            AcquireReply::Held { .. } => {
-                let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
-                let who = (owner, request);
-                let hold =
-                    watched_hold(shared, &self.keys, who, (Kind::Permits, lease), sent, until);
-                // A reply so late that the lease may have run out: the permits go back.
-                Ok(match unless_late(self, hold, "permit", by) {
-                    Some(hold) => Attempt::Held(SemaphorePermit {
-                        lease: Lease::new(self, hold, "a permit of"),
-                        n,
-                    }),
-                    None => Attempt::busy(Duration::ZERO),
-                })
-            }
-            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
-            // A foreign key is an error of `acquire_reply` already.
-            AcquireReply::Foreign => Err(scripts::unexpected("semaphore acquire", &v)),
-        }
     }
 
     /// An acquire call for one permit by `deadline`.
@@ -348,28 +301,41 @@ struct Acquire<'a> {
     n: u32,
 }
 
-impl Protocol for Acquire<'_> {
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = SemaphorePermit;
 
-    fn core(&self) -> &Core {
-        &self.sem.client
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.sem.client, &self.sem.keys)
     }
 
-    fn name(&self) -> &str {
-        self.sem.name()
-    }
-
-    fn channel(&self) -> &str {
-        &self.sem.keys.channel
-    }
-
-    fn lease(&self) -> Duration {
-        self.sem.lease()
-    }
-
+    /// One acquire call for the permits (`waiting`: the caller waits for a release when not
+    /// granted, and flags the semaphore for it).
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<SemaphorePermit>> {
-        self.sem
-            .attempt(&self.owner, &self.request, self.n, waiting, by)
+        let (sem, owner, request, n) = (self.sem, &self.owner, &self.request, self.n);
+        let shared = sem.client.shared();
+        let lease = shared.config.lease;
+        let sent = Instant::now();
+        let call = semaphore::acquire(&sem.keys, owner, request, n, sem.permits, lease, waiting);
+        let v = eval_twice(&sem.client, &call, by)?;
+        match calls::acquire_reply(&v, request, &sem.keys, "semaphore acquire")? {
+            AcquireReply::Held { .. } => {
+                let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
+                let who = (owner.as_str(), request.as_str());
+                let hold =
+                    watched_hold(shared, &sem.keys, who, (Kind::Permits, lease), sent, until);
+                // A reply so late that the lease may have run out: the permits go back.
+                Ok(match unless_late(sem, hold, "permit", by) {
+                    Some(hold) => Attempt::Held(SemaphorePermit {
+                        lease: Lease::new(sem, hold, "a permit of"),
+                        n,
+                    }),
+                    None => Attempt::busy(Duration::ZERO),
+                })
+            }
+            AcquireReply::Busy { ttl } => Ok(Attempt::busy(ttl)),
+            // A foreign key is an error of `acquire_reply` already.
+            AcquireReply::Foreign => Err(scripts::unexpected("semaphore acquire", &v)),
+        }
     }
 
     /// The next waiter tries at once: more permits may be free.
@@ -449,11 +415,11 @@ impl Guard for SemaphorePermit {
 
 impl Parts for SemaphorePermit {
     fn is_held(&self) -> bool {
-        self.lease.is_held()
+        self.lease.hold().is_held()
     }
 
     fn check(&self) -> Result<()> {
-        self.lease.check()
+        self.lease.hold().check()
     }
 
     fn unlock(self) -> Result<()> {

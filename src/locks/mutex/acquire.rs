@@ -97,16 +97,9 @@ pub(crate) fn prime(backend: &Backend, a: &AcquireCall<'_>) -> Option<Primed> {
     backend.prime_script(&mutex::acquire(a.keys, &a.script(false)))
 }
 
-/// The outcome of the primed acquire `a` that was written (`wrote`), within `by`. A failed
-/// write is a failure of the connection: the caller retries the same request on the plain
-/// path (a request id makes the retry of a call that ran answer as that call did).
-pub(crate) fn finish(
-    backend: &Backend,
-    p: Primed,
-    wrote: Result<()>,
-    a: &AcquireCall<'_>,
-) -> Result<Acquired> {
-    let v = backend.finish_script(p, wrote, a.by)?;
+/// The outcome of the primed acquire `a` that was written, from its reply `v` (see
+/// [`Fired::reply`](crate::driver::wait::Fired::reply)).
+pub(crate) fn finish(v: Value, a: &AcquireCall<'_>) -> Result<Acquired> {
     single_acquired(a.keys, acquire_reply(v, &a.script(false))?)
 }
 

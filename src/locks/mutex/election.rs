@@ -1,7 +1,7 @@
 //! [`Election`]: one instance leads, everyone can see which. The leadership is a [`Mutex`] on
-//! the election's own keys (`P{T}:elect`), taken through the waiting driver by one more
-//! protocol ([`Campaign`]): every candidate of a client waits on the election's channel, and
-//! every grant is flagged, so that a resignation publishes there for the observers as for the
+//! the election's own keys (`P{T}:elect`), of [`Kind::Election`], taken through the waiting
+//! driver as a campaign (see `Acquire` in `mutex/mod.rs`): every candidate of a client waits
+//! on the election's channel, and every grant is flagged, so that a resignation publishes there for the observers as for the
 //! candidates. What only an election does (announce a leader, proclaim its value, read both)
 //! is `scripts/election.lua`.
 //!
@@ -14,22 +14,18 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::Mutex;
 use super::guard::MutexGuard;
-use super::{Acquire, Mutex};
 use crate::driver::detached::Detached;
 use crate::driver::time::Budget;
-use crate::driver::wait::Fired;
-use crate::driver::{self, Attempt, Protocol, Queue, Watch, timed_forms};
+use crate::driver::{self, Watch, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::protocol::election::{self, ElectionOp};
 use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::scripts;
 use crate::shared::Core;
-use crate::shared::grant::request_id;
 use crate::shared::holder::Holder;
-use crate::subscriber::Registration;
-use crate::topology::backend::Primed;
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 
@@ -137,18 +133,12 @@ impl Election {
         /// Blocks until the calling process leads: its [`Leadership`], renewed while it lives.
         ///
         /// While another candidate leads, this waits, woken when the leadership ends (a
-        /// resignation publishes; a dead leader's lease runs out). While Redis cannot be reached
-        /// it retries with backoff and returns the error within
-        /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first
-        /// attempt that failed, as [`Mutex::lock`].
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// resignation publishes; a dead leader's lease runs out).
+        fn campaign, errors {
         /// [`Error::ForeignKey`] when the election's key holds something else;
         /// [`Error::LeaseLost`] when the leadership was lost before it could be announced (the
         /// call then leads nothing).
-        fn campaign;
+        }
         /// Makes exactly one attempt. `Ok(None)` when another candidate leads.
         fn try_campaign;
         /// Waits at most `timeout` to lead. `Ok(None)` when another candidate led throughout.
@@ -161,13 +151,7 @@ impl Election {
     /// A campaign by `deadline`, through the driver; then the announcement that wakes the
     /// observers.
     fn campaign_by(&self, deadline: Deadline) -> Result<Option<Leadership>> {
-        let shared = self.mutex.client.shared();
-        let mut campaign = Campaign(Acquire {
-            mutex: &self.mutex,
-            owner: shared.owner(),
-            request: request_id(),
-        });
-        let Some(guard) = driver::acquire(&mut campaign, Kind::Election, deadline)? else {
+        let Some(guard) = self.mutex.acquire(deadline)? else {
             return Ok(None);
         };
         let term = guard.fencing_token();
@@ -282,58 +266,6 @@ impl Election {
     }
 }
 
-/// The campaign of one candidate: the [`Mutex`] protocol on the election's keys, with every
-/// candidate of a client woken by each message of the election (announcements and
-/// proclamations come there too), and every attempt flagged, so that the leadership's release
-/// publishes for the observers as for the candidates.
-struct Campaign<'a>(Acquire<'a>);
-
-impl Protocol for Campaign<'_> {
-    type Held = MutexGuard;
-
-    fn core(&self) -> &Core {
-        self.0.core()
-    }
-
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn channel(&self) -> &str {
-        self.0.channel()
-    }
-
-    fn lease(&self) -> Duration {
-        self.0.lease()
-    }
-
-    fn queue(&self) -> Queue {
-        Queue::Together
-    }
-
-    fn defers(&self) -> bool {
-        false
-    }
-
-    fn attempt(&mut self, _waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        self.0.attempt(true, by)
-    }
-
-    /// As a `Mutex` waiter's (a waiter's attempt is flagged): the candidate first in the
-    /// client's queue has its next attempt written the moment the leadership ends.
-    fn prime(&mut self, by: Deadline) -> Option<Primed> {
-        self.0.prime(by)
-    }
-
-    fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        self.0.fired(fired, by)
-    }
-
-    fn leave(&self, reg: Registration, _seen: u64) {
-        drop(reg);
-    }
-}
-
 /// The leadership of an [`Election`]: the calling process leads while it lives. `Send +
 /// Sync`: a scheduler's threads may share it, and it may move to the thread that does the
 /// leader's work. Dropping it resigns (a failure then logged at `warn`).
@@ -395,7 +327,7 @@ impl Leadership {
     /// How much longer the leadership is known valid: the time until the local deadline,
     /// which each successful renewal moves forward (zero once lost).
     pub fn validity(&self) -> Duration {
-        self.held.parts().validity()
+        self.held.parts().hold().validity()
     }
 
     /// Sets the value observers see with this leader (an address, a version), and wakes

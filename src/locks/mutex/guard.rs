@@ -176,11 +176,6 @@ impl MutexGuard {
         }
         self.lease.expire_after(left)
     }
-
-    /// [`unlock`](MutexGuard::unlock) within `by`.
-    pub(crate) fn unlock_by(self, by: Deadline) -> Result<()> {
-        self.lease.unlock_by(by)
-    }
 }
 
 /// Releases one level of `hold` within `by`: stops renewal first (for the outermost level),

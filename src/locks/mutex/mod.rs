@@ -1,13 +1,14 @@
 //! [`Mutex`]: a named distributed lock, and its protocol under the waiting driver (an
-//! attempt, the primed attempt, and a lock handed over by a thread of this client).
+//! attempt, the primed attempt, and a lock handed over by a thread of this client), which is
+//! also an election's campaign.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver::calls::twice;
-use crate::driver::lease::Release;
+use crate::driver::lease::{Release, unless_late};
 use crate::driver::wait::Fired;
-use crate::driver::{self, Attempt, Protocol, timed_forms};
+use crate::driver::{self, Attempt, Protocol, Queue, timed_forms};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::protocol::keys::LockKeys;
@@ -19,7 +20,7 @@ use crate::shared::config::{MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
-use crate::subscriber::Passed;
+use crate::subscriber::{Passed, Registration};
 use crate::topology::backend::Primed;
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
@@ -32,15 +33,6 @@ pub(crate) mod election;
 pub(crate) mod guard;
 pub(crate) mod handoff;
 pub(crate) mod release;
-
-/// How the lease of a lock is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lease {
-    /// The client's lease, renewed by the renewal thread while the guard lives.
-    Watchdog,
-    /// A fixed lease, never renewed: the lock frees itself when it runs out.
-    Fixed(Duration),
-}
 
 /// A distributed, reentrant lock on a name, shared by every process that uses the same Redis
 /// and key prefix.
@@ -106,7 +98,9 @@ enum Lease {
 pub struct Mutex {
     client: Core,
     keys: Arc<LockKeys>,
-    lease: Lease,
+    /// A fixed lease, never renewed (the lock frees itself when it runs out); `None`: the
+    /// client's lease, renewed by the renewal thread while the guard lives.
+    fixed_lease: Option<Duration>,
     /// Overrides the client's maximum hold time.
     max_hold: Option<Duration>,
     /// What its holds are: a mutex's, or an election's leadership (see `election.rs`).
@@ -118,7 +112,7 @@ impl Mutex {
         Mutex {
             client,
             keys,
-            lease: Lease::Watchdog,
+            fixed_lease: None,
             max_hold: None,
             kind: Kind::Mutex,
         }
@@ -164,7 +158,7 @@ impl Mutex {
             return Err(Error::config("lease", "must be at most 365 days"));
         }
         Ok(Mutex {
-            lease: Lease::Fixed(lease),
+            fixed_lease: Some(lease),
             ..self.clone()
         })
     }
@@ -338,14 +332,8 @@ impl Mutex {
     timed_forms! { guard: MutexGuard, call: acquire, fails: "lock() ended without the lock";
         /// Blocks until the lock is held by the calling thread.
         ///
-        /// While another owner holds the lock, this waits. While Redis cannot be reached (refused,
-        /// reset, or no answer within the timeouts), it retries with backoff and returns the
-        /// error within `max(retry_timeout, connect_timeout + command_timeout)` of the start of
-        /// the first attempt that failed (see [`retry_timeout`](crate::ClientBuilder::retry_timeout)).
-        ///
-        /// # Errors
-        ///
-        /// [`Error::Redis`] when Redis cannot be reached or answers with an error;
+        /// While another owner holds the lock, this waits.
+        fn lock, errors {
         /// [`Error::ForeignKey`] when the lock's key holds something else.
         ///
         /// # Examples
@@ -358,7 +346,7 @@ impl Mutex {
         /// // held until `_guard` goes out of scope
         /// # Ok(()) }
         /// ```
-        fn lock;
+        }
         /// Makes exactly one attempt. `Ok(None)` when another owner holds the lock.
         fn try_lock;
         /// Waits at most `timeout` for the lock. `Ok(None)` when another owner held it
@@ -373,47 +361,11 @@ impl Mutex {
 
     fn terms(&self) -> Terms {
         let config = &self.client.shared().config;
-        let (lease, watchdog) = match self.lease {
-            Lease::Watchdog => (config.lease, true),
-            Lease::Fixed(d) => (d, false),
-        };
         Terms {
-            lease,
-            watchdog,
+            lease: self.fixed_lease.unwrap_or(config.lease),
+            watchdog: self.fixed_lease.is_none(),
             max_hold: self.max_hold.or(config.max_hold),
         }
-    }
-
-    /// One acquire script round trip for `owner`, within `by`.
-    ///
-    /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
-    /// hold's acquisition, whatever this handle's terms: it never shortens the key's lease,
-    /// extends a renewed hold's lease to at least its own length, and leaves a fixed lease
-    /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
-    /// hold lost at once (its guards then say so); it gets a new acquisition with this
-    /// handle's terms, or `Busy` when another owner holds the lock.
-    fn attempt_once(
-        &self,
-        owner: &str,
-        request: &str,
-        waited: bool,
-        by: Deadline,
-    ) -> Result<Attempt<MutexGuard>> {
-        let shared = self.client.shared();
-        let sent = Instant::now();
-        // Levels of this owner on the server without a live local guard are orphans (a release
-        // whose reply was lost); the script replaces them instead of counting on top of them.
-        let live = shared.live_hold(&self.keys);
-        // A re-entry speaks for the owner on the server: after a local hand-off that is the
-        // thread that took the lock through Redis, not this one.
-        let owner = live.as_ref().map_or(owner, |h| h.owner.as_str());
-        let reentry = live.as_ref().map(|h| Live {
-            acquisition: &h.acquisition,
-            extend: h.reentry_extension(sent),
-        });
-        let call = self.acquire_call(owner, request, reentry, waited, sent, by);
-        let reply = acquire::acquire(&shared.backend, &call)?;
-        self.settle(reply, owner, sent, live.as_ref(), by)
     }
 
     /// This handle's acquire call for `owner`: its lease, and the tokens a new acquisition
@@ -428,12 +380,8 @@ impl Mutex {
         sent: Instant,
         by: Deadline,
     ) -> AcquireCall<'a> {
-        let block = self
-            .client
-            .shared()
-            .config
-            .handoff
-            .map_or(0, |h| h.max_count);
+        let config = &self.client.shared().config;
+        let block = config.handoff.map_or(0, |h| h.max_count);
         AcquireCall {
             keys: &self.keys,
             script: mutex::Acquire {
@@ -493,16 +441,14 @@ impl Mutex {
             self.free_unusable(&acquisition, token, by);
             return Ok(Attempt::busy(Duration::ZERO));
         };
-        let guard = MutexGuard::new(self, hold);
-        if guard.is_held() {
-            return Ok(Attempt::Held(guard));
-        }
         // The reply came so late that the lease may already have run out: never hand out a
-        // guard whose validity has passed. Give the level back and try again.
-        if let Err(e) = guard.unlock_by(by) {
-            log::debug!("releasing a late acquisition of `{}`: {e}", self.keys.name);
-        }
-        Ok(Attempt::busy(Duration::ZERO))
+        // guard whose validity has passed. The level goes back (counted as held and released,
+        // as a guard given back at once), and the next attempt tries again.
+        let Some(hold) = unless_late(self, hold, "acquisition", by) else {
+            drop(shared.stats.held(self.kind, &self.keys.name));
+            return Ok(Attempt::busy(Duration::ZERO));
+        };
+        Ok(Attempt::Held(MutexGuard::new(self, hold)))
     }
 
     /// Frees an acquisition that no hold of this thread may use (see [`Adopted::Unusable`]),
@@ -535,25 +481,38 @@ impl Mutex {
 
 /// One acquire call of a [`Mutex`]: its owner and request id, the same in every attempt (the
 /// script recognises a retry of an acquire whose reply was lost).
+///
+/// An election's campaign (a mutex of [`Kind::Election`], see `election.rs`) is the same call
+/// with every candidate of a client woken by each message of the election (announcements and
+/// proclamations come there too), and every attempt flagged, so that the leadership's release
+/// publishes for the observers as for the candidates.
 struct Acquire<'a> {
     mutex: &'a Mutex,
     owner: String,
     request: String,
 }
 
-impl Protocol for Acquire<'_> {
+impl Acquire<'_> {
+    /// Whether this call is an election's campaign.
+    fn campaign(&self) -> bool {
+        self.mutex.kind == Kind::Election
+    }
+}
+
+impl<'a> Protocol<'a> for Acquire<'a> {
     type Held = MutexGuard;
 
-    fn core(&self) -> &Core {
-        &self.mutex.client
+    fn lock(&self) -> (&'a Core, &'a LockKeys) {
+        (&self.mutex.client, &self.mutex.keys)
     }
 
-    fn name(&self) -> &str {
-        &self.mutex.keys.name
-    }
-
-    fn channel(&self) -> &str {
-        &self.mutex.keys.channel
+    /// Every candidate of a campaign wakes on each message of the election.
+    fn queue(&self) -> Queue {
+        if self.campaign() {
+            Queue::Together
+        } else {
+            Queue::Line
+        }
     }
 
     fn lease(&self) -> Duration {
@@ -561,22 +520,51 @@ impl Protocol for Acquire<'_> {
     }
 
     /// Threads of this client that queue for the lock go first, unless this thread
-    /// re-enters: waiting behind threads that wait for its own lock would never end.
+    /// re-enters: waiting behind threads that wait for its own lock would never end. A
+    /// candidate tries at once.
     fn defers(&self) -> bool {
         let shared = self.mutex.client.shared();
-        shared.subscriber.has_waiters(&self.mutex.keys.channel)
+        !self.campaign()
+            && shared.subscriber.has_waiters(&self.mutex.keys.channel)
             && !shared.holds_locally(&self.mutex.keys)
     }
 
-    /// A waiter's attempt flags the grant, so that its release publishes for whoever else
-    /// waits (a leader of another client that gives way sleeps until it).
+    /// One acquire script round trip. A waiter's attempt (and every attempt of a campaign)
+    /// flags the grant, so that its release publishes for whoever else waits (a leader of
+    /// another client that gives way sleeps until it).
+    ///
+    /// A re-entry (the thread holds the lock through a live guard) keeps the terms of the
+    /// hold's acquisition, whatever this handle's terms: it never shortens the key's lease,
+    /// extends a renewed hold's lease to at least its own length, and leaves a fixed lease
+    /// as it is. A re-entry that finds the hold's acquisition gone from the server marks the
+    /// hold lost at once (its guards then say so); it gets a new acquisition with this
+    /// handle's terms, or `Busy` when another owner holds the lock.
+    ///
     /// Retried at once on a new connection when the first try failed at the connection level
     /// (same request id: the script recognises a retry of an acquire whose reply was lost, so
     /// a re-entry is never counted twice); both within one connect plus one command timeout.
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        let (mutex, owner, request) = (self.mutex, &self.owner, &self.request);
+        let waited = waiting || self.campaign();
+        let (mutex, request) = (self.mutex, &self.request);
+        let shared = mutex.client.shared();
         twice(&mutex.client, by, |by| {
-            mutex.attempt_once(owner, request, waiting, by)
+            let sent = Instant::now();
+            // Levels of this owner on the server without a live local guard are orphans (a
+            // release whose reply was lost); the script replaces them instead of counting on
+            // top of them.
+            let live = shared.live_hold(&mutex.keys);
+            // A re-entry speaks for the owner on the server: after a local hand-off that is
+            // the thread that took the lock through Redis, not this one.
+            let owner = live
+                .as_ref()
+                .map_or(self.owner.as_str(), |h| h.owner.as_str());
+            let reentry = live.as_ref().map(|h| Live {
+                acquisition: &h.acquisition,
+                extend: h.reentry_extension(sent),
+            });
+            let call = mutex.acquire_call(owner, request, reentry, waited, sent, by);
+            let reply = acquire::acquire(&shared.backend, &call)?;
+            mutex.settle(reply, owner, sent, live.as_ref(), by)
         })
     }
 
@@ -594,17 +582,10 @@ impl Protocol for Acquire<'_> {
     }
 
     fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
-        let Fired {
-            primed,
-            sent,
-            wrote,
-        } = fired;
-        let shared = self.mutex.client.shared();
-        let call = self
-            .mutex
-            .acquire_call(&self.owner, &self.request, None, true, sent, by);
-        let reply = acquire::finish(&shared.backend, primed, wrote, &call)?;
-        self.mutex.settle(reply, &self.owner, sent, None, by)
+        let (mutex, sent) = (self.mutex, fired.sent);
+        let call = mutex.acquire_call(&self.owner, &self.request, None, true, sent, by);
+        let v = fired.reply(&mutex.client.shared().backend, by)?;
+        mutex.settle(acquire::finish(v, &call)?, &self.owner, sent, None, by)
     }
 
     /// A lock handed over by a thread of this client (see `handoff.rs`). Taking it does no
@@ -613,6 +594,15 @@ impl Protocol for Acquire<'_> {
         let shared = self.mutex.client.shared();
         let hold = handoff::receive(shared, passed, self.mutex.terms(), by)?;
         Some(MutexGuard::new(self.mutex, hold))
+    }
+
+    /// A candidate leaves as every candidate woke: the next one needs no turn.
+    fn leave(&self, reg: Registration, seen: u64) {
+        if self.campaign() {
+            drop(reg);
+        } else {
+            drop(reg.leave_acquired_quietly(seen));
+        }
     }
 }
 
