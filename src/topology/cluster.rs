@@ -53,7 +53,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -62,18 +62,16 @@ use redis::{ConnectionAddr, ConnectionInfo, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::protocol::keys::{self, SLOTS};
-use crate::protocol::scripts::Call;
 use crate::subscriber::ShardMap;
 use crate::transport::conn::{Deadline, Pool, Timeouts};
 use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
 
-mod renew;
 mod slots;
 
-use super::send::{Flavor, Part, Round, one};
-use slots::redirect;
-use slots::{Range, call_slot, parse_shards, parse_slots};
+use super::send::{Flavor, Node, Part, Round, one};
+pub(crate) use slots::call_slot;
+use slots::{Range, parse_shards, parse_slots, redirect};
 
 /// The least time between two reads of the slot map prompted by failures.
 pub(crate) const REFRESH_GAP: Duration = Duration::from_millis(50);
@@ -93,22 +91,10 @@ const MAX_REDIRECTS: usize = 16;
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
-/// One node (a master, as far as the map knows) and its pool.
-#[derive(Debug)]
-pub(crate) struct ClusterNode {
-    /// `host:port`, for messages and as the node's identity.
-    pub(crate) name: String,
-    /// How to reach it (with the seeds' credentials and TLS).
-    pub(crate) info: ConnectionInfo,
-    pub(crate) pool: Pool,
-    /// Its last map read failed: it is asked after every other node.
-    demoted: AtomicBool,
-}
-
 /// The slot map: each slot's master, as last read or learnt from a `MOVED`.
 #[derive(Debug)]
 struct SlotMap {
-    owner: Vec<Option<Arc<ClusterNode>>>,
+    owner: Vec<Option<Arc<Node>>>,
 }
 
 /// Called when a slot's master changed (the pub/sub thread resubscribes).
@@ -120,14 +106,11 @@ pub(crate) struct Cluster {
     timeouts: Timeouts,
     tls: Option<Arc<Tls>>,
     map: RwLock<SlotMap>,
-    nodes: Mutex<HashMap<String, Arc<ClusterNode>>>,
+    nodes: Mutex<HashMap<String, Arc<Node>>>,
     /// Counts changes of the map.
     epoch: AtomicU64,
     last_refresh: Mutex<Option<Instant>>,
     on_change: Mutex<Option<OnChange>>,
-    /// Whether the Mutex acquire and release go as `FCALL` of the sharded function library
-    /// (every master loaded and ran it at `start`).
-    functions: AtomicBool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -139,10 +122,8 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// What one try of a command on one node came to.
-enum Tried {
-    /// A reply (maybe a server error other than a redirection).
-    Done(Value),
+/// What one try of a command on one node came to, when its reply is not final.
+pub(crate) enum Tried {
     /// `MOVED`/`ASK` to this node.
     Moved(u16, String, u16),
     Ask(String, u16),
@@ -150,26 +131,26 @@ enum Tried {
     Again(Fault),
 }
 
-fn classify(v: Value) -> Tried {
-    let Value::ServerError(e) = &v else {
-        return Tried::Done(v);
+/// What the reply `v` of one try says: `None` when it is final (maybe a server error other
+/// than a redirection).
+pub(crate) fn classify(v: &Value) -> Option<Tried> {
+    let Value::ServerError(e) = v else {
+        return None;
     };
     match e.kind() {
-        Some(ServerErrorKind::Moved) => match redirect(e.details()) {
-            Some((slot, host, port)) => Tried::Moved(slot, host, port),
-            None => Tried::Done(v),
-        },
-        Some(ServerErrorKind::Ask) => match redirect(e.details()) {
-            Some((_, host, port)) => Tried::Ask(host, port),
-            None => Tried::Done(v),
-        },
+        Some(ServerErrorKind::Moved) => {
+            redirect(e.details()).map(|(slot, host, port)| Tried::Moved(slot, host, port))
+        }
+        Some(ServerErrorKind::Ask) => {
+            redirect(e.details()).map(|(_, host, port)| Tried::Ask(host, port))
+        }
         Some(
             ServerErrorKind::TryAgain
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly,
-        ) => Tried::Again(Fault::Redis(e.clone().into())),
-        _ => Tried::Done(v),
+        ) => Some(Tried::Again(Fault::Redis(e.clone().into()))),
+        _ => None,
     }
 }
 
@@ -197,7 +178,6 @@ impl Cluster {
             epoch: AtomicU64::new(0),
             last_refresh: Mutex::new(None),
             on_change: Mutex::new(None),
-            functions: AtomicBool::new(false),
         })
     }
 
@@ -216,7 +196,7 @@ impl Cluster {
     }
 
     /// The node at `host:port` (its pool made on first use).
-    pub(crate) fn node(&self, host: &str, port: u16) -> Result<Arc<ClusterNode>> {
+    pub(crate) fn node(&self, host: &str, port: u16) -> Result<Arc<Node>> {
         let name = format!("{host}:{port}");
         if let Some(n) = self.nodes.lock().get(&name) {
             return Ok(Arc::clone(n));
@@ -233,17 +213,12 @@ impl Cluster {
             _ => addr = ConnectionAddr::Tcp(host.to_owned(), port),
         }
         let info = self.seeds[0].clone().set_addr(addr);
-        let pool = Pool::new(info.clone(), self.timeouts, self.tls.as_ref())?;
-        let node = Arc::new(ClusterNode {
-            name: name.clone(),
-            info,
-            pool,
-            demoted: AtomicBool::new(false),
-        });
+        let pool = Pool::new(info, self.timeouts, self.tls.as_ref())?;
+        let node = Arc::new(Node::new(name.clone(), pool));
         Ok(Arc::clone(self.nodes.lock().entry(name).or_insert(node)))
     }
 
-    fn seed_node(&self, i: usize) -> Result<Arc<ClusterNode>> {
+    fn seed_node(&self, i: usize) -> Result<Arc<Node>> {
         match self.seeds[i].addr() {
             ConnectionAddr::Tcp(h, p)
             | ConnectionAddr::TcpTls {
@@ -256,14 +231,14 @@ impl Cluster {
     }
 
     /// The master of `slot`, as the map knows it.
-    pub(crate) fn owner(&self, slot: u16) -> Option<Arc<ClusterNode>> {
+    pub(crate) fn owner(&self, slot: u16) -> Option<Arc<Node>> {
         self.map.read().owner[usize::from(slot % SLOTS)].clone()
     }
 
     /// The distinct masters of the map.
-    pub(crate) fn masters(&self) -> Vec<Arc<ClusterNode>> {
+    pub(crate) fn masters(&self) -> Vec<Arc<Node>> {
         let map = self.map.read();
-        let mut out: Vec<Arc<ClusterNode>> = Vec::new();
+        let mut out: Vec<Arc<Node>> = Vec::new();
         for n in map.owner.iter().flatten() {
             if !out.iter().any(|m| Arc::ptr_eq(m, n)) {
                 out.push(Arc::clone(n));
@@ -273,7 +248,7 @@ impl Cluster {
     }
 
     /// Records `node` as the master of the slots `start..=end`; whether anything changed.
-    fn assign(&self, ranges: &[(u16, u16, Arc<ClusterNode>)]) -> bool {
+    fn assign(&self, ranges: &[(u16, u16, Arc<Node>)]) -> bool {
         let mut changed = false;
         {
             let mut map = self.map.write();
@@ -306,43 +281,29 @@ impl Cluster {
     }
 
     /// Asks `node` for the slot map, within `by` and the per-node bound.
-    fn read_map(&self, node: &ClusterNode, by: Deadline) -> Result<Vec<Range>, Fault> {
-        let by = by.min(Deadline::after(per_node(self.timeouts)));
-        let mut con = match node.pool.idle() {
-            Some(c) => c,
-            None => node.pool.connect(by)?,
+    fn read_map(&self, node: &Node, by: Deadline) -> Result<Vec<Range>, Fault> {
+        let round = Round {
+            flavor: Flavor::Sharded,
+            command: self.timeouts.command,
+            reply: self.timeouts.command,
+            step: None,
+            by: by.min(Deadline::after(per_node(self.timeouts))),
+            fresh: false,
+            pause: None,
         };
-        let t = self.timeouts.command;
-        let shards = redis::cmd("CLUSTER").arg("SHARDS").get_packed_command();
-        con.send(&shards, t, by)?;
-        let v = con.recv(t, by)?;
-        let ranges = match &v {
-            Value::ServerError(_) => {
-                // An older server: CLUSTER SLOTS.
-                let slots = redis::cmd("CLUSTER").arg("SLOTS").get_packed_command();
-                con.send(&slots, t, by)?;
-                let v = con.recv(t, by)?;
-                if let Value::ServerError(e) = v {
-                    return Err(Fault::Redis(e.into()));
-                }
-                parse_slots(&v)
-            }
-            v => parse_shards(v, self.uses_tls()),
+        let ask = |what: &str| {
+            let packed = redis::cmd("CLUSTER").arg(what).get_packed_command();
+            let reply = round.run(vec![Part::new(0, node, &packed, 1)]).pop();
+            let reply = reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
+            reply.and_then(|mut v| one(v.pop()))
         };
-        node.pool.put(con);
-        // A node that never met another (a one-master cluster) does not know its own IP and
-        // says "" (or "?"): that means the address it was asked at.
         let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
-        let ranges = ranges.map(|rs| {
-            rs.into_iter()
-                .map(|mut r| {
-                    if r.host.is_empty() || r.host == "?" {
-                        asked.clone_into(&mut r.host);
-                    }
-                    r
-                })
-                .collect::<Vec<_>>()
-        });
+        let ranges = match ask("SHARDS") {
+            Ok(v) => parse_shards(&v, self.uses_tls(), asked),
+            // An older server: CLUSTER SLOTS.
+            Err(Fault::Redis(_)) => parse_slots(&ask("SLOTS")?, asked),
+            Err(e) => return Err(e),
+        };
         ranges.filter(|r| !r.is_empty()).ok_or_else(|| {
             Fault::from(redis::RedisError::from(std::io::Error::other(format!(
                 "{} gave no usable slot map (is it a cluster node?)",
@@ -413,51 +374,13 @@ impl Cluster {
         Err(last_err.unwrap_or(Fault::timeout("no cluster node answered")))
     }
 
-    /// How the cluster sends: with the sharded scripts, within `by` and the command timeout;
-    /// a `READONLY` reply is left to the routing, a broken connection drops the node's pool.
-    fn sender(&self, step: Option<Duration>, by: Deadline) -> Round<impl Fn(usize, &Pool, &Fault)> {
-        Round {
-            flavor: Flavor::Sharded,
-            command: self.timeouts.command,
-            reply: self.timeouts.command,
-            step,
-            by,
-            fresh: false,
-            readonly_fails: false,
-            failed: |_, pool: &Pool, e: &Fault| {
-                if e.is_broken() {
-                    pool.clear();
-                }
-            },
-        }
-    }
-
-    /// Sends `packed` (one command) to `node`, preceded by `ASKING` when `asking`, and reads
-    /// its reply (see [`Round`]: the scripts are loaded and the command resent after
-    /// `NOSCRIPT`). Within `by`.
-    fn try_on(
-        &self,
-        node: &ClusterNode,
-        packed: &[u8],
-        asking: bool,
-        by: Deadline,
-    ) -> Result<Value, Fault> {
-        let mut out = Vec::with_capacity(packed.len() + 20);
-        if asking {
-            redis::cmd("ASKING").write_packed_command(&mut out);
-        }
-        out.extend_from_slice(packed);
-        let part = Part::new(0, &node.pool, &out, 1 + usize::from(asking));
-        let reply = self.sender(None, by).run(vec![part]).pop();
-        reply
-            .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
-            .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")))
-    }
-
-    /// Runs one command on the master of `slot`, following redirections and retrying after
-    /// transient cluster errors, within `by` (and at most [`MAX_REDIRECTS`] tries).
-    pub(crate) fn run(&self, slot: u16, packed: &[u8], by: Deadline) -> Result<Value, Fault> {
-        let mut ask: Option<Arc<ClusterNode>> = None;
+    /// Runs one command, `packed`, on the master of `slot`, sent as `round` sends (see
+    /// [`Round`]: the scripts are loaded and the command resent after `NOSCRIPT`), following
+    /// redirections and retrying after transient cluster errors, within the round's bound
+    /// (and at most [`MAX_REDIRECTS`] tries). The reply, maybe a server error.
+    pub(crate) fn run(&self, slot: u16, packed: &[u8], round: &Round) -> Result<Value, Fault> {
+        let by = round.by;
+        let mut ask: Option<Arc<Node>> = None;
         let mut backoff = BACKOFF_MIN;
         let mut last: Option<Fault> = None;
         for _ in 0..MAX_REDIRECTS {
@@ -482,13 +405,24 @@ impl Cluster {
                     }
                 },
             };
-            let tried = match self.try_on(&node, packed, asking, by) {
-                Ok(v) => classify(v),
+            let mut out = Vec::with_capacity(packed.len() + 20);
+            if asking {
+                redis::cmd("ASKING").write_packed_command(&mut out);
+            }
+            out.extend_from_slice(packed);
+            let part = Part::new(0, &node, &out, 1 + usize::from(asking));
+            let reply = (round.run(vec![part]).pop())
+                .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
+                .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
+            let tried = match reply {
+                Ok(v) => match classify(&v) {
+                    Some(t) => t,
+                    None => return Ok(v),
+                },
                 Err(e) if e.is_broken() => Tried::Again(e),
                 Err(e) => return Err(e),
             };
             match tried {
-                Tried::Done(v) => return Ok(v),
                 Tried::Moved(s, host, port) => {
                     let n = self.node(&host, port)?;
                     log::debug!("slot {s} moved to {}", n.name);
@@ -515,59 +449,6 @@ impl Cluster {
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     }
 
-    /// Runs the plain command `cmd` on the master of its key's slot, within `by`.
-    pub(crate) fn command(&self, cmd: &redis::Cmd, by: Deadline) -> Result<Value, Fault> {
-        self.run(call_slot(cmd), &cmd.get_packed_command(), by)
-    }
-
-    /// Runs a script call on its slot's master (the sharded script), within `by`.
-    pub(crate) fn call(&self, call: &Call, by: Deadline) -> Result<Value, Fault> {
-        self.run(call_slot(&call.cmd), &self.packed(call), by)
-    }
-
-    /// Reads the map and checks that every master answers `PING` and has the scripts
-    /// loaded, and the function library (the Mutex acquire and release go as `FCALL` when every
-    /// master loaded and ran it; see [`Round::start`]), within `by`. Fails when no node gives
-    /// a map, or a master does not answer.
-    pub(crate) fn start(&self, by: Deadline) -> Result<()> {
-        self.refresh(by, true)?;
-        let masters = self.masters();
-        let pools: Vec<(usize, &Pool)> = masters.iter().map(|n| &n.pool).enumerate().collect();
-        let name = |i: usize| masters[i].name.clone();
-        let (answers, functions) = self.sender(None, by).start(&pools, name);
-        for (_, r) in answers {
-            r?;
-        }
-        self.functions.store(functions, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// `call` packed as this cluster sends it: the sharded script or function.
-    fn packed(&self, call: &Call) -> Vec<u8> {
-        Flavor::Sharded.pack(call, self.functions.load(Ordering::Relaxed))
-    }
-
-    /// Runs `cmd` on every master, all within one connect and one command timeout.
-    pub(crate) fn each_master(&self, cmd: &redis::Cmd) -> Vec<(String, Result<Value, Fault>)> {
-        let by = Deadline::after(self.timeouts.connect.saturating_add(self.timeouts.command));
-        self.masters()
-            .into_iter()
-            .map(|n| (n.name.clone(), self.on(&n, cmd, by)))
-            .collect()
-    }
-
-    /// Runs `cmd` on `node` (one of [`masters`](Self::masters)), within `by`; a server error
-    /// as `Err`.
-    pub(crate) fn on(
-        &self,
-        node: &ClusterNode,
-        cmd: &redis::Cmd,
-        by: Deadline,
-    ) -> Result<Value, Fault> {
-        self.try_on(node, &cmd.get_packed_command(), false, by)
-            .and_then(|v| one(Some(v)))
-    }
-
     /// Drops every idle connection.
     pub(crate) fn clear(&self) {
         for n in self.nodes.lock().values() {
@@ -587,7 +468,7 @@ impl ShardMap for Cluster {
 
     fn owner_of(&self, channel: &str) -> Option<(String, ConnectionInfo)> {
         self.owner(keys::slot(channel))
-            .map(|n| (n.name.clone(), n.info.clone()))
+            .map(|n| (n.name.clone(), n.pool.info().clone()))
     }
 
     fn learn_moved(&self, details: Option<&str>) {

@@ -13,8 +13,10 @@
 //! `spublish` (under its own SHA1, and in its own function library).
 
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redis::{ServerErrorKind, Value};
 
 use crate::error::Error;
@@ -124,20 +126,63 @@ impl Flavor {
     }
 }
 
-/// One master's part of a round: its index (as the topology counts its masters), its pool,
-/// the commands packed, and how many replies they ask for.
+/// One Redis master, as every topology has it: its name, its pool, and what its last failure
+/// says. The independent masters are fixed; a cluster makes one per node its map names.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// The master's URL without its password (a cluster node's `host:port`), for messages.
+    pub(crate) name: String,
+    pub(crate) pool: Pool,
+    /// Skipped until then, after a failure of its connection (a quorum's master).
+    down_until: Mutex<Option<Instant>>,
+    /// Its last read of a cluster's slot map failed: it is asked after every other node.
+    pub(crate) demoted: AtomicBool,
+}
+
+impl Node {
+    pub(crate) fn new(name: String, pool: Pool) -> Self {
+        Node {
+            name,
+            pool,
+            down_until: Mutex::new(None),
+            demoted: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes a failure: a broken connection (or a master demoted by a failover) drops every
+    /// pooled connection (after a restart or a `CLIENT KILL` they are all dead, and a retry
+    /// should open a new one) and a Sentinel's cached address, and with `pause` skips the
+    /// master for that long. Out of time before any I/O, the server did nothing wrong.
+    fn failed(&self, e: &Fault, pause: Option<Duration>) {
+        if !(e.is_broken() || e.is_readonly()) {
+            return;
+        }
+        self.pool.forget_master();
+        if let Some(pause) = pause {
+            *self.down_until.lock() = Instant::now().checked_add(pause);
+            log::debug!("master {} failed: {e}", self.name);
+        }
+    }
+
+    fn is_down(&self) -> bool {
+        self.down_until.lock().is_some_and(|t| Instant::now() < t)
+    }
+}
+
+/// One master's part of a round: its index (as the caller counts them), the master, the
+/// commands packed, and how many replies they ask for.
 pub(crate) struct Part<'a> {
     pub(crate) to: usize,
-    pub(crate) pool: &'a Pool,
+    pub(crate) node: &'a Node,
     pub(crate) packed: &'a [u8],
     pub(crate) replies: usize,
 }
 
 impl<'a> Part<'a> {
-    pub(crate) fn new(to: usize, pool: &'a Pool, packed: &'a [u8], replies: usize) -> Self {
+    pub(crate) fn new(to: usize, node: &'a Node, packed: &'a [u8], replies: usize) -> Self {
         Part {
             to,
-            pool,
+            node,
             packed,
             replies,
         }
@@ -145,7 +190,10 @@ impl<'a> Part<'a> {
 }
 
 /// How one round is sent: the topology's scripts, the bounds, and what a failure does.
-pub(crate) struct Round<F> {
+pub(crate) struct Round {
+    /// The scripts as the masters run them. On a cluster (the sharded flavor) a `READONLY`
+    /// reply is followed as a redirection is; elsewhere it fails the whole reply as a failure
+    /// of the connection.
     pub(crate) flavor: Flavor,
     /// The bound on each write, and on each step of loading the scripts (the command
     /// timeout).
@@ -156,23 +204,24 @@ pub(crate) struct Round<F> {
     /// gets another `step`), and all by `by`. `None`: by `by` alone.
     pub(crate) step: Option<Duration>,
     pub(crate) by: Deadline,
-    /// A retry: on new connections only.
+    /// A retry: on new connections only, and to masters skipped after a failure too.
     pub(crate) fresh: bool,
-    /// Whether a `READONLY` reply fails the whole reply as a failure of the connection (the
-    /// independent masters; a cluster follows it as it follows a redirection).
-    pub(crate) readonly_fails: bool,
-    /// Told of each failure of a master (its index, its pool, the fault), after which the
-    /// connection is dropped.
-    pub(crate) failed: F,
+    /// How long a master whose connection failed is skipped (a quorum's masters); `None`:
+    /// never skipped.
+    pub(crate) pause: Option<Duration>,
 }
 
-impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
+impl Round {
     /// `by`, and `step` from now.
     fn within(&self) -> Deadline {
         match self.step {
             Some(s) => self.by.min(Deadline::after(s)),
             None => self.by,
         }
+    }
+
+    pub(crate) fn failed(&self, p: &Part<'_>, e: &Fault) {
+        p.node.failed(e, self.pause);
     }
 
     /// Sends every part at once and collects each master's replies. Masters with an idle
@@ -184,16 +233,20 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
         let mut out = Vec::with_capacity(parts.len());
         let mut new = Vec::new();
         for p in parts {
-            match p.pool.idle().filter(|_| !self.fresh) {
+            if self.pause.is_some() && !self.fresh && p.node.is_down() {
+                out.push((p.to, Err(Fault::MarkedDown)));
+                continue;
+            }
+            match p.node.pool.idle().filter(|_| !self.fresh) {
                 Some(con) => self.send(p, con, &mut sent, &mut out),
                 None => new.push(p),
             }
         }
         for p in new {
-            match p.pool.connect(self.by) {
+            match p.node.pool.connect(self.by) {
                 Ok(con) => self.send(p, con, &mut sent, &mut out),
                 Err(e) => {
-                    (self.failed)(p.to, p.pool, &e);
+                    self.failed(&p, &e);
                     out.push((p.to, Err(e)));
                 }
             }
@@ -218,9 +271,9 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
             Err(e) => {
                 if matches!(e, Fault::RanOut { .. }) {
                     // Nothing was written: the connection is as good as before.
-                    p.pool.put(con);
+                    p.node.pool.put(con);
                 } else {
-                    (self.failed)(p.to, p.pool, &e);
+                    self.failed(&p, &e);
                 }
                 out.push((p.to, Err(e)));
             }
@@ -256,14 +309,14 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
         // A master demoted to a replica (a failover) answers writes with `READONLY`: the
         // whole reply is a failure of the connection, retried where the master is now.
         let result = result.and_then(|values| match values.iter().position(is_readonly) {
-            Some(k) if self.readonly_fails => Err(one(values.into_iter().nth(k))
+            Some(k) if self.flavor == Flavor::Plain => Err(one(values.into_iter().nth(k))
                 .err()
                 .unwrap_or(Fault::timeout("no reply"))),
             _ => Ok(values),
         });
         match &result {
-            Err(e) => (self.failed)(p.to, p.pool, e),
-            Ok(_) if con.is_open() => p.pool.put(con),
+            Err(e) => self.failed(p, e),
+            Ok(_) if con.is_open() => p.node.pool.put(con),
             Ok(_) => {}
         }
         result
@@ -315,22 +368,19 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
     /// into their caches, so that the first calls (and the first renewal batch) do not meet
     /// `NOSCRIPT`, and the function library. Each master's answer to `PING`, and whether the
     /// Mutex acquire and release may go as `FCALL`: every master that answered loaded the
-    /// library and ran its `ping` function. `name` names a master in the logs.
-    pub(crate) fn start(
-        &self,
-        masters: &[(usize, &Pool)],
-        name: impl Fn(usize) -> String,
-    ) -> (Replies<()>, bool) {
+    /// library and ran its `ping` function.
+    pub(crate) fn start(&self, masters: &[(usize, &Node)]) -> (Replies<()>, bool) {
         let mut packed = redis::cmd("PING").get_packed_command();
         let loads = self.flavor.write_loads(&mut packed);
         let library = self.flavor.library();
         library.load().write_packed_command(&mut packed);
-        fn parts<'a>(masters: &[(usize, &'a Pool)], packed: &'a [u8], n: usize) -> Vec<Part<'a>> {
+        fn parts<'a>(masters: &[(usize, &'a Node)], packed: &'a [u8], n: usize) -> Vec<Part<'a>> {
             masters
                 .iter()
-                .map(|&(to, pool)| Part::new(to, pool, packed, n))
+                .map(|&(to, node)| Part::new(to, node, packed, n))
                 .collect()
         }
+        let name = |i: usize| masters.iter().find(|m| m.0 == i).map_or("", |m| &m.1.name);
         let mut loaded = None;
         let mut answers = Vec::new();
         for (i, r) in self.run(parts(masters, &packed, 2 + loads)) {
@@ -363,7 +413,7 @@ impl<F: Fn(usize, &Pool, &Fault)> Round<F> {
         // FCALL may still be refused where FUNCTION LOAD was not (an ACL). Asked of the
         // masters that answered: one that did not is judged by its FUNCTION LOAD, and costs
         // no second wait.
-        let answered: Vec<(usize, &Pool)> = masters
+        let answered: Vec<(usize, &Node)> = masters
             .iter()
             .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()))
             .copied()

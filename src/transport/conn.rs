@@ -368,6 +368,9 @@ fn coarse(t: Duration) -> Duration {
 
 /// A pool of command connections to one server.
 pub(crate) struct Pool {
+    /// The server's address with its credentials, as given (for a cluster node's pub/sub
+    /// connection).
+    info: ConnectionInfo,
     /// Opens the TCP (or Unix) connection only: the handshake is done here, under a deadline.
     client: redis::Client,
     /// The handshake, `AUTH` and `SELECT` pipelined; none without a password and database.
@@ -418,6 +421,7 @@ impl Pool {
         }
         let address = bare(info.addr().clone().into_connection_info()?);
         Ok(Pool {
+            info,
             client: client_for(address, tls.map(|t| &**t))?,
             handshake: (!handshake.is_empty()).then_some(handshake),
             handshake_replies,
@@ -426,6 +430,11 @@ impl Pool {
             resolver: None,
             tls: tls.cloned(),
         })
+    }
+
+    /// The server's address with its credentials, as given.
+    pub(crate) fn info(&self) -> &ConnectionInfo {
+        &self.info
     }
 
     /// Takes the master's address from `resolver`, if any, on every new connection.

@@ -1,16 +1,21 @@
 //! [`Backend`]: what a lock needs of its masters, whatever the topology: send a call to one
 //! master or to all, read each master's reply, and the quorum those replies are weighed by.
 //!
-//! The topologies behind it ([`Masters`]):
+//! Every topology's masters are [`Node`]s (`topology/send.rs`), sent to by the same
+//! [`Round`] (writes first, then reads, within one bound; `NOSCRIPT` reloads). The topologies
+//! differ only in whom a call goes to ([`Route`]):
 //!
-//! - [`Nodes`] (`nodes.rs`): independent masters, each with its own pool: one server (found
-//!   directly or through Sentinel, `topology/sentinel.rs`), the quorum 1 of 1, or a quorum
-//!   `N/2 + 1` of `N` (RedLock); every call goes to all of them at once.
-//! - [`Cluster`] (`topology/cluster.rs`): each call goes to the master of its lock's slot, as
-//!   to one server; the quorum is 1.
+//! - independent masters: one server (found directly or through Sentinel,
+//!   `topology/sentinel.rs`), the quorum 1 of 1, or a quorum `N/2 + 1` of `N` (RedLock);
+//!   every call goes to all of them at once, and with a quorum a master whose connection
+//!   failed is skipped for a short while (a few times the per-master timeout), so that one
+//!   stalled master cannot make every call wait for a new connection to it;
+//! - a cluster (`topology/cluster.rs`): each call goes to the master of its lock's slot, as
+//!   to one server, following redirections; the quorum is 1.
 //!
-//! Both send through the same [`Round`](super::send::Round) (`topology/send.rs`): they differ
-//! in routing and in the quorum, not in sending.
+//! The renewal of a batch of leases, the same for both, is `renew.rs`; a call primed for
+//! another thread to write, `prime.rs`; the operator's reads (`SCAN`, a command on every
+//! master, a quorum's yes or no), `admin.rs`.
 //!
 //! The backend knows calls and replies only: what a lock type's arguments and replies mean
 //! stays with the lock type (the Mutex acquire and release are in `locks/mutex/`). What the
@@ -26,46 +31,57 @@
 //!   that `Q` cannot be reached any more.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::Value;
 
-use super::cluster::Cluster;
-use super::quorum::{self, replace_replies, worth_retrying};
-pub(crate) use super::quorum::{Refusal, Renewed};
-use super::send::{Replies, one};
+use super::cluster::{Cluster, call_slot};
+pub(crate) use super::quorum::Refusal;
+use super::quorum::{replace_replies, worth_retrying};
+pub(crate) use super::send::Node;
+use super::send::{Flavor, Part, Replies, Round, one};
 use crate::error::{Error, Result};
-use crate::protocol::keys::LockKeys;
 use crate::protocol::scripts::Call;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
 
-mod nodes;
+mod admin;
 mod prime;
+mod renew;
 
-pub(crate) use nodes::{Node, Nodes};
 pub(crate) use prime::Primed;
 
-/// The topology a client locks on. A closed set of two, matched in the few places where they
-/// differ: a call's route (every master at once, or its slot's master), renewal, `SCAN`, and
-/// the start; the rest of [`Backend`] is the same for both.
+/// Whom a call goes to: every independent master at once, or its slot's master on a cluster.
 #[derive(Debug)]
-enum Masters {
-    Nodes(Nodes),
+enum Route {
+    Nodes(Vec<Arc<Node>>),
     Cluster(Arc<Cluster>),
 }
 
-/// The masters, the quorum, and the allowance for clock drift.
+/// The masters, the quorum, and the bounds of a call.
 #[derive(Debug)]
 pub(crate) struct Backend {
-    masters: Masters,
+    route: Route,
+    /// The scripts as the masters run them (sharded on a cluster).
+    flavor: Flavor,
+    /// Whether the Mutex acquire and release go as `FCALL` of the function library (every
+    /// master reached at `build()` loaded and ran it; see `protocol/library.rs`).
+    functions: AtomicBool,
+    /// Bound on one round of calls: the command timeout for one master (plus the replicas'
+    /// wait), the per-master timeout for a quorum.
+    call_timeout: Duration,
     /// The command timeout (what pooled connections are set to).
     command_timeout: Duration,
+    /// Replicas that must confirm each acquire and renewal (`WAIT`), and the wait's timeout.
+    wait: Option<(usize, Duration)>,
+    /// How many primed calls hold a connection now (at most [`MAX_PRIMED`](prime::MAX_PRIMED)).
+    primed: Arc<AtomicUsize>,
     drift_factor: f64,
 }
 
 /// The target of the backend's `warn` lines (see the crate docs' table of log lines), for
-/// those written in `nodes.rs` as well.
+/// those written in its children as well.
 const TARGET: &str = module_path!();
 
 /// A small random duration in `[lo, 2 lo)`, for the RedLock retry delay.
@@ -83,8 +99,13 @@ impl Backend {
         drift_factor: f64,
     ) -> Self {
         Backend {
-            masters: Masters::Nodes(Nodes::new(nodes, call_timeout, command_timeout)),
+            route: Route::Nodes(nodes.into_iter().map(Arc::new).collect()),
+            flavor: Flavor::Plain,
+            functions: AtomicBool::new(false),
+            call_timeout,
             command_timeout,
+            wait: None,
+            primed: Arc::new(AtomicUsize::new(0)),
             drift_factor,
         }
     }
@@ -96,56 +117,43 @@ impl Backend {
         drift_factor: f64,
     ) -> Self {
         Backend {
-            masters: Masters::Cluster(cluster),
-            command_timeout,
-            drift_factor,
-        }
-    }
-
-    /// The independent masters; `None` on a cluster.
-    fn nodes(&self) -> Option<&Nodes> {
-        match &self.masters {
-            Masters::Nodes(n) => Some(n),
-            Masters::Cluster(_) => None,
+            route: Route::Cluster(cluster),
+            flavor: Flavor::Sharded,
+            ..Backend::new(Vec::new(), command_timeout, command_timeout, drift_factor)
         }
     }
 
     /// Whether keys spread over Redis Cluster slots: then a script call covers one slot.
     pub(crate) fn spreads_slots(&self) -> bool {
-        matches!(self.masters, Masters::Cluster(_))
+        matches!(self.route, Route::Cluster(_))
     }
 
-    /// Asks for `WAIT replicas timeout` after each acquire and renewal (one master only). A
-    /// round and each read then allow for the wait as well.
+    /// Asks for `WAIT replicas timeout` after each acquire and renewal (independent masters
+    /// only). A round and each read then allow for the wait as well.
     pub(crate) fn with_wait_replicas(mut self, wait: Option<(usize, Duration)>) -> Self {
-        if let Masters::Nodes(n) = &mut self.masters {
-            if let Some((_, t)) = wait {
-                n.call_timeout = n.call_timeout.saturating_add(t);
-            }
-            n.wait = wait;
+        if let (Route::Nodes(_), Some((_, t))) = (&self.route, wait) {
+            self.call_timeout = self.call_timeout.saturating_add(t);
+            self.wait = wait;
         }
         self
     }
 
     /// The replicas that must confirm each acquire and renewal, when asked for.
     pub(crate) fn wait_replicas(&self) -> Option<usize> {
-        self.nodes()?.wait.map(|(k, _)| k)
+        self.wait.map(|(k, _)| k)
     }
 
     /// How many masters a lock is held on: 1 on a cluster (its slot's master).
     pub(crate) fn masters(&self) -> usize {
-        match &self.masters {
-            Masters::Nodes(n) => n.nodes.len(),
-            Masters::Cluster(_) => 1,
+        match &self.route {
+            Route::Nodes(n) => n.len(),
+            Route::Cluster(_) => 1,
         }
     }
 
     /// The number of masters whose agreement holds a lock (1 of 1, or a majority).
     pub(crate) fn quorum(&self) -> usize {
-        match &self.masters {
-            Masters::Nodes(n) => n.quorum(),
-            Masters::Cluster(_) => 1,
-        }
+        self.masters() / 2 + 1
     }
 
     /// Whether a lock lives on one master (one server, or its slot's master on a cluster).
@@ -161,8 +169,7 @@ impl Backend {
     /// The bound on one round of calls: the command timeout for one master (plus the
     /// replicas' wait), the per-master timeout for a quorum.
     pub(crate) fn call_timeout(&self) -> Duration {
-        self.nodes()
-            .map_or(self.command_timeout, |n| n.call_timeout)
+        self.call_timeout
     }
 
     /// The command timeout.
@@ -187,6 +194,60 @@ impl Backend {
         lease.mul_f64(self.drift_factor) + Duration::from_millis(2)
     }
 
+    /// The bound on one reply: the command timeout, plus the replicas' wait when asked for.
+    fn reply_timeout(&self) -> Duration {
+        (self.command_timeout).saturating_add(self.wait.map_or(Duration::ZERO, |(_, t)| t))
+    }
+
+    /// How a round is sent: reads within `step` of its start and within `by`; `fresh`: a
+    /// retry, on new connections. A quorum's master that failed is skipped for a while.
+    fn round(&self, step: Option<Duration>, by: Deadline, fresh: bool) -> Round {
+        Round {
+            flavor: self.flavor,
+            command: self.command_timeout,
+            reply: self.reply_timeout(),
+            step,
+            by,
+            fresh,
+            pause: (!self.single()).then(|| (self.call_timeout * 10).min(Duration::from_secs(1))),
+        }
+    }
+
+    /// `call` packed as these masters run it: `FCALL` where the function library runs.
+    fn pack(&self, call: &Call) -> Vec<u8> {
+        self.flavor
+            .pack(call, self.functions.load(Ordering::Relaxed))
+    }
+
+    /// Sends `packed` (the command `cmd`, packed as the masters run it) to the masters
+    /// `targets` at once within `by`: each master's single reply, a server error as `Err`. On
+    /// a cluster, to the master of `cmd`'s slot, following redirections. `fresh`: a retry, on
+    /// new connections, and to masters marked down too.
+    fn one_each(
+        &self,
+        targets: &[usize],
+        cmd: &redis::Cmd,
+        packed: &[u8],
+        by: Deadline,
+        fresh: bool,
+    ) -> Replies<Value> {
+        match &self.route {
+            Route::Nodes(nodes) => {
+                let parts = (targets.iter())
+                    .filter_map(|&i| Some(Part::new(i, nodes.get(i)?, packed, 1)))
+                    .collect();
+                let round = self.round(Some(self.call_timeout), by, fresh);
+                (round.run(parts).into_iter())
+                    .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
+                    .collect()
+            }
+            Route::Cluster(c) => {
+                let reply = c.run(call_slot(cmd), packed, &self.round(None, by, false));
+                vec![(0, reply.and_then(|v| one(Some(v))))]
+            }
+        }
+    }
+
     /// Runs `call` on the masters `targets` at once, within `by` (on a cluster, on the master
     /// of its slot). `fresh`: a retry, on new connections, and to masters marked down too.
     pub(crate) fn call_on(
@@ -196,10 +257,7 @@ impl Backend {
         by: Deadline,
         fresh: bool,
     ) -> Replies<Value> {
-        match &self.masters {
-            Masters::Nodes(n) => n.one_each(targets, &n.pack(call), by, fresh),
-            Masters::Cluster(c) => vec![(0, c.call(call, by).and_then(|v| one(Some(v))))],
-        }
+        self.one_each(targets, &call.cmd, &self.pack(call), by, fresh)
     }
 
     /// Runs `call` on the one master of a lock (a single server, or its slot's master).
@@ -212,9 +270,41 @@ impl Backend {
     /// One master with replica confirmation: `call` and `WAIT` in one round trip, within
     /// `by`; the call's reply, and how many replicas confirmed it.
     pub(crate) fn call_waited(&self, call: &Call, by: Deadline) -> (Result<Value, Fault>, usize) {
-        match self.nodes() {
-            Some(n) => n.call_waited(call, by),
-            None => (self.call_one(call, by), 0),
+        let Some(node) = self.wait.and(self.first()) else {
+            return (self.call_one(call, by), 0);
+        };
+        let mut packed = self.pack(call);
+        self.push_wait(&mut packed);
+        let part = Part::new(0, node, &packed, 2);
+        let reply = (self
+            .round(Some(self.call_timeout), by, false)
+            .run(vec![part])
+            .pop())
+        .map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
+        match reply {
+            Ok(mut values) => {
+                let acked = acked(values.pop().as_ref());
+                (one(values.pop()), acked)
+            }
+            Err(e) => (Err(e), 0),
+        }
+    }
+
+    /// The first independent master (`None` on a cluster).
+    fn first(&self) -> Option<&Node> {
+        match &self.route {
+            Route::Nodes(n) => n.first().map(|n| &**n),
+            Route::Cluster(_) => None,
+        }
+    }
+
+    /// Appends `WAIT n timeout` to `packed` when replica confirmation is on.
+    fn push_wait(&self, packed: &mut Vec<u8>) {
+        if let Some((n, t)) = self.wait {
+            redis::cmd("WAIT")
+                .arg(n)
+                .arg(t.as_millis().max(1) as u64)
+                .write_packed_command(packed);
         }
     }
 
@@ -248,189 +338,62 @@ impl Backend {
     /// master's reply. For calls that any master may answer on its own (what an operator
     /// reads or does to a lock); the caller weighs the replies.
     pub(crate) fn eval_each(&self, call: &Call, by: Deadline) -> Vec<Result<Value>> {
-        self.retried(by, |targets| self.call_on(call, targets, by, false))
+        let packed = self.pack(call);
+        self.retried(by, |to| self.one_each(to, &call.cmd, &packed, by, false))
             .into_iter()
             .map(|(_, r)| r.map_err(Error::from))
             .collect()
     }
 
-    /// Renews a batch of leases on every master in one pipelined round trip per master (on a
-    /// cluster, per slot's master), all within `budget`. Each call covers the number of
-    /// leases paired with it (a batch call several, a per-lock call one). One outcome per
-    /// lease, in the order of the calls: `Some(true)` kept, `Some(false)` lost, `None`
-    /// unknown.
-    pub(crate) fn renew(&self, calls: &[(Call, usize)], budget: Duration) -> Renewed {
-        match &self.masters {
-            Masters::Nodes(n) => n.renew(calls, budget),
-            Masters::Cluster(c) => c.renew(calls, budget),
+    /// The masters now: the independent masters, or a cluster's masters as its map has them
+    /// now.
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        match &self.route {
+            Route::Nodes(n) => n.clone(),
+            Route::Cluster(c) => c.masters(),
         }
     }
 
-    /// Runs `cmd` once on every master, in one round bounded like a script call; each master's
-    /// name (its URL without password) with its reply.
-    pub(crate) fn each_master(&self, cmd: redis::Cmd) -> Vec<(String, Result<Value>)> {
-        let replies: Vec<(String, Result<Value, Fault>)> = match &self.masters {
-            Masters::Nodes(n) => n
-                .command_on(&cmd, &n.all(), Deadline::NONE, false)
-                .into_iter()
-                .map(|(i, r)| (n.nodes[i].name.clone(), r))
-                .collect(),
-            Masters::Cluster(c) => c.each_master(&cmd),
-        };
-        replies
-            .into_iter()
-            .map(|(name, r)| (name, r.map_err(Error::from)))
-            .collect()
-    }
-
-    /// The keys that match `pattern` on each master, read with `SCAN` (never `KEYS`: each
-    /// step returns after about `count` keys, so Redis is never busy with one call for long),
-    /// each master with its own cursor, every step within the command timeout and the whole
-    /// within `by`. Each master's name with its keys (a key may come twice; callers dedupe).
-    pub(crate) fn scan(&self, pattern: &str, by: Deadline) -> Vec<(String, Result<Vec<String>>)> {
-        // A cluster's masters as the map has them now, kept for the whole scan.
-        let cluster = match &self.masters {
-            Masters::Cluster(c) => c.masters(),
-            Masters::Nodes(_) => Vec::new(),
-        };
-        let step = |i: usize, cursor: &str| -> Result<Value, Fault> {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000);
-            match &self.masters {
-                Masters::Nodes(n) => n
-                    .command_on(&cmd, &[i], by, true)
-                    .pop()
-                    .map_or(Err(Fault::timeout("no reply")), |(_, r)| r),
-                Masters::Cluster(c) => cluster
-                    .get(i)
-                    .map_or(Err(Fault::timeout("no reply")), |n| c.on(n, &cmd, by)),
-            }
-        };
-        let names: Vec<String> = match &self.masters {
-            Masters::Nodes(n) => n.nodes.iter().map(|n| n.name.clone()).collect(),
-            Masters::Cluster(_) => cluster.iter().map(|n| n.name.clone()).collect(),
-        };
-        names
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let mut keys = Vec::new();
-                let mut cursor = "0".to_owned();
-                let result = loop {
-                    if by.passed() {
-                        break Err(Fault::timeout("SCAN of the lock keys"));
-                    }
-                    match step(i, &cursor).and_then(scan_reply) {
-                        Ok((next, found)) => {
-                            keys.extend(found);
-                            if next == "0" {
-                                break Ok(keys);
-                            }
-                            cursor = next;
-                        }
-                        Err(e) => break Err(e),
-                    }
-                };
-                (name, result.map_err(Error::from))
-            })
-            .collect()
-    }
-
-    /// Whether a quorum of masters has the lock key, asked within `by`, as
-    /// [`quorum_says`](Self::quorum_says) asks.
-    pub(crate) fn exists(&self, keys: &LockKeys, by: Deadline) -> Result<bool> {
-        let mut cmd = redis::cmd("EXISTS");
-        cmd.arg(&keys.lock);
-        self.quorum_says(&cmd, by, |r| match r {
-            Ok(v) => Some(matches!(v, Value::Int(1))),
-            Err(_) => None,
-        })
-    }
-
-    /// Whether a quorum of masters answers `cmd` with a reply that `yes` calls true (`None`:
-    /// no answer), asked within `by`: a master whose connection failed (a pooled connection
-    /// that died in a restart) is asked once more at once, on a new connection, within the
-    /// same bound, as an acquire is.
-    pub(crate) fn quorum_says(
-        &self,
-        cmd: &redis::Cmd,
-        by: Deadline,
-        yes: impl Fn(&Result<Value, Fault>) -> Option<bool>,
-    ) -> Result<bool> {
-        let send = |targets: &[usize]| match &self.masters {
-            Masters::Nodes(n) => n.command_on(cmd, targets, by, false),
-            Masters::Cluster(c) => vec![(0, c.command(cmd, by).and_then(|v| one(Some(v))))],
-        };
-        let replies = self.retried(by, send).into_iter().map(|(_, r)| {
-            yes(&r).ok_or_else(|| Error::from(r.err().unwrap_or(Fault::timeout("no reply"))))
-        });
-        let held = quorum::tally(replies, Ok)?.need(self.quorum())?;
-        Ok(held.into_iter().filter(|&y| y).count() >= self.quorum())
-    }
-
-    /// Checks that every master answers and loads the scripts (see [`Nodes::ping`]), or on a
-    /// cluster reads the slot map first. Used once, when the client is built; within `by`.
+    /// Checks that every master answers and loads the scripts and the function library (see
+    /// [`Round::start`]), on a cluster after reading its slot map. Fails when a master whose
+    /// answer every lock needs does not answer (one server, a cluster's master); warns of a
+    /// master of a quorum that does not. Used once, when the client is built; within `by`.
     pub(crate) fn ping(&self, by: Deadline) -> Result<()> {
-        match &self.masters {
-            Masters::Nodes(n) => n.ping(by),
-            Masters::Cluster(c) => c.start(by),
+        if let Route::Cluster(c) = &self.route {
+            c.refresh(by, true)?;
         }
-    }
-
-    /// Any script call ready for another thread to write the moment a lock is released (see
-    /// [`Primed`]): on a single plain master only, when an idle pooled connection is at hand
-    /// and fewer than [`MAX_PRIMED`](prime::MAX_PRIMED) are primed. `None` otherwise (a quorum, a cluster, a
-    /// client that waits for replicas): the plain path is taken.
-    pub(crate) fn prime_script(&self, call: &Call) -> Option<Primed> {
-        self.nodes()?.prime(call)
-    }
-
-    /// Gives back the connection of a call that was primed and never written.
-    pub(crate) fn unprime(&self, p: Primed) {
-        if let Some(n) = self.nodes() {
-            n.unprime(p);
+        let nodes = self.nodes();
+        let masters: Vec<(usize, &Node)> = nodes.iter().map(|n| &**n).enumerate().collect();
+        let (answers, functions) = self
+            .round(Some(self.call_timeout), by, false)
+            .start(&masters);
+        for (i, r) in answers {
+            match r {
+                Err(e) if self.quorum() == 1 => return Err(e.into()),
+                Err(e) => {
+                    let name = &masters[i].1.name;
+                    log::warn!(target: TARGET, "master {name} did not answer: {e}");
+                }
+                Ok(()) => {}
+            }
         }
-    }
-
-    /// The reply of a primed script call that was written (`wrote`), within `by`. A failed
-    /// write is a failure of the connection: the caller retries the same request on the plain
-    /// path (a request id makes the retry of a call that ran answer as that call did).
-    pub(crate) fn finish_script(
-        &self,
-        p: Primed,
-        wrote: Result<()>,
-        by: Deadline,
-    ) -> Result<Value> {
-        // Only independent masters prime a call.
-        let n = self.nodes().ok_or(Error::timeout("no reply"))?;
-        Ok(n.finish(p, wrote, by)?)
+        self.functions.store(functions, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Drops every idle connection.
     pub(crate) fn clear(&self) {
-        match &self.masters {
-            Masters::Nodes(n) => n.clear(),
-            Masters::Cluster(c) => c.clear(),
+        match &self.route {
+            Route::Nodes(n) => n.iter().for_each(|n| n.pool.clear()),
+            Route::Cluster(c) => c.clear(),
         }
     }
 }
 
-/// A `SCAN` reply: the next cursor and the keys of this step.
-fn scan_reply(v: Value) -> Result<(String, Vec<String>), Fault> {
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    if let Value::Array(parts) = &v
-        && let [cursor, Value::Array(keys)] = parts.as_slice()
-        && let Some(cursor) = text(cursor)
-    {
-        return Ok((cursor, keys.iter().filter_map(text).collect()));
+/// How many replicas a `WAIT` reply says confirmed (0 for anything else).
+fn acked(v: Option<&Value>) -> usize {
+    match v {
+        Some(Value::Int(k)) => usize::try_from(*k).unwrap_or(0),
+        _ => 0,
     }
-    Err(Fault::bad_reply("SCAN", &v))
 }

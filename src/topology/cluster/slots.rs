@@ -7,7 +7,9 @@
 //! send them. The map itself (which node owns each slot now) and when it is read again are
 //! the parent's.
 
-use redis::Value;
+use std::collections::HashMap;
+
+use redis::{Value, from_redis_value_ref as read};
 
 use crate::protocol::keys;
 
@@ -20,34 +22,8 @@ pub(super) fn redirect(details: Option<&str>) -> Option<(u16, String, u16)> {
     Some((slot, host.to_owned(), port.parse().ok()?))
 }
 
-/// The bytes of a string reply.
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
-    }
-}
-
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        v => text(v)?.parse().ok(),
-    }
-}
-
-/// The pairs of a RESP2 flat array or a RESP3 map.
-fn pairs(v: &Value) -> Vec<(String, &Value)> {
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|kv| Some((text(kv.first()?)?, kv.get(1)?)))
-            .collect(),
-        Value::Map(kv) => kv.iter().filter_map(|(k, v)| Some((text(k)?, v))).collect(),
-        _ => Vec::new(),
-    }
-}
+/// The fields of a RESP2 flat array or a RESP3 map, as the `redis` crate reads either.
+type Fields = HashMap<String, Value>;
 
 /// One master's slot ranges, from `CLUSTER SHARDS` or `CLUSTER SLOTS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,67 +34,61 @@ pub(crate) struct Range {
     pub(crate) port: u16,
 }
 
-/// Parses `CLUSTER SHARDS`: each shard's slot ranges and its master (`tls` picks the
-/// `tls-port`).
-pub(crate) fn parse_shards(v: &Value, tls: bool) -> Option<Vec<Range>> {
-    let Value::Array(shards) = v else { return None };
+/// A node's host as a map names it: an empty or unknown one (`""`, `"?"`: a node that never
+/// met another does not know its own IP) means `asked`, the node that gave the map.
+fn host_or(host: Option<String>, asked: &str) -> String {
+    host.filter(|h| !h.is_empty() && h != "?")
+        .unwrap_or_else(|| asked.to_owned())
+}
+
+/// Parses `CLUSTER SHARDS`, given by the node at `asked`: each shard's slot ranges and its
+/// master (`tls` picks the `tls-port`).
+pub(crate) fn parse_shards(v: &Value, tls: bool, asked: &str) -> Option<Vec<Range>> {
     let mut out = Vec::new();
-    for shard in shards {
-        let fields = pairs(shard);
-        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
-        let Some(Value::Array(slots)) = get("slots") else {
-            return None;
-        };
-        let Some(Value::Array(nodes)) = get("nodes") else {
-            return None;
-        };
-        let master = nodes.iter().map(pairs).find(|n| {
-            let f = |k: &str| n.iter().find(|(x, _)| x == k).and_then(|(_, v)| text(v));
-            f("role").as_deref() == Some("master") && f("health").as_deref() != Some("fail")
+    for shard in read::<Vec<Fields>>(v).ok()? {
+        let slots: Vec<u16> = read(shard.get("slots")?).ok()?;
+        let nodes: Vec<Fields> = read(shard.get("nodes")?).ok()?;
+        let text = |n: &Fields, k: &str| n.get(k).and_then(|v| read::<String>(v).ok());
+        let master = nodes.iter().find(|n| {
+            text(n, "role").as_deref() == Some("master")
+                && text(n, "health").as_deref() != Some("fail")
         });
         let Some(master) = master else { continue };
-        let f = |k: &str| master.iter().find(|(x, _)| x == k).map(|(_, v)| *v);
-        // An empty or unknown endpoint means the node that was asked (see `read_map`).
-        let host = f("endpoint")
-            .and_then(text)
-            .filter(|h| !h.is_empty() && h != "?")
-            .or_else(|| f("ip").and_then(text))
-            .unwrap_or_default();
-        let port = if tls { f("tls-port") } else { f("port") }
-            .or_else(|| f("port"))
-            .and_then(int)?;
+        let endpoint = text(master, "endpoint").filter(|h| !h.is_empty() && h != "?");
+        let host = host_or(endpoint.or_else(|| text(master, "ip")), asked);
+        let port = tls.then(|| master.get("tls-port")).flatten();
+        let port: u16 = read(port.or_else(|| master.get("port"))?).ok()?;
         for pair in slots.chunks(2) {
-            let (Some(s), Some(e)) = (pair.first().and_then(int), pair.get(1).and_then(int)) else {
-                return None;
-            };
+            let &[start, end] = pair else { return None };
+            let host = host.clone();
             out.push(Range {
-                start: u16::try_from(s).ok()?,
-                end: u16::try_from(e).ok()?,
-                host: host.clone(),
-                port: u16::try_from(port).ok()?,
+                start,
+                end,
+                host,
+                port,
             });
         }
     }
     Some(out)
 }
 
-/// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replicas...], ...]`.
-pub(crate) fn parse_slots(v: &Value) -> Option<Vec<Range>> {
-    let Value::Array(ranges) = v else { return None };
-    let mut out = Vec::new();
-    for r in ranges {
-        let Value::Array(items) = r else { return None };
-        let Some(Value::Array(master)) = items.get(2) else {
-            return None;
-        };
-        out.push(Range {
-            start: u16::try_from(int(items.first()?)?).ok()?,
-            end: u16::try_from(int(items.get(1)?)?).ok()?,
-            host: text(master.first()?)?,
-            port: u16::try_from(int(master.get(1)?)?).ok()?,
-        });
-    }
-    Some(out)
+/// Parses `CLUSTER SLOTS`, given by the node at `asked`:
+/// `[[start, end, [host, port, id, ...], replicas...], ...]`.
+pub(crate) fn parse_slots(v: &Value, asked: &str) -> Option<Vec<Range>> {
+    let range = |r: Vec<Value>| {
+        let master: Vec<Value> = read(r.get(2)?).ok()?;
+        Some(Range {
+            start: read(r.first()?).ok()?,
+            end: read(r.get(1)?).ok()?,
+            host: host_or(read(master.first()?).ok(), asked),
+            port: read(master.get(1)?).ok()?,
+        })
+    };
+    read::<Vec<Vec<Value>>>(v)
+        .ok()?
+        .into_iter()
+        .map(range)
+        .collect()
 }
 
 /// The slot of a script call (or of a one-key command): its first key.
@@ -302,7 +272,7 @@ mod tests {
             Value::Array(vec![bulk("127.0.0.1"), Value::Int(7003), bulk("id4")]),
         ])]);
         assert_eq!(
-            parse_slots(&slots),
+            parse_slots(&slots, "127.0.0.1"),
             Some(vec![Range {
                 start: 0,
                 end: 5460,
@@ -314,7 +284,8 @@ mod tests {
             shard_node(7003, "replica", "online"),
             shard_node(7000, "master", "online"),
         ];
-        let r = parse_shards(&shards(&[0, 10, 20, 30], nodes), false).unwrap_or_default();
+        let r =
+            parse_shards(&shards(&[0, 10, 20, 30], nodes), false, "127.0.0.1").unwrap_or_default();
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].start, r[0].end, r[0].port), (0, 10, 7000));
         assert_eq!((r[1].start, r[1].end, r[1].port), (20, 30, 7000));
@@ -329,7 +300,8 @@ mod tests {
             vec![node(7000, "fail"), node(7003, "online")],
             vec![node(7003, "online"), node(7000, "fail")],
         ] {
-            let r = parse_shards(&shards(&[0, 16383], nodes), false).unwrap_or_default();
+            let r =
+                parse_shards(&shards(&[0, 16383], nodes), false, "127.0.0.1").unwrap_or_default();
             assert_eq!(r.len(), 1);
             assert_eq!(r[0].port, 7003);
         }
