@@ -356,8 +356,9 @@
 //! - `protocol/`: key names, the script table and each lock type's calls and replies beside
 //!   its Lua (`scripts.rs`, `mutex.rs`, `fair_mutex.rs`, `rw_lock.rs`, `semaphore.rs`, ...).
 //! - `topology/`: how a call reaches the masters: independent masters (one, Sentinel's, or a
-//!   RedLock quorum: `backend/nodes.rs`) or a Cluster (`cluster/`), both sending through one
-//!   round (`send.rs`), and the quorum's arithmetic over replies (`quorum.rs`).
+//!   RedLock quorum) or a Cluster (`cluster/`), all `Node`s sending through one round
+//!   (`send.rs`), routed and renewed alike (`backend/`), and the quorum's arithmetic over
+//!   replies (`quorum.rs`).
 //! - `shared/`: what every lock type shares: the client's core and two threads (`mod.rs`), its
 //!   settings (`config.rs`), owner ids (`holder.rs`), the record of holds (`grant.rs`,
 //!   `hold.rs`) and the `locksmith-renew` thread with its timer wheel (`renewal/`).

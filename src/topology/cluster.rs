@@ -1,5 +1,7 @@
-//! The Redis Cluster topology: the slot map, one pool of command connections per master,
-//! and the routing of every script call to the master of its lock's slot.
+//! The Redis Cluster topology: the slot map, a [`Node`] per master (its pool of command
+//! connections, as every topology's masters have), and the routing of every script call to
+//! the master of its lock's slot. Sending is `topology/send.rs`'s [`Round`], as for every
+//! topology; what is the cluster's own is the map, the routing and the redirections.
 //!
 //! # How calls are routed
 //!
@@ -26,9 +28,9 @@
 //!   `Flavor::Sharded`), so a release reaches only
 //!   the shard that owns the lock's slot; the pub/sub thread `SSUBSCRIBE`s each channel on
 //!   its slot's master (see `subscriber/pubsub_thread.rs`).
-//! - **Renewal** calls (one slot each) are pipelined per master; a call that meets a
-//!   redirection or a failed connection is retried alone through the routing above, within
-//!   the batch's budget.
+//! - **Renewal** calls (one slot each) are pipelined per master, as every topology renews
+//!   (`backend/renew.rs`); a call that meets a redirection or a failed connection is retried
+//!   alone through the routing above ([`Cluster::run`]), within the batch's budget.
 //!
 //! # What is our own, and why
 //!
@@ -44,12 +46,9 @@
 //!
 //! # Files
 //!
-//! This file holds the cluster's state (the slot map, the nodes and their pools), the map's
-//! reading, and the routing of calls. Apart from it:
-//!
-//! - `cluster/slots.rs`: the replies that name slots (`CLUSTER SHARDS`, `CLUSTER SLOTS`,
-//!   `MOVED`, `ASK`) parsed, and the slot of a call.
-//! - `cluster/renew.rs`: a batch of renewals, pipelined per master.
+//! This file holds the cluster's state (the slot map and its nodes), the map's reading, and
+//! the routing of calls. Apart from it, `cluster/slots.rs`: the replies that name slots
+//! (`CLUSTER SHARDS`, `CLUSTER SLOTS`, `MOVED`, `ASK`) parsed, and the slot of a call.
 
 use std::collections::HashMap;
 use std::sync::Arc;

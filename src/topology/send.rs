@@ -6,11 +6,12 @@
 //! where the topology says so. [`Round::start`] is the check every topology makes once, when
 //! the client is built: each master answers, and has the scripts and the function library.
 //!
-//! The independent masters (`backend/nodes.rs`) and the cluster (`cluster.rs`) send through
-//! it alike; they differ in whom a call goes to (every master, or its slot's master), in what
-//! a failure does to a master (marked down, or its pool dropped), and in their [`Flavor`]:
-//! the scripts as their masters run them, a cluster's with `publish` made a sharded
-//! `spublish` (under its own SHA1, and in its own function library).
+//! Every topology's masters are [`Node`]s, and the independent masters (`backend/`) and the
+//! cluster (`cluster.rs`) send to them alike; they differ in whom a call goes to (every
+//! master, or its slot's master), in whether a master that failed is skipped for a while (a
+//! quorum's), and in their [`Flavor`]: the scripts as their masters run them, a cluster's
+//! with `publish` made a sharded `spublish` (under its own SHA1, and in its own function
+//! library).
 
 use std::sync::LazyLock;
 use std::sync::atomic::AtomicBool;
@@ -452,14 +453,8 @@ pub(crate) fn one(v: Option<Value>) -> Result<Value, Fault> {
 fn unanswered(e: &Fault) -> bool {
     match e {
         Fault::Redis(r) | Fault::Other(Error::Redis(r)) => r.code().is_none(),
-        Fault::Other(Error::Timeout { .. }) => true,
-        Fault::Other(_) => false,
-        Fault::RanOut { .. }
-        | Fault::MarkedDown
-        | Fault::Timeout { .. }
-        | Fault::Io { .. }
-        | Fault::NotRedis { .. }
-        | Fault::BadReply { .. } => true,
+        Fault::Other(e) => e.is_timeout(),
+        _ => true,
     }
 }
 

@@ -97,11 +97,9 @@ pub(crate) struct Sentinel {
     order: Mutex<Vec<usize>>,
     master: String,
     timeouts: Timeouts,
-    /// The master's address as last resolved; `None` once doubtful.
-    current: Mutex<Option<ConnectionAddr>>,
-    /// The last address the master was found at (kept when `current` is forgotten), to tell
-    /// a switch.
-    last: Mutex<Option<ConnectionAddr>>,
+    /// The master's address as last resolved (`None` once doubtful), and the last address
+    /// it was found at (kept when the first is forgotten), to tell a switch.
+    master_at: Mutex<(Option<ConnectionAddr>, Option<ConnectionAddr>)>,
     on_switch: Mutex<Option<OnSwitch>>,
     /// Counts the master's moves.
     generation: AtomicU64,
@@ -155,8 +153,7 @@ impl Sentinel {
             order: Mutex::new((0..urls.len()).collect()),
             master: master.to_owned(),
             timeouts,
-            current: Mutex::new(None),
-            last: Mutex::new(None),
+            master_at: Mutex::new((None, None)),
             on_switch: Mutex::new(None),
             generation: AtomicU64::new(0),
         })
@@ -210,7 +207,7 @@ impl Sentinel {
             }
             match self.ask(i, by) {
                 Ok(Some(addr)) => {
-                    self.promote(i);
+                    self.reorder(i, true);
                     return Ok(addr);
                 }
                 Ok(None) => {
@@ -229,7 +226,7 @@ impl Sentinel {
                     last_err = Some(e);
                 }
             }
-            self.demote(i);
+            self.reorder(i, false);
         }
         if unknown > 0 && last_err.is_none() {
             return Err(Fault::Other(Error::config(
@@ -257,31 +254,23 @@ impl Sentinel {
 }
 
 impl Sentinel {
-    /// Sentinel `i` answered: it is asked first from now on.
-    fn promote(&self, i: usize) {
+    /// Sentinel `i` is asked first from now on when it answered, last when it failed (the
+    /// others keep their order).
+    fn reorder(&self, i: usize, answered: bool) {
         let mut order = self.order.lock();
         order.retain(|&k| k != i);
-        order.insert(0, i);
-    }
-
-    /// Sentinel `i` failed: it is asked last from now on (the others keep their order).
-    fn demote(&self, i: usize) {
-        let mut order = self.order.lock();
-        order.retain(|&k| k != i);
-        order.push(i);
+        let at = if answered { 0 } else { order.len() };
+        order.insert(at, i);
     }
 
     /// Records the master's address; a move bumps the generation (pooled connections to the
     /// old master are dropped) and tells the pub/sub connection to follow.
     fn found(&self, a: &ConnectionAddr) {
-        *self.current.lock() = Some(a.clone());
-        let moved = {
-            let mut last = self.last.lock();
-            let moved = last.as_ref().is_some_and(|l| l != a);
-            *last = Some(a.clone());
-            moved
-        };
-        if moved {
+        let before = std::mem::replace(
+            &mut *self.master_at.lock(),
+            (Some(a.clone()), Some(a.clone())),
+        );
+        if before.1.is_some_and(|l| l != *a) {
             self.generation.fetch_add(1, Ordering::SeqCst);
             log::info!("the master `{}` is now at {a}", self.master);
             if let Some(f) = &*self.on_switch.lock() {
@@ -293,11 +282,7 @@ impl Sentinel {
 
 impl Resolve for Sentinel {
     fn resolve(&self, by: Deadline, fresh: bool) -> Result<ConnectionInfo, Fault> {
-        let cached = if fresh {
-            None
-        } else {
-            self.current.lock().clone()
-        };
+        let cached = (!fresh).then(|| self.master_at.lock().0.clone()).flatten();
         let addr = match cached {
             Some(a) => a,
             None => {
@@ -312,7 +297,7 @@ impl Resolve for Sentinel {
     }
 
     fn forget(&self) {
-        self.current.lock().take();
+        self.master_at.lock().0.take();
     }
 
     fn check(&self, by: Deadline) {
@@ -380,11 +365,11 @@ mod tests {
             None,
         )
         .unwrap();
-        s.demote(0);
+        s.reorder(0, false);
         assert_eq!(*s.order.lock(), vec![1, 2, 0]);
-        s.demote(1);
+        s.reorder(1, false);
         assert_eq!(*s.order.lock(), vec![2, 0, 1]);
-        s.promote(1);
+        s.reorder(1, true);
         assert_eq!(*s.order.lock(), vec![1, 2, 0]);
         // The bound: 1 s, or a shorter connect or command timeout.
         assert_eq!(per_sentinel(timeouts), PER_SENTINEL);
