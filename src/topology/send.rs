@@ -85,14 +85,12 @@ impl Flavor {
 
     /// `call` packed (see [`write`](Self::write)).
     pub(crate) fn pack(self, call: &Call, functions: bool) -> Vec<u8> {
-        match self {
-            Flavor::Plain => PLAIN.pack(call, functions),
-            Flavor::Sharded => {
-                let mut out = Vec::new();
-                self.write(call, functions, &mut out);
-                out
-            }
+        if self == Flavor::Plain {
+            return PLAIN.pack(call, functions);
         }
+        let mut out = Vec::new();
+        self.write(call, functions, &mut out);
+        out
     }
 
     /// A renewal pipeline: each of `calls`, then `TIME` (the master's clock, read in the same
