@@ -65,7 +65,8 @@
 //!   have each acquisition ([`Error::NotReplicated`] otherwise): it narrows, not closes, the
 //!   window in which a failover loses a lock.
 //! - A [`MutexGuard`] holds the lock; dropping it releases, [`MutexGuard::unlock`] releases
-//!   and reports errors. [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
+//!   and reports errors; [`Mutex::with_lock`] runs a closure under the lock and reports the
+//!   release's errors (and the other types' `with_*` forms). [`MutexGuard::is_held`] and [`MutexGuard::check`] say whether the
 //!   lease is still valid; [`MutexGuard::fencing_token`] is the number a resource can use to
 //!   refuse a stale holder.
 //! - A guard belongs to the thread that locked (it is `Sync`, not `Send`); `detach` gives a
@@ -297,8 +298,10 @@
 //!
 //! # Cargo features
 //!
-//! `default = []`. One optional feature:
+//! `default = []`. Two optional features:
 //!
+//! - `testing`: `locksmith::testing::Server`, a throwaway `redis-server` for the tests of your
+//!   own crate (enable it in `[dev-dependencies]`; the module `testing` shows a `#[test]`).
 //! - `metrics`: reports what [`Client::stats`] counts through the facade of the
 //!   [`metrics`](https://docs.rs/metrics) crate (as `log` is for logs: it starts no thread,
 //!   and without an installed recorder each report costs a check of the global recorder).
@@ -370,6 +373,8 @@
 //!   `rwlock.rs`, `semaphore.rs`), each its protocol under the driver (one attempt, what a
 //!   wake brings, the cancel of a waiter that gives up) and its guard.
 //! - `client/`: the public face: [`ClientBuilder`], [`Client`], connecting, listing locks.
+//! - `testing.rs` (the `testing` feature), outside the layers: the throwaway server for tests;
+//!   it uses nothing of the library, and nothing uses it.
 
 mod client;
 mod driver;
@@ -380,6 +385,8 @@ mod protocol;
 mod shared;
 mod stats;
 mod subscriber;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod topology;
 mod transport;
 

@@ -1244,3 +1244,33 @@ fn another_client_sees_the_holder_and_force_unlock_hands_it_on() {
         assert_eq!(lost[0].fencing_token, token);
     });
 }
+
+/// `with_lock`: the closure's value comes back, the lock is held while it runs (another
+/// client's `try_lock` fails) and free after; a `force_unlock` by another client during the
+/// closure makes it return the release's error, as `unlock` would.
+#[test]
+fn with_lock_holds_the_lock_around_the_closure_and_reports_a_loss() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("fair-with-lock");
+    let [ours, theirs] = common::clients::<2>(&url);
+    let lock = ours.fair_mutex(&name).unwrap();
+    let other = theirs.fair_mutex(&name).unwrap();
+    let token = lock
+        .with_lock(|guard| {
+            assert!(guard.is_held());
+            assert!(other.try_lock().unwrap().is_none(), "taken twice");
+            guard.fencing_token()
+        })
+        .unwrap();
+    assert!(!lock.is_locked().unwrap(), "still held after with_lock");
+    let g = other.try_lock().unwrap().expect("free after with_lock");
+    assert!(g.fencing_token() > token);
+    g.unlock().unwrap();
+
+    let e = lock
+        .with_lock(|_| assert!(other.force_unlock().unwrap()))
+        .expect_err("the lock was forced away inside the closure");
+    assert!(e.is_lease_lost(), "{e:?}");
+    assert!(!lock.is_locked().unwrap());
+}

@@ -37,7 +37,13 @@ const LAYERS: &[Layer] = &[
     Layer::new("driver", &["driver/"]),
     Layer::rooms("lock types", &["locks/"]),
     Layer::new("client", &["client/", "lib.rs"]),
+    Layer::new("testing", &["testing.rs"]),
 ];
+
+/// The files of `src/` that stand outside the layers, on top of them (nothing else imports
+/// them), and the files each may import: the test server (the `testing` feature) needs
+/// nothing of the library but, at most, its errors.
+const OUTSIDE: &[(&str, &[&str])] = &[("testing.rs", &["error.rs"])];
 
 struct Layer {
     name: &'static str,
@@ -467,9 +473,20 @@ fn graph(krate: &Crate, forbid_grouped_crate: bool) -> Graph {
 }
 
 /// Every import of `graph` from a file of `src/` to a higher layer, or to another room of a
-/// side-by-side layer; and every file in no layer.
+/// side-by-side layer; every file in no layer; and every import of a file of [`OUTSIDE`]
+/// beyond what it may import.
 fn layer_violations(krate: &Crate, graph: &Graph) -> Vec<String> {
     let mut bad = graph.problems.clone();
+    for (file, may) in OUTSIDE {
+        for (to, path) in graph.edges.get(*file).into_iter().flatten() {
+            if !may.contains(&to.as_str()) {
+                bad.push(format!(
+                    "src/{file} names `{path}` in src/{to}: it stands outside the layers and \
+                     may import only {may:?}"
+                ));
+            }
+        }
+    }
     for (rel, _) in &krate.files {
         if place_of(rel).is_none() {
             bad.push(format!("src/{rel} is in no layer: add it to LAYERS"));
@@ -841,6 +858,24 @@ use crate::error::Error;
         &bad,
         "src/shared/mod.rs (shared) names `crate::locks::mutex::guard::x` in \
          src/locks/mutex/guard.rs"
+    ));
+}
+
+#[test]
+fn the_check_finds_the_test_server_importing_the_library() {
+    let krate = fake_src(
+        "
+--- testing.rs
+use crate::error::Error;
+use crate::client::Client;
+--- client/mod.rs
+",
+    );
+    let bad = layer_violations(&krate, &graph(&krate, true));
+    assert_eq!(bad.len(), 1, "{bad:#?}");
+    assert!(any_starts(
+        &bad,
+        "src/testing.rs names `crate::client::Client` in src/client/mod.rs: it stands outside"
     ));
 }
 

@@ -511,3 +511,47 @@ fn a_cluster_set_gives_back_what_it_took() {
         assert!(!common::exists(&mut conn, &lock_key(&first)));
     });
 }
+
+/// `MultiMutex::with_lock`: the closure's value comes back, every name is held while it runs
+/// (another client can take none of them) and free after; one name's key deleted during the
+/// closure makes it return the release's error, as `unlock` would.
+#[test]
+fn with_lock_holds_the_set_around_the_closure() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.conn();
+    let name = common::unique_name("multi-with-lock");
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+    let [ours, theirs] = common::clients::<2>(&url);
+    let set = ours.multi_lock([&a, &b]).unwrap();
+    let tokens = set
+        .with_lock(|guard| {
+            assert!(guard.is_held());
+            for n in [&a, &b] {
+                assert!(
+                    theirs.mutex(n).unwrap().try_lock().unwrap().is_none(),
+                    "{n}"
+                );
+            }
+            (guard.fencing_token(&a), guard.fencing_token(&b))
+        })
+        .unwrap();
+    assert!(tokens.0.is_some() && tokens.1.is_some());
+    for n in [&a, &b] {
+        assert!(
+            !theirs.mutex(n).unwrap().is_locked().unwrap(),
+            "{n} still held"
+        );
+    }
+
+    let e = set
+        .with_lock(|_| {
+            let _: () = redis::cmd("DEL")
+                .arg(lock_key(&b))
+                .query(&mut conn)
+                .unwrap();
+        })
+        .expect_err("a name's lease was lost inside the closure");
+    assert!(e.is_lease_lost(), "{e:?}");
+    assert!(!theirs.mutex(&a).unwrap().is_locked().unwrap(), "{a} kept");
+}

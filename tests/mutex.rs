@@ -327,3 +327,77 @@ fn panicking_holder_releases() {
     assert!(latency < Duration::from_secs(1), "took {latency:?}");
     waiter.join().unwrap();
 }
+
+/// `with_lock`: the closure's value comes back; the lock is held while it runs (another
+/// client's `try_lock` finds it taken, and the closure may re-enter it) and free after.
+#[test]
+fn with_lock_holds_the_lock_around_the_closure() {
+    let (_server, url) = common::server_url();
+    let name = common::unique_name("mutex-with-lock");
+    let [ours, theirs] = common::clients::<2>(&url);
+    let lock = ours.mutex(&name).unwrap();
+    let other = theirs.mutex(&name).unwrap();
+    let token = lock
+        .with_lock(|guard| {
+            assert!(guard.is_held());
+            assert!(lock.is_locked().unwrap());
+            assert!(
+                other.try_lock().unwrap().is_none(),
+                "another client took the lock inside with_lock"
+            );
+            let inner = lock.with_lock(|g| g.fencing_token()).unwrap();
+            assert_eq!(inner, guard.fencing_token(), "a re-entry keeps the token");
+            assert!(
+                guard.is_held(),
+                "the inner with_lock released the outer level"
+            );
+            guard.fencing_token()
+        })
+        .unwrap();
+    assert!(token > 0);
+    assert!(!lock.is_locked().unwrap(), "still held after with_lock");
+    let g = other.try_lock().unwrap().expect("free after with_lock");
+    assert!(g.fencing_token() > token);
+}
+
+/// `with_lock` reports the release's error as `unlock` would: the key deleted during the
+/// closure gives `LeaseLost`, another client holding it by then `NotOwner` (its hold is left
+/// alone); a closure that panics releases the lock as the guard is dropped.
+#[test]
+fn with_lock_reports_the_release_error_and_a_panic_releases() {
+    let (_server, url, mut conn) = common::server_url_conn();
+    let name = common::unique_name("mutex-with-lock-lost");
+    let key = common::lock_key(&name);
+    let [ours, theirs] = common::clients::<2>(&url);
+    let lock = ours.mutex(&name).unwrap();
+    let other = theirs.mutex(&name).unwrap();
+
+    let mut ran = false;
+    let e = lock
+        .with_lock(|_| {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+            ran = true;
+        })
+        .expect_err("the lease was lost inside the closure");
+    assert!(ran);
+    assert!(matches!(e, locksmith::Error::LeaseLost), "{e:?}");
+
+    let mut theirs_held = None;
+    let e = lock
+        .with_lock(|_| {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+            theirs_held = other.try_lock().unwrap();
+            assert!(theirs_held.is_some(), "the deleted lock was not free");
+        })
+        .expect_err("another owner holds the lock after the closure");
+    assert!(matches!(e, locksmith::Error::NotOwner), "{e:?}");
+    let theirs_held = theirs_held.unwrap();
+    assert!(theirs_held.is_held() && lock.is_locked().unwrap());
+    theirs_held.unlock().unwrap();
+
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lock.with_lock(|_| panic!("a failing critical section"))
+    }));
+    assert!(panicked.is_err());
+    assert!(!lock.is_locked().unwrap(), "the panic left the lock held");
+}

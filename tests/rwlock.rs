@@ -1174,3 +1174,45 @@ fn lease_left(conn: &mut redis::Connection, name: &str) -> Duration {
     };
     Duration::from_millis(u64::try_from(ms).unwrap())
 }
+
+/// `with_read` and `with_write`: the closure's value comes back, the lock is held while it
+/// runs (another client cannot write inside `with_read`, nor read inside `with_write`) and
+/// free after; a `force_unlock` by another client during the closure makes it return the
+/// release's error, as `unlock` would.
+#[test]
+fn with_read_and_with_write_hold_the_lock_around_the_closure() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("rw-with");
+    let [ours, theirs] = common::clients::<2>(&url);
+    let lock = ours.rw_lock(&name).unwrap();
+    let other = theirs.rw_lock(&name).unwrap();
+    let read = lock
+        .with_read(|guard| {
+            assert!(guard.is_held());
+            assert!(other.try_write().unwrap().is_none(), "written while read");
+            "read"
+        })
+        .unwrap();
+    assert_eq!(read, "read");
+    let token = lock
+        .with_write(|guard| {
+            assert!(guard.is_held());
+            assert!(other.try_read().unwrap().is_none(), "read while written");
+            guard.fencing_token()
+        })
+        .unwrap();
+    let g = other.try_write().unwrap().expect("free after with_write");
+    assert!(g.fencing_token() > token);
+    g.unlock().unwrap();
+
+    let e = lock
+        .with_write(|_| assert!(other.force_unlock().unwrap()))
+        .expect_err("the write lock was forced away inside the closure");
+    assert!(e.is_lease_lost(), "{e:?}");
+    let e = lock
+        .with_read(|_| assert!(other.force_unlock().unwrap()))
+        .expect_err("the read lock was forced away inside the closure");
+    assert!(e.is_lease_lost(), "{e:?}");
+    assert!(other.try_write().unwrap().is_some(), "not free at the end");
+}

@@ -677,3 +677,32 @@ fn another_client_sees_the_holders_and_force_unlock_frees_them() {
         assert_eq!(lost.lock().unwrap().len(), 2);
     });
 }
+
+/// `with_permit`: the closure's value comes back, the permit is held while it runs (another
+/// client finds none free) and free after; a `force_unlock` by another client during the
+/// closure makes it return the release's error, as `release` would.
+#[test]
+fn with_permit_holds_a_permit_around_the_closure() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = common::unique_name("sem-with-permit");
+    let [ours, theirs] = common::clients::<2>(&url);
+    let sem = ours.semaphore(&name, 1).unwrap();
+    let other = theirs.semaphore(&name, 1).unwrap();
+    let permits = sem
+        .with_permit(|permit| {
+            assert!(permit.is_held());
+            assert_eq!(other.available().unwrap(), 0);
+            assert!(other.try_acquire().unwrap().is_none(), "two permits of one");
+            permit.permits()
+        })
+        .unwrap();
+    assert_eq!(permits, 1);
+    assert_eq!(other.available().unwrap(), 1, "the permit was kept");
+
+    let e = sem
+        .with_permit(|_| assert!(other.force_unlock().unwrap()))
+        .expect_err("the permit was forced away inside the closure");
+    assert!(e.is_lease_lost(), "{e:?}");
+    assert_eq!(other.available().unwrap(), 1);
+}

@@ -4,8 +4,9 @@
 //!
 //! 1. the URL in `REDIS_URL`, if set;
 //! 2. a Redis that answers `PING` on 127.0.0.1:6379;
-//! 3. a `redis-server` on `PATH`, which it starts on a free port without persistence and stops
-//!    when the returned [`Redis`] is dropped (also when the example returns an error).
+//! 3. a `redis-server` on `PATH` (or the binary `LOCKSMITH_TEST_SERVER` names), which it starts
+//!    with [`locksmith::testing::Server`] on a free port without persistence and stops when the
+//!    returned [`Redis`] is dropped (also when the example returns an error).
 //!
 //! When none of them works, it prints how to install `redis-server` and exits with status 1.
 //!
@@ -20,22 +21,20 @@
 
 use std::error::Error;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use locksmith::testing::Server;
 
 /// The examples' result type. The error is `Send + Sync`, so worker threads can return it too.
 pub type Result<T, E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
-
-/// How long a throwaway server may take to answer `PING`.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A Redis to run an example against. A server started by [`redis`] is stopped on drop.
 #[derive(Debug)]
 pub struct Redis {
     url: String,
-    server: Option<Child>,
+    server: Option<Server>,
 }
 
 impl Redis {
@@ -95,10 +94,8 @@ impl Redis {
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            // Nothing to keep: the server runs without persistence, so SIGKILL is fine.
-            let _ = server.kill();
-            let _ = server.wait();
+        // Dropping the server kills it and waits for it (it runs without persistence).
+        if self.server.take().is_some() {
             println!("stopped the throwaway redis-server");
         }
     }
@@ -137,7 +134,8 @@ pub fn redis() -> Redis {
         Err(why) => {
             eprintln!(
                 "error: no Redis to run this example against.\n\
-                 REDIS_URL is not set, nothing answers on 127.0.0.1:6379, and {why}.\n\
+                 REDIS_URL is not set, nothing answers on 127.0.0.1:6379, and no throwaway\n\
+                 server could be started: {why}\n\
                  \n\
                  Install redis-server (the examples start and stop a throwaway one themselves):\n\
                  \x20   Debian/Ubuntu:  sudo apt-get install redis-server\n\
@@ -149,57 +147,18 @@ pub fn redis() -> Redis {
     }
 }
 
-/// Starts `redis-server` from `PATH` on a free port and waits until it answers.
+/// Starts a throwaway server with [`locksmith::testing::Server`] (`redis-server` from `PATH`,
+/// or the binary `LOCKSMITH_TEST_SERVER` names) and waits until it answers.
 fn start_server() -> std::result::Result<Redis, String> {
-    let mut last = String::new();
-    // A port that was free when probed can be taken before the server binds it: try a few.
-    for _ in 0..3 {
-        let port = free_port().map_err(|e| format!("no free TCP port was found ({e})"))?;
-        let spawned = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let server = match spawned {
-            Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err("`redis-server` is not on PATH".to_owned());
-            }
-            Err(e) => return Err(format!("`redis-server` could not be started ({e})")),
-        };
-        // From here on, `redis` kills the server if it does not come up.
-        let mut redis = Redis {
-            url: format!("redis://127.0.0.1:{port}/"),
-            server: Some(server),
-        };
-        match wait_until_up(&mut redis, port) {
-            Ok(()) => {
-                println!("started a throwaway redis-server on 127.0.0.1:{port}");
-                return Ok(redis);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(format!("`redis-server` did not start: {last}"))
-}
-
-fn wait_until_up(redis: &mut Redis, port: u16) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    while Instant::now() < deadline {
-        if let Some(server) = redis.server.as_mut()
-            && let Ok(Some(status)) = server.try_wait()
-        {
-            redis.server = None;
-            return Err(format!("it exited at once ({status})"));
-        }
-        if answers_ping(port) {
-            return Ok(());
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    Err(format!("it did not answer PING within {START_TIMEOUT:?}"))
+    let server = Server::start().map_err(|e| e.to_string())?;
+    println!(
+        "started a throwaway redis-server on 127.0.0.1:{}",
+        server.port()
+    );
+    Ok(Redis {
+        url: server.url(),
+        server: Some(server),
+    })
 }
 
 /// Whether a Redis on 127.0.0.1:`port` answers `PING` with `PONG` (one that wants a password
@@ -217,13 +176,6 @@ fn answers_ping(port: u16) -> bool {
     stream.write_all(b"PING\r\n").is_ok()
         && stream.read_exact(&mut reply).is_ok()
         && &reply == b"+PONG\r\n"
-}
-
-/// A TCP port that was free a moment ago.
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// The URL without its password, fit to print.

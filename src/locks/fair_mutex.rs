@@ -338,6 +338,25 @@ impl FairMutex {
         fn try_lock_until;
     }
 
+    /// Runs `f` while holding the lock, then releases it, and returns what `f` returned:
+    /// [`lock`](FairMutex::lock) (in the queue), `f(&guard)`,
+    /// [`unlock`](FairMutexGuard::unlock). The same as
+    /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the lock as the
+    /// guard is dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock), and `f` is not called; as
+    /// [`unlock`](FairMutexGuard::unlock) when the release fails after `f` ran (a lease lost
+    /// while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s value is then dropped
+    /// and the error returned in its place.
+    pub fn with_lock<T>(&self, f: impl FnOnce(&FairMutexGuard) -> T) -> Result<T> {
+        let guard = self.lock()?;
+        let value = f(&guard);
+        guard.unlock()?;
+        Ok(value)
+    }
+
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
     /// passed (a very late reply or message), or it is an acquisition no local hold may use
     /// (see [`Adopted::Unusable`]): then the lock is given back (to the next waiter) and `None`

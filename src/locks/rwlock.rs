@@ -293,6 +293,57 @@ impl RwLock {
         fn try_write_until;
     }
 
+    /// Runs `f` while holding a read lock, then releases it, and returns what `f` returned:
+    /// [`read`](RwLock::read), `f(&guard)`, [`unlock`](RwLockReadGuard::unlock). The same as
+    /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the read lock as
+    /// the guard is dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](RwLock::read), and `f` is not called; as
+    /// [`unlock`](RwLockReadGuard::unlock) when the release fails after `f` ran (a lease lost
+    /// while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s value is then dropped
+    /// and the error returned in its place.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let prices = client.rw_lock("prices")?;
+    /// let count = prices.with_read(|_guard| {
+    ///     // ... read the price list ...
+    ///     42
+    /// })?;
+    /// prices.with_write(|guard| {
+    ///     // ... rewrite it, fenced with guard.fencing_token() ...
+    /// #   let _ = (guard, count);
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_read<T>(&self, f: impl FnOnce(&RwLockReadGuard) -> T) -> Result<T> {
+        let guard = self.read()?;
+        let value = f(&guard);
+        guard.unlock()?;
+        Ok(value)
+    }
+
+    /// Runs `f` while holding the write lock, then releases it, and returns what `f` returned:
+    /// [`write`](RwLock::write), `f(&guard)`, [`unlock`](RwLockWriteGuard::unlock). The same
+    /// as [`with_read`](RwLock::with_read) for the write lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](RwLock::write), and `f` is not called; as
+    /// [`unlock`](RwLockWriteGuard::unlock) when the release fails after `f` ran: `f`'s value
+    /// is then dropped and the error returned in its place.
+    pub fn with_write<T>(&self, f: impl FnOnce(&RwLockWriteGuard) -> T) -> Result<T> {
+        let guard = self.write()?;
+        let value = f(&guard);
+        guard.unlock()?;
+        Ok(value)
+    }
+
     /// A nested level of the calling thread's live hold (its read hold when `read`, else its
     /// write hold), within `limit`: `None` when it has none.
     ///

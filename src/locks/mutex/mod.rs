@@ -359,6 +359,47 @@ impl Mutex {
         fn try_lock_until;
     }
 
+    /// Runs `f` while holding the lock, then releases it, and returns what `f` returned:
+    /// [`lock`](Mutex::lock), `f(&guard)`, [`unlock`](MutexGuard::unlock).
+    ///
+    /// It waits for the lock as [`lock`](Mutex::lock) does (until held; while Redis cannot be
+    /// reached, it retries within the client's
+    /// [`retry_timeout`](crate::ClientBuilder::retry_timeout)), and the release takes at most
+    /// the connect timeout plus the command timeout. `f` gets the guard by reference: it may
+    /// read its [`fencing_token`](MutexGuard::fencing_token) and [`check`](MutexGuard::check)
+    /// it, and lock the same lock again (a re-entry, as with `lock`).
+    ///
+    /// If `f` panics, the guard is dropped while the panic unwinds, which releases the lock as
+    /// dropping any guard does, and the panic goes on.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Mutex::lock), and `f` is not called. As [`unlock`](MutexGuard::unlock)
+    /// when the release fails after `f` ran: most often [`Error::LeaseLost`] or
+    /// [`Error::NotOwner`], the lease ended while `f` ran, so what `f` did may have overlapped
+    /// another owner's work. `f`'s value is then dropped and the error returned in its place;
+    /// call `lock` and `unlock` yourself to keep the value whatever the release says.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let stock = client.mutex("stock:sku-1234")?;
+    /// let token = stock.with_lock(|guard| {
+    ///     // ... read the count, check it, write it back fenced with the token ...
+    ///     guard.fencing_token()
+    /// })?; // released here; an Err if the lease was lost meanwhile
+    /// # let _ = token;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lock<T>(&self, f: impl FnOnce(&MutexGuard) -> T) -> Result<T> {
+        let guard = self.lock()?;
+        let value = f(&guard);
+        guard.unlock()?;
+        Ok(value)
+    }
+
     fn terms(&self) -> Terms {
         let config = &self.client.shared().config;
         Terms {
