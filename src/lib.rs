@@ -393,9 +393,6 @@ pub use locks::mutex::{Mutex, guard::MutexGuard};
 pub use locks::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use locks::semaphore::{Semaphore, SemaphorePermit};
 pub use protocol::keys::MAX_NAME_LEN;
-/// The Lua source the client sends for a script, by its body's file name (for the tests).
-#[doc(hidden)]
-pub use protocol::scripts::lua_source as __lua_source;
 pub use shared::config::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
 pub use shared::holder::{Holder, LockInfo, LockKind, MAX_LABEL_LEN};
 pub use shared::renewal::{LeaseKind, LostLease};

@@ -448,7 +448,7 @@ impl Held {
             Held::Fair(g) => g.unlock(),
             Held::Write(g) => g.unlock(),
             Held::Read(g) => g.unlock(),
-            Held::Permit(p) => p.release(),
+            Held::Permit(p) => p.unlock(),
             Held::Set(g) => g.unlock(),
         }
     }

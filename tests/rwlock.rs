@@ -401,7 +401,7 @@ fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
         "release_read" => ("rw_release.lua", Some("read")),
         other => panic!("no read-write lock operation {other}"),
     };
-    let source = locksmith::__lua_source(file).unwrap();
+    let source = locksmith_testkit::lua_source(file).unwrap();
     [
         redis::Script::new(source).get_hash().as_bytes().to_vec(),
         key(name, "").into_bytes(),

@@ -37,7 +37,6 @@ use crate::error::Result;
 /// is_send::<locksmith::Detached<locksmith::RwLockReadGuard>>();
 /// is_send::<locksmith::Detached<locksmith::RwLockWriteGuard>>();
 /// is_send::<locksmith::Detached<locksmith::MultiGuard>>();
-/// is_send::<locksmith::Detached<locksmith::SemaphorePermit>>();
 /// ```
 ///
 /// The guards themselves stay with their thread:

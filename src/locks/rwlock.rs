@@ -167,6 +167,27 @@ impl RwLock {
         }
     }
 
+    /// Whether anyone (any process, any thread) holds the lock right now: a writer, or any
+    /// reader.
+    ///
+    /// One script call: returns within the connect timeout plus the command timeout (a pooled
+    /// connection that died is retried at once on a new one, within that bound).
+    ///
+    /// # Errors
+    ///
+    /// As [`writer`](RwLock::writer).
+    pub fn is_locked(&self) -> Result<bool> {
+        let (now, items) = self.info()?;
+        let reading = items
+            .get(4)
+            .and_then(|r| calls::holders_of(r, Shape::Reader, now))
+            .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items.clone())))?;
+        if !reading.is_empty() {
+            return Ok(true);
+        }
+        Ok(calls::lone_holder(items, Some(now), Shape::Writer, "rw writer")?.is_some())
+    }
+
     /// Who holds the write lock now, as the server tells it (any process, any thread): `None`
     /// when no writer holds it. `held_for` is since the write acquisition, by the server's
     /// clock; `hold_count` is 1 (re-entry is counted by the holding client).

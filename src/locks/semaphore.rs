@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::driver::calls::{self, ask, eval_twice};
-use crate::driver::detached::{Detached, Guard, Parts};
 use crate::driver::lease::{Lease, Release, lease_view, release_level, unless_late, watched_hold};
 use crate::driver::{self, Attempt, Protocol, timed_forms};
 use crate::error::{Error, Result};
@@ -253,7 +252,21 @@ impl Semaphore {
         fn try_acquire_until;
     }
 
-    /// Waits at most `timeout` for `n` permits together.
+    /// Makes exactly one attempt for `n` permits together. `Ok(None)` when fewer than `n` are
+    /// free.
+    ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does, as
+    /// [`Mutex::try_lock`](crate::Mutex::try_lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
+        self.acquire_n(n, Deadline::at(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for `n` permits together. `Ok(None)` when fewer than `n` came
+    /// free in time.
     ///
     /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
     /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
@@ -267,6 +280,23 @@ impl Semaphore {
         timeout: Duration,
     ) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(n, Deadline::after(timeout))
+    }
+
+    /// Waits until `deadline` at most for `n` permits together. `Ok(None)` when fewer than `n`
+    /// came free in time.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does, as [`Mutex::try_lock_until`](crate::Mutex::try_lock_until).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many_until(
+        &self,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.acquire_n(n, Deadline::at(deadline))
     }
 
     /// An acquire call for one permit by `deadline`.
@@ -345,15 +375,15 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 }
 
 /// Permits held from a [`Semaphore`]: one acquisition, one lease. Dropping it gives the
-/// permits back; [`release`](SemaphorePermit::release) does the same and reports errors.
+/// permits back; [`unlock`](SemaphorePermit::unlock) does the same and reports errors.
 ///
 /// The lease is renewed while the permit lives. If renewal fails for longer than the lease
 /// (Redis unreachable, or this process paused), the permits may go to another holder while
 /// this value still exists; [`is_held`](SemaphorePermit::is_held) turns false no later than
 /// that can happen.
 ///
-/// Unlike a mutex guard, a permit belongs to no thread: it may be moved to another thread
-/// and released there.
+/// Unlike a mutex guard, a permit belongs to no thread: it is `Send`, so it may be moved to
+/// another thread as it is (it needs no [`Detached`](crate::Detached)) and released there.
 #[must_use = "if unused the permits are released at once"]
 #[clippy::has_significant_drop]
 pub struct SemaphorePermit {
@@ -374,17 +404,7 @@ impl SemaphorePermit {
         self.n
     }
 
-    lease_view!("release");
-
-    /// A [`Detached`] hold of these permits, for symmetry with the lock guards: a permit is
-    /// `Send` already, and may be released from any thread as it is. No I/O.
-    ///
-    /// # Errors
-    ///
-    /// Never: the signature is that of every guard's `detach`.
-    pub fn detach(self) -> std::result::Result<Detached<SemaphorePermit>, SemaphorePermit> {
-        Ok(Detached::new(self))
-    }
+    lease_view!("unlock");
 
     /// Gives the permits back, waking waiters.
     ///
@@ -399,30 +419,7 @@ impl SemaphorePermit {
     /// (the permits were already back);
     /// [`Error::Redis`] when Redis could not be asked (the permits then come back when the
     /// lease runs out, since renewal stopped).
-    pub fn release(self) -> Result<()> {
-        self.lease.unlock()
-    }
-}
-
-impl Guard for SemaphorePermit {
-    type Parts = SemaphorePermit;
-
-    /// Permits belong to no thread: attaching changes nothing.
-    fn attach(parts: SemaphorePermit) -> Result<SemaphorePermit> {
-        Ok(parts)
-    }
-}
-
-impl Parts for SemaphorePermit {
-    fn is_held(&self) -> bool {
-        self.lease.hold().is_held()
-    }
-
-    fn check(&self) -> Result<()> {
-        self.lease.hold().check()
-    }
-
-    fn unlock(self) -> Result<()> {
+    pub fn unlock(self) -> Result<()> {
         self.lease.unlock()
     }
 }

@@ -38,7 +38,7 @@ pub const MAX_PROCLAIM_LEN: usize = 64 * 1024;
 ///
 /// - [`campaign`](Election::campaign) blocks until the calling process leads, and gives a
 ///   [`Leadership`]; [`try_campaign`](Election::try_campaign),
-///   [`campaign_for`](Election::campaign_for) and [`campaign_until`](Election::campaign_until)
+///   [`try_campaign_for`](Election::try_campaign_for) and [`try_campaign_until`](Election::try_campaign_until)
 ///   wait no longer than they say, with the bounds of the [`Mutex`] forms;
 /// - [`leader`](Election::leader) says who leads now, with its term and the value it
 ///   proclaimed;
@@ -142,10 +142,10 @@ impl Election {
         /// Makes exactly one attempt. `Ok(None)` when another candidate leads.
         fn try_campaign;
         /// Waits at most `timeout` to lead. `Ok(None)` when another candidate led throughout.
-        fn campaign_for;
+        fn try_campaign_for;
         /// Waits until `deadline` at most to lead. `Ok(None)` when another candidate led
         /// throughout.
-        fn campaign_until;
+        fn try_campaign_until;
     }
 
     /// A campaign by `deadline`, through the driver; then the announcement that wakes the
