@@ -382,7 +382,7 @@ fn bad_input_is_refused_before_redis() {
         .unwrap()
         .campaign()
         .unwrap();
-    let value = "v".repeat(locksmith::MAX_PROCLAIM_LEN + 1);
+    let value = "v".repeat(64 * 1024 + 1);
     assert!(matches!(
         l.proclaim(&value),
         Err(Error::InvalidConfig { .. })

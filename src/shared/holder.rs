@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::protocol::keys::percent_encode;
 
 /// The longest label [`ClientBuilder::label`](crate::ClientBuilder::label) accepts, in bytes.
-pub const MAX_LABEL_LEN: usize = 128;
+pub(crate) const MAX_LABEL_LEN: usize = 128;
 
 /// How much of a thread's name the owner id keeps, in bytes.
 pub(crate) const MAX_THREAD_NAME: usize = 64;

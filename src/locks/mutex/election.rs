@@ -30,7 +30,7 @@ use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 
 /// The longest value a leader may [`proclaim`](Leadership::proclaim), in bytes.
-pub const MAX_PROCLAIM_LEN: usize = 64 * 1024;
+pub(crate) const MAX_PROCLAIM_LEN: usize = 64 * 1024;
 
 /// A named election among the processes that use the same Redis and key prefix: at most one
 /// of them leads at a time, and everyone can see which. Made by
@@ -335,7 +335,7 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a value longer than [`MAX_PROCLAIM_LEN`] bytes (nothing is
+    /// [`Error::InvalidConfig`] for a value longer than 64 KiB (65536 bytes; nothing is
     /// sent); [`Error::LeaseLost`] when this process no longer leads (nothing is stored);
     /// [`Error::Redis`] when Redis could not be asked.
     pub fn proclaim(&self, value: &str) -> Result<()> {
