@@ -58,7 +58,7 @@
 //!   use a resource at once.
 //! - These three work on one server, through Sentinel and on a Redis Cluster, with the same
 //!   machinery as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
-//!   A quorum client refuses them ([`Error::InvalidConfig`] from every call that would reach
+//!   A quorum client refuses them ([`Error::Unsupported`] from every call that would reach
 //!   Redis): a queue, a set of readers or a permit count cannot be kept by majority vote
 //!   across independent masters (each type's "Topologies" section says why).
 //! - With Sentinel, [`ClientBuilder::wait_replicas`] makes the master confirm that replicas
@@ -382,7 +382,7 @@ mod transport;
 pub use client::inspect::Locks;
 pub use client::{Client, builder::ClientBuilder};
 pub use driver::detached::Detached;
-pub use error::{Error, Result};
+pub use error::{Error, RedisFailure, RedisFailureKind, Result};
 pub use locks::fair_mutex::{FairMutex, FairMutexGuard};
 pub use locks::multi::{MultiGuard, MultiMutex};
 pub use locks::mutex::election::{Election, Leader, Leadership, Observer};

@@ -383,9 +383,6 @@ fn bad_input_is_refused_before_redis() {
         .campaign()
         .unwrap();
     let value = "v".repeat(64 * 1024 + 1);
-    assert!(matches!(
-        l.proclaim(&value),
-        Err(Error::InvalidConfig { .. })
-    ));
+    assert!(matches!(l.proclaim(&value), Err(Error::Misuse { .. })));
     l.resign().unwrap();
 }

@@ -1071,7 +1071,7 @@ fn the_lock_family_refuses_a_client_over_several_masters() {
     with_deadline(Duration::from_secs(30), move || {
         let refused = |r: locksmith::Result<bool>| {
             let e = r.unwrap_err();
-            assert!(e.is_invalid_config(), "{e}");
+            assert!(e.is_unsupported(), "{e}");
             assert!(e.to_string().contains("one Redis server"), "{e}");
         };
         let fair = quorum.fair_mutex(&name).unwrap();

@@ -171,7 +171,7 @@ impl Client {
         if self.masters() > 1 {
             &[LockKind::Mutex, LockKind::Election]
         } else {
-            &LockKind::ALL
+            LockKind::ALL
         }
     }
 

@@ -110,7 +110,7 @@ impl<G: Guard> Detached<G> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when the calling thread holds the
+    /// [`Error::Misuse`](crate::Error::Misuse) when the calling thread holds the
     /// same lock already through another guard (a read lock of the same
     /// [`RwLock`](crate::RwLock)): a thread holds a lock once. The hold is then released, as
     /// when a `Detached` is dropped.

@@ -201,9 +201,8 @@ impl Lease {
         if self.lock.core().shared().attach(&self.hold) {
             return Ok(self);
         }
-        Err(Error::config(
-            "attach",
-            "the calling thread holds this lock already, through another guard",
+        Err(Error::misuse(
+            "attach: the calling thread holds this lock already, through another guard",
         ))
     }
 

@@ -89,7 +89,7 @@ use crate::transport::conn::Deadline;
 /// [`Client::builder`](crate::Client::builder)) or through Sentinel
 /// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
 /// ([`Client::redlock`](crate::Client::redlock)) every call that reaches Redis returns
-/// [`Error::InvalidConfig`] before anything is sent: a count cannot be kept by majority
+/// [`Error::Unsupported`] before anything is sent: a count cannot be kept by majority
 /// vote. With 5 masters each allowing `n` permits and every acquisition on 3 of them, up to
 /// `5n/3` acquisitions could each hold a majority at once.
 ///
@@ -162,7 +162,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the
-    /// semaphore's key holds something else; [`Error::InvalidConfig`] on a client over
+    /// semaphore's key holds something else; [`Error::Unsupported`] on a client over
     /// several masters.
     ///
     /// # Examples
@@ -217,7 +217,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when `n` is 0 or more than the permit count (it could never
+    /// [`Error::Misuse`] when `n` is 0 or more than the permit count (it could never
     /// be granted); otherwise as [`acquire`](Semaphore::acquire).
     ///
     /// # Examples
@@ -241,7 +241,7 @@ impl Semaphore {
         /// Blocks until one permit is held.
         fn acquire, errors {
         /// [`Error::ForeignKey`] when the semaphore's keys hold something else;
-        /// [`Error::InvalidConfig`] on a client over several masters.
+        /// [`Error::Unsupported`] on a client over several masters.
         }
         /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
         fn try_acquire;
@@ -308,10 +308,10 @@ impl Semaphore {
     /// `driver/mod.rs`).
     fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
         if n == 0 || n > self.permits {
-            return Err(Error::config(
-                "n",
-                format!("must be from 1 to the permit count ({})", self.permits),
-            ));
+            return Err(Error::misuse(format!(
+                "n: must be from 1 to the permit count ({}); {n} could never be granted",
+                self.permits
+            )));
         }
         let mut call = Acquire {
             sem: self,

@@ -558,7 +558,11 @@ mod tests {
             assert!(!source.contains(MARKER), "{w:?}");
             assert_eq!(lua_source(w.file()), Some(source));
             // The harness's copy, which the integration tests use, is the text sent.
-            assert_eq!(locksmith_testkit::lua_source(w.file()), Some(source), "{w:?}");
+            assert_eq!(
+                locksmith_testkit::lua_source(w.file()),
+                Some(source),
+                "{w:?}"
+            );
         }
         let files: Vec<&str> = Which::ALL.iter().map(|w| w.file()).collect();
         let harness: Vec<&str> = locksmith_testkit::script_files().collect();

@@ -14,7 +14,7 @@ use redis::{
     ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisConnectionInfo, Value,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisFailure, Result};
 use crate::transport::dns;
 use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
@@ -416,7 +416,12 @@ impl Pool {
                 .write_packed_command(&mut handshake);
             handshake_replies += 1;
         }
-        let address = bare(info.addr().clone().into_connection_info()?);
+        let address = bare(
+            info.addr()
+                .clone()
+                .into_connection_info()
+                .map_err(Error::from_redis)?,
+        );
         Ok(Pool {
             client: client_for(address, tls.map(|t| &**t))?,
             handshake: (!handshake.is_empty()).then_some(handshake),
@@ -551,9 +556,9 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redi
         (ConnectionAddr::TcpTls { .. }, Some(tls))
             if tls.certs.root.is_some() || tls.certs.client.is_some() =>
         {
-            Ok(redis::Client::build_with_tls(info, tls.certs.for_redis())?)
+            redis::Client::build_with_tls(info, tls.certs.for_redis()).map_err(Error::from_redis)
         }
-        _ => Ok(redis::Client::open(info)?),
+        _ => redis::Client::open(info).map_err(Error::from_redis),
     }
 }
 
@@ -599,11 +604,13 @@ fn refuses_credentials(r: &redis::RedisError) -> bool {
 /// other errors unchanged.
 pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
     match e {
-        Error::Redis(r) if refuses_credentials(&r) => Error::Redis(redis::RedisError::from((
-            redis::ErrorKind::AuthenticationFailed,
-            "credentials refused",
-            format!("{whom} refused the credentials ({r}); {hint}"),
-        ))),
+        Error::Redis(RedisFailure(r)) if refuses_credentials(&r) => {
+            Error::Redis(RedisFailure(redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "credentials refused",
+                format!("{whom} refused the credentials ({r}); {hint}"),
+            ))))
+        }
         e => e,
     }
 }
@@ -631,13 +638,13 @@ mod tests {
             b"-ERR WRONGPASS in a message\r\n"
         )));
         let e = auth_hint(
-            Error::Redis(server(b"-NOPERM no\r\n")),
+            Error::Redis(RedisFailure(server(b"-NOPERM no\r\n"))),
             "a sentinel",
             "hint",
         );
         assert!(!e.to_string().contains("hint"), "{e}");
         let e = auth_hint(
-            Error::Redis(server(b"-WRONGPASS no\r\n")),
+            Error::Redis(RedisFailure(server(b"-WRONGPASS no\r\n"))),
             "a sentinel",
             "hint",
         );

@@ -14,23 +14,74 @@ mod lua;
 
 /// Every script body of `src/protocol/scripts/`, by file name.
 const BODIES: [(&str, &str); 17] = [
-    ("acquire.lua", include_str!("../../src/protocol/scripts/acquire.lua")),
-    ("release.lua", include_str!("../../src/protocol/scripts/release.lua")),
-    ("renew.lua", include_str!("../../src/protocol/scripts/renew.lua")),
-    ("renew_batch.lua", include_str!("../../src/protocol/scripts/renew_batch.lua")),
-    ("fair_mutex.lua", include_str!("../../src/protocol/scripts/fair_mutex.lua")),
-    ("sem_permits.lua", include_str!("../../src/protocol/scripts/sem_permits.lua")),
-    ("rw_write.lua", include_str!("../../src/protocol/scripts/rw_write.lua")),
-    ("rw_read.lua", include_str!("../../src/protocol/scripts/rw_read.lua")),
-    ("rw_release.lua", include_str!("../../src/protocol/scripts/rw_release.lua")),
-    ("renew_holder.lua", include_str!("../../src/protocol/scripts/renew_holder.lua")),
-    ("rw_reenter.lua", include_str!("../../src/protocol/scripts/rw_reenter.lua")),
-    ("rw_cancel.lua", include_str!("../../src/protocol/scripts/rw_cancel.lua")),
-    ("rw_admin.lua", include_str!("../../src/protocol/scripts/rw_admin.lua")),
-    ("multi_acquire.lua", include_str!("../../src/protocol/scripts/multi_acquire.lua")),
-    ("multi_release.lua", include_str!("../../src/protocol/scripts/multi_release.lua")),
-    ("mutex_admin.lua", include_str!("../../src/protocol/scripts/mutex_admin.lua")),
-    ("election.lua", include_str!("../../src/protocol/scripts/election.lua")),
+    (
+        "acquire.lua",
+        include_str!("../../src/protocol/scripts/acquire.lua"),
+    ),
+    (
+        "release.lua",
+        include_str!("../../src/protocol/scripts/release.lua"),
+    ),
+    (
+        "renew.lua",
+        include_str!("../../src/protocol/scripts/renew.lua"),
+    ),
+    (
+        "renew_batch.lua",
+        include_str!("../../src/protocol/scripts/renew_batch.lua"),
+    ),
+    (
+        "fair_mutex.lua",
+        include_str!("../../src/protocol/scripts/fair_mutex.lua"),
+    ),
+    (
+        "sem_permits.lua",
+        include_str!("../../src/protocol/scripts/sem_permits.lua"),
+    ),
+    (
+        "rw_write.lua",
+        include_str!("../../src/protocol/scripts/rw_write.lua"),
+    ),
+    (
+        "rw_read.lua",
+        include_str!("../../src/protocol/scripts/rw_read.lua"),
+    ),
+    (
+        "rw_release.lua",
+        include_str!("../../src/protocol/scripts/rw_release.lua"),
+    ),
+    (
+        "renew_holder.lua",
+        include_str!("../../src/protocol/scripts/renew_holder.lua"),
+    ),
+    (
+        "rw_reenter.lua",
+        include_str!("../../src/protocol/scripts/rw_reenter.lua"),
+    ),
+    (
+        "rw_cancel.lua",
+        include_str!("../../src/protocol/scripts/rw_cancel.lua"),
+    ),
+    (
+        "rw_admin.lua",
+        include_str!("../../src/protocol/scripts/rw_admin.lua"),
+    ),
+    (
+        "multi_acquire.lua",
+        include_str!("../../src/protocol/scripts/multi_acquire.lua"),
+    ),
+    (
+        "multi_release.lua",
+        include_str!("../../src/protocol/scripts/multi_release.lua"),
+    ),
+    (
+        "mutex_admin.lua",
+        include_str!("../../src/protocol/scripts/mutex_admin.lua"),
+    ),
+    (
+        "election.lua",
+        include_str!("../../src/protocol/scripts/election.lua"),
+    ),
 ];
 
 /// Every script's source, by its body's file name.

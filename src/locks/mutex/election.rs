@@ -335,12 +335,14 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a value longer than 64 KiB (65536 bytes; nothing is
+    /// [`Error::Misuse`] for a value longer than 64 KiB (65536 bytes; nothing is
     /// sent); [`Error::LeaseLost`] when this process no longer leads (nothing is stored);
     /// [`Error::Redis`] when Redis could not be asked.
     pub fn proclaim(&self, value: &str) -> Result<()> {
         if value.len() > MAX_PROCLAIM_LEN {
-            return Err(Error::config("value", "must be at most 65536 bytes"));
+            return Err(Error::misuse(
+                "proclaim: the value must be at most 65536 bytes",
+            ));
         }
         self.check()?;
         let acquisition = &self.held.parts().hold().acquisition;
