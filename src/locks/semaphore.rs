@@ -193,7 +193,7 @@ impl Semaphore {
     ///
     /// Each dispossessed holder finds out at its next renewal at the latest: its permit's
     /// [`is_held`](SemaphorePermit::is_held) turns false, `on_lease_lost` is called, and its
-    /// [`release`](SemaphorePermit::release) is an error, never `Ok`. Logged at `warn` with
+    /// [`unlock`](SemaphorePermit::unlock) is an error, never `Ok`. Logged at `warn` with
     /// the label and thread of each holder removed.
     ///
     /// One script call, within the connect timeout plus the command timeout.
