@@ -101,7 +101,7 @@ use crate::transport::conn::Deadline;
 /// let exports = client.semaphore("exports", 4)?; // at most 4 exports at once, anywhere
 /// let permit = exports.acquire()?;
 /// // ... run one export ...
-/// permit.release()?;
+/// permit.unlock()?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
