@@ -56,7 +56,9 @@ fn readers_share_writers_exclude() {
     let lb = b.rw_lock(&name).unwrap();
     let lc = c.rw_lock(&name).unwrap();
     with_deadline(Duration::from_secs(30), move || {
+        assert!(!lc.is_locked().unwrap());
         let ra = la.read().unwrap();
+        assert!(lc.is_locked().unwrap(), "a reader holds it");
         let rb = lb.try_read().unwrap().expect("readers share");
         assert!(lc.try_write().unwrap().is_none());
         assert!(
@@ -66,8 +68,10 @@ fn readers_share_writers_exclude() {
         drop(ra);
         assert!(lc.try_write().unwrap().is_none());
         drop(rb);
+        assert!(!lc.is_locked().unwrap());
         let w = lb.try_write().unwrap().expect("free");
         assert!(w.is_held());
+        assert!(lc.is_locked().unwrap(), "a writer holds it");
         assert!(la.try_read().unwrap().is_none());
         assert!(
             la.try_write_for(Duration::from_millis(50))

@@ -101,12 +101,25 @@ fn permits_are_counted() {
                 .unwrap()
                 .is_none()
         );
+        assert!(sa.try_acquire_many(2).unwrap().is_none());
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert!(sa.try_acquire_many_until(2, soon).unwrap().is_none());
+        assert!(sa.try_acquire_many(0).unwrap_err().is_misuse());
         let p3 = sb.try_acquire().unwrap().expect("one free");
         assert!(p3.is_held());
         p3.check().unwrap();
         drop(p2);
         assert_eq!(sa.available().unwrap(), 2);
         drop(p3);
+        let two = sa.try_acquire_many(2).unwrap().expect("two free");
+        assert_eq!(two.permits(), 2);
+        two.unlock().unwrap();
+        let until = Instant::now() + Duration::from_secs(1);
+        let three = sb
+            .try_acquire_many_until(3, until)
+            .unwrap()
+            .expect("all free");
+        three.unlock().unwrap();
         // A permit may be released by another thread.
         let p = sa.acquire_many(3).unwrap();
         thread::scope(|s| {
