@@ -9,7 +9,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Input errors ([`InvalidName`](Error::InvalidName),
 /// [`InvalidConfig`](Error::InvalidConfig), [`InvalidUrl`](Error::InvalidUrl)) are returned
-/// before anything is sent to Redis. Errors about ownership
+/// before anything is sent to Redis; so are [`Unsupported`](Error::Unsupported) (a call this
+/// client's topology or this lock type cannot serve) and [`Misuse`](Error::Misuse) (a call
+/// that cannot be right however Redis answers: a bug in the calling code, not in the
+/// settings). Errors about ownership
 /// ([`LeaseLost`](Error::LeaseLost), [`NotOwner`](Error::NotOwner)) mean that this holder's
 /// lease ended before it was released: whatever the critical section did after that point may
 /// have overlapped another owner's.
@@ -22,7 +25,9 @@ pub enum Error {
         /// Why the name was refused.
         reason: &'static str,
     },
-    /// A configuration value is out of its allowed range.
+    /// A configuration value is out of its allowed range: a setting refused by
+    /// [`build`](crate::ClientBuilder::build), or a lock handle's own setting (a fixed lease,
+    /// a maximum hold time, a permit count).
     InvalidConfig {
         /// The option that was refused, e.g. `"lease"`.
         field: &'static str,
@@ -34,8 +39,26 @@ pub enum Error {
         /// Which part of the URL is wrong and why.
         reason: String,
     },
-    /// Redis answered with an error, or the connection to it failed.
-    Redis(redis::RedisError),
+    /// A call that this client's topology or this lock type does not serve, such as a
+    /// [`FairMutex`](crate::FairMutex), an [`RwLock`](crate::RwLock), a
+    /// [`Semaphore`](crate::Semaphore) or a [`MultiMutex`](crate::MultiMutex) on a quorum
+    /// client ([`Client::redlock`](crate::Client::redlock)). Nothing was sent.
+    Unsupported {
+        /// What is not supported, and on what.
+        what: String,
+    },
+    /// A call the calling code should not make, refused before anything changed on the
+    /// server: a thread that holds a read lock asks for the write lock of the same
+    /// [`RwLock`](crate::RwLock) (it would wait for itself), a thread attaches a
+    /// [`Detached`](crate::Detached) hold of a lock it holds already, more permits than the
+    /// semaphore has, a leader's value over its size bound.
+    Misuse {
+        /// What the call did wrong.
+        what: String,
+    },
+    /// Redis answered with an error, or the connection to it failed: see
+    /// [`RedisFailure::kind`] and [`RedisFailure::code`].
+    Redis(RedisFailure),
     /// Redis did not answer within the connect or command timeout (or a quorum master within
     /// the per-master timeout).
     ///
@@ -89,6 +112,71 @@ pub enum Error {
     Spawn(std::io::Error),
 }
 
+/// What Redis, or the connection to it, answered: the failure inside [`Error::Redis`].
+///
+/// Its text ([`Display`](std::fmt::Display)) is the Redis client's, with the server named
+/// where it is known; [`kind`](RedisFailure::kind) sorts it, and [`code`](RedisFailure::code)
+/// gives the code of an error reply (`READONLY`, `NOPERM`, ...).
+/// [`source`](std::error::Error::source) reaches the error of the Redis client underneath,
+/// whose type is not part of this crate's API.
+#[derive(Debug, Clone)]
+pub struct RedisFailure(pub(crate) redis::RedisError);
+
+/// What kind of failure a [`RedisFailure`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RedisFailureKind {
+    /// The connection failed: refused, reset, closed, or another I/O error on it.
+    Connection,
+    /// The server refused the credentials (`WRONGPASS`, `NOAUTH`).
+    Auth,
+    /// The server answered with an error reply; [`RedisFailure::code`] names it.
+    Server,
+    /// An answer that could not be read, or not the answer the call expects.
+    Response,
+    /// Anything else.
+    Other,
+}
+
+impl RedisFailure {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> RedisFailureKind {
+        use redis::ErrorKind as K;
+        let e = &self.0;
+        if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) {
+            return RedisFailureKind::Auth;
+        }
+        match e.kind() {
+            K::Io => RedisFailureKind::Connection,
+            _ if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                RedisFailureKind::Connection
+            }
+            K::AuthenticationFailed => RedisFailureKind::Auth,
+            K::Server(_) | K::Extension => RedisFailureKind::Server,
+            K::Parse | K::UnexpectedReturnType | K::RESP3NotSupported => RedisFailureKind::Response,
+            _ => RedisFailureKind::Other,
+        }
+    }
+
+    /// The code of the server's error reply (its first word: `ERR`, `READONLY`, `NOPERM`,
+    /// `WRONGTYPE`, ...), when the server answered with one.
+    pub fn code(&self) -> Option<&str> {
+        self.0.code()
+    }
+}
+
+impl fmt::Display for RedisFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for RedisFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 impl Error {
     /// True for [`Error::NotReplicated`].
     pub fn is_not_replicated(&self) -> bool {
@@ -105,6 +193,16 @@ impl Error {
         matches!(self, Error::InvalidConfig { .. } | Error::InvalidUrl { .. })
     }
 
+    /// True for [`Error::Unsupported`].
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Error::Unsupported { .. })
+    }
+
+    /// True for [`Error::Misuse`].
+    pub fn is_misuse(&self) -> bool {
+        matches!(self, Error::Misuse { .. })
+    }
+
     /// True when the lease was lost: [`Error::LeaseLost`] or [`Error::NotOwner`].
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost | Error::NotOwner)
@@ -119,7 +217,7 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         match self {
             Error::Timeout { .. } => true,
-            Error::Redis(e) => e.is_timeout(),
+            Error::Redis(RedisFailure(e)) => e.is_timeout(),
             _ => false,
         }
     }
@@ -128,7 +226,7 @@ impl Error {
     pub fn is_redis(&self) -> bool {
         matches!(
             self,
-            Error::Redis(_) | Error::ForeignKey { .. } | Error::NoQuorum { .. }
+            Error::Redis(RedisFailure(_)) | Error::ForeignKey { .. } | Error::NoQuorum { .. }
         )
     }
 
@@ -139,7 +237,7 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::NoQuorum { .. } => true,
-            Error::Redis(e) => redis_retriable(e),
+            Error::Redis(RedisFailure(e)) => redis_retriable(e),
             _ => false,
         }
     }
@@ -161,10 +259,20 @@ impl Error {
         }
     }
 
+    /// An [`Error::Unsupported`] that says `what`.
+    pub(crate) fn unsupported(what: impl Into<String>) -> Self {
+        Error::Unsupported { what: what.into() }
+    }
+
+    /// An [`Error::Misuse`] that says `what`.
+    pub(crate) fn misuse(what: impl Into<String>) -> Self {
+        Error::Misuse { what: what.into() }
+    }
+
     /// An I/O error on a connection to Redis. Not a `From` impl, so that a user's unrelated
     /// `?` on an I/O error never turns into a "redis error".
     pub(crate) fn io(e: std::io::Error) -> Self {
-        Error::from(redis::RedisError::from(e))
+        Error::from_redis(redis::RedisError::from(e))
     }
 }
 
@@ -185,7 +293,9 @@ impl fmt::Display for Error {
                 write!(f, "invalid configuration: `{field}` {reason}")
             }
             Error::InvalidUrl { reason } => write!(f, "invalid redis url: {reason}"),
-            Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::Unsupported { what } => write!(f, "not supported: {what}"),
+            Error::Misuse { what } => write!(f, "misuse: {what}"),
+            Error::Redis(RedisFailure(e)) => write!(f, "redis error: {e}"),
             Error::Timeout {
                 what,
                 server,
@@ -237,12 +347,15 @@ impl std::error::Error for Error {
 /// What a socket's timeout says as an [`Error::Timeout`].
 pub(crate) const NO_ANSWER: &str = "no answer from Redis within the timeout";
 
-impl From<redis::RedisError> for Error {
-    fn from(e: redis::RedisError) -> Self {
+impl Error {
+    /// A Redis client's error in this crate's terms: a timeout as [`Error::Timeout`], anything
+    /// else as [`Error::Redis`]. Not a `From` impl, so that the Redis client's type stays out
+    /// of this crate's API.
+    pub(crate) fn from_redis(e: redis::RedisError) -> Self {
         if e.is_timeout() {
             Error::timeout(NO_ANSWER)
         } else {
-            Error::Redis(e)
+            Error::Redis(RedisFailure(e))
         }
     }
 }
@@ -337,15 +450,15 @@ impl Error {
     /// errors unchanged.
     pub(crate) fn with_context(self, text: impl FnOnce(&str) -> String) -> Error {
         match self {
-            Error::Redis(r) => match io_error(&r).map(|io| io.kind()) {
+            Error::Redis(RedisFailure(r)) => match io_error(&r).map(|io| io.kind()) {
                 Some(kind) => {
                     let text = text(&r.to_string());
-                    Error::Redis(redis::RedisError::from(std::io::Error::new(
+                    Error::Redis(RedisFailure(redis::RedisError::from(std::io::Error::new(
                         kind,
                         Context { text, source: r },
-                    )))
+                    ))))
                 }
-                None => Error::Redis(r),
+                None => Error::Redis(RedisFailure(r)),
             },
             e => e,
         }
@@ -401,7 +514,7 @@ mod tests {
     /// A server error as the cluster code builds it from a reply.
     fn server_error(reply: &[u8]) -> Error {
         match redis::parse_redis_value(reply) {
-            Ok(redis::Value::ServerError(e)) => Error::Redis(e.into()),
+            Ok(redis::Value::ServerError(e)) => Error::Redis(RedisFailure(e.into())),
             other => panic!("not a server error: {other:?}"),
         }
     }
@@ -428,6 +541,34 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_redis_failure_says_its_kind_and_code() {
+        let failure = |e: Error| match e {
+            Error::Redis(f) => f,
+            other => panic!("not a Redis failure: {other:?}"),
+        };
+        let f = failure(server_error(
+            b"-READONLY You can't write against a replica.\r\n",
+        ));
+        assert_eq!(
+            (f.kind(), f.code()),
+            (RedisFailureKind::Server, Some("READONLY"))
+        );
+        assert!(f.to_string().contains("write against a replica"), "{f}");
+        let f = failure(server_error(
+            b"-WRONGPASS invalid username-password pair\r\n",
+        ));
+        assert_eq!(f.kind(), RedisFailureKind::Auth);
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let f = failure(Error::io(refused));
+        assert_eq!((f.kind(), f.code()), (RedisFailureKind::Connection, None));
+        // The Redis client's error stays reachable as a source, not as a type of the API.
+        assert!(std::error::Error::source(&f).is_some());
+        let e = Error::Redis(f);
+        assert!(e.is_redis() && e.is_retriable(), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
     }
 
     #[test]

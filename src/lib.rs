@@ -58,7 +58,7 @@
 //!   use a resource at once.
 //! - These three work on one server, through Sentinel and on a Redis Cluster, with the same
 //!   machinery as [`Mutex`] (scripts, the two threads, renewal, `on_lease_lost`, the same [`Error`]).
-//!   A quorum client refuses them ([`Error::InvalidConfig`] from every call that would reach
+//!   A quorum client refuses them ([`Error::Unsupported`] from every call that would reach
 //!   Redis): a queue, a set of readers or a permit count cannot be kept by majority vote
 //!   across independent masters (each type's "Topologies" section says why).
 //! - With Sentinel, [`ClientBuilder::wait_replicas`] makes the master confirm that replicas
@@ -122,13 +122,10 @@
 //!   released while threads of the same client queue for it passes to the first of them
 //!   without a round trip; the lock stays held on the server. Each hand-off is an acquisition
 //!   of its own (the next fencing token of a block the acquisition through Redis reserved, its
-//!   own guard, lease deadline, renewal, re-entry count and maximum hold time). After
-//!   [`local_handoff_max_count`](ClientBuilder::local_handoff_max_count) hand-offs, or once
-//!   [`local_handoff_max_time`](ClientBuilder::local_handoff_max_time) has passed since the
-//!   acquisition through Redis, the release goes through Redis, so that waiters in other
-//!   processes compete for the lock again; when others heard that release, this client's
-//!   threads give way to them for up to
-//!   [`local_handoff_give_way`](ClientBuilder::local_handoff_give_way) first.
+//!   own guard, lease deadline, renewal, re-entry count and maximum hold time). After 16
+//!   hand-offs, or once 10 ms have passed since the acquisition through Redis, the release
+//!   goes through Redis, so that waiters in other processes compete for the lock again; when
+//!   others heard that release, this client's threads give way to them for up to 5 ms first.
 //! - **Renewal.** While a guard lives, its lease is extended every third of the lease. A
 //!   renewal that finds the lock gone marks the guard lost and logs a warning.
 //! - **Bounded calls.** Every call carries a deadline down to each socket operation, so it
@@ -149,7 +146,7 @@
 //!   drift), even when Redis cannot be reached; a guard is never handed out whose validity
 //!   has already passed.
 //! - **Fencing tokens** strictly increase per lock name, across owners, lock types and
-//!   clients, local hand-offs included, whatever `local_handoff_max_count`, and whatever the
+//!   clients, local hand-offs included, and whatever the
 //!   server's wall clock does: every grant takes a token above the fencing mark of the name's
 //!   hash slot (the highest token issued there) and raises it (see [`MutexGuard::fencing_token`]). Across a
 //!   restart of Redis with an empty dataset, which loses the marks, they rise as long as the
@@ -390,22 +387,18 @@ pub mod testing;
 mod topology;
 mod transport;
 
-pub use client::inspect::{LIST_TIMEOUT, Locks};
+pub use client::inspect::Locks;
 pub use client::{Client, builder::ClientBuilder};
 pub use driver::detached::Detached;
-pub use error::{Error, Result};
+pub use error::{Error, RedisFailure, RedisFailureKind, Result};
 pub use locks::fair_mutex::{FairMutex, FairMutexGuard};
 pub use locks::multi::{MultiGuard, MultiMutex};
-pub use locks::mutex::election::{Election, Leader, Leadership, MAX_PROCLAIM_LEN, Observer};
+pub use locks::mutex::election::{Election, Leader, Leadership, Observer};
 pub use locks::mutex::{Mutex, guard::MutexGuard};
 pub use locks::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use locks::semaphore::{Semaphore, SemaphorePermit};
 pub use protocol::keys::MAX_NAME_LEN;
-/// The Lua source the client sends for a script, by its body's file name (for the tests).
-#[doc(hidden)]
-pub use protocol::scripts::lua_source as __lua_source;
-pub use shared::config::{MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
-pub use shared::holder::{Holder, LockInfo, LockKind, MAX_LABEL_LEN};
+pub use shared::holder::{Holder, LockInfo, LockKind};
 pub use shared::renewal::{LeaseKind, LostLease};
 pub use stats::{Histogram, Stats};
 

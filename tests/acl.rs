@@ -394,7 +394,7 @@ fn run_other_types(server: &RedisServer, user: &str) -> Result<(), String> {
             || f1.unlock().map_err(|e| format!("fair unlock: {e}")),
         )?;
         r0.unlock().map_err(e("read unlock"))?;
-        p1.release().map_err(e("release"))?;
+        p1.unlock().map_err(e("release"))?;
         // force_unlock of each type, and by name, of locks the other client holds.
         let held_fair = b.fair_mutex(fair[1].name()).unwrap();
         let hf = held_fair.lock().map_err(e("fair lock"))?;
@@ -417,7 +417,7 @@ fn run_other_types(server: &RedisServer, user: &str) -> Result<(), String> {
             ("fair", hf.unlock()),
             ("fair", f0.unlock()),
             ("write", w1.unlock()),
-            ("permits", p2.release()),
+            ("permits", p2.unlock()),
         ] {
             if r.is_ok() {
                 return Err(format!("{what} unlock after force_unlock was Ok"));

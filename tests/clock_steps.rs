@@ -218,7 +218,7 @@ impl Raw {
         Client::open(server.url().as_str()).unwrap();
         let mut conn = server.conn();
         let mut both = |file: &str| -> [String; 2] {
-            let source = locksmith::__lua_source(file).unwrap();
+            let source = locksmith_testkit::lua_source(file).unwrap();
             let sha: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(source)

@@ -215,7 +215,7 @@ fn attaching_where_the_thread_reads_already_fails_and_releases() {
         let err = theirs
             .attach()
             .expect_err("a thread attached a second read hold");
-        assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+        assert!(matches!(err, Error::Misuse { .. }), "{err}");
         drop(mine);
         assert!(lock.try_write().unwrap().is_some(), "both reads released");
     });

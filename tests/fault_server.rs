@@ -375,7 +375,7 @@ fn s20_tokens_rise_across_an_empty_restart_with_the_largest_block() {
         let n = name.clone();
         let busy = with_deadline(Duration::from_secs(30), move || {
             let c = Client::builder(u.as_str())
-                .local_handoff_max_count(locksmith::MAX_HANDOFF_COUNT)
+                .local_handoff_max_count(1024)
                 .build()
                 .unwrap();
             let m = c.mutex(&n).unwrap();
@@ -448,7 +448,7 @@ impl Held {
             Held::Fair(g) => g.unlock(),
             Held::Write(g) => g.unlock(),
             Held::Read(g) => g.unlock(),
-            Held::Permit(p) => p.release(),
+            Held::Permit(p) => p.unlock(),
             Held::Set(g) => g.unlock(),
         }
     }

@@ -17,9 +17,9 @@ use common::{RedisServer, with_deadline};
 use locksmith::{Client, Error, LostLease};
 
 static ACQUIRE_LUA: std::sync::LazyLock<&str> =
-    std::sync::LazyLock::new(|| locksmith::__lua_source("acquire.lua").unwrap());
+    std::sync::LazyLock::new(|| locksmith_testkit::lua_source("acquire.lua").unwrap());
 static RELEASE_LUA: std::sync::LazyLock<&str> =
-    std::sync::LazyLock::new(|| locksmith::__lua_source("release.lua").unwrap());
+    std::sync::LazyLock::new(|| locksmith_testkit::lua_source("release.lua").unwrap());
 
 fn sha(src: &str) -> String {
     redis::Script::new(src).get_hash().to_string()
@@ -426,10 +426,10 @@ fn reentry_that_finds_another_owner_marks_the_outer_hold_lost() {
 fn a_loss_seen_by_a_release_and_a_renewal_at_once_is_reported_once() {
     let (_server, mut conn, proxy, purl) = common::proxied();
     preload_scripts(&mut conn);
-    let renew = sha(locksmith::__lua_source("renew.lua").unwrap());
+    let renew = sha(locksmith_testkit::lua_source("renew.lua").unwrap());
     let _: () = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(locksmith::__lua_source("renew.lua").unwrap())
+        .arg(locksmith_testkit::lua_source("renew.lua").unwrap())
         .query(&mut conn)
         .unwrap();
     with_deadline(Duration::from_secs(20), move || {

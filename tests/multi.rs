@@ -197,7 +197,7 @@ fn a_quorum_client_refuses_a_set() {
     let set = client.multi_lock(["x", "y"]).unwrap();
     assert!(matches!(
         set.try_lock().unwrap_err(),
-        Error::InvalidConfig { .. }
+        Error::Unsupported { .. }
     ));
 }
 

@@ -226,7 +226,7 @@ fn a_retried_release_after_a_force_is_not_ok() {
         assert!(!common::exists(&mut conn, &common::release_channel(&name)));
         // The retry of the holder's outermost release, as the client sends it.
         let retry: i64 = redis::cmd("EVAL")
-            .arg(locksmith::__lua_source("release.lua").unwrap())
+            .arg(locksmith_testkit::lua_source("release.lua").unwrap())
             .arg(2)
             .arg(common::lock_key(&name))
             .arg(common::release_channel(&name))

@@ -56,18 +56,22 @@ fn readers_share_writers_exclude() {
     let lb = b.rw_lock(&name).unwrap();
     let lc = c.rw_lock(&name).unwrap();
     with_deadline(Duration::from_secs(30), move || {
+        assert!(!lc.is_locked().unwrap());
         let ra = la.read().unwrap();
+        assert!(lc.is_locked().unwrap(), "a reader holds it");
         let rb = lb.try_read().unwrap().expect("readers share");
         assert!(lc.try_write().unwrap().is_none());
         assert!(
-            la.try_write().is_err(),
+            la.try_write().is_err_and(|e| e.is_misuse()),
             "read -> write would wait for itself"
         );
         drop(ra);
         assert!(lc.try_write().unwrap().is_none());
         drop(rb);
+        assert!(!lc.is_locked().unwrap());
         let w = lb.try_write().unwrap().expect("free");
         assert!(w.is_held());
+        assert!(lc.is_locked().unwrap(), "a writer holds it");
         assert!(la.try_read().unwrap().is_none());
         assert!(
             la.try_write_for(Duration::from_millis(50))
@@ -401,7 +405,7 @@ fn rw_op(name: &str, op: &str) -> [Vec<u8>; 3] {
         "release_read" => ("rw_release.lua", Some("read")),
         other => panic!("no read-write lock operation {other}"),
     };
-    let source = locksmith::__lua_source(file).unwrap();
+    let source = locksmith_testkit::lua_source(file).unwrap();
     [
         redis::Script::new(source).get_hash().as_bytes().to_vec(),
         key(name, "").into_bytes(),

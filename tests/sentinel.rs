@@ -636,7 +636,7 @@ fn the_lock_family_works_through_sentinel() {
         let two = sa.acquire_many(2).unwrap();
         assert!(sb.try_acquire().unwrap().is_none());
         assert_eq!(sb.available().unwrap(), 0);
-        two.release().unwrap();
+        two.unlock().unwrap();
         assert!(sb.try_acquire().unwrap().is_some());
     });
 }

@@ -229,12 +229,12 @@ pub fn semaphore(url: &str, _ping_p50: f64, samples: usize) -> Result<Vec<Row>, 
     let uncontended = rate(
         d,
         |i| clients[i % 2].semaphore("bench:sem:free", 8).map_err(s),
-        |sem| sem.acquire().map_err(s)?.release().map_err(s),
+        |sem| sem.acquire().map_err(s)?.unlock().map_err(s),
     )?;
     let contended = rate(
         d,
         |i| clients[i % 2].semaphore("bench:sem:four", 4).map_err(s),
-        |sem| sem.acquire().map_err(s)?.release().map_err(s),
+        |sem| sem.acquire().map_err(s)?.unlock().map_err(s),
     )?;
     Ok(vec![
         Row::new(

@@ -159,7 +159,7 @@ impl Lock {
             (_, Held::Fair(g)) => g.unlock().map_err(s)?,
             (_, Held::Read(g)) => g.unlock().map_err(s)?,
             (_, Held::Write(g)) => g.unlock().map_err(s)?,
-            (_, Held::Semaphore(p)) => p.release().map_err(s)?,
+            (_, Held::Semaphore(p)) => p.unlock().map_err(s)?,
             (_, Held::Multi(g)) => g.unlock().map_err(s)?,
         }
         Ok(())

@@ -49,6 +49,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
 fn failure(e: locksmith::Error) -> Failure {
     if e.is_invalid_name()
         || e.is_invalid_config()
+        || e.is_unsupported()
         || matches!(e, locksmith::Error::InvalidUrl { .. })
     {
         Failure::usage(e.to_string())

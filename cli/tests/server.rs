@@ -776,7 +776,7 @@ fn an_election_is_listed_shown_watched_and_unlocked_into_a_new_election() {
     let waiter = thread::Builder::new()
         .name("candidate".into())
         .spawn(move || {
-            let l = candidate.campaign_for(RUN_BOUND).unwrap();
+            let l = candidate.try_campaign_for(RUN_BOUND).unwrap();
             next_tx.send(l.as_ref().map(|l| l.term())).unwrap();
             // Leads until the test has seen it.
             thread::sleep(Duration::from_millis(500));

@@ -155,17 +155,20 @@ setters! {
     ///
     /// **Trade-off**: hand-offs make a hot lock much faster for the threads of one process,
     /// and less fair to other processes, whose waiters cannot win the lock while it passes
-    /// from thread to thread here. The run is bounded: after
-    /// [`local_handoff_max_count`](Self::local_handoff_max_count) hand-offs in a row, or once
-    /// [`local_handoff_max_time`](Self::local_handoff_max_time) has passed since the lock
-    /// was taken through Redis, the next release goes through Redis and wakes every waiter,
-    /// remote ones included. So a remote waiter is kept out by one run at most
-    /// `max_time` plus one critical section at a time (the run's last holder's), and after
-    /// each run it gets a head start of up to
-    /// [`local_handoff_give_way`](Self::local_handoff_give_way) over this client's threads,
-    /// so that it does not lose run after run to them. Turn it off where strict
-    /// fairness between processes matters more than throughput (or use a
-    /// [`FairMutex`], which never hands off locally).
+    /// from thread to thread here. The run is bounded: after 16 hand-offs in a row, or once
+    /// 10 ms have passed since the lock was taken through Redis, the next release goes
+    /// through Redis and wakes every waiter, remote ones included. So a remote waiter is kept
+    /// out by one run at most (10 ms plus one critical section at a time, the run's last
+    /// holder's). After each run that others heard, this client's threads give them a head
+    /// start of up to 5 ms (they wait for as many later releases as others heard the release,
+    /// or that long, whichever comes first), so that a remote waiter does not lose run after
+    /// run to them. Turn it off where strict fairness between processes matters more than
+    /// throughput (or use a [`FairMutex`], which never hands off locally).
+    ///
+    /// Each acquisition through Redis reserves the fencing tokens of its run's hand-offs,
+    /// unless the lock's token counter is already 1 s ahead of the server's clock (see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)): such an acquisition
+    /// reserves none, and its release goes through Redis.
     ///
     /// Not for quorum clients ([`Client::redlock`]): each of their acquisitions is granted
     /// by a majority of masters, so the option is accepted there and has no effect. Locks
@@ -177,48 +180,27 @@ setters! {
     /// [`Mutex::with_lease`]: crate::Mutex::with_lease
     pub fn local_handoff(on: bool) => local_handoff = on;
 
-    /// How many local hand-offs in a row may follow an acquisition through Redis before a
-    /// release goes through Redis again (default 16; from 1 to [`MAX_HANDOFF_COUNT`]). Each
-    /// acquisition through Redis reserves that many fencing tokens for its hand-offs, unless
-    /// the lock's token counter is already 1 s ahead of the server's clock (a very busy lock,
-    /// or the first millisecond after the counter was created: a name's first use in a day,
-    /// or Redis restarted empty; see [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)):
-    /// such an acquisition reserves none, and its release goes through Redis. See
-    /// [`local_handoff`](Self::local_handoff).
+    /// How many local hand-offs in a row may follow an acquisition through Redis (default 16;
+    /// from 1 to 1024). Hidden: the bounds of a run are the library's own; tests that need a
+    /// run of a known length set it.
+    #[doc(hidden)]
     pub fn local_handoff_max_count(count: u32) => local_handoff_max_count = count;
 
-    /// How long after an acquisition through Redis (counted from the send of its acquire)
-    /// local hand-offs may still start (default 10 ms; more than zero, at most the lease).
-    /// The release after that goes through Redis. See [`local_handoff`](Self::local_handoff).
+    /// How long after an acquisition through Redis local hand-offs may still start (default
+    /// 10 ms; more than zero, at most the lease). Hidden, as
+    /// [`local_handoff_max_count`](Self::local_handoff_max_count).
+    #[doc(hidden)]
     pub fn local_handoff_max_time(time: Duration) => local_handoff_max_time = time;
 
     /// How long this client's waiting threads let others go first after a release through
-    /// Redis (default 5 ms; from zero to the lease; zero turns it off). See
-    /// [`local_handoff`](Self::local_handoff).
-    ///
-    /// When a [`Mutex`] is released through Redis while threads of this client queue for it
-    /// (a run of hand-offs reached its bound, or the lock could not be handed off), the first
-    /// of them would usually win the race against other processes' waiters, which are woken
-    /// by the same release message, and a remote waiter could lose many rounds in a row. So
-    /// when the release script reports that `n` others than this client received its
-    /// message, the local thread waits for `n` later releases (each of the others may take
-    /// the lock once and free it) or for this long, whichever comes first, and only then
-    /// asks Redis. With several processes on one hot lock, the lock thus goes round them.
-    ///
-    /// **Trade-off**: a remote waiter that asks within the give-way gets the lock ahead of
-    /// this client's threads, so it waits about one run per other process, not many; the
-    /// price is throughput between processes: the lock stays free while a process whose
-    /// turn it is takes its time to ask (up to this long). A subscriber that listens on the
-    /// lock's channel and never takes the lock costs at most this long per release through
-    /// Redis. A longer give-way lets slower remote waiters win too; a shorter one costs less
-    /// when a listener does not take the lock.
-    ///
-    /// [`Mutex`]: crate::Mutex
+    /// Redis that others heard (default 5 ms; from zero to the lease). Hidden, as
+    /// [`local_handoff_max_count`](Self::local_handoff_max_count).
+    #[doc(hidden)]
     pub fn local_handoff_give_way(time: Duration) => local_handoff_give_way = time;
 
     /// The watchdog lease (default 30 s): how long a lock stays held after its holder stops
     /// renewing it, for example because its process died. Held locks are renewed every
-    /// third of it. At least [`MIN_LEASE`], at most [`MAX_LEASE`].
+    /// third of it. At least 30 ms, at most 365 days.
     pub fn lease(lease: Duration) => lease = lease;
 
     /// How often held leases are renewed (default: a third of the lease). At least 10 ms and
@@ -234,7 +216,7 @@ setters! {
     /// A short human label for this client (default `"<hostname>:<pid>"`), stored with every
     /// lock it holds so that [`Mutex::holder`](crate::Mutex::holder),
     /// [`Client::locks`](crate::Client::locks) and the `locksmith` command-line tool can say
-    /// who holds a lock. Not empty, at most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes,
+    /// who holds a lock. Not empty, at most 128 bytes,
     /// no control characters; checked by [`build`](Self::build) (`Error::InvalidConfig`).
     /// Anyone who can read the lock keys can read it: put no secret in it.
     pub fn label(label: impl Into<String>) => label = Some(label.into());

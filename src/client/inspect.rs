@@ -14,7 +14,7 @@ use crate::shared::holder::{LockInfo, LockKind};
 use crate::transport::conn::Deadline;
 
 /// The bound of the `SCAN` that [`Client::locks`] starts with, over every master.
-pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The key suffixes (after the hash tag) that say a lock type holds or waits for a name.
 const SUFFIXES: [(&str, LockKind); 11] = [
@@ -76,7 +76,7 @@ impl Client {
     ///
     /// [`Error::InvalidName`](crate::Error::InvalidName) when `prefix` holds a NUL byte or is longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN); an error of the first master whose `SCAN`
-    /// failed, or [`Error::Timeout`](crate::Error::Timeout) when the scan took longer than [`LIST_TIMEOUT`] (each
+    /// failed, or [`Error::Timeout`](crate::Error::Timeout) when the scan took longer than 60 s (each
     /// step is also bounded by the client's command timeout). A lock that cannot be read
     /// later is an `Err` item.
     ///
@@ -171,7 +171,7 @@ impl Client {
         if self.masters() > 1 {
             &[LockKind::Mutex, LockKind::Election]
         } else {
-            &LockKind::ALL
+            LockKind::ALL
         }
     }
 

@@ -37,7 +37,6 @@ use crate::error::Result;
 /// is_send::<locksmith::Detached<locksmith::RwLockReadGuard>>();
 /// is_send::<locksmith::Detached<locksmith::RwLockWriteGuard>>();
 /// is_send::<locksmith::Detached<locksmith::MultiGuard>>();
-/// is_send::<locksmith::Detached<locksmith::SemaphorePermit>>();
 /// ```
 ///
 /// The guards themselves stay with their thread:
@@ -111,7 +110,7 @@ impl<G: Guard> Detached<G> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when the calling thread holds the
+    /// [`Error::Misuse`](crate::Error::Misuse) when the calling thread holds the
     /// same lock already through another guard (a read lock of the same
     /// [`RwLock`](crate::RwLock)): a thread holds a lock once. The hold is then released, as
     /// when a `Detached` is dropped.

@@ -35,7 +35,7 @@ pub(crate) type ThreadBound = PhantomData<std::sync::MutexGuard<'static, ()>>;
 
 /// What every guard shows of its lease, written once: `is_held`, `check` and `validity` of a
 /// guard type whose `lease` field is a [`Lease`]. `$ends` names the method that ends the hold
-/// and asks the server (`unlock`, or `release` for permits).
+/// and asks the server (`unlock`).
 macro_rules! lease_view {
     ($ends:literal) => {
         /// True while the lease is known to be valid: false once a renewal found the lock gone
@@ -201,9 +201,8 @@ impl Lease {
         if self.lock.core().shared().attach(&self.hold) {
             return Ok(self);
         }
-        Err(Error::config(
-            "attach",
-            "the calling thread holds this lock already, through another guard",
+        Err(Error::misuse(
+            "attach: the calling thread holds this lock already, through another guard",
         ))
     }
 

@@ -115,7 +115,7 @@ use crate::transport::conn::Deadline;
 /// [`Client::builder`](crate::Client::builder)) or through Sentinel
 /// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
 /// ([`Client::redlock`](crate::Client::redlock)) every acquiring call returns
-/// [`Error::InvalidConfig`] before anything is sent: the arrival order of a queue cannot be
+/// [`Error::Unsupported`] before anything is sent: the arrival order of a queue cannot be
 /// agreed by majority vote across independent masters (two waiters may each be first on a
 /// different majority), and a direct hand-off is one server's atomic decision.
 ///
@@ -217,13 +217,13 @@ impl FairMutex {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when Redis cannot be asked; [`Error::InvalidConfig`] on a client over
+    /// [`Error::Redis`] when Redis cannot be asked; [`Error::Unsupported`] on a client over
     /// several masters, before anything is sent (as every call of a fair mutex).
     pub fn is_locked(&self) -> Result<bool> {
         if self.client.masters() > 1 {
-            return Err(Error::config(
-                "masters",
-                "this lock type needs a client on one Redis server",
+            return Err(Error::unsupported(
+                "this lock type needs a client on one Redis server, Sentinel or a Cluster, \
+                 not a quorum of masters",
             ));
         }
         let shared = self.client.shared();
@@ -242,7 +242,7 @@ impl FairMutex {
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the lock's key
-    /// holds something else; [`Error::InvalidConfig`] on a client over several masters.
+    /// holds something else; [`Error::Unsupported`] on a client over several masters.
     ///
     /// # Examples
     ///
@@ -313,7 +313,7 @@ impl FairMutex {
         /// before it.
         fn lock, errors {
         /// [`Error::ForeignKey`] when the lock's key holds something else;
-        /// [`Error::InvalidConfig`] on a client over several masters.
+        /// [`Error::Unsupported`] on a client over several masters.
         ///
         /// # Examples
         ///

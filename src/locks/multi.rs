@@ -117,7 +117,7 @@ use crate::transport::conn::Deadline;
 /// # Topologies
 ///
 /// One server, Sentinel and Cluster. A quorum client ([`Client::redlock`](crate::Client::redlock))
-/// refuses a set with [`Error::InvalidConfig`]: each master would have to grant the *whole*
+/// refuses a set with [`Error::Unsupported`]: each master would have to grant the *whole*
 /// set, and a contended set is nearly always free on some masters and taken on others (each
 /// master sees the releases of its names at other times), so a set would keep failing on
 /// split votes and undoing grants on every master, under exactly the contention it exists
@@ -209,7 +209,7 @@ impl MultiMutex {
         /// one server).
         fn lock, errors {
         /// [`Error::ForeignKey`] when a name's key holds something else;
-        /// [`Error::InvalidConfig`] on a quorum client. The call then holds none of the set.
+        /// [`Error::Unsupported`] on a quorum client. The call then holds none of the set.
         }
         /// Makes exactly one attempt (one per slot on a cluster). `Ok(None)` when another owner
         /// holds one of the names; the call then holds none of them.
@@ -267,9 +267,9 @@ impl MultiMutex {
     fn acquire_parts(&self, names: &str, deadline: Deadline) -> Result<Option<MultiGuard>> {
         let shared = self.client.shared();
         if shared.backend.masters() > 1 {
-            return Err(Error::config(
-                "masters",
-                "a set of locks needs a client on one Redis server, Sentinel or a Cluster",
+            return Err(Error::unsupported(
+                "a set of locks needs a client on one Redis server, Sentinel or a Cluster, \
+                 not a quorum of masters",
             ));
         }
         let owner = shared.owner();
@@ -693,9 +693,9 @@ impl Guard for MultiGuard {
                 shared.passed_on(h);
             }
             // The set is released as a dropped `Detached` would be.
-            return Err(Error::config(
-                "attach",
-                "the calling thread holds a name of this set already, through another guard",
+            return Err(Error::misuse(
+                "attach: the calling thread holds a name of this set already, through another \
+                 guard",
             ));
         }
         Ok(MultiGuard {

@@ -81,7 +81,7 @@ use crate::transport::conn::Deadline;
 ///   acquisition (`None` from a `try_*` form while another owner holds the lock), as a
 ///   [`Mutex`](crate::Mutex) re-entry is.
 ///   A thread that holds only a read lock cannot take the write lock: that would wait for
-///   itself, so it is refused with [`Error::InvalidConfig`].
+///   itself, so it is refused with [`Error::Misuse`].
 /// - **Writer preference** by default: once a writer waits, new readers wait behind it, so a
 ///   stream of readers cannot starve a writer. [`with_reader_preference`](RwLock::with_reader_preference)
 ///   lets readers in as long as no writer holds the lock. A waiting writer that died blocks
@@ -99,7 +99,7 @@ use crate::transport::conn::Deadline;
 /// [`Client::builder`](crate::Client::builder)) or through Sentinel
 /// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
 /// ([`Client::redlock`](crate::Client::redlock)) every acquiring call returns
-/// [`Error::InvalidConfig`] before anything is sent: the readers, the waiting writers that
+/// [`Error::Unsupported`] before anything is sent: the readers, the waiting writers that
 /// hold readers back, and the decision whom a release wakes live in one server's atomic
 /// scripts, and are not kept by majority vote across independent masters.
 ///
@@ -167,6 +167,27 @@ impl RwLock {
         }
     }
 
+    /// Whether anyone (any process, any thread) holds the lock right now: a writer, or any
+    /// reader.
+    ///
+    /// One script call: returns within the connect timeout plus the command timeout (a pooled
+    /// connection that died is retried at once on a new one, within that bound).
+    ///
+    /// # Errors
+    ///
+    /// As [`writer`](RwLock::writer).
+    pub fn is_locked(&self) -> Result<bool> {
+        let (now, items) = self.info()?;
+        let reading = items
+            .get(4)
+            .and_then(|r| calls::holders_of(r, Shape::Reader, now))
+            .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items.clone())))?;
+        if !reading.is_empty() {
+            return Ok(true);
+        }
+        Ok(calls::lone_holder(items, Some(now), Shape::Writer, "rw writer")?.is_some())
+    }
+
     /// Who holds the write lock now, as the server tells it (any process, any thread): `None`
     /// when no writer holds it. `held_for` is since the write acquisition, by the server's
     /// clock; `hold_count` is 1 (re-entry is counted by the holding client).
@@ -177,7 +198,7 @@ impl RwLock {
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the lock's keys
-    /// hold something else; [`Error::InvalidConfig`] on a client over several masters.
+    /// hold something else; [`Error::Unsupported`] on a client over several masters.
     pub fn writer(&self) -> Result<Option<Holder>> {
         let (now, items) = self.info()?;
         calls::lone_holder(items, Some(now), Shape::Writer, "rw writer")
@@ -266,7 +287,7 @@ impl RwLock {
         /// Blocks until the calling thread holds a read lock.
         fn read, errors {
         /// [`Error::ForeignKey`] when the lock's keys hold something else;
-        /// [`Error::InvalidConfig`] on a client over several masters.
+        /// [`Error::Unsupported`] on a client over several masters.
         }
         /// Makes exactly one attempt at a read lock. `Ok(None)` when a writer holds the lock (or,
         /// with writer preference, waits for it).
@@ -281,8 +302,8 @@ impl RwLock {
         /// Blocks until the calling thread holds the write lock.
         fn write, errors {
         /// [`Error::ForeignKey`] when the lock's keys hold something else;
-        /// [`Error::InvalidConfig`] on a client over several masters, and when the calling
-        /// thread holds a read lock but not the write lock (it would wait for itself).
+        /// [`Error::Unsupported`] on a client over several masters; [`Error::Misuse`] when the
+        /// calling thread holds a read lock but not the write lock (it would wait for itself).
         }
         /// Makes exactly one attempt at the write lock. `Ok(None)` when another owner holds the
         /// lock (a writer, or readers).
@@ -445,9 +466,9 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         }
         let shared = self.lock.client.shared();
         if !self.read && shared.holds_locally(&self.lock.read_keys) {
-            return Err(Error::config(
-                "write",
-                "the calling thread holds a read lock of this RwLock; release it before writing",
+            return Err(Error::misuse(
+                "write: the calling thread holds a read lock of this RwLock; release it before \
+                 writing",
             ));
         }
         Ok(None)

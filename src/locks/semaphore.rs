@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::driver::calls::{self, ask, eval_twice};
-use crate::driver::detached::{Detached, Guard, Parts};
 use crate::driver::lease::{Lease, Release, lease_view, release_level, unless_late, watched_hold};
 use crate::driver::{self, Attempt, Protocol, timed_forms};
 use crate::error::{Error, Result};
@@ -90,7 +89,7 @@ use crate::transport::conn::Deadline;
 /// [`Client::builder`](crate::Client::builder)) or through Sentinel
 /// ([`Client::sentinel`](crate::Client::sentinel)). On a client over several masters
 /// ([`Client::redlock`](crate::Client::redlock)) every call that reaches Redis returns
-/// [`Error::InvalidConfig`] before anything is sent: a count cannot be kept by majority
+/// [`Error::Unsupported`] before anything is sent: a count cannot be kept by majority
 /// vote. With 5 masters each allowing `n` permits and every acquisition on 3 of them, up to
 /// `5n/3` acquisitions could each hold a majority at once.
 ///
@@ -102,7 +101,7 @@ use crate::transport::conn::Deadline;
 /// let exports = client.semaphore("exports", 4)?; // at most 4 exports at once, anywhere
 /// let permit = exports.acquire()?;
 /// // ... run one export ...
-/// permit.release()?;
+/// permit.unlock()?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -163,7 +162,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Error::Redis`] when Redis cannot be asked; [`Error::ForeignKey`] when the
-    /// semaphore's key holds something else; [`Error::InvalidConfig`] on a client over
+    /// semaphore's key holds something else; [`Error::Unsupported`] on a client over
     /// several masters.
     ///
     /// # Examples
@@ -194,7 +193,7 @@ impl Semaphore {
     ///
     /// Each dispossessed holder finds out at its next renewal at the latest: its permit's
     /// [`is_held`](SemaphorePermit::is_held) turns false, `on_lease_lost` is called, and its
-    /// [`release`](SemaphorePermit::release) is an error, never `Ok`. Logged at `warn` with
+    /// [`unlock`](SemaphorePermit::unlock) is an error, never `Ok`. Logged at `warn` with
     /// the label and thread of each holder removed.
     ///
     /// One script call, within the connect timeout plus the command timeout.
@@ -218,7 +217,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when `n` is 0 or more than the permit count (it could never
+    /// [`Error::Misuse`] when `n` is 0 or more than the permit count (it could never
     /// be granted); otherwise as [`acquire`](Semaphore::acquire).
     ///
     /// # Examples
@@ -242,7 +241,7 @@ impl Semaphore {
         /// Blocks until one permit is held.
         fn acquire, errors {
         /// [`Error::ForeignKey`] when the semaphore's keys hold something else;
-        /// [`Error::InvalidConfig`] on a client over several masters.
+        /// [`Error::Unsupported`] on a client over several masters.
         }
         /// Makes exactly one attempt for one permit. `Ok(None)` when none is free.
         fn try_acquire;
@@ -254,14 +253,14 @@ impl Semaphore {
     }
 
     /// Runs `f` while holding one permit, then releases it, and returns what `f` returned:
-    /// [`acquire`](Semaphore::acquire), `f(&permit)`, [`release`](SemaphorePermit::release).
+    /// [`acquire`](Semaphore::acquire), `f(&permit)`, [`unlock`](SemaphorePermit::unlock).
     /// The same as [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the
     /// permit as it is dropped.
     ///
     /// # Errors
     ///
     /// As [`acquire`](Semaphore::acquire), and `f` is not called; as
-    /// [`release`](SemaphorePermit::release) when the release fails after `f` ran (the
+    /// [`unlock`](SemaphorePermit::unlock) when the release fails after `f` ran (the
     /// permit's lease lost while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s
     /// value is then dropped and the error returned in its place.
     ///
@@ -281,11 +280,25 @@ impl Semaphore {
     pub fn with_permit<T>(&self, f: impl FnOnce(&SemaphorePermit) -> T) -> Result<T> {
         let permit = self.acquire()?;
         let value = f(&permit);
-        permit.release()?;
+        permit.unlock()?;
         Ok(value)
     }
 
-    /// Waits at most `timeout` for `n` permits together.
+    /// Makes exactly one attempt for `n` permits together. `Ok(None)` when fewer than `n` are
+    /// free.
+    ///
+    /// Returns within the connect timeout plus the command timeout, whatever Redis does, as
+    /// [`Mutex::try_lock`](crate::Mutex::try_lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
+        self.acquire_n(n, Deadline::at(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for `n` permits together. `Ok(None)` when fewer than `n` came
+    /// free in time.
     ///
     /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
     /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
@@ -301,6 +314,23 @@ impl Semaphore {
         self.acquire_n(n, Deadline::after(timeout))
     }
 
+    /// Waits until `deadline` at most for `n` permits together. `Ok(None)` when fewer than `n`
+    /// came free in time.
+    ///
+    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
+    /// does, as [`Mutex::try_lock_until`](crate::Mutex::try_lock_until).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many_until(
+        &self,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.acquire_n(n, Deadline::at(deadline))
+    }
+
     /// An acquire call for one permit by `deadline`.
     fn acquire_one(&self, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
         self.acquire_n(1, deadline)
@@ -310,10 +340,10 @@ impl Semaphore {
     /// `driver/mod.rs`).
     fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<SemaphorePermit>> {
         if n == 0 || n > self.permits {
-            return Err(Error::config(
-                "n",
-                format!("must be from 1 to the permit count ({})", self.permits),
-            ));
+            return Err(Error::misuse(format!(
+                "n: must be from 1 to the permit count ({}); {n} could never be granted",
+                self.permits
+            )));
         }
         let mut call = Acquire {
             sem: self,
@@ -377,15 +407,15 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 }
 
 /// Permits held from a [`Semaphore`]: one acquisition, one lease. Dropping it gives the
-/// permits back; [`release`](SemaphorePermit::release) does the same and reports errors.
+/// permits back; [`unlock`](SemaphorePermit::unlock) does the same and reports errors.
 ///
 /// The lease is renewed while the permit lives. If renewal fails for longer than the lease
 /// (Redis unreachable, or this process paused), the permits may go to another holder while
 /// this value still exists; [`is_held`](SemaphorePermit::is_held) turns false no later than
 /// that can happen.
 ///
-/// Unlike a mutex guard, a permit belongs to no thread: it may be moved to another thread
-/// and released there.
+/// Unlike a mutex guard, a permit belongs to no thread: it is `Send`, so it may be moved to
+/// another thread as it is (it needs no [`Detached`](crate::Detached)) and released there.
 #[must_use = "if unused the permits are released at once"]
 #[clippy::has_significant_drop]
 pub struct SemaphorePermit {
@@ -406,17 +436,7 @@ impl SemaphorePermit {
         self.n
     }
 
-    lease_view!("release");
-
-    /// A [`Detached`] hold of these permits, for symmetry with the lock guards: a permit is
-    /// `Send` already, and may be released from any thread as it is. No I/O.
-    ///
-    /// # Errors
-    ///
-    /// Never: the signature is that of every guard's `detach`.
-    pub fn detach(self) -> std::result::Result<Detached<SemaphorePermit>, SemaphorePermit> {
-        Ok(Detached::new(self))
-    }
+    lease_view!("unlock");
 
     /// Gives the permits back, waking waiters.
     ///
@@ -431,30 +451,7 @@ impl SemaphorePermit {
     /// (the permits were already back);
     /// [`Error::Redis`] when Redis could not be asked (the permits then come back when the
     /// lease runs out, since renewal stopped).
-    pub fn release(self) -> Result<()> {
-        self.lease.unlock()
-    }
-}
-
-impl Guard for SemaphorePermit {
-    type Parts = SemaphorePermit;
-
-    /// Permits belong to no thread: attaching changes nothing.
-    fn attach(parts: SemaphorePermit) -> Result<SemaphorePermit> {
-        Ok(parts)
-    }
-}
-
-impl Parts for SemaphorePermit {
-    fn is_held(&self) -> bool {
-        self.lease.hold().is_held()
-    }
-
-    fn check(&self) -> Result<()> {
-        self.lease.hold().check()
-    }
-
-    fn unlock(self) -> Result<()> {
+    pub fn unlock(self) -> Result<()> {
         self.lease.unlock()
     }
 }

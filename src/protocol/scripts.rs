@@ -46,6 +46,7 @@ macro_rules! scripts {
             pub(crate) const ALL: [Which; [$($file),*].len()] = [$(Which::$name),*];
 
             /// The file of the script's body, in `src/protocol/scripts/`.
+            #[cfg(test)]
             pub(crate) fn file(self) -> &'static str {
                 match self {
                     $(Which::$name => $file,)*
@@ -126,8 +127,9 @@ impl Which {
 
 /// The Lua source the client sends for the script whose body is the file `file` of
 /// `src/protocol/scripts/` (`"acquire.lua"`, `"rw_write.lua"`, ...), or `None` for no such
-/// script. For tests that recognise a script's calls by its SHA1, or run it themselves.
-pub fn lua_source(file: &str) -> Option<&'static str> {
+/// script. (The integration tests build the same text with the harness's `lua_source`.)
+#[cfg(test)]
+pub(crate) fn lua_source(file: &str) -> Option<&'static str> {
     Which::ALL
         .into_iter()
         .find(|w| w.file() == file)
@@ -555,7 +557,16 @@ mod tests {
             assert!(source.ends_with(rest.trim_start_matches('\n')), "{w:?}");
             assert!(!source.contains(MARKER), "{w:?}");
             assert_eq!(lua_source(w.file()), Some(source));
+            // The harness's copy, which the integration tests use, is the text sent.
+            assert_eq!(
+                locksmith_testkit::lua_source(w.file()),
+                Some(source),
+                "{w:?}"
+            );
         }
+        let files: Vec<&str> = Which::ALL.iter().map(|w| w.file()).collect();
+        let harness: Vec<&str> = locksmith_testkit::script_files().collect();
+        assert_eq!(harness, files);
         // The fast path's block is capped by the generated header's MAX_BLOCK.
         let acquire = Which::Acquire.source();
         assert!(acquire.contains(&format!("local MAX_BLOCK = {MAX_BLOCK} ")));

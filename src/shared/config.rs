@@ -8,9 +8,9 @@ use crate::shared::grant::Terms;
 use crate::transport::conn::{Deadline, Timeouts};
 
 /// The shortest lease accepted.
-pub const MIN_LEASE: Duration = Duration::from_millis(30);
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(30);
 /// The longest lease accepted.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Settings shared by every lock of a client.
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ pub(crate) struct Config {
 /// each acquisition through Redis reserves that many fencing tokens.
 ///
 /// [`ClientBuilder::local_handoff_max_count`]: crate::ClientBuilder::local_handoff_max_count
-pub const MAX_HANDOFF_COUNT: u32 = crate::protocol::scripts::MAX_BLOCK;
+pub(crate) const MAX_HANDOFF_COUNT: u32 = crate::protocol::scripts::MAX_BLOCK;
 
 /// How far a run of local hand-offs may go before a release goes through Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

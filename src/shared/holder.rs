@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::protocol::keys::percent_encode;
 
 /// The longest label [`ClientBuilder::label`](crate::ClientBuilder::label) accepts, in bytes.
-pub const MAX_LABEL_LEN: usize = 128;
+pub(crate) const MAX_LABEL_LEN: usize = 128;
 
 /// How much of a thread's name the owner id keeps, in bytes.
 pub(crate) const MAX_THREAD_NAME: usize = 64;
@@ -97,8 +97,9 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    /// Every kind, in the order listings use.
-    pub const ALL: [LockKind; 5] = [
+    /// Every kind, in the order listings use. A slice: a new kind makes it longer, not of
+    /// another type.
+    pub const ALL: &'static [LockKind] = &[
         LockKind::Mutex,
         LockKind::FairMutex,
         LockKind::RwLock,
@@ -130,7 +131,8 @@ impl FromStr for LockKind {
 
     fn from_str(s: &str) -> Result<LockKind, Error> {
         LockKind::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
                 Error::config(
@@ -317,7 +319,7 @@ mod tests {
 
     #[test]
     fn lock_kinds_parse_their_names() {
-        for k in LockKind::ALL {
+        for &k in LockKind::ALL {
             assert_eq!(k.as_str().parse::<LockKind>().ok(), Some(k));
             assert_eq!(k.to_string(), k.as_str());
         }

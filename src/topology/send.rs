@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{ServerErrorKind, Value};
 
-use crate::error::Error;
+use crate::error::{Error, RedisFailure};
 use crate::protocol::library::{self, Library, PLAIN};
 use crate::protocol::scripts::{Call, Which};
 use crate::transport::conn::{Conn, Deadline, Pool};
@@ -450,7 +450,7 @@ pub(crate) fn one(v: Option<Value>) -> Result<Value, Fault> {
 /// time left, an answer that was not RESP), rather than an error of its own.
 fn unanswered(e: &Fault) -> bool {
     match e {
-        Fault::Redis(r) | Fault::Other(Error::Redis(r)) => r.code().is_none(),
+        Fault::Redis(r) | Fault::Other(Error::Redis(RedisFailure(r))) => r.code().is_none(),
         Fault::Other(e) => e.is_timeout(),
         _ => true,
     }

@@ -65,7 +65,7 @@ use parking_lot::Mutex;
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisFailure, Result};
 use crate::transport::conn::{self, Deadline, Resolve, Timeouts, keepalive};
 use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
@@ -240,11 +240,11 @@ impl Sentinel {
         Err(match last_err {
             // A refusal of the credentials says where they go.
             Some(Fault::Redis(r)) => match conn::auth_hint(
-                Error::Redis(r),
+                Error::Redis(RedisFailure(r)),
                 "a sentinel",
                 "a sentinel's own user:password go in its URL",
             ) {
-                Error::Redis(r) => Fault::Redis(r),
+                Error::Redis(RedisFailure(r)) => Fault::Redis(r),
                 e => Fault::Other(e),
             },
             Some(f) => f,

@@ -14,7 +14,7 @@ use redis::{
     ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisConnectionInfo, Value,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisFailure, Result};
 use crate::transport::dns;
 use crate::transport::fault::Fault;
 use crate::transport::tls::Tls;
@@ -419,7 +419,12 @@ impl Pool {
                 .write_packed_command(&mut handshake);
             handshake_replies += 1;
         }
-        let address = bare(info.addr().clone().into_connection_info()?);
+        let address = bare(
+            info.addr()
+                .clone()
+                .into_connection_info()
+                .map_err(Error::from_redis)?,
+        );
         Ok(Pool {
             info,
             client: client_for(address, tls.map(|t| &**t))?,
@@ -560,9 +565,9 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<redi
         (ConnectionAddr::TcpTls { .. }, Some(tls))
             if tls.certs.root.is_some() || tls.certs.client.is_some() =>
         {
-            Ok(redis::Client::build_with_tls(info, tls.certs.for_redis())?)
+            redis::Client::build_with_tls(info, tls.certs.for_redis()).map_err(Error::from_redis)
         }
-        _ => Ok(redis::Client::open(info)?),
+        _ => redis::Client::open(info).map_err(Error::from_redis),
     }
 }
 
@@ -608,11 +613,13 @@ fn refuses_credentials(r: &redis::RedisError) -> bool {
 /// other errors unchanged.
 pub(crate) fn auth_hint(e: Error, whom: &str, hint: &str) -> Error {
     match e {
-        Error::Redis(r) if refuses_credentials(&r) => Error::Redis(redis::RedisError::from((
-            redis::ErrorKind::AuthenticationFailed,
-            "credentials refused",
-            format!("{whom} refused the credentials ({r}); {hint}"),
-        ))),
+        Error::Redis(RedisFailure(r)) if refuses_credentials(&r) => {
+            Error::Redis(RedisFailure(redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "credentials refused",
+                format!("{whom} refused the credentials ({r}); {hint}"),
+            ))))
+        }
         e => e,
     }
 }
@@ -640,13 +647,13 @@ mod tests {
             b"-ERR WRONGPASS in a message\r\n"
         )));
         let e = auth_hint(
-            Error::Redis(server(b"-NOPERM no\r\n")),
+            Error::Redis(RedisFailure(server(b"-NOPERM no\r\n"))),
             "a sentinel",
             "hint",
         );
         assert!(!e.to_string().contains("hint"), "{e}");
         let e = auth_hint(
-            Error::Redis(server(b"-WRONGPASS no\r\n")),
+            Error::Redis(RedisFailure(server(b"-WRONGPASS no\r\n"))),
             "a sentinel",
             "hint",
         );

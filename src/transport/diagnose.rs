@@ -2,7 +2,7 @@
 //! failed, a TLS port that does not answer (probed with a handshake of its own), a plain-text
 //! connection made to a TLS port.
 
-use crate::error::{Error, io_error};
+use crate::error::{Error, RedisFailure, io_error};
 use crate::transport::pubsub;
 use crate::transport::tls::{Tls, bad, classify, closed_by_peer, handshake_error, speaks_tls};
 
@@ -29,7 +29,7 @@ pub(crate) fn explain(
         if e.is_tls() {
             return e;
         }
-        if let Error::Redis(r) = &e
+        if let Error::Redis(RedisFailure(r)) = &e
             && let Some(io) = io_error(r)
             && !r.is_timeout()
         {
@@ -60,7 +60,7 @@ pub(crate) fn explain(
     match (&e, plain) {
         // A closed connection is no evidence of TLS by itself (a server that stops, a proxy,
         // `maxclients`): TLS is named only when the port answers a TLS handshake.
-        (Error::Redis(r), Some((host, port)))
+        (Error::Redis(RedisFailure(r)), Some((host, port)))
             if closed(r) && speaks_tls(&host, port, timeouts.connect) =>
         {
             bad(format!(

@@ -16,7 +16,7 @@ use std::io;
 
 use redis::Value;
 
-use crate::error::{Error, NO_ANSWER, redis_retriable};
+use crate::error::{Error, NO_ANSWER, RedisFailure, redis_retriable};
 
 /// The text of [`Fault::RanOut`] as the public [`Error::Timeout`] says it.
 pub(crate) const RAN_OUT: &str = "the call's time bound ran out";
@@ -133,7 +133,7 @@ impl Fault {
             Fault::NotRedis { .. } => true,
             Fault::RanOut { .. } | Fault::Redis(_) | Fault::BadReply { .. } => false,
             Fault::Other(e) => match e {
-                Error::Redis(r) => is_connection_error(r),
+                Error::Redis(RedisFailure(r)) => is_connection_error(r),
                 Error::Timeout { .. } => true,
                 _ => false,
             },
@@ -233,24 +233,25 @@ impl From<Fault> for Error {
                 tries: None,
             },
             Fault::Io { error, server } => match server {
-                Some(s) => Error::Redis(error).at(&s),
-                None => Error::Redis(error),
+                Some(s) => Error::Redis(RedisFailure(error)).at(&s),
+                None => Error::Redis(RedisFailure(error)),
             },
             // An I/O error's kind and text, as a failed connection shows them; that it is not
             // RESP is told by `Error::is_retriable` from the kind (see `redis_retriable`).
-            Fault::NotRedis { text } => Error::Redis(redis::RedisError::from(io::Error::new(
-                io::ErrorKind::InvalidData,
-                text,
+            Fault::NotRedis { text } => Error::Redis(RedisFailure(redis::RedisError::from(
+                io::Error::new(io::ErrorKind::InvalidData, text),
             ))),
-            Fault::Redis(e) => Error::Redis(e),
+            Fault::Redis(e) => Error::Redis(RedisFailure(e)),
             // The public enum has no variant of its own for a reply of the wrong shape: it
             // stays a `Redis` error of kind `UnexpectedReturnType`, naming the script and
             // quoting the reply.
-            Fault::BadReply { script, reply } => Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "unexpected script reply",
-                format!("{script}: {reply:?}"),
-            ))),
+            Fault::BadReply { script, reply } => {
+                Error::Redis(RedisFailure(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "unexpected script reply",
+                    format!("{script}: {reply:?}"),
+                ))))
+            }
             Fault::Other(e) => e,
         }
     }

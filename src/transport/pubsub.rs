@@ -124,7 +124,7 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 /// the command connection, with evidence.)
 fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
     if e.is_timeout() {
-        return Error::from(e);
+        return Error::from_redis(e);
     }
     let addr = server_name(info);
     if e.kind() == redis::ErrorKind::Parse {
@@ -136,7 +136,7 @@ fn handshake_read_error(e: redis::RedisError, info: &ConnectionInfo) -> Error {
             io.kind(),
             format!("{addr} closed the pub/sub connection during its handshake ({io})"),
         )),
-        None => Error::from(e),
+        None => Error::from_redis(e),
     }
 }
 

@@ -23,7 +23,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
 
-use crate::error::{Error, Result, rustls_error};
+use crate::error::{Error, RedisFailure, Result, rustls_error};
 use crate::transport::dns;
 
 /// The certificates given to the builder: a private CA to trust instead of the system's
@@ -487,7 +487,7 @@ pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
 /// connection to `host`); otherwise unchanged.
 pub(crate) fn classify(e: Error, host: &str) -> Error {
     let found = match &e {
-        Error::Redis(r) => rustls_error(r).map(|t| describe(t, host)),
+        Error::Redis(RedisFailure(r)) => rustls_error(r).map(|t| describe(t, host)),
         _ => None,
     };
     match found {

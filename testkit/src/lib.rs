@@ -22,6 +22,8 @@
 //! - [`TestChild`]: a child process that re-runs the current test binary in a given role.
 //! - [`thread_count`] and friends: threads of this process, from `/proc`.
 //! - [`with_deadline`] / [`wait_until`]: every blocking step of a test is bounded.
+//! - [`lua_source`]: the Lua source the client sends for a script (the library's own assembly
+//!   of it, over the same files), for tests that recognise a script's calls by its SHA1.
 //! - [`checker`]: the fenced store, the interval log of critical sections and the checker of
 //!   mutual exclusion and fencing order, on one clock shared by the processes of the host
 //!   ([`mono_ns`]).
@@ -42,6 +44,7 @@ mod names;
 mod program;
 pub mod proxy;
 mod rng;
+mod scripts;
 pub mod sentinel;
 mod server;
 mod stats;
@@ -59,6 +62,7 @@ pub use names::{
 };
 pub use program::{CLI_VAR, SERVER_VAR, cli_program, server_program};
 pub use rng::Rng;
+pub use scripts::{lua_source, script_files};
 pub use sentinel::SentinelSet;
 pub use server::{ClosedPort, RedisServer, connect, free_port, pin, signal, stop_for};
 pub use stats::{

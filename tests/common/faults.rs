@@ -15,13 +15,13 @@ pub const SLACK: Duration = Duration::from_millis(400);
 
 /// The acquire script, as the library sends it.
 pub static ACQUIRE_LUA: std::sync::LazyLock<&str> =
-    std::sync::LazyLock::new(|| locksmith::__lua_source("acquire.lua").unwrap());
+    std::sync::LazyLock::new(|| locksmith_testkit::lua_source("acquire.lua").unwrap());
 /// The release script.
 pub static RELEASE_LUA: std::sync::LazyLock<&str> =
-    std::sync::LazyLock::new(|| locksmith::__lua_source("release.lua").unwrap());
+    std::sync::LazyLock::new(|| locksmith_testkit::lua_source("release.lua").unwrap());
 /// The renewal script.
 pub static RENEW_LUA: std::sync::LazyLock<&str> =
-    std::sync::LazyLock::new(|| locksmith::__lua_source("renew.lua").unwrap());
+    std::sync::LazyLock::new(|| locksmith_testkit::lua_source("renew.lua").unwrap());
 
 /// The SHA1 of a script.
 pub fn sha(src: &str) -> String {

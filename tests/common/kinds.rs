@@ -41,15 +41,15 @@ pub trait Held {
     fn is_held(&self) -> bool;
     fn check(&self) -> Result<()>;
     fn validity(&self) -> Duration;
-    /// `unlock()` (`release()` for permits).
+    /// `unlock()`.
     fn unlock(self: Box<Self>) -> Result<()>;
     /// `detach()`: the hold, free to move to another thread; the guard back when it cannot
     /// move (a re-entered hold).
     fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>>;
 }
 
-/// A hold of any lock type detached from its guard ([`locksmith::Detached`]), which may move
-/// to another thread.
+/// A hold of any lock type detached from its guard ([`locksmith::Detached`]; a permit as it
+/// is), which may move to another thread.
 pub trait Moving: Send {
     fn is_held(&self) -> bool;
     /// `attach()`: a guard of the calling thread.
@@ -81,8 +81,20 @@ moving!(
     locksmith::RwLockWriteGuard,
     locksmith::RwLockReadGuard,
     locksmith::MultiGuard,
-    locksmith::SemaphorePermit,
 );
+
+/// A permit is `Send` already: it moves as it is, with nothing to attach.
+impl Moving for locksmith::SemaphorePermit {
+    fn is_held(&self) -> bool {
+        locksmith::SemaphorePermit::is_held(self)
+    }
+    fn attach(self: Box<Self>) -> Result<Box<dyn Held>> {
+        Ok(self)
+    }
+    fn unlock(self: Box<Self>) -> Result<()> {
+        locksmith::SemaphorePermit::unlock(*self)
+    }
+}
 
 /// What [`Held::detach`] gives for a guard of type `G`.
 fn detached<G: Held + 'static, D: Moving + 'static>(
@@ -162,10 +174,10 @@ impl Held for locksmith::SemaphorePermit {
         locksmith::SemaphorePermit::validity(self)
     }
     fn unlock(self: Box<Self>) -> Result<()> {
-        self.release()
+        locksmith::SemaphorePermit::unlock(*self)
     }
     fn detach(self: Box<Self>) -> std::result::Result<Box<dyn Moving>, Box<dyn Held>> {
-        detached(locksmith::SemaphorePermit::detach(*self))
+        Ok(self)
     }
 }
 

@@ -172,7 +172,7 @@ impl Guard {
             Guard::Fair(g) => ("unlock", g.unlock()),
             Guard::Read(g) => ("unlock", g.unlock()),
             Guard::Write(g) => ("unlock", g.unlock()),
-            Guard::Permit(p) => ("release", p.release()),
+            Guard::Permit(p) => ("unlock", p.unlock()),
             Guard::Multi(g) => ("unlock", g.unlock()),
             Guard::Leader(l) => ("resign", l.resign()),
         }
@@ -188,7 +188,8 @@ impl Guard {
             Guard::Fair(g) => g.detach().map(Moving::Fair).map_err(Guard::Fair),
             Guard::Read(g) => g.detach().map(Moving::Read).map_err(Guard::Read),
             Guard::Write(g) => g.detach().map(Moving::Write).map_err(Guard::Write),
-            Guard::Permit(p) => p.detach().map(Moving::Permit).map_err(Guard::Permit),
+            // A permit is `Send` already: it moves as it is.
+            Guard::Permit(p) => Ok(Moving::Permit(p)),
             Guard::Multi(g) => g.detach().map(Moving::Multi).map_err(Guard::Multi),
             // A leadership is `Send` already: it moves as it is, not through `detach`.
             Guard::Leader(l) => Err(Guard::Leader(l)),
@@ -202,7 +203,7 @@ enum Moving {
     Fair(Detached<FairMutexGuard>),
     Read(Detached<RwLockReadGuard>),
     Write(Detached<RwLockWriteGuard>),
-    Permit(Detached<SemaphorePermit>),
+    Permit(SemaphorePermit),
     Multi(Detached<MultiGuard>),
 }
 
@@ -214,7 +215,7 @@ impl Moving {
             Moving::Fair(d) => Guard::Fair(d.attach()?),
             Moving::Read(d) => Guard::Read(d.attach()?),
             Moving::Write(d) => Guard::Write(d.attach()?),
-            Moving::Permit(d) => Guard::Permit(d.attach()?),
+            Moving::Permit(p) => Guard::Permit(p),
             Moving::Multi(d) => Guard::Multi(d.attach()?),
         })
     }
@@ -226,7 +227,7 @@ impl Moving {
             Moving::Fair(d) => d.unlock(),
             Moving::Read(d) => d.unlock(),
             Moving::Write(d) => d.unlock(),
-            Moving::Permit(d) => d.unlock(),
+            Moving::Permit(p) => p.unlock(),
             Moving::Multi(d) => d.unlock(),
         }
     }
@@ -283,8 +284,8 @@ fn take(lock: &Lock, mode: Mode, form: Form) -> (String, locksmith::Result<Optio
             e,
             campaign,
             try_campaign,
-            campaign_for,
-            campaign_until
+            try_campaign_for,
+            try_campaign_until
         ),
         (Lock::Multi(m), _) => forms!(
             form,

@@ -30,7 +30,7 @@ use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 
 /// The longest value a leader may [`proclaim`](Leadership::proclaim), in bytes.
-pub const MAX_PROCLAIM_LEN: usize = 64 * 1024;
+pub(crate) const MAX_PROCLAIM_LEN: usize = 64 * 1024;
 
 /// A named election among the processes that use the same Redis and key prefix: at most one
 /// of them leads at a time, and everyone can see which. Made by
@@ -38,7 +38,7 @@ pub const MAX_PROCLAIM_LEN: usize = 64 * 1024;
 ///
 /// - [`campaign`](Election::campaign) blocks until the calling process leads, and gives a
 ///   [`Leadership`]; [`try_campaign`](Election::try_campaign),
-///   [`campaign_for`](Election::campaign_for) and [`campaign_until`](Election::campaign_until)
+///   [`try_campaign_for`](Election::try_campaign_for) and [`try_campaign_until`](Election::try_campaign_until)
 ///   wait no longer than they say, with the bounds of the [`Mutex`] forms;
 /// - [`leader`](Election::leader) says who leads now, with its term and the value it
 ///   proclaimed;
@@ -142,10 +142,10 @@ impl Election {
         /// Makes exactly one attempt. `Ok(None)` when another candidate leads.
         fn try_campaign;
         /// Waits at most `timeout` to lead. `Ok(None)` when another candidate led throughout.
-        fn campaign_for;
+        fn try_campaign_for;
         /// Waits until `deadline` at most to lead. `Ok(None)` when another candidate led
         /// throughout.
-        fn campaign_until;
+        fn try_campaign_until;
     }
 
     /// A campaign by `deadline`, through the driver; then the announcement that wakes the
@@ -335,12 +335,14 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a value longer than [`MAX_PROCLAIM_LEN`] bytes (nothing is
+    /// [`Error::Misuse`] for a value longer than 64 KiB (65536 bytes; nothing is
     /// sent); [`Error::LeaseLost`] when this process no longer leads (nothing is stored);
     /// [`Error::Redis`] when Redis could not be asked.
     pub fn proclaim(&self, value: &str) -> Result<()> {
         if value.len() > MAX_PROCLAIM_LEN {
-            return Err(Error::config("value", "must be at most 65536 bytes"));
+            return Err(Error::misuse(
+                "proclaim: the value must be at most 65536 bytes",
+            ));
         }
         self.check()?;
         let acquisition = &self.held.parts().hold().acquisition;

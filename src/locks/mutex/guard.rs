@@ -131,14 +131,14 @@ impl MutexGuard {
     ///   microseconds, or the highest token issued on the slot + 1 when that is as high already
     ///   (the server's clock went back), and leaves the mark reaching its last token. So tokens
     ///   strictly rise per name whatever the server's clock does, as long as the mark is kept.
-    /// - It reserves the next tokens, at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT)
-    ///   of them (its [`local_handoff_max_count`](crate::ClientBuilder::local_handoff_max_count)),
+    /// - It reserves the next tokens (16: the longest run of
+    ///   [local hand-offs](crate::ClientBuilder::local_handoff) it may start)
     ///   for local hand-offs: each hand-off takes the next one. The mark covers the whole
     ///   block, so the next acquisition through Redis, anywhere, starts above it.
     /// - When the mark is lost (Redis restarted empty, a failover to a replica that had not
     ///   received it, `DEL`, `FLUSHALL`, eviction) the next token is the clock's again: above
     ///   every token issued before when more time passed since the last grant than any token
-    ///   led the server's clock (at most [`MAX_HANDOFF_COUNT`](crate::MAX_HANDOFF_COUNT) µs plus
+    ///   led the server's clock (at most 1024 µs plus
     ///   1 ms, unless the clock stepped back or a quorum's masters' clocks disagree). A restart
     ///   takes longer than that; a `DEL` of the mark between two grants a moment apart may
     ///   not (see `docs/key-layout.md`, "Tokens").

@@ -124,7 +124,7 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when `max` is under [`MIN_LEASE`].
+    /// [`Error::InvalidConfig`] when `max` is under 30 ms.
     ///
     /// Like [`with_lease`](Mutex::with_lease), it sets the terms of new acquisitions only: a
     /// re-entry keeps the terms of the acquisition it enters.
@@ -146,7 +146,7 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when `lease` is under [`MIN_LEASE`] or over [`MAX_LEASE`].
+    /// [`Error::InvalidConfig`] when `lease` is under 30 ms or over 365 days.
     pub fn with_lease(&self, lease: Duration) -> Result<Mutex> {
         if lease < MIN_LEASE {
             return Err(Error::config(

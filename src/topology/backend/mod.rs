@@ -325,9 +325,9 @@ impl Backend {
     /// Within `by`.
     pub(crate) fn eval_single(&self, call: &Call, by: Deadline) -> Result<Value> {
         if !self.single() {
-            return Err(Error::config(
-                "masters",
-                "this lock type needs a client on one Redis server",
+            return Err(Error::unsupported(
+                "this lock type needs a client on one Redis server, Sentinel or a Cluster, \
+                 not a quorum of masters",
             ));
         }
         Ok(self.call_one(call, by)?)

@@ -36,7 +36,7 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use rustls::ClientConnection;
 
 use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisFailure, Result};
 use crate::transport::conn::{self, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::dns;
 use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
@@ -303,11 +303,11 @@ impl Opening {
             };
             match parsed {
                 Ok(Value::ServerError(e)) if self.auth => {
-                    return Err(Error::Redis(redis::RedisError::from((
+                    return Err(Error::Redis(RedisFailure(redis::RedisError::from((
                         redis::ErrorKind::AuthenticationFailed,
                         "pub/sub authentication failed",
                         e.to_string(),
-                    ))));
+                    )))));
                 }
                 Ok(_) => {
                     self.auth = false;
