@@ -369,6 +369,7 @@
 //!   `rwlock.rs`, `semaphore.rs`), each its protocol under the driver (one attempt, what a
 //!   wake brings, the cancel of a waiter that gives up) and its guard.
 //! - `client/`: the public face: [`ClientBuilder`], [`Client`], connecting, listing locks.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod driver;
