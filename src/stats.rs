@@ -381,6 +381,7 @@ struct HistogramData {
 }
 
 #[cfg(feature = "serde")]
+#[doc(hidden)]
 impl TryFrom<HistogramData> for Histogram {
     type Error = String;
 

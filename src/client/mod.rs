@@ -25,7 +25,8 @@ pub(crate) mod inspect;
 /// two background threads, whatever the number of locks and waiters:
 /// `locksmith-pubsub` listens for releases and wakes local waiters, `locksmith-renew` extends
 /// held leases in pipelined batches. Cloning is cheap and shares all of it; the threads stop
-/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped.
+/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped, or
+/// at once, with every lock released, by [`shutdown`](Client::shutdown).
 ///
 /// Each client has a random id; together with a per-thread number it forms the *owner* of a
 /// lock. So two clients are two owners, as two processes would be, and two threads of one
