@@ -110,6 +110,10 @@ pub enum Error {
     },
     /// A background thread could not be started.
     Spawn(std::io::Error),
+    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): what it held
+    /// was released then, so a guard's `unlock` has nothing left to do, and no new call is
+    /// sent to Redis. Make a new client to lock again.
+    Shutdown,
 }
 
 /// What Redis, or the connection to it, answered: the failure inside [`Error::Redis`].
@@ -330,6 +334,11 @@ impl fmt::Display for Error {
                  time; it was undone"
             ),
             Error::Spawn(e) => write!(f, "could not start a background thread: {e}"),
+            Error::Shutdown => write!(
+                f,
+                "the client was shut down: its locks were released then, and it sends nothing \
+                 more to Redis"
+            ),
         }
     }
 }

@@ -75,6 +75,9 @@
 //!   ([`Leadership`], whose term is a fencing token), and everyone can see which
 //!   ([`Election::leader`], [`Election::observe`]). [`MutexGuard::unlock_after`] keeps a lock
 //!   for a minimum time, for a job that must run once per period.
+//! - [`Client::shutdown`] releases what a client holds and stops its two threads within a
+//!   timeout, from any clone in any thread: for a program that stops, or replaces its client.
+//!   Ownership is per thread of a client: read "Cautions" before a `fork` or a rayon pool.
 //!
 //! # Several locks at once
 //!
@@ -238,6 +241,25 @@
 //! command timeout. [`ClientBuilder::renew_interval`] is at most half the lease, so a renewal
 //! and its retry end before the lease does. Every connection has TCP keepalive on.
 //!
+//! # Cautions
+//!
+//! A lock is owned by *a thread of a client* (the client's id and a per-thread number), not
+//! by a task or a process image. Two ways to share that owner by accident:
+//!
+//! - **`fork`.** A child process made by `fork` (without `exec`) inherits the parent's guards
+//!   and clients, ids included. When the child drops or unlocks an inherited guard, the
+//!   release is the parent's owner releasing: the parent's lock is freed while the parent
+//!   still works under it (its next renewal finds it lost). A lock call through an inherited
+//!   client would re-enter the parent's locks the same way. In a forked child,
+//!   [`std::mem::forget`] the inherited guards and make a new [`Client`]; better, fork before
+//!   making clients, or `exec`.
+//! - **Work-stealing pools** (rayon, and any pool that runs many tasks on one thread). Locks
+//!   are reentrant per thread: a task that takes a lock while another task on the same
+//!   thread holds it (a nested `join`, a task stolen while the first waits) re-enters that
+//!   lock instead of waiting, and the two tasks run their critical sections together. Take
+//!   locks only in tasks that do not yield to the pool while holding them, or run the locked
+//!   work on threads of your own; a [`Detached`] hold moves a lock between threads, not tasks.
+//!
 //! # Log levels
 //!
 //! Through the [`log`] crate; never an owner id or a password (the one fencing token logged
@@ -297,6 +319,11 @@
 //!
 //! `default = []`. Two optional features:
 //!
+//! - `serde`: `Serialize` and `Deserialize` (through serde's derive) on what a program reports
+//!   or ships elsewhere: [`Holder`], [`LockInfo`], [`LockKind`] (as its
+//!   [`as_str`](LockKind::as_str) name), [`Stats`] and its [`Histogram`]s. Durations are
+//!   written as serde writes a [`Duration`](std::time::Duration).
+//!
 //! - `testing`: `locksmith::testing::Server`, a throwaway `redis-server` for the tests of your
 //!   own crate (enable it in `[dev-dependencies]`; the module `testing` shows a `#[test]`).
 //! - `metrics`: reports what [`Client::stats`] counts through the facade of the
@@ -319,12 +346,14 @@
 //! | `locksmith_renewals_total` | counter | renewals that extended a lease ([`Stats::renewals`]) |
 //! | `locksmith_renewal_failures_total` | counter | renewals that did not ([`Stats::renewal_failures`]) |
 //! | `locksmith_reconnects_total` | counter | pub/sub reconnections ([`Stats::reconnects`]); no label |
+//! | `locksmith_clock_jumps_total` | counter | steps of a master's wall clock ([`Stats::clock_jumps`]); no label |
 //! | `locksmith_wait_seconds` | histogram | from an acquire call to its guard ([`Stats::wait`]) |
 //! | `locksmith_hold_seconds` | histogram | from a guard's acquisition to its end ([`Stats::hold`]) |
 //! | `locksmith_held` | gauge | guards alive now (`acquired - released`) |
 //!
-//!   Every metric but `locksmith_reconnects_total` has the label `type`: `mutex`,
-//!   `fair_mutex`, `rw_lock`, `semaphore` or `multi_mutex` (the renewals and lost leases of a
+//!   Every metric but `locksmith_reconnects_total` and `locksmith_clock_jumps_total` (a
+//!   connection's, a master's: no lock type's) has the label `type`: `mutex`, `fair_mutex`,
+//!   `rw_lock`, `semaphore`, `multi_mutex` or `election` (the renewals and lost leases of a
 //!   [`MultiMutex`] count under `mutex`: its locks are mutex locks). None has the lock's name
 //!   by default, as names are unbounded;
 //!   [`ClientBuilder::metrics_lock_names`](ClientBuilder) adds a `name` label (a `MultiMutex`'s
@@ -372,6 +401,7 @@
 //! - `client/`: the public face: [`ClientBuilder`], [`Client`], connecting, listing locks.
 //! - `testing.rs` (the `testing` feature), outside the layers: the throwaway server for tests;
 //!   it uses nothing of the library, and nothing uses it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod driver;

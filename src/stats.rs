@@ -218,7 +218,11 @@ impl Drop for Held {
 ///   so is a `MultiMutex` lock (one, whatever the number of its locks) and an
 ///   `acquire_many(n)` (one, whatever `n`).
 /// - Every acquire call ends in exactly one of `acquired`, `timed_out`, `busy` or `failed`.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`: its counters by their names,
+/// `wait` and `hold` as [`Histogram`] is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Stats {
     /// Acquisitions of every lock type (see above), including re-entries and local
@@ -351,11 +355,49 @@ impl Buckets {
 /// 4 µs, then four per power of two (each bucket at most a quarter of its lower bound
 /// wide), up to about 12.7 days. Its quantiles are the upper bounds of their buckets (never
 /// above [`max`](Histogram::max)): at most 25% above the true value, never below it.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, losslessly: `counts` (the
+/// count of every bucket, shortest first; reading refuses another number of buckets),
+/// `sum_us` and `max_us` (microseconds).
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(try_from = "HistogramData")
+)]
 pub struct Histogram {
     counts: Vec<u64>,
     sum_us: u64,
     max_us: u64,
+}
+
+/// A [`Histogram`] as read, before its number of buckets is checked.
+#[cfg(feature = "serde")]
+#[derive(serde::Deserialize)]
+struct HistogramData {
+    counts: Vec<u64>,
+    sum_us: u64,
+    max_us: u64,
+}
+
+#[cfg(feature = "serde")]
+#[doc(hidden)]
+impl TryFrom<HistogramData> for Histogram {
+    type Error = String;
+
+    fn try_from(h: HistogramData) -> Result<Self, String> {
+        if h.counts.len() != BUCKETS {
+            return Err(format!(
+                "a histogram has {BUCKETS} bucket counts, not {}",
+                h.counts.len()
+            ));
+        }
+        Ok(Histogram {
+            counts: h.counts,
+            sum_us: h.sum_us,
+            max_us: h.max_us,
+        })
+    }
 }
 
 impl std::fmt::Debug for Histogram {

@@ -1,11 +1,14 @@
 //! The docs cannot drift from the code: every promise in `docs/guarantees.md` names tests that
 //! exist, every failure scenario of `docs/faults.md` names its test, and every benchmark row a
-//! figure comes from (`--only NAME`) is a workload of `benches/locks/`.
+//! figure comes from (`--only NAME`) is a workload of `benches/locks/`; the crate docs' list of
+//! metrics, their `type` label's values and the lease kinds `on_lease_lost` is told are the
+//! code's.
 //!
 //! Reads files only: no server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 fn read(path: &str) -> String {
@@ -292,4 +295,176 @@ fn the_readme_is_short_and_every_link_works() {
         }
     }
     assert!(faults.is_empty(), "{faults:#?}");
+}
+
+/// The crate docs (`src/lib.rs`'s `//!` lines) as Markdown.
+fn crate_docs() -> String {
+    read("src/lib.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `.rs` file under `dir` (a path from the repository's root), with its text.
+fn sources(dir: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.push((p.display().to_string(), text));
+            }
+        }
+    }
+    out
+}
+
+/// The metrics the code emits, each with whether it carries labels: every string literal
+/// `"locksmith_..."` in `src/` is a metric's name (the script library's names are built with
+/// `format!`); one followed at once by `)` is reported without a label (`counter!("x")`).
+fn emitted_metrics() -> BTreeMap<String, bool> {
+    let mut found = BTreeMap::new();
+    for (_, text) in sources("src") {
+        for (i, _) in text.match_indices("\"locksmith_") {
+            let rest = &text[i + 1..];
+            let Some(end) = rest.find('"') else { continue };
+            let name = &rest[..end];
+            if !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                continue;
+            }
+            let labelled = !rest[end + 1..].starts_with(')');
+            *found.entry(name.to_owned()).or_insert(false) |= labelled;
+        }
+    }
+    found
+}
+
+/// The code spans of `doc` between the first `from` and the next `to` after it.
+fn spans_between<'a>(doc: &'a str, from: &str, to: &str) -> Vec<&'a str> {
+    let at = doc.find(from).unwrap_or_else(|| panic!("no `{from}`")) + from.len();
+    let end = doc[at..]
+        .find(to)
+        .unwrap_or_else(|| panic!("no `{to}` after `{from}`"));
+    code_spans(&doc[at..at + end])
+}
+
+/// What differs between the metrics the code emits and the crate docs' list of them (in
+/// `docs`): a metric missing from the list or listed but never emitted, and the metrics that
+/// carry no `type` label against the sentence that names them.
+fn metric_list_faults(docs: &str, emitted: &BTreeMap<String, bool>) -> Vec<String> {
+    let listed: BTreeSet<String> = table_after(docs, "The metrics, in Prometheus names")
+        .iter()
+        .map(|row| row[0].trim_matches('`').to_owned())
+        .collect();
+    let mut faults = Vec::new();
+    for name in emitted.keys().filter(|n| !listed.contains(*n)) {
+        faults.push(format!(
+            "`{name}` is emitted but not in the crate docs' metric list"
+        ));
+    }
+    for name in listed.iter().filter(|n| !emitted.contains_key(*n)) {
+        faults.push(format!("`{name}` is in the metric list but never emitted"));
+    }
+    let unlabelled: BTreeSet<&str> = emitted
+        .iter()
+        .filter(|(_, labelled)| !**labelled)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let said: BTreeSet<&str> = spans_between(docs, "Every metric but", "has the label")
+        .into_iter()
+        .collect();
+    if said != unlabelled {
+        faults.push(format!(
+            "the docs say {said:?} carry no `type` label; the code: {unlabelled:?}"
+        ));
+    }
+    faults
+}
+
+/// Every metric the code emits is in the crate docs' list (and nothing else is), those
+/// without a `type` label are the ones the docs name, and the label's values listed (in the
+/// crate docs and `docs/operating.md`) are those of the code.
+#[test]
+fn the_metric_list_matches_the_code() {
+    let docs = crate_docs();
+    let emitted = emitted_metrics();
+    assert!(emitted.len() >= 15, "{emitted:?}");
+    let faults = metric_list_faults(&docs, &emitted);
+    assert!(faults.is_empty(), "{faults:#?}");
+
+    // The `type` values: what `Kind::label` returns.
+    let kind = read("src/kind.rs");
+    let at = kind.find("fn label(").unwrap();
+    let body = &kind[at..at + kind[at..].find("\n    }\n").unwrap()];
+    let code: BTreeSet<&str> = body
+        .match_indices("=> \"")
+        .map(|(i, m)| {
+            let v = &body[i + m.len()..];
+            &v[..v.find('"').unwrap()]
+        })
+        .collect();
+    let crate_docs: BTreeSet<&str> = spans_between(&docs, "has the label `type`:", "(")
+        .into_iter()
+        .collect();
+    assert_eq!(crate_docs, code, "the `type` values in the crate docs");
+    let operating = read("docs/operating.md");
+    let listed: BTreeSet<&str> = spans_between(&operating, "labelled by lock type (", ")")
+        .into_iter()
+        .collect();
+    assert_eq!(listed, code, "the `type` values in docs/operating.md");
+}
+
+/// The check above catches a metric the list lacks, and a label the docs misstate.
+#[test]
+fn the_metric_check_catches_a_missing_metric() {
+    let docs = crate_docs();
+    let emitted = emitted_metrics();
+    let row = docs
+        .lines()
+        .find(|l| l.starts_with("| `locksmith_clock_jumps_total`"))
+        .unwrap();
+    let faults = metric_list_faults(&docs.replacen(&format!("{row}\n"), "", 1), &emitted);
+    assert!(
+        faults.len() == 1 && faults[0].contains("emitted but not in"),
+        "{faults:#?}"
+    );
+    let mut labelled = emitted.clone();
+    labelled.insert("locksmith_clock_jumps_total".to_owned(), true);
+    let faults = metric_list_faults(&docs, &labelled);
+    assert!(
+        faults.len() == 1 && faults[0].contains("carry no `type` label"),
+        "{faults:#?}"
+    );
+}
+
+/// The `on_lease_lost` row of `docs/configuration.md` names every `LeaseKind`.
+#[test]
+fn the_lease_kinds_listed_are_the_code_s() {
+    let src = read("src/shared/renewal/mod.rs");
+    let at = src.find("pub enum LeaseKind {").unwrap();
+    let body = &src[at..at + src[at..].find("\n}").unwrap()];
+    let variants: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_suffix(','))
+        .filter(|v| v.chars().all(char::is_alphanumeric))
+        .collect();
+    assert!(variants.contains(&"Leadership"), "{variants:?}");
+    let config = read("docs/configuration.md");
+    let row = config
+        .lines()
+        .find(|l| l.starts_with("| `on_lease_lost`"))
+        .unwrap();
+    let spans = code_spans(row);
+    let missing: Vec<_> = variants.iter().filter(|v| !spans.contains(v)).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md omits {missing:?}"
+    );
 }

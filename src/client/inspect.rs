@@ -95,6 +95,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn locks(&self, prefix: &str) -> Result<Locks> {
+        self.core.shared().ensure_open()?;
         if !prefix.is_empty() {
             keys::validate_name(prefix)?;
         }

@@ -25,7 +25,8 @@ pub(crate) mod inspect;
 /// two background threads, whatever the number of locks and waiters:
 /// `locksmith-pubsub` listens for releases and wakes local waiters, `locksmith-renew` extends
 /// held leases in pipelined batches. Cloning is cheap and shares all of it; the threads stop
-/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped.
+/// and are joined when the last clone (and the last [`Mutex`] made from it) is dropped, or
+/// at once, with every lock released, by [`shutdown`](Client::shutdown).
 ///
 /// Each client has a random id; together with a per-thread number it forms the *owner* of a
 /// lock. So two clients are two owners, as two processes would be, and two threads of one
@@ -104,6 +105,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        self.core.shared().ensure_open()?;
         MultiMutex::new(self.core.clone(), names)
     }
 
@@ -210,6 +212,7 @@ impl Client {
     /// The handle `make` makes from the client and its key prefix, once `name` is known to be
     /// a valid name.
     fn handle<T>(&self, name: &str, make: impl FnOnce(Core, &str) -> T) -> Result<T> {
+        self.core.shared().ensure_open()?;
         keys::validate_name(name)?;
         Ok(make(self.core.clone(), &self.core.shared().config.prefix))
     }
@@ -253,5 +256,58 @@ impl Client {
     /// ```
     pub fn stats(&self) -> Stats {
         self.core.shared().stats.snapshot()
+    }
+
+    /// Shuts the client down, for every clone of it, within `timeout`: releases what it
+    /// holds, stops its two threads and joins them. For a program that stops (or replaces a
+    /// client) and must not leave its locks to their leases.
+    ///
+    /// What it holds is released best effort: every lease it renews (held guards, detached
+    /// holds, permits, a leadership) and every guard of a fixed lease, each with its lock
+    /// type's release, one after another within `timeout` (a failure is logged at `debug`;
+    /// that lock then frees itself when its lease runs out, since it is no longer renewed).
+    ///
+    /// Afterwards, on every clone and every lock handle made from it: each guard reads as not
+    /// held, dropping one does nothing, and its `unlock` (and a `Detached`'s, a permit's
+    /// `release`, a leadership's `resign`) returns [`Error::Shutdown`]; every call that would
+    /// ask Redis (a lock, an `is_locked`, a new handle) returns [`Error::Shutdown`] before it
+    /// sends anything; a call waiting for a lock ends with it. [`stats`](Client::stats) still
+    /// reads. Guards may be dropped before or after it, in any thread.
+    ///
+    /// Takes `&self`: any clone, in any thread, may call it, any number of times. The first
+    /// call starts the shutdown; each call returns once both threads have ended, or at its
+    /// own `timeout`. A shutdown from a client's own
+    /// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost) callback does not wait for the
+    /// renewal thread it runs on (which ends when the callback returns).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when a thread had not ended within `timeout` (Redis stalled in the
+    /// middle of a renewal batch, which ends within half a renewal interval): the client is
+    /// shut down all the same, and the threads end by themselves; the last clone's drop, or
+    /// another call, joins them.
+    ///
+    /// [`Error::Shutdown`]: crate::Error::Shutdown
+    /// [`Error::Timeout`]: crate::Error::Timeout
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let worker = client.clone();
+    /// std::thread::spawn(move || -> locksmith::Result<()> {
+    ///     let _job = worker.mutex("job:7")?.lock()?;
+    ///     // ... work until the process is told to stop ...
+    ///     Ok(())
+    /// });
+    /// // On SIGTERM: release whatever the workers hold, without waiting for them.
+    /// client.shutdown(Duration::from_secs(2))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn shutdown(&self, timeout: std::time::Duration) -> Result<()> {
+        self.core.shutdown(timeout)
     }
 }

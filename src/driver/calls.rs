@@ -66,6 +66,7 @@ pub(crate) fn ask(
     keys: &LockKeys,
     what: &str,
 ) -> Result<Value> {
+    client.shared().ensure_open()?;
     let by = Deadline::after(client.shared().config.one_call());
     let v = eval_twice(client, call, by)?;
     if let Value::Array(items) = &v

@@ -212,6 +212,7 @@ impl Lease {
     pub(crate) fn expire_after(mut self, left: Duration) -> Result<()> {
         self.released = true;
         let shared = self.lock.core().shared();
+        shared.ensure_open()?;
         let bound = shared.config.one_call();
         if self.hold.leave(bound).outermost {
             shared.forget(&self.hold);
@@ -234,8 +235,11 @@ impl Lease {
 
     /// Releases the level within the bound of a release (one connect and one command
     /// timeout), and reports the outcome.
+    /// After the client's shutdown, which released the hold, it does nothing and says so
+    /// ([`Error::Shutdown`]).
     pub(crate) fn unlock(mut self) -> Result<()> {
         self.released = true;
+        self.lock.core().shared().ensure_open()?;
         self.lock.release(&self.hold, release_bound(&*self.lock))
     }
 }
@@ -243,6 +247,12 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.released {
+            return;
+        }
+        if self.lock.core().shared().is_shut_down() {
+            // The shutdown released the hold.
+            let name = &self.hold.keys.name;
+            log::debug!(target: LOG_TARGET, "{} `{name}` dropped after shutdown", self.what);
             return;
         }
         match self.lock.release(&self.hold, release_bound(&*self.lock)) {

@@ -254,6 +254,7 @@ pub(crate) fn counted<H>(
     deadline: Deadline,
     call: impl FnOnce() -> Result<Option<H>>,
 ) -> Result<Option<H>> {
+    core.shared().ensure_open()?;
     let may_wait = !deadline.passed();
     core.shared().stats.acquire(kind, name, may_wait, call)
 }

@@ -99,6 +99,8 @@ pub(crate) fn retrying<T>(
     mut attempt: impl FnMut(Deadline) -> Result<T>,
 ) -> Result<T> {
     let Budget { deadline, limit } = *budget;
+    // A waiter of a client shut down meanwhile stops here (its wait was woken).
+    client.shared().ensure_open()?;
     if deadline.passed() {
         // Exactly one attempt: a `try_*` form, or a deadline that passed while waiting.
         return attempt(limit);

@@ -227,6 +227,7 @@ impl FairMutex {
             ));
         }
         let shared = self.client.shared();
+        shared.ensure_open()?;
         let by = Deadline::after(shared.config.one_call());
         shared.backend.exists(&self.keys, by)
     }

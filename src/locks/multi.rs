@@ -727,6 +727,8 @@ impl HeldSet {
     /// Releases one level of every name, once, within the bound of a release.
     fn release(&mut self) -> Result<()> {
         self.released = true;
+        // After a shutdown, which released the set: nothing to do.
+        self.client.shared().ensure_open()?;
         let by = Deadline::after(self.client.shared().config.one_call());
         release_holds(&self.client, &self.holds, by)
     }
@@ -734,7 +736,7 @@ impl HeldSet {
 
 impl Drop for HeldSet {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || self.client.shared().is_shut_down() {
             return;
         }
         if let Err(e) = self.release() {

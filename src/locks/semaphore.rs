@@ -143,6 +143,7 @@ impl Semaphore {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn available(&self) -> Result<u32> {
+        self.client.shared().ensure_open()?;
         let call = semaphore::used(&self.keys);
         let by = Deadline::after(self.client.shared().config.one_call());
         let v = eval_twice(&self.client, &call, by)?;

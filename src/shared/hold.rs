@@ -338,6 +338,18 @@ impl Hold {
         }
     }
 
+    /// Ends the hold at its client's shutdown, whatever levels its guards hold: it is marked
+    /// released (no renewal is sent for it, its guards read it as not held). Returns whether
+    /// its lease was known valid until then: the one it is then released for on the server.
+    pub(crate) fn close(&self) -> bool {
+        let mut st = self.state.lock();
+        let live = self.live(&st);
+        if st.status.holding() {
+            st.status = Status::Released;
+        }
+        live
+    }
+
     /// Marks the hold lost; returns true if it was not lost or released before.
     pub(crate) fn mark_lost(&self) -> bool {
         let mut st = self.state.lock();

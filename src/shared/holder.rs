@@ -37,7 +37,11 @@ pub(crate) const MAX_THREAD_NAME: usize = 64;
 /// and, for every held lock, [`Client::locks`](crate::Client::locks).
 ///
 /// Both durations are by the server's clock, so they mean the same whichever machine asks.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`: its fields by their names,
+/// each duration as serde writes a [`Duration`] (`{"secs": .., "nanos": ..}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holder {
     /// The holding client's label ([`ClientBuilder::label`](crate::ClientBuilder::label);
@@ -80,7 +84,14 @@ impl Holder {
 
 /// The lock types, as [`Client::locks`](crate::Client::locks) and
 /// [`Client::force_unlock`](crate::Client::force_unlock) name them.
+///
+/// With the `serde` feature, it is written and read as its [`as_str`](LockKind::as_str) name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum LockKind {
     /// A [`Mutex`](crate::Mutex) (also a name held through a
@@ -145,7 +156,11 @@ impl FromStr for LockKind {
 
 /// One lock name of one type, with its holders: an item of
 /// [`Client::locks`](crate::Client::locks) and [`Client::lock_info`](crate::Client::lock_info).
-#[derive(Debug, Clone)]
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, field by field (`kind` as
+/// [`LockKind`] is, each holder as [`Holder`] is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct LockInfo {
     /// The lock's name, as the program that took it gave it.

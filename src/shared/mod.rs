@@ -15,10 +15,10 @@
 //!   leases.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as PlMutex;
 
@@ -28,9 +28,11 @@ use crate::protocol::keys::LockKeys;
 use crate::stats::Counters;
 use crate::subscriber::{Reader, Subscriber};
 use crate::topology::backend::Backend;
+use crate::transport::conn::Deadline;
 use config::Config;
 use grant::{Adopted, Grant, Terms};
 use hold::{Chain, Hold, Identity, Renewal};
+use renewal::closing::Closing;
 use renewal::{Inbox, LostHook};
 
 pub(crate) mod config;
@@ -58,6 +60,9 @@ pub(crate) struct Shared {
     /// key expired, was deleted, or Redis restarted empty): its run must not hand out another
     /// token (see `locks/mutex/handoff.rs`). Taken after `holds`, never before.
     runs: PlMutex<HashMap<String, String>>,
+    /// Set by [`Client::shutdown`](crate::Client::shutdown): no new call goes to Redis, and
+    /// guards release nothing (the shutdown released their holds).
+    shut_down: AtomicBool,
 }
 
 thread_local! {
@@ -77,6 +82,20 @@ pub(crate) fn thread_seq() -> u64 {
 }
 
 impl Shared {
+    /// `Err(`[`Error::Shutdown`]`)` once the client was shut down: what every call that would
+    /// send something new to Redis checks first.
+    pub(crate) fn ensure_open(&self) -> Result<()> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// Whether the client was shut down.
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
+    }
+
     /// The owner id of the calling thread for a new acquisition, with the number of holds this
     /// thread let go of to other threads so far when there were any. A thread that handed a
     /// lock on, or detached a hold, keeps its old id on the server while another thread (or
@@ -354,7 +373,8 @@ impl Shared {
 #[derive(Debug)]
 struct Inner {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    /// The two threads, until they are joined (by a shutdown, or when the last clone goes).
+    threads: PlMutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
@@ -362,7 +382,7 @@ impl Drop for Inner {
         self.shared.subscriber.shutdown();
         self.shared.renewals.stop();
         let me = thread::current().id();
-        for t in self.threads.drain(..) {
+        for t in self.threads.get_mut().drain(..) {
             // Never join a thread from itself (it cannot happen today: neither thread holds a
             // client), so a drop can never deadlock.
             if t.thread().id() != me {
@@ -418,6 +438,7 @@ impl Core {
             stats,
             holds: PlMutex::new(HashMap::new()),
             runs: PlMutex::new(HashMap::new()),
+            shut_down: AtomicBool::new(false),
         });
         let spawn = |name: &str| thread::Builder::new().name(name.into());
         let sub = Arc::clone(&subscriber);
@@ -440,8 +461,60 @@ impl Core {
         }
         log::debug!("client connected to {} master(s)", backend_masters);
         Ok(Core {
-            inner: Arc::new(Inner { shared, threads }),
+            inner: Arc::new(Inner {
+                shared,
+                threads: PlMutex::new(threads),
+            }),
         })
+    }
+
+    /// Shuts the client down (see [`Client::shutdown`](crate::Client::shutdown)): the first
+    /// call marks it shut down and has the renewal thread release every hold (the renewed
+    /// ones in its wheel, and those of this client's record besides) within `timeout`, and
+    /// the pub/sub thread stop; every call then waits, within its own `timeout`, for both
+    /// threads to end. Never waits for the calling thread itself (a callback on the renewal
+    /// thread that shuts its client down).
+    pub(crate) fn shutdown(&self, timeout: Duration) -> Result<()> {
+        let until = Instant::now().checked_add(timeout);
+        let shared = &self.inner.shared;
+        if !shared.shut_down.swap(true, Ordering::SeqCst) {
+            let holds: Vec<Arc<Hold>> = shared
+                .holds
+                .lock()
+                .values()
+                .filter_map(Weak::upgrade)
+                .collect();
+            let by = until.map_or(Deadline::NONE, Deadline::at);
+            shared.renewals.shut_down(Closing { holds, by });
+            shared.subscriber.shutdown();
+            log::debug!("client shutting down");
+        }
+        let me = thread::current().id();
+        loop {
+            {
+                let mut threads = self.inner.threads.lock();
+                let mut i = 0;
+                while i < threads.len() {
+                    if threads[i].thread().id() != me && threads[i].is_finished() {
+                        let _ = threads.swap_remove(i).join();
+                    } else {
+                        i += 1;
+                    }
+                }
+                if threads.iter().all(|t| t.thread().id() == me) {
+                    shared.backend.clear();
+                    return Ok(());
+                }
+            }
+            let now = Instant::now();
+            if until.is_some_and(|u| now >= u) {
+                return Err(Error::timeout(
+                    "the client's threads did not stop within the shutdown timeout",
+                ));
+            }
+            let nap = until.map_or(Duration::from_millis(5), |u| u - now);
+            thread::sleep(nap.min(Duration::from_millis(5)));
+        }
     }
 
     /// The state the client's locks, guards and threads share.

@@ -365,6 +365,13 @@ impl Subscriber {
         self.stop.store(true, Ordering::SeqCst);
         self.reconnect_now();
         self.wake_thread();
+        // No message will be read any more: waiters stop sleeping on one and re-check (a
+        // client shut down then ends their calls).
+        for ch in self.table.lock().channels.values() {
+            let mut st = ch.state.lock();
+            st.down = true;
+            st.unsubscribed();
+        }
     }
 
     /// Makes the thread reconnect (the master moved): closes the sockets, so that their

@@ -173,6 +173,7 @@ impl Election {
     /// where a quorum says the acquisition does not lead.
     fn done(&self, op: ElectionOp<'_>) -> Result<bool> {
         let shared = self.mutex.client.shared();
+        shared.ensure_open()?;
         let by = Deadline::after(shared.config.one_call());
         let call = election::call(&self.mutex.keys, &self.value_key, op);
         let t = quorum::tally(shared.backend.eval_each(&call, by), |v| {

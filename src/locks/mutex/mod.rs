@@ -179,6 +179,7 @@ impl Mutex {
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn is_locked(&self) -> Result<bool> {
         let shared = self.client.shared();
+        shared.ensure_open()?;
         let by = Deadline::after(shared.config.one_call());
         // Its key is there; a key of another type counts as held, since no acquire can take
         // the lock while it is there.
@@ -255,6 +256,7 @@ impl Mutex {
     /// (it is left untouched).
     pub fn force_unlock(&self) -> Result<bool> {
         let shared = self.client.shared();
+        shared.ensure_open()?;
         let by = Deadline::after(shared.config.one_call());
         let call = mutex::admin(&self.keys, Admin::Force);
         let mut told: Vec<String> = Vec::new();
@@ -290,6 +292,7 @@ impl Mutex {
         by: Deadline,
         read: impl Fn(&redis::Value) -> Result<Option<(String, Holder, X)>>,
     ) -> Result<Option<(String, Holder, X)>> {
+        self.client.shared().ensure_open()?;
         let backend = &self.client.shared().backend;
         let answers = quorum::tally(backend.eval_each(call, by), |v| read(&v))?;
         let seen = answers

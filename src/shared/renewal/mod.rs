@@ -27,6 +27,7 @@
 
 mod batch;
 mod clock_watch;
+pub(crate) mod closing;
 mod wheel;
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ use crate::shared::hold::{Begin, Hold, Status};
 use crate::stats::Counters;
 use crate::topology::backend::{Backend, Refusal};
 use clock_watch::ClockWatch;
+use closing::Closing;
 use wheel::Wheel;
 
 /// The target of the renewal thread's log lines: the one "Log levels" in the crate docs lists,
@@ -108,6 +110,8 @@ enum Msg {
     Wake,
     /// Stop the thread.
     Stop,
+    /// The client shuts down: end and release every hold, then stop.
+    Shutdown(Closing),
 }
 
 /// Where holds are registered for renewal.
@@ -169,6 +173,12 @@ impl Inbox {
     /// Stops the thread.
     pub(crate) fn stop(&self) {
         let _ = self.tx.send(Msg::Stop);
+    }
+
+    /// Has the thread end and release every hold it renews, and `closing.holds` besides,
+    /// within `closing.by`, then stop.
+    pub(crate) fn shut_down(&self, closing: Closing) {
+        let _ = self.tx.send(Msg::Shutdown(closing));
     }
 }
 
@@ -305,7 +315,7 @@ impl Renewer {
     /// The thread's body.
     pub(crate) fn run(mut self) {
         let mut due = Vec::new();
-        loop {
+        let closing = loop {
             let msg = match self.drain() {
                 Some(tick) => {
                     let at = self.inbox.epoch + Duration::from_millis(tick);
@@ -316,10 +326,16 @@ impl Renewer {
             };
             match msg {
                 Ok(Msg::Wake) | Err(RecvTimeoutError::Timeout) => {}
-                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break None,
+                Ok(Msg::Shutdown(c)) => break Some(c),
             }
-            if self.rx.try_iter().any(|m| matches!(m, Msg::Stop)) {
-                break;
+            let stop = self.rx.try_iter().find_map(|m| match m {
+                Msg::Wake => None,
+                Msg::Stop => Some(None),
+                Msg::Shutdown(c) => Some(Some(c)),
+            });
+            if let Some(closing) = stop {
+                break closing;
             }
             self.drain();
             self.report_found_lost();
@@ -329,9 +345,15 @@ impl Renewer {
             if !due.is_empty() {
                 self.renew(&mut due);
             }
-        }
+        };
         // Losses found by lock calls just before the client was dropped are still reported.
         self.report_found_lost();
+        if let Some(Closing { mut holds, by }) = closing {
+            self.drain();
+            self.wheel.poll(u64::MAX, &mut holds);
+            let n = closing::release_all(&self.backend, holds, by);
+            log::debug!(target: LOG_TARGET, "shutdown: released {n} held lock(s)");
+        }
         log::debug!(target: LOG_TARGET, "renewal thread stopped");
     }
 
