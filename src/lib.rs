@@ -383,6 +383,7 @@ mod topology;
 mod transport;
 
 pub use client::inspect::{LIST_TIMEOUT, Locks};
+pub use client::server::IntoServer;
 pub use client::{Client, builder::ClientBuilder};
 pub use driver::detached::Detached;
 pub use error::{Error, Result};
