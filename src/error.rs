@@ -416,6 +416,7 @@ pub(crate) fn redis_retriable(e: &redis::RedisError) -> bool {
 }
 
 /// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
+#[cfg(feature = "tls")]
 pub(crate) fn rustls_error<'a>(
     mut e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a rustls::Error> {
@@ -433,6 +434,12 @@ pub(crate) fn rustls_error<'a>(
         }
         e = e.source()?;
     }
+}
+
+/// Without the feature `tls`, no error comes from rustls.
+#[cfg(not(feature = "tls"))]
+fn rustls_error(_e: &(dyn std::error::Error + 'static)) -> Option<std::convert::Infallible> {
+    None
 }
 
 /// The `io::Error` inside a Redis error, if it is one (`RedisError` keeps it behind an

@@ -310,14 +310,31 @@
 //!
 //! # URLs
 //!
-//! A server is named by `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS; a
-//! trailing `#insecure` skips certificate verification) or `unix:///path/to/socket`. For
-//! Valkey, `valkey://`, `valkeys://` and `valkey+unix://` are accepted wherever these are (one
-//! server, Sentinel, Cluster, RedLock) and mean the same.
+//! A server is named by `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS, the
+//! feature `tls`; a trailing `#insecure` skips certificate verification, with the feature
+//! `tls-insecure` only) or `unix:///path/to/socket`. For Valkey, `valkey://`, `valkeys://` and
+//! `valkey+unix://` are accepted wherever these are (one server, Sentinel, Cluster, RedLock)
+//! and mean the same. [`Client::open`] and [`Client::builder`] also take a
+//! [`redis::ConnectionInfo`] the program already has (see [`IntoServer`]).
 //!
 //! # Cargo features
 //!
-//! `default = []`. Two optional features:
+//! `default = ["tls"]`. The features:
+//!
+//! - `tls` (default): `rediss://` (and `valkeys://`) URLs, through rustls with its `ring`
+//!   crypto provider (pure Rust and C/assembly built by `cc`: no cmake, no system OpenSSL).
+//!   Certificates are verified against the system's root certificates
+//!   ([`ClientBuilder::tls_root_cert`] trusts a private CA instead). Every rustls configuration
+//!   the client makes carries the `ring` provider itself: locksmith neither installs nor reads
+//!   rustls's process-wide default provider, so a program may install its own, before or after
+//!   a client connects. Without the feature (`default-features = false`), rustls and ring are
+//!   not built, and `build()` refuses a `rediss://` URL, or a certificate given to
+//!   [`ClientBuilder::tls_root_cert`] or [`ClientBuilder::tls_client_cert`], with
+//!   [`Error::InvalidConfig`] naming the feature, before any I/O.
+//! - `tls-insecure` (implies `tls`): accepts `rediss://...#insecure` URLs, which turn the
+//!   check of the server's certificate off (for a test server only: anyone on the path can
+//!   pose as the server). Without it, such a URL fails `build()` with [`Error::InvalidConfig`]
+//!   naming the feature.
 //!
 //! - `serde`: `Serialize` and `Deserialize` (through serde's derive) on what a program reports
 //!   or ships elsewhere: [`Holder`], [`LockInfo`], [`LockKind`] (as its
@@ -360,13 +377,9 @@
 //!   names joined by `,`), for a small fixed set of names only: each name is a time series
 //!   of every metric.
 //!
-//! TLS (`rediss://`) is always built in, through the `redis` crate's
-//! rustls support and rustls's `ring` crypto provider (pure Rust and C/assembly built by
-//! `cc`: no cmake, no system OpenSSL). It is not a feature because every build, and the tests
-//! run without `--features`, should be able to reach a managed Redis, which nearly always
-//! requires TLS. Certificates are verified against the system's root certificates
-//! ([`ClientBuilder::tls_root_cert`] trusts a private CA instead); when no crypto provider is
-//! installed for the process, locksmith installs `ring` as rustls's default.
+//! TLS is on by default because a managed Redis nearly always requires it; a build that only
+//! reaches servers over plain TCP or a Unix socket leaves it out with
+//! `default-features = false`.
 //!
 //! # Layout
 //!
@@ -418,6 +431,7 @@ mod topology;
 mod transport;
 
 pub use client::inspect::Locks;
+pub use client::server::IntoServer;
 pub use client::{Client, builder::ClientBuilder};
 pub use driver::detached::Detached;
 pub use error::{Error, RedisFailure, RedisFailureKind, Result};

@@ -189,7 +189,7 @@ fn a_dead_pooled_connection_does_not_cost_the_lease() {
     let name = common::unique_name("dead-pooled");
     let key = common::lock_key(&name);
     let renew_sha = sha(&RENEW_LUA);
-    let other = Client::open(&server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
     let other_m = other.mutex(&name).unwrap();
 
     let proxy = Arc::new(proxy);
@@ -314,7 +314,7 @@ fn every_connection_has_tcp_keepalive() {
     };
     assert!(probe.status.success());
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let m = client.mutex(&common::unique_name("keepalive")).unwrap();
     let g = m.lock().unwrap();
     let port = server.port();

@@ -45,8 +45,8 @@ fn wait_queued(conn: &mut redis::Connection, name: &str, n: usize) {
 fn lock_reenter_and_try_lock_of_another_owner() {
     let server = RedisServer::start();
     let name = common::unique_name("fair-basic");
-    let a = Client::open(&server.url()).unwrap();
-    let b = Client::open(&server.url()).unwrap();
+    let a = Client::open(server.url()).unwrap();
+    let b = Client::open(server.url()).unwrap();
     let la = a.fair_mutex(&name).unwrap();
     let lb = b.fair_mutex(&name).unwrap();
     with_deadline(Duration::from_secs(30), move || {
@@ -517,7 +517,7 @@ fn paused_holder_loses_the_lock_and_says_so() {
 fn bad_names_and_foreign_keys() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     for bad in ["", "a\0b"] {
         assert!(client.fair_mutex(bad).unwrap_err().is_invalid_name());
     }
@@ -569,7 +569,7 @@ fn try_lock_of_a_free_lock_never_passes_a_live_waiter() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let name = common::unique_name("fair-free-queue");
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let l = c.fair_mutex(&name).unwrap();
     let waiters = format!("{}:fair:waiters", tag(&name));
     let now_ms = |conn: &mut redis::Connection| -> u64 {

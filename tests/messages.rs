@@ -84,7 +84,7 @@ fn an_outage_logs_a_handful_of_warnings() {
     let _serial = serial();
     let mut server = RedisServer::start();
     let port = server.port();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .lease(Duration::from_millis(1500))
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
@@ -244,7 +244,7 @@ fn a_closed_connection_is_not_called_tls() {
     // build() against it.
     let port = common::free_port();
     let closer = Closer::on(port);
-    let e = Client::builder(&format!("redis://127.0.0.1:{port}/"))
+    let e = Client::builder(format!("redis://127.0.0.1:{port}/"))
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .build()
@@ -258,7 +258,7 @@ fn a_closed_connection_is_not_called_tls() {
     // The pub/sub thread reconnecting to a killed server's port.
     let mut server = RedisServer::start();
     let port = server.port();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .build()
@@ -291,7 +291,7 @@ fn errors_name_the_server_and_the_tries() {
     let _serial = serial();
     let mut server = RedisServer::start();
     let port = server.port();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .retry_timeout(Duration::from_secs(1))
@@ -319,7 +319,7 @@ fn errors_name_the_server_and_the_tries() {
     );
     assert!(e.is_retriable(), "{e:?}");
     // A client that cannot reach it at all names it too.
-    let e = Client::builder(&server.url())
+    let e = Client::builder(server.url())
         .connect_timeout(CONNECT)
         .build()
         .unwrap_err();
@@ -335,7 +335,7 @@ fn timeouts_name_the_server_and_the_tries() {
     let server = RedisServer::start();
     let proxy = common::proxy::Proxy::start(server.port());
     let retry = Duration::from_secs(1);
-    let client = Client::builder(&proxy.url())
+    let client = Client::builder(proxy.url())
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .retry_timeout(retry)
@@ -370,7 +370,7 @@ fn timeouts_name_the_server_and_the_tries() {
     drop(proxy);
 
     // The same against a frozen server, reached directly.
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .retry_timeout(retry)
@@ -477,7 +477,7 @@ fn the_one(from: usize, level: log::Level, what: &str, target: &str) -> Line {
 fn a_release_on_drop_that_fails_is_one_warn() {
     let _one = serial();
     let server = RedisServer::start();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
         .build()
@@ -505,7 +505,7 @@ fn a_release_on_drop_that_fails_is_one_warn() {
 fn the_maximum_hold_time_is_one_info() {
     let _one = serial();
     let server = RedisServer::start();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .lease(Duration::from_millis(600))
         .build()
         .unwrap();
@@ -551,7 +551,7 @@ fn a_refused_subscribe_is_one_warn() {
         .exec(&mut server.conn())
         .unwrap();
     let url = format!("redis://nosub:pw@127.0.0.1:{}/", server.port());
-    let holder = Client::open(&server.url()).unwrap();
+    let holder = Client::open(server.url()).unwrap();
     let waiter = Client::open(&url).unwrap();
     let name = unique_name("msg-nosub");
     let g = holder.mutex(&name).unwrap().lock().unwrap();
@@ -586,12 +586,12 @@ fn a_refused_subscribe_is_one_warn() {
 fn no_line_shows_an_owner_id() {
     let _one = serial();
     let server = RedisServer::start();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .lease(Duration::from_millis(600))
         .label("app-9")
         .build()
         .unwrap();
-    let operator = Client::open(&server.url()).unwrap();
+    let operator = Client::open(server.url()).unwrap();
     let name = unique_name("msg-owner");
     let from = capture::lines().len();
     let m = client.mutex(&name).unwrap();

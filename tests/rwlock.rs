@@ -49,9 +49,9 @@ fn readers(conn: &mut redis::Connection, name: &str) -> usize {
 fn readers_share_writers_exclude() {
     let server = RedisServer::start();
     let name = common::unique_name("rw-basic");
-    let a = Client::open(&server.url()).unwrap();
-    let b = Client::open(&server.url()).unwrap();
-    let c = Client::open(&server.url()).unwrap();
+    let a = Client::open(server.url()).unwrap();
+    let b = Client::open(server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let la = a.rw_lock(&name).unwrap();
     let lb = b.rw_lock(&name).unwrap();
     let lc = c.rw_lock(&name).unwrap();
@@ -93,8 +93,8 @@ fn reentry_and_downgrade() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let name = common::unique_name("rw-reenter");
-    let a = Client::open(&server.url()).unwrap();
-    let b = Client::open(&server.url()).unwrap();
+    let a = Client::open(server.url()).unwrap();
+    let b = Client::open(server.url()).unwrap();
     let la = a.rw_lock(&name).unwrap();
     let lb = b.rw_lock(&name).unwrap();
     let r1 = la.read().unwrap();
@@ -258,7 +258,7 @@ fn paused_writer_loses_the_lock_and_says_so() {
 fn bad_input() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     assert!(c.rw_lock("").unwrap_err().is_invalid_name());
     let name = common::unique_name("rw-foreign");
     redis::cmd("SET")

@@ -212,6 +212,56 @@ fn a_wrong_password_and_an_outage_keep_the_password() {
     seen.assert_clean(&[SECRET, WRONG]);
 }
 
+/// A server given as a `redis::ConnectionInfo` with a password (right, wrong, and where
+/// nobody listens): the builder's and the client's `Debug`, the errors and the logs never
+/// show it.
+#[test]
+fn connection_info_keeps_the_password() {
+    use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+
+    capture::install();
+    let mut seen = Seen::default();
+    let server = RedisServer::start();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(SECRET)
+        .exec(&mut server.conn())
+        .unwrap();
+    let closed = ClosedPort::new();
+    let info = |port: u16, password: &str| {
+        ConnectionAddr::Tcp("127.0.0.1".into(), port)
+            .into_connection_info()
+            .unwrap()
+            .set_redis_settings(
+                RedisConnectionInfo::default()
+                    .set_username("default")
+                    .set_password(password)
+                    .set_db(1),
+            )
+    };
+    seen.build(
+        "info, wrong password",
+        quick(Client::builder(info(server.port(), WRONG))),
+    );
+    seen.build(
+        "info, nobody listens",
+        quick(Client::builder(info(closed.port(), SECRET))),
+    );
+    let r = Client::open(info(closed.port(), SECRET));
+    seen.result("open(info), nobody listens", &r);
+    let client = seen
+        .build(
+            "info, right password",
+            quick(Client::builder(info(server.port(), SECRET))),
+        )
+        .expect("the right password is accepted");
+    seen.debug("client", &client);
+    let m = client.mutex("secrets:info").unwrap();
+    seen.debug("guard", &m.lock().unwrap());
+    seen.assert_clean(&[SECRET, WRONG]);
+}
+
 /// TLS to a plain port and plain text to a TLS port, with passwords.
 #[test]
 fn tls_on_the_wrong_port_keeps_the_password() {

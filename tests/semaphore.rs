@@ -79,8 +79,8 @@ fn sweep_counts_overlaps() {
 fn permits_are_counted() {
     let server = RedisServer::start();
     let name = common::unique_name("sem-basic");
-    let a = Client::open(&server.url()).unwrap();
-    let b = Client::open(&server.url()).unwrap();
+    let a = Client::open(server.url()).unwrap();
+    let b = Client::open(server.url()).unwrap();
     let sa = a.semaphore(&name, 3).unwrap();
     let sb = b.semaphore(&name, 3).unwrap();
     with_deadline(Duration::from_secs(30), move || {
@@ -168,7 +168,7 @@ fn a_release_wakes_a_waiter_at_once() {
 fn changing_the_permit_count() {
     let server = RedisServer::start();
     let name = common::unique_name("sem-count");
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let one = c.semaphore(&name, 1).unwrap();
     let three = c.semaphore(&name, 3).unwrap();
     let p1 = one.acquire().unwrap();
@@ -198,7 +198,7 @@ fn changing_the_permit_count() {
 fn bad_input() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     assert!(c.semaphore("", 1).unwrap_err().is_invalid_name());
     assert!(matches!(
         c.semaphore("s", 0),
@@ -340,7 +340,7 @@ fn count_holds_while_holders_crash_and_restart() {
         intervals.len()
     );
     assert!(max <= permits as usize, "{max} permits held at once");
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let sem = c.semaphore(&name, permits).unwrap();
     // Every permit back within a lease of the last kill.
     assert!(common::wait_until(Duration::from_secs(1) + SLACK, || {

@@ -1,11 +1,13 @@
-//! TLS (`rediss://`): the core over TLS (lock, re-entry, renewal, handoff between two clients
-//! through a pub/sub connection that is TLS too), mutual TLS, and each failure named by
-//! `build()` before anything is locked.
+//! TLS (`rediss://`, the feature `tls`): the core over TLS (lock, re-entry, renewal, handoff
+//! between two clients through a pub/sub connection that is TLS too), mutual TLS, each failure
+//! named by `build()` before anything is locked, `#insecure` only with the feature
+//! `tls-insecure`, and the process's default rustls provider left alone.
 //!
 //! Every server is a real `redis-server` with a TLS port and certificates made by `openssl`
 //! for this run ([`common::TlsFiles`]). Its plain port serves only the test's own inspection
 //! connection; `CLIENT LIST` shows which port each of the client's connections came in on.
 
+#![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -52,7 +54,7 @@ fn client_ports(server: &RedisServer) -> Vec<(String, u16)> {
 }
 
 fn tls_client(server: &RedisServer, files: &TlsFiles) -> Client {
-    Client::builder(&server.tls_url())
+    Client::builder(server.tls_url())
         .tls_root_cert(files.ca_pem())
         .lease(Duration::from_secs(10))
         .build()
@@ -153,7 +155,7 @@ fn mutual_tls() {
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, true);
     let (cert, key) = files.client_pem();
-    let c = Client::builder(&server.tls_url())
+    let c = Client::builder(server.tls_url())
         .tls_root_cert(files.ca_pem())
         .tls_client_cert(cert, key)
         .build()
@@ -161,7 +163,7 @@ fn mutual_tls() {
     let m = c.mutex(&common::unique_name("mtls")).unwrap();
     m.lock().unwrap().unlock().unwrap();
 
-    let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.ca_pem()));
+    let e = build_err(Client::builder(server.tls_url()).tls_root_cert(files.ca_pem()));
     assert!(e.is_tls(), "{e:?}");
     assert!(e.to_string().contains("client certificate"), "{e}");
 }
@@ -183,7 +185,7 @@ fn wrong_ca_is_named() {
     }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
-    let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.other_ca_pem()));
+    let e = build_err(Client::builder(server.tls_url()).tls_root_cert(files.other_ca_pem()));
     assert!(e.is_tls(), "{e:?}");
     assert!(e.to_string().contains("not signed by a trusted CA"), "{e}");
 }
@@ -195,7 +197,7 @@ fn system_roots_do_not_trust_a_private_ca() {
     }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Good, false);
-    let e = build_err(Client::builder(&server.tls_url()));
+    let e = build_err(Client::builder(server.tls_url()));
     assert!(e.is_tls(), "{e:?}");
 }
 
@@ -206,7 +208,7 @@ fn expired_certificate_is_named() {
     }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::Expired, false);
-    let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.ca_pem()));
+    let e = build_err(Client::builder(server.tls_url()).tls_root_cert(files.ca_pem()));
     assert!(e.is_tls(), "{e:?}");
     assert!(e.to_string().contains("expired"), "{e}");
 }
@@ -218,7 +220,7 @@ fn mismatched_certificate_is_named() {
     }
     let files = TlsFiles::generate();
     let server = RedisServer::start_tls(&files, ServerCert::WrongHost, false);
-    let e = build_err(Client::builder(&server.tls_url()).tls_root_cert(files.ca_pem()));
+    let e = build_err(Client::builder(server.tls_url()).tls_root_cert(files.ca_pem()));
     assert!(e.is_tls(), "{e:?}");
     assert!(e.to_string().contains("not valid for that host"), "{e}");
 }
@@ -244,6 +246,7 @@ fn plain_text_and_tls_on_the_wrong_port_are_named() {
 /// `#insecure` skips verification (here: of a certificate from an unknown CA), for commands
 /// and pub/sub.
 #[test]
+#[cfg(feature = "tls-insecure")]
 fn insecure_url_skips_verification() {
     if common::skip_without_tls("insecure_url_skips_verification") {
         return;
@@ -265,4 +268,97 @@ fn unusable_certificates_are_named() {
         .unwrap_err();
     assert!(e.is_tls(), "{e:?}");
     assert!(e.to_string().contains("root certificate"), "{e}");
+}
+
+/// Without the feature `tls-insecure`, an `#insecure` URL is refused by `build()` before any
+/// I/O, naming the feature (on every topology).
+#[test]
+#[cfg(not(feature = "tls-insecure"))]
+fn insecure_url_needs_its_feature() {
+    let url = "rediss://127.0.0.1:1/#insecure";
+    for b in [
+        Client::builder(url),
+        Client::redlock([url]),
+        Client::cluster([url]),
+        Client::sentinel([url], "m"),
+    ] {
+        let e = b.build().unwrap_err();
+        assert!(e.is_invalid_config(), "{e:?}");
+        assert!(e.to_string().contains("`tls-insecure` feature"), "{e}");
+    }
+}
+
+/// A rediss:// client neither installs nor reads rustls's process-wide default provider:
+/// after it connected (commands and pub/sub), none is installed, and the program can install
+/// its own; a provider that can make no connection at all (no cipher suite) installed as the
+/// default does not stop a client from connecting. Run in a process of its own, whose
+/// default provider no other test has touched.
+#[test]
+fn the_process_default_provider_is_left_alone() {
+    if common::skip_without_tls("the_process_default_provider_is_left_alone") {
+        return;
+    }
+    let files = TlsFiles::generate();
+    let server = RedisServer::start_tls(&files, ServerCert::Good, false);
+    let ca = String::from_utf8(files.ca_pem()).unwrap();
+    common::run_children(
+        1,
+        "child_provider",
+        "provider",
+        &[
+            ("LS_URL", server.tls_url()),
+            ("LS_CA", ca),
+            ("LS_NAME", common::unique_name("provider")),
+        ],
+        Duration::from_secs(60),
+    );
+}
+
+/// The child process of [`the_process_default_provider_is_left_alone`].
+#[test]
+fn child_provider() {
+    use rustls::crypto::{CryptoProvider, ring};
+
+    let Some((url, name)) = common::child_url_name("provider") else {
+        return;
+    };
+    let ca = common::child_env("LS_CA").into_bytes();
+    let lock_once = || {
+        let client = Client::builder(url.as_str())
+            .tls_root_cert(ca.clone())
+            .build()
+            .unwrap();
+        let m = client.mutex(&name).unwrap();
+        // A waiter is woken through the pub/sub connection, which is TLS too.
+        let guard = m.lock().unwrap();
+        let waiter = {
+            let m = m.clone();
+            thread::spawn(move || m.lock().unwrap().unlock().unwrap())
+        };
+        thread::sleep(Duration::from_millis(100));
+        guard.unlock().unwrap();
+        waiter.join().unwrap();
+    };
+    assert!(CryptoProvider::get_default().is_none());
+    lock_once();
+    assert!(
+        CryptoProvider::get_default().is_none(),
+        "a rediss:// client installed a default provider"
+    );
+    // The program's own default, and one that could make no TLS connection at all.
+    let useless = CryptoProvider {
+        cipher_suites: Vec::new(),
+        ..ring::default_provider()
+    };
+    useless
+        .install_default()
+        .expect("no default provider was installed before");
+    lock_once();
+    assert!(
+        CryptoProvider::get_default()
+            .unwrap()
+            .cipher_suites
+            .is_empty()
+    );
+    println!("PROVIDER OK");
 }

@@ -60,7 +60,8 @@ fn one_server_by_a_valkey_url() {
     assert!(e.to_string().contains("host"), "{e}");
 }
 
-/// `valkeys://` is TLS, verified against the given CA, and `#insecure` skips verification.
+/// `valkeys://` is TLS, verified against the given CA, and `#insecure` skips verification
+/// (with the feature `tls-insecure`; refused without it).
 #[test]
 fn tls_by_a_valkeys_url() {
     if common::skip_without_tls("tls_by_a_valkeys_url") {
@@ -82,9 +83,17 @@ fn tls_by_a_valkeys_url() {
         .build()
         .unwrap_err();
     assert!(e.is_tls(), "{e:?}");
-    let insecure = Client::builder(&format!("{url}#insecure")).build().unwrap();
-    let lock = insecure.mutex(&unique_name("valkeys-insecure")).unwrap();
-    lock.lock().unwrap().unlock().unwrap();
+    let insecure = Client::builder(format!("{url}#insecure")).build();
+    if cfg!(feature = "tls-insecure") {
+        let lock = insecure
+            .unwrap()
+            .mutex(&unique_name("valkeys-insecure"))
+            .unwrap();
+        lock.lock().unwrap().unlock().unwrap();
+    } else {
+        let e = insecure.unwrap_err();
+        assert!(e.to_string().contains("`tls-insecure` feature"), "{e}");
+    }
 }
 
 /// Sentinel: `valkey://` sentinel URLs find the master as `redis://` ones do (and the two

@@ -20,7 +20,7 @@ const LEASE: Duration = Duration::from_secs(30);
 const WAKE_BOUND: Duration = Duration::from_secs(5);
 
 fn client(server: &RedisServer) -> Client {
-    Client::builder(&server.url())
+    Client::builder(server.url())
         .label(LABEL)
         .lease(LEASE)
         .build()
@@ -174,7 +174,7 @@ fn list_shows_every_type_as_a_table_and_as_json() {
 #[test]
 fn the_url_comes_from_redis_url_and_the_prefix_from_the_option() {
     let server = RedisServer::start();
-    let other = Client::builder(&server.url())
+    let other = Client::builder(server.url())
         .label(LABEL)
         .key_prefix("other:")
         .build()

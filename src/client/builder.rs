@@ -11,6 +11,7 @@ use std::time::Duration;
 use redis::RedisConnectionInfo;
 
 use super::Client;
+use super::server::{IntoServer, Server};
 use crate::error::{Error, Result, ensure};
 use crate::protocol::keys;
 use crate::shared::config::validate_max_hold;
@@ -26,8 +27,8 @@ pub(super) const DEFAULT_MASTER_TIMEOUT: Duration = Duration::from_millis(50);
 /// Which servers a client locks on.
 #[derive(Clone)]
 pub(super) enum Topology {
-    /// One server.
-    Single(String),
+    /// One server (or why the one given cannot be used).
+    Single(Server),
     /// The master a Sentinel deployment names.
     Sentinel {
         sentinels: Vec<String>,
@@ -39,12 +40,13 @@ pub(super) enum Topology {
     Cluster(Vec<String>),
 }
 
-/// The URLs redacted ([`conn::redact`]): a builder's `Debug` never shows a password.
+/// The URLs redacted ([`conn::redact`]), a server given otherwise by its address: a
+/// builder's `Debug` never shows a password.
 impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let urls = |urls: &[String]| urls.iter().map(|u| conn::redact(u)).collect::<Vec<_>>();
         match self {
-            Topology::Single(url) => f.debug_tuple("Single").field(&conn::redact(url)).finish(),
+            Topology::Single(server) => f.debug_tuple("Single").field(server).finish(),
             Topology::Sentinel { sentinels, master } => f
                 .debug_struct("Sentinel")
                 .field("sentinels", &urls(sentinels))
@@ -527,19 +529,32 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Connects with the default settings: a 30 s lease renewed every 10 s, key prefix
-    /// `"locksmith:"`, 5 s connect and command timeouts.
+    /// Connects with the default settings to `server`: a URL (`&str` or `String`), or a
+    /// [`redis::ConnectionInfo`] the program already has (see [`IntoServer`]). A 30 s lease
+    /// renewed every 10 s, key prefix `"locksmith:"`, 5 s connect and command timeouts.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
+    /// let client = locksmith::Client::open(url)?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
     /// As [`ClientBuilder::build`].
-    pub fn open(url: &str) -> Result<Client> {
-        Self::builder(url).build()
+    pub fn open(server: impl IntoServer) -> Result<Client> {
+        Self::builder(server).build()
     }
 
-    /// A builder for a client with other settings.
-    pub fn builder(url: &str) -> ClientBuilder {
-        Self::with_topology(Topology::Single(url.to_owned()))
+    /// A builder for a client of `server` (a URL or a [`redis::ConnectionInfo`], as
+    /// [`Client::open`] takes it) with other settings. A server that cannot be used is
+    /// reported by [`build`](ClientBuilder::build) ([`Error::InvalidUrl`]).
+    pub fn builder(server: impl IntoServer) -> ClientBuilder {
+        Self::with_topology(Topology::Single(Server::new(server)))
     }
 
     /// A builder for a client of the master that the Sentinel deployment calls `master_name`:

@@ -28,7 +28,7 @@ use crate::topology::sentinel::Sentinel;
 use crate::transport::conn::Resolve;
 use crate::transport::conn::{self, Deadline, Pool, Timeouts};
 use crate::transport::diagnose;
-use crate::transport::tls::Tls;
+use crate::transport::tls::{self, Tls};
 
 impl ClientBuilder {
     /// Checks the settings, connects to Redis and starts the client's two threads.
@@ -49,8 +49,8 @@ impl ClientBuilder {
         // What each master is called in messages, how it is reached, and the TLS set-up.
         let (names, infos, resolver, tls) = match &self.topology {
             Topology::Cluster(seeds) => return self.build_cluster(config, seeds),
-            Topology::Single(url) => self.masters(std::slice::from_ref(url))?,
-            Topology::Quorum(urls) => self.masters(urls)?,
+            Topology::Single(server) => self.masters(vec![server.info()?])?,
+            Topology::Quorum(urls) => self.masters(parse_urls(urls)?)?,
             Topology::Sentinel { sentinels, master } => {
                 let sentinel_infos = parse_urls(sentinels)?;
                 // The master is reached over TLS exactly when the sentinels are.
@@ -202,10 +202,9 @@ impl ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The masters of one server or of a quorum, given by `urls`: what each is called in
+    /// The masters of one server or of a quorum, given by `infos`: what each is called in
     /// messages, how it is reached, and the TLS set-up (no resolver: they do not move).
-    fn masters(&self, urls: &[String]) -> Result<Masters> {
-        let infos = parse_urls(urls)?;
+    fn masters(&self, infos: Vec<ConnectionInfo>) -> Result<Masters> {
         let tls = self.tls_setup(&infos)?;
         Ok((
             infos.iter().map(conn::server_name).collect(),
@@ -216,7 +215,8 @@ impl ClientBuilder {
     }
 
     /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
-    /// a warning once for `#insecure` URLs.
+    /// a warning once for `#insecure` URLs. Refuses what this build's features cannot serve
+    /// (see [`tls::check_features`]).
     fn tls_setup(&self, infos: &[ConnectionInfo]) -> Result<Option<Arc<Tls>>> {
         // Each `rediss://` master's `#insecure` flag.
         let flags = infos.iter().filter_map(|i| match i.addr() {
@@ -224,6 +224,8 @@ impl ClientBuilder {
             _ => None,
         });
         let (verified, insecure) = (flags.clone().any(|i| !i), flags.clone().any(|i| i));
+        // Before any I/O: a `rediss://` URL or a certificate that this build cannot use.
+        tls::check_features(&self.tls, verified, insecure)?;
         if !verified && !insecure {
             return Ok(None);
         }

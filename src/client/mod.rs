@@ -18,6 +18,7 @@ use crate::stats::Stats;
 pub(crate) mod builder;
 mod connect;
 pub(crate) mod inspect;
+pub(crate) mod server;
 
 /// A connection to one Redis server, shared by all locks made from it.
 ///

@@ -86,7 +86,7 @@ type OnSwitch = Box<dyn Fn() + Send + Sync>;
 /// The sentinels of one deployment, and what they last said about the master.
 pub(crate) struct Sentinel {
     /// Each sentinel's URL without its password (for messages), and a client for it.
-    sentinels: Vec<(String, redis::Client)>,
+    sentinels: Vec<(String, conn::Opener)>,
     /// How the master is reached: `None` over plain TCP, else TLS verifying its certificate
     /// (`Some(false)`) or not (`Some(true)`, `#insecure`).
     master_tls: Option<bool>,
@@ -173,10 +173,11 @@ impl Sentinel {
         let t = by.cap(self.timeouts.command)?;
         con.set_read_timeout(Some(t))?;
         con.set_write_timeout(Some(t))?;
-        let reply: Value = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(&self.master)
-            .query(&mut con)?;
+        let reply = con.query(
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&self.master),
+        )?;
         match reply {
             Value::Nil => Ok(None),
             v => {

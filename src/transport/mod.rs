@@ -7,8 +7,9 @@
 //!   failed connection, an answer that is not RESP, a reply of the wrong shape), and its
 //!   conversion to the public [`Error`](crate::Error).
 //! - [`dns`]: host-name lookups within a call's bound (an IP address needs none).
-//! - [`tls`]: the certificates a client trusts and presents, the TLS stream of the pub/sub
-//!   connection, and errors that say which TLS check failed.
+//! - [`tls`]: the certificates a client trusts and presents, the TLS streams of command and
+//!   pub/sub connections, and errors that say which TLS check failed (the feature `tls`;
+//!   without it, the same names over types that have no value).
 //! - [`pubsub`]: the socket of a pub/sub connection (read by one thread, written by others),
 //!   its bounded handshake (non-blocking steps of a poll loop, [`pubsub::opening`], also
 //!   driven to their end where blocking is wanted), and a TLS probe.

@@ -586,7 +586,7 @@ pub fn child_workers() {
     let port: u16 = child_env("LS_STORE").parse().unwrap();
     let threads: u32 = child_env("LS_THREADS").parse().unwrap();
     let rounds: u32 = child_env("LS_ROUNDS").parse().unwrap();
-    let client = Client::open(&child_env("LS_URL")).unwrap();
+    let client = Client::open(child_env("LS_URL")).unwrap();
     let locks: Vec<Box<dyn TestLock>> = child_env("LS_KINDS")
         .split(',')
         .map(|k| Kind::parse(k).open(&client, &name))

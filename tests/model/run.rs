@@ -107,7 +107,7 @@ fn temp_dir(seed: u64) -> PathBuf {
 /// The fault driver's own client, for forced unlocks: straight to Redis (not through the
 /// proxy, whose faults are the processes'), with the model's timeouts.
 fn driver(server: &RedisServer, settings: &Settings) -> Client {
-    Client::builder(&server.url())
+    Client::builder(server.url())
         .label("model-fault-driver")
         .command_timeout(settings.command_timeout)
         .connect_timeout(settings.connect_timeout)

@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 use polling::{Event, Poller};
 use redis::io::tcp::socket2::{Domain, Protocol, SockRef, Socket, Type};
 use redis::{ConnectionAddr, ConnectionInfo, Value};
-use rustls::ClientConnection;
 
 use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
 use crate::error::{Error, RedisFailure, Result};
@@ -71,7 +70,7 @@ pub(crate) struct Opening {
     /// A TCP or Unix socket (TLS wraps it once open).
     sock: Stream,
     /// The TLS session of a `rediss://` address.
-    tls: Option<ClientConnection>,
+    tls: Option<tls::Session>,
     phase: Phase,
     /// The handshake's commands, and how much of them is written (plain TCP; over TLS they
     /// go to the session at once).
@@ -257,8 +256,7 @@ impl Opening {
                         Ok(None) => {
                             // The handshake's commands go to the session whole; they are
                             // sent as the socket allows.
-                            conn.writer()
-                                .write_all(&self.hello)
+                            tls::queue(conn, &self.hello)
                                 .map_err(|e| tls::handshake_error(&e, &self.host))?;
                             self.written = self.hello.len();
                             self.phase = Phase::Hello;
@@ -403,11 +401,10 @@ pub(crate) fn want_event(want: Want, key: usize) -> Event {
 mod tests {
     use std::net::TcpListener;
 
-    use locksmith_testkit::{RedisServer, ServerCert, TlsFiles};
+    use locksmith_testkit::RedisServer;
 
     use super::*;
     use crate::transport::conn::parse_url;
-    use crate::transport::tls::TlsCerts;
 
     fn timeouts(connect: Duration) -> Timeouts {
         Timeouts {
@@ -490,7 +487,11 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tls")]
     fn opens_over_tls_without_blocking() {
+        use crate::transport::tls::TlsCerts;
+        use locksmith_testkit::{ServerCert, TlsFiles};
+
         if locksmith_testkit::skip_without_tls("opens_over_tls_without_blocking") {
             return;
         }

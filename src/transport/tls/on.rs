@@ -1,15 +1,7 @@
-//! TLS for every connection: the certificates a client trusts and presents, the rustls
-//! configuration of the pub/sub connection, a TLS stream that one thread reads while others
-//! write, and errors that say which check failed.
-//!
-//! Command connections get their TLS from the `redis` crate (its rustls support), given the
-//! same certificates. The pub/sub connection is read by the subscriber thread and written by
-//! waiting threads at the same time, which a `redis::Connection` cannot do; so it keeps its
-//! own socket and runs rustls's connection state under a lock (see [`TlsStream`]).
-//!
-//! The crypto provider is rustls's `ring` provider, chosen explicitly for the pub/sub
-//! connection and installed as the process default when no other is (the `redis` crate asks
-//! for the default one).
+//! TLS through rustls (the feature `tls`): the configurations, made with the `ring` provider
+//! given explicitly (never the process default, which this crate neither installs nor reads),
+//! the TLS stream of a command connection, the one of a pub/sub connection (read by one thread
+//! while others write), and errors that say which check failed.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -21,72 +13,44 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, StreamOwned};
 
-use crate::error::{Error, RedisFailure, Result, rustls_error};
+use super::{TlsCerts, Want, bad, closed_by_peer};
+use crate::error::{Error, RedisFailure, Result, io_error, rustls_error};
 use crate::transport::dns;
 
-/// The certificates given to the builder: a private CA to trust instead of the system's
-/// roots, and a client certificate with its key for mutual TLS (all PEM).
-#[derive(Clone, Default)]
-pub(crate) struct TlsCerts {
-    pub(crate) root: Option<Vec<u8>>,
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
+#[cfg(feature = "tls-insecure")]
+mod insecure;
 
-impl std::fmt::Debug for TlsCerts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print a key.
-        f.debug_struct("TlsCerts")
-            .field("root", &self.root.as_ref().map(|_| "<pem>"))
-            .field("client", &self.client.as_ref().map(|_| "<pem>"))
-            .finish()
-    }
-}
+/// A client configuration (shared by the connections made with it).
+pub(crate) type Config = Arc<ClientConfig>;
 
-impl TlsCerts {
-    /// The same certificates for the `redis` crate's command connections.
-    pub(crate) fn for_redis(&self) -> redis::TlsCertificates {
-        redis::TlsCertificates {
-            client_tls: self
-                .client
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig {
-                    client_cert: cert.clone(),
-                    client_key: key.clone(),
-                }),
-            root_cert: self.root.clone(),
-        }
-    }
-}
+/// A client session, before or after its handshake.
+pub(crate) type Session = ClientConnection;
 
-/// The TLS set-up of a client with `rediss://` masters: the certificates for command
-/// connections, and the rustls configurations of the pub/sub connection (verifying, and
-/// for `#insecure` URLs not verifying), made before any I/O so that a bad certificate
-/// fails `build()` at once.
+/// The TLS set-up of a client with `rediss://` masters: the rustls configurations of its
+/// command and pub/sub connections (verifying, and for `#insecure` URLs not verifying), made
+/// before any I/O so that a bad certificate fails `build()` at once.
 #[derive(Debug)]
 pub(crate) struct Tls {
-    pub(crate) certs: TlsCerts,
-    verified: Option<Arc<ClientConfig>>,
-    insecure: Option<Arc<ClientConfig>>,
+    verified: Option<Config>,
+    insecure: Option<Config>,
 }
 
 impl Tls {
     /// The set-up for masters of which some verify certificates (`verified`) and some do not
     /// (`insecure`).
     pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
-        install_default_provider();
         let config = |wanted: bool, insecure| wanted.then(|| client_config(&certs, insecure));
         Ok(Tls {
             verified: config(verified, false).transpose()?,
             insecure: config(insecure, true).transpose()?,
-            certs,
         })
     }
 
-    /// The pub/sub configuration for an address with this `insecure` flag (`None` only if
+    /// The configuration for an address with this `insecure` flag (`None` only if
     /// [`Tls::new`] was not asked for that kind).
-    pub(crate) fn config(&self, insecure: bool) -> Option<Arc<ClientConfig>> {
+    pub(crate) fn config(&self, insecure: bool) -> Option<Config> {
         if insecure {
             self.insecure.clone()
         } else {
@@ -95,37 +59,22 @@ impl Tls {
     }
 }
 
+/// The crypto provider of every configuration: rustls's `ring`.
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Makes `ring` the process's default provider unless one is installed already (the `redis`
-/// crate builds its configurations with the default provider).
-pub(crate) fn install_default_provider() {
-    if CryptoProvider::get_default().is_none() {
-        // Losing a race to another installer is fine: a provider is installed either way.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
-pub(crate) fn bad(reason: impl Into<String>) -> Error {
-    Error::Tls {
-        reason: reason.into(),
-    }
-}
-
-/// The rustls configuration of a pub/sub connection: verified against `certs.root` or the
-/// system's roots, presenting `certs.client` if given; no verification when `insecure`.
-pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Arc<ClientConfig>> {
+/// The rustls configuration of a connection: verified against `certs.root` or the system's
+/// roots, presenting `certs.client` if given; no verification when `insecure` (with the
+/// feature `tls-insecure` only; an error without it).
+pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| bad(format!("no usable TLS version: {e}")))?;
     let builder = if insecure {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(
-                provider().signature_verification_algorithms,
-            )))
+            .with_custom_certificate_verifier(accept_any()?)
     } else {
         builder.with_root_certificates(root_store(certs.root.as_deref())?)
     };
@@ -146,6 +95,23 @@ pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Arc<Clie
         None => builder.with_no_client_auth(),
     };
     Ok(Arc::new(config))
+}
+
+/// The verifier of `#insecure` URLs: accepts any certificate (feature `tls-insecure`).
+#[cfg(feature = "tls-insecure")]
+fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
+    Ok(Arc::new(insecure::NoVerification(
+        provider().signature_verification_algorithms,
+    )))
+}
+
+/// Without the feature `tls-insecure`, no verifier accepts any certificate (`build()` refuses
+/// an `#insecure` URL before it gets here).
+#[cfg(not(feature = "tls-insecure"))]
+fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
+    Err(bad(
+        "#insecure needs the `tls-insecure` feature of redis-locksmith",
+    ))
 }
 
 fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
@@ -177,12 +143,12 @@ fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
     Ok(store)
 }
 
-/// The verifier of `#insecure` URLs: accepts any certificate (signatures are still checked,
-/// so the handshake itself is sound).
+/// The verifier of the TLS probe ([`speaks_tls`]): it refuses every certificate, and is only
+/// asked once the server has sent one, which is all the probe wants to know.
 #[derive(Debug)]
-struct NoVerification(WebPkiSupportedAlgorithms);
+struct Probe(WebPkiSupportedAlgorithms);
 
-impl ServerCertVerifier for NoVerification {
+impl ServerCertVerifier for Probe {
     fn verify_server_cert(
         &self,
         _end_entity: &CertificateDer<'_>,
@@ -191,7 +157,9 @@ impl ServerCertVerifier for NoVerification {
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::ApplicationVerificationFailure,
+        ))
     }
 
     fn verify_tls12_signature(
@@ -214,6 +182,88 @@ impl ServerCertVerifier for NoVerification {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.supported_schemes()
+    }
+}
+
+/// The configuration of the TLS probe: its verifier refuses every certificate it is shown.
+fn probe_config() -> Result<Config> {
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("no usable TLS version: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Probe(
+            provider().signature_verification_algorithms,
+        )))
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A command connection over TLS: rustls's blocking stream over the TCP socket (its
+/// handshake runs within the first write or read, bounded by the socket's timeouts), and the
+/// `redis` crate's parser of its replies. It reads and writes as the `redis` crate's own
+/// TLS connection does, on a configuration of this crate's.
+pub(crate) struct TlsConn {
+    stream: StreamOwned<ClientConnection, TcpStream>,
+    parser: redis::Parser,
+    open: bool,
+}
+
+impl std::fmt::Debug for TlsConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConn")
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsConn {
+    /// A connection to `host` over the connected socket `tcp`, before its handshake.
+    pub(crate) fn new(tcp: TcpStream, host: &str, config: Config) -> Result<TlsConn> {
+        Ok(TlsConn {
+            stream: StreamOwned::new(session(host, config)?, tcp),
+            parser: redis::Parser::new(),
+            open: true,
+        })
+    }
+
+    /// The socket (timeouts).
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        self.stream.get_ref()
+    }
+
+    /// Writes `bytes` (the handshake first, on a new connection). A failure that leaves the
+    /// connection unusable closes it.
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> redis::RedisResult<()> {
+        let sent = self
+            .stream
+            .write_all(bytes)
+            .and_then(|()| self.stream.flush())
+            .map_err(redis::RedisError::from);
+        if let Err(e) = &sent
+            && e.is_unrecoverable_error()
+        {
+            self.open = false;
+        }
+        sent
+    }
+
+    /// Reads one reply. An I/O error closes the connection (a reply may be half read).
+    pub(crate) fn recv(&mut self) -> redis::RedisResult<redis::Value> {
+        let reply = self.parser.parse_value(&mut self.stream);
+        if let Err(e) = &reply
+            && let Some(io) = io_error(e)
+        {
+            self.open = false;
+            if io.kind() == io::ErrorKind::UnexpectedEof {
+                let _ = self.tcp().shutdown(std::net::Shutdown::Both);
+            }
+        }
+        reply
+    }
+
+    /// False once a read or write failed for good.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
     }
 }
 
@@ -284,19 +334,10 @@ fn blocking_handshake(
 }
 
 /// A client session for `host`, before its handshake.
-pub(crate) fn session(host: &str, config: Arc<ClientConfig>) -> Result<ClientConnection> {
+pub(crate) fn session(host: &str, config: Config) -> Result<Session> {
     let name = ServerName::try_from(host.to_owned())
         .map_err(|e| bad(format!("`{host}` is not a valid TLS server name: {e}")))?;
     ClientConnection::new(config, name).map_err(|e| bad(format!("cannot start a TLS session: {e}")))
-}
-
-/// What a step on a non-blocking socket waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// The socket must become readable.
-    Read,
-    /// The socket must become writable.
-    Write,
 }
 
 /// Advances the handshake of `conn` on the non-blocking socket `sock` as far as the socket
@@ -320,6 +361,11 @@ pub(crate) fn handshake_step(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Queues `plaintext` on `conn`, to be sent once its handshake is done (see [`flush_step`]).
+pub(crate) fn queue(conn: &mut Session, plaintext: &[u8]) -> io::Result<()> {
+    conn.writer().write_all(plaintext)
 }
 
 /// Sends what `conn` has queued on the non-blocking socket `sock`; whether all of it went
@@ -456,16 +502,6 @@ pub(crate) fn describe(e: &rustls::Error, host: &str) -> String {
     }
 }
 
-/// Whether an I/O error of `kind` says the peer closed the connection (not refused, not
-/// timed out).
-pub(crate) fn closed_by_peer(kind: io::ErrorKind) -> bool {
-    use io::ErrorKind as K;
-    matches!(
-        kind,
-        K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
-    )
-}
-
 /// The error of a failed handshake with `host`.
 pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
     if let Some(t) = rustls_error(e) {
@@ -496,12 +532,12 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
     }
 }
 
-/// Whether `host:port` answers a TLS handshake (within `connect`): it completes
-/// one without verifying the certificate, or sends a TLS alert (it wants a client
-/// certificate, say). Silence, a closed connection or bytes that are not TLS: false.
+/// Whether `host:port` answers a TLS handshake (within `connect`): it shows a certificate
+/// (which the probe's verifier then refuses: no data is ever sent), or sends a TLS alert (it
+/// wants a client certificate, say). Silence, a closed connection or bytes that are not TLS:
+/// false.
 pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
-    let config = client_config(&TlsCerts::default(), true);
-    let Ok(mut conn) = config.and_then(|config| session(host, config)) else {
+    let Ok(mut conn) = probe_config().and_then(|config| session(host, config)) else {
         return false;
     };
     let until = Instant::now() + connect;
@@ -517,6 +553,9 @@ pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
             let _ = tcp.shutdown(std::net::Shutdown::Both);
             true
         }
-        Err(e) => matches!(rustls_error(&e), Some(rustls::Error::AlertReceived(_))),
+        Err(e) => matches!(
+            rustls_error(&e),
+            Some(rustls::Error::AlertReceived(_) | rustls::Error::InvalidCertificate(_))
+        ),
     }
 }

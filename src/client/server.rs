@@ -1,0 +1,144 @@
+//! What [`Client::open`](super::Client::open) and [`Client::builder`](super::Client::builder)
+//! take: a URL, or a server's address and settings the program already has as a
+//! [`redis::ConnectionInfo`] ([`IntoServer`]), kept by the builder as a `ConnectionInfo` (or
+//! as why it cannot be used, which `build()` returns).
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+use crate::error::{Error, Result};
+use crate::transport::conn;
+
+/// A server as [`Client::open`](crate::Client::open) and
+/// [`Client::builder`](crate::Client::builder) take it: the types that the `redis` crate's
+/// [`IntoConnectionInfo`] takes, and `&String`.
+///
+/// - A URL (`&str`, `String`, `&String`): `redis://[user:password@]host[:port][/db]`,
+///   `rediss://...` (TLS), `redis+unix:///path`, `unix:///path`, and the same with `valkey`
+///   for `redis` (see the crate's "URLs"). A URL that cannot be used makes `build()` (or
+///   `open`) return [`Error::InvalidUrl`], naming the part that is wrong.
+/// - A [`redis::ConnectionInfo`]: its address (TCP, TLS or a Unix socket), user, password,
+///   database and protocol are used as a URL's would be. Its TCP settings are not: every
+///   connection has this crate's (keepalive, see the crate's "Time bounds").
+/// - A [`redis::ConnectionAddr`], or a `(host, port)` pair: that address, without
+///   credentials, database 0.
+///
+/// Implemented for those types only (sealed).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> locksmith::Result<()> {
+/// use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+///
+/// let info = ConnectionAddr::Tcp("10.0.0.1".into(), 6379)
+///     .into_connection_info()?
+///     .set_redis_settings(RedisConnectionInfo::default().set_password("s3cret").set_db(2));
+/// let client = locksmith::Client::open(info)?;
+/// # Ok(()) }
+/// ```
+pub trait IntoServer: sealed::Sealed {}
+
+mod sealed {
+    /// Keeps [`IntoServer`](super::IntoServer) to the types implemented here; turns a value
+    /// into the server's address and settings.
+    pub trait Sealed {
+        /// The server's address and settings, or why they cannot be used.
+        fn into_info(self) -> crate::Result<redis::ConnectionInfo>;
+    }
+}
+
+/// A server as the builder keeps it: its address and settings, or why they cannot be used
+/// (the reason of an [`Error::InvalidUrl`], returned by `build()`).
+#[derive(Clone)]
+pub(crate) enum Server {
+    Info(Box<ConnectionInfo>),
+    Unusable(String),
+}
+
+impl Server {
+    /// The server's address and settings; [`Error::InvalidUrl`] when they cannot be used.
+    pub(crate) fn info(&self) -> Result<ConnectionInfo> {
+        match self {
+            Server::Info(info) => Ok((**info).clone()),
+            Server::Unusable(reason) => Err(Error::InvalidUrl {
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// `server`'s address and settings when they can be used (see [`conn::check_info`]).
+    pub(crate) fn new(server: impl IntoServer) -> Server {
+        match server.into_info().and_then(conn::check_info) {
+            Ok(info) => Server::Info(Box::new(info)),
+            Err(Error::InvalidUrl { reason }) => Server::Unusable(reason),
+            Err(e) => Server::Unusable(e.to_string()),
+        }
+    }
+}
+
+/// What a server is called, never with its credentials: `host:port` (or the socket's path),
+/// and its database when not 0; or why it cannot be used.
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Server::Info(info) => {
+                let mut d = f.debug_struct("Server");
+                d.field("addr", &conn::server_name(info));
+                let settings = info.redis_settings();
+                if settings.db() != 0 {
+                    d.field("db", &settings.db());
+                }
+                if let Some(user) = settings.username() {
+                    d.field("user", &user);
+                }
+                if settings.password().is_some() {
+                    d.field("password", &"***");
+                }
+                d.finish()
+            }
+            Server::Unusable(reason) => f.debug_tuple("Unusable").field(reason).finish(),
+        }
+    }
+}
+
+impl IntoServer for &str {}
+impl sealed::Sealed for &str {
+    fn into_info(self) -> Result<ConnectionInfo> {
+        conn::parse_url(self)
+    }
+}
+
+impl IntoServer for String {}
+impl sealed::Sealed for String {
+    fn into_info(self) -> Result<ConnectionInfo> {
+        conn::parse_url(&self)
+    }
+}
+
+impl IntoServer for &String {}
+impl sealed::Sealed for &String {
+    fn into_info(self) -> Result<ConnectionInfo> {
+        conn::parse_url(self)
+    }
+}
+
+impl IntoServer for ConnectionInfo {}
+impl sealed::Sealed for ConnectionInfo {
+    fn into_info(self) -> Result<ConnectionInfo> {
+        Ok(self)
+    }
+}
+
+impl IntoServer for ConnectionAddr {}
+impl sealed::Sealed for ConnectionAddr {
+    fn into_info(self) -> Result<ConnectionInfo> {
+        self.into_connection_info().map_err(Error::from_redis)
+    }
+}
+
+impl<T: Into<String>> IntoServer for (T, u16) {}
+impl<T: Into<String>> sealed::Sealed for (T, u16) {
+    fn into_info(self) -> Result<ConnectionInfo> {
+        self.into_connection_info().map_err(Error::from_redis)
+    }
+}
