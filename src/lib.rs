@@ -390,7 +390,8 @@
 //!
 //! - `kind.rs`, `stats.rs`, `error.rs`: which kind of lock a call or a hold is; the client's
 //!   counters ([`Stats`]) and their metrics; [`Error`] and [`Result`].
-//! - `transport/`: sockets to one server: connections and their pool (`conn.rs`), TLS, the
+//! - `transport/`: sockets to one server: connections and their pool (`conn.rs`), a
+//!   connection's socket and its opening (`link.rs`), TLS (`tls/`, the `tls` feature), the
 //!   pub/sub socket and its non-blocking opening (`pubsub.rs`, `pubsub/opening.rs`).
 //! - `subscriber/`: the pub/sub thread (`pubsub_thread.rs`, one loop for one server and for a
 //!   cluster's masters; `route.rs`, where a channel is subscribed; `replies.rs`) and the local

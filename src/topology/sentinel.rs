@@ -68,6 +68,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 use crate::error::{Error, RedisFailure, Result};
 use crate::transport::conn::{self, Deadline, Resolve, Timeouts, keepalive};
 use crate::transport::fault::Fault;
+use crate::transport::link;
 use crate::transport::tls::Tls;
 
 /// The most one sentinel may take to answer (connect, TLS handshake, `AUTH` and the answer
@@ -86,7 +87,7 @@ type OnSwitch = Box<dyn Fn() + Send + Sync>;
 /// The sentinels of one deployment, and what they last said about the master.
 pub(crate) struct Sentinel {
     /// Each sentinel's URL without its password (for messages), and a client for it.
-    sentinels: Vec<(String, conn::Opener)>,
+    sentinels: Vec<(String, link::Opener)>,
     /// How the master is reached: `None` over plain TCP, else TLS verifying its certificate
     /// (`Some(false)`) or not (`Some(true)`, `#insecure`).
     master_tls: Option<bool>,
@@ -143,7 +144,7 @@ impl Sentinel {
                 let info = info
                     .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
                     .set_redis_settings(settings);
-                Ok((conn::server_name(&info), conn::client_for(info, tls)?))
+                Ok((conn::server_name(&info), link::client_for(info, tls)?))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Sentinel {
@@ -169,7 +170,7 @@ impl Sentinel {
     fn ask(&self, i: usize, by: Deadline) -> Result<Option<ConnectionAddr>, Fault> {
         let by = by.min(Deadline::after(per_sentinel(self.timeouts)));
         let (_, client) = &self.sentinels[i];
-        let mut con = conn::open(client, by.cap(self.timeouts.connect)?)?;
+        let mut con = link::open(client, by.cap(self.timeouts.connect)?)?;
         let t = by.cap(self.timeouts.command)?;
         con.set_read_timeout(Some(t))?;
         con.set_write_timeout(Some(t))?;

@@ -24,5 +24,6 @@ pub(crate) mod conn;
 pub(crate) mod diagnose;
 pub(crate) mod dns;
 pub(crate) mod fault;
+pub(crate) mod link;
 pub(crate) mod pubsub;
 pub(crate) mod tls;
