@@ -27,7 +27,7 @@ use crate::transport::conn;
 /// # Examples
 ///
 /// ```no_run
-/// # fn main() -> locksmith::Result<()> {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 ///
 /// let info = ConnectionAddr::Tcp("10.0.0.1".into(), 6379)

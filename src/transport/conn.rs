@@ -14,7 +14,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 
 use crate::error::{Error, RedisFailure, Result};
 use crate::transport::fault::Fault;
-use crate::transport::link::{Link, Opener, client_for, open};
+use crate::transport::link::{Link, Opener, auth, client_for, open};
 use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
@@ -552,17 +552,6 @@ impl Pool {
 fn bare(info: ConnectionInfo) -> ConnectionInfo {
     info.set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
         .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name())
-}
-
-/// The `AUTH [username] password` of `settings`; `None` without a password.
-pub(crate) fn auth(settings: &RedisConnectionInfo) -> Option<redis::Cmd> {
-    let password = settings.password()?;
-    let mut auth = redis::cmd("AUTH");
-    if let Some(user) = settings.username() {
-        auth.arg(user);
-    }
-    auth.arg(password);
-    Some(auth)
 }
 
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection

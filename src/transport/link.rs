@@ -8,10 +8,11 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use redis::io::tcp::socket2::SockRef;
-use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult, Value};
+use redis::{
+    ConnectionAddr, ConnectionInfo, ConnectionLike, RedisConnectionInfo, RedisResult, Value,
+};
 
 use crate::error::{Error, Result};
-use crate::transport::conn::auth;
 use crate::transport::dns;
 use crate::transport::fault::Fault;
 use crate::transport::tls::{self, Tls, TlsConn};
@@ -214,4 +215,15 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<Open
             redis::Client::open(info).map_err(Error::from_redis)?,
         )),
     }
+}
+
+/// The `AUTH [username] password` of `settings`; `None` without a password.
+pub(crate) fn auth(settings: &RedisConnectionInfo) -> Option<redis::Cmd> {
+    let password = settings.password()?;
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    auth.arg(password);
+    Some(auth)
 }

@@ -36,8 +36,9 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 
 use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
 use crate::error::{Error, RedisFailure, Result};
-use crate::transport::conn::{self, MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
+use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
 use crate::transport::dns;
+use crate::transport::link;
 use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
 
 /// Where an opening connection is.
@@ -171,7 +172,7 @@ impl Opening {
             let session = config.map(|c| tls::session(host, c)).transpose()?;
             (host.to_owned(), addrs, sock, session)
         };
-        let auth = conn::auth(info.redis_settings()).filter(|_| hello);
+        let auth = link::auth(info.redis_settings()).filter(|_| hello);
         let mut commands = (auth.as_ref())
             .map(redis::Cmd::get_packed_command)
             .unwrap_or_default();
