@@ -232,25 +232,9 @@ end
 
 -- The live holders: a flat list of value, lease left in ms; nil when the key is foreign.
 local function holders(now)
-  local v, ty = string_at(KEYS[1])
-  if v then
-    if not permits((string.gsub(v, '|w$', ''))) then
-      return nil
-    end
-    return {v, redis.call('pttl', KEYS[1])}
-  end
-  if v == false then
-    return {}
-  end
-  local out = {}
-  if ty ~= 'zset' then
-    return nil
-  end
-  for _, e in ipairs(members(now, false)) do
-    out[#out + 1] = e[1]
-    out[#out + 1] = math.floor(e[2] - now)
-  end
-  return out
+  return live_holders(KEYS[1], now, function(v)
+    return permits((string.gsub(v, '|w$', '')))
+  end)
 end
 
 if op == 'u' then
