@@ -27,22 +27,12 @@ pub(crate) type Acquired = (AcquireReply, bool);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    /// As on one master: [`acquire`] sets `quorum` where the lock lives on a quorum.
+    /// The script's arguments (`quorum` where the lock lives on a quorum of masters).
     pub(crate) script: mutex::Acquire<'a>,
     /// When the call started; a quorum grant's validity is judged against it.
     pub(crate) sent: Instant,
     /// The bound of the call.
     pub(crate) by: Deadline,
-}
-
-impl AcquireCall<'_> {
-    /// The script's view of the call (`quorum`: on a quorum of masters).
-    fn script(&self, quorum: bool) -> mutex::Acquire<'_> {
-        mutex::Acquire {
-            quorum,
-            ..self.script
-        }
-    }
 }
 
 /// A grant of one master: (master, token, count, acquisition).
@@ -59,13 +49,13 @@ pub(crate) fn prime(backend: &Backend, a: &AcquireCall<'_>) -> Option<Primed> {
     if a.script.live.is_some() {
         return None;
     }
-    backend.prime_script(&mutex::acquire(a.keys, &a.script(false)))
+    backend.prime_script(&mutex::acquire(a.keys, &a.script))
 }
 
 /// The outcome of the primed acquire `a` that was written, from its reply `v` (see
 /// [`Fired::reply`](crate::driver::wait::Fired::reply)).
 pub(crate) fn finish(v: Value, a: &AcquireCall<'_>) -> Result<Acquired> {
-    Ok((acquire_reply(v, &a.script(false))?, false))
+    Ok((acquire_reply(v, &a.script)?, false))
 }
 
 /// The quorum's vote over the masters' acquire replies.
@@ -119,16 +109,13 @@ fn winner(held: &[Granted], quorum: usize) -> Option<String> {
 /// Acquires on the masters. `a.sent` must be taken before this call; the validity of a
 /// quorum grant is judged against it.
 pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired> {
-    let (keys, by) = (a.keys, a.by);
-    // A quorum never hands off locally (see `Client::redlock`): it reserves no tokens.
-    let single = backend.single();
-    let script = a.script(!single);
-    let call = mutex::acquire(keys, &script);
-    if single {
+    let (keys, by, script) = (a.keys, a.by, &a.script);
+    let call = mutex::acquire(keys, script);
+    if backend.single() {
         if backend.wait_replicas().is_some() {
             return acquire_replicated(backend, &call, a);
         }
-        return Ok((acquire_reply(backend.call_one(&call, by)?, &script)?, false));
+        return Ok((acquire_reply(backend.call_one(&call, by)?, script)?, false));
     }
     // With a quorum, one round is kept back for giving back a partial grant at once.
     let round_by = by.minus(backend.call_timeout());
@@ -136,7 +123,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     let votes = vote(
         replies
             .into_iter()
-            .map(|(i, r)| (i, r.and_then(|v| acquire_reply(v, &script))))
+            .map(|(i, r)| (i, r.and_then(|v| acquire_reply(v, script))))
             .collect(),
     );
     let (n, q) = (backend.masters(), backend.quorum());
@@ -204,7 +191,7 @@ fn acquire_replicated(
     a: &AcquireCall<'_>,
 ) -> Result<Acquired> {
     let (reply, acked) = backend.call_waited(call, a.by);
-    let reply = acquire_reply(reply?, &a.script(false))?;
+    let reply = acquire_reply(reply?, &a.script)?;
     let needed = backend.wait_replicas().unwrap_or(0);
     let AcquireReply::Held {
         token,

@@ -435,7 +435,8 @@ impl Mutex {
                 live,
                 block,
                 waited,
-                quorum: false,
+                // A quorum never hands off locally (see `Client::redlock`): no tokens reserved.
+                quorum: !self.client.shared().backend.single(),
             },
             sent,
             by,
