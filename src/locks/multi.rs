@@ -484,33 +484,25 @@ impl<'a> Protocol<'a> for Part<'a> {
 /// then one script per slot. Returns the first error; every lock is released all the same.
 fn release_holds(core: &Core, holds: &[Arc<Hold>], by: Deadline) -> Result<()> {
     let shared = core.shared();
-    let mut first: Option<Error> = None;
-    let levels: Vec<(Arc<Hold>, Level, bool)> = holds
-        .iter()
+    let levels: Vec<(&Arc<Hold>, Level, bool)> = (holds.iter())
         .map(|h| {
             let (level, held) = leave_level(shared, h, by);
-            (Arc::clone(h), level, held)
+            (h, level, held)
         })
         .collect();
-    let mut start = 0;
-    while start < levels.len() {
-        let slot = levels[start].0.keys.slot;
-        let end = start
-            + levels[start..]
-                .iter()
-                .take_while(|(h, ..)| !shared.backend.spreads_slots() || h.keys.slot == slot)
-                .count();
-        if let Err(e) = release_part(core, &levels[start..end], by) {
+    let spread = shared.backend.spreads_slots();
+    let mut first: Option<Error> = None;
+    for slot in levels.chunk_by(|(a, ..), (b, ..)| !spread || a.keys.slot == b.keys.slot) {
+        if let Err(e) = release_part(core, slot, by) {
             first.get_or_insert(e);
         }
-        start = end;
     }
     first.map_or(Ok(()), Err)
 }
 
 /// Releases one level of each lock of one slot in one script call (retried once on a new
 /// connection, with the same request id).
-fn release_part(core: &Core, levels: &[(Arc<Hold>, Level, bool)], by: Deadline) -> Result<()> {
+fn release_part(core: &Core, levels: &[(&Arc<Hold>, Level, bool)], by: Deadline) -> Result<()> {
     let shared = core.shared();
     let leaving: Vec<Leaving<'_>> = levels
         .iter()

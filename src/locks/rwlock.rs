@@ -524,10 +524,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             // answered as not held, and the entry runs out by its lease.
             return Ok(Attempt::busy(Duration::ZERO));
         };
-        Ok(match unless_late(lock, hold, "grant", by) {
-            Some(hold) => Attempt::Held(hold),
-            None => Attempt::busy(Duration::ZERO),
-        })
+        let hold = unless_late(lock, hold, "grant", by);
+        Ok(hold.map_or(Attempt::busy(Duration::ZERO), Attempt::Held))
     }
 
     /// A renewal interval: a waiter's registration on the server must be refreshed.

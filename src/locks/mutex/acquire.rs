@@ -16,44 +16,23 @@ use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
 
-/// What an acquire across the masters came to.
-#[derive(Debug, Clone)]
-pub(crate) enum Acquired {
-    /// Held by the caller, in the acquisition the masters call `gen`; the tokens after
-    /// `token` up to `last` are reserved for its local hand-offs (`last == token`: none).
-    Held {
-        token: u64,
-        count: u64,
-        acquisition: String,
-        last: u64,
-    },
-    /// Not held; worth another attempt after `wait` at the latest. `split`: some masters
-    /// granted it (a quorum lock in transition, for example a release that reached some
-    /// masters but not yet others).
-    Busy { wait: Duration, split: bool },
-}
+/// What an acquire across the masters came to: the reply as one master's would be (on a
+/// quorum, `Busy` with how long to wait at the latest), and whether it was a split vote: some
+/// masters granted it (a quorum lock in transition, for example a release that reached some
+/// masters but not yet others).
+pub(crate) type Acquired = (AcquireReply, bool);
 
 /// One acquire call: the script's arguments (its request id unique per acquire call, the
 /// same on its retries; its `live` hold making it a re-entry), when it started and its bound.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    /// As on one master: [`acquire`] sets `quorum` where the lock lives on a quorum.
+    /// The script's arguments (`quorum` where the lock lives on a quorum of masters).
     pub(crate) script: mutex::Acquire<'a>,
     /// When the call started; a quorum grant's validity is judged against it.
     pub(crate) sent: Instant,
     /// The bound of the call.
     pub(crate) by: Deadline,
-}
-
-impl AcquireCall<'_> {
-    /// The script's view of the call (`quorum`: on a quorum of masters).
-    fn script(&self, quorum: bool) -> mutex::Acquire<'_> {
-        mutex::Acquire {
-            quorum,
-            ..self.script
-        }
-    }
 }
 
 /// A grant of one master: (master, token, count, acquisition).
@@ -64,43 +43,19 @@ fn acquire_reply(v: Value, a: &mutex::Acquire<'_>) -> Result<AcquireReply, Fault
     mutex::parse_acquire(&v, a).ok_or_else(|| Fault::bad_reply("acquire", &v))
 }
 
-/// What one master's acquire reply means for the caller.
-fn single_acquired(keys: &LockKeys, reply: AcquireReply) -> Result<Acquired> {
-    match reply {
-        AcquireReply::Held {
-            token,
-            count,
-            acquisition,
-            last,
-        } => Ok(Acquired::Held {
-            token,
-            count,
-            acquisition,
-            last,
-        }),
-        AcquireReply::Busy { ttl } => Ok(Acquired::Busy {
-            wait: ttl,
-            split: false,
-        }),
-        AcquireReply::Foreign => Err(Error::ForeignKey {
-            key: keys.lock.clone(),
-        }),
-    }
-}
-
 /// A single plain master's acquire, ready for another thread to write the moment the lock is
 /// released (see [`Primed`]); `None` for a re-entry, or where the backend primes nothing.
 pub(crate) fn prime(backend: &Backend, a: &AcquireCall<'_>) -> Option<Primed> {
     if a.script.live.is_some() {
         return None;
     }
-    backend.prime_script(&mutex::acquire(a.keys, &a.script(false)))
+    backend.prime_script(&mutex::acquire(a.keys, &a.script))
 }
 
 /// The outcome of the primed acquire `a` that was written, from its reply `v` (see
 /// [`Fired::reply`](crate::driver::wait::Fired::reply)).
 pub(crate) fn finish(v: Value, a: &AcquireCall<'_>) -> Result<Acquired> {
-    single_acquired(a.keys, acquire_reply(v, &a.script(false))?)
+    Ok((acquire_reply(v, &a.script)?, false))
 }
 
 /// The quorum's vote over the masters' acquire replies.
@@ -154,17 +109,13 @@ fn winner(held: &[Granted], quorum: usize) -> Option<String> {
 /// Acquires on the masters. `a.sent` must be taken before this call; the validity of a
 /// quorum grant is judged against it.
 pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired> {
-    let (keys, by) = (a.keys, a.by);
-    // A quorum never hands off locally (see `Client::redlock`): it reserves no tokens.
-    let single = backend.single();
-    let script = a.script(!single);
-    let call = mutex::acquire(keys, &script);
-    if single {
+    let (keys, by, script) = (a.keys, a.by, &a.script);
+    let call = mutex::acquire(keys, script);
+    if backend.single() {
         if backend.wait_replicas().is_some() {
             return acquire_replicated(backend, &call, a);
         }
-        let reply = backend.call_one(&call, by)?;
-        return single_acquired(keys, acquire_reply(reply, &script)?);
+        return Ok((acquire_reply(backend.call_one(&call, by)?, script)?, false));
     }
     // With a quorum, one round is kept back for giving back a partial grant at once.
     let round_by = by.minus(backend.call_timeout());
@@ -172,7 +123,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     let votes = vote(
         replies
             .into_iter()
-            .map(|(i, r)| (i, r.and_then(|v| acquire_reply(v, &script))))
+            .map(|(i, r)| (i, r.and_then(|v| acquire_reply(v, script))))
             .collect(),
     );
     let (n, q) = (backend.masters(), backend.quorum());
@@ -190,12 +141,14 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
             .cloned()
             .collect();
         undo(backend, keys, a.script.request, &stray, &[], by);
-        return Ok(Acquired::Held {
+        let last = token;
+        let held = AcquireReply::Held {
             token,
             count,
             acquisition,
-            last: token,
-        });
+            last,
+        };
+        return Ok((held, false));
     }
     // Not held: give back what was granted, on the masters that granted it and (unless this
     // was a re-entry, whose levels must not be undone twice) on those that did not answer,
@@ -208,9 +161,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     };
     undo(backend, keys, a.script.request, &votes.held, unanswered, by);
     if votes.foreign {
-        return Err(Error::ForeignKey {
-            key: keys.lock.clone(),
-        });
+        return Ok((AcquireReply::Foreign, false));
     }
     if votes.failed > n - q {
         log::debug!(
@@ -228,7 +179,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     // possible, or (a split vote) retry after a random delay.
     let wait = quorum::free_in(votes.busy, n, q)
         .unwrap_or_else(|| jitter(backend.call_timeout().max(Duration::from_millis(5))));
-    Ok(Acquired::Busy { wait, split })
+    Ok((AcquireReply::Busy { ttl: wait }, split))
 }
 
 /// One master, with replica confirmation: the script and `WAIT` in one round trip; a grant
@@ -240,19 +191,19 @@ fn acquire_replicated(
     a: &AcquireCall<'_>,
 ) -> Result<Acquired> {
     let (reply, acked) = backend.call_waited(call, a.by);
-    let reply = single_acquired(a.keys, acquire_reply(reply?, &a.script(false))?)?;
+    let reply = acquire_reply(reply?, &a.script)?;
     let needed = backend.wait_replicas().unwrap_or(0);
-    let Acquired::Held {
+    let AcquireReply::Held {
         token,
         count,
         acquisition,
         ..
     } = &reply
     else {
-        return Ok(reply);
+        return Ok((reply, false));
     };
     if acked >= needed {
-        return Ok(reply);
+        return Ok((reply, false));
     }
     // The undo gets its own command timeout: the wait may have used up the call's bound, and
     // the grant must not stay behind.
@@ -281,34 +232,33 @@ fn undo(
     // that did not answer just failed, and so are marked down: the undo goes to them all the
     // same, on a new connection (`fresh`), since the acquire may have run there and its grant
     // would otherwise stay for a lease. It is bounded by the round the acquire kept back.
-    let mut jobs: Vec<(Vec<usize>, &str, u64, Level, bool)> = Vec::new();
+    // A master's grant is the new acquisition `request` (its outermost level goes) or a
+    // re-entry of another one (one inner level goes).
+    let mut jobs: Vec<(Vec<usize>, &str, u64, bool)> = Vec::new();
     for (i, token, _, acquisition) in granted {
+        match jobs.iter_mut().find(|j| j.1 == acquisition.as_str()) {
+            Some(job) => {
+                job.0.push(*i);
+                job.2 = job.2.max(*token);
+            }
+            None => jobs.push((vec![*i], acquisition.as_str(), *token, false)),
+        }
+    }
+    if !unanswered.is_empty() {
+        let token = granted.iter().map(|h| h.1).max().unwrap_or(0);
+        jobs.push((unanswered.to_vec(), request, token, true));
+    }
+    for (targets, acquisition, token, fresh) in jobs {
         let level = if acquisition == request {
             Level::Outermost
         } else {
             Level::Inner
         };
-        match jobs
-            .iter_mut()
-            .find(|j| j.1 == acquisition.as_str() && j.3 == level)
-        {
-            Some(job) => {
-                job.0.push(*i);
-                job.2 = job.2.max(*token);
-            }
-            None => jobs.push((vec![*i], acquisition.as_str(), *token, level, false)),
-        }
-    }
-    if !unanswered.is_empty() {
-        let token = granted.iter().map(|h| h.1).max().unwrap_or(0);
-        jobs.push((unanswered.to_vec(), request, token, Level::Outermost, true));
-    }
-    for (targets, acquisition, token, level, fresh) in jobs {
-        let request = crate::shared::grant::request_id();
+        let id = crate::shared::grant::request_id();
         let release = mutex::Release {
             acquisition,
             level,
-            request: &request,
+            request: &id,
             publish: Publish::Never,
             fence: backend.fence_of(token),
         };

@@ -14,7 +14,7 @@ use crate::kind::Kind;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::lock_value;
 use crate::protocol::mutex::{self, AdminReply};
-use crate::protocol::scripts::{self, Admin, Level, Live};
+use crate::protocol::scripts::{self, AcquireReply, Admin, Level, Live};
 use crate::shared::Core;
 use crate::shared::config::{MAX_LEASE, MIN_LEASE, validate_max_hold};
 use crate::shared::grant::{Adopted, Grant, Terms, request_id};
@@ -435,7 +435,8 @@ impl Mutex {
                 live,
                 block,
                 waited,
-                quorum: false,
+                // A quorum never hands off locally (see `Client::redlock`): no tokens reserved.
+                quorum: !self.client.shared().backend.single(),
             },
             sent,
             by,
@@ -454,7 +455,16 @@ impl Mutex {
     ) -> Result<Attempt<MutexGuard>> {
         let shared = self.client.shared();
         let (token, count, acquisition, last) = match reply {
-            Acquired::Busy { wait, split } => {
+            (
+                AcquireReply::Held {
+                    token,
+                    count,
+                    acquisition,
+                    last,
+                },
+                _,
+            ) => (token, count, acquisition, last),
+            (AcquireReply::Busy { ttl }, split) => {
                 // Another owner holds the lock on the server (on a quorum of masters, unless
                 // split): the live hold is lost, and learns it now rather than at its next
                 // renewal.
@@ -463,14 +473,13 @@ impl Mutex {
                 {
                     shared.report_lost(h);
                 }
-                return Ok(Attempt::Busy { ttl: wait, split });
+                return Ok(Attempt::Busy { ttl, split });
             }
-            Acquired::Held {
-                token,
-                count,
-                acquisition,
-                last,
-            } => (token, count, acquisition, last),
+            (AcquireReply::Foreign, _) => {
+                return Err(Error::ForeignKey {
+                    key: self.keys.lock.clone(),
+                });
+            }
         };
         let grant = Grant {
             token,

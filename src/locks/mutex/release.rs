@@ -43,30 +43,34 @@ pub(crate) fn release(
         },
         fence: backend.fence_of(leave.token),
     };
+    // Each master's reply, parsed once: a reply of the wrong shape is a fault like any other.
+    let parse = |replies: Vec<(usize, Result<redis::Value, Fault>)>| -> Vec<_> {
+        let read = |v: redis::Value| {
+            mutex::parse_release(&v).ok_or_else(|| Fault::bad_reply("release", &v))
+        };
+        replies
+            .into_iter()
+            .map(|(i, r)| (i, r.and_then(read)))
+            .collect()
+    };
     let call = mutex::release(keys, &release, false);
-    let mut replies = backend.call_on(&call, &backend.all(), by, false);
+    let mut replies = parse(backend.call_on(&call, &backend.all(), by, false));
     // A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
     // reply) never saw the release. While the masters that answered released fewer than a
     // quorum, the outcome rests on the skipped ones: the retry goes to them too, on a new
-    // connection, costing at most one more per-master timeout. Skipping them would fail the
-    // unlock of a lock still held on them, for the whole marked-down pause.
-    let released = replies
-        .iter()
+    // connection (`fresh`), costing at most one more per-master timeout. Skipping them would
+    // fail the unlock of a lock still held on them, for the whole marked-down pause; once the
+    // others decided the outcome, waiting for them again would cost the caller for nothing.
+    let released = (replies.iter())
         .filter(|(_, r)| {
-            r.as_ref()
-                .ok()
-                .and_then(mutex::parse_release)
-                .is_some_and(|r| {
-                    matches!(
-                        r,
-                        ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore
-                    )
-                })
+            matches!(
+                r,
+                Ok(ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore)
+            )
         })
         .count();
     let undecided = released < backend.quorum();
-    let retry: Vec<usize> = replies
-        .iter()
+    let retry: Vec<usize> = (replies.iter())
         .filter(|(_, r)| {
             r.as_ref()
                 .err()
@@ -74,12 +78,10 @@ pub(crate) fn release(
         })
         .map(|(i, _)| *i)
         .collect();
-    let fresh = replies
-        .iter()
-        .any(|(i, r)| retry.contains(i) && r.as_ref().err().is_some_and(Fault::is_marked_down));
-    // The retry takes a new connection (a failure clears the master's idle ones), and skips a
-    // quorum master marked down when the others decided the outcome already: waiting for it
-    // again would then cost the caller for nothing.
+    let fresh = undecided
+        && replies
+            .iter()
+            .any(|(_, r)| matches!(r, Err(Fault::MarkedDown)));
     if !retry.is_empty() && !by.passed() {
         log::debug!(
             "release of `{}` failed on {} master(s); retrying once",
@@ -92,14 +94,14 @@ pub(crate) fn release(
         // tell them apart by the release marker (`ReleasedBefore`), and what it cannot tell
         // is a loss.
         let again = mutex::release(keys, &release, true);
-        quorum::replace_replies(&mut replies, backend.call_on(&again, &retry, by, fresh));
+        quorum::replace_replies(
+            &mut replies,
+            parse(backend.call_on(&again, &retry, by, fresh)),
+        );
     }
-    let parsed = replies.into_iter().map(|(_, r)| {
-        r.and_then(|v| mutex::parse_release(&v).ok_or_else(|| Fault::bad_reply("release", &v)))
-            .map_err(Error::from)
-    });
+    let mut parsed = replies.into_iter().map(|(_, r)| r.map_err(Error::from));
     if backend.single() {
-        return parsed.into_iter().next().unwrap_or(Err(Error::NoQuorum {
+        return parsed.next().unwrap_or(Err(Error::NoQuorum {
             reached: 0,
             needed: 1,
         }));

@@ -84,10 +84,8 @@ end
 -- The server clock in milliseconds (TIME is read once per call, when first needed).
 local now
 local function clock()
-  if not now then
-    t = t or redis.call('time')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  t = t or redis.call('time')
+  now = now or ms_of(t)
   return now
 end
 
@@ -200,27 +198,15 @@ local function keep_queue(lease)
   end
 end
 
--- The lock's value: a string (or false when missing); nil and 'foreign' for a key of another
--- type.
-local function get()
-  local v = redis.pcall('get', KEYS[1])
-  if type(v) ~= 'table' then
-    return v
-  end
-  return nil, 'foreign'
-end
-
 local gen, owner = string.match(ARGV[2] or '', '^([^|]*)|?(.*)$')
 local me = owner .. '/' .. gen
 
 if op == 'a' then
   local now, lease = clock(), tonumber(ARGV[3])
-  local v, other = get()
-  if other == 'foreign' then
-    return {-1}
-  end
+  -- The lock's value (false: missing; nil: a key of another type, foreign).
+  local v = string_at(KEYS[1])
   local f = v and parse(v)
-  if v and not f then
+  if v == nil or (v and not f) then
     return {-1}
   end
   if f and f.owner == owner then
@@ -266,7 +252,7 @@ if op == 'a' then
   elseif wait < 0 then
     wait = lease
   end
-  if ARGV[4] == '1' and not other then
+  if ARGV[4] == '1' then
     if redis.call('hexists', KEYS[3], me) == 0 then
       redis.call('rpush', KEYS[2], me)
     end
@@ -291,12 +277,9 @@ if op == 'a' then
 end
 
 if op == 'r' then
-  local v, other = get()
-  if other then
-    return -3
-  end
+  local v = string_at(KEYS[1])
   local f = v and parse(v)
-  if v and not f then
+  if v == nil or (v and not f) then
     return -3
   end
   if f and string.sub(v, 1, #ARGV[2]) == ARGV[2] then
@@ -333,7 +316,7 @@ if op == 'r' then
 end
 
 if op == 'n' then
-  local v = get()
+  local v = string_at(KEYS[1])
   if v and string.sub(v, 1, #gen + 1) == gen .. '|' then
     redis.call('pexpire', KEYS[1], ARGV[3])
     return 1
@@ -351,7 +334,7 @@ end
 if op == 'c' then
   redis.call('lrem', KEYS[2], 0, me)
   redis.call('hdel', KEYS[3], me)
-  local v = get()
+  local v = string_at(KEYS[1])
   local f = v and parse(v)
   if f and f.gen == gen then
     return {1, token(f), f.count, f.gen}
@@ -365,8 +348,8 @@ end
 -- The lock's value as 'i' and 'f' show it: a string, '' when free; nil when the key is
 -- foreign.
 local function shown()
-  local v, other = get()
-  if other == 'foreign' or (v and not parse(v)) then
+  local v = string_at(KEYS[1])
+  if v == nil or (v and not parse(v)) then
     return nil
   end
   return v or ''

@@ -23,53 +23,9 @@ local n = #KEYS / 2
 local request = ARGV[1]
 local out = {}
 
-local function one(i)
-  local lock, marker = KEYS[2 * i - 1], KEYS[2 * i]
-  local gen, how = ARGV[2 * i], ARGV[2 * i + 1]
-  local retry = string.find(how, 'r', 1, true)
-  local function released_before()
-    return retry and marker_holds(marker, gen)
-  end
-  local v = redis.pcall('get', lock)
-  if type(v) == 'table' then
-    return -3, 0
-  end
-  if not v then
-    local before = released_before()
-    local receivers = redis.call('publish', marker, 'released')
-    if before then
-      return -4, receivers
-    end
-    return -1, receivers
-  end
-  local f, w = held_fields(v)
-  if #f ~= 5 and #f ~= 9 then
-    return -3, 0
-  end
-  if string.sub(v, 1, #gen) ~= gen then
-    if released_before() then
-      return -4, 0
-    end
-    return -2, 0
-  end
-  if string.find(how, 'i', 1, true) then
-    local count = count_down(lock, f, w, request)
-    if not count then
-      return -3, 0
-    end
-    return count, 0
-  end
-  local receivers = 0
-  if w or string.find(how, 'p', 1, true) then
-    receivers = redis.call('publish', marker, 'released')
-  end
-  redis.call('rename', lock, marker)
-  return 0, receivers
-end
-
 for i = 1, n do
-  local r, l = one(i)
+  local r, l = release_level(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i], ARGV[2 * i + 1], request)
   out[#out + 1] = r
-  out[#out + 1] = l
+  out[#out + 1] = l or 0
 end
 return out

@@ -54,12 +54,6 @@ end
 
 -- @helpers
 
-local how = ARGV[2] or ''
-local inner = string.find(how, 'i', 1, true)
-local retry = string.find(how, 'r', 1, true)
-local force = string.find(how, 'p', 1, true)
-local quiet = string.find(how, 'n', 1, true)
-
 local function raise_fence()
   local token = tonumber(ARGV[4] or '')
   if #KEYS < 3 or not token or token == 0 then
@@ -68,58 +62,8 @@ local function raise_fence()
   raise_mark(KEYS[3], token)
 end
 
--- On a retry: the first attempt moved this acquisition's value to the marker.
-local function released_before()
-  return retry and marker_holds(KEYS[2], ARGV[1])
+local r, receivers = release_level(KEYS[1], KEYS[2], ARGV[1], ARGV[2] or '', ARGV[3], raise_fence, v)
+if r == 0 and receivers then
+  return {0, receivers}
 end
-
--- Whether v is a held value (see acquire.lua): 5 or 9 fields, and the flag.
-local function held(v)
-  if string.byte(v, -1) == FLAG_W then
-    v = string.sub(v, 1, -3)
-  end
-  local _, bars = string.gsub(v, '|', '')
-  return bars == 4 or bars == 8
-end
-
-if type(v) == 'table' then
-  return -3
-end
-if not v then
-  -- No lock (gone).
-  local before = released_before()
-  raise_fence()
-  if not quiet then
-    redis.call('publish', KEYS[2], 'released')
-  end
-  if before then
-    return -4
-  end
-  return -1
-end
-if not held(v) then
-  return -3
-end
-if string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
-  if released_before() then
-    return -4
-  end
-  return -2
-end
-
-if inner then
-  -- One level down (see count_down).
-  local f, w = held_fields(v)
-  return count_down(KEYS[1], f, w, ARGV[3]) or -3
-end
-
-local receivers = nil
-if not quiet and (force or string.byte(v, -1) == FLAG_W) then
-  receivers = redis.call('publish', KEYS[2], 'released')
-end
-redis.call('rename', KEYS[1], KEYS[2])
-raise_fence()
-if receivers == nil then
-  return 0
-end
-return {0, receivers}
+return r

@@ -17,29 +17,10 @@ local now = ms_of(t)
 -- The writer's value ('' none) and the live readers (value, lease left in ms, flat); nil when
 -- a key is foreign.
 local function holders()
-  local w, wty = string_at(KEYS[1])
-  if w and not rw_parse(w) then
+  local w = string_at(KEYS[1])
+  local out = live_holders(KEYS[2], now, rw_parse)
+  if w == nil or (w and not rw_parse(w)) or not out then
     return nil
-  end
-  if w == nil then
-    return nil
-  end
-  local out = {}
-  local r, rty = string_at(KEYS[2])
-  if r then
-    if not rw_parse(r) then
-      return nil
-    end
-    out = {r, redis.call('pttl', KEYS[2])}
-  elseif r == nil then
-    if rty ~= 'zset' then
-      return nil
-    end
-    local all = redis.call('zrangebyscore', KEYS[2], '(' .. now, '(+inf', 'withscores')
-    for i = 1, #all, 2 do
-      out[#out + 1] = all[i]
-      out[#out + 1] = math.floor(tonumber(all[i + 1]) - now)
-    end
   end
   return w or '', out
 end

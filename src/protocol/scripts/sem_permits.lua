@@ -80,11 +80,6 @@ local function permits(m)
   return tonumber(n)
 end
 
--- The type of KEYS[1] when it is not a string (a GET failed on it).
-local function kind()
-  return redis.call('type', KEYS[1])['ok']
-end
-
 -- The live members of the sorted set (dead ones are dropped when `drop`): a list of
 -- {member, deadline}, whether the waiting flag is set, and the longest deadline.
 local function members(now, drop)
@@ -124,8 +119,9 @@ if op == 'a' then
   local gen = string.match(ARGV[2], '^[^|]*|')
   local n, lease, limit = permits(me), tonumber(ARGV[3]), tonumber(ARGV[4])
   local waits = ARGV[5] == '1'
-  local v = redis.pcall('get', KEYS[1])
-  if type(v) == 'string' then
+  -- The semaphore's string (false: missing; nil: not a string, of the type `ty`).
+  local v, ty = string_at(KEYS[1])
+  if v then
     local flagged = string.byte(v, -1) == FLAG_W
     local held = v
     if flagged then
@@ -162,7 +158,6 @@ if op == 'a' then
     redis.call('set', KEYS[1], me, 'px', lease)
     return 1
   end
-  local ty = kind()
   if ty ~= 'zset' then
     return {-1}
   end
@@ -208,15 +203,14 @@ if op == 'a' then
 end
 
 if op == 'r' then
-  local v = redis.pcall('get', KEYS[1])
-  if type(v) ~= 'table' then
+  local v, ty = string_at(KEYS[1])
+  if v ~= nil then
     -- Gone, or another acquisition's string.
-    if type(v) == 'string' and not permits(string.gsub(v, '|w$', '')) then
+    if v and not permits(string.gsub(v, '|w$', '')) then
       return -3
     end
     return released_before()
   end
-  local ty = kind()
   if ty ~= 'zset' then
     return -3
   end
@@ -236,47 +230,20 @@ if op == 'r' then
   return released_before()
 end
 
-if op == 'u' then
-  local v = redis.pcall('get', KEYS[1])
-  if type(v) == 'string' then
-    return permits(string.gsub(v, '|w$', '')) or 0
-  end
-  if v == false then
-    return 0
-  end
-  local ty = kind()
-  if ty ~= 'zset' then
-    return 0
-  end
-  local used = 0
-  for _, e in ipairs(members(clock(), false)) do
-    used = used + (permits(e[1]) or 0)
-  end
-  return used
-end
-
 -- The live holders: a flat list of value, lease left in ms; nil when the key is foreign.
 local function holders(now)
-  local v = redis.pcall('get', KEYS[1])
-  if type(v) == 'string' then
-    if not permits((string.gsub(v, '|w$', ''))) then
-      return nil
-    end
-    return {v, redis.call('pttl', KEYS[1])}
+  return live_holders(KEYS[1], now, function(v)
+    return permits((string.gsub(v, '|w$', '')))
+  end)
+end
+
+if op == 'u' then
+  -- The permits of the live holders (a foreign key: none).
+  local used, h = 0, holders(clock()) or {}
+  for i = 1, #h, 2 do
+    used = used + (permits((string.gsub(h[i], '|w$', ''))) or 0)
   end
-  if v == false then
-    return {}
-  end
-  local ty = kind()
-  local out = {}
-  if ty ~= 'zset' then
-    return nil
-  end
-  for _, e in ipairs(members(now, false)) do
-    out[#out + 1] = e[1]
-    out[#out + 1] = math.floor(e[2] - now)
-  end
-  return out
+  return used
 end
 
 if op == 'i' then

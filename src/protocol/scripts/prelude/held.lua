@@ -111,3 +111,54 @@ local function marker_holds(key, gen)
   local m = redis.pcall('get', key)
   return type(m) == 'string' and string.sub(m, 1, #gen) == gen
 end
+
+-- Releases one level of the Mutex at `lock` held by the acquisition `gen` ('GEN|'), as
+-- release.lua describes: `marker` is the lock's release marker and channel, `how` the letters
+-- of release.lua's ARGV[2], `rel` an inner level's release request id, and `raise` (optional)
+-- runs where the lock was freed or found gone, after the retry's check (a quorum's fencing
+-- mark); `v` the lock's GET, when the caller read it already. Returns release.lua's code, and
+-- how many subscribers received the release message (nil: none was published).
+local function release_level(lock, marker, gen, how, rel, raise, v)
+  if v == nil then
+    v = redis.pcall('get', lock)
+  end
+  if type(v) == 'table' then
+    return -3
+  end
+  local quiet = string.find(how, 'n', 1, true)
+  -- On a retry: the first attempt moved this acquisition's value to the marker.
+  local function released_before()
+    return string.find(how, 'r', 1, true) and marker_holds(marker, gen)
+  end
+  if not v then
+    -- No lock (gone): waiters are told.
+    local before, receivers = released_before(), nil
+    if raise then
+      raise()
+    end
+    if not quiet then
+      receivers = redis.call('publish', marker, 'released')
+    end
+    return before and -4 or -1, receivers
+  end
+  local f, w = held_fields(v)
+  if #f ~= 5 and #f ~= 9 then
+    return -3
+  end
+  if string.sub(v, 1, #gen) ~= gen then
+    return released_before() and -4 or -2
+  end
+  if string.find(how, 'i', 1, true) then
+    -- One level down (see count_down).
+    return count_down(lock, f, w, rel) or -3
+  end
+  local receivers = nil
+  if not quiet and (w or string.find(how, 'p', 1, true)) then
+    receivers = redis.call('publish', marker, 'released')
+  end
+  redis.call('rename', lock, marker)
+  if raise then
+    raise()
+  end
+  return 0, receivers
+end

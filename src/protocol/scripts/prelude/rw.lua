@@ -90,6 +90,31 @@ local function find_reader(key, gen)
   return nil
 end
 
+-- The live holders at `key`, a string or a sorted set of holders scored by their lease
+-- deadlines (a read-write lock's readers, a semaphore's holders), as a flat list of value,
+-- lease left in ms; nil when the key holds something else, or a string `valid` refuses.
+local function live_holders(key, now, valid)
+  local v, ty = string_at(key)
+  if v then
+    if not valid(v) then
+      return nil
+    end
+    return {v, redis.call('pttl', key)}
+  end
+  local out = {}
+  if v == nil then
+    if ty ~= 'zset' then
+      return nil
+    end
+    local all = redis.call('zrangebyscore', key, '(' .. now, '(+inf', 'withscores')
+    for i = 1, #all, 2 do
+      out[#out + 1] = all[i]
+      out[#out + 1] = math.floor(tonumber(all[i + 1]) - now)
+    end
+  end
+  return out
+end
+
 -- Whether KEYS[from..to] (waiting sets) are sorted sets or missing.
 local function zsets(from, to)
   for i = from, to do
