@@ -69,7 +69,7 @@ use crate::protocol::lock_value::Shape;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::shared::Core;
-use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -177,14 +177,17 @@ impl QueuePlace<'_> {
             return;
         }
         self.remade |= self.leave();
-        let lease = (Kind::FairPlace, self.client.terms().lease);
+        // A place is renewed with the client's lease, without a maximum hold time.
+        let terms = Terms {
+            max_hold: None,
+            ..self.client.terms()
+        };
         self.hold = Some(watched_hold(
             self.client.shared(),
             keys,
             who,
-            lease,
+            (Kind::FairPlace, terms),
             sent,
-            None,
         ));
     }
 }
