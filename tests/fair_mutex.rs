@@ -1292,7 +1292,9 @@ fn fixed_lease_ends_by_itself() {
             Duration::from_millis(29),
             Duration::from_secs(366 * 24 * 3600),
         ] {
-            let err = plain.with_lease(lease).expect_err("a bad fixed lease accepted");
+            let err = plain
+                .with_lease(lease)
+                .expect_err("a bad fixed lease accepted");
             assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
         }
         let fixed = plain.with_lease(FIXED).unwrap();
@@ -1307,7 +1309,10 @@ fn fixed_lease_ends_by_itself() {
             .unwrap()
             .expect("the fixed lease never ended");
         let waited = start.elapsed();
-        assert!(waited + Duration::from_millis(20) >= FIXED, "taken after {waited:?}");
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
         assert!(!g.is_held() && !inner.is_held());
         assert!(inner.unlock().is_err() && g.unlock().is_err());
         taken.unlock().unwrap();
@@ -1350,7 +1355,10 @@ fn fixed_lease_waiter_granted_by_a_release() {
             .unwrap()
             .expect("the fixed lease of the granted waiter never ended");
         let held = took.elapsed();
-        assert!(held + Duration::from_millis(20) >= FIXED, "taken {held:?} after the grant");
+        assert!(
+            held + Duration::from_millis(20) >= FIXED,
+            "taken {held:?} after the grant"
+        );
         done_tx.send(()).unwrap();
         waiter.join().unwrap();
         taken.unlock().unwrap();
@@ -1374,7 +1382,10 @@ fn fixed_lease_released_at_shutdown() {
         let other = b.fair_mutex(&name).unwrap();
         assert!(other.try_lock().unwrap().is_none());
         a.shutdown(Duration::from_secs(5)).unwrap();
-        let taken = other.try_lock().unwrap().expect("still held after the shutdown");
+        let taken = other
+            .try_lock()
+            .unwrap()
+            .expect("still held after the shutdown");
         assert!(matches!(g.unlock(), Err(Error::Shutdown)));
         taken.unlock().unwrap();
     });

@@ -567,14 +567,19 @@ const FIXED: Duration = Duration::from_millis(300);
 fn fixed_lease_ends_by_itself() {
     common::on_server(Duration::from_secs(60), |url, mut conn| {
         let [a, b] = common::clients::<2>(&url);
-        let (x, y) = (common::unique_name("multi-fixed-x"), common::unique_name("multi-fixed-y"));
+        let (x, y) = (
+            common::unique_name("multi-fixed-x"),
+            common::unique_name("multi-fixed-y"),
+        );
         let set = a.multi_lock([&x, &y]).unwrap();
         for lease in [
             Duration::ZERO,
             Duration::from_millis(29),
             Duration::from_secs(366 * 24 * 3600),
         ] {
-            let err = set.with_lease(lease).expect_err("a bad fixed lease accepted");
+            let err = set
+                .with_lease(lease)
+                .expect_err("a bad fixed lease accepted");
             assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
         }
         let fixed = set.with_lease(FIXED).unwrap();
@@ -590,7 +595,10 @@ fn fixed_lease_ends_by_itself() {
             .unwrap()
             .expect("the fixed lease never ended");
         let waited = start.elapsed();
-        assert!(waited + Duration::from_millis(20) >= FIXED, "taken after {waited:?}");
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
         assert!(!g.is_held());
         assert!(g.unlock().is_err());
         taken.unlock().unwrap();
@@ -636,7 +644,10 @@ fn fixed_lease_released_at_shutdown() {
         let theirs = b.multi_lock(&names).unwrap();
         assert!(theirs.try_lock().unwrap().is_none());
         a.shutdown(Duration::from_secs(5)).unwrap();
-        let taken = theirs.try_lock().unwrap().expect("still held after the shutdown");
+        let taken = theirs
+            .try_lock()
+            .unwrap()
+            .expect("still held after the shutdown");
         assert!(matches!(g.unlock(), Err(Error::Shutdown)));
         taken.unlock().unwrap();
     });

@@ -1226,7 +1226,9 @@ const FIXED: Duration = Duration::from_millis(300);
 
 /// Asserts that `lease` out of bounds is `InvalidConfig` for `with_lease`.
 #[track_caller]
-fn assert_bad_leases_refused<T: std::fmt::Debug>(with_lease: impl Fn(Duration) -> locksmith::Result<T>) {
+fn assert_bad_leases_refused<T: std::fmt::Debug>(
+    with_lease: impl Fn(Duration) -> locksmith::Result<T>,
+) {
     for lease in [
         Duration::ZERO,
         Duration::from_millis(29),
@@ -1261,7 +1263,10 @@ fn fixed_lease_ends_by_itself() {
             .unwrap()
             .expect("the fixed write lease never ended");
         let waited = start.elapsed();
-        assert!(waited + Duration::from_millis(20) >= FIXED, "taken after {waited:?}");
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
         assert!(!w.is_held() && !inner.is_held());
         assert!(inner.unlock().is_err() && w.unlock().is_err());
         taken.unlock().unwrap();
@@ -1278,7 +1283,10 @@ fn fixed_lease_ends_by_itself() {
             .unwrap()
             .expect("the fixed read lease never ended");
         let waited = start.elapsed();
-        assert!(waited + Duration::from_millis(20) >= FIXED, "taken after {waited:?}");
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
         assert!(!r.is_held());
         drop((inner, r));
         taken.unlock().unwrap();
@@ -1302,7 +1310,10 @@ fn fixed_lease_released_at_shutdown() {
         let other = b.rw_lock(&name).unwrap();
         assert!(other.try_read().unwrap().is_none());
         a.shutdown(Duration::from_secs(5)).unwrap();
-        let taken = other.try_write().unwrap().expect("still held after the shutdown");
+        let taken = other
+            .try_write()
+            .unwrap()
+            .expect("still held after the shutdown");
         assert!(matches!(w.unlock(), Err(Error::Shutdown)));
         taken.unlock().unwrap();
     });

@@ -734,7 +734,9 @@ fn fixed_lease_ends_by_itself() {
             Duration::from_millis(29),
             Duration::from_secs(366 * 24 * 3600),
         ] {
-            let err = plain.with_lease(lease).expect_err("a bad fixed lease accepted");
+            let err = plain
+                .with_lease(lease)
+                .expect_err("a bad fixed lease accepted");
             assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
         }
         let fixed = plain.with_lease(FIXED).unwrap();
@@ -750,7 +752,10 @@ fn fixed_lease_ends_by_itself() {
             .unwrap()
             .expect("the fixed lease never ended");
         let waited = start.elapsed();
-        assert!(waited + Duration::from_millis(20) >= FIXED, "taken after {waited:?}");
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
         assert!(!permit.is_held());
         assert!(permit.unlock().is_err());
         taken.unlock().unwrap();
@@ -765,7 +770,10 @@ fn fixed_lease_ends_by_itself() {
             .unwrap()
             .expect("the fixed lease never ended");
         let waited = start.elapsed();
-        assert!(waited + Duration::from_millis(20) >= FIXED, "taken after {waited:?}");
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
         assert!(theirs.is_held() && !permit.is_held());
         drop(permit);
         theirs.unlock().unwrap();
@@ -794,7 +802,10 @@ fn fixed_lease_released_at_shutdown() {
         let other = b.semaphore(&name, 1).unwrap();
         assert!(other.try_acquire().unwrap().is_none());
         a.shutdown(Duration::from_secs(5)).unwrap();
-        let taken = other.try_acquire().unwrap().expect("still held after the shutdown");
+        let taken = other
+            .try_acquire()
+            .unwrap()
+            .expect("still held after the shutdown");
         tx.send(()).unwrap();
         elsewhere.join().unwrap();
         taken.unlock().unwrap();

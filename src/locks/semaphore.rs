@@ -71,7 +71,7 @@ use crate::transport::conn::Deadline;
 /// - Waiting never polls: a release wakes the waiters of every client.
 /// - Permits are not reentrant and not fair: each acquisition is new, and under contention
 ///   any waiter may get a freed permit first.
-
+///
 /// # No `is_locked`
 ///
 /// Unlike the other lock types, a semaphore has no `is_locked`: "locked" could mean "some
@@ -426,8 +426,15 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         let shared = sem.client.shared();
         let terms = sem.client.terms_with(sem.fixed_lease);
         let sent = Instant::now();
-        let call =
-            semaphore::acquire(&sem.keys, owner, request, n, sem.permits, terms.lease, waiting);
+        let call = semaphore::acquire(
+            &sem.keys,
+            owner,
+            request,
+            n,
+            sem.permits,
+            terms.lease,
+            waiting,
+        );
         let v = eval_twice(&sem.client, &call, by)?;
         match calls::acquire_reply(&v, request, &sem.keys, "semaphore acquire")? {
             AcquireReply::Held { .. } => {

@@ -209,9 +209,7 @@ impl Inbox {
     /// alive, and `closing.holds` besides, within `closing.by`, then stop.
     pub(crate) fn shut_down(&self, mut closing: Closing) {
         let fixed = std::mem::take(&mut self.unrenewed.lock().holds);
-        closing
-            .holds
-            .extend(fixed.iter().filter_map(Weak::upgrade));
+        closing.holds.extend(fixed.iter().filter_map(Weak::upgrade));
         let _ = self.tx.send(Msg::Shutdown(closing));
     }
 }
