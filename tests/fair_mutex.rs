@@ -1274,3 +1274,119 @@ fn with_lock_holds_the_lock_around_the_closure_and_reports_a_loss() {
     assert!(e.is_lease_lost(), "{e:?}");
     assert!(!lock.is_locked().unwrap());
 }
+
+/// The lease of a fixed-lease test: short, so that the tests see it end.
+const FIXED: Duration = Duration::from_millis(300);
+
+/// `with_lease`: the lock ends by itself after the fixed lease, unrenewed (the client's lease
+/// is 30 s), and a re-entry through a renewed handle does not extend it; another client then
+/// takes it. A lease out of bounds is `InvalidConfig`.
+#[test]
+fn fixed_lease_ends_by_itself() {
+    common::on_server(Duration::from_secs(60), |url, mut conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let name = common::unique_name("fair-fixed");
+        let plain = a.fair_mutex(&name).unwrap();
+        for lease in [
+            Duration::ZERO,
+            Duration::from_millis(29),
+            Duration::from_secs(366 * 24 * 3600),
+        ] {
+            let err = plain
+                .with_lease(lease)
+                .expect_err("a bad fixed lease accepted");
+            assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
+        }
+        let fixed = plain.with_lease(FIXED).unwrap();
+        let start = Instant::now();
+        let g = fixed.lock().unwrap();
+        let inner = plain.lock().unwrap();
+        assert_eq!(g.fencing_token(), inner.fencing_token());
+        assert!(common::pttl(&mut conn, &fair_key(&name)) <= 300);
+        let other = b.fair_mutex(&name).unwrap();
+        let taken = other
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed lease never ended");
+        let waited = start.elapsed();
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
+        assert!(!g.is_held() && !inner.is_held());
+        assert!(inner.unlock().is_err() && g.unlock().is_err());
+        taken.unlock().unwrap();
+    });
+}
+
+/// A waiter with a fixed lease, granted the lock by a release: its fixed lease starts when it
+/// takes the grant (no more than the lease is left on the server then), nothing renews or
+/// extends it, and the next waiter gets the lock when it ends.
+#[test]
+fn fixed_lease_waiter_granted_by_a_release() {
+    common::on_server(Duration::from_secs(60), |url, mut conn| {
+        let [a, b, c] = common::clients::<3>(&url);
+        let name = common::unique_name("fair-fixed-grant");
+        let first = a.fair_mutex(&name).unwrap().lock().unwrap();
+        let (took_tx, took_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let waiter = {
+            let lock = c.fair_mutex(&name).unwrap().with_lease(FIXED).unwrap();
+            thread::spawn(move || {
+                let g = lock
+                    .try_lock_for(Duration::from_secs(10))
+                    .unwrap()
+                    .expect("never granted");
+                took_tx.send(Instant::now()).unwrap();
+                done_rx.recv().unwrap();
+                assert!(!g.is_held(), "the fixed lease was kept");
+                assert!(g.unlock().is_err());
+            })
+        };
+        wait_queued(&mut conn, &name, 1);
+        first.unlock().unwrap();
+        let took = took_rx.recv().unwrap();
+        let ttl = common::pttl(&mut conn, &fair_key(&name));
+        assert!((0..=300).contains(&ttl), "a fixed grant with {ttl} ms left");
+        let taken = b
+            .fair_mutex(&name)
+            .unwrap()
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed lease of the granted waiter never ended");
+        let held = took.elapsed();
+        assert!(
+            held + Duration::from_millis(20) >= FIXED,
+            "taken {held:?} after the grant"
+        );
+        done_tx.send(()).unwrap();
+        waiter.join().unwrap();
+        taken.unlock().unwrap();
+    });
+}
+
+/// `Client::shutdown` releases a fixed-lease fair lock too: another client takes it at once,
+/// long before the 30 s fixed lease would end.
+#[test]
+fn fixed_lease_released_at_shutdown() {
+    common::on_server(Duration::from_secs(30), |url, _conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let name = common::unique_name("fair-fixed-shutdown");
+        let g = a
+            .fair_mutex(&name)
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap()
+            .lock()
+            .unwrap();
+        let other = b.fair_mutex(&name).unwrap();
+        assert!(other.try_lock().unwrap().is_none());
+        a.shutdown(Duration::from_secs(5)).unwrap();
+        let taken = other
+            .try_lock()
+            .unwrap()
+            .expect("still held after the shutdown");
+        assert!(matches!(g.unlock(), Err(Error::Shutdown)));
+        taken.unlock().unwrap();
+    });
+}

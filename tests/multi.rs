@@ -555,3 +555,100 @@ fn with_lock_holds_the_set_around_the_closure() {
     assert!(e.is_lease_lost(), "{e:?}");
     assert!(!theirs.mutex(&a).unwrap().is_locked().unwrap(), "{a} kept");
 }
+
+/// The lease of a fixed-lease test: short, so that the tests see it end.
+const FIXED: Duration = Duration::from_millis(300);
+
+/// `with_lease`: the names a set acquires end by themselves after the fixed lease, unrenewed
+/// (the client's lease is 30 s), while a name the thread held already through a renewed
+/// `Mutex` keeps that acquisition's terms (renewed, held on). A lease out of bounds is
+/// `InvalidConfig`.
+#[test]
+fn fixed_lease_ends_by_itself() {
+    common::on_server(Duration::from_secs(60), |url, mut conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let (x, y) = (
+            common::unique_name("multi-fixed-x"),
+            common::unique_name("multi-fixed-y"),
+        );
+        let set = a.multi_lock([&x, &y]).unwrap();
+        for lease in [
+            Duration::ZERO,
+            Duration::from_millis(29),
+            Duration::from_secs(366 * 24 * 3600),
+        ] {
+            let err = set
+                .with_lease(lease)
+                .expect_err("a bad fixed lease accepted");
+            assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
+        }
+        let fixed = set.with_lease(FIXED).unwrap();
+
+        // The whole set, new.
+        let start = Instant::now();
+        let g = fixed.lock().unwrap();
+        assert!(common::pttl(&mut conn, &lock_key(&x)) <= 300);
+        let theirs = b.multi_lock([&y, &x]).unwrap();
+        assert!(theirs.try_lock().unwrap().is_none());
+        let taken = theirs
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed lease never ended");
+        let waited = start.elapsed();
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
+        assert!(!g.is_held());
+        assert!(g.unlock().is_err());
+        taken.unlock().unwrap();
+
+        // `x` held already through a renewed Mutex: re-entered, it keeps its terms.
+        let held = a.mutex(&x).unwrap().lock().unwrap();
+        let start = Instant::now();
+        let g = fixed.lock().unwrap();
+        let y_taken = b
+            .mutex(&y)
+            .unwrap()
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed lease never ended");
+        // One fixed lease later, `x` is still held: its renewed acquisition goes on.
+        assert!(start.elapsed() + Duration::from_millis(20) >= FIXED);
+        assert!(held.is_held(), "the renewed acquisition of x ended");
+        assert!(b.mutex(&x).unwrap().try_lock().unwrap().is_none());
+        assert!(!g.is_held());
+        drop(g);
+        held.unlock().unwrap();
+        y_taken.unlock().unwrap();
+    });
+}
+
+/// `Client::shutdown` releases the names of a fixed-lease set too: another client takes them
+/// at once, long before the 30 s fixed lease would end.
+#[test]
+fn fixed_lease_released_at_shutdown() {
+    common::on_server(Duration::from_secs(30), |url, _conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let names = [
+            common::unique_name("multi-fixed-shutdown-1"),
+            common::unique_name("multi-fixed-shutdown-2"),
+        ];
+        let g = a
+            .multi_lock(&names)
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap()
+            .lock()
+            .unwrap();
+        let theirs = b.multi_lock(&names).unwrap();
+        assert!(theirs.try_lock().unwrap().is_none());
+        a.shutdown(Duration::from_secs(5)).unwrap();
+        let taken = theirs
+            .try_lock()
+            .unwrap()
+            .expect("still held after the shutdown");
+        assert!(matches!(g.unlock(), Err(Error::Shutdown)));
+        taken.unlock().unwrap();
+    });
+}

@@ -1220,3 +1220,101 @@ fn with_read_and_with_write_hold_the_lock_around_the_closure() {
     assert!(e.is_lease_lost(), "{e:?}");
     assert!(other.try_write().unwrap().is_some(), "not free at the end");
 }
+
+/// The lease of a fixed-lease test: short, so that the tests see it end.
+const FIXED: Duration = Duration::from_millis(300);
+
+/// Asserts that `lease` out of bounds is `InvalidConfig` for `with_lease`.
+#[track_caller]
+fn assert_bad_leases_refused<T: std::fmt::Debug>(
+    with_lease: impl Fn(Duration) -> locksmith::Result<T>,
+) {
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(29),
+        Duration::from_secs(366 * 24 * 3600),
+    ] {
+        let err = with_lease(lease).expect_err("a fixed lease out of bounds accepted");
+        assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
+    }
+}
+
+/// `with_lease`: the writer's and a reader's holds end by themselves after the fixed lease,
+/// unrenewed (the client's lease is 30 s), and a re-entry through a renewed handle extends
+/// neither; another client then takes the lock. A lease out of bounds is `InvalidConfig`.
+#[test]
+fn fixed_lease_ends_by_itself() {
+    common::on_server(Duration::from_secs(60), |url, mut conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let name = common::unique_name("rw-fixed");
+        let plain = a.rw_lock(&name).unwrap();
+        assert_bad_leases_refused(|l| plain.with_lease(l));
+        let fixed = plain.with_lease(FIXED).unwrap();
+        let other = b.rw_lock(&name).unwrap();
+
+        // The writer, re-entered through the renewed handle: free one lease after the write.
+        let start = Instant::now();
+        let w = fixed.write().unwrap();
+        let inner = plain.write().unwrap();
+        assert!(common::pttl(&mut conn, &key(&name, "")) <= 300);
+        assert!(other.try_read().unwrap().is_none());
+        let taken = other
+            .try_write_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed write lease never ended");
+        let waited = start.elapsed();
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
+        assert!(!w.is_held() && !inner.is_held());
+        assert!(inner.unlock().is_err() && w.unlock().is_err());
+        taken.unlock().unwrap();
+
+        // A reader beside another client's reader, re-entered through the renewed handle.
+        let start = Instant::now();
+        let r = fixed.read().unwrap();
+        let inner = plain.read().unwrap();
+        let theirs = other.read().unwrap();
+        assert_eq!(readers(&mut conn, &name), 2);
+        theirs.unlock().unwrap();
+        let taken = other
+            .try_write_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed read lease never ended");
+        let waited = start.elapsed();
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
+        assert!(!r.is_held());
+        drop((inner, r));
+        taken.unlock().unwrap();
+    });
+}
+
+/// `Client::shutdown` releases fixed-lease holds too: another client takes the write lock at
+/// once, long before the 30 s fixed lease would end.
+#[test]
+fn fixed_lease_released_at_shutdown() {
+    common::on_server(Duration::from_secs(30), |url, _conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let name = common::unique_name("rw-fixed-shutdown");
+        let w = a
+            .rw_lock(&name)
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap()
+            .write()
+            .unwrap();
+        let other = b.rw_lock(&name).unwrap();
+        assert!(other.try_read().unwrap().is_none());
+        a.shutdown(Duration::from_secs(5)).unwrap();
+        let taken = other
+            .try_write()
+            .unwrap()
+            .expect("still held after the shutdown");
+        assert!(matches!(w.unlock(), Err(Error::Shutdown)));
+        taken.unlock().unwrap();
+    });
+}

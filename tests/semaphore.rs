@@ -716,3 +716,98 @@ fn with_permit_holds_a_permit_around_the_closure() {
     assert!(e.is_lease_lost(), "{e:?}");
     assert_eq!(other.available().unwrap(), 1);
 }
+
+/// The lease of a fixed-lease test: short, so that the tests see it end.
+const FIXED: Duration = Duration::from_millis(300);
+
+/// `with_lease`: the permits of an acquisition come back by themselves after the fixed lease,
+/// unrenewed (the client's lease is 30 s), held beside another client's permit or alone, and
+/// whichever thread has the permit. A lease out of bounds is `InvalidConfig`.
+#[test]
+fn fixed_lease_ends_by_itself() {
+    common::on_server(Duration::from_secs(60), |url, _conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let name = common::unique_name("sem-fixed");
+        let plain = a.semaphore(&name, 2).unwrap();
+        for lease in [
+            Duration::ZERO,
+            Duration::from_millis(29),
+            Duration::from_secs(366 * 24 * 3600),
+        ] {
+            let err = plain
+                .with_lease(lease)
+                .expect_err("a bad fixed lease accepted");
+            assert!(err.is_invalid_config(), "with_lease({lease:?}): {err}");
+        }
+        let fixed = plain.with_lease(FIXED).unwrap();
+        let other = b.semaphore(&name, 2).unwrap();
+
+        // Alone (one string on the server), the permit moved to another thread.
+        let start = Instant::now();
+        let permit = fixed.acquire_many(2).unwrap();
+        let permit = thread::spawn(move || permit).join().unwrap();
+        assert!(other.try_acquire().unwrap().is_none());
+        let taken = other
+            .try_acquire_many_for(2, Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed lease never ended");
+        let waited = start.elapsed();
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
+        assert!(!permit.is_held());
+        assert!(permit.unlock().is_err());
+        taken.unlock().unwrap();
+
+        // Beside another client's renewed permit (a sorted set on the server).
+        let theirs = other.acquire().unwrap();
+        let start = Instant::now();
+        let permit = fixed.acquire().unwrap();
+        assert_eq!(other.available().unwrap(), 0);
+        let taken = other
+            .try_acquire_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("the fixed lease never ended");
+        let waited = start.elapsed();
+        assert!(
+            waited + Duration::from_millis(20) >= FIXED,
+            "taken after {waited:?}"
+        );
+        assert!(theirs.is_held() && !permit.is_held());
+        drop(permit);
+        theirs.unlock().unwrap();
+        taken.unlock().unwrap();
+    });
+}
+
+/// `Client::shutdown` releases fixed-lease permits too, on whichever thread they are: another
+/// client takes them at once, long before the 30 s fixed lease would end.
+#[test]
+fn fixed_lease_released_at_shutdown() {
+    common::on_server(Duration::from_secs(30), |url, _conn| {
+        let [a, b] = common::clients::<2>(&url);
+        let name = common::unique_name("sem-fixed-shutdown");
+        let fixed = a
+            .semaphore(&name, 1)
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap();
+        let permit = fixed.acquire().unwrap();
+        let (tx, rx) = mpsc::channel::<()>();
+        let elsewhere = thread::spawn(move || {
+            rx.recv().unwrap();
+            assert!(matches!(permit.unlock(), Err(Error::Shutdown)));
+        });
+        let other = b.semaphore(&name, 1).unwrap();
+        assert!(other.try_acquire().unwrap().is_none());
+        a.shutdown(Duration::from_secs(5)).unwrap();
+        let taken = other
+            .try_acquire()
+            .unwrap()
+            .expect("still held after the shutdown");
+        tx.send(()).unwrap();
+        elsewhere.join().unwrap();
+        taken.unlock().unwrap();
+    });
+}

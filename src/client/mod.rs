@@ -264,9 +264,10 @@ impl Client {
     /// client) and must not leave its locks to their leases.
     ///
     /// What it holds is released best effort: every lease it renews (held guards, detached
-    /// holds, permits, a leadership) and every guard of a fixed lease, each with its lock
-    /// type's release, one after another within `timeout` (a failure is logged at `debug`;
-    /// that lock then frees itself when its lease runs out, since it is no longer renewed).
+    /// holds, permits, a leadership) and every hold of a fixed lease (`with_lease`, on
+    /// whichever thread, detached or not), each with its lock type's release, one after
+    /// another within `timeout` (a failure is logged at `debug`; that lock then frees itself
+    /// when its lease runs out, since it is no longer renewed).
     ///
     /// Afterwards, on every clone and every lock handle made from it: each guard reads as not
     /// held, dropping one does nothing, and its `unlock` (and a `Detached`'s, a permit's

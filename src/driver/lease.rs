@@ -18,6 +18,7 @@ use crate::kind::Kind;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex;
 use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
+use crate::shared::grant::Terms;
 use crate::shared::hold::{Hold, Identity, Renewal};
 use crate::shared::{Core, Shared};
 use crate::stats::Held;
@@ -341,33 +342,33 @@ pub(crate) fn unless_late(
     None
 }
 
-/// A renewed hold of `kind` on `keys` for acquisition `request` of `owner` (no fencing token),
-/// with `lease` from `sent`, renewed every renewal interval until `until`; watched by the
-/// renewal thread from now on.
+/// A hold of `kind` on `keys` for acquisition `request` of `owner` (no fencing token), with
+/// the lease of `terms` from `sent`: renewed every renewal interval (until the terms' maximum
+/// hold time after `sent`) and watched by the renewal thread from now on, or, for a fixed
+/// lease, never renewed (noted for a shutdown to release).
 pub(crate) fn watched_hold(
     shared: &Shared,
     keys: &Arc<LockKeys>,
     (owner, request): (&str, &str),
-    (kind, lease): (Kind, Duration),
+    (kind, terms): (Kind, Terms),
     sent: Instant,
-    until: Option<Instant>,
 ) -> Arc<Hold> {
     let identity = Identity {
         owner: owner.to_owned(),
         acquisition: request.to_owned(),
         token: 0,
     };
-    let renewal = Renewal {
+    let renewal = terms.watchdog.then(|| Renewal {
         every: shared.config.renew_every,
-        until,
-    };
-    let drift = shared.backend.drift(lease);
+        until: terms.max_hold.and_then(|m| sent.checked_add(m)),
+    });
+    let drift = shared.backend.drift(terms.lease);
     let hold = Hold::new(
         Arc::clone(keys),
         identity,
-        lease,
+        terms.lease,
         drift,
-        Some(renewal),
+        renewal,
         sent,
     );
     let hold = Arc::new(hold.with_kind(kind));

@@ -42,6 +42,14 @@
 //! the next live waiter asks at that deadline, whoever released and whatever lease the
 //! releasing client had.
 //!
+//! A waiter with a fixed lease ([`FairMutex::with_lease`]) never takes a grant from the
+//! message: a grant lasts to the waiter's heartbeat deadline, and each heartbeat of its place
+//! extends a lock granted to it, neither of which is its fixed lease. So before each attempt it
+//! stops its place's heartbeats (waiting for one on the wire), and the attempt that finds the
+//! lock granted to this very call sets the lock's expiry to the fixed lease from then, exactly
+//! (the acquire script's seventh argument). Nothing extends it afterwards: the lock is not
+//! renewed, no heartbeat of the waiter is left, and a re-entry leaves a fixed lease as it is.
+//!
 //! # Why no grant is missed
 //!
 //! A waiter subscribes its own channel, and waits (bounded) for the confirmation, before it
@@ -69,7 +77,8 @@ use crate::protocol::lock_value::Shape;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::shared::Core;
-use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::config::validate_lease;
+use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -108,6 +117,9 @@ use crate::transport::conn::Deadline;
 ///   never picked up is lost at that same deadline; then the next waiter is granted, whoever
 ///   released and whatever the releasing client's lease.
 /// - A waiter that gives up (`try_lock_for` timing out) leaves the queue.
+/// - A handle made with [`with_lease`](FairMutex::with_lease) takes fixed leases, never
+///   renewed: the lock frees itself a fixed time after each acquisition, and the queue moves
+///   on.
 ///
 /// # Topologies
 ///
@@ -136,6 +148,9 @@ use crate::transport::conn::Deadline;
 pub struct FairMutex {
     client: Core,
     keys: Arc<LockKeys>,
+    /// A fixed lease for its acquisitions, never renewed; `None`: the client's lease, renewed
+    /// while the guard lives.
+    fixed_lease: Option<Duration>,
 }
 
 /// A waiter's place in the queue, kept alive by the renewal thread while it waits.
@@ -162,10 +177,18 @@ impl QueuePlace<'_> {
     /// Stops keeping the place; whether there was one. No wait for a heartbeat on the wire:
     /// once the place is left, a heartbeat finds it gone and extends nothing.
     fn leave(&mut self) -> bool {
+        self.stop(Duration::ZERO)
+    }
+
+    /// Stops renewing the place (on the server it stays until its deadline), waiting at most
+    /// `bound` for a heartbeat on the wire; whether there was one. A heartbeat extends a lock
+    /// granted to the waiter as it extends its place: a waiter with a fixed lease stops them
+    /// before any call that may take a grant, so that none lands after it.
+    fn stop(&mut self, bound: Duration) -> bool {
         let Some(h) = self.hold.take() else {
             return false;
         };
-        self.client.shared().unwatch(&h, Duration::ZERO);
+        self.client.shared().unwatch(&h, bound);
         true
     }
 
@@ -177,14 +200,17 @@ impl QueuePlace<'_> {
             return;
         }
         self.remade |= self.leave();
-        let lease = (Kind::FairPlace, self.client.terms().lease);
+        // A place is renewed with the client's lease, without a maximum hold time.
+        let terms = Terms {
+            max_hold: None,
+            ..self.client.terms()
+        };
         self.hold = Some(watched_hold(
             self.client.shared(),
             keys,
             who,
-            lease,
+            (Kind::FairPlace, terms),
             sent,
-            None,
         ));
     }
 }
@@ -200,7 +226,54 @@ impl FairMutex {
         FairMutex {
             keys: Arc::new(LockKeys::family(prefix, name, "fair", "grant:")),
             client,
+            fixed_lease: None,
         }
+    }
+
+    /// The same lock with a fixed lease: never renewed, so the lock frees itself `lease` after
+    /// each acquisition even if its holder is still working. Use it for work with a known
+    /// bound, where a stuck holder must not keep the lock (and the queue behind it).
+    ///
+    /// The lease is that of new acquisitions. A thread that already holds the lock re-enters
+    /// its acquisition and keeps that acquisition's terms, through whatever handle: a re-entry
+    /// never shortens the lease on the server, and never extends a fixed lease.
+    ///
+    /// In the queue, a waiter with a fixed lease keeps its place as every waiter does (the
+    /// client's lease, renewed), and a release grants it the lock as it grants any waiter.
+    /// But it does not take the grant from the release's message: it asks the server (one
+    /// more round trip), and its fixed lease starts then; until that call, the grant lasts to
+    /// the waiter's heartbeat deadline, as a renewed waiter's grant does, so a waiter that
+    /// died is still skipped. A fixed-lease waiter that gives up just as it is granted the
+    /// lock passes it on to the next waiter (a renewed one keeps it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `lease` is under 30 ms or over 365 days.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// use std::time::Duration;
+    ///
+    /// let printer = client.fair_mutex("printer")?.with_lease(Duration::from_secs(120))?;
+    /// let job = printer.lock()?; // in turn; free again 2 minutes after it is taken at the latest
+    /// // ... print ...
+    /// job.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(&self, lease: Duration) -> Result<FairMutex> {
+        validate_lease(lease)?;
+        Ok(FairMutex {
+            fixed_lease: Some(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The terms of this handle's new acquisitions.
+    fn terms(&self) -> Terms {
+        self.client.terms_with(self.fixed_lease)
     }
 
     /// The lock's name.
@@ -378,7 +451,7 @@ impl FairMutex {
             acquisition,
             last: 0,
         };
-        let (shared, terms) = (self.client.shared(), self.client.terms());
+        let (shared, terms) = (self.client.shared(), self.terms());
         let kind = Kind::FairMutex;
         let hold = match shared.adopt_as(kind, &self.keys, owner.to_owned(), grant, terms) {
             Adopted::Held(hold) => hold,
@@ -458,8 +531,14 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     /// another holder by now), may be read only after the new place began, and would look
     /// valid from it. So the server is asked instead: the next attempt finds a lock granted
     /// to this very call, with its lease counted from that attempt, or queues again.
+    ///
+    /// A waiter with a fixed lease never takes a grant from a message: its next attempt asks
+    /// the server, which starts the fixed lease (see [`FairMutex::with_lease`]).
     fn woken(&mut self, reg: &Registration, by: Deadline) -> Option<FairMutexGuard> {
         let token = reg.take_message().and_then(|m| parse_token(&m))?;
+        if self.mutex.fixed_lease.is_some() {
+            return None;
+        }
         if self.place.remade {
             return match self.try_grant(true, by) {
                 Ok(Attempt::Held(guard)) => Some(guard),
@@ -475,13 +554,29 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         self.mutex.take(owner, request, token, 1, since, by)
     }
 
-    /// Leaves the queue; a grant that came in the meantime is kept.
+    /// Leaves the queue; a grant that came in the meantime is kept, unless the waiter has a
+    /// fixed lease: that grant lasts to the waiter's heartbeat deadline, not for its lease, so
+    /// it passes on to the next waiter.
     fn cancel(&mut self, by: Deadline) -> Result<Option<FairMutexGuard>> {
         let since = self.place.granted_since();
         self.place.leave();
-        let call = fair_mutex::cancel(&self.mutex.keys, &self.owner, &self.request);
-        let v = eval_twice(&self.mutex.client, &call, by)?;
-        let reply = calls::acquire_reply(&v, &self.request, &self.mutex.keys, "fair cancel")?;
+        let (mutex, owner, request) = (self.mutex, &self.owner, &self.request);
+        let call = fair_mutex::cancel(&mutex.keys, owner, request);
+        let v = eval_twice(&mutex.client, &call, by)?;
+        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair cancel")?;
+        if mutex.fixed_lease.is_some() {
+            if let AcquireReply::Held { acquisition, .. } = reply {
+                let holder = Who {
+                    owner,
+                    acquisition: &acquisition,
+                };
+                let call = release_call(&mutex.keys, holder, Level::Outermost);
+                if let Err(e) = eval_twice(&mutex.client, &call, by) {
+                    log::debug!("passing on a grant of `{}`: {e}", mutex.keys.name);
+                }
+            }
+            return Ok(None);
+        }
         Ok(since.and_then(|since| self.take_grant(reply, since, by).ok().flatten()))
     }
 }
@@ -523,8 +618,16 @@ impl Acquire<'_> {
             extend: h.reentry_extension(sent),
         });
         let (mutex, request) = (self.mutex, &self.request);
+        let fixed = mutex.fixed_lease;
+        if fixed.is_some() {
+            // This call may take a grant to this waiter and start its fixed lease: no
+            // heartbeat of its place may extend the lock after it.
+            self.place.stop(by.left().unwrap_or(Duration::MAX));
+        }
+        // The lease of the place in the queue (and of a new acquisition without `fixed`).
         let lease = mutex.client.terms().lease;
-        let call = fair_mutex::acquire(&mutex.keys, &self.owner, request, lease, enqueue, live_arg);
+        let (keys, owner) = (&mutex.keys, &self.owner);
+        let call = fair_mutex::acquire(keys, owner, request, lease, enqueue, live_arg, fixed);
         let v = eval_twice(&mutex.client, &call, by)?;
         let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
         let ttl = match self.take_grant(reply, sent, by) {
@@ -555,7 +658,8 @@ fn parse_token(m: &[u8]) -> Option<u64> {
 /// granted to the next waiter); [`unlock`](FairMutexGuard::unlock) does the same and reports
 /// errors.
 ///
-/// As with [`MutexGuard`](crate::MutexGuard), the guard is a lease renewed while it lives;
+/// As with [`MutexGuard`](crate::MutexGuard), the guard is a lease renewed while it lives
+/// (unless the lock was made with a fixed lease, see [`FairMutex::with_lease`]);
 /// check [`is_held`](FairMutexGuard::is_held) or pass the
 /// [`fencing_token`](FairMutexGuard::fencing_token) to the resource before a side effect.
 ///

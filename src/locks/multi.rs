@@ -60,7 +60,8 @@ use crate::protocol::keys::{self, LockKeys};
 use crate::protocol::multi::{self, Leaving, Member, MultiReply};
 use crate::protocol::scripts::{self, Holder, Level, Live};
 use crate::shared::Core;
-use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::config::validate_lease;
+use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::stats::Held;
 use crate::topology::backend::Primed;
@@ -151,6 +152,9 @@ pub struct MultiMutex {
     client: Core,
     /// The parts in the global order: one per slot on a cluster, else one; each by name.
     parts: Arc<[Vec<Arc<LockKeys>>]>,
+    /// A fixed lease for the names it acquires, never renewed; `None`: the client's lease,
+    /// renewed while the guard lives.
+    fixed_lease: Option<Duration>,
 }
 
 impl MultiMutex {
@@ -187,7 +191,50 @@ impl MultiMutex {
         Ok(MultiMutex {
             client,
             parts: parts.into(),
+            fixed_lease: None,
         })
+    }
+
+    /// The same set with a fixed lease: never renewed, so each name it acquires frees itself
+    /// `lease` after the acquisition even if its holder is still working. Use it for work
+    /// with a known bound, where a stuck holder must not keep the locks.
+    ///
+    /// The lease is that of new acquisitions. A thread that already holds one of the names
+    /// re-enters its acquisition and keeps that acquisition's terms, through whatever handle
+    /// (a [`Mutex`](crate::Mutex) or a set): a re-entry never shortens the lease on the
+    /// server, and never extends a fixed lease. So the names of one set may end at different
+    /// times: [`MultiGuard::validity`] is the shortest.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `lease` is under 30 ms or over 365 days.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// use std::time::Duration;
+    ///
+    /// let pair = client
+    ///     .multi_lock(["account:7", "account:3"])?
+    ///     .with_lease(Duration::from_secs(10))?;
+    /// let guard = pair.lock()?; // both free again 10 s from now at the latest
+    /// // ... the transfer ...
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(&self, lease: Duration) -> Result<MultiMutex> {
+        validate_lease(lease)?;
+        Ok(MultiMutex {
+            fixed_lease: Some(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The terms of this handle's new acquisitions.
+    fn terms(&self) -> Terms {
+        self.client.terms_with(self.fixed_lease)
     }
 
     /// The names of the set, without duplicates, in the order they are taken (by Redis
@@ -370,7 +417,7 @@ impl<'a> Part<'a> {
     ) -> Result<Attempt<Vec<Arc<Hold>>>> {
         let (set, part) = (self.set, self.part);
         let shared = set.client.shared();
-        let terms = shared.config.terms();
+        let terms = set.terms();
         let reply = multi::parse_acquire(v, part.len())
             .ok_or_else(|| scripts::unexpected("multi_acquire", v))?;
         let granted = match reply {
@@ -453,7 +500,7 @@ impl<'a> Protocol<'a> for Part<'a> {
         let sent = Instant::now();
         let live: Vec<Option<Arc<Hold>>> = self.part.iter().map(|k| shared.live_hold(k)).collect();
         let members = self.members(&live, sent);
-        let call = multi::acquire(&members, shared.config.lease, &self.request);
+        let call = multi::acquire(&members, self.set.terms().lease, &self.request);
         let v = eval_twice(&set.client, &call, by)?;
         self.settle(&members, &live, &v, sent, by)
     }
@@ -467,7 +514,7 @@ impl<'a> Protocol<'a> for Part<'a> {
         }
         let live = vec![None; self.part.len()];
         let members = self.members(&live, Instant::now());
-        let call = multi::acquire(&members, shared.config.lease, &self.request);
+        let call = multi::acquire(&members, self.set.terms().lease, &self.request);
         shared.backend.prime_script(&call)
     }
 
@@ -548,7 +595,8 @@ fn release_part(core: &Core, levels: &[(&Arc<Hold>, Level, bool)], by: Deadline)
 /// the outermost guard of the owning thread is gone, as with [`MutexGuard`](crate::MutexGuard));
 /// [`unlock`](MultiGuard::unlock) does the same and reports errors.
 ///
-/// The renewal thread renews every name's lease (in its batches) while the guard lives. A
+/// The renewal thread renews every name's lease (in its batches) while the guard lives
+/// (unless the set was made with a fixed lease, see [`MultiMutex::with_lease`]). A
 /// loss of any name is reported (the `warn` log and
 /// [`on_lease_lost`](crate::ClientBuilder::on_lease_lost), once per name), and a guard with
 /// one lost name is not held: check [`is_held`](MultiGuard::is_held) or

@@ -54,7 +54,8 @@ use crate::protocol::rw_lock;
 use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::shared::Core;
-use crate::shared::grant::{Adopted, Grant, request_id};
+use crate::shared::config::validate_lease;
+use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -92,6 +93,8 @@ use crate::transport::conn::Deadline;
 ///   one that frees it for a writer wakes one writer per client.
 /// - Write guards carry a fencing token (strictly increasing per name, from the server clock
 ///   at the grant); read guards do not.
+/// - A handle made with [`with_lease`](RwLock::with_lease) takes fixed leases, never
+///   renewed: its holds free themselves a fixed time after each acquisition.
 ///
 /// # Topologies
 ///
@@ -126,6 +129,9 @@ pub struct RwLock {
     read_keys: Arc<LockKeys>,
     write_keys: Arc<LockKeys>,
     prefer_writers: bool,
+    /// A fixed lease for its read and write acquisitions, never renewed; `None`: the
+    /// client's lease, renewed while the guard lives.
+    fixed_lease: Option<Duration>,
 }
 
 impl RwLock {
@@ -141,7 +147,49 @@ impl RwLock {
             read_keys: Arc::new(read_keys),
             write_keys: Arc::new(write_keys),
             prefer_writers: true,
+            fixed_lease: None,
         }
+    }
+
+    /// The same lock with a fixed lease for its read and write acquisitions: never renewed,
+    /// so a reader's or the writer's hold frees itself `lease` after each acquisition even if
+    /// its holder is still working. Use it for work with a known bound, where a stuck holder
+    /// must not keep the lock.
+    ///
+    /// The lease is that of new acquisitions. A thread that already holds the lock re-enters
+    /// its acquisition and keeps that acquisition's terms, through whatever handle: a re-entry
+    /// never shortens the lease on the server, and never extends a fixed lease. A writer that
+    /// takes read levels (a downgrade) makes a read acquisition of its own, with the terms of
+    /// the handle it reads through.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `lease` is under 30 ms or over 365 days.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// use std::time::Duration;
+    ///
+    /// let index = client.rw_lock("search-index")?.with_lease(Duration::from_secs(60))?;
+    /// let rebuild = index.write()?; // free again at the latest 60 s from now
+    /// // ... rebuild the index ...
+    /// rebuild.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(&self, lease: Duration) -> Result<RwLock> {
+        validate_lease(lease)?;
+        Ok(RwLock {
+            fixed_lease: Some(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The terms of this handle's new acquisitions.
+    fn terms(&self) -> Terms {
+        self.client.terms_with(self.fixed_lease)
     }
 
     /// The same lock, letting readers in whenever no writer *holds* it, even while writers
@@ -486,7 +534,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Arc<Hold>>> {
         let (lock, read, owner, request) = (self.lock, self.read, &self.owner, &self.request);
         let sent = Instant::now();
-        let (terms, keys) = (lock.client.terms(), &lock.write_keys);
+        let (terms, keys) = (lock.terms(), &lock.write_keys);
         let (lease, prefer_writers) = (terms.lease, lock.prefer_writers);
         let call = if read {
             rw_lock::read(keys, owner, request, lease, prefer_writers, waiting)
@@ -602,7 +650,8 @@ macro_rules! guard {
 
 /// A held read lock of an [`RwLock`]. Dropping it releases one level;
 /// [`unlock`](RwLockReadGuard::unlock) does the same and reports errors. A lease, renewed
-/// while the guard lives: see [`MutexGuard`](crate::MutexGuard) for what that means.
+/// while the guard lives (unless the lock was made with a fixed lease, see
+/// [`RwLock::with_lease`]): see [`MutexGuard`](crate::MutexGuard) for what that means.
 ///
 /// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
 /// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see
@@ -616,7 +665,8 @@ pub struct RwLockReadGuard {
 
 /// The held write lock of an [`RwLock`]. Dropping it releases one level;
 /// [`unlock`](RwLockWriteGuard::unlock) does the same and reports errors. A lease, renewed
-/// while the guard lives: see [`MutexGuard`](crate::MutexGuard) for what that means.
+/// while the guard lives (unless the lock was made with a fixed lease, see
+/// [`RwLock::with_lease`]): see [`MutexGuard`](crate::MutexGuard) for what that means.
 ///
 /// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
 /// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see

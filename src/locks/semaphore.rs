@@ -35,6 +35,7 @@ use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply};
 use crate::protocol::semaphore;
 use crate::shared::Core;
+use crate::shared::config::validate_lease;
 use crate::shared::grant::request_id;
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
@@ -46,8 +47,9 @@ use crate::transport::conn::Deadline;
 ///
 /// Use it to cap how many workers use a resource at once (connections to a fragile service,
 /// licences, concurrent exports). Each acquisition is a lease renewed by the client's renewal
-/// thread while its [`SemaphorePermit`] lives; its permits come back when the permit is
-/// released or dropped, and by themselves one lease after a holder died.
+/// thread while its [`SemaphorePermit`] lives (or a fixed lease, never renewed, through a
+/// handle made with [`with_lease`](Semaphore::with_lease)); its permits come back when the
+/// permit is released or dropped, and by themselves one lease after a holder died.
 ///
 /// | method | waits | returns |
 /// |---|---|---|
@@ -69,6 +71,14 @@ use crate::transport::conn::Deadline;
 /// - Waiting never polls: a release wakes the waiters of every client.
 /// - Permits are not reentrant and not fair: each acquisition is new, and under contention
 ///   any waiter may get a freed permit first.
+///
+/// # No `is_locked`
+///
+/// Unlike the other lock types, a semaphore has no `is_locked`: "locked" could mean "some
+/// permit is held" or "no permit is free", and code that reads one where the other was meant
+/// is wrong only under load. Ask the question itself: [`available`](Semaphore::available)
+/// says how many permits this handle's count leaves free (0: an acquire would wait), and
+/// [`holders`](Semaphore::holders) who holds permits (empty: none is held).
 ///
 /// # Changing the permit count
 ///
@@ -109,6 +119,9 @@ pub struct Semaphore {
     client: Core,
     keys: Arc<LockKeys>,
     permits: u32,
+    /// A fixed lease for its acquisitions, never renewed; `None`: the client's lease, renewed
+    /// while the permit lives.
+    fixed_lease: Option<Duration>,
 }
 
 impl Semaphore {
@@ -121,6 +134,41 @@ impl Semaphore {
             keys: Arc::new(LockKeys::family(prefix, name, "sem", "released")),
             client,
             permits,
+            fixed_lease: None,
+        })
+    }
+
+    /// The same semaphore with a fixed lease: never renewed, so the permits of each
+    /// acquisition come back by themselves `lease` after it, even if their holder is still
+    /// working. Use it for work with a known bound, where a stuck holder must not keep its
+    /// permits.
+    ///
+    /// The lease is that of new acquisitions through this handle; permits are not reentrant,
+    /// so every acquisition is new, and nothing (another acquisition, a permit moved to another
+    /// thread) extends a fixed lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `lease` is under 30 ms or over 365 days.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> locksmith::Result<()> {
+    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+    /// use std::time::Duration;
+    ///
+    /// let exports = client.semaphore("exports", 4)?.with_lease(Duration::from_secs(300))?;
+    /// let permit = exports.acquire()?; // back by itself 5 minutes from now at the latest
+    /// // ... run one export ...
+    /// permit.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(&self, lease: Duration) -> Result<Semaphore> {
+        validate_lease(lease)?;
+        Ok(Semaphore {
+            fixed_lease: Some(lease),
+            ..self.clone()
         })
     }
 
@@ -376,16 +424,22 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<SemaphorePermit>> {
         let (sem, owner, request, n) = (self.sem, &self.owner, &self.request, self.n);
         let shared = sem.client.shared();
-        let lease = shared.config.lease;
+        let terms = sem.client.terms_with(sem.fixed_lease);
         let sent = Instant::now();
-        let call = semaphore::acquire(&sem.keys, owner, request, n, sem.permits, lease, waiting);
+        let call = semaphore::acquire(
+            &sem.keys,
+            owner,
+            request,
+            n,
+            sem.permits,
+            terms.lease,
+            waiting,
+        );
         let v = eval_twice(&sem.client, &call, by)?;
         match calls::acquire_reply(&v, request, &sem.keys, "semaphore acquire")? {
             AcquireReply::Held { .. } => {
-                let until = shared.config.max_hold.and_then(|m| sent.checked_add(m));
                 let who = (owner.as_str(), request.as_str());
-                let hold =
-                    watched_hold(shared, &sem.keys, who, (Kind::Permits, lease), sent, until);
+                let hold = watched_hold(shared, &sem.keys, who, (Kind::Permits, terms), sent);
                 // A reply so late that the lease may have run out: the permits go back.
                 Ok(match unless_late(sem, hold, "permit", by) {
                     Some(hold) => Attempt::Held(SemaphorePermit {
@@ -410,7 +464,8 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 /// Permits held from a [`Semaphore`]: one acquisition, one lease. Dropping it gives the
 /// permits back; [`unlock`](SemaphorePermit::unlock) does the same and reports errors.
 ///
-/// The lease is renewed while the permit lives. If renewal fails for longer than the lease
+/// The lease is renewed while the permit lives (unless the semaphore was made with a fixed
+/// lease, see [`Semaphore::with_lease`]). If renewal fails for longer than the lease
 /// (Redis unreachable, or this process paused), the permits may go to another holder while
 /// this value still exists; [`is_held`](SemaphorePermit::is_held) turns false no later than
 /// that can happen.

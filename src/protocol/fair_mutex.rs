@@ -27,7 +27,9 @@ fn fair(keys: &LockKeys, marker: bool) -> Call {
 }
 
 /// A fair mutex acquire for acquisition `request` of `owner` (`enqueue`: join the queue when not
-/// granted; `live`: the calling thread's live hold, a re-entry).
+/// granted, or keep its place there for `lease`; `live`: the calling thread's live hold, a
+/// re-entry). `lease` is also that of a new acquisition, unless `fixed` gives a fixed lease for
+/// it, which a grant to this very call made earlier then takes from now.
 pub(crate) fn acquire(
     keys: &LockKeys,
     owner: &str,
@@ -35,17 +37,23 @@ pub(crate) fn acquire(
     lease: Duration,
     enqueue: bool,
     live: Option<Live<'_>>,
+    fixed: Option<Duration>,
 ) -> Call {
     let call = fair(keys, false)
         .arg("a")
         .arg(member(owner, request))
         .arg(millis(lease));
-    match live {
-        Some(l) => call
-            .arg(if enqueue { "1" } else { "0" })
-            .arg(l.acquisition)
-            .arg(extend_ms(l.extend)),
-        None => call.arg_if(enqueue, "1"),
+    if live.is_none() && fixed.is_none() {
+        return call.arg_if(enqueue, "1");
+    }
+    let call = call.arg(if enqueue { "1" } else { "0" });
+    let call = match live {
+        Some(l) => call.arg(l.acquisition).arg(extend_ms(l.extend)),
+        None => call.arg("").arg("0"),
+    };
+    match fixed {
+        Some(f) => call.arg(millis(f)),
+        None => call,
     }
 }
 
@@ -89,7 +97,7 @@ mod tests {
             extend: Duration::from_millis(1500),
         };
         assert_eq!(
-            &args(&acquire(&fair, "o", "g", LEASE, false, None))[2..],
+            &args(&acquire(&fair, "o", "g", LEASE, false, None, None))[2..],
             [
                 "4",
                 "p:{a}:fair",
@@ -110,8 +118,13 @@ mod tests {
             ["r", "g|", "r", "1"]
         );
         assert_eq!(
-            &args(&acquire(&fair, "o", "g", LEASE, false, Some(live)))[7..],
+            &args(&acquire(&fair, "o", "g", LEASE, false, Some(live), None))[7..],
             ["a", "g|o", "3000", "0", "l", "1500"]
+        );
+        let fixed = Some(Duration::from_millis(300));
+        assert_eq!(
+            &args(&acquire(&fair, "o", "g", LEASE, true, None, fixed))[7..],
+            ["a", "g|o", "3000", "1", "", "0", "300"]
         );
     }
 }

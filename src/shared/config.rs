@@ -59,6 +59,18 @@ impl Config {
         }
     }
 
+    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
+    pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
+        match fixed {
+            Some(lease) => Terms {
+                lease,
+                watchdog: false,
+                max_hold: self.max_hold,
+            },
+            None => self.terms(),
+        }
+    }
+
     /// The bound of one call that may have to open a connection first: the connect timeout
     /// plus the command timeout (plus the replicas' timeout with
     /// [`wait_replicas`](crate::ClientBuilder::wait_replicas)).
@@ -77,6 +89,20 @@ impl Config {
             self.timeouts.command.min(Duration::from_secs(3600)),
         ))
     }
+}
+
+/// Checks a handle's fixed lease (`with_lease`): from 30 ms to 365 days.
+pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
+    if lease < MIN_LEASE {
+        return Err(Error::config(
+            "lease",
+            format!("must be at least {MIN_LEASE:?}"),
+        ));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::config("lease", "must be at most 365 days"));
+    }
+    Ok(())
 }
 
 /// Checks a maximum hold time.

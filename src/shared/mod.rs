@@ -528,6 +528,11 @@ impl Core {
         self.shared().config.terms()
     }
 
+    /// The terms of a handle with a fixed lease (`fixed`), or the client's own.
+    pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
+        self.shared().config.terms_with(fixed)
+    }
+
     /// How many masters the client locks on (see [`Client::masters`](crate::Client::masters)).
     pub(crate) fn masters(&self) -> usize {
         self.inner.shared.backend.masters()

@@ -280,7 +280,7 @@ fn the_other_lock_types_run_on_the_model() {
     let fair = LockKeys::family("d:", "f", "fair", "grant:");
     let ta = family_acquire(
         &mut h,
-        &fair_mutex::acquire(&fair, "a", "fa", lease, true, None),
+        &fair_mutex::acquire(&fair, "a", "fa", lease, true, None, None),
         "fa",
         T0,
     )
@@ -288,7 +288,7 @@ fn the_other_lock_types_run_on_the_model() {
     assert_eq!(
         family_acquire(
             &mut h,
-            &fair_mutex::acquire(&fair, "b", "fb", lease, true, None),
+            &fair_mutex::acquire(&fair, "b", "fb", lease, true, None, None),
             "fb",
             T0 + 10
         ),
@@ -310,7 +310,7 @@ fn the_other_lock_types_run_on_the_model() {
     ));
     let tb = family_acquire(
         &mut h,
-        &fair_mutex::acquire(&fair, "b", "fb", lease, true, None),
+        &fair_mutex::acquire(&fair, "b", "fb", lease, true, None, None),
         "fb",
         T0 + 40,
     )

@@ -16,7 +16,7 @@ use crate::protocol::lock_value;
 use crate::protocol::mutex::{self, AdminReply};
 use crate::protocol::scripts::{self, AcquireReply, Admin, Level, Live};
 use crate::shared::Core;
-use crate::shared::config::{MAX_LEASE, MIN_LEASE, validate_max_hold};
+use crate::shared::config::{validate_lease, validate_max_hold};
 use crate::shared::grant::{Adopted, Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
@@ -148,15 +148,7 @@ impl Mutex {
     ///
     /// [`Error::InvalidConfig`] when `lease` is under 30 ms or over 365 days.
     pub fn with_lease(&self, lease: Duration) -> Result<Mutex> {
-        if lease < MIN_LEASE {
-            return Err(Error::config(
-                "lease",
-                format!("must be at least {MIN_LEASE:?}"),
-            ));
-        }
-        if lease > MAX_LEASE {
-            return Err(Error::config("lease", "must be at most 365 days"));
-        }
+        validate_lease(lease)?;
         Ok(Mutex {
             fixed_lease: Some(lease),
             ..self.clone()

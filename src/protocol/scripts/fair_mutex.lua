@@ -28,7 +28,11 @@
 --             acquisition of the caller's live hold (a re-entry; '' none: levels of this owner
 --             under any other acquisition are orphans and are replaced), ARGV[6] for a
 --             re-entry, the lease in ms the key must have left afterwards (only ever moved
---             later; '0' leaves it).
+--             later; '0' leaves it), ARGV[7] a fixed lease in ms for a new acquisition (ARGV[3]
+--             is then the lease of the caller's place in the queue only): a lock this call
+--             takes gets it, and a lock granted to this call earlier (by a release) gets it
+--             from now, exactly (the grant lasted to the caller's heartbeat deadline, which
+--             its place's renewal kept; the caller stopped that renewal before this call).
 --             Returns the token (held: the lock was free and nobody queued)
 --                     {1, token, count, gen}  held under acquisition gen (count 1 and gen = GEN:
 --                                             new, or granted to this waiter earlier;
@@ -66,7 +70,7 @@ if op == 'a' then
   t = redis.call('time')
   if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
     local s, us, token = stamp(KEYS[4], t)
-    redis.call('set', KEYS[1], ARGV[2] .. '|' .. s .. '|' .. us, 'px', ARGV[3])
+    redis.call('set', KEYS[1], ARGV[2] .. '|' .. s .. '|' .. us, 'px', ARGV[7] or ARGV[3])
     return token
   end
 elseif op == 'r' then
@@ -203,6 +207,8 @@ local me = owner .. '/' .. gen
 
 if op == 'a' then
   local now, lease = clock(), tonumber(ARGV[3])
+  -- The lease of a lock this call takes: a fixed one, or the caller's lease.
+  local hold = tonumber(ARGV[7]) or lease
   -- The lock's value (false: missing; nil: a key of another type, foreign).
   local v = string_at(KEYS[1])
   local f = v and parse(v)
@@ -213,7 +219,9 @@ if op == 'a' then
     if f.req == gen then
       -- Granted to this very call (by a release, or an earlier try of it), or a retry of
       -- this re-entry: answer as the first time, and extend as the first time did.
-      if f.gen == gen then
+      if f.gen == gen and ARGV[7] then
+        redis.call('pexpire', KEYS[1], hold)
+      elseif f.gen == gen then
         extend(KEYS[1], lease)
       else
         extend(KEYS[1], ARGV[6])
@@ -229,7 +237,7 @@ if op == 'a' then
     end
     -- Levels of this owner under another acquisition are orphans (a release whose reply was
     -- lost, or an acquisition given up as lost): a new one replaces them, as in acquire.lua.
-    return {1, take(gen, owner, lease, f.flagged), 1, gen}
+    return {1, take(gen, owner, hold, f.flagged), 1, gen}
   end
   if v == false then
     local head = live_head()
@@ -238,7 +246,7 @@ if op == 'a' then
         redis.call('lpop', KEYS[2])
         redis.call('hdel', KEYS[3], me)
       end
-      return {1, take(gen, owner, lease, redis.call('exists', KEYS[2]) == 1), 1, gen}
+      return {1, take(gen, owner, hold, redis.call('exists', KEYS[2]) == 1), 1, gen}
     end
     -- Free, but another live waiter came first: it gets the lock now; never barge past it.
     grant_next(nil, ARGV[4] == '1')

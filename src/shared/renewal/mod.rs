@@ -30,8 +30,8 @@ mod clock_watch;
 pub(crate) mod closing;
 mod wheel;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -133,7 +133,34 @@ pub(crate) struct Inbox {
     released: AtomicUsize,
     /// Holds that a lock call found lost (already marked so), to be reported by the thread.
     lost: Mutex<Vec<Arc<Hold>>>,
+    /// Holds with a fixed lease, which the thread never renews: a shutdown releases them too
+    /// (see [`Unrenewed`]).
+    unrenewed: Mutex<Unrenewed>,
     tx: Sender<Msg>,
+}
+
+/// The holds of a client that no renewal keeps (fixed leases), weakly: what a shutdown
+/// releases besides the renewed ones, whichever thread holds them (a detached hold, a permit
+/// moved to another thread). Holds that ended are dropped from the list as it grows.
+#[derive(Debug, Default)]
+struct Unrenewed {
+    holds: Vec<Weak<Hold>>,
+    /// The length at which the list is next swept.
+    sweep_at: usize,
+}
+
+impl Unrenewed {
+    /// The least length at which the list is swept.
+    const MIN_SWEEP: usize = 64;
+
+    fn push(&mut self, hold: &Arc<Hold>) {
+        if self.holds.len() >= self.sweep_at.max(Self::MIN_SWEEP) {
+            self.holds
+                .retain(|w| w.upgrade().is_some_and(|h| h.is_held()));
+            self.sweep_at = self.holds.len() * 2;
+        }
+        self.holds.push(Arc::downgrade(hold));
+    }
 }
 
 impl Inbox {
@@ -142,9 +169,12 @@ impl Inbox {
         u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Starts renewing `hold` (nothing for a fixed lease).
+    /// Starts renewing `hold`; a fixed lease is only noted, for a shutdown to release.
     pub(crate) fn register(&self, hold: &Arc<Hold>) {
         let Some(at) = hold.next_renewal() else {
+            if hold.renewal.is_none() {
+                self.unrenewed.lock().push(hold);
+            }
             return;
         };
         let due = self.tick(at);
@@ -175,9 +205,11 @@ impl Inbox {
         let _ = self.tx.send(Msg::Stop);
     }
 
-    /// Has the thread end and release every hold it renews, and `closing.holds` besides,
-    /// within `closing.by`, then stop.
-    pub(crate) fn shut_down(&self, closing: Closing) {
+    /// Has the thread end and release every hold it renews, every fixed-lease hold still
+    /// alive, and `closing.holds` besides, within `closing.by`, then stop.
+    pub(crate) fn shut_down(&self, mut closing: Closing) {
+        let fixed = std::mem::take(&mut self.unrenewed.lock().holds);
+        closing.holds.extend(fixed.iter().filter_map(Weak::upgrade));
         let _ = self.tx.send(Msg::Shutdown(closing));
     }
 }
@@ -196,6 +228,7 @@ pub(crate) fn renewer(
         wake_at: AtomicU64::new(u64::MAX),
         released: AtomicUsize::new(0),
         lost: Mutex::new(Vec::new()),
+        unrenewed: Mutex::new(Unrenewed::default()),
         tx,
     });
     let renewer = Renewer {

@@ -227,7 +227,7 @@ mod tests {
                     mutex::acquire(&k, &acquire),
                     mutex::release(&k, &release, false),
                     mutex::renew(&k, "g", lease, None),
-                    crate::protocol::fair_mutex::acquire(&k, "o", "r", lease, true, None),
+                    crate::protocol::fair_mutex::acquire(&k, "o", "r", lease, true, None, None),
                     crate::protocol::fair_mutex::release(&k, holder, scripts::Level::Inner, "r"),
                     crate::protocol::semaphore::release(&k, holder),
                     crate::protocol::rw_lock::read(&k, "o", "r", lease, true, true),
