@@ -30,8 +30,27 @@ pub struct ChildProc {
 impl ChildProc {
     /// Starts `current_exe --child role args...`.
     pub fn spawn(label: &str, role: &str, args: &[String]) -> Result<ChildProc, String> {
+        ChildProc::spawn_via(label, &[], role, args)
+    }
+
+    /// Starts `wrapper... current_exe --child role args...`: `wrapper` is a command that runs
+    /// the next one in its own process (`taskset -c ...`, `chrt --idle 0`), or nothing.
+    pub fn spawn_via(
+        label: &str,
+        wrapper: &[String],
+        role: &str,
+        args: &[String],
+    ) -> Result<ChildProc, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let mut child = Command::new(exe)
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .arg("--child")
             .arg(role)
             .args(args)

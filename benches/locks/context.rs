@@ -33,6 +33,10 @@ pub struct Plan {
     /// Lock+unlock cycles per lock type and round of the `server-cost` workload.
     pub cost_cycles: usize,
     pub cost_rounds: usize,
+    /// The `capacity` workload: each window's length, its child processes and their threads.
+    pub capacity: Duration,
+    pub capacity_procs: usize,
+    pub capacity_threads: usize,
 }
 
 impl Plan {
@@ -55,6 +59,9 @@ impl Plan {
                 redlock_handoff: 80,
                 cost_cycles: 500,
                 cost_rounds: 2,
+                capacity: Duration::from_millis(1500),
+                capacity_procs: 3,
+                capacity_threads: 8,
             }
         } else {
             Plan {
@@ -74,6 +81,9 @@ impl Plan {
                 redlock_handoff: 300,
                 cost_cycles: 1000,
                 cost_rounds: 3,
+                capacity: Duration::from_secs(5),
+                capacity_procs: 4,
+                capacity_threads: 16,
             }
         }
     }

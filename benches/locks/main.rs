@@ -4,7 +4,7 @@
 //! 10); `cargo bench --bench locks -- --quick` runs them all with fewer samples (under a
 //! minute). `--only a,b` runs some (`uncontended`, `handoff`, `handoff-unpinned`, `contended`,
 //! `hot`, `many`, `server-cost`, `idle`, `renewal`, `redlock`, `fair`, `rw`, `semaphore`, `tls`,
-//! `cluster`, `multi`; the floors always run). `--no-pin` leaves CPU placement to the
+//! `cluster`, `multi`, `capacity`; the floors always run). `--no-pin` leaves CPU placement to the
 //! scheduler; the `handoff-unpinned` workload leaves it to the scheduler in any case (a Redis of
 //! its own, the bench and its waiter child unpinned for its length). The `server-cost` workload
 //! also starts a Redis of its own (pinned like the main one), whose statistics it resets.
@@ -30,13 +30,15 @@
 //! instrumented pass adds Redis's own timestamps (MONITOR, same clock) to split a handoff.
 //!
 //! The `cluster` workload starts a Redis Cluster of three masters (then one of a single
-//! master), pinned to the same CPU 1.
+//! master), pinned to the same CPU 1. The `capacity` workload starts a `redis-server` of its
+//! own, then a three-master cluster, both pinned like the main one, and drives them from child
+//! processes of many threads.
 //!
 //! Layout: this file parses the arguments, starts the server, runs the workloads in order,
 //! dispatches a child process's role to its workload (`child_main`, the one place that names
 //! every role) and writes the report. Each workload has a file of its own ([`uncontended`],
 //! [`handoff`], [`contended`], [`hot`], [`many`], [`server_cost`], [`idle`], [`renewal`],
-//! [`redlock`], [`tls`], [`cluster`], [`multi`], and [`family`] for `fair`, `rw` and
+//! [`redlock`], [`tls`], [`cluster`], [`multi`], [`capacity`], and [`family`] for `fair`, `rw` and
 //! `semaphore`) holding both its parent side and, where it uses child processes, the child's
 //! side; no workload imports another. What
 //! two workloads share lives in the support modules below them: [`floors`] (the floors every
@@ -50,6 +52,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod capacity;
 mod child;
 mod cluster;
 mod contended;
@@ -110,6 +113,7 @@ fn child_main(args: &[String]) -> i32 {
         "pubsub-listener" => child_pubsub(rest),
         "contend" => child_contend(rest, &input),
         "idle-wait" => child_idle(rest, &input),
+        "capacity" => capacity::child_capacity(rest, &input),
         other => Err(format!("unknown role {other}")),
     };
     match r {
@@ -182,7 +186,7 @@ fn main() {
         rng: Rng::from_clock(),
     };
     type Workload = fn(&mut Ctx) -> Result<(), String>;
-    let workloads: [(&str, Workload); 16] = [
+    let workloads: [(&str, Workload); 17] = [
         ("fair", |c| family_rows(c, family::fair)),
         ("rw", |c| family_rows(c, family::rw)),
         ("semaphore", |c| family_rows(c, family::semaphore)),
@@ -199,6 +203,7 @@ fn main() {
         ("tls", tls::tls),
         ("cluster", cluster::cluster),
         ("multi", multi::multi),
+        ("capacity", capacity::capacity),
     ];
     for (name, f) in workloads {
         if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {

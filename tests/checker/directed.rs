@@ -118,6 +118,37 @@ fn both_forms_grant_release_and_fence() {
     }
 }
 
+/// A batched renewal extends the leases its acquisitions still hold, past their first lease,
+/// and names the others: a free lock, another owner's, and one whose acquisition only begins
+/// with the one renewed (`r1` against `r12`).
+#[test]
+fn a_batched_renewal_extends_its_own_leases_only() {
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| LockKeys::new("d:", n));
+    for fcall in [false, true] {
+        let mut h = Host::new().unwrap();
+        acquire(&mut h, &a, "o1", "r1", 0, false, fcall, T0).unwrap();
+        acquire(&mut h, &b, "o2", "r2", 0, false, fcall, T0).unwrap();
+        acquire(&mut h, &d, "o1", "r12", 0, false, fcall, T0).unwrap();
+        let renew = |h: &mut Host, now: i64| {
+            let leases: Vec<mutex::Renewing<'_>> = [&a, &b, &c, &d]
+                .into_iter()
+                .map(|keys| mutex::Renewing {
+                    keys,
+                    acquisition: "r1",
+                    lease: Duration::from_millis(1000),
+                    token: 0,
+                })
+                .collect();
+            let r = run(h, &mutex::renew_many(&leases), fcall, now);
+            scripts::parse_renews(&value(&r), leases.len())
+        };
+        let only_a = vec![Some(true), Some(false), Some(false), Some(false)];
+        assert_eq!(renew(&mut h, T0 + 50_000), only_a);
+        // Past the first lease (100 ms): held because the renewal extended it.
+        assert_eq!(renew(&mut h, T0 + 500_000), only_a);
+    }
+}
+
 #[test]
 fn every_script_compiles_and_the_library_loads() {
     // Host::new compiles every script's source and runs the library's text.

@@ -298,6 +298,7 @@ impl Db {
         let a = &args[1..];
         let r = match name {
             b"get" => self.get(a),
+            b"getrange" => self.getrange(a),
             b"set" => self.set(a),
             b"pttl" => self.pttl(a),
             b"pexpire" => self.pexpire(a, false),
@@ -438,6 +439,42 @@ impl Db {
         Ok(self
             .string(&a[0])?
             .map_or(Reply::Nil, |s| Reply::Bulk(s.clone())))
+    }
+
+    /// `GETRANGE key start end`, as Redis 7 answers it: negative offsets count from the end,
+    /// the range is clamped to the value, and a missing key is an empty string.
+    fn getrange(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let [key, start, end] = a else {
+            return Err(Reply::Err(
+                "ERR wrong number of arguments for 'getrange' command".into(),
+            ));
+        };
+        let num = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or_else(|| Reply::Err("ERR value is not an integer or out of range".into()))
+        };
+        let (mut start, mut end) = (num(start)?, num(end)?);
+        let Some(s) = self.string(key)? else {
+            return Ok(Reply::Bulk(Vec::new()));
+        };
+        let len = s.len() as i64;
+        if start < 0 && end < 0 && start > end {
+            return Ok(Reply::Bulk(Vec::new()));
+        }
+        if start < 0 {
+            start += len;
+        }
+        if end < 0 {
+            end += len;
+        }
+        start = start.max(0);
+        end = end.max(0).min(len - 1);
+        if len == 0 || start > end {
+            return Ok(Reply::Bulk(Vec::new()));
+        }
+        Ok(Reply::Bulk(s[start as usize..=end as usize].to_vec()))
     }
 
     fn set(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
@@ -899,6 +936,24 @@ mod tests {
             Reply::Status("OK".into())
         );
         assert_eq!(run(&mut db, &["pttl", "k"]), Reply::Int(50));
+        run(&mut db, &["set", "r", "gen|owner"]);
+        for (start, end, want) in [
+            ("0", "3", "gen|"),
+            ("0", "99", "gen|owner"),
+            ("-5", "-1", "owner"),
+            ("4", "2", ""),
+            ("0", "-1", "gen|owner"),
+        ] {
+            assert_eq!(
+                run(&mut db, &["getrange", "r", start, end]),
+                Reply::Bulk(want.as_bytes().to_vec()),
+                "GETRANGE r {start} {end}"
+            );
+        }
+        assert_eq!(
+            run(&mut db, &["getrange", "none", "0", "3"]),
+            Reply::Bulk(Vec::new())
+        );
         db.now_us += 50_000;
         assert_eq!(run(&mut db, &["get", "k"]), Reply::Nil);
         assert_eq!(run(&mut db, &["pttl", "k"]), Reply::Int(-2));

@@ -15,7 +15,7 @@
 
 /// The most leases one renew call covers.
 ///
-/// A lease's own work in `renew_batch.lua` (its two arguments, one `GET`, one `PEXPIREAT`) is
+/// A lease's own work in `renew_batch.lua` (its two arguments, one `GETRANGE`, one `PEXPIREAT`) is
 /// nearly all of a call's cost once a call covers a few dozen leases, so larger calls gain
 /// little, while other clients' commands wait for as long as one call runs (a few hundred
 /// microseconds for 128 leases; `cargo bench --bench locks -- --only renewal` measures the Redis
