@@ -815,14 +815,22 @@ pub fn run_process(
         if let Some(count) = settings.block {
             builder = builder.local_handoff_max_count(count);
         }
-        let client = builder
+        let builder = builder
             .lease(settings.lease_of(proc))
             .command_timeout(settings.command_timeout)
             .connect_timeout(settings.connect_timeout)
             .retry_timeout(settings.retry_timeout)
-            .on_lease_lost(move |lost| lost_log.lost(&lost.name, lost.fencing_token, mono_ns()))
-            .build()
-            .expect("client");
+            .on_lease_lost(move |lost| lost_log.lost(&lost.name, lost.fencing_token, mono_ns()));
+        // Starting the client is set-up, not what the run checks: with every process starting
+        // at once on a loaded machine, a start-up check can overrun the short timeouts the run
+        // uses, so a start that timed out is tried again (for at most 10 s).
+        let tried_until = Instant::now() + Duration::from_secs(10);
+        let client = loop {
+            match builder.clone().build() {
+                Err(e) if e.is_timeout() && Instant::now() < tried_until => continue,
+                built => break built.expect("client"),
+            }
+        };
         thread::sleep(begin.saturating_duration_since(Instant::now()));
         thread::scope(|s| {
             if settings.elections {
