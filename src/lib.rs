@@ -259,6 +259,13 @@
 //!   lock instead of waiting, and the two tasks run their critical sections together. Take
 //!   locks only in tasks that do not yield to the pool while holding them, or run the locked
 //!   work on threads of your own; a [`Detached`] hold moves a lock between threads, not tasks.
+//! - **Async code.** Every call blocks its thread (within its stated bound), and a guard is
+//!   not `Send`. On an async runtime, run the locked work in one blocking section (with
+//!   tokio: `spawn_blocking(move || mutex.with_lock(|_| work()))`). To hold a lock across
+//!   `.await`s, [`detach`](MutexGuard::detach) the guard in the blocking section that took it
+//!   and keep the [`Detached`] hold (`Send + 'static`) in the task; release it with
+//!   [`Detached::unlock`] in another blocking section (dropping it releases too). Nothing
+//!   re-enters a detached hold, so tasks that share a runtime thread do not share it.
 //!
 //! # Log levels
 //!
