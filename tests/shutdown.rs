@@ -14,18 +14,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{thread_count, with_deadline};
+use common::{assert_threads, thread_count, with_deadline};
 use locksmith::{Client, Error};
-
-/// Asserts that the process settles at `expected` threads within 2 s.
-#[track_caller]
-fn assert_threads(expected: usize, what: &str) {
-    let seen = common::settled_thread_count(expected, Duration::from_secs(2));
-    assert_eq!(
-        seen, expected,
-        "{what}: {seen} threads, expected {expected}"
-    );
-}
 
 #[track_caller]
 fn assert_shut_down<T: std::fmt::Debug>(r: locksmith::Result<T>, what: &str) {

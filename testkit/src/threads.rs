@@ -32,6 +32,17 @@ pub fn settled_thread_count(expected: usize, within: Duration) -> usize {
     seen
 }
 
+/// Asserts that the process settles at `expected` threads within 2 s (`what` names the moment
+/// in the failure).
+#[track_caller]
+pub fn assert_threads(expected: usize, what: &str) {
+    let seen = settled_thread_count(expected, Duration::from_secs(2));
+    assert_eq!(
+        seen, expected,
+        "{what}: {seen} threads, expected {expected}"
+    );
+}
+
 /// `(tid, comm)` of every thread of this process.
 pub fn tasks() -> Vec<(u32, String)> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
