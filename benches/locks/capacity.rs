@@ -35,7 +35,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use locksmith::Client;
-use locksmith_testkit::{RedisCluster, process_cpu_ns};
+use locksmith_testkit::{RedisCluster, key_slot, process_cpu_ns};
 
 use crate::child::{ChildProc, arg, say};
 use crate::context::{Ctx, NAIVE_LEASE, STEP};
@@ -486,7 +486,7 @@ impl Route {
         let i = if self.ranges.is_empty() {
             0
         } else {
-            let slot = crc16(tag.as_bytes()) % 16384;
+            let slot = key_slot(tag);
             self.ranges
                 .iter()
                 .find(|r| r.0 <= slot && slot <= r.1)
@@ -494,22 +494,6 @@ impl Route {
         };
         &mut self.conns[i]
     }
-}
-
-/// CRC16-XMODEM, Redis Cluster's key hash.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
 }
 
 /// One thread's lock side.

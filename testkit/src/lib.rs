@@ -58,7 +58,7 @@ pub use clock::{mono_ns, ms_between, realtime_ns};
 pub use cluster::RedisCluster;
 pub use lock_value::{LockState, LockValue, lock_state_at, lock_value, lock_value_at};
 pub use names::{
-    PREFIX, encode_name, fence_key, lock_key, release_channel, unique_name, unique_suffix,
+    PREFIX, encode_name, fence_key, key_slot, lock_key, release_channel, unique_name, unique_suffix,
 };
 pub use program::{CLI_VAR, SERVER_VAR, cli_program, server_program};
 pub use rng::Rng;
