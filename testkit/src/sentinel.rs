@@ -407,12 +407,21 @@ impl SentinelSet {
             .live_sentinels()
             .next()
             .expect("every sentinel is frozen");
-        let _: () = self
-            .query_sentinel(
+        // A sentinel answers NOGOODSLAVE until it has seen a replica fit to promote (its
+        // INFO about the replica refreshes every second): asked again until `timeout`.
+        let until = Instant::now() + timeout;
+        loop {
+            let asked: redis::RedisResult<()> = self.query_sentinel(
                 asked,
                 redis::cmd("SENTINEL").arg("FAILOVER").arg(&self.name),
-            )
-            .unwrap();
+            );
+            match asked {
+                Err(e) if e.code() == Some("NOGOODSLAVE") && Instant::now() < until => {
+                    thread::sleep(Duration::from_millis(100));
+                }
+                asked => break asked.unwrap(),
+            }
+        }
         self.wait_new_master(old, timeout)
     }
 
