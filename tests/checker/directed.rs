@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::host::Host;
-use super::store::Reply;
+use super::store::{Entry, Reply, Val};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex::{self, Acquire, Publish, Release};
 use crate::protocol::scripts::{self, AcquireReply, Admin, Call, Holder, Level, ReleaseReply};
@@ -248,6 +248,49 @@ fn a_lost_mark_does_not_take_tokens_below_a_remembered_block() {
         "a grant after the mark was lost took {t2}, {} below the hand-off token {handed} (the memory held {last})",
         handed - t2
     );
+}
+
+/// A quiet slot (grants more than `RESERVE` apart): each grant writes the mark as its last
+/// token's digits, which the function library's next grant takes as its own without parsing
+/// them; higher digits another writer put there are read, and a clock that stepped back twice
+/// still gives rising tokens.
+#[test]
+fn a_quiet_slot_s_mark_holds_the_last_token_s_digits() {
+    let k = LockKeys::new("d:", "q");
+    let mark = |h: &Host| match h.shared.borrow().db.map.get(k.fence.as_bytes()) {
+        Some(Entry {
+            val: Val::Str(s), ..
+        }) => String::from_utf8(s.clone()).unwrap(),
+        other => panic!("the mark is {other:?}"),
+    };
+    for fcall in [false, true] {
+        let mut h = Host::new().unwrap();
+        let grant = |h: &mut Host, req: &str, now: i64| {
+            let got = acquire(h, &k, "o", req, 16, false, fcall, now).unwrap();
+            release(h, &k, req, None, fcall, now + 10);
+            got
+        };
+        let (t1, last1) = grant(&mut h, "q1", T0);
+        assert_eq!((t1, mark(&h)), (T0 as u64, last1.to_string()));
+        let (t2, last2) = grant(&mut h, "q2", T0 + 10_000);
+        assert_eq!((t2, mark(&h)), ((T0 + 10_000) as u64, last2.to_string()));
+        // Another writer's higher digits: the next token is above them.
+        let high = T0 as u64 + 5_000_000;
+        h.shared.borrow_mut().db.map.insert(
+            k.fence.as_bytes().to_vec(),
+            Entry {
+                val: Val::Str(high.to_string().into_bytes()),
+                expire_ms: None,
+            },
+        );
+        let (t3, _) = grant(&mut h, "q3", T0 + 20_000);
+        assert_eq!((t3, mark(&h)), (high + 1, (high + 1).to_string()));
+        // The clock a second back, twice: the mark's digits + 1 each time.
+        let (t4, _) = grant(&mut h, "q4", T0 - 1_000_000);
+        assert_eq!((t4, mark(&h)), (t3 + 1, (t3 + 1).to_string()));
+        let (t5, _) = grant(&mut h, "q5", T0 - 900_000);
+        assert_eq!((t5, mark(&h)), (t4 + 1, (t4 + 1).to_string()));
+    }
 }
 
 /// A hand-off run across an empty restart (the model test's `hot_name_with_local_handoff`

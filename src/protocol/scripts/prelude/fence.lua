@@ -55,18 +55,21 @@ end
 -- The memory. Run as a function (FCALL), the Mutex acquire has MARKS, kept from call to call
 -- in the library's Lua state (nil in a script sent with EVALSHA, whose state keeps nothing).
 -- MARKS.at[mark] = c, for every slot it granted on (up to MAX_MARKS): c.last, the last token
--- this library issued on the slot; on a busy slot (the last grant within RESERVE) c.seen, the
--- reservation it wrote there, and c.upto, its reach (else c.upto = c.last, so no grant passes
--- the no-write check). NONCE names the Lua state (its clock at its first write), so no other writer writes
--- c.seen. Proof of the no-write grant below: the mark still equals c.seen, so nobody wrote it
--- since this library did (every other writer writes another string: `take_token` a number or
--- its own reservation, `raise_mark` a number over any reservation; a lost mark reads nil);
--- so every token issued on the slot since was issued here, and the highest is c.last; the
--- token is above it and its block within c.upto, which the mark reaches: the invariant holds
--- without a write. Every other grant writes the mark, and takes its token above both the
--- reach it read and c.last: so a lost mark (reads nil) still gives a token above every one
--- this library issued. MAX_MARKS bounds the memory; a slot forgotten costs writes, and a lost
--- mark there is then covered no better than without the memory.
+-- this library issued on the slot; c.seen, what it last wrote there: on a busy slot (the last
+-- grant within RESERVE) a reservation, and c.upto its reach; else c.last's digits, and c.upto =
+-- c.last, so that no grant passes the no-write check. A mark that still reads c.seen's digits
+-- reaches c.last, whoever wrote them, so the next grant takes c.last without parsing them.
+-- NONCE names the Lua state (its clock at its first write), so no other writer writes a
+-- reservation c.seen. Proof of the no-write grant below: the mark still equals c.seen, a
+-- reservation, so nobody wrote it since this library did (every other writer writes another
+-- string: `take_token` a number or its own reservation, `raise_mark` a number over any
+-- reservation; a lost mark reads nil); so every token issued on the slot since was issued
+-- here, and the highest is c.last; the token is above it and its block within c.upto, which
+-- the mark reaches: the invariant holds without a write. Every other grant writes the mark,
+-- and takes its token above both the reach it read and c.last: so a lost mark (reads nil)
+-- still gives a token above every one this library issued. MAX_MARKS bounds the memory; a
+-- slot forgotten costs writes, and a lost mark there is then covered no better than without
+-- the memory.
 local function take_token(mark, t, block)
   local token = t[1] * 1000000 + t[2]
   local last = token + block
@@ -77,32 +80,42 @@ local function take_token(mark, t, block)
   end
   -- One write: SET ... GET raises the mark and returns the old one, which is below the token
   -- unless the clock went back (or another grant's block or reservation reaches past it).
-  local new = last
+  -- Digits made with '%d' (a number argument Redis formats with '%.17g', which costs more).
+  local new
   local busy = c and token - c.last < RESERVE
   if busy then
     MARKS.nonce = MARKS.nonce or (t[1] .. t[2])
     new = t[1] .. '|' .. t[2] .. '|' .. (last + RESERVE - token) .. '|' .. MARKS.nonce
+  else
+    new = string.format('%d', last)
   end
   local m = redis.pcall('set', mark, new, 'get')
   if type(m) == 'table' then
     return nil, m
   end
-  -- The highest token issued: the mark's reach, or, when the mark is still this library's
-  -- reservation, c.last (nothing else issued since); never below c.last (a lost mark).
-  local high = reach(m)
-  if c and (m == c.seen or high < c.last) then
+  -- The highest token issued: c.last when the mark is still what this library wrote (a
+  -- reservation: nothing else issued since; digits: they are c.last), else the mark's reach,
+  -- never below c.last (a lost mark).
+  local high
+  if c and m == c.seen then
     high = c.last
+  else
+    high = reach(m)
+    if c and high < c.last then
+      high = c.last
+    end
   end
   local above = high >= token
   if above then
     -- The clock is not above it: the highest + 1, no block.
     token, block, last, busy = high + 1, 0, high + 1, false
-    redis.call('set', mark, string.format('%.0f', token))
+    new = string.format('%d', token)
+    redis.call('set', mark, new)
   end
   if busy then
     c.seen, c.last, c.upto = new, last, last + RESERVE
   elseif c then
-    c.seen, c.last, c.upto = nil, last, last
+    c.seen, c.last, c.upto = new, last, last
   elseif MARKS then
     -- A slot new to the memory: its last token, so that a lost mark still gives a token above
     -- it; it becomes busy when the next grant comes within RESERVE.
@@ -110,7 +123,7 @@ local function take_token(mark, t, block)
       MARKS.at, MARKS.n = {}, 0
     end
     MARKS.n = MARKS.n + 1
-    MARKS.at[mark] = {last = last, upto = last}
+    MARKS.at[mark] = {last = last, upto = last, seen = new}
   end
   return token, block, above
 end
