@@ -62,11 +62,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 use crate::error::{Error, RedisFailure, Result};
-use crate::transport::conn::{self, Deadline, Resolve, Timeouts, keepalive};
+use crate::transport::conn::{self, Deadline, Resolve, Timeouts};
 use crate::transport::fault::Fault;
 use crate::transport::link;
 use crate::transport::tls::Tls;
@@ -139,13 +138,7 @@ impl Sentinel {
         let master_tls = tls_mode(urls, &infos)?;
         let sentinels = infos
             .into_iter()
-            .map(|info| {
-                let settings = info.redis_settings().clone().set_skip_set_lib_name();
-                let info = info
-                    .set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-                    .set_redis_settings(settings);
-                Ok((conn::server_name(&info), link::client_for(info, tls)?))
-            })
+            .map(|info| Ok((conn::server_name(&info), link::client_for(info, tls)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Sentinel {
             sentinels,
@@ -172,8 +165,7 @@ impl Sentinel {
         let (_, client) = &self.sentinels[i];
         let mut con = link::open(client, by.cap(self.timeouts.connect)?)?;
         let t = by.cap(self.timeouts.command)?;
-        con.set_read_timeout(Some(t))?;
-        con.set_write_timeout(Some(t))?;
+        con.stream.set_timeouts(Some(t))?;
         let reply = con.query(
             redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")

@@ -8,13 +8,11 @@
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::io::tcp::TcpSettings;
-use redis::io::tcp::socket2::TcpKeepalive;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::error::{Error, RedisFailure, Result};
 use crate::transport::fault::Fault;
-use crate::transport::link::{Link, Opener, auth, client_for, open};
+use crate::transport::link::{self, Link, Opener, client_for, open};
 use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
@@ -84,7 +82,7 @@ pub(crate) fn check_info(info: ConnectionInfo) -> Result<ConnectionInfo> {
             }
         }
         ConnectionAddr::Unix(..) => {}
-        _ => return Err(bad("this address type is not supported".into())),
+        _ => return Err(link::unsupported()),
     }
     let db = info.redis_settings().db();
     if db < 0 {
@@ -174,23 +172,6 @@ pub(crate) struct Timeouts {
 
 /// The longest timeout handed to the operating system; longer ones mean "practically never".
 pub(crate) const MAX_SOCKET_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// TCP keepalive on every connection: an idle connection that a NAT or load balancer dropped
-/// silently is found out (and the mapping kept alive while it is not), after about
-/// `TIME + RETRIES * INTERVAL` without an answer.
-const KEEPALIVE_TIME: Duration = Duration::from_secs(15);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-const KEEPALIVE_RETRIES: u32 = 3;
-
-/// The keepalive settings of every connection.
-pub(crate) fn keepalive() -> TcpKeepalive {
-    let k = TcpKeepalive::new()
-        .with_time(KEEPALIVE_TIME)
-        .with_interval(KEEPALIVE_INTERVAL);
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
-    let k = k.with_retries(KEEPALIVE_RETRIES);
-    k
-}
 
 /// The instant by which a call must be done; every blocking step of the call takes the
 /// smaller of its own timeout and what is left, so that the bounds of the steps compose into
@@ -311,7 +292,7 @@ impl Conn {
     pub(crate) fn set_read_timeout(&mut self, t: Duration) -> Result<(), Fault> {
         let t = coarse(t);
         if self.read != t {
-            self.con.set_read_timeout(Some(t))?;
+            self.con.stream.set_read_timeout(Some(t))?;
             self.read = t;
         }
         Ok(())
@@ -321,7 +302,7 @@ impl Conn {
     fn set_write_timeout(&mut self, t: Duration) -> Result<(), Fault> {
         let t = coarse(t);
         if self.write != t {
-            self.con.set_write_timeout(Some(t))?;
+            self.con.stream.set_write_timeout(Some(t))?;
             self.write = t;
         }
         Ok(())
@@ -389,15 +370,9 @@ pub(crate) struct Pool {
     /// The server's address with its credentials, as given (for a cluster node's pub/sub
     /// connection).
     info: ConnectionInfo,
-    /// Opens the TCP (or TLS, or Unix) connection only: the handshake is done here, under a
-    /// deadline.
+    /// Opens the TCP (or TLS, or Unix) connection and runs its `AUTH` / `SELECT` (see
+    /// [`open`]).
     client: Opener,
-    /// The handshake, `AUTH` and `SELECT` pipelined; none without a password and database.
-    /// (Nothing else: a new connection to a stalled server then waits for the command's reply
-    /// within the command timeout, not for a handshake within the connect timeout.)
-    handshake: Option<Vec<u8>>,
-    /// How many replies the handshake gets.
-    handshake_replies: usize,
     timeouts: Timeouts,
     idle: Mutex<Vec<Conn>>,
     /// Where the master is now, for a topology whose master moves (the `client` above is
@@ -422,33 +397,9 @@ impl Pool {
         timeouts: Timeouts,
         tls: Option<&std::sync::Arc<Tls>>,
     ) -> Result<Self> {
-        let settings = info.redis_settings();
-        // The `redis` crate would run the handshake itself, reading each reply with the whole
-        // remaining connect timeout (so a stalled server costs a connect timeout per command):
-        // it gets the address only, and the handshake is ours.
-        let mut handshake = Vec::new();
-        let mut handshake_replies = 0;
-        if let Some(auth) = auth(settings) {
-            auth.write_packed_command(&mut handshake);
-            handshake_replies += 1;
-        }
-        if settings.db() != 0 {
-            redis::cmd("SELECT")
-                .arg(settings.db())
-                .write_packed_command(&mut handshake);
-            handshake_replies += 1;
-        }
-        let address = bare(
-            info.addr()
-                .clone()
-                .into_connection_info()
-                .map_err(Error::from_redis)?,
-        );
         Ok(Pool {
+            client: client_for(info.clone(), tls.map(|t| &**t))?,
             info,
-            client: client_for(address, tls.map(|t| &**t))?,
-            handshake: (!handshake.is_empty()).then_some(handshake),
-            handshake_replies,
             timeouts,
             idle: Mutex::new(Vec::new()),
             resolver: None,
@@ -475,24 +426,25 @@ impl Pool {
         }
     }
 
-    /// Opens a new connection: connect and handshake within the connect timeout, all within
-    /// `by`.
+    /// Opens a new connection: connect, `AUTH` and `SELECT` within the connect timeout (and
+    /// `ROLE` with a resolver), all within `by`.
     pub(crate) fn connect(&self, by: Deadline) -> Result<Conn, Fault> {
         let by = by.min(Deadline::after(self.timeouts.connect));
         let generation = self.resolver.as_ref().map_or(0, |r| r.generation());
         let moved = match &self.resolver {
-            // The address only (with its TLS mode): the handshake is ours, as above.
-            Some(r) => Some(client_for(
-                bare(r.resolve(by, false)?),
-                self.tls.as_deref(),
-            )?),
+            // With this pool's credentials and database.
+            Some(r) => {
+                let info = r.resolve(by, false)?;
+                let info = info.set_redis_settings(self.info.redis_settings().clone());
+                Some(client_for(info, self.tls.as_deref())?)
+            }
             None => None,
         };
         let client = moved.as_ref().unwrap_or(&self.client);
         let server = server_name(client.info());
         let connect = by.cap(self.timeouts.connect).map_err(|e| e.at(&server))?;
         let con = open(client, connect).map_err(|e| e.at(&server))?;
-        // `redis` leaves the socket without timeouts; `Conn` records that as zero.
+        // The opening leaves the socket without timeouts; `Conn` records that as zero.
         let mut con = Conn {
             generation,
             server,
@@ -500,15 +452,6 @@ impl Pool {
             read: Duration::ZERO,
             write: Duration::ZERO,
         };
-        if let Some(handshake) = &self.handshake {
-            con.send(handshake, self.timeouts.connect, by)?;
-            for _ in 0..self.handshake_replies {
-                if let Value::ServerError(e) = con.recv(self.timeouts.connect, by)? {
-                    // AUTH or SELECT refused: the connection is of no use.
-                    return Err(Fault::Redis(e.into()));
-                }
-            }
-        }
         if let Some(r) = &self.resolver {
             let role = redis::cmd("ROLE").get_packed_command();
             con.send(&role, self.timeouts.connect, by)?;
@@ -545,13 +488,6 @@ impl Pool {
     pub(crate) fn clear(&self) {
         self.idle.lock().clear();
     }
-}
-
-/// `info` as the `redis` crate gets it: the address (with its TLS mode) and keepalive only,
-/// since the handshake is ours (see [`Pool::new`]).
-fn bare(info: ConnectionInfo) -> ConnectionInfo {
-    info.set_tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-        .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name())
 }
 
 /// Checks a `ROLE` reply: a server that is not a master is refused like a failed connection

@@ -20,11 +20,7 @@ use crate::error::{Error, Result};
 /// What a lookup that did not finish in time says.
 pub(crate) const LOOKUP_TIMED_OUT: &str = "the DNS lookup of the host name";
 
-/// Whether `host` is an IP address (`[::1]` too), which needs no lookup.
-pub(crate) fn is_address(host: &str) -> bool {
-    address(host).is_some()
-}
-
+/// `host` as an IP address (`[::1]` too), which needs no lookup.
 fn address(host: &str) -> Option<IpAddr> {
     let bare = host
         .strip_prefix('[')
@@ -84,10 +80,10 @@ mod tests {
 
     #[test]
     fn addresses_need_no_lookup() {
-        assert!(is_address("127.0.0.1"));
-        assert!(is_address("[::1]"));
-        assert!(is_address("::1"));
-        assert!(!is_address("localhost"));
+        assert!(address("127.0.0.1").is_some());
+        assert!(address("[::1]").is_some());
+        assert!(address("::1").is_some());
+        assert!(address("localhost").is_none());
         let a = lookup("127.0.0.1", 6380, Some(Duration::ZERO)).unwrap();
         assert_eq!(a, vec!["127.0.0.1:6380".parse().unwrap()]);
     }

@@ -210,6 +210,13 @@ impl From<redis::RedisError> for Fault {
     }
 }
 
+impl From<io::Error> for Fault {
+    /// A socket's failure, as the `redis` crate would report it.
+    fn from(e: io::Error) -> Self {
+        Fault::from(redis::RedisError::from(e))
+    }
+}
+
 impl From<Error> for Fault {
     /// A public error met inside these layers (a configuration or TLS setup error).
     fn from(e: Error) -> Self {

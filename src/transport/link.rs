@@ -1,61 +1,154 @@
-//! The socket of a command connection, and how one is opened: the `redis` crate's connection
-//! (TCP, Unix), or a TLS connection of this crate's. `rediss://` is ours because the `redis`
-//! crate's TLS builds its rustls configurations from rustls's process-wide default provider
-//! (and installs one), which a library must leave to the program (see `tls/mod.rs`); its
-//! replies are still read by the `redis` crate's parser.
+//! The socket of a connection, and how a command connection is opened: a TCP, TLS or Unix
+//! [`Stream`] of this crate's, its replies read by the `redis` crate's parser. `rediss://` is
+//! ours because the `redis` crate's TLS builds its rustls configurations from rustls's
+//! process-wide default provider (and installs one), which a library must leave to the
+//! program (see `tls/mod.rs`); TCP and Unix go the same way, so that every address is opened
+//! by one path, its host name looked up within the connect timeout (see [`dns`]).
 
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use redis::io::tcp::socket2::SockRef;
-use redis::{
-    ConnectionAddr, ConnectionInfo, ConnectionLike, RedisConnectionInfo, RedisResult, Value,
-};
+use redis::io::tcp::socket2::{SockRef, TcpKeepalive};
+use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, RedisError, RedisResult, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, io_error};
 use crate::transport::dns;
 use crate::transport::fault::Fault;
-use crate::transport::tls::{self, Tls, TlsConn};
+use crate::transport::tls::{self, Tls, TlsStream};
 
-/// The socket of a command connection: the `redis` crate's connection (TCP or Unix), or a
-/// TLS connection of this crate's (`rediss://`: the `redis` crate's TLS would use, and
-/// install, rustls's process-wide default provider; see `tls/mod.rs`).
-pub(crate) enum Link {
-    Redis(redis::Connection),
-    Tls(Box<TlsConn>),
+/// TCP keepalive on every connection: an idle connection that a NAT or load balancer dropped
+/// silently is found out (and the mapping kept alive while it is not), after about
+/// `TIME + RETRIES * INTERVAL` without an answer.
+const KEEPALIVE_TIME: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// The keepalive settings of every connection.
+pub(crate) fn keepalive() -> TcpKeepalive {
+    let k = TcpKeepalive::new()
+        .with_time(KEEPALIVE_TIME)
+        .with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+    let k = k.with_retries(KEEPALIVE_RETRIES);
+    k
+}
+
+/// A TCP, TLS or Unix socket.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Tls(TlsStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// The socket, for its options and shutdown (the same whatever runs over it).
+    fn socket(&self) -> SockRef<'_> {
+        match self {
+            Stream::Tcp(s) => SockRef::from(s),
+            Stream::Tls(s) => SockRef::from(s.tcp()),
+            Stream::Unix(s) => SockRef::from(s),
+        }
+    }
+
+    pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket().set_read_timeout(t)?;
+        self.socket().set_write_timeout(t)
+    }
+
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.socket().set_nonblocking(on)
+    }
+
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket().set_read_timeout(t)
+    }
+
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket().set_write_timeout(t)
+    }
+
+    pub(crate) fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    pub(crate) fn shutdown(&self) {
+        let _ = self.socket().shutdown(Shutdown::Both);
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket().as_raw_fd()
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// The socket of a command connection, and the parser of its replies (a TLS connection runs
+/// its handshake within its first write or read, bounded by the socket's timeouts).
+pub(crate) struct Link {
+    pub(crate) stream: Stream,
+    parser: redis::Parser,
+    open: bool,
 }
 
 impl Link {
-    /// Sets the socket's read timeout.
-    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> RedisResult<()> {
-        match self {
-            Link::Redis(c) => c.set_read_timeout(t),
-            Link::Tls(c) => Ok(c.tcp().set_read_timeout(t)?),
-        }
-    }
-
-    /// Sets the socket's write timeout.
-    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> RedisResult<()> {
-        match self {
-            Link::Redis(c) => c.set_write_timeout(t),
-            Link::Tls(c) => Ok(c.tcp().set_write_timeout(t)?),
-        }
-    }
-
-    /// Writes a packed command (or several).
+    /// Writes a packed command (or several). A failure that leaves the connection unusable
+    /// closes it.
     pub(crate) fn send_packed_command(&mut self, packed: &[u8]) -> RedisResult<()> {
-        match self {
-            Link::Redis(c) => c.send_packed_command(packed),
-            Link::Tls(c) => c.send(packed),
+        let sent = (self.stream.write_all(packed))
+            .and_then(|()| self.stream.flush())
+            .map_err(RedisError::from);
+        if let Err(e) = &sent
+            && e.is_unrecoverable_error()
+        {
+            self.open = false;
         }
+        sent
     }
 
-    /// Reads one reply.
+    /// Reads one reply. An I/O error closes the connection (a reply may be half read).
     pub(crate) fn recv_response(&mut self) -> RedisResult<Value> {
-        match self {
-            Link::Redis(c) => c.recv_response(),
-            Link::Tls(c) => c.recv(),
+        let reply = self.parser.parse_value(&mut self.stream);
+        if let Err(e) = &reply
+            && io_error(e).is_some()
+        {
+            self.open = false;
         }
+        reply
     }
 
     /// Sends `cmd` and reads its reply; an error reply is an `Err`.
@@ -64,156 +157,103 @@ impl Link {
         self.recv_response()?.extract_error()
     }
 
-    /// False once the connection read an end of stream or a protocol error.
+    /// False once a read or write failed for good.
     pub(crate) fn is_open(&self) -> bool {
-        match self {
-            Link::Redis(c) => c.is_open(),
-            Link::Tls(c) => c.is_open(),
-        }
+        self.open
     }
 }
 
-/// How connections to one address are opened: the `redis` crate's client (TCP, Unix), or a
-/// TLS configuration of this crate's (`rediss://`).
+/// How connections to one address are opened: the address, the `AUTH` / `SELECT` of its
+/// settings, and for `rediss://` the TLS configuration.
 #[derive(Clone)]
-pub(crate) enum Opener {
-    Redis(redis::Client),
-    Tls {
-        info: ConnectionInfo,
-        config: tls::Config,
-    },
+pub(crate) struct Opener {
+    info: ConnectionInfo,
+    /// The TLS configuration of a `rediss://` address.
+    pub(crate) tls: Option<tls::Config>,
 }
 
 impl Opener {
     /// The address (and the settings of the handshake the opening runs, if any).
     pub(crate) fn info(&self) -> &ConnectionInfo {
-        match self {
-            Opener::Redis(client) => client.get_connection_info(),
-            Opener::Tls { info, .. } => info,
-        }
-    }
-
-    /// Opens the connection on this thread within `connect` (the host name looked up without
-    /// a bound), and runs the handshake of its settings.
-    fn connect(&self, connect: Duration) -> Result<Link, Fault> {
-        match self {
-            Opener::Redis(client) => Ok(Link::Redis(client.get_connection_with_timeout(connect)?)),
-            Opener::Tls { info, config } => connect_tls(info, config, connect),
-        }
+        &self.info
     }
 }
 
-/// Opens `client`'s TCP (or TLS, or Unix) connection within `connect`. The `redis` crate looks
-/// a host name up itself, with no bound (and so does a TLS connection, as it does): a
-/// connection to a host name is opened on a short-lived thread waited for at most `connect`
-/// (see [`dns`]), so that the lookup keeps the call's bound. An IP address or a Unix socket
-/// is opened on the caller's thread.
+/// How connections to an address are opened: TLS with `tls`'s configuration for the address's
+/// `#insecure` flag, else plain.
+pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<Opener> {
+    let tls = match info.addr() {
+        ConnectionAddr::TcpTls { insecure, .. } => {
+            let config = tls.and_then(|tls| tls.config(*insecure));
+            let none = || tls::bad("no TLS configuration for a rediss:// address");
+            Some(config.ok_or_else(none)?)
+        }
+        _ => None,
+    };
+    Ok(Opener { info, tls })
+}
+
+/// Opens `client`'s connection within `connect`: a host name looked up within it (see
+/// [`dns`]), the host's addresses tried in turn within what is left, with keepalive; then
+/// the `AUTH` / `SELECT` of its settings, if any, pipelined within what is left (which runs
+/// the TLS handshake; without them, the first command does). Nothing else: a new
+/// connection to a stalled server then waits for the command's reply within the command
+/// timeout, not for a handshake within the connect timeout.
 pub(crate) fn open(client: &Opener, connect: Duration) -> Result<Link, Fault> {
-    let name = match client.info().addr() {
-        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => {
-            !dns::is_address(host)
-        }
-        _ => false,
+    let until = Instant::now().checked_add(connect);
+    let left = || {
+        let left = until.map_or(connect, |t| t.saturating_duration_since(Instant::now()));
+        let timed_out = io::Error::new(io::ErrorKind::TimedOut, "Connection timed out");
+        (!left.is_zero()).then_some(left).ok_or(timed_out)
     };
-    if !name {
-        return client.connect(connect);
-    }
-    let client = client.clone();
-    dns::within(Some(connect), dns::LOOKUP_TIMED_OUT, move || {
-        client.connect(connect)
-    })?
-}
-
-/// Opens a TLS connection to `info` within `connect`, as the `redis` crate opens its own: the
-/// host's addresses tried in turn (each within `connect`), the socket set as `info`'s TCP
-/// settings say, and the `AUTH` / `SELECT` of `info`'s settings, if any, within what is left
-/// (which runs the TLS handshake; without them, the first command does).
-fn connect_tls(
-    info: &ConnectionInfo,
-    config: &tls::Config,
-    connect: Duration,
-) -> Result<Link, Fault> {
-    let start = Instant::now();
-    let ConnectionAddr::TcpTls { host, port, .. } = info.addr() else {
-        return Err(Fault::Other(tls::bad("not a rediss:// address")));
-    };
-    let mut tcp = None;
-    let mut last = None;
-    for addr in (host.as_str(), *port)
-        .to_socket_addrs()
-        .map_err(redis::RedisError::from)?
-    {
-        match TcpStream::connect_timeout(&addr, connect) {
-            Ok(s) => {
-                tcp = Some(s);
-                break;
+    let stream = match client.info.addr() {
+        ConnectionAddr::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            let mut tcp = Err(io::ErrorKind::NotFound.into());
+            for addr in dns::lookup(host, *port, Some(connect))? {
+                tcp = left().and_then(|left| TcpStream::connect_timeout(&addr, left));
+                if tcp.is_ok() {
+                    break;
+                }
             }
-            Err(e) => last = Some(e),
+            let tcp = tcp?;
+            SockRef::from(&tcp).set_tcp_keepalive(&keepalive())?;
+            match &client.tls {
+                Some(config) => {
+                    Stream::Tls(TlsStream::over(tcp, tls::session(host, config.clone())?))
+                }
+                None => Stream::Tcp(tcp),
+            }
         }
-    }
-    let tcp = match (tcp, last) {
-        (Some(tcp), _) => tcp,
-        (None, Some(e)) => return Err(redis::RedisError::from(e).into()),
-        (None, None) => {
-            return Err(Fault::Other(Error::InvalidUrl {
-                reason: format!("the host `{host}` resolves to no address"),
-            }));
-        }
+        _ => return Err(unsupported().into()),
     };
-    let settings = info.tcp_settings();
-    tcp.set_nodelay(settings.nodelay())
-        .map_err(redis::RedisError::from)?;
-    if let Some(keepalive) = settings.keepalive() {
-        SockRef::from(&tcp)
-            .set_tcp_keepalive(keepalive)
-            .map_err(redis::RedisError::from)?;
-    }
-    let mut link = Link::Tls(Box::new(TlsConn::new(tcp, host, config.clone())?));
-    let redis = info.redis_settings();
-    let mut setup = Vec::new();
-    if let Some(auth) = auth(redis) {
-        setup.push(auth);
-    }
-    if redis.db() != 0 {
-        let mut select = redis::cmd("SELECT");
-        select.arg(redis.db());
-        setup.push(select);
-    }
+    let mut link = Link {
+        stream,
+        parser: redis::Parser::new(),
+        open: true,
+    };
+    let settings = client.info.redis_settings();
+    let select = (settings.db() != 0).then(|| redis::cmd("SELECT").arg(settings.db()).clone());
+    let setup: Vec<_> = auth(settings).into_iter().chain(select).collect();
     if !setup.is_empty() {
-        let left = connect
-            .checked_sub(start.elapsed())
-            .filter(|left| !left.is_zero())
-            .ok_or_else(|| {
-                let timed_out =
-                    std::io::Error::new(std::io::ErrorKind::TimedOut, "Connection timed out");
-                redis::RedisError::from(timed_out)
-            })?;
-        link.set_read_timeout(Some(left))?;
-        link.set_write_timeout(Some(left))?;
-        for cmd in &setup {
-            link.query(cmd)?;
+        link.stream.set_timeouts(Some(left()?))?;
+        let mut packed = Vec::new();
+        setup
+            .iter()
+            .for_each(|c| c.write_packed_command(&mut packed));
+        link.send_packed_command(&packed)?;
+        for _ in &setup {
+            link.recv_response()?.extract_error()?;
         }
-        link.set_read_timeout(None)?;
-        link.set_write_timeout(None)?;
+        link.stream.set_timeouts(None)?;
     }
     Ok(link)
 }
 
-/// How connections to an address are opened: TLS with `tls`'s configuration for the address's
-/// `#insecure` flag, else the `redis` crate's client.
-pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<Opener> {
-    match info.addr() {
-        ConnectionAddr::TcpTls { insecure, .. } => {
-            let config = tls.and_then(|tls| tls.config(*insecure));
-            let none = || tls::bad("no TLS configuration for a rediss:// address");
-            Ok(Opener::Tls {
-                config: config.ok_or_else(none)?,
-                info,
-            })
-        }
-        _ => Ok(Opener::Redis(
-            redis::Client::open(info).map_err(Error::from_redis)?,
-        )),
+/// The error of an address that is neither TCP, TLS nor Unix.
+pub(crate) fn unsupported() -> Error {
+    Error::InvalidUrl {
+        reason: "this address type is not supported".into(),
     }
 }
 

@@ -1,21 +1,18 @@
-//! The pub/sub socket: one TCP, TLS or Unix socket per pub/sub connection, read by one
+//! The pub/sub socket: one TCP, TLS or Unix [`Stream`] per pub/sub connection, read by one
 //! thread while other threads write on a clone of it (see `subscriber.rs`, "The transport,
 //! and why it is this one"), the handshake's errors, and a TLS probe. Every connection is
 //! opened by the steps of [`opening`]: without blocking on the pub/sub thread, driven to
 //! its end for the first one (at `build()`) and for the probe.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
+use std::io;
 use std::time::Duration;
 
 use redis::ConnectionInfo;
-use redis::io::tcp::socket2::SockRef;
 
 use crate::error::{Error, Result};
 use crate::transport::conn::{Timeouts, reply_error, server_name};
-use crate::transport::tls::{Tls, TlsStream};
+pub(crate) use crate::transport::link::Stream;
+use crate::transport::tls::Tls;
 
 pub(crate) mod opening;
 
@@ -23,83 +20,6 @@ use opening::Opening;
 
 /// How long the connection may stay silent before the thread sends a `PING`.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
-
-/// A TCP, TLS or Unix socket.
-#[derive(Debug)]
-pub(crate) enum Stream {
-    Tcp(TcpStream),
-    Tls(TlsStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    /// The socket, for its options and shutdown (the same whatever runs over it).
-    fn socket(&self) -> SockRef<'_> {
-        match self {
-            Stream::Tcp(s) => SockRef::from(s),
-            Stream::Tls(s) => SockRef::from(s.tcp()),
-            Stream::Unix(s) => SockRef::from(s),
-        }
-    }
-
-    pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
-        self.socket().set_read_timeout(t)?;
-        self.socket().set_write_timeout(t)
-    }
-
-    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.socket().set_nonblocking(on)
-    }
-
-    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.socket().set_write_timeout(t)
-    }
-
-    pub(crate) fn try_clone(&self) -> io::Result<Stream> {
-        Ok(match self {
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-        })
-    }
-
-    pub(crate) fn shutdown(&self) {
-        let _ = self.socket().shutdown(Shutdown::Both);
-    }
-}
-
-impl AsRawFd for Stream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.socket().as_raw_fd()
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-        }
-    }
-}
 
 /// The read side of a pub/sub connection: the socket and the parser that keeps a partly read
 /// reply across read timeouts.

@@ -36,9 +36,9 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 
 use super::{HEARTBEAT, ReadHalf, Stream, encode, handshake_read_error};
 use crate::error::{Error, RedisFailure, Result};
-use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts, keepalive};
+use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts};
 use crate::transport::dns;
-use crate::transport::link;
+use crate::transport::link::{self, keepalive};
 use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
 
 /// Where an opening connection is.
@@ -132,45 +132,25 @@ impl Opening {
         let deadline = Instant::now()
             .checked_add(timeouts.connect.min(MAX_SOCKET_TIMEOUT))
             .unwrap_or_else(Instant::now);
-        let (host, addrs, sock, session) = if let ConnectionAddr::Unix(path) = info.addr() {
-            let s = UnixStream::connect(path).map_err(Error::io)?;
-            s.set_nonblocking(true).map_err(Error::io)?;
-            (
-                path.display().to_string(),
-                Vec::new(),
-                Stream::Unix(s),
-                None,
-            )
-        } else {
-            let (host, port, config) = match info.addr() {
-                ConnectionAddr::Tcp(host, port) => (host, *port, None),
-                ConnectionAddr::TcpTls {
-                    host,
-                    port,
-                    insecure,
-                    ..
-                } => {
-                    let config = tls.and_then(|tls| tls.config(*insecure));
-                    let none = || tls::bad("no TLS configuration for a rediss:// address");
-                    (host, *port, Some(config.ok_or_else(none)?))
-                }
-                _ => {
-                    return Err(Error::InvalidUrl {
-                        reason: "this address type is not supported".into(),
-                    });
-                }
-            };
-            // A host name is looked up within the connect timeout (an IP address needs none).
-            let mut addrs = dns::lookup(host, port, Some(timeouts.connect))?;
-            addrs.reverse();
-            let Some(first) = addrs.pop() else {
-                return Err(Error::InvalidUrl {
-                    reason: format!("the host `{host}` resolves to no address"),
-                });
-            };
-            let sock = connect_nonblocking(first).map_err(Error::io)?;
-            let session = config.map(|c| tls::session(host, c)).transpose()?;
-            (host.to_owned(), addrs, sock, session)
+        let config = link::client_for(info.clone(), tls)?.tls;
+        let (host, addrs, sock, session) = match info.addr() {
+            ConnectionAddr::Unix(path) => {
+                let s = UnixStream::connect(path).map_err(Error::io)?;
+                s.set_nonblocking(true).map_err(Error::io)?;
+                let path = path.display().to_string();
+                (path, Vec::new(), Stream::Unix(s), None)
+            }
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                // A host name is looked up within the connect timeout (an IP address needs
+                // none); it has at least one address.
+                let mut addrs = dns::lookup(host, *port, Some(timeouts.connect))?;
+                addrs.reverse();
+                let first = addrs.pop().ok_or(io::ErrorKind::NotFound);
+                let sock = first.map_err(io::Error::from).and_then(connect_nonblocking);
+                let session = config.map(|c| tls::session(host, c)).transpose()?;
+                (host.to_owned(), addrs, sock.map_err(Error::io)?, session)
+            }
+            _ => return Err(link::unsupported()),
         };
         let auth = link::auth(info.redis_settings()).filter(|_| hello);
         let mut commands = (auth.as_ref())
@@ -326,7 +306,7 @@ impl Opening {
     pub(crate) fn into_open(self) -> Result<(ReadHalf, Stream)> {
         self.sock.set_nonblocking(false).map_err(Error::io)?;
         let stream = match (self.sock, self.tls) {
-            (Stream::Tcp(tcp), Some(conn)) => Stream::Tls(TlsStream::established(tcp, conn)),
+            (Stream::Tcp(tcp), Some(conn)) => Stream::Tls(TlsStream::over(tcp, conn)),
             (sock, _) => sock,
         };
         let writer = stream.try_clone().map_err(Error::io)?;

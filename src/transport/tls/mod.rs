@@ -10,9 +10,11 @@
 //! - `on.rs` (feature `tls`): rustls with the `ring` provider, given explicitly to every
 //!   configuration this crate makes. No process-wide default provider is installed or read:
 //!   the `redis` crate's own TLS builds its configurations from the process default (and
-//!   installs one), so command connections run their TLS here too, over the socket the
-//!   `redis` crate would have used, and its replies are read by the `redis` crate's parser.
-//! - `off.rs` (without it): the same names over types that have no value, so that the code
+//!   installs one), so command connections run their TLS here too (`link.rs`), and their
+//!   replies are read by the `redis` crate's parser. One verifier (`AnyCert` in `on.rs`)
+//!   checks signatures but no certificate: it accepts any for `#insecure` URLs (feature
+//!   `tls-insecure`) and refuses every one for the TLS probe.
+//! - `off.rs` (without it): the same names over one type that has no value, so that the code
 //!   that would use a TLS connection compiles and can never reach one; `build()` refuses a
 //!   `rediss://` URL before (see [`check_features`]).
 

@@ -1,5 +1,5 @@
-//! A build without the feature `tls`: the names of `on.rs` over types that have no value
-//! (each holds an [`Infallible`]).
+//! A build without the feature `tls`: the names of `on.rs` over one type that has no value
+//! ([`Never`], which holds an [`Infallible`]).
 //!
 //! No [`Tls`] set-up can be made ([`Tls::new`] refuses, and `build()` refuses a `rediss://`
 //! URL before it would ask, see [`check_features`](super::check_features)), so no
@@ -15,31 +15,38 @@ use std::time::Duration;
 use super::{TlsCerts, Want, bad};
 use crate::error::{Error, Result};
 
-/// Never made: a client configuration needs the feature `tls`.
+/// Never made: every TLS piece needs the feature `tls`.
 #[derive(Debug, Clone)]
-pub(crate) struct Config(Infallible);
+pub(crate) struct Never(Infallible);
 
-/// Never made: a TLS session needs the feature `tls`.
-#[derive(Debug)]
-pub(crate) struct Session(Infallible);
+/// A TLS set-up, configuration, session or stream: none exists without the feature.
+pub(crate) type Tls = Never;
+pub(crate) type Config = Never;
+pub(crate) type Session = Never;
+pub(crate) type TlsStream = Never;
 
-/// Never made: a TLS set-up needs the feature `tls`.
-#[derive(Debug)]
-pub(crate) struct Tls(Infallible);
-
-/// What every TLS set-up says without the feature.
-fn missing() -> Error {
-    bad("TLS needs the `tls` feature of redis-locksmith (not enabled in this build)")
-}
-
-impl Tls {
+impl Never {
     /// Refuses: TLS needs the feature `tls`.
     pub(crate) fn new(_certs: TlsCerts, _verified: bool, _insecure: bool) -> Result<Tls> {
-        Err(missing())
+        Err(bad(
+            "TLS needs the `tls` feature of redis-locksmith (not enabled in this build)",
+        ))
     }
 
-    /// Never called (no `Tls` exists).
+    /// Never called (as every method below: no value exists).
     pub(crate) fn config(&self, _insecure: bool) -> Option<Config> {
+        match self.0 {}
+    }
+
+    pub(crate) fn over(_tcp: TcpStream, conn: Session) -> TlsStream {
+        match conn.0 {}
+    }
+
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self.0 {}
+    }
+
+    pub(crate) fn try_clone(&self) -> io::Result<TlsStream> {
         match self.0 {}
     }
 }
@@ -77,65 +84,13 @@ impl Read for PlainReader<'_> {
     }
 }
 
-/// Never made: a command connection over TLS needs the feature `tls`.
-#[derive(Debug)]
-pub(crate) struct TlsConn(Infallible);
-
-impl TlsConn {
-    /// Never called (no configuration exists).
-    pub(crate) fn new(_tcp: TcpStream, _host: &str, config: Config) -> Result<TlsConn> {
-        match config.0 {}
-    }
-
-    /// Never called.
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        match self.0 {}
-    }
-
-    /// Never called.
-    pub(crate) fn send(&mut self, _bytes: &[u8]) -> redis::RedisResult<()> {
-        match self.0 {}
-    }
-
-    /// Never called.
-    pub(crate) fn recv(&mut self) -> redis::RedisResult<redis::Value> {
-        match self.0 {}
-    }
-
-    /// Never called.
-    pub(crate) fn is_open(&self) -> bool {
-        match self.0 {}
-    }
-}
-
-/// Never made: a pub/sub connection over TLS needs the feature `tls`.
-#[derive(Debug)]
-pub(crate) struct TlsStream(Infallible);
-
-impl TlsStream {
-    /// Never called (no session exists).
-    pub(crate) fn established(_tcp: TcpStream, conn: Session) -> TlsStream {
-        match conn.0 {}
-    }
-
-    /// Never called.
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        match self.0 {}
-    }
-
-    /// Never called.
-    pub(crate) fn try_clone(&self) -> io::Result<TlsStream> {
-        match self.0 {}
-    }
-}
-
-impl Read for TlsStream {
+impl Read for Never {
     fn read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
         match self.0 {}
     }
 }
 
-impl Write for TlsStream {
+impl Write for Never {
     fn write(&mut self, _buf: &[u8]) -> io::Result<usize> {
         match self.0 {}
     }

@@ -13,14 +13,11 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, StreamOwned};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
 
 use super::{TlsCerts, Want, bad, closed_by_peer};
-use crate::error::{Error, RedisFailure, Result, io_error, rustls_error};
+use crate::error::{Error, RedisFailure, Result, rustls_error};
 use crate::transport::dns;
-
-#[cfg(feature = "tls-insecure")]
-mod insecure;
 
 /// A client configuration (shared by the connections made with it).
 pub(crate) type Config = Arc<ClientConfig>;
@@ -64,13 +61,18 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A configuration builder with the `ring` provider and rustls's safe protocol versions.
+fn builder() -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier>> {
+    ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("no usable TLS version: {e}")))
+}
+
 /// The rustls configuration of a connection: verified against `certs.root` or the system's
 /// roots, presenting `certs.client` if given; no verification when `insecure` (with the
 /// feature `tls-insecure` only; an error without it).
 pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> {
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("no usable TLS version: {e}")))?;
+    let builder = builder()?;
     let builder = if insecure {
         builder
             .dangerous()
@@ -100,9 +102,7 @@ pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> 
 /// The verifier of `#insecure` URLs: accepts any certificate (feature `tls-insecure`).
 #[cfg(feature = "tls-insecure")]
 fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
-    Ok(Arc::new(insecure::NoVerification(
-        provider().signature_verification_algorithms,
-    )))
+    Ok(any_cert(true))
 }
 
 /// Without the feature `tls-insecure`, no verifier accepts any certificate (`build()` refuses
@@ -143,12 +143,17 @@ fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
     Ok(store)
 }
 
-/// The verifier of the TLS probe ([`speaks_tls`]): it refuses every certificate, and is only
-/// asked once the server has sent one, which is all the probe wants to know.
+/// A verifier that checks signatures but not the certificate: it accepts any certificate
+/// (`#insecure` URLs, feature `tls-insecure`), or refuses every one (the TLS probe,
+/// [`speaks_tls`]: it is only asked once the server has sent a certificate, which is all the
+/// probe wants to know).
 #[derive(Debug)]
-struct Probe(WebPkiSupportedAlgorithms);
+struct AnyCert {
+    accept: bool,
+    algorithms: WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for Probe {
+impl ServerCertVerifier for AnyCert {
     fn verify_server_cert(
         &self,
         _end_entity: &CertificateDer<'_>,
@@ -157,6 +162,9 @@ impl ServerCertVerifier for Probe {
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        if self.accept {
+            return Ok(ServerCertVerified::assertion());
+        }
         Err(rustls::Error::InvalidCertificate(
             rustls::CertificateError::ApplicationVerificationFailure,
         ))
@@ -168,7 +176,7 @@ impl ServerCertVerifier for Probe {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -177,97 +185,31 @@ impl ServerCertVerifier for Probe {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
+}
+
+/// An [`AnyCert`] verifier that accepts (`accept`) or refuses every certificate.
+fn any_cert(accept: bool) -> Arc<AnyCert> {
+    let algorithms = provider().signature_verification_algorithms;
+    Arc::new(AnyCert { accept, algorithms })
 }
 
 /// The configuration of the TLS probe: its verifier refuses every certificate it is shown.
 fn probe_config() -> Result<Config> {
-    let config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("no usable TLS version: {e}")))?
+    let config = builder()?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Probe(
-            provider().signature_verification_algorithms,
-        )))
+        .with_custom_certificate_verifier(any_cert(false))
         .with_no_client_auth();
     Ok(Arc::new(config))
 }
 
-/// A command connection over TLS: rustls's blocking stream over the TCP socket (its
-/// handshake runs within the first write or read, bounded by the socket's timeouts), and the
-/// `redis` crate's parser of its replies. It reads and writes as the `redis` crate's own
-/// TLS connection does, on a configuration of this crate's.
-pub(crate) struct TlsConn {
-    stream: StreamOwned<ClientConnection, TcpStream>,
-    parser: redis::Parser,
-    open: bool,
-}
-
-impl std::fmt::Debug for TlsConn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsConn")
-            .field("open", &self.open)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsConn {
-    /// A connection to `host` over the connected socket `tcp`, before its handshake.
-    pub(crate) fn new(tcp: TcpStream, host: &str, config: Config) -> Result<TlsConn> {
-        Ok(TlsConn {
-            stream: StreamOwned::new(session(host, config)?, tcp),
-            parser: redis::Parser::new(),
-            open: true,
-        })
-    }
-
-    /// The socket (timeouts).
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        self.stream.get_ref()
-    }
-
-    /// Writes `bytes` (the handshake first, on a new connection). A failure that leaves the
-    /// connection unusable closes it.
-    pub(crate) fn send(&mut self, bytes: &[u8]) -> redis::RedisResult<()> {
-        let sent = self
-            .stream
-            .write_all(bytes)
-            .and_then(|()| self.stream.flush())
-            .map_err(redis::RedisError::from);
-        if let Err(e) = &sent
-            && e.is_unrecoverable_error()
-        {
-            self.open = false;
-        }
-        sent
-    }
-
-    /// Reads one reply. An I/O error closes the connection (a reply may be half read).
-    pub(crate) fn recv(&mut self) -> redis::RedisResult<redis::Value> {
-        let reply = self.parser.parse_value(&mut self.stream);
-        if let Err(e) = &reply
-            && let Some(io) = io_error(e)
-        {
-            self.open = false;
-            if io.kind() == io::ErrorKind::UnexpectedEof {
-                let _ = self.tcp().shutdown(std::net::Shutdown::Both);
-            }
-        }
-        reply
-    }
-
-    /// False once a read or write failed for good.
-    pub(crate) fn is_open(&self) -> bool {
-        self.open
-    }
-}
-
-/// A TLS connection over a TCP socket that one thread reads while others write.
+/// A TLS connection over a TCP socket (a command connection's, or a pub/sub connection's,
+/// which one thread reads while others write).
 ///
 /// rustls's connection state sits under a lock shared by every clone; the socket is cloned.
 /// A reader blocks on the socket WITHOUT the lock, then takes it only to decrypt what
@@ -285,9 +227,10 @@ pub(crate) struct TlsStream {
 const RAW_READ: usize = 8 * 1024;
 
 impl TlsStream {
-    /// A stream over `tcp` whose session `conn` finished its handshake (see
-    /// [`handshake_step`]).
-    pub(crate) fn established(tcp: TcpStream, conn: ClientConnection) -> TlsStream {
+    /// A stream over `tcp` with the session `conn`: its handshake finished (see
+    /// [`handshake_step`]), or run within the first write or read (each bounded by the
+    /// socket's timeouts).
+    pub(crate) fn over(tcp: TcpStream, conn: ClientConnection) -> TlsStream {
         TlsStream {
             tcp,
             session: Arc::new(Mutex::new(conn)),
@@ -453,6 +396,13 @@ impl Read for TlsStream {
 impl Write for TlsStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut conn = self.session.lock();
+        // A new command connection's handshake first, as rustls's own stream runs it (what
+        // rustls would queue meanwhile is limited).
+        while conn.is_handshaking() {
+            if conn.complete_io(&mut &self.tcp)? == (0, 0) && conn.is_handshaking() {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
         let n = conn.writer().write(buf)?;
         flush_tls(&mut conn, &self.tcp)?;
         Ok(n)
