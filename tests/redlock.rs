@@ -523,7 +523,10 @@ fn minority_master_restarted_empty_lets_no_second_owner_in() {
     let (masters, _reaper) = Masters::start();
     let m = Arc::clone(&masters);
     with_deadline(Duration::from_secs(40), move || {
-        let lease = Duration::from_millis(1500);
+        // A lease far longer than the renewal interval: a loaded machine that delays A's
+        // renewals by a second or two must not let A's lease run out (B's grant would then be
+        // the lease's end, not a master's empty restart letting a second owner in).
+        let lease = Duration::from_secs(8);
         let renew = Duration::from_millis(500);
         let a = redlock(&m, lease, renew);
         let name = common::unique_name("redlock-restart");
