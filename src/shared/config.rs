@@ -52,22 +52,15 @@ pub(crate) struct HandoffBound {
 impl Config {
     /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
     pub(crate) fn terms(&self) -> Terms {
-        Terms {
-            lease: self.lease,
-            watchdog: true,
-            max_hold: self.max_hold,
-        }
+        self.terms_with(None)
     }
 
     /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
     pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
-        match fixed {
-            Some(lease) => Terms {
-                lease,
-                watchdog: false,
-                max_hold: self.max_hold,
-            },
-            None => self.terms(),
+        Terms {
+            lease: fixed.unwrap_or(self.lease),
+            watchdog: fixed.is_none(),
+            max_hold: self.max_hold,
         }
     }
 

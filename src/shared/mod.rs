@@ -493,14 +493,10 @@ impl Core {
         loop {
             {
                 let mut threads = self.inner.threads.lock();
-                let mut i = 0;
-                while i < threads.len() {
-                    if threads[i].thread().id() != me && threads[i].is_finished() {
-                        let _ = threads.swap_remove(i).join();
-                    } else {
-                        i += 1;
-                    }
-                }
+                let done = threads.extract_if(.., |t| t.thread().id() != me && t.is_finished());
+                done.for_each(|t| {
+                    let _ = t.join();
+                });
                 if threads.iter().all(|t| t.thread().id() == me) {
                     shared.backend.clear();
                     return Ok(());

@@ -223,7 +223,7 @@ impl Table {
         let Some(link) = self.links.get_mut(&node) else {
             return Routed::NotOpen(Box::new((node, info)));
         };
-        if !link.write(&[route.verbs().subscribe, ch.name.as_bytes()]) {
+        if !link.write(&[route.command(false), ch.name.as_bytes()]) {
             return Routed::NotOpen(Box::new((node, info)));
         }
         link.pending.push_back(Arc::clone(ch));
@@ -241,7 +241,7 @@ impl Table {
     /// Writes the unsubscription of channel `name` on `node`'s connection.
     fn unsubscribe(&mut self, route: &Route, node: &str, name: &str) {
         if let Some(link) = self.links.get_mut(node)
-            && link.write(&[route.verbs().unsubscribe, name.as_bytes()])
+            && link.write(&[route.command(true), name.as_bytes()])
         {
             *link.unsubs.entry(name.to_owned()).or_insert(0) += 1;
         }
@@ -273,12 +273,6 @@ pub(crate) struct Subscriber {
 /// What the thread starts with: the first connection, opened by `build()` (one server).
 pub(crate) struct Reader {
     first: Option<(String, ReadHalf)>,
-}
-
-impl std::fmt::Debug for Reader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reader").finish_non_exhaustive()
-    }
 }
 
 impl Subscriber {

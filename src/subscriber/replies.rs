@@ -60,7 +60,6 @@ impl Subscriber {
 
     /// Handles one reply read from `node`'s connection.
     fn dispatch(&self, node: &str, value: Value) {
-        let verbs = self.route.verbs();
         let mut table = self.table.lock();
         let Some(link) = table.links.get_mut(node) else {
             return;
@@ -103,11 +102,8 @@ impl Subscriber {
                     self.refresh.store(true, Ordering::SeqCst);
                     table.unrouted.push(ch);
                 } else {
-                    let (target, verb) = if self.route.sharded() {
-                        (SHARDS, "SSUBSCRIBE")
-                    } else {
-                        (TARGET, "SUBSCRIBE")
-                    };
+                    let target = if self.route.sharded() { SHARDS } else { TARGET };
+                    let verb = String::from_utf8_lossy(self.route.command(false));
                     log::warn!(target: target, "{verb} {} refused: {e}; its waiters re-check", ch.name);
                     st.refused = true;
                     st.wake_leader();
@@ -116,22 +112,24 @@ impl Subscriber {
             }
             _ => return,
         };
-        let kind = items.first().and_then(bytes).unwrap_or_default();
+        let kind = self
+            .route
+            .reply_kind(items.first().and_then(bytes).unwrap_or_default());
         let channel = items.get(1).and_then(bytes).unwrap_or_default();
         let name = String::from_utf8_lossy(channel).into_owned();
-        if kind == verbs.message {
+        if kind == b"message" {
             let Some(ch) = table.channels.get(&name).cloned() else {
                 return;
             };
             drop(table);
             ch.deliver(items.get(2).and_then(bytes).map(<[u8]>::to_vec));
-        } else if kind == verbs.subscribed {
+        } else if kind == b"subscribe" {
             let Some(ch) = link.pending.pop_front() else {
                 return;
             };
             drop(table);
             ch.confirm(channel);
-        } else if kind == verbs.unsubscribed {
+        } else if kind == b"unsubscribe" {
             if let Some(n) = link.unsubs.get_mut(&name)
                 && *n > 0
             {

@@ -28,31 +28,6 @@ pub(crate) trait ShardMap: Send + Sync + std::fmt::Debug {
     fn learn_moved(&self, details: Option<&str>);
 }
 
-/// The commands of a kind of pub/sub, and the kinds of their replies.
-pub(super) struct Verbs {
-    pub(super) subscribe: &'static [u8],
-    pub(super) unsubscribe: &'static [u8],
-    pub(super) message: &'static [u8],
-    pub(super) subscribed: &'static [u8],
-    pub(super) unsubscribed: &'static [u8],
-}
-
-const PLAIN: Verbs = Verbs {
-    subscribe: b"SUBSCRIBE",
-    unsubscribe: b"UNSUBSCRIBE",
-    message: b"message",
-    subscribed: b"subscribe",
-    unsubscribed: b"unsubscribe",
-};
-
-const SHARDED: Verbs = Verbs {
-    subscribe: b"SSUBSCRIBE",
-    unsubscribe: b"SUNSUBSCRIBE",
-    message: b"smessage",
-    subscribed: b"ssubscribe",
-    unsubscribed: b"sunsubscribe",
-};
-
 /// Where the thread finds each channel's server.
 #[derive(Debug)]
 pub(super) enum Route {
@@ -107,10 +82,23 @@ impl Route {
         matches!(self, Route::Slots(_))
     }
 
-    pub(super) fn verbs(&self) -> &'static Verbs {
-        match self {
-            Route::Slots(_) => &SHARDED,
-            Route::One(_) => &PLAIN,
+    /// The command that subscribes a channel here (`un`: unsubscribes it): the sharded one
+    /// on a cluster.
+    pub(super) fn command(&self, un: bool) -> &'static [u8] {
+        match (self.sharded(), un) {
+            (false, false) => b"SUBSCRIBE",
+            (false, true) => b"UNSUBSCRIBE",
+            (true, false) => b"SSUBSCRIBE",
+            (true, true) => b"SUNSUBSCRIBE",
+        }
+    }
+
+    /// The kind of a reply read here (`message`, `subscribe`, `unsubscribe`): a cluster's
+    /// sharded kinds (`smessage`...) without their `s`, and nothing else.
+    pub(super) fn reply_kind<'a>(&self, kind: &'a [u8]) -> &'a [u8] {
+        match self.sharded() {
+            true => kind.strip_prefix(b"s").unwrap_or_default(),
+            false => kind,
         }
     }
 

@@ -1,64 +1,26 @@
-//! Hierarchical (hashed) timer wheel used by the lease-renewal thread.
+//! The timer wheel of the lease-renewal thread.
 //!
-//! This module is pure data-structure logic: time is an abstract, monotonically
-//! increasing number of *ticks* (`u64`) handed in by the caller. The wheel never
-//! reads a clock, never sleeps, never does I/O, and never panics on any input.
+//! Pure data-structure logic: time is an abstract, monotonically increasing number of
+//! *ticks* (`u64`, the thread's milliseconds) handed in by the caller. The wheel never reads
+//! a clock, never sleeps, never does I/O, and never panics on any input.
 //!
-//! # Structure
+//! A hashed wheel of [`SLOTS`] one-tick slots (a turn of about a second): an entry sits in the
+//! slot of its deadline modulo [`SLOTS`], whatever the turn, and each slot keeps the earliest
+//! deadline among its entries. So [`Wheel::next_deadline`] and [`Wheel::poll`] read the slots'
+//! earliest deadlines only, and open just the slots that hold something due: a poll costs the
+//! same after a jump of any length, and an entry of a later turn is only looked at when an
+//! entry of its slot is due. The renewal thread's entries gather into a few batches per
+//! renewal interval, so few slots are ever occupied.
 //!
-//! The design follows tokio's timer wheel (`runtime/time/wheel`):
-//!
-//! * The wheel has [`NUM_LEVELS`] levels of [`SLOTS`] (64) slots each. A slot
-//!   of level `L` spans `64^L` ticks, so a whole level `L` spans `64^(L+1)`
-//!   ticks: level 0 has one-tick slots, level 1 has 64-tick slots, and so on.
-//!   There are enough levels (11, i.e. 66 bits) for the top level to span the
-//!   entire `u64` tick range, so *every* deadline, up to and including
-//!   `u64::MAX`, is stored exactly where it belongs: nothing ever needs to be
-//!   clamped into the top level and nothing can fire early. (A tokio-style
-//!   6-level wheel would have to clamp deadlines beyond `2^36` ticks; the five
-//!   extra levels cost only five more bitmask checks.)
-//! * An entry whose deadline is `when`, inserted when the wheel's current time
-//!   is `elapsed`, goes to the level of the most significant 6-bit group in
-//!   which `when` and `elapsed` differ, in the slot given by that group of
-//!   `when`. Consequently every entry of level `L` shares all bits above group
-//!   `L` with the current time, and its slot index is strictly greater than the
-//!   current time's group `L` (the invariant the whole wheel relies on).
-//! * Each level keeps a 64-bit occupancy bitmask, so finding the next occupied
-//!   slot is one `trailing_zeros`, and finding the next expiration is at most
-//!   one bitmask test per level; no entry is ever scanned for that. Each slot
-//!   additionally remembers the earliest deadline among its entries, which
-//!   makes [`Wheel::next_deadline`] exact in `O(levels)` time.
-//! * When time reaches the start of an occupied slot of level `L > 0`, the
-//!   slot is *cascaded*: entries whose deadline is exactly the slot start are
-//!   emitted, the others are re-inserted relative to the new time, which always
-//!   lands them in a strictly lower level. Level-0 slots span a single tick, so
-//!   all their entries are due when their slot is reached.
-//! * Entries inserted with a deadline that is not in the future (`<=` the
-//!   current time) go to a `pending` list drained by the next poll.
-//!
-//! [`Wheel::poll`] advances time by jumping from one occupied slot to the next
-//! using the bitmasks, so a jump of any length costs `O(entries cascaded)`,
-//! never `O(ticks)`. Each entry is cascaded at most once per level.
-//!
-//! There is no cancellation: the caller cancels lazily (its items carry a flag
-//! checked when they fire).
+//! There is no cancellation: the caller cancels lazily (its items carry a flag checked when
+//! they fire).
 
 use std::fmt;
 
-/// Number of bits of a tick consumed by one level (64 slots per level).
-const SLOT_BITS: u32 = 6;
+/// Number of slots, one tick each.
+const SLOTS: usize = 1024;
 
-/// Number of slots in one level.
-const SLOTS: usize = 1 << SLOT_BITS;
-
-/// Mask extracting a slot index from a tick shifted down to a level.
-const SLOT_MASK: u64 = (SLOTS as u64) - 1;
-
-/// Number of levels: the smallest count whose combined span (`64^NUM_LEVELS`)
-/// covers the whole `u64` tick range (11 levels, 66 bits).
-const NUM_LEVELS: usize = (u64::BITS as usize).div_ceil(SLOT_BITS as usize);
-
-/// A hierarchical timer wheel mapping tick deadlines to items of type `T`.
+/// A timer wheel mapping tick deadlines to items of type `T`.
 ///
 /// Time starts at tick 0 and only moves forward, through [`Wheel::poll`].
 /// Items come out of `poll` once their deadline is `<=` the polled tick; items
@@ -67,49 +29,17 @@ const NUM_LEVELS: usize = (u64::BITS as usize).div_ceil(SLOT_BITS as usize);
 pub(crate) struct Wheel<T> {
     /// The tick of the last poll: the wheel's notion of "now".
     elapsed: u64,
-    /// Number of items currently held (pending plus in the levels).
+    /// Number of items currently held.
     len: usize,
-    /// `(deadline, item)` pairs inserted with a deadline `<= elapsed`, due at
-    /// the next poll.
-    pending: Vec<(u64, T)>,
-    /// The smallest deadline among `pending` (`u64::MAX` when it is empty).
-    pending_earliest: u64,
-    /// The levels, level 0 (one-tick slots) first.
-    levels: Box<[Level<T>; NUM_LEVELS]>,
-}
-
-/// One level of the wheel: 64 slots, each spanning `64^level` ticks.
-struct Level<T> {
-    /// Bit `i` is set exactly when `slots[i]` holds at least one entry.
-    occupied: u64,
-    /// Each slot's `(deadline, item)` pairs, in insertion order, indexed by the
-    /// level's 6-bit group of the deadline.
-    slots: [Vec<(u64, T)>; SLOTS],
+    /// Each slot's `(deadline, item)` pairs, indexed by the deadline modulo [`SLOTS`].
+    slots: Box<[Vec<(u64, T)>]>,
     /// The smallest deadline in each slot (`u64::MAX` when it is empty).
-    earliest: [u64; SLOTS],
+    earliest: Box<[u64]>,
 }
 
-/// `log2` of the number of ticks spanned by one slot of `level` (`6 * level`).
-fn shift_of(level: usize) -> u32 {
-    // `level < NUM_LEVELS == 11`, so this is at most 60.
-    (level as u32).saturating_mul(SLOT_BITS)
-}
-
-/// The level at which an entry due at `when` is stored when the current time
-/// is `elapsed`: the index of the most significant 6-bit group in which the two
-/// ticks differ (0 when they differ in no group above group 0).
-fn level_for(elapsed: u64, when: u64) -> usize {
-    // OR-ing in the slot mask makes the value nonzero and forces level >= 0.
-    let masked = (elapsed ^ when) | SLOT_MASK;
-    let significant = u64::BITS - 1 - masked.leading_zeros();
-    // `significant <= 63`, so the level is at most 10 == NUM_LEVELS - 1; the
-    // `min` only documents (and enforces) the bound.
-    ((significant / SLOT_BITS) as usize).min(NUM_LEVELS - 1)
-}
-
-/// The slot index of tick `when` in the level whose slots span `2^shift` ticks.
-fn slot_for(when: u64, shift: u32) -> usize {
-    (when.checked_shr(shift).unwrap_or(0) & SLOT_MASK) as usize
+/// The slot of a deadline.
+fn slot_for(deadline: u64) -> usize {
+    (deadline % SLOTS as u64) as usize
 }
 
 impl<T> Wheel<T> {
@@ -118,13 +48,8 @@ impl<T> Wheel<T> {
         Self {
             elapsed: 0,
             len: 0,
-            pending: Vec::new(),
-            pending_earliest: u64::MAX,
-            levels: Box::new(std::array::from_fn(|_| Level {
-                occupied: 0,
-                slots: std::array::from_fn(|_| Vec::new()),
-                earliest: [u64::MAX; SLOTS],
-            })),
+            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            earliest: vec![u64::MAX; SLOTS].into_boxed_slice(),
         }
     }
 
@@ -140,35 +65,18 @@ impl<T> Wheel<T> {
     /// poll, whatever tick that poll is given. Any `u64` deadline is accepted,
     /// including `u64::MAX`.
     pub(crate) fn insert(&mut self, deadline: u64, item: T) {
+        let slot = slot_for(deadline);
+        self.slots[slot].push((deadline, item));
+        self.earliest[slot] = self.earliest[slot].min(deadline);
         self.len = self.len.saturating_add(1);
-        if deadline <= self.elapsed {
-            self.pending_earliest = self.pending_earliest.min(deadline);
-            self.pending.push((deadline, item));
-        } else {
-            self.push_level(deadline, item);
-        }
     }
 
     /// The earliest deadline among the held items, or `None` when the wheel is
-    /// empty.
-    ///
-    /// This is exact (not a cascade boundary): `poll(d)` with the returned `d`
-    /// yields at least one item, and any poll at an earlier tick yields
-    /// nothing, unless an item was inserted with a deadline `<= now()`. In that
-    /// case the returned tick is that (past) deadline, which is `<= now()`, and
-    /// the item comes out of the next poll whatever tick it is given. So the
-    /// returned tick is never later than the earliest deadline, and polling at
-    /// it always makes progress. Cost: one bitmask test per level (at most 11).
+    /// empty. Exact: `poll(d)` with the returned `d` yields at least one item (an
+    /// item inserted with a deadline `<= now()` makes it that past deadline, and the
+    /// item comes out of the next poll whatever tick it is given).
     pub(crate) fn next_deadline(&self) -> Option<u64> {
-        if !self.pending.is_empty() {
-            return Some(self.pending_earliest);
-        }
-        // The first non-empty level's first occupied slot holds the earliest
-        // entry: lower levels are empty, later slots of that level start after
-        // this slot ends, and higher levels only hold entries beyond the end
-        // of this level's current span.
-        let (level, slot, _) = self.next_expiration()?;
-        Some(self.levels[level].earliest[slot])
+        (self.len > 0).then(|| self.earliest.iter().copied().min().unwrap_or(u64::MAX))
     }
 
     /// Advances time to `now` and appends to `out` every item whose deadline is
@@ -176,38 +84,20 @@ impl<T> Wheel<T> {
     ///
     /// A `now` smaller than [`Wheel::now`] is treated as `Wheel::now()`: time
     /// never goes back. Items are appended in nondecreasing deadline order.
-    /// The cost does not depend on the length of the jump: time skips from one
-    /// occupied slot to the next via the occupancy bitmasks.
     pub(crate) fn poll(&mut self, now: u64, out: &mut Vec<T>) {
         let now = now.max(self.elapsed);
-        // All pending deadlines are <= elapsed < any deadline in the levels;
-        // sorting them keeps the whole output in deadline order.
-        self.len = self.len.saturating_sub(self.pending.len());
-        self.pending.sort_by_key(|entry| entry.0);
-        out.extend(self.pending.drain(..).map(|(_, item)| item));
-        self.pending_earliest = u64::MAX;
-        while let Some((level, slot, start)) = self.next_expiration() {
-            if start > now {
-                break;
-            }
-            // Time moves to the slot's start (always `> elapsed`; `max` keeps it
-            // monotonic regardless): its entries due then come out, the others
-            // go back in, always to strictly lower levels.
-            let level = &mut self.levels[level];
-            level.occupied &= !(1u64 << slot);
-            level.earliest[slot] = u64::MAX;
-            let entries = std::mem::take(&mut level.slots[slot]);
-            self.elapsed = self.elapsed.max(start);
-            for (deadline, item) in entries {
-                if deadline <= self.elapsed {
-                    self.len = self.len.saturating_sub(1);
-                    out.push(item);
-                } else {
-                    self.push_level(deadline, item);
-                }
-            }
-        }
         self.elapsed = now;
+        let mut due = Vec::new();
+        for (slot, earliest) in self.slots.iter_mut().zip(self.earliest.iter_mut()) {
+            if *earliest > now {
+                continue;
+            }
+            due.extend(slot.extract_if(.., |(deadline, _)| *deadline <= now));
+            *earliest = slot.iter().map(|(d, _)| *d).min().unwrap_or(u64::MAX);
+        }
+        self.len = self.len.saturating_sub(due.len());
+        due.sort_by_key(|(deadline, _)| *deadline);
+        out.extend(due.into_iter().map(|(_, item)| item));
     }
 
     /// The number of items held.
@@ -219,43 +109,6 @@ impl<T> Wheel<T> {
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// Stores an item due strictly after `elapsed` in its level and slot.
-    fn push_level(&mut self, deadline: u64, item: T) {
-        let level = level_for(self.elapsed, deadline);
-        let slot = slot_for(deadline, shift_of(level));
-        let level = &mut self.levels[level];
-        level.slots[slot].push((deadline, item));
-        level.earliest[slot] = level.earliest[slot].min(deadline);
-        level.occupied |= 1 << slot;
-    }
-
-    /// The next occupied slot, searching levels from the finest (the first
-    /// non-empty level always holds the earliest slot, see the module docs):
-    /// its level, its index, and the tick at which it starts (`> elapsed`).
-    fn next_expiration(&self) -> Option<(usize, usize, u64)> {
-        let now = self.elapsed;
-        self.levels.iter().enumerate().find_map(|(index, level)| {
-            if level.occupied == 0 {
-                return None;
-            }
-            // By the wheel invariant every occupied slot lies after the slot of
-            // `now` within the current level span; rotating by `now`'s slot
-            // makes the search robust anyway (it finds the first occupied slot
-            // at or after `now`'s slot, wrapping around).
-            let shift = shift_of(index);
-            let now_slot = slot_for(now, shift);
-            let rotated = level.occupied.rotate_right(now_slot as u32);
-            let slot = (rotated.trailing_zeros() as usize + now_slot) % SLOTS;
-            // Start of the level span containing `now` (all bits from group
-            // `level` downwards cleared); for the top level the span is the
-            // whole `u64` range, so the start is 0. The OR cannot overflow.
-            let span = shift.saturating_add(SLOT_BITS);
-            let level_start = now.checked_shr(span).unwrap_or(0);
-            let level_start = level_start.checked_shl(span).unwrap_or(0);
-            Some((index, slot, level_start | (slot as u64) << shift))
-        })
     }
 }
 
@@ -322,27 +175,15 @@ mod tests {
     impl<T> Wheel<T> {
         /// Checks every structural invariant of the wheel (test helper).
         fn check_invariants(&self) {
-            let mut count = self.pending.len();
-            assert_eq!(self.levels.len(), NUM_LEVELS);
-            if self.pending.is_empty() {
-                assert_eq!(self.pending_earliest, u64::MAX);
-            } else {
-                assert!(self.pending_earliest <= self.elapsed);
-            }
-            for (l, level) in self.levels.iter().enumerate() {
-                assert_eq!(shift_of(l), SLOT_BITS * l as u32);
-                for (s, entries) in level.slots.iter().enumerate() {
-                    let bit = level.occupied & (1 << s) != 0;
-                    assert_eq!(bit, !entries.is_empty(), "level {l} slot {s}");
-                    let min = entries.iter().map(|e| e.0).min();
-                    assert_eq!(level.earliest[s], min.unwrap_or(u64::MAX));
-                    for &(d, _) in entries {
-                        assert!(d > self.elapsed, "entry {d} not after {}", self.elapsed);
-                        assert_eq!(level_for(self.elapsed, d), l, "entry {d}");
-                        assert_eq!(slot_for(d, shift_of(l)), s, "entry {d}");
-                    }
-                    count += entries.len();
+            assert_eq!((self.slots.len(), self.earliest.len()), (SLOTS, SLOTS));
+            let mut count = 0;
+            for (s, entries) in self.slots.iter().enumerate() {
+                let min = entries.iter().map(|e| e.0).min();
+                assert_eq!(self.earliest[s], min.unwrap_or(u64::MAX), "slot {s}");
+                for &(d, _) in entries {
+                    assert_eq!(slot_for(d), s, "entry {d}");
                 }
+                count += entries.len();
             }
             assert_eq!(count, self.len);
         }
@@ -758,19 +599,10 @@ mod tests {
     }
 
     #[test]
-    fn level_for_and_slot_for() {
-        assert_eq!(NUM_LEVELS, 11);
-        assert_eq!(level_for(0, 0), 0);
-        assert_eq!(level_for(0, 63), 0);
-        assert_eq!(level_for(0, 64), 1);
-        assert_eq!(level_for(63, 64), 1);
-        assert_eq!(level_for(64, 127), 0);
-        assert_eq!(level_for(0, 4096), 2);
-        assert_eq!(level_for(0, u64::MAX), NUM_LEVELS - 1);
-        assert_eq!(level_for(u64::MAX, 0), NUM_LEVELS - 1);
-        assert_eq!(slot_for(u64::MAX, 60), 15);
-        assert_eq!(slot_for(130, 6), 2);
-        assert_eq!(slot_for(130, 0), 2);
-        assert_eq!(slot_for(130, 64), 0);
+    fn slot_for_wraps_every_turn() {
+        assert_eq!(slot_for(0), 0);
+        assert_eq!(slot_for(SLOTS as u64 - 1), SLOTS - 1);
+        assert_eq!(slot_for(SLOTS as u64), 0);
+        assert_eq!(slot_for(u64::MAX), SLOTS - 1);
     }
 }
