@@ -20,31 +20,51 @@ pub(crate) fn note_wait() {
     WAITED.with(|w| w.set(true));
 }
 
-/// A client's counters, shared by its clones, locks, guards and threads.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    acquired: AtomicU64,
-    acquired_locally: AtomicU64,
-    contended: AtomicU64,
-    timed_out: AtomicU64,
-    busy: AtomicU64,
-    failed: AtomicU64,
-    released: AtomicU64,
-    leases_lost: AtomicU64,
-    renewals: AtomicU64,
-    renewal_failures: AtomicU64,
-    reconnects: AtomicU64,
-    clock_jumps: AtomicU64,
-    wait: Buckets,
-    hold: Buckets,
-    /// The metrics carry a `name` label (unbounded cardinality).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    name_label: bool,
+/// Writes [`Counters`] and its [`snapshot`](Counters::snapshot) from one list of the fields it
+/// counts (each a [`Stats`] field of the same name), besides the two histograms.
+macro_rules! counters {
+    ($($field:ident),+) => {
+        /// A client's counters, shared by its clones, locks, guards and threads.
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $($field: AtomicU64,)+
+            wait: Buckets,
+            hold: Buckets,
+            /// The metrics carry a `name` label (unbounded cardinality).
+            #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+            name_label: bool,
+        }
+
+        impl Counters {
+            /// A snapshot of the counters.
+            pub(crate) fn snapshot(&self) -> Stats {
+                Stats {
+                    $($field: self.$field.load(Ordering::Relaxed),)+
+                    wait: self.wait.snapshot(),
+                    hold: self.hold.snapshot(),
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    acquired, acquired_locally, contended, timed_out, busy, failed, released, leases_lost,
+    renewals, renewal_failures, reconnects, clock_jumps
 }
 
 /// Adds one, relaxed: the counters order nothing.
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts one into `counters.field` and its metric, `locksmith_FIELD_total`.
+macro_rules! count {
+    ($c:expr, $field:ident, $kind:expr, $name:expr) => {{
+        bump(&$c.$field);
+        let metric = concat!("locksmith_", stringify!($field), "_total");
+        metrics::counter($c, metric, $kind, $name);
+    }};
 }
 
 impl Counters {
@@ -81,18 +101,9 @@ impl Counters {
                 self.wait.record(wait);
                 metrics::acquired(self, kind, name, waited, wait);
             }
-            Ok(None) if may_wait => {
-                bump(&self.timed_out);
-                metrics::counter(self, "locksmith_timed_out_total", kind, name);
-            }
-            Ok(None) => {
-                bump(&self.busy);
-                metrics::counter(self, "locksmith_busy_total", kind, name);
-            }
-            Err(_) => {
-                bump(&self.failed);
-                metrics::counter(self, "locksmith_failed_total", kind, name);
-            }
+            Ok(None) if may_wait => count!(self, timed_out, kind, name),
+            Ok(None) => count!(self, busy, kind, name),
+            Err(_) => count!(self, failed, kind, name),
         }
         outcome
     }
@@ -100,8 +111,7 @@ impl Counters {
     /// Counts an acquisition by local hand-off (made within an acquire call, which counts it
     /// as an acquisition too).
     pub(crate) fn acquired_locally(&self, kind: Kind, name: &str) {
-        bump(&self.acquired_locally);
-        metrics::counter(self, "locksmith_acquired_locally_total", kind, name);
+        count!(self, acquired_locally, kind, name);
     }
 
     /// Starts the hold of a guard of a lock of kind `kind` called `name`: counted as held until
@@ -118,19 +128,16 @@ impl Counters {
 
     /// Counts a lease lost while held.
     pub(crate) fn lease_lost(&self, kind: Kind, name: &str) {
-        bump(&self.leases_lost);
-        metrics::counter(self, "locksmith_leases_lost_total", kind, name);
+        count!(self, leases_lost, kind, name);
     }
 
     /// Counts one renewal of a lease: `extended`, or failed (no answer in time, or the lease
     /// was gone).
     pub(crate) fn renewal(&self, kind: Kind, name: &str, extended: bool) {
         if extended {
-            bump(&self.renewals);
-            metrics::counter(self, "locksmith_renewals_total", kind, name);
+            count!(self, renewals, kind, name);
         } else {
-            bump(&self.renewal_failures);
-            metrics::counter(self, "locksmith_renewal_failures_total", kind, name);
+            count!(self, renewal_failures, kind, name);
         }
     }
 
@@ -144,27 +151,6 @@ impl Counters {
     pub(crate) fn clock_jumped(&self) {
         bump(&self.clock_jumps);
         metrics::clock_jumped();
-    }
-
-    /// A snapshot of the counters.
-    pub(crate) fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            acquired: get(&self.acquired),
-            acquired_locally: get(&self.acquired_locally),
-            contended: get(&self.contended),
-            timed_out: get(&self.timed_out),
-            busy: get(&self.busy),
-            failed: get(&self.failed),
-            released: get(&self.released),
-            leases_lost: get(&self.leases_lost),
-            renewals: get(&self.renewals),
-            renewal_failures: get(&self.renewal_failures),
-            reconnects: get(&self.reconnects),
-            clock_jumps: get(&self.clock_jumps),
-            wait: self.wait.snapshot(),
-            hold: self.hold.snapshot(),
-        }
     }
 }
 
