@@ -58,16 +58,13 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counts one into `counters.field` and its metric, `locksmith_FIELD_total`.
-macro_rules! count {
-    ($c:expr, $field:ident, $kind:expr, $name:expr) => {{
-        bump(&$c.$field);
-        let metric = concat!("locksmith_", stringify!($field), "_total");
-        metrics::counter($c, metric, $kind, $name);
-    }};
-}
-
 impl Counters {
+    /// Counts one into `counter` and into the metric `metric`.
+    fn count(&self, counter: &AtomicU64, metric: &'static str, kind: Kind, name: &str) {
+        bump(counter);
+        metrics::counter(self, metric, kind, name);
+    }
+
     /// Counters whose metrics carry the lock's name as a label when `name_label` is set.
     pub(crate) fn new(name_label: bool) -> Self {
         Counters {
@@ -101,9 +98,11 @@ impl Counters {
                 self.wait.record(wait);
                 metrics::acquired(self, kind, name, waited, wait);
             }
-            Ok(None) if may_wait => count!(self, timed_out, kind, name),
-            Ok(None) => count!(self, busy, kind, name),
-            Err(_) => count!(self, failed, kind, name),
+            Ok(None) if may_wait => {
+                self.count(&self.timed_out, "locksmith_timed_out_total", kind, name)
+            }
+            Ok(None) => self.count(&self.busy, "locksmith_busy_total", kind, name),
+            Err(_) => self.count(&self.failed, "locksmith_failed_total", kind, name),
         }
         outcome
     }
@@ -111,7 +110,12 @@ impl Counters {
     /// Counts an acquisition by local hand-off (made within an acquire call, which counts it
     /// as an acquisition too).
     pub(crate) fn acquired_locally(&self, kind: Kind, name: &str) {
-        count!(self, acquired_locally, kind, name);
+        self.count(
+            &self.acquired_locally,
+            "locksmith_acquired_locally_total",
+            kind,
+            name,
+        );
     }
 
     /// Starts the hold of a guard of a lock of kind `kind` called `name`: counted as held until
@@ -128,16 +132,21 @@ impl Counters {
 
     /// Counts a lease lost while held.
     pub(crate) fn lease_lost(&self, kind: Kind, name: &str) {
-        count!(self, leases_lost, kind, name);
+        self.count(&self.leases_lost, "locksmith_leases_lost_total", kind, name);
     }
 
     /// Counts one renewal of a lease: `extended`, or failed (no answer in time, or the lease
     /// was gone).
     pub(crate) fn renewal(&self, kind: Kind, name: &str, extended: bool) {
         if extended {
-            count!(self, renewals, kind, name);
+            self.count(&self.renewals, "locksmith_renewals_total", kind, name);
         } else {
-            count!(self, renewal_failures, kind, name);
+            self.count(
+                &self.renewal_failures,
+                "locksmith_renewal_failures_total",
+                kind,
+                name,
+            );
         }
     }
 
