@@ -20,26 +20,37 @@ pub(crate) fn note_wait() {
     WAITED.with(|w| w.set(true));
 }
 
-/// A client's counters, shared by its clones, locks, guards and threads.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    acquired: AtomicU64,
-    acquired_locally: AtomicU64,
-    contended: AtomicU64,
-    timed_out: AtomicU64,
-    busy: AtomicU64,
-    failed: AtomicU64,
-    released: AtomicU64,
-    leases_lost: AtomicU64,
-    renewals: AtomicU64,
-    renewal_failures: AtomicU64,
-    reconnects: AtomicU64,
-    clock_jumps: AtomicU64,
-    wait: Buckets,
-    hold: Buckets,
-    /// The metrics carry a `name` label (unbounded cardinality).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    name_label: bool,
+/// Writes [`Counters`] and its [`snapshot`](Counters::snapshot) from one list of the fields it
+/// counts (each a [`Stats`] field of the same name), besides the two histograms.
+macro_rules! counters {
+    ($($field:ident),+) => {
+        /// A client's counters, shared by its clones, locks, guards and threads.
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $($field: AtomicU64,)+
+            wait: Buckets,
+            hold: Buckets,
+            /// The metrics carry a `name` label (unbounded cardinality).
+            #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+            name_label: bool,
+        }
+
+        impl Counters {
+            /// A snapshot of the counters.
+            pub(crate) fn snapshot(&self) -> Stats {
+                Stats {
+                    $($field: self.$field.load(Ordering::Relaxed),)+
+                    wait: self.wait.snapshot(),
+                    hold: self.hold.snapshot(),
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    acquired, acquired_locally, contended, timed_out, busy, failed, released, leases_lost,
+    renewals, renewal_failures, reconnects, clock_jumps
 }
 
 /// Adds one, relaxed: the counters order nothing.
@@ -48,6 +59,12 @@ fn bump(c: &AtomicU64) {
 }
 
 impl Counters {
+    /// Counts one into `counter` and into the metric `metric`.
+    fn count(&self, counter: &AtomicU64, metric: &'static str, kind: Kind, name: &str) {
+        bump(counter);
+        metrics::counter(self, metric, kind, name);
+    }
+
     /// Counters whose metrics carry the lock's name as a label when `name_label` is set.
     pub(crate) fn new(name_label: bool) -> Self {
         Counters {
@@ -82,17 +99,10 @@ impl Counters {
                 metrics::acquired(self, kind, name, waited, wait);
             }
             Ok(None) if may_wait => {
-                bump(&self.timed_out);
-                metrics::counter(self, "locksmith_timed_out_total", kind, name);
+                self.count(&self.timed_out, "locksmith_timed_out_total", kind, name)
             }
-            Ok(None) => {
-                bump(&self.busy);
-                metrics::counter(self, "locksmith_busy_total", kind, name);
-            }
-            Err(_) => {
-                bump(&self.failed);
-                metrics::counter(self, "locksmith_failed_total", kind, name);
-            }
+            Ok(None) => self.count(&self.busy, "locksmith_busy_total", kind, name),
+            Err(_) => self.count(&self.failed, "locksmith_failed_total", kind, name),
         }
         outcome
     }
@@ -100,8 +110,12 @@ impl Counters {
     /// Counts an acquisition by local hand-off (made within an acquire call, which counts it
     /// as an acquisition too).
     pub(crate) fn acquired_locally(&self, kind: Kind, name: &str) {
-        bump(&self.acquired_locally);
-        metrics::counter(self, "locksmith_acquired_locally_total", kind, name);
+        self.count(
+            &self.acquired_locally,
+            "locksmith_acquired_locally_total",
+            kind,
+            name,
+        );
     }
 
     /// Starts the hold of a guard of a lock of kind `kind` called `name`: counted as held until
@@ -118,19 +132,21 @@ impl Counters {
 
     /// Counts a lease lost while held.
     pub(crate) fn lease_lost(&self, kind: Kind, name: &str) {
-        bump(&self.leases_lost);
-        metrics::counter(self, "locksmith_leases_lost_total", kind, name);
+        self.count(&self.leases_lost, "locksmith_leases_lost_total", kind, name);
     }
 
     /// Counts one renewal of a lease: `extended`, or failed (no answer in time, or the lease
     /// was gone).
     pub(crate) fn renewal(&self, kind: Kind, name: &str, extended: bool) {
         if extended {
-            bump(&self.renewals);
-            metrics::counter(self, "locksmith_renewals_total", kind, name);
+            self.count(&self.renewals, "locksmith_renewals_total", kind, name);
         } else {
-            bump(&self.renewal_failures);
-            metrics::counter(self, "locksmith_renewal_failures_total", kind, name);
+            self.count(
+                &self.renewal_failures,
+                "locksmith_renewal_failures_total",
+                kind,
+                name,
+            );
         }
     }
 
@@ -144,27 +160,6 @@ impl Counters {
     pub(crate) fn clock_jumped(&self) {
         bump(&self.clock_jumps);
         metrics::clock_jumped();
-    }
-
-    /// A snapshot of the counters.
-    pub(crate) fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            acquired: get(&self.acquired),
-            acquired_locally: get(&self.acquired_locally),
-            contended: get(&self.contended),
-            timed_out: get(&self.timed_out),
-            busy: get(&self.busy),
-            failed: get(&self.failed),
-            released: get(&self.released),
-            leases_lost: get(&self.leases_lost),
-            renewals: get(&self.renewals),
-            renewal_failures: get(&self.renewal_failures),
-            reconnects: get(&self.reconnects),
-            clock_jumps: get(&self.clock_jumps),
-            wait: self.wait.snapshot(),
-            hold: self.hold.snapshot(),
-        }
     }
 }
 

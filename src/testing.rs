@@ -141,21 +141,14 @@ impl Server {
 
     /// One try: a port, the process, the wait until it answers as itself.
     fn spawn_and_wait(&mut self, program: &Program, deadline: Instant) -> Result<(), Attempt> {
-        self.port = free_port().map_err(|e| {
-            Attempt::Fatal(StartError::new(
-                format!("no free TCP port on 127.0.0.1: {e}"),
-                Some(e),
-            ))
-        })?;
+        self.port =
+            free_port().map_err(|e| fatal(format!("no free TCP port on 127.0.0.1: {e}"), e))?;
         let log_path = self.dir.join("server.log");
-        let log = File::create(&log_path).map_err(|e| {
-            let what = format!("cannot create {}: {e}", log_path.display());
-            Attempt::Fatal(StartError::new(what, Some(e)))
-        })?;
-        let log_err = log.try_clone().map_err(|e| {
-            let what = format!("cannot open {} twice: {e}", log_path.display());
-            Attempt::Fatal(StartError::new(what, Some(e)))
-        })?;
+        let shown = log_path.display();
+        let log =
+            File::create(&log_path).map_err(|e| fatal(format!("cannot create {shown}: {e}"), e))?;
+        let log_err =
+            (log.try_clone()).map_err(|e| fatal(format!("cannot open {shown} twice: {e}"), e))?;
         let spawned = Command::new(&program.path)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -168,15 +161,9 @@ impl Server {
         match spawned {
             Ok(child) => self.child = Some(child),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(Attempt::Fatal(StartError::new(
-                    program.not_found(),
-                    Some(e),
-                )));
+                return Err(fatal(program.not_found(), e));
             }
-            Err(e) => {
-                let what = format!("cannot run {}: {e}", program.shown());
-                return Err(Attempt::Fatal(StartError::new(what, Some(e))));
-            }
+            Err(e) => return Err(fatal(format!("cannot run {}: {e}", program.shown()), e)),
         }
         loop {
             let exited = match self.child.as_mut().map(Child::try_wait) {
@@ -283,6 +270,11 @@ enum Attempt {
     Fatal(StartError),
 }
 
+/// A failure that another port does not change: `what`, caused by the I/O error `e`.
+fn fatal(what: String, e: io::Error) -> Attempt {
+    Attempt::Fatal(StartError::new(what, Some(e)))
+}
+
 /// The server binary to run, and where its name came from.
 struct Program {
     path: OsString,
@@ -320,15 +312,10 @@ impl Program {
 
 /// `LOCKSMITH_TEST_SERVER` when set and not empty, else `redis-server`.
 fn program() -> Program {
-    match std::env::var_os(SERVER_VAR).filter(|v| !v.is_empty()) {
-        Some(path) => Program {
-            path,
-            from_var: true,
-        },
-        None => Program {
-            path: OsString::from("redis-server"),
-            from_var: false,
-        },
+    let var = std::env::var_os(SERVER_VAR).filter(|v| !v.is_empty());
+    Program {
+        from_var: var.is_some(),
+        path: var.unwrap_or_else(|| OsString::from("redis-server")),
     }
 }
 

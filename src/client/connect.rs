@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::shared::Core;
 use crate::shared::config::Config;
 use crate::stats::Counters;
-use crate::subscriber::Subscriber;
+use crate::subscriber::{Reader, Subscriber};
 use crate::topology::backend::{Backend, Node};
 use crate::topology::cluster::Cluster;
 use crate::topology::sentinel::Sentinel;
@@ -48,7 +48,10 @@ impl ClientBuilder {
         let master_settings = self.master_settings()?;
         // What each master is called in messages, how it is reached, and the TLS set-up.
         let (names, infos, resolver, tls) = match &self.topology {
-            Topology::Cluster(seeds) => return self.build_cluster(config, seeds),
+            Topology::Cluster(seeds) => {
+                let infos = parse_urls(seeds)?;
+                return self.build_cluster(config, infos);
+            }
             Topology::Single(server) => self.masters(vec![server.info()?])?,
             Topology::Quorum(urls) => self.masters(parse_urls(urls)?)?,
             Topology::Sentinel { sentinels, master } => {
@@ -128,27 +131,39 @@ impl ClientBuilder {
                 None => e,
             })
             .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), node_timeouts))?;
+        self.start(config, backend, |counters| {
+            let (subscriber, reader) =
+                Subscriber::connect(infos, node_timeouts, tls, moves, counters)?;
+            if let Some(r) = &resolver {
+                // When the command side finds the master elsewhere, the pub/sub connection
+                // follows.
+                let sub = Arc::downgrade(&subscriber);
+                r.on_switch(move || sub.upgrade().map_or((), |s| s.reconnect_now()));
+            }
+            Ok((subscriber, reader))
+        })
+    }
+
+    /// Starts the client on `backend`, whose masters answered: warns of masters that may
+    /// evict lock keys, counts from here on, opens the pub/sub side (`subscribe`, given the
+    /// counters) and starts the client's threads.
+    fn start(
+        self,
+        config: Config,
+        backend: Arc<Backend>,
+        subscribe: impl FnOnce(Arc<Counters>) -> Result<(Arc<Subscriber>, Reader)>,
+    ) -> Result<Client> {
         warn_if_locks_evictable(&backend);
         let counters = Arc::new(Counters::new(self.metrics_lock_names));
-        let (subscriber, reader) =
-            Subscriber::connect(infos, node_timeouts, tls, moves, Arc::clone(&counters))?;
-        if let Some(r) = &resolver {
-            // When the command side finds the master elsewhere, the pub/sub connection follows.
-            let sub = Arc::downgrade(&subscriber);
-            r.on_switch(move || {
-                if let Some(s) = sub.upgrade() {
-                    s.reconnect_now();
-                }
-            });
-        }
+        let (subscriber, reader) = subscribe(Arc::clone(&counters))?;
         let core = Core::start(config, backend, subscriber, reader, self.on_lost, counters)?;
         Ok(Client { core })
     }
 
-    /// Connects to a Redis Cluster: the slot map from a seed, every master's `PING`, then the
-    /// client's threads (the pub/sub connections open when waiters need them).
-    fn build_cluster(&self, config: Config, seeds: &[String]) -> Result<Client> {
-        let infos = parse_urls(seeds)?;
+    /// Connects to a Redis Cluster (its seeds as `infos`): the slot map from a seed, every
+    /// master's `PING`, then the client's threads (the pub/sub connections open when waiters
+    /// need them).
+    fn build_cluster(self, config: Config, infos: Vec<ConnectionInfo>) -> Result<Client> {
         if let Some(bad) = infos.iter().find(|i| {
             !matches!(
                 i.addr(),
@@ -179,25 +194,14 @@ impl ClientBuilder {
         backend
             .ping(Deadline::after(config.one_call()))
             .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), config.timeouts))?;
-        warn_if_locks_evictable(&backend);
-        let counters = Arc::new(Counters::new(self.metrics_lock_names));
-        let (subscriber, reader) =
-            Subscriber::sharded(cluster.clone(), config.timeouts, tls, Arc::clone(&counters))?;
-        let sub = Arc::downgrade(&subscriber);
-        cluster.on_change(move || {
-            if let Some(s) = sub.upgrade() {
-                s.map_changed();
-            }
-        });
-        let core = Core::start(
-            config,
-            backend,
-            subscriber,
-            reader,
-            self.on_lost.clone(),
-            counters,
-        )?;
-        Ok(Client { core })
+        let timeouts = config.timeouts;
+        self.start(config, backend, |counters| {
+            let (subscriber, reader) =
+                Subscriber::sharded(cluster.clone(), timeouts, tls, counters)?;
+            let sub = Arc::downgrade(&subscriber);
+            cluster.on_change(move || sub.upgrade().map_or((), |s| s.map_changed()));
+            Ok((subscriber, reader))
+        })
     }
 }
 

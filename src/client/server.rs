@@ -101,44 +101,25 @@ impl std::fmt::Debug for Server {
     }
 }
 
-impl IntoServer for &str {}
-impl sealed::Sealed for &str {
-    fn into_info(self) -> Result<ConnectionInfo> {
-        conn::parse_url(self)
-    }
+/// `IntoServer` for each type, with how it becomes the server's address and settings.
+macro_rules! into_server {
+    ($(impl$(<$t:ident: $b:path>)? for $ty:ty => |$s:ident| $into:expr;)+) => {$(
+        impl$(<$t: $b>)? IntoServer for $ty {}
+        impl$(<$t: $b>)? sealed::Sealed for $ty {
+            fn into_info(self) -> Result<ConnectionInfo> {
+                let $s = self;
+                $into
+            }
+        }
+    )+};
 }
 
-impl IntoServer for String {}
-impl sealed::Sealed for String {
-    fn into_info(self) -> Result<ConnectionInfo> {
-        conn::parse_url(&self)
-    }
-}
-
-impl IntoServer for &String {}
-impl sealed::Sealed for &String {
-    fn into_info(self) -> Result<ConnectionInfo> {
-        conn::parse_url(self)
-    }
-}
-
-impl IntoServer for ConnectionInfo {}
-impl sealed::Sealed for ConnectionInfo {
-    fn into_info(self) -> Result<ConnectionInfo> {
-        Ok(self)
-    }
-}
-
-impl IntoServer for ConnectionAddr {}
-impl sealed::Sealed for ConnectionAddr {
-    fn into_info(self) -> Result<ConnectionInfo> {
-        self.into_connection_info().map_err(Error::from_redis)
-    }
-}
-
-impl<T: Into<String>> IntoServer for (T, u16) {}
-impl<T: Into<String>> sealed::Sealed for (T, u16) {
-    fn into_info(self) -> Result<ConnectionInfo> {
-        self.into_connection_info().map_err(Error::from_redis)
-    }
+into_server! {
+    impl for &str => |url| conn::parse_url(url);
+    impl for String => |url| conn::parse_url(&url);
+    impl for &String => |url| conn::parse_url(url);
+    impl for ConnectionInfo => |info| Ok(info);
+    impl for ConnectionAddr => |addr| addr.into_connection_info().map_err(Error::from_redis);
+    impl<T: Into<String>> for (T, u16) =>
+        |pair| pair.into_connection_info().map_err(Error::from_redis);
 }

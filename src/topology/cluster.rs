@@ -68,7 +68,7 @@ use crate::transport::tls::Tls;
 
 mod slots;
 
-use super::send::{Flavor, Node, Part, Round, one};
+use super::send::{Flavor, Node, Round};
 pub(crate) use slots::call_slot;
 use slots::{Range, parse_shards, parse_slots, redirect};
 
@@ -290,12 +290,8 @@ impl Cluster {
             fresh: false,
             pause: None,
         };
-        let ask = |what: &str| {
-            let packed = redis::cmd("CLUSTER").arg(what).get_packed_command();
-            let reply = round.run(vec![Part::new(0, node, &packed, 1)]).pop();
-            let reply = reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
-            reply.and_then(|mut v| one(v.pop()))
-        };
+        let ask =
+            |what: &str| round.ask(node, &redis::cmd("CLUSTER").arg(what).get_packed_command());
         let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
         let ranges = match ask("SHARDS") {
             Ok(v) => parse_shards(&v, self.uses_tls(), asked),
@@ -323,22 +319,17 @@ impl Cluster {
             }
             *last = Some(Instant::now());
         }
+        // The masters, the seeds, then nodes that are not masters any more but known.
+        let seeds: Vec<_> = (0..self.seeds.len())
+            .filter_map(|i| self.seed_node(i).ok())
+            .collect();
+        let known: Vec<_> = self.nodes.lock().values().cloned().collect();
         let mut candidates = self.masters();
-        for i in 0..self.seeds.len() {
-            if let Ok(n) = self.seed_node(i)
-                && !candidates.iter().any(|c| Arc::ptr_eq(c, &n))
-            {
+        for n in seeds.into_iter().chain(known) {
+            if !candidates.iter().any(|c| Arc::ptr_eq(c, &n)) {
                 candidates.push(n);
             }
         }
-        // Nodes that are not masters any more, but known, are worth asking too.
-        for n in self.nodes.lock().values() {
-            if !candidates.iter().any(|c| Arc::ptr_eq(c, n)) {
-                candidates.push(Arc::clone(n));
-            }
-        }
-        // A stable sort: the order above among the nodes that answered last time, and
-        // among those that did not.
         candidates.sort_by_key(|n| n.demoted.load(Ordering::Relaxed));
         let mut last_err = None;
         for node in candidates {
@@ -409,9 +400,7 @@ impl Cluster {
                 redis::cmd("ASKING").write_packed_command(&mut out);
             }
             out.extend_from_slice(packed);
-            let part = Part::new(0, &node, &out, 1 + usize::from(asking));
-            let reply = (round.run(vec![part]).pop())
-                .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
+            let reply = (round.run_on(&node, &out, 1 + usize::from(asking)))
                 .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
             let tried = match reply {
                 Ok(v) => match classify(&v) {

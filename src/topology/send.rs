@@ -257,6 +257,22 @@ impl Round {
         out
     }
 
+    /// Sends `packed`, which asks for `replies` replies, to `node` alone: its replies.
+    pub(crate) fn run_on(
+        &self,
+        node: &Node,
+        packed: &[u8],
+        replies: usize,
+    ) -> Result<Vec<Value>, Fault> {
+        let reply = self.run(vec![Part::new(0, node, packed, replies)]).pop();
+        reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
+    }
+
+    /// Sends one command, `packed`, to `node` alone: its reply, a server error as `Err`.
+    pub(crate) fn ask(&self, node: &Node, packed: &[u8]) -> Result<Value, Fault> {
+        self.run_on(node, packed, 1).and_then(|mut v| one(v.pop()))
+    }
+
     /// Writes `p` on `con`, recording the connection or the failure.
     fn send<'a>(
         &self,

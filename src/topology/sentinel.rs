@@ -115,7 +115,8 @@ impl fmt::Debug for Sentinel {
 }
 
 impl Sentinel {
-    /// Checks the sentinel URLs (parsed as `infos`) and the master name; no I/O. `settings`:
+    /// Checks the sentinel URLs (parsed as `infos`; the builder checked that there is one, and
+    /// a master name); no I/O. `settings`:
     /// the master's credentials and database; `tls`: the certificates of `rediss://`
     /// sentinels (and masters).
     pub(crate) fn new(
@@ -126,15 +127,6 @@ impl Sentinel {
         settings: RedisConnectionInfo,
         tls: Option<&Tls>,
     ) -> Result<Self> {
-        if urls.is_empty() {
-            return Err(Error::config(
-                "sentinels",
-                "must name at least one sentinel URL",
-            ));
-        }
-        if master.is_empty() {
-            return Err(Error::config("master_name", "must not be empty"));
-        }
         let master_tls = tls_mode(urls, &infos)?;
         let sentinels = infos
             .into_iter()

@@ -48,10 +48,9 @@ impl Backend {
                 .arg(pattern)
                 .arg("COUNT")
                 .arg(1000);
-            let packed = cmd.get_packed_command();
-            let reply = round.run(vec![Part::new(0, node, &packed, 1)]).pop();
-            let reply = reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
-            reply.and_then(|mut v| one(v.pop())).and_then(scan_reply)
+            round
+                .ask(node, &cmd.get_packed_command())
+                .and_then(scan_reply)
         };
         (self.nodes().iter())
             .map(|node| {

@@ -275,13 +275,8 @@ impl Backend {
         };
         let mut packed = self.pack(call);
         self.push_wait(&mut packed);
-        let part = Part::new(0, node, &packed, 2);
-        let reply = (self
-            .round(Some(self.call_timeout), by, false)
-            .run(vec![part])
-            .pop())
-        .map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
-        match reply {
+        let round = self.round(Some(self.call_timeout), by, false);
+        match round.run_on(node, &packed, 2) {
             Ok(mut values) => {
                 let acked = acked(values.pop().as_ref());
                 (one(values.pop()), acked)
