@@ -252,7 +252,9 @@ fn a_quiet_run_finds_nothing_to_excuse() {
         let mut s = default_settings(masters, seed());
         s.faults = Faults::NONE;
         s.skew_us = 0;
-        let out = run(s, 20_000, Duration::from_secs(5), false);
+        // The step count bounds the run; the time cap only stops a stuck one (a loaded
+        // machine runs fewer steps a second, and the grants' floor below must still be met).
+        let out = run(s, 20_000, Duration::from_secs(60), false);
         assert_clean(&out);
         assert!(out.excused.is_empty(), "{:?}", out.excused);
         assert!(out.grants > 1_000, "{} grants", out.grants);
