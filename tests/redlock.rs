@@ -722,8 +722,18 @@ fn waiter_wakes_on_release_without_polling() {
             common::wait_until(Duration::from_secs(5), || m.numsub(&channel) >= 1),
             "waiter never subscribed to {channel}"
         );
-        thread::sleep(Duration::from_millis(300));
-        let settled = m.evalsha(0..N);
+        // Settled: no script call from the waiter over 300 ms (a loaded machine may run its
+        // attempt after subscribing late).
+        let mut settled = m.evalsha(0..N);
+        let ready_by = Instant::now() + Duration::from_secs(10);
+        loop {
+            thread::sleep(Duration::from_millis(300));
+            let now = m.evalsha(0..N);
+            if now == settled || Instant::now() > ready_by {
+                break;
+            }
+            settled = now;
+        }
         thread::sleep(Duration::from_millis(1500));
         let after = m.evalsha(0..N);
         assert_eq!(
