@@ -191,10 +191,8 @@ impl Semaphore {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn available(&self) -> Result<u32> {
-        self.client.shared().ensure_open()?;
         let call = semaphore::used(&self.keys);
-        let by = Deadline::after(self.client.shared().config.one_call());
-        let v = eval_twice(&self.client, &call, by)?;
+        let v = ask(&self.client, &call, &self.keys, "semaphore used")?;
         let used =
             semaphore::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
         Ok(self.permits.saturating_sub(used))
