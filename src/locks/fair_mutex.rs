@@ -717,6 +717,12 @@ fn release_call(keys: &LockKeys, holder: Who<'_>, level: Level) -> scripts::Call
     fair_mutex::release(keys, holder, level, &request_id())
 }
 
+// A handle is shared across threads by design; a guard is not (see above).
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<FairMutex>();
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

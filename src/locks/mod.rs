@@ -10,17 +10,3 @@ pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
-
-// The handles, and a leadership, are shared across threads by design, and a semaphore's permits
-// move between them; the other guards, and an observer, belong to the thread that made them.
-const _: () = {
-    const fn assert_send_sync<T: Send + Sync>() {}
-    const fn assert_send<T: Send>() {}
-    assert_send_sync::<fair_mutex::FairMutex>();
-    assert_send_sync::<multi::MultiMutex>();
-    assert_send_sync::<rwlock::RwLock>();
-    assert_send_sync::<semaphore::Semaphore>();
-    assert_send_sync::<mutex::election::Election>();
-    assert_send_sync::<mutex::election::Leadership>();
-    assert_send::<semaphore::SemaphorePermit>();
-};

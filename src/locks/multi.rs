@@ -780,3 +780,9 @@ impl Drop for HeldSet {
         }
     }
 }
+
+// A set handle is shared across threads; its guard belongs to the thread that locked.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<MultiMutex>();
+};

@@ -683,3 +683,9 @@ impl RwLockWriteGuard {
         self.lease.hold().token
     }
 }
+
+// A handle is shared across threads by design; guards are not.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<RwLock>();
+};

@@ -518,3 +518,11 @@ impl Release for Semaphore {
         &self.client
     }
 }
+
+// Handles and permits are shared or moved across threads by design.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    const fn assert_send<T: Send>() {}
+    assert_send_sync::<Semaphore>();
+    assert_send::<SemaphorePermit>();
+};

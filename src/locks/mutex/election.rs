@@ -465,3 +465,10 @@ impl Observer {
         Ok((leader, changed))
     }
 }
+
+// A handle and a leadership are shared across threads by design; an observer is not.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Election>();
+    assert_send_sync::<Leadership>();
+};
