@@ -164,7 +164,9 @@ pub(crate) trait Protocol<'a> {
 /// gives each form its first paragraph, and the blocking form's errors (`errors { .. }`) the
 /// errors besides Redis's, and what follows them; the retries of the blocking form are
 /// written here. `fails` is what a blocking call that ended without the lock says (it cannot
-/// happen: without a deadline the driver ends holding the lock or with an error).
+/// happen: without a deadline the driver ends holding the lock or with an error). A last,
+/// optional `fn $with;` adds the closure form (`with_lock`): the blocking form, `f(&guard)`,
+/// then the guard's `unlock`, its docs all the type's.
 macro_rules! timed_forms {
     (
         guard: $guard:ty, call: $call:ident, fails: $fails:literal;
@@ -172,6 +174,7 @@ macro_rules! timed_forms {
         $(#[$try_doc:meta])* fn $try:ident;
         $(#[$for_doc:meta])* fn $for:ident;
         $(#[$until_doc:meta])* fn $until:ident;
+        $($(#[$with_doc:meta])* fn $with:ident;)?
     ) => {
         $(#[$block_doc])*
         ///
@@ -229,6 +232,16 @@ macro_rules! timed_forms {
         pub fn $until(&self, deadline: std::time::Instant) -> $crate::Result<Option<$guard>> {
             self.$call($crate::transport::conn::Deadline::at(deadline))
         }
+
+        $(
+            $(#[$with_doc])*
+            pub fn $with<T>(&self, f: impl FnOnce(&$guard) -> T) -> $crate::Result<T> {
+                let guard = self.$block()?;
+                let value = f(&guard);
+                guard.unlock()?;
+                Ok(value)
+            }
+        )?
     };
 }
 pub(crate) use timed_forms;

@@ -410,25 +410,19 @@ impl FairMutex {
         /// Waits until `deadline` at most for the lock, as
         /// [`try_lock_for`](FairMutex::try_lock_for).
         fn try_lock_until;
-    }
-
-    /// Runs `f` while holding the lock, then releases it, and returns what `f` returned:
-    /// [`lock`](FairMutex::lock) (in the queue), `f(&guard)`,
-    /// [`unlock`](FairMutexGuard::unlock). The same as
-    /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the lock as the
-    /// guard is dropped.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairMutex::lock), and `f` is not called; as
-    /// [`unlock`](FairMutexGuard::unlock) when the release fails after `f` ran (a lease lost
-    /// while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s value is then dropped
-    /// and the error returned in its place.
-    pub fn with_lock<T>(&self, f: impl FnOnce(&FairMutexGuard) -> T) -> Result<T> {
-        let guard = self.lock()?;
-        let value = f(&guard);
-        guard.unlock()?;
-        Ok(value)
+        /// Runs `f` while holding the lock, then releases it, and returns what `f` returned:
+        /// [`lock`](FairMutex::lock) (in the queue), `f(&guard)`,
+        /// [`unlock`](FairMutexGuard::unlock). The same as
+        /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the lock as the
+        /// guard is dropped.
+        ///
+        /// # Errors
+        ///
+        /// As [`lock`](FairMutex::lock), and `f` is not called; as
+        /// [`unlock`](FairMutexGuard::unlock) when the release fails after `f` ran (a lease lost
+        /// while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s value is then dropped
+        /// and the error returned in its place.
+        fn with_lock;
     }
 
     /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
@@ -456,18 +450,22 @@ impl FairMutex {
         let hold = match shared.adopt_as(kind, &self.keys, owner.to_owned(), grant, terms) {
             Adopted::Held(hold) => hold,
             Adopted::Unusable => {
-                // Free the acquisition nobody may use (owner- and acquisition-checked), so
-                // that the next attempt makes a new one.
-                let holder = Who { owner, acquisition };
-                let call = release_call(&self.keys, holder, Level::Outermost);
-                if let Err(e) = eval_twice(&self.client, &call, by) {
-                    log::debug!("freeing a stale grant of `{}`: {e}", self.keys.name);
-                }
+                // Free the acquisition nobody may use, so that the next attempt makes a new one.
+                self.give_back(owner, acquisition, by, "freeing a stale grant");
                 return None;
             }
         };
         let hold = unless_late(self, hold, "grant", by)?;
         Some(FairMutexGuard::new(self, hold))
+    }
+
+    /// Releases acquisition `acquisition` of `owner` (owner- and acquisition-checked: to the
+    /// next waiter); a failure is logged as `what` and left to the lease.
+    fn give_back(&self, owner: &str, acquisition: &str, by: Deadline, what: &str) {
+        let call = release_call(&self.keys, Who { owner, acquisition }, Level::Outermost);
+        if let Err(e) = eval_twice(&self.client, &call, by) {
+            log::debug!("{what} of `{}`: {e}", self.keys.name);
+        }
     }
 
     /// An acquire call by `deadline`, through the driver (see `driver/mod.rs`).
@@ -566,14 +564,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair cancel")?;
         if mutex.fixed_lease.is_some() {
             if let AcquireReply::Held { acquisition, .. } = reply {
-                let holder = Who {
-                    owner,
-                    acquisition: &acquisition,
-                };
-                let call = release_call(&mutex.keys, holder, Level::Outermost);
-                if let Err(e) = eval_twice(&mutex.client, &call, by) {
-                    log::debug!("passing on a grant of `{}`: {e}", mutex.keys.name);
-                }
+                mutex.give_back(owner, &acquisition, by, "passing on a grant");
             }
             return Ok(None);
         }

@@ -267,38 +267,33 @@ impl MultiMutex {
         /// Waits until `deadline` at most for the whole set. `Ok(None)` when it could not be had
         /// in time; the call then holds none of it.
         fn try_lock_until;
-    }
-
-    /// Runs `f` while holding the whole set, then releases it, and returns what `f` returned:
-    /// [`lock`](MultiMutex::lock), `f(&guard)`, [`unlock`](MultiGuard::unlock). The same as
-    /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the set as the
-    /// guard is dropped.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](MultiMutex::lock), and `f` is not called; as
-    /// [`unlock`](MultiGuard::unlock) when the release fails after `f` ran (the lease of one
-    /// of the names lost while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s
-    /// value is then dropped and the error returned in its place.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let pair = client.multi_lock(["account:7", "account:3"])?;
-    /// pair.with_lock(|guard| {
-    ///     let (from, to) = (guard.fencing_token("account:7"), guard.fencing_token("account:3"));
-    ///     // ... write both balances in one transaction, each write fenced with its token ...
-    /// #   let _ = (from, to);
-    /// })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn with_lock<T>(&self, f: impl FnOnce(&MultiGuard) -> T) -> Result<T> {
-        let guard = self.lock()?;
-        let value = f(&guard);
-        guard.unlock()?;
-        Ok(value)
+        /// Runs `f` while holding the whole set, then releases it, and returns what `f` returned:
+        /// [`lock`](MultiMutex::lock), `f(&guard)`, [`unlock`](MultiGuard::unlock). The same as
+        /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the set as the
+        /// guard is dropped.
+        ///
+        /// # Errors
+        ///
+        /// As [`lock`](MultiMutex::lock), and `f` is not called; as
+        /// [`unlock`](MultiGuard::unlock) when the release fails after `f` ran (the lease of one
+        /// of the names lost while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s
+        /// value is then dropped and the error returned in its place.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let pair = client.multi_lock(["account:7", "account:3"])?;
+        /// pair.with_lock(|guard| {
+        ///     let from = guard.fencing_token("account:7");
+        ///     let to = guard.fencing_token("account:3");
+        ///     // ... write both balances in one transaction, each write fenced with its token ...
+        /// #   let _ = (from, to);
+        /// })?;
+        /// # Ok(()) }
+        /// ```
+        fn with_lock;
     }
 
     /// Takes the parts in order, each through the driver (see `driver/mod.rs`); gives back

@@ -226,11 +226,7 @@ impl RwLock {
     /// As [`writer`](RwLock::writer).
     pub fn is_locked(&self) -> Result<bool> {
         let (now, items) = self.info()?;
-        let reading = items
-            .get(4)
-            .and_then(|r| calls::holders_of(r, Shape::Reader, now))
-            .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items.clone())))?;
-        if !reading.is_empty() {
+        if !readers_in(now, &items)?.is_empty() {
             return Ok(true);
         }
         Ok(calls::lone_holder(items, Some(now), Shape::Writer, "rw writer")?.is_some())
@@ -263,10 +259,7 @@ impl RwLock {
     /// As [`writer`](RwLock::writer).
     pub fn readers(&self) -> Result<Vec<Holder>> {
         let (now, items) = self.info()?;
-        items
-            .get(4)
-            .and_then(|r| calls::holders_of(r, Shape::Reader, now))
-            .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items)))
+        readers_in(now, &items)
     }
 
     /// How many wait for the lock now: the registered waiting writers and readers (both
@@ -344,6 +337,35 @@ impl RwLock {
         fn try_read_for;
         /// Waits until `deadline` at most for a read lock.
         fn try_read_until;
+        /// Runs `f` while holding a read lock, then releases it, and returns what `f` returned:
+        /// [`read`](RwLock::read), `f(&guard)`, [`unlock`](RwLockReadGuard::unlock). The same as
+        /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the read lock as
+        /// the guard is dropped.
+        ///
+        /// # Errors
+        ///
+        /// As [`read`](RwLock::read), and `f` is not called; as
+        /// [`unlock`](RwLockReadGuard::unlock) when the release fails after `f` ran (a lease lost
+        /// while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s value is then dropped
+        /// and the error returned in its place.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let prices = client.rw_lock("prices")?;
+        /// let count = prices.with_read(|_guard| {
+        ///     // ... read the price list ...
+        ///     42
+        /// })?;
+        /// prices.with_write(|guard| {
+        ///     // ... rewrite it, fenced with guard.fencing_token() ...
+        /// #   let _ = (guard, count);
+        /// })?;
+        /// # Ok(()) }
+        /// ```
+        fn with_read;
     }
 
     timed_forms! { guard: RwLockWriteGuard, call: write_until, fails: "write() ended without the lock";
@@ -360,57 +382,16 @@ impl RwLock {
         fn try_write_for;
         /// Waits until `deadline` at most for the write lock.
         fn try_write_until;
-    }
-
-    /// Runs `f` while holding a read lock, then releases it, and returns what `f` returned:
-    /// [`read`](RwLock::read), `f(&guard)`, [`unlock`](RwLockReadGuard::unlock). The same as
-    /// [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the read lock as
-    /// the guard is dropped.
-    ///
-    /// # Errors
-    ///
-    /// As [`read`](RwLock::read), and `f` is not called; as
-    /// [`unlock`](RwLockReadGuard::unlock) when the release fails after `f` ran (a lease lost
-    /// while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s value is then dropped
-    /// and the error returned in its place.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let prices = client.rw_lock("prices")?;
-    /// let count = prices.with_read(|_guard| {
-    ///     // ... read the price list ...
-    ///     42
-    /// })?;
-    /// prices.with_write(|guard| {
-    ///     // ... rewrite it, fenced with guard.fencing_token() ...
-    /// #   let _ = (guard, count);
-    /// })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn with_read<T>(&self, f: impl FnOnce(&RwLockReadGuard) -> T) -> Result<T> {
-        let guard = self.read()?;
-        let value = f(&guard);
-        guard.unlock()?;
-        Ok(value)
-    }
-
-    /// Runs `f` while holding the write lock, then releases it, and returns what `f` returned:
-    /// [`write`](RwLock::write), `f(&guard)`, [`unlock`](RwLockWriteGuard::unlock). The same
-    /// as [`with_read`](RwLock::with_read) for the write lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](RwLock::write), and `f` is not called; as
-    /// [`unlock`](RwLockWriteGuard::unlock) when the release fails after `f` ran: `f`'s value
-    /// is then dropped and the error returned in its place.
-    pub fn with_write<T>(&self, f: impl FnOnce(&RwLockWriteGuard) -> T) -> Result<T> {
-        let guard = self.write()?;
-        let value = f(&guard);
-        guard.unlock()?;
-        Ok(value)
+        /// Runs `f` while holding the write lock, then releases it, and returns what `f` returned:
+        /// [`write`](RwLock::write), `f(&guard)`, [`unlock`](RwLockWriteGuard::unlock). The same
+        /// as [`with_read`](RwLock::with_read) for the write lock.
+        ///
+        /// # Errors
+        ///
+        /// As [`write`](RwLock::write), and `f` is not called; as
+        /// [`unlock`](RwLockWriteGuard::unlock) when the release fails after `f` ran: `f`'s value
+        /// is then dropped and the error returned in its place.
+        fn with_write;
     }
 
     /// A nested level of the calling thread's live hold (its read hold when `read`, else its
@@ -462,6 +443,14 @@ impl RwLock {
         let hold = driver::acquire(&mut call, Kind::Write, deadline)?;
         Ok(hold.map(|h| RwLockWriteGuard::new(self, h)))
     }
+}
+
+/// The live readers in an `info` reply's `items` (its fifth), with the server clock `now` (µs).
+fn readers_in(now: u64, items: &[Value]) -> Result<Vec<Holder>> {
+    items
+        .get(4)
+        .and_then(|r| calls::holders_of(r, Shape::Reader, now))
+        .ok_or_else(|| scripts::unexpected("rw readers", &Value::Array(items.to_vec())))
 }
 
 /// One read (`read`) or write call of an [`RwLock`], as acquisition `request` of `owner`.

@@ -191,10 +191,8 @@ impl Semaphore {
     ///
     /// [`Error::Redis`] when Redis cannot be asked.
     pub fn available(&self) -> Result<u32> {
-        self.client.shared().ensure_open()?;
         let call = semaphore::used(&self.keys);
-        let by = Deadline::after(self.client.shared().config.one_call());
-        let v = eval_twice(&self.client, &call, by)?;
+        let v = ask(&self.client, &call, &self.keys, "semaphore used")?;
         let used =
             semaphore::parse_used(&v).ok_or_else(|| scripts::unexpected("semaphore used", &v))?;
         Ok(self.permits.saturating_sub(used))
@@ -299,38 +297,32 @@ impl Semaphore {
         fn try_acquire_for;
         /// Waits until `deadline` at most for one permit.
         fn try_acquire_until;
-    }
-
-    /// Runs `f` while holding one permit, then releases it, and returns what `f` returned:
-    /// [`acquire`](Semaphore::acquire), `f(&permit)`, [`unlock`](SemaphorePermit::unlock).
-    /// The same as [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the
-    /// permit as it is dropped.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Semaphore::acquire), and `f` is not called; as
-    /// [`unlock`](SemaphorePermit::unlock) when the release fails after `f` ran (the
-    /// permit's lease lost while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s
-    /// value is then dropped and the error returned in its place.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let uplink = client.semaphore("uplink", 10)?;
-    /// let sent = uplink.with_permit(|_permit| {
-    ///     // ... one of at most 10 uploads at once ...
-    ///     1024
-    /// })?;
-    /// # let _ = sent;
-    /// # Ok(()) }
-    /// ```
-    pub fn with_permit<T>(&self, f: impl FnOnce(&SemaphorePermit) -> T) -> Result<T> {
-        let permit = self.acquire()?;
-        let value = f(&permit);
-        permit.unlock()?;
-        Ok(value)
+        /// Runs `f` while holding one permit, then releases it, and returns what `f` returned:
+        /// [`acquire`](Semaphore::acquire), `f(&permit)`, [`unlock`](SemaphorePermit::unlock).
+        /// The same as [`Mutex::with_lock`](crate::Mutex::with_lock): a panic in `f` releases the
+        /// permit as it is dropped.
+        ///
+        /// # Errors
+        ///
+        /// As [`acquire`](Semaphore::acquire), and `f` is not called; as
+        /// [`unlock`](SemaphorePermit::unlock) when the release fails after `f` ran (the
+        /// permit's lease lost while `f` ran: [`Error::LeaseLost`], [`Error::NotOwner`]): `f`'s
+        /// value is then dropped and the error returned in its place.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let uplink = client.semaphore("uplink", 10)?;
+        /// let sent = uplink.with_permit(|_permit| {
+        ///     // ... one of at most 10 uploads at once ...
+        ///     1024
+        /// })?;
+        /// # let _ = sent;
+        /// # Ok(()) }
+        /// ```
+        fn with_permit;
     }
 
     /// Makes exactly one attempt for `n` permits together. `Ok(None)` when fewer than `n` are
