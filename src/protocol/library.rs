@@ -122,15 +122,23 @@ impl Library {
             Some(name) => ("FCALL", name),
             None => ("EVALSHA", sha.unwrap_or_default()),
         };
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(name);
-        // The call's own arguments after `EVALSHA <sha>`: the key count, the keys, the rest.
-        for a in call.cmd.args_iter().skip(2) {
-            if let redis::Arg::Simple(b) = a {
-                cmd.arg(b);
-            }
+        // The call's own arguments after `EVALSHA <sha>`: the key count, the keys, the rest,
+        // written straight into `out` (the call's command is not copied into another).
+        let rest = call.cmd.args_iter().skip(2).filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None,
+        });
+        let size = rest.clone().map(|b| b.len() + 16).sum::<usize>();
+        out.reserve(48 + verb.len() + name.len() + size);
+        out.push(b'*');
+        decimal(out, rest.clone().count() + 2);
+        for b in [verb.as_bytes(), name.as_bytes()].into_iter().chain(rest) {
+            out.extend_from_slice(b"\r\n$");
+            decimal(out, b.len());
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(b);
         }
-        cmd.write_packed_command(out);
+        out.extend_from_slice(b"\r\n");
     }
 
     /// `call` packed (see [`write`](Self::write)).
@@ -139,6 +147,22 @@ impl Library {
         self.write(call, functions, None, &mut out);
         out
     }
+}
+
+/// Appends `n` in decimal (a RESP count or length).
+fn decimal(out: &mut Vec<u8>, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// Whether `v`, the reply to [`Library::load`], means the server has the library now: its
