@@ -146,8 +146,12 @@ pub(crate) struct Call {
 impl Call {
     /// `EVALSHA` of `which` with `keys`; the caller adds the arguments ([`arg`](Call::arg)).
     pub(crate) fn new(which: Which, keys: &[&str]) -> Call {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
+        // Room for a lock call's arguments at once, rather than growing as they are added.
+        let mut cmd = redis::Cmd::with_capacity(12, 256);
+        cmd.arg("EVALSHA")
+            .arg(which.script().get_hash())
+            .arg(keys.len())
+            .arg(keys);
         Call { which, cmd }
     }
 
