@@ -29,6 +29,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use crate::protocol::keys::digits;
 use crate::protocol::lua::{self, NO_MARKS};
 use crate::protocol::scripts::{Call, Which};
 
@@ -131,10 +132,10 @@ impl Library {
         let size = rest.clone().map(|b| b.len() + 16).sum::<usize>();
         out.reserve(48 + verb.len() + name.len() + size);
         out.push(b'*');
-        decimal(out, rest.clone().count() + 2);
+        out.extend_from_slice(digits::<10>(rest.clone().count() as u64 + 2, &mut [0; 20]));
         for b in [verb.as_bytes(), name.as_bytes()].into_iter().chain(rest) {
             out.extend_from_slice(b"\r\n$");
-            decimal(out, b.len());
+            out.extend_from_slice(digits::<10>(b.len() as u64, &mut [0; 20]));
             out.extend_from_slice(b"\r\n");
             out.extend_from_slice(b);
         }
@@ -147,22 +148,6 @@ impl Library {
         self.write(call, functions, None, &mut out);
         out
     }
-}
-
-/// Appends `n` in decimal (a RESP count or length).
-fn decimal(out: &mut Vec<u8>, n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// Whether `v`, the reply to [`Library::load`], means the server has the library now: its
