@@ -102,12 +102,30 @@ impl Shared {
     /// none) holds it there; its own later acquisitions must not pass for that owner (the
     /// acquire script would take the other thread's levels for orphans of its own and replace
     /// them, or count a re-entry on them). So each move gives the thread a new id.
+    ///
+    /// The id is written once per thread, client and move, and kept for the thread's next
+    /// acquisitions: a client's id starts it, and the id (random per client) fixes the label.
     pub(crate) fn owner(&self) -> String {
-        let suffix = holder::owner_suffix(&self.config.label);
-        match MOVED.with(std::cell::Cell::get) {
-            0 => format!("{}:{}{suffix}", self.id, thread_seq()),
-            n => format!("{}:{}.{n}{suffix}", self.id, thread_seq()),
+        thread_local! {
+            /// The calling thread's last owner id, and its count of moves when it was written.
+            static OWNER: std::cell::RefCell<(u64, String)> =
+                const { std::cell::RefCell::new((0, String::new())) };
         }
+        let moved = MOVED.with(std::cell::Cell::get);
+        OWNER.with_borrow_mut(|(n, owner)| {
+            let ours = owner
+                .strip_prefix(self.id.as_str())
+                .is_some_and(|rest| rest.starts_with(':'));
+            if !ours || *n != moved {
+                let suffix = holder::owner_suffix(&self.config.label);
+                *owner = match moved {
+                    0 => format!("{}:{}{suffix}", self.id, thread_seq()),
+                    n => format!("{}:{}.{n}{suffix}", self.id, thread_seq()),
+                };
+                *n = moved;
+            }
+            owner.clone()
+        })
     }
 
     /// Forgets the calling thread's slot for `hold` (handed to another thread, or detached),
