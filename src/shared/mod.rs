@@ -15,6 +15,7 @@
 //!   leases.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
@@ -228,8 +229,11 @@ impl Shared {
             return;
         }
         let mut runs = self.runs.lock();
-        if runs.get(&hold.keys.lock) == Some(&hold.acquisition) {
-            runs.remove(&hold.keys.lock);
+        // Taken out and put back when another run holds the name (rare): one look-up.
+        if let Some((lock, run)) = runs.remove_entry(&hold.keys.lock)
+            && run != hold.acquisition
+        {
+            runs.insert(lock, run);
         }
     }
 
@@ -378,12 +382,10 @@ impl Shared {
     /// Empties the calling thread's slot for the lock of `hold` if `hold` is in it.
     fn leave_slot(&self, hold: &Arc<Hold>) {
         let slot = (hold.keys.lock.clone(), thread_seq());
-        let mut holds = self.holds.lock();
-        if holds
-            .get(&slot)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
+        if let Entry::Occupied(e) = self.holds.lock().entry(slot)
+            && std::ptr::eq(e.get().as_ptr(), Arc::as_ptr(hold))
         {
-            holds.remove(&slot);
+            e.remove();
         }
     }
 }
