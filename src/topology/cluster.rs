@@ -292,8 +292,7 @@ impl Cluster {
         };
         let ask = |what: &str| {
             let packed = redis::cmd("CLUSTER").arg(what).get_packed_command();
-            let reply = round.run(vec![Part::new(0, node, &packed, 1)]).pop();
-            let reply = reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
+            let reply = round.run_one(Part::new(0, node, &packed, 1));
             reply.and_then(|mut v| one(v.pop()))
         };
         let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
@@ -410,9 +409,8 @@ impl Cluster {
             }
             out.extend_from_slice(packed);
             let part = Part::new(0, &node, &out, 1 + usize::from(asking));
-            let reply = (round.run(vec![part]).pop())
-                .map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
-                .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
+            let reply =
+                (round.run_one(part)).and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
             let tried = match reply {
                 Ok(v) => match classify(&v) {
                     Some(t) => t,

@@ -49,8 +49,7 @@ impl Backend {
                 .arg("COUNT")
                 .arg(1000);
             let packed = cmd.get_packed_command();
-            let reply = round.run(vec![Part::new(0, node, &packed, 1)]).pop();
-            let reply = reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r);
+            let reply = round.run_one(Part::new(0, node, &packed, 1));
             reply.and_then(|mut v| one(v.pop())).and_then(scan_reply)
         };
         (self.nodes().iter())
