@@ -6,7 +6,7 @@
 //! | what | name |
 //! |---|---|
 //! | lock (a string: acquisition, owner, hand-off block, grant time, and after a re-entry the count and the last calls; see `scripts/acquire.lua`) | `P{T}:lock` |
-//! | fencing mark of the name's hash slot (integer, the highest token any grant of a name of that slot issued; every lock type's grants raise it) | `P{#N}:fence` (see [`mark_tag`]) |
+//! | fencing mark of the name's hash slot (integer, the highest token any grant of a name of that slot issued; every lock type's grants raise it) | `P{#N}:fence` (see [`mark_number`]) |
 //! | release channel, and the release marker key (the last released value) | `P{T}:released` |
 //!
 //! `T` is `N` with `%` written as `%25`, `{` as `%7B` and `}` as `%7D`. The escape is
@@ -18,43 +18,69 @@
 //! [`slot`] is the Redis Cluster hash slot of a tag (CRC16/XMODEM mod 16384, as Redis
 //! computes it), so that calls covering several locks can be grouped by slot.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::io::Write;
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::error::{Error, Result};
 
-/// For each Redis Cluster hash slot, the smallest `N` whose tag `#N` hashes to it: the
-/// slot's fencing mark is `P{#N}:fence`, in the same slot as every name's keys there, so the
-/// scripts may touch it on a cluster too. One mark per slot (at most 16,384 keys per prefix,
-/// never expiring) rather than one per name: a name used once leaves no key behind for
-/// long, and a grant raises the mark with one `SET ... GET`, without an expiry to set.
-static MARK_TAGS: LazyLock<Vec<u32>> = LazyLock::new(|| {
-    let mut tags = vec![u32::MAX; usize::from(SLOTS)];
-    let mut left = tags.len();
-    let mut n = 0u32;
-    // `#N` is written in place: the search hashes about 170,000 tags, once per process.
-    let mut tag = [0u8; 11];
-    tag[0] = b'#';
-    let room = tag.len();
-    while left > 0 {
-        let mut digits = &mut tag[1..];
-        // Ten bytes hold any `u32` in decimal: the write cannot fail.
-        let _ = write!(digits, "{n}");
-        let len = room - digits.len();
-        let s = usize::from(crc16(&tag[..len]) % SLOTS);
-        if tags[s] == u32::MAX {
-            tags[s] = n;
-            left -= 1;
-        }
-        n += 1;
-    }
-    tags
-});
+/// For each Redis Cluster hash slot, the smallest `N` whose tag `#N` hashes to it, plus one
+/// (zero: not found yet): the slot's fencing mark is `P{#N}:fence`, in the same slot as every
+/// name's keys there, so the scripts may touch it on a cluster too. One mark per slot (at
+/// most 16,384 keys per prefix, never expiring) rather than one per name: a name used once
+/// leaves no key behind for long, and a grant raises the mark with one `SET ... GET`, without
+/// an expiry to set.
+static MARK_TAGS: [AtomicU32; SLOTS as usize] = [const { AtomicU32::new(0) }; SLOTS as usize];
 
-/// The hash tag of the fencing mark of `slot`: `#N`, the first such tag that hashes to it.
-pub(crate) fn mark_tag(slot: u16) -> String {
-    format!("#{}", MARK_TAGS[usize::from(slot % SLOTS)])
+/// The next `N` whose tag `#N` the search of [`mark_number`] has not hashed yet.
+static MARK_SEARCH: Mutex<u32> = Mutex::new(0);
+
+/// The `N` of the fencing mark tag `#N` of `slot` (see [`MARK_TAGS`]). Found when first asked
+/// for: the search hashes the tags in order from `#0` until one lands in `slot`, noting the
+/// first tag of every slot it meets on the way, and goes on from there at the next miss
+/// (about 170,000 tags for every slot, so about 16,000 for the first one).
+fn mark_number(slot: u16) -> u32 {
+    let mark = &MARK_TAGS[usize::from(slot % SLOTS)];
+    if mark.load(Ordering::Relaxed) == 0 {
+        let mut next = MARK_SEARCH.lock().unwrap_or_else(PoisonError::into_inner);
+        while mark.load(Ordering::Relaxed) == 0 {
+            let mut tag = [0; 20];
+            let start = tag.len() - 1 - digits::<10>(u64::from(*next), &mut tag).len();
+            tag[start] = b'#';
+            let found = &MARK_TAGS[usize::from(crc16(&tag[start..]) % SLOTS)];
+            if found.load(Ordering::Relaxed) == 0 {
+                found.store(*next + 1, Ordering::Relaxed);
+            }
+            *next += 1;
+        }
+    }
+    mark.load(Ordering::Relaxed) - 1
+}
+
+/// Writes `n` in base `RADIX` (2 to 16, lower-case hex digits) at the end of `buf`, and
+/// returns the digits written.
+pub(crate) fn digits<const RADIX: u64>(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(n % RADIX) as usize];
+        n /= RADIX;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+/// Appends `n` in base `RADIX` to `out` (see [`digits`]).
+pub(crate) fn push_digits<const RADIX: u64>(out: &mut String, n: u64) {
+    out.extend(
+        digits::<RADIX>(n, &mut [0; 20])
+            .iter()
+            .map(|&d| char::from(d)),
+    );
 }
 
 /// The longest lock name accepted, in bytes.
@@ -96,7 +122,7 @@ pub(crate) struct LockKeys {
     /// The lock: a string holding the acquisition, its owner, its grant time (its token) and
     /// its re-entry count.
     pub(crate) lock: String,
-    /// The fencing mark of the name's hash slot (see [`mark_tag`]), shared by every lock type
+    /// The fencing mark of the name's hash slot (see [`mark_number`]), shared by every lock type
     /// and every name of the slot.
     pub(crate) fence: String,
     /// The channel a release is published on; also the key of a Mutex's release marker.
@@ -155,8 +181,13 @@ pub(crate) fn slot(key: &str) -> u16 {
 
 /// `name` as it appears inside the hash tag of its keys: `%`, `{` and `}` percent-encoded, so
 /// that two names never share keys and the tag never holds a brace.
-pub(crate) fn encode_name(name: &str) -> String {
-    percent_encode(name, |c| matches!(c, '%' | '{' | '}'))
+pub(crate) fn encode_name(name: &str) -> Cow<'_, str> {
+    let special = |c| matches!(c, '%' | '{' | '}');
+    if name.contains(special) {
+        Cow::Owned(percent_encode(name, special))
+    } else {
+        Cow::Borrowed(name)
+    }
 }
 
 /// `s` with each character that `special` picks written as the escapes of its UTF-8 bytes
@@ -208,20 +239,20 @@ pub(crate) fn glob_escape(s: &str) -> String {
     out
 }
 
-/// `P{#N}:fence`: the fencing mark of `slot` under `prefix` (see [`mark_tag`]).
+/// `P{#N}:fence`: the fencing mark of `slot` under `prefix` (see [`mark_number`]).
 pub(crate) fn mark_key(prefix: &str, slot: u16) -> String {
-    format!("{prefix}{{{}}}:fence", mark_tag(slot))
+    let mut key = String::with_capacity(prefix.len() + 16);
+    key.push_str(prefix);
+    key.push_str("{#");
+    push_digits::<10>(&mut key, u64::from(mark_number(slot)));
+    key.push_str("}:fence");
+    key
 }
 
 /// The key of the value the leader of an election proclaimed: `P{T}:elect:value`, beside
 /// `keys` (see [`LockKeys::election`]).
 pub(crate) fn election_value(keys: &LockKeys) -> String {
-    format!("{}:value", keys.lock)
-}
-
-/// `P{T}`: the part every key and channel of the name `name` starts with.
-fn base(prefix: &str, name: &str) -> String {
-    format!("{prefix}{{{}}}", encode_name(name))
+    [&keys.lock, ":value"].concat()
 }
 
 impl LockKeys {
@@ -229,8 +260,8 @@ impl LockKeys {
     /// and the channel prefix `P{T}:<suffix>:<channel>` (`fence` is the name's fencing mark,
     /// which the plain mutex's grants raise too).
     pub(crate) fn family(prefix: &str, name: &str, suffix: &str, channel: &str) -> Self {
-        let lock = format!("{}:{suffix}", base(prefix, name));
-        let channel = format!("{lock}:{channel}");
+        let lock = [prefix, "{", &encode_name(name), "}:", suffix].concat();
+        let channel = [&lock, ":", channel].concat();
         LockKeys::with(prefix, name, lock, channel)
     }
 
@@ -244,13 +275,10 @@ impl LockKeys {
 
     /// Derives the keys of `name` under `prefix`; both must already be validated.
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let base = base(prefix, name);
-        LockKeys::with(
-            prefix,
-            name,
-            format!("{base}:lock"),
-            format!("{base}:released"),
-        )
+        let tag = encode_name(name);
+        let lock = [prefix, "{", &tag, "}:lock"].concat();
+        let channel = [prefix, "{", &tag, "}:released"].concat();
+        LockKeys::with(prefix, name, lock, channel)
     }
 
     /// The keys of `name` whose main key is `lock` and channel `channel`, with the fencing mark
@@ -320,19 +348,22 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let k = LockKeys::new("locksmith:", "account:42");
         assert_eq!(k.lock, "locksmith:{account:42}:lock");
-        assert_eq!(k.fence, format!("locksmith:{{{}}}:fence", mark_tag(k.slot)));
+        assert_eq!(
+            k.fence,
+            format!("locksmith:{{#{}}}:fence", mark_number(k.slot))
+        );
         assert_eq!(k.channel, "locksmith:{account:42}:released");
     }
 
     #[test]
     fn every_slot_has_a_mark_in_it() {
         for s in 0..SLOTS {
-            let tag = mark_tag(s);
+            let tag = format!("#{}", mark_number(s));
             assert_eq!(slot(&format!("p:{{{tag}}}:fence")), s);
         }
         // The harness computes the same tags (testkit's `fence_key`).
-        assert_eq!(mark_tag(slot("x")), "#2329");
-        assert_eq!(mark_tag(0), "#4549");
+        assert_eq!(mark_number(slot("x")), 2329);
+        assert_eq!(mark_number(0), 4549);
     }
 
     #[test]

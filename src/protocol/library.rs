@@ -29,6 +29,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use crate::protocol::keys::digits;
 use crate::protocol::lua::{self, NO_MARKS};
 use crate::protocol::scripts::{Call, Which};
 
@@ -122,15 +123,23 @@ impl Library {
             Some(name) => ("FCALL", name),
             None => ("EVALSHA", sha.unwrap_or_default()),
         };
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(name);
-        // The call's own arguments after `EVALSHA <sha>`: the key count, the keys, the rest.
-        for a in call.cmd.args_iter().skip(2) {
-            if let redis::Arg::Simple(b) = a {
-                cmd.arg(b);
-            }
+        // The call's own arguments after `EVALSHA <sha>`: the key count, the keys, the rest,
+        // written straight into `out` (the call's command is not copied into another).
+        let rest = call.cmd.args_iter().skip(2).filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None,
+        });
+        let size = rest.clone().map(|b| b.len() + 16).sum::<usize>();
+        out.reserve(48 + verb.len() + name.len() + size);
+        out.push(b'*');
+        out.extend_from_slice(digits::<10>(rest.clone().count() as u64 + 2, &mut [0; 20]));
+        for b in [verb.as_bytes(), name.as_bytes()].into_iter().chain(rest) {
+            out.extend_from_slice(b"\r\n$");
+            out.extend_from_slice(digits::<10>(b.len() as u64, &mut [0; 20]));
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(b);
         }
-        cmd.write_packed_command(out);
+        out.extend_from_slice(b"\r\n");
     }
 
     /// `call` packed (see [`write`](Self::write)).

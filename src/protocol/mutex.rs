@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{LockKeys, digits};
 use crate::protocol::scripts::{
-    AcquireReply, Admin, Call, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int, micros,
-    millis, ms, named, parse_grant, release_code, text,
+    AcquireReply, Admin, Call, Joined, Level, Live, MAX_BLOCK, ReleaseReply, Which, extend_ms, int,
+    micros, millis, ms, named, parse_grant, release_code, text,
 };
 
 /// One Mutex acquire call, as the acquire script takes it (`scripts/acquire.lua`).
@@ -51,7 +51,13 @@ impl Acquire<'_> {
 pub(crate) fn acquire(keys: &LockKeys, a: &Acquire<'_>) -> Call {
     debug_assert!(!a.owner.contains('|') && !a.request.contains('|'));
     let call = Call::new(Which::Acquire, &[&keys.lock, &keys.fence])
-        .arg(format!("{}|{}|{}", a.request, a.owner, a.block()))
+        .arg(Joined([
+            a.request.as_bytes(),
+            b"|",
+            a.owner.as_bytes(),
+            b"|",
+            digits::<10>(u64::from(a.block()), &mut [0; 20]),
+        ]))
         .arg(millis(a.lease));
     let live = a.live.map(|l| (l.acquisition, extend_ms(l.extend)));
     if live.is_none() && !a.waited {

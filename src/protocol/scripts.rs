@@ -146,8 +146,12 @@ pub(crate) struct Call {
 impl Call {
     /// `EVALSHA` of `which` with `keys`; the caller adds the arguments ([`arg`](Call::arg)).
     pub(crate) fn new(which: Which, keys: &[&str]) -> Call {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(which.script().get_hash()).arg(keys.len()).arg(keys);
+        // Room for a lock call's arguments at once, rather than growing as they are added.
+        let mut cmd = redis::Cmd::with_capacity(12, 256);
+        cmd.arg("EVALSHA")
+            .arg(which.script().get_hash())
+            .arg(keys.len())
+            .arg(keys);
         Call { which, cmd }
     }
 
@@ -181,8 +185,23 @@ pub(crate) fn renew_holder(
 pub(crate) use crate::protocol::lua::MAX_BLOCK;
 
 /// `GEN|`: how the scripts name an acquisition (a holder's value begins with it).
-pub(crate) fn named(acquisition: &str) -> String {
-    format!("{acquisition}|")
+pub(crate) fn named(acquisition: &str) -> Joined<'_, 2> {
+    Joined([acquisition.as_bytes(), b"|"])
+}
+
+/// One argument of a call made of its parts, written one after the other straight into the
+/// call's command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Joined<'a, const N: usize>(pub(crate) [&'a [u8]; N]);
+
+impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let mut arg = out.writer_for_next_arg();
+        for part in self.0 {
+            // The writer appends to the command's buffer: it cannot fail.
+            let _ = std::io::Write::write_all(&mut arg, part);
+        }
+    }
 }
 
 /// The holder string a grant starts with: `GEN|OWNER`.

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use crate::protocol::keys::push_digits;
 use crate::shared::hold::Hold;
 
 /// A request id, unique across every client and process: it tells a retry apart from a new
@@ -19,7 +20,10 @@ use crate::shared::hold::Hold;
 pub(crate) fn request_id() -> String {
     static PREFIX: LazyLock<String> = LazyLock::new(|| compact(uuid::Uuid::new_v4().as_u128()));
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{}{:x}", *PREFIX, NEXT.fetch_add(1, Ordering::Relaxed))
+    let mut id = String::with_capacity(PREFIX.len() + 16);
+    id.push_str(&PREFIX);
+    push_digits::<16>(&mut id, NEXT.fetch_add(1, Ordering::Relaxed));
+    id
 }
 
 /// `v` in 22 characters of the URL-safe base64 alphabet (no `/`, `{` or `}`).

@@ -15,6 +15,7 @@
 //!   leases.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
@@ -102,12 +103,30 @@ impl Shared {
     /// none) holds it there; its own later acquisitions must not pass for that owner (the
     /// acquire script would take the other thread's levels for orphans of its own and replace
     /// them, or count a re-entry on them). So each move gives the thread a new id.
+    ///
+    /// The id is written once per thread, client and move, and kept for the thread's next
+    /// acquisitions: a client's id starts it, and the id (random per client) fixes the label.
     pub(crate) fn owner(&self) -> String {
-        let suffix = holder::owner_suffix(&self.config.label);
-        match MOVED.with(std::cell::Cell::get) {
-            0 => format!("{}:{}{suffix}", self.id, thread_seq()),
-            n => format!("{}:{}.{n}{suffix}", self.id, thread_seq()),
+        thread_local! {
+            /// The calling thread's last owner id, and its count of moves when it was written.
+            static OWNER: std::cell::RefCell<(u64, String)> =
+                const { std::cell::RefCell::new((0, String::new())) };
         }
+        let moved = MOVED.with(std::cell::Cell::get);
+        OWNER.with_borrow_mut(|(n, owner)| {
+            let ours = owner
+                .strip_prefix(self.id.as_str())
+                .is_some_and(|rest| rest.starts_with(':'));
+            if !ours || *n != moved {
+                let suffix = holder::owner_suffix(&self.config.label);
+                *owner = match moved {
+                    0 => format!("{}:{}{suffix}", self.id, thread_seq()),
+                    n => format!("{}:{}.{n}{suffix}", self.id, thread_seq()),
+                };
+                *n = moved;
+            }
+            owner.clone()
+        })
     }
 
     /// Forgets the calling thread's slot for `hold` (handed to another thread, or detached),
@@ -210,8 +229,11 @@ impl Shared {
             return;
         }
         let mut runs = self.runs.lock();
-        if runs.get(&hold.keys.lock) == Some(&hold.acquisition) {
-            runs.remove(&hold.keys.lock);
+        // Taken out and put back when another run holds the name (rare): one look-up.
+        if let Some((lock, run)) = runs.remove_entry(&hold.keys.lock)
+            && run != hold.acquisition
+        {
+            runs.insert(lock, run);
         }
     }
 
@@ -360,12 +382,10 @@ impl Shared {
     /// Empties the calling thread's slot for the lock of `hold` if `hold` is in it.
     fn leave_slot(&self, hold: &Arc<Hold>) {
         let slot = (hold.keys.lock.clone(), thread_seq());
-        let mut holds = self.holds.lock();
-        if holds
-            .get(&slot)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(hold)))
+        if let Entry::Occupied(e) = self.holds.lock().entry(slot)
+            && std::ptr::eq(e.get().as_ptr(), Arc::as_ptr(hold))
         {
-            holds.remove(&slot);
+            e.remove();
         }
     }
 }

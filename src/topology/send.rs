@@ -257,6 +257,25 @@ impl Round {
         out
     }
 
+    /// [`run`](Self::run) with a single part (one master): its replies, without the lists
+    /// that keep several masters' parts apart.
+    pub(crate) fn run_one(&self, p: Part<'_>) -> Result<Vec<Value>, Fault> {
+        let read_by = self.within();
+        if self.pause.is_some() && !self.fresh && p.node.is_down() {
+            return Err(Fault::MarkedDown);
+        }
+        let con = match p.node.pool.idle().filter(|_| !self.fresh) {
+            Some(con) => con,
+            None => p
+                .node
+                .pool
+                .connect(self.by)
+                .inspect_err(|e| self.failed(&p, e))?,
+        };
+        let con = self.write(&p, con)?;
+        self.collect(&p, con, read_by)
+    }
+
     /// Sends `packed`, which asks for `replies` replies, to `node` alone: its replies.
     pub(crate) fn run_on(
         &self,
@@ -264,8 +283,7 @@ impl Round {
         packed: &[u8],
         replies: usize,
     ) -> Result<Vec<Value>, Fault> {
-        let reply = self.run(vec![Part::new(0, node, packed, replies)]).pop();
-        reply.map_or(Err(Fault::timeout("no reply")), |(_, r)| r)
+        self.run_one(Part::new(0, node, packed, replies))
     }
 
     /// Sends one command, `packed`, to `node` alone: its reply, a server error as `Err`.
@@ -277,20 +295,28 @@ impl Round {
     fn send<'a>(
         &self,
         p: Part<'a>,
-        mut con: Conn,
+        con: Conn,
         sent: &mut Vec<(Part<'a>, Conn)>,
         out: &mut Replies<Vec<Value>>,
     ) {
+        match self.write(&p, con) {
+            Ok(con) => sent.push((p, con)),
+            Err(e) => out.push((p.to, Err(e))),
+        }
+    }
+
+    /// Writes `p` on `con`: the connection to read the replies from, or the failure (recorded).
+    fn write(&self, p: &Part<'_>, mut con: Conn) -> Result<Conn, Fault> {
         match con.send(p.packed, self.command, self.by) {
-            Ok(()) => sent.push((p, con)),
+            Ok(()) => Ok(con),
             Err(e) => {
                 if matches!(e, Fault::RanOut { .. }) {
                     // Nothing was written: the connection is as good as before.
                     p.node.pool.put(con);
                 } else {
-                    self.failed(&p, &e);
+                    self.failed(p, &e);
                 }
-                out.push((p.to, Err(e)));
+                Err(e)
             }
         }
     }
