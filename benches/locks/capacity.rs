@@ -19,7 +19,8 @@
 //! open-loop at about 50 % and 90 % of that limit (each thread starts a cycle at fixed
 //! intervals; a cycle's time runs from when it was due, so that queueing counts). Redis's CPU
 //! over each window comes from `INFO cpu` (`used_cpu_user` + `used_cpu_sys`), the clients' from
-//! `/proc/self/stat` of every child (utime + stime, what `getrusage` reports). A cycle's
+//! `/proc/self/stat` of every child (utime + stime, what `getrusage` reports; and utime alone,
+//! the clients' own code without the kernel's socket work). A cycle's
 //! capacity per Redis core is cycles ÷ Redis CPU seconds: it holds whether or not the clients
 //! kept Redis busy, and the Redis CPU share of the closed-loop window says how close to the
 //! limit the run came.
@@ -35,7 +36,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use locksmith::Client;
-use locksmith_testkit::{RedisCluster, key_slot, process_cpu_ns};
+use locksmith_testkit::{RedisCluster, key_slot, process_cpu_ns, process_user_ns};
 
 use crate::child::{ChildProc, arg, say};
 use crate::context::{Ctx, NAIVE_LEASE, STEP};
@@ -68,6 +69,9 @@ struct Window {
     server_us: f64,
     /// The children's CPU over their runs, µs.
     client_us: f64,
+    /// The user part of it (utime: the code of the process, not the kernel's work on its
+    /// sockets), µs.
+    client_user_us: f64,
     /// Latency histogram: bucket → count.
     hist: BTreeMap<i64, u64>,
     /// The rate asked for (cycles/s, all threads), 0: closed loop.
@@ -83,6 +87,9 @@ impl Window {
     }
     fn client_per_cycle(&self) -> f64 {
         self.client_us / self.cycles.max(1) as f64
+    }
+    fn client_user_per_cycle(&self) -> f64 {
+        self.client_user_us / self.cycles.max(1) as f64
     }
     /// Cycles per second of Redis CPU.
     fn per_core(&self) -> f64 {
@@ -148,6 +155,7 @@ pub(crate) fn capacity(ctx: &mut Ctx) -> Result<(), String> {
     let mut per_core: BTreeMap<&str, f64> = BTreeMap::new();
     let mut server_cost: BTreeMap<&str, f64> = BTreeMap::new();
     let mut client_cost: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut client_user: BTreeMap<&str, f64> = BTreeMap::new();
     let mut rows = Vec::new();
     for (kind, label) in KINDS {
         let mut children = spawn(&target, kind, procs, threads, ctx.pinned)?;
@@ -159,6 +167,7 @@ pub(crate) fn capacity(ctx: &mut Ctx) -> Result<(), String> {
         per_core.insert(kind, sat.per_core());
         server_cost.insert(kind, sat.server_per_cycle());
         client_cost.insert(kind, sat.client_per_cycle());
+        client_user.insert(kind, sat.client_user_per_cycle());
         let vs_bare = |r: Row, m: &BTreeMap<&str, f64>, unit: Unit| match m.get("bare") {
             Some(&b) if kind != "bare" => r.floor("SET pairs, same run", b, unit),
             _ => r,
@@ -229,6 +238,21 @@ pub(crate) fn capacity(ctx: &mut Ctx) -> Result<(), String> {
             )
             .note("utime+stime of the child processes (/proc/self/stat) over their runs ÷ cycles"),
             &client_cost,
+            Unit::Us,
+        ));
+        rows.push(vs_bare(
+            Row::new(
+                W,
+                &format!("{label}: client user CPU per cycle"),
+                sat.client_user_per_cycle(),
+                Unit::Us,
+            )
+            .note(
+                "utime alone of the child processes over their runs ÷ cycles: the clients' own \
+                 code (the library's, the redis crate's parser), without the kernel's socket \
+                 work, which is alike for every kind of cycle of the same round trips",
+            ),
+            &client_user,
             Unit::Us,
         ));
         for (w, at) in [(&half, 50), (&ninety, 90)] {
@@ -422,6 +446,7 @@ fn run(
         w.errors += at(1) as u64;
         w.busy += at(2) as u64;
         w.client_us += at(3);
+        w.client_user_us += at(4);
         for pair in c.expect("hist", STEP)?.split_whitespace() {
             if let Some((b, n)) = pair.split_once(':')
                 && let (Ok(b), Ok(n)) = (b.parse::<i64>(), n.parse::<u64>())
@@ -662,6 +687,7 @@ pub(crate) fn child_capacity(a: &[String], input: &Receiver<String>) -> Result<(
         let end = start + ms * 1_000_000;
         sleep_until_realtime(start.saturating_sub(20_000_000));
         let cpu0 = process_cpu_ns().unwrap_or(0);
+        let user0 = process_user_ns().unwrap_or(0);
         let tallies: Vec<Tally> = thread::scope(|sc| {
             let hs: Vec<_> = workers
                 .iter_mut()
@@ -673,6 +699,7 @@ pub(crate) fn child_capacity(a: &[String], input: &Receiver<String>) -> Result<(
                 .collect()
         });
         let cpu1 = process_cpu_ns().unwrap_or(0);
+        let user1 = process_user_ns().unwrap_or(0);
         let mut all = Tally::default();
         for t in tallies {
             all.cycles += t.cycles;
@@ -683,11 +710,12 @@ pub(crate) fn child_capacity(a: &[String], input: &Receiver<String>) -> Result<(
             }
         }
         say(&format!(
-            "done {} {} {} {}",
+            "done {} {} {} {} {}",
             all.cycles,
             all.errors,
             all.busy,
-            (cpu1.saturating_sub(cpu0)) as f64 / 1e3
+            (cpu1.saturating_sub(cpu0)) as f64 / 1e3,
+            (user1.saturating_sub(user0)) as f64 / 1e3
         ));
         say(&format!(
             "hist {}",

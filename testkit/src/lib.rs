@@ -75,8 +75,8 @@ pub use stats::{
     usec_by_command,
 };
 pub use threads::{
-    assert_threads, new_thread_named, process_cpu_ns, rss_kib, settled_thread_count, tasks,
-    thread_count, thread_cpu_ns,
+    assert_threads, new_thread_named, process_cpu_ns, process_user_ns, rss_kib,
+    settled_thread_count, tasks, thread_count, thread_cpu_ns,
 };
 pub use tls::{ServerCert, TlsFiles};
 pub use tls_probe::{REQUIRE_TLS_VAR, skip_without_tls, tls_unavailable};

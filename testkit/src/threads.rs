@@ -92,15 +92,26 @@ pub fn process_cpu_ns() -> Option<u64> {
     stat_cpu_ns("/proc/self/stat")
 }
 
+/// The user CPU time of this process (all its threads: utime alone, without the kernel's
+/// work on its behalf), in ns.
+pub fn process_user_ns() -> Option<u64> {
+    stat_times_ns("/proc/self/stat").map(|(user, _)| user)
+}
+
 /// utime + stime of a `stat` file of `/proc` (a process's or a thread's), in ns.
 fn stat_cpu_ns(path: &str) -> Option<u64> {
+    stat_times_ns(path).map(|(user, system)| user + system)
+}
+
+/// (utime, stime) of a `stat` file of `/proc`, in ns.
+fn stat_times_ns(path: &str) -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string(path).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // Fields after the comm: state is field 3 of stat(5), utime 14, stime 15.
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) * 10_000_000)
+    Some((utime * 10_000_000, stime * 10_000_000))
 }
 
 /// Resident set size of this process in KiB.
