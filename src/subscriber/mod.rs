@@ -120,7 +120,7 @@ mod route;
 mod waiter;
 
 use outage::Outage;
-use queue::{Channel, ChannelState, Waiter, Yielding};
+use queue::{Channel, ChannelState, Yielding};
 pub(crate) use queue::{OnRelease, Passed};
 pub(crate) use route::ShardMap;
 use route::{OneServer, Route};
@@ -152,9 +152,9 @@ struct Link {
     writer: Stream,
     /// Subscriptions written whose confirmation is not yet read.
     pending: VecDeque<Arc<Channel>>,
-    /// Our own unsubscriptions not yet answered, per channel (to tell them from one the
+    /// The channels of our own unsubscriptions not yet answered (to tell them from one the
     /// server pushes).
-    unsubs: HashMap<String, usize>,
+    unsubs: Vec<String>,
     ping_outstanding: bool,
     last_read: Instant,
     /// Since when no channel is subscribed here.
@@ -168,7 +168,7 @@ impl Link {
         Link {
             writer,
             pending: VecDeque::new(),
-            unsubs: HashMap::new(),
+            unsubs: Vec::new(),
             ping_outstanding: false,
             last_read: Instant::now(),
             empty_since: None,
@@ -179,29 +179,15 @@ impl Link {
     /// Writes a command. On failure the connection is shut down, so that the reader notices
     /// at once, and the thread drops it.
     fn write(&mut self, args: &[&[u8]]) -> bool {
-        if self.broken {
-            return false;
+        if !self.broken
+            && let Err(e) = self.writer.write_all(&encode(args))
+        {
+            log::debug!(target: TARGET, "pub/sub write failed: {e}");
+            self.writer.shutdown();
+            self.broken = true;
         }
-        match self.writer.write_all(&encode(args)) {
-            Ok(()) => true,
-            Err(e) => {
-                log::debug!(target: TARGET, "pub/sub write failed: {e}");
-                self.writer.shutdown();
-                self.broken = true;
-                false
-            }
-        }
+        !self.broken
     }
-}
-
-/// Where [`Table::subscribe`] left a channel.
-enum Routed {
-    /// Its subscription is written.
-    Written,
-    /// Its server is not known (the slot map has no master for its slot).
-    Unknown,
-    /// Its server has no open connection: the thread opens one.
-    NotOpen(Box<(String, ConnectionInfo)>),
 }
 
 /// The subscriber's table of channels, guarded by one lock (taken before any channel's).
@@ -215,16 +201,25 @@ struct Table {
 }
 
 impl Table {
-    /// Writes the subscription of `ch` on its server's connection, if that is open.
-    fn subscribe(&mut self, route: &Route, ch: &Arc<Channel>) -> Routed {
-        let Some((node, info)) = route.owner_of(&ch.name) else {
-            return Routed::Unknown;
-        };
+    /// Whether `ch` is the table's entry for its name (not one that left, replaced by a newer).
+    fn is_current(&self, ch: &Arc<Channel>) -> bool {
+        (self.channels.get(&ch.name)).is_some_and(|c| Arc::ptr_eq(c, ch))
+    }
+
+    /// Writes the subscription of `ch` on its server's connection, if that is open. `Err`
+    /// with the server where it is not written (no open connection, or the write failed),
+    /// `Err(None)` where its server is not known (the slot map has no master for its slot).
+    fn subscribe(
+        &mut self,
+        route: &Route,
+        ch: &Arc<Channel>,
+    ) -> std::result::Result<(), Option<Box<(String, ConnectionInfo)>>> {
+        let (node, info) = route.owner_of(&ch.name).ok_or(None)?;
         let Some(link) = self.links.get_mut(&node) else {
-            return Routed::NotOpen(Box::new((node, info)));
+            return Err(Some(Box::new((node, info))));
         };
         if !link.write(&[route.command(false), ch.name.as_bytes()]) {
-            return Routed::NotOpen(Box::new((node, info)));
+            return Err(Some(Box::new((node, info))));
         }
         link.pending.push_back(Arc::clone(ch));
         let mut st = ch.state.lock();
@@ -235,7 +230,7 @@ impl Table {
             st.epoch += 1;
             st.wake_leader();
         }
-        Routed::Written
+        Ok(())
     }
 
     /// Writes the unsubscription of channel `name` on `node`'s connection.
@@ -243,7 +238,7 @@ impl Table {
         if let Some(link) = self.links.get_mut(node)
             && link.write(&[route.command(true), name.as_bytes()])
         {
-            *link.unsubs.entry(name.to_owned()).or_insert(0) += 1;
+            link.unsubs.push(name.to_owned());
         }
     }
 }
@@ -258,7 +253,8 @@ pub(crate) struct Subscriber {
     tls: Option<Arc<Tls>>,
     table: Mutex<Table>,
     stop: AtomicBool,
-    /// What the thread waits on: its sockets, and [`Subscriber::wake_thread`].
+    /// What the thread waits on: its sockets, and `notify` (a channel to subscribe, a changed
+    /// slot map, a shutdown).
     poller: Poller,
     /// Where the servers are should be asked again (a connection failed or was lost, a
     /// redirection, a pushed unsubscription).
@@ -271,9 +267,7 @@ pub(crate) struct Subscriber {
 }
 
 /// What the thread starts with: the first connection, opened by `build()` (one server).
-pub(crate) struct Reader {
-    first: Option<(String, ReadHalf)>,
-}
+pub(crate) type Reader = Option<(String, ReadHalf)>;
 
 impl Subscriber {
     fn new(
@@ -312,18 +306,15 @@ impl Subscriber {
             .cloned()
             .ok_or(Error::config("masters", "must name at least one Redis URL"))?;
         let node = server_name(&info);
-        let route = Route::One(Box::new(OneServer::new(infos, current, info, resolver)));
-        let sub = Subscriber::new(route, timeouts, tls, counters)?;
-        sub.table
-            .lock()
-            .links
-            .insert(node.clone(), Link::new(writer));
-        Ok((
-            Arc::new(sub),
-            Reader {
-                first: Some((node, reader)),
-            },
-        ))
+        let one = OneServer {
+            current: Mutex::new((current, node.clone(), info)),
+            infos,
+            resolver,
+        };
+        let sub = Subscriber::new(Route::One(Box::new(one)), timeouts, tls, counters)?;
+        let link = Link::new(writer);
+        sub.table.lock().links.insert(node.clone(), link);
+        Ok((Arc::new(sub), Some((node, reader))))
     }
 
     /// The subscriber of a cluster client: no connection yet; the thread opens one per
@@ -335,17 +326,12 @@ impl Subscriber {
         counters: Arc<Counters>,
     ) -> Result<(Arc<Self>, Reader)> {
         let sub = Subscriber::new(Route::Slots(cluster), timeouts, tls, counters)?;
-        Ok((Arc::new(sub), Reader { first: None }))
+        Ok((Arc::new(sub), None))
     }
 
-    /// Wakes the thread (a channel to subscribe, a changed slot map, a shutdown).
-    fn wake_thread(&self) {
-        let _ = self.poller.notify();
-    }
-
-    /// The slot map changed: the thread moves subscriptions whose slot moved.
+    /// The slot map changed: wakes the thread, which moves subscriptions whose slot moved.
     pub(crate) fn map_changed(&self) {
-        self.wake_thread();
+        let _ = self.poller.notify();
     }
 
     /// The outage of `node`'s connection, for its log lines.
@@ -358,7 +344,7 @@ impl Subscriber {
     pub(crate) fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.reconnect_now();
-        self.wake_thread();
+        let _ = self.poller.notify();
         // No message will be read any more: waiters stop sleeping on one and re-check (a
         // client shut down then ends their calls).
         for ch in self.table.lock().channels.values() {
@@ -380,9 +366,7 @@ impl Subscriber {
     /// Joins the local queue of `channel`, subscribing it if this is its first waiter.
     pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Registration {
         stats::note_wait();
-        let me = Arc::new(Waiter {
-            thread: thread::current(),
-        });
+        let me = Arc::new(thread::current());
         let mut table = self.table.lock();
         let ch = match table.channels.get(channel) {
             Some(ch) => Arc::clone(ch),
@@ -395,10 +379,10 @@ impl Subscriber {
                     }),
                 });
                 table.channels.insert(channel.to_owned(), Arc::clone(&ch));
-                if !matches!(table.subscribe(&self.route, &ch), Routed::Written) {
+                if table.subscribe(&self.route, &ch).is_err() {
                     // The thread opens the server's connection, and subscribes.
                     table.unrouted.push(Arc::clone(&ch));
-                    self.wake_thread();
+                    let _ = self.poller.notify();
                 }
                 ch
             }
@@ -449,8 +433,7 @@ impl Subscriber {
     /// (someone else took the lock and freed it; [`GiveWay::hold`] may ask for more) or
     /// `until` passes. `None` when no thread of this client queues for the lock.
     pub(crate) fn give_way(&self, channel: &str, until: Instant) -> Option<GiveWay> {
-        let table = self.table.lock();
-        let ch = table.channels.get(channel).cloned()?;
+        let ch = self.table.lock().channels.get(channel).cloned()?;
         let mut st = ch.state.lock();
         let from = st.epoch;
         // Held back from now on only if others heard the last one: a client alone on the
@@ -466,7 +449,6 @@ impl Subscriber {
         // when it has one) and not refused: the release's message will count this client.
         let counted = !st.refused && st.node.is_some() && !st.down;
         drop(st);
-        drop(table);
         Some(GiveWay {
             channel: ch,
             from,

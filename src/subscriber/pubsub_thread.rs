@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use polling::Event;
 use redis::ConnectionInfo;
 
-use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, Link, Reader, Routed, SHARDS, Subscriber, TARGET};
+use super::{BACKOFF_MAX, BACKOFF_MIN, Channel, Link, Reader, SHARDS, Subscriber, TARGET};
 use crate::error::{Error, Result};
 use crate::transport::conn::{Deadline, RESOLVE_EVERY};
 use crate::transport::pubsub::opening::{Opening, Step, want_event, watch};
@@ -100,7 +100,7 @@ impl Subscriber {
     /// The thread's body: open, read, dispatch, reconnect, until shut down.
     pub(crate) fn run(&self, reader: Reader) {
         let mut conns = Conns::default();
-        if let Some((node, r)) = reader.first {
+        if let Some((node, r)) = reader {
             conns.next_key = 1;
             if conns.read(self, 0, node.clone(), r).is_err() {
                 self.lost(&mut conns, &node);
@@ -341,29 +341,23 @@ impl Subscriber {
         let mut stuck = false;
         for ch in todo {
             let mut table = self.table.lock();
-            let current = table
-                .channels
-                .get(&ch.name)
-                .is_some_and(|c| Arc::ptr_eq(c, &ch));
-            if !current {
+            if !table.is_current(&ch) {
                 continue;
             }
             let (node, info) = match table.subscribe(&self.route, &ch) {
-                Routed::Written => continue,
-                Routed::Unknown => {
-                    self.refresh.store(true, Ordering::SeqCst);
+                Ok(()) => continue,
+                Err(Some(to)) if !table.links.contains_key(&to.0) => *to,
+                // Its server is not known (asked again), or its write failed (the connection
+                // is dropped at the next turn).
+                Err(to) => {
+                    if to.is_none() {
+                        self.refresh.store(true, Ordering::SeqCst);
+                    }
                     table.unrouted.push(ch);
                     stuck = true;
                     continue;
                 }
-                Routed::NotOpen(to) => *to,
             };
-            if table.links.contains_key(&node) {
-                // Its write failed: dropped at the next turn.
-                table.unrouted.push(ch);
-                stuck = true;
-                continue;
-            }
             // While the connection is down (lost, or failed a moment ago), its waiters
             // re-check on a short period.
             if self.outage(&node, |o| o.is_down()) {

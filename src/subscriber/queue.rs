@@ -36,12 +36,6 @@ impl std::fmt::Debug for OnRelease {
     }
 }
 
-/// One thread waiting for a lock.
-#[derive(Debug)]
-pub(super) struct Waiter {
-    pub(super) thread: Thread,
-}
-
 /// The state of one lock name's local waiters.
 #[derive(Debug, Default)]
 pub(super) struct ChannelState {
@@ -52,8 +46,9 @@ pub(super) struct ChannelState {
     /// The server refused the `SUBSCRIBE` (an ACL without the permission): leaders re-check
     /// on a short period instead of waiting for a confirmation that will not come.
     pub(super) refused: bool,
-    /// Waiting threads; the front one is the leader.
-    pub(super) queue: VecDeque<Arc<Waiter>>,
+    /// Waiting threads, one `Arc` per registration (told apart by address); the front one is
+    /// the leader.
+    pub(super) queue: VecDeque<Arc<Thread>>,
     /// What the departed leader left for the next: `Some(epoch)` to wait for a release after
     /// that epoch, `None` to try at once.
     pub(super) handoff: Option<u64>,
@@ -133,10 +128,10 @@ impl ChannelState {
     /// several context switches instead of one).
     pub(super) fn leader_wake(&self) -> Wake {
         if self.broadcast {
-            Wake::All(self.queue.iter().map(|w| w.thread.clone()).collect())
+            Wake::All(self.queue.iter().map(|w| Thread::clone(w)).collect())
         } else {
             match self.queue.front() {
-                Some(w) => Wake::One(w.thread.clone()),
+                Some(w) => Wake::One(Thread::clone(w)),
                 None => Wake::Nobody,
             }
         }
@@ -179,11 +174,9 @@ impl Channel {
         let mut st = self.state.lock();
         st.epoch += 1;
         st.message = payload;
-        let on_release = match st.holding_back(Instant::now()) {
-            None => st.on_release.take(),
-            Some(_) => None,
-        };
-        if let Some(on_release) = on_release {
+        if st.holding_back(Instant::now()).is_none()
+            && let Some(on_release) = st.on_release.take()
+        {
             st.firing = true;
             drop(st);
             (on_release.0)();

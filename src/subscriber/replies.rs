@@ -17,21 +17,19 @@ use crate::transport::pubsub::{ReadHalf, Stream};
 
 /// Reads a socket once (it was reported readable), then says "would block", so that the
 /// parser takes what was read and the thread goes back to waiting. A read that filled the
-/// whole buffer may have left more: one more read is allowed then.
+/// whole buffer may have left more: one more read is allowed then (`more`).
 struct OneRead<'a> {
     stream: &'a mut Stream,
-    reads: usize,
-    full: bool,
+    more: bool,
 }
 
 impl Read for OneRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.reads > 0 && !self.full {
+        if !std::mem::take(&mut self.more) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        self.reads += 1;
         let n = self.stream.read(buf)?;
-        self.full = n == buf.len() && n > 0;
+        self.more = n == buf.len() && n > 0;
         Ok(n)
     }
 }
@@ -41,8 +39,7 @@ impl Subscriber {
     pub(super) fn drain(&self, node: &str, r: &mut ReadHalf) -> io::Result<()> {
         let mut once = OneRead {
             stream: &mut r.stream,
-            reads: 0,
-            full: false,
+            more: true,
         };
         loop {
             match r.parser.parse_value(&mut once) {
@@ -130,13 +127,8 @@ impl Subscriber {
             drop(table);
             ch.confirm(channel);
         } else if kind == b"unsubscribe" {
-            if let Some(n) = link.unsubs.get_mut(&name)
-                && *n > 0
-            {
-                *n -= 1;
-                if *n == 0 {
-                    link.unsubs.remove(&name);
-                }
+            if let Some(i) = link.unsubs.iter().position(|n| *n == name) {
+                link.unsubs.swap_remove(i);
                 return;
             }
             // Pushed by the server: the channel's slot left this master.
@@ -184,7 +176,11 @@ mod tests {
     #[test]
     fn a_nosub_error_is_not_taken_for_a_refused_subscribe() {
         let info = parse_url("redis://127.0.0.1:1/").unwrap();
-        let one = OneServer::new(vec![info.clone()], 0, info, None);
+        let one = OneServer {
+            current: Mutex::new((0, "127.0.0.1:1".into(), info.clone())),
+            infos: vec![info],
+            resolver: None,
+        };
         let timeouts = Timeouts {
             connect: Duration::from_secs(1),
             command: Duration::from_secs(1),

@@ -42,28 +42,12 @@ pub(super) enum Route {
 /// (Sentinel) says the master is.
 #[derive(Debug)]
 pub(super) struct OneServer {
-    infos: Vec<ConnectionInfo>,
+    pub(super) infos: Vec<ConnectionInfo>,
     /// Where the master is now, asked afresh after every failure (a master that moves);
     /// `infos` is then not used after the first connection.
-    resolver: Option<Arc<dyn Resolve>>,
+    pub(super) resolver: Option<Arc<dyn Resolve>>,
     /// The server listened on (or tried next): its index in `infos`, `host:port`, address.
-    current: Mutex<(usize, String, ConnectionInfo)>,
-}
-
-impl OneServer {
-    /// Listening on `infos[current]`.
-    pub(super) fn new(
-        infos: Vec<ConnectionInfo>,
-        current: usize,
-        info: ConnectionInfo,
-        resolver: Option<Arc<dyn Resolve>>,
-    ) -> OneServer {
-        OneServer {
-            current: Mutex::new((current, server_name(&info), info)),
-            infos,
-            resolver,
-        }
-    }
+    pub(super) current: Mutex<(usize, String, ConnectionInfo)>,
 }
 
 impl Route {

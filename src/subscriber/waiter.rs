@@ -7,11 +7,11 @@
 //! the subscriber only to leave a queue (the last waiter unsubscribes). See "How a waiter waits" in the parent module for the protocol.
 
 use std::sync::Arc;
-use std::thread;
+use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use super::Subscriber;
-use super::queue::{Channel, ChannelState, OnRelease, Passed, Waiter, Wake};
+use super::queue::{Channel, ChannelState, OnRelease, Passed, Wake};
 use crate::transport::conn::Deadline;
 
 /// How long a leader parks at a time while its call is being written (the subscriber thread
@@ -24,7 +24,7 @@ const FIRING_WAIT: Duration = Duration::from_millis(1);
 pub(crate) struct Registration {
     pub(super) sub: Arc<Subscriber>,
     pub(super) channel: Arc<Channel>,
-    pub(super) me: Arc<Waiter>,
+    pub(super) me: Arc<Thread>,
     pub(super) left: bool,
 }
 
@@ -37,21 +37,14 @@ pub(crate) enum Turn {
     WaitFrom(u64),
 }
 
-fn park_until(until: Option<Instant>) -> bool {
-    match until {
-        None => {
-            thread::park();
-            true
-        }
-        Some(t) => {
-            let now = Instant::now();
-            if now >= t {
-                return false;
-            }
-            thread::park_timeout(t - now);
-            true
-        }
+/// Parks until unparked or until `until` (no bound: `NONE`). False when it had passed already.
+fn park_until(until: Deadline) -> bool {
+    match until.left() {
+        None => thread::park(),
+        Some(left) if left.is_zero() => return false,
+        Some(left) => thread::park_timeout(left),
     }
+    true
 }
 
 impl Registration {
@@ -67,29 +60,20 @@ impl Registration {
     /// after it last parked here, when it tries at once (a holder whose lease ran out
     /// publishes nothing).
     pub(crate) fn wait_turn(&self, deadline: Deadline, recheck: Duration) -> Option<Turn> {
-        let mut recheck_at = Instant::now().checked_add(recheck);
         loop {
-            let now = Instant::now();
-            let due = recheck_at.is_some_and(|r| now >= r);
-            {
-                let mut st = self.channel.state.lock();
-                if self.is_leader(&st) {
-                    return Some(match st.handoff.take() {
-                        Some(e) if !due => Turn::WaitFrom(e),
-                        _ => Turn::TryNow,
-                    });
-                }
+            // An unpark between a check and the park leaves the token set, so the park
+            // returns at once: no lost wakeup. A leader at its recheck tries at once.
+            let recheck_at = Deadline::after(recheck);
+            let turn = self.wait_for(deadline.min(recheck_at), |st| {
+                let due = recheck_at.passed();
+                self.is_leader(st).then(|| match st.handoff.take() {
+                    Some(e) if !due => Turn::WaitFrom(e),
+                    _ => Turn::TryNow,
+                })
+            });
+            if turn.is_some() || deadline.passed() {
+                return turn;
             }
-            if deadline.passed() {
-                return None;
-            }
-            if due {
-                recheck_at = now.checked_add(recheck);
-            }
-            // An unpark between the check and the park leaves the token set, so the park
-            // returns at once: no lost wakeup. It ends at the earlier of the two (`None`: no
-            // bound).
-            park_until(deadline.instant().into_iter().chain(recheck_at).min());
         }
     }
 
@@ -105,12 +89,16 @@ impl Registration {
 
     /// Parks until `done` gives an answer from the channel's state (checked under its lock
     /// at each wake-up), or `until` passes (`None`).
-    fn wait_for<T>(&self, until: Deadline, done: impl Fn(&ChannelState) -> Option<T>) -> Option<T> {
+    fn wait_for<T>(
+        &self,
+        until: Deadline,
+        mut done: impl FnMut(&mut ChannelState) -> Option<T>,
+    ) -> Option<T> {
         loop {
-            if let Some(answer) = done(&self.channel.state.lock()) {
+            if let Some(answer) = done(&mut self.channel.state.lock()) {
                 return Some(answer);
             }
-            if !park_until(until.instant()) {
+            if !park_until(until) {
                 return None;
             }
         }
@@ -134,11 +122,8 @@ impl Registration {
     /// Takes the passed lock handed to the queue, if this thread leads it.
     pub(crate) fn take_passed(&self) -> Option<Passed> {
         let mut st = self.channel.state.lock();
-        if self.is_leader(&st) {
-            st.passed.take()
-        } else {
-            None
-        }
+        let leads = self.is_leader(&st);
+        st.passed.take_if(|_| leads)
     }
 
     /// Leaves `on_release` for the subscriber thread to run the moment a release message after
@@ -166,15 +151,14 @@ impl Registration {
     /// Takes back what [`arm`](Self::arm) left, if it was not fired; waits for a firing in
     /// progress to end (one write) otherwise, and returns `None`.
     pub(crate) fn disarm(&self) -> Option<OnRelease> {
+        // The subscriber thread wakes the leader once the write is done.
         loop {
+            let until = Deadline::after(FIRING_WAIT);
+            if let Some(taken) =
+                self.wait_for(until, |st| (!st.firing).then(|| st.on_release.take()))
             {
-                let mut st = self.channel.state.lock();
-                if !st.firing {
-                    return st.on_release.take();
-                }
+                return taken;
             }
-            // The subscriber thread wakes the leader once the write is done.
-            park_until(Some(Instant::now() + FIRING_WAIT));
         }
     }
 
@@ -190,19 +174,14 @@ impl Registration {
     /// [`Subscriber::give_way`]), until a passed lock is handed to this leader, or until `until`.
     pub(crate) fn wait_give_way(&self, until: Deadline) {
         loop {
-            let wake = {
+            let back = {
                 let st = self.channel.state.lock();
-                if st.passed.is_some() {
-                    return;
-                }
-                match st.holding_back(Instant::now()) {
-                    Some(back) => until.instant().map_or(back, |u| back.min(u)),
-                    None => return,
-                }
+                (st.holding_back(Instant::now())).filter(|_| st.passed.is_none())
             };
-            if !park_until(Some(wake)) && Some(wake) == until.instant() {
-                return;
-            }
+            match back {
+                Some(back) if !until.passed() => park_until(until.min(Deadline::at(back))),
+                _ => return,
+            };
         }
     }
 
@@ -211,7 +190,7 @@ impl Registration {
     /// otherwise, so the passed lock is stale (the lock it passes is not on the server any more)
     /// and must not reach the next leader.
     pub(crate) fn leave_acquired(mut self, seen: u64) -> Option<Passed> {
-        self.leave(Some(seen), true, false)
+        self.leave(Some(seen), false)
     }
 
     /// [`leave_acquired`](Self::leave_acquired), without waking the next leader when it has
@@ -220,20 +199,20 @@ impl Registration {
     /// [`wait_turn`](Self::wait_turn)). For a lock that one holder at a time can take: a
     /// semaphore's next leader must try at once, as more permits may be free.
     pub(crate) fn leave_acquired_quietly(mut self, seen: u64) -> Option<Passed> {
-        self.leave(Some(seen), true, true)
+        self.leave(Some(seen), true)
     }
 
     /// Leaves the queue without the lock (a deadline or an error). Returns a passed lock that nobody
     /// else can take (this was the last waiter): the caller takes it or drops it.
     pub(crate) fn leave_giving_up(mut self) -> Option<Passed> {
-        self.leave(None, false, false)
+        self.leave(None, false)
     }
 
-    /// Leaves the queue. A passed lock pending for this leader is returned when `take` is set or
-    /// no waiter is left; otherwise it stays for the next leader. The passed lock is returned, not
+    /// Leaves the queue. A passed lock pending for this leader is returned when it acquired
+    /// (`handoff` is set) or no waiter is left; otherwise it stays for the next leader. The passed lock is returned, not
     /// dropped here, so that no lock of the subscriber is held while it is dropped.
     /// `quiet`: see [`leave_acquired_quietly`](Self::leave_acquired_quietly).
-    fn leave(&mut self, handoff: Option<u64>, take: bool, quiet: bool) -> Option<Passed> {
+    fn leave(&mut self, handoff: Option<u64>, quiet: bool) -> Option<Passed> {
         if std::mem::replace(&mut self.left, true) {
             return None;
         }
@@ -246,21 +225,14 @@ impl Registration {
             // it back before leaving; this only guards against a path that did not).
             st.on_release = None;
         }
-        let passed = if (was_leader && take) || st.queue.is_empty() {
-            st.passed.take()
-        } else {
-            None
-        };
+        let take = (was_leader && handoff.is_some()) || st.queue.is_empty();
+        let passed = st.passed.take_if(|_| take);
         if st.queue.is_empty() {
             // Last waiter: unsubscribe, unless the table already holds a newer entry.
+            let node = st.node.clone();
             drop(st);
-            let current = table
-                .channels
-                .get(&self.channel.name)
-                .is_some_and(|c| Arc::ptr_eq(c, &self.channel));
-            if current {
+            if table.is_current(&self.channel) {
                 table.channels.remove(&self.channel.name);
-                let node = self.channel.state.lock().node.clone();
                 if let Some(node) = node {
                     table.unsubscribe(&self.sub.route, &node, &self.channel.name);
                 }
@@ -293,6 +265,6 @@ impl Drop for Registration {
     fn drop(&mut self) {
         // A passed lock nobody else can take is dropped, which undoes it (after the locks are
         // released: dropping it may talk to Redis).
-        drop(self.leave(None, false, false));
+        drop(self.leave(None, false));
     }
 }
