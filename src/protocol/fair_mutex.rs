@@ -19,9 +19,8 @@ use crate::protocol::scripts::{
 /// then the release marker when `marker`; the caller adds the arguments.
 fn fair(keys: &LockKeys, marker: bool) -> Call {
     let lock = &keys.lock;
-    let queue = format!("{lock}:queue");
-    let waiters = format!("{lock}:waiters");
-    let released = format!("{lock}:released");
+    let [queue, waiters, released] =
+        ["queue", "waiters", "released"].map(|k| format!("{lock}:{k}"));
     let all = [lock, &queue, &waiters, &keys.fence, &released].map(String::as_str);
     Call::new(Which::Fair, &all[..if marker { 5 } else { 4 }])
 }

@@ -154,14 +154,14 @@ fn identifiers(lua: &str) -> HashSet<&str> {
 
 /// The items (their indexes in `pool`, in order) that `names` need, directly or through other
 /// items, leaving out those of `have`.
-fn needed(pool: &[Item], mut names: HashSet<String>, have: &[usize]) -> Vec<usize> {
+fn needed<'a>(pool: &'a [Item], mut names: HashSet<&'a str>, have: &[usize]) -> Vec<usize> {
     let mut take = Vec::new();
     for (i, item) in pool.iter().enumerate().rev() {
-        if have.contains(&i) || !item.names.iter().any(|n| names.contains(n)) {
+        if have.contains(&i) || !item.names.iter().any(|n| names.contains(n.as_str())) {
             continue;
         }
         take.push(i);
-        names.extend(identifiers(&item.text).into_iter().map(str::to_owned));
+        names.extend(identifiers(&item.text));
     }
     take.reverse();
     take
@@ -172,30 +172,19 @@ fn needed(pool: &[Item], mut names: HashSet<String>, have: &[usize]) -> Vec<usiz
 /// the rest names and the rest.
 pub(crate) fn assemble(body: &str) -> String {
     let pool = pool();
-    let (fast, slow) = match body.find(&format!("\n{MARKER}")) {
-        Some(at) => {
-            let rest = &body[at + 1..];
-            let end = rest.find('\n').map_or(rest.len(), |n| n + 1);
-            (&body[..=at], &rest[end..])
-        }
+    // The fast path keeps the line break before the marker's line.
+    let (fast, slow) = match body.split_once(&format!("\n{MARKER}\n")) {
+        Some((fast, slow)) => (&body[..=fast.len()], slow),
         None => (body, ""),
     };
-    let names = |lua: &str| -> HashSet<String> {
-        identifiers(lua).into_iter().map(str::to_owned).collect()
-    };
-    let early = needed(&pool, names(fast), &[]);
-    let late = needed(&pool, names(slow), &early);
+    let early = needed(&pool, identifiers(fast), &[]);
+    let late = needed(&pool, identifiers(slow), &early);
     let mut out = String::with_capacity(body.len() * 2);
-    let put = |items: &[usize], out: &mut String| {
-        for &i in items {
-            out.push_str(&pool[i].text);
+    for (items, text) in [(early, fast), (late, slow)] {
+        if !text.is_empty() {
+            out.extend(items.into_iter().map(|i| pool[i].text.as_str()));
+            out.push_str(text);
         }
-    };
-    put(&early, &mut out);
-    out.push_str(fast);
-    if !slow.is_empty() {
-        put(&late, &mut out);
-        out.push_str(slow);
     }
     out
 }
@@ -206,11 +195,7 @@ pub(crate) fn assemble(body: &str) -> String {
 /// line. A function then closes over them instead of building them on every call.
 pub(crate) fn library_parts(bodies: &[&str]) -> (String, Vec<String>) {
     let pool = pool();
-    let names: HashSet<String> = bodies
-        .iter()
-        .flat_map(|b| identifiers(b))
-        .map(str::to_owned)
-        .collect();
+    let names = bodies.iter().flat_map(|b| identifiers(b)).collect();
     let header = needed(&pool, names, &[])
         .into_iter()
         .map(|i| pool[i].text.as_str())
