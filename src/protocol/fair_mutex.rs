@@ -45,11 +45,11 @@ pub(crate) fn acquire(
     if live.is_none() && fixed.is_none() {
         return call.arg_if(enqueue, "1");
     }
-    let call = call.arg(if enqueue { "1" } else { "0" });
-    let call = match live {
-        Some(l) => call.arg(l.acquisition).arg(extend_ms(l.extend)),
-        None => call.arg("").arg("0"),
-    };
+    let (acquisition, extend) = live.map_or(("", 0), |l| (l.acquisition, extend_ms(l.extend)));
+    let call = call
+        .arg(if enqueue { "1" } else { "0" })
+        .arg(acquisition)
+        .arg(extend);
     match fixed {
         Some(f) => call.arg(millis(f)),
         None => call,

@@ -47,15 +47,11 @@ pub(crate) fn parse(v: &str) -> Option<Held> {
     }
     let block: u64 = f[2].parse().ok()?;
     let granted = micros(f[3], f[4])?;
-    let (count, token) = if f.len() == 9 {
-        let token = if f[8].is_empty() {
-            granted
-        } else {
-            f[8].parse().ok()?
-        };
-        (f[5].parse().ok()?, token)
-    } else {
-        (1, granted)
+    // The long form's count, and its token when not the implied one.
+    let count = f.get(5).map_or(Some(1), |c| c.parse().ok())?;
+    let token = match f.get(8) {
+        Some(t) if !t.is_empty() => t.parse().ok()?,
+        _ => granted,
     };
     Some(Held {
         acquisition: f[0].to_owned(),

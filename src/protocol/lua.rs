@@ -125,22 +125,18 @@ fn pool() -> Vec<Item> {
 /// The names a chunk of Lua defines at its top level: its lines `local function NAME` and
 /// `local NAME, ...` that start at the line's start.
 fn defined(chunk: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for line in chunk.lines() {
-        let Some(rest) = line.strip_prefix("local ") else {
-            continue;
-        };
-        let rest = rest.strip_prefix("function ").unwrap_or(rest);
-        let list = rest.split('=').next().unwrap_or("");
-        let list = list.split('(').next().unwrap_or("");
-        names.extend(
-            list.split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned),
-        );
-    }
-    names
+    chunk
+        .lines()
+        .filter_map(|line| line.strip_prefix("local "))
+        .flat_map(|rest| {
+            let rest = rest.strip_prefix("function ").unwrap_or(rest);
+            // The names before the value or the parameters.
+            rest.split(['=', '(']).next().unwrap_or("").split(',')
+        })
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The identifiers a piece of Lua names, comments left out.

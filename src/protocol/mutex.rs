@@ -238,14 +238,11 @@ pub(crate) enum AdminReply {
 /// Parses an admin script reply (either operation).
 pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
     let Value::Array(items) = v else { return None };
-    let clock = |s: &Value, us: &Value| -> Option<u64> {
-        micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)
-    };
     match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
         (1, [value, pttl, s, us]) => Some(AdminReply::Held {
             value: text(value)?,
             pttl: ms(pttl).unwrap_or_default(),
-            now_us: clock(s, us)?,
+            now_us: micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)?,
         }),
         (0, []) => Some(AdminReply::Free),
         (-1, []) => Some(AdminReply::Foreign),

@@ -66,7 +66,7 @@ end
 
 -- The value of a new acquisition `req` of `owner`, granted at `t` (TIME's reply) with `b`
 -- tokens reserved: the short form, or the long form that carries `token` when one is given
--- (a token above the mark, not the clock's); flagged when `w`.
+-- (a token above the mark, not the clock's; nil or false: none); flagged when `w`.
 local function new_held(req, owner, b, t, token, w)
   local v
   if token then
