@@ -166,17 +166,12 @@ pub(crate) fn crc16(bytes: &[u8]) -> u16 {
 /// The Redis Cluster hash slot of a key: of its hash tag (what lies between the first `{`
 /// and the next `}`, when that is not empty), else of the whole key.
 pub(crate) fn slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let hashed = b
-        .iter()
-        .position(|&c| c == b'{')
-        .and_then(|open| {
-            let rest = &b[open + 1..];
-            let close = rest.iter().position(|&c| c == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(b);
-    crc16(hashed) % SLOTS
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty());
+    crc16(tag.unwrap_or(key).as_bytes()) % SLOTS
 }
 
 /// `name` as it appears inside the hash tag of its keys: `%`, `{` and `}` percent-encoded, so

@@ -12,7 +12,7 @@
 --          Either ends in '|w' when the queue may hold waiters: its release grants the lock to
 --          the first live one. The fencing token is S * 1000000 + US: S and US are the server
 --          clock at the grant, or, when the fence gave a higher token (the clock went back),
---          the time of that token (`take_token` and `time_of`, prelude/fence.lua).
+--          the time of that token (`take_token` and `stamp`, prelude/fence.lua).
 -- KEYS[2]  queue: a list of waiter ids in arrival order (id = OWNER .. '/' .. GEN)
 -- KEYS[3]  waiters: a hash, waiter id -> heartbeat deadline in server milliseconds
 -- KEYS[4]  the fencing mark of the name's hash slot `P{#N}:fence` (prelude/fence.lua): every
