@@ -180,18 +180,13 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     }
     // Runs of consecutive leases with one lease: each run's lease is sent once (the caller
     // orders the leases so that runs are long).
-    let mut runs: Vec<(u64, usize)> = Vec::new();
-    for l in leases {
-        let ms = millis(l.lease);
-        match runs.last_mut() {
-            Some((lease, count)) if *lease == ms => *count += 1,
-            _ => runs.push((ms, 1)),
-        }
-    }
+    let runs: Vec<_> = leases
+        .chunk_by(|a, b| millis(a.lease) == millis(b.lease))
+        .collect();
     let mut call = Call::new(Which::RenewBatch, &keys);
     call.cmd.arg(if fence { "1" } else { "0" }).arg(runs.len());
-    for (lease, count) in runs {
-        call.cmd.arg(lease).arg(count);
+    for run in runs {
+        call.cmd.arg(millis(run[0].lease)).arg(run.len());
     }
     for l in leases {
         call.cmd.arg(named(l.acquisition));
