@@ -97,29 +97,21 @@ struct Item {
 
 /// The generated constants, then the prelude files' items, in order.
 fn pool() -> Vec<Item> {
-    let mut items: Vec<Item> = constants()
-        .into_iter()
-        .map(|(name, value, what)| Item {
-            names: vec![name.to_owned()],
-            text: format!("local {name} = {value} -- {what}\n"),
-        })
-        .collect();
-    items.push(Item {
-        names: vec!["MARKS".to_owned()],
-        text: NO_MARKS.to_owned(),
-    });
-    for file in PRELUDE {
-        for chunk in file.split("\n\n") {
+    let header =
+        constants().map(|(name, value, what)| format!("local {name} = {value} -- {what}\n"));
+    let prelude = PRELUDE.iter().flat_map(|file| file.split("\n\n"));
+    // Each line of the header, and the memory's, is an item of its own, as a prelude item is.
+    header
+        .iter()
+        .map(String::as_str)
+        .chain([NO_MARKS])
+        .chain(prelude)
+        .filter_map(|chunk| {
             let names = defined(chunk);
-            if !names.is_empty() {
-                items.push(Item {
-                    names,
-                    text: format!("{}\n", chunk.trim_matches('\n')),
-                });
-            }
-        }
-    }
-    items
+            let text = format!("{}\n", chunk.trim_matches('\n'));
+            (!names.is_empty()).then_some(Item { names, text })
+        })
+        .collect()
 }
 
 /// The names a chunk of Lua defines at its top level: its lines `local function NAME` and
