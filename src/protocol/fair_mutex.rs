@@ -19,9 +19,8 @@ use crate::protocol::scripts::{
 /// then the release marker when `marker`; the caller adds the arguments.
 fn fair(keys: &LockKeys, marker: bool) -> Call {
     let lock = &keys.lock;
-    let queue = format!("{lock}:queue");
-    let waiters = format!("{lock}:waiters");
-    let released = format!("{lock}:released");
+    let [queue, waiters, released] =
+        ["queue", "waiters", "released"].map(|k| format!("{lock}:{k}"));
     let all = [lock, &queue, &waiters, &keys.fence, &released].map(String::as_str);
     Call::new(Which::Fair, &all[..if marker { 5 } else { 4 }])
 }
@@ -46,11 +45,11 @@ pub(crate) fn acquire(
     if live.is_none() && fixed.is_none() {
         return call.arg_if(enqueue, "1");
     }
-    let call = call.arg(if enqueue { "1" } else { "0" });
-    let call = match live {
-        Some(l) => call.arg(l.acquisition).arg(extend_ms(l.extend)),
-        None => call.arg("").arg("0"),
-    };
+    let (acquisition, extend) = live.map_or(("", 0), |l| (l.acquisition, extend_ms(l.extend)));
+    let call = call
+        .arg(if enqueue { "1" } else { "0" })
+        .arg(acquisition)
+        .arg(extend);
     match fixed {
         Some(f) => call.arg(millis(f)),
         None => call,

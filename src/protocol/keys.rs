@@ -143,11 +143,7 @@ const CRC16_TABLE: [u16; 256] = {
         let mut crc = (i as u16) << 8;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
+            crc = (crc << 1) ^ if crc & 0x8000 != 0 { 0x1021 } else { 0 };
             bit += 1;
         }
         table[i] = crc;
@@ -166,17 +162,12 @@ pub(crate) fn crc16(bytes: &[u8]) -> u16 {
 /// The Redis Cluster hash slot of a key: of its hash tag (what lies between the first `{`
 /// and the next `}`, when that is not empty), else of the whole key.
 pub(crate) fn slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let hashed = b
-        .iter()
-        .position(|&c| c == b'{')
-        .and_then(|open| {
-            let rest = &b[open + 1..];
-            let close = rest.iter().position(|&c| c == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(b);
-    crc16(hashed) % SLOTS
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty());
+    crc16(tag.unwrap_or(key).as_bytes()) % SLOTS
 }
 
 /// `name` as it appears inside the hash tag of its keys: `%`, `{` and `}` percent-encoded, so

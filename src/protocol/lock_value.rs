@@ -34,13 +34,6 @@ pub(crate) struct Held {
     pub(crate) waiters: bool,
 }
 
-impl Held {
-    /// The grant's time by the server clock, in microseconds since the epoch.
-    pub(crate) fn granted_us(&self) -> u64 {
-        self.granted
-    }
-}
-
 /// Parses a Mutex lock key's string; `None` when it is not a held value (a key locksmith did
 /// not write).
 pub(crate) fn parse(v: &str) -> Option<Held> {
@@ -54,15 +47,11 @@ pub(crate) fn parse(v: &str) -> Option<Held> {
     }
     let block: u64 = f[2].parse().ok()?;
     let granted = micros(f[3], f[4])?;
-    let (count, token) = if f.len() == 9 {
-        let token = if f[8].is_empty() {
-            granted
-        } else {
-            f[8].parse().ok()?
-        };
-        (f[5].parse().ok()?, token)
-    } else {
-        (1, granted)
+    // The long form's count, and its token when not the implied one.
+    let count = f.get(5).map_or(Some(1), |c| c.parse().ok())?;
+    let token = match f.get(8) {
+        Some(t) if !t.is_empty() => t.parse().ok()?,
+        _ => granted,
     };
     Some(Held {
         acquisition: f[0].to_owned(),
@@ -118,33 +107,29 @@ pub(crate) enum Shape {
 /// Parses a holder's value of `shape`, as the scripts' `i` and `f` operations return them.
 pub(crate) fn parse_held(v: &str, shape: Shape) -> Option<HolderValue> {
     let f = fields(v);
-    match (shape, f.as_slice()) {
-        (Shape::Permits, [_, owner, n, s, us]) => Some(HolderValue {
-            owner: (*owner).to_owned(),
-            count: n.parse().ok()?,
-            token: 0,
-            since_us: Some(micros(s, us)?),
-        }),
-        (Shape::Fair, [_, owner, s, us, rest @ ..]) if rest.is_empty() || rest.len() == 3 => {
-            let since = micros(s, us)?;
-            Some(HolderValue {
-                owner: (*owner).to_owned(),
-                count: rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
-                token: since,
-                since_us: Some(since),
-            })
-        }
-        (Shape::Writer | Shape::Reader, [_, owner, s, us]) => {
-            let since = micros(s, us)?;
-            Some(HolderValue {
-                owner: (*owner).to_owned(),
-                count: 1,
-                token: if shape == Shape::Writer { since } else { 0 },
-                since_us: Some(since),
-            })
-        }
-        _ => None,
-    }
+    let (owner, count, s, us) = match (shape, f.as_slice()) {
+        (Shape::Permits, [_, owner, n, s, us]) => (owner, n.parse().ok()?, s, us),
+        (Shape::Fair, [_, owner, s, us, rest @ ..]) if rest.is_empty() || rest.len() == 3 => (
+            owner,
+            rest.get(2).map_or(Some(1), |c| c.parse().ok())?,
+            s,
+            us,
+        ),
+        (Shape::Writer | Shape::Reader, [_, owner, s, us]) => (owner, 1, s, us),
+        _ => return None,
+    };
+    let since = micros(s, us)?;
+    Some(HolderValue {
+        owner: (*owner).to_owned(),
+        count,
+        // The grant time is the token of the types that have one.
+        token: if matches!(shape, Shape::Fair | Shape::Writer) {
+            since
+        } else {
+            0
+        },
+        since_us: Some(since),
+    })
 }
 
 #[cfg(test)]
@@ -163,7 +148,7 @@ mod tests {
         assert_eq!(h.count, 1);
         assert_eq!(h.token, 1_700_000_000_000_005);
         assert_eq!(h.upto, h.token + 16);
-        assert_eq!(h.granted_us(), 1_700_000_000_000_005);
+        assert_eq!(h.granted, 1_700_000_000_000_005);
         assert!(!h.waiters);
     }
 

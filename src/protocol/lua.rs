@@ -97,50 +97,38 @@ struct Item {
 
 /// The generated constants, then the prelude files' items, in order.
 fn pool() -> Vec<Item> {
-    let mut items: Vec<Item> = constants()
-        .into_iter()
-        .map(|(name, value, what)| Item {
-            names: vec![name.to_owned()],
-            text: format!("local {name} = {value} -- {what}\n"),
-        })
-        .collect();
-    items.push(Item {
-        names: vec!["MARKS".to_owned()],
-        text: NO_MARKS.to_owned(),
-    });
-    for file in PRELUDE {
-        for chunk in file.split("\n\n") {
+    let header =
+        constants().map(|(name, value, what)| format!("local {name} = {value} -- {what}\n"));
+    let prelude = PRELUDE.iter().flat_map(|file| file.split("\n\n"));
+    // Each line of the header, and the memory's, is an item of its own, as a prelude item is.
+    header
+        .iter()
+        .map(String::as_str)
+        .chain([NO_MARKS])
+        .chain(prelude)
+        .filter_map(|chunk| {
             let names = defined(chunk);
-            if !names.is_empty() {
-                items.push(Item {
-                    names,
-                    text: format!("{}\n", chunk.trim_matches('\n')),
-                });
-            }
-        }
-    }
-    items
+            let text = format!("{}\n", chunk.trim_matches('\n'));
+            (!names.is_empty()).then_some(Item { names, text })
+        })
+        .collect()
 }
 
 /// The names a chunk of Lua defines at its top level: its lines `local function NAME` and
 /// `local NAME, ...` that start at the line's start.
 fn defined(chunk: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for line in chunk.lines() {
-        let Some(rest) = line.strip_prefix("local ") else {
-            continue;
-        };
-        let rest = rest.strip_prefix("function ").unwrap_or(rest);
-        let list = rest.split('=').next().unwrap_or("");
-        let list = list.split('(').next().unwrap_or("");
-        names.extend(
-            list.split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned),
-        );
-    }
-    names
+    chunk
+        .lines()
+        .filter_map(|line| line.strip_prefix("local "))
+        .flat_map(|rest| {
+            let rest = rest.strip_prefix("function ").unwrap_or(rest);
+            // The names before the value or the parameters.
+            rest.split(['=', '(']).next().unwrap_or("").split(',')
+        })
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The identifiers a piece of Lua names, comments left out.
@@ -154,14 +142,14 @@ fn identifiers(lua: &str) -> HashSet<&str> {
 
 /// The items (their indexes in `pool`, in order) that `names` need, directly or through other
 /// items, leaving out those of `have`.
-fn needed(pool: &[Item], mut names: HashSet<String>, have: &[usize]) -> Vec<usize> {
+fn needed<'a>(pool: &'a [Item], mut names: HashSet<&'a str>, have: &[usize]) -> Vec<usize> {
     let mut take = Vec::new();
     for (i, item) in pool.iter().enumerate().rev() {
-        if have.contains(&i) || !item.names.iter().any(|n| names.contains(n)) {
+        if have.contains(&i) || !item.names.iter().any(|n| names.contains(n.as_str())) {
             continue;
         }
         take.push(i);
-        names.extend(identifiers(&item.text).into_iter().map(str::to_owned));
+        names.extend(identifiers(&item.text));
     }
     take.reverse();
     take
@@ -172,30 +160,19 @@ fn needed(pool: &[Item], mut names: HashSet<String>, have: &[usize]) -> Vec<usiz
 /// the rest names and the rest.
 pub(crate) fn assemble(body: &str) -> String {
     let pool = pool();
-    let (fast, slow) = match body.find(&format!("\n{MARKER}")) {
-        Some(at) => {
-            let rest = &body[at + 1..];
-            let end = rest.find('\n').map_or(rest.len(), |n| n + 1);
-            (&body[..=at], &rest[end..])
-        }
+    // The fast path keeps the line break before the marker's line.
+    let (fast, slow) = match body.split_once(&format!("\n{MARKER}\n")) {
+        Some((fast, slow)) => (&body[..=fast.len()], slow),
         None => (body, ""),
     };
-    let names = |lua: &str| -> HashSet<String> {
-        identifiers(lua).into_iter().map(str::to_owned).collect()
-    };
-    let early = needed(&pool, names(fast), &[]);
-    let late = needed(&pool, names(slow), &early);
+    let early = needed(&pool, identifiers(fast), &[]);
+    let late = needed(&pool, identifiers(slow), &early);
     let mut out = String::with_capacity(body.len() * 2);
-    let put = |items: &[usize], out: &mut String| {
-        for &i in items {
-            out.push_str(&pool[i].text);
+    for (items, text) in [(early, fast), (late, slow)] {
+        if !text.is_empty() {
+            out.extend(items.into_iter().map(|i| pool[i].text.as_str()));
+            out.push_str(text);
         }
-    };
-    put(&early, &mut out);
-    out.push_str(fast);
-    if !slow.is_empty() {
-        put(&late, &mut out);
-        out.push_str(slow);
     }
     out
 }
@@ -206,11 +183,7 @@ pub(crate) fn assemble(body: &str) -> String {
 /// line. A function then closes over them instead of building them on every call.
 pub(crate) fn library_parts(bodies: &[&str]) -> (String, Vec<String>) {
     let pool = pool();
-    let names: HashSet<String> = bodies
-        .iter()
-        .flat_map(|b| identifiers(b))
-        .map(str::to_owned)
-        .collect();
+    let names = bodies.iter().flat_map(|b| identifiers(b)).collect();
     let header = needed(&pool, names, &[])
         .into_iter()
         .map(|i| pool[i].text.as_str())

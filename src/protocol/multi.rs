@@ -93,17 +93,14 @@ pub(crate) fn parse_acquire(v: &Value, n: usize) -> Option<MultiReply> {
             .filter(|i| *i < n)
     };
     match items.first().and_then(int)? {
-        1 if items.len() == 1 + 3 * n => {
-            let mut held = Vec::with_capacity(n);
-            for m in items[1..].chunks(3) {
-                held.push((
-                    u64::try_from(int(&m[0])?).ok()?,
-                    u64::try_from(int(&m[1])?).ok()?,
-                    text(&m[2])?,
-                ));
-            }
-            Some(MultiReply::Held(held))
-        }
+        1 if items.len() == 1 + 3 * n => items[1..]
+            .chunks(3)
+            .map(|m| {
+                let token = u64::try_from(int(&m[0])?).ok()?;
+                Some((token, u64::try_from(int(&m[1])?).ok()?, text(&m[2])?))
+            })
+            .collect::<Option<_>>()
+            .map(MultiReply::Held),
         0 => Some(MultiReply::Busy {
             index: index(items.get(1))?,
             ttl: ms(items.get(2)?)?,

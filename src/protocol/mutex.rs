@@ -180,18 +180,13 @@ pub(crate) fn renew_many(leases: &[Renewing<'_>]) -> Call {
     }
     // Runs of consecutive leases with one lease: each run's lease is sent once (the caller
     // orders the leases so that runs are long).
-    let mut runs: Vec<(u64, usize)> = Vec::new();
-    for l in leases {
-        let ms = millis(l.lease);
-        match runs.last_mut() {
-            Some((lease, count)) if *lease == ms => *count += 1,
-            _ => runs.push((ms, 1)),
-        }
-    }
+    let runs: Vec<_> = leases
+        .chunk_by(|a, b| millis(a.lease) == millis(b.lease))
+        .collect();
     let mut call = Call::new(Which::RenewBatch, &keys);
     call.cmd.arg(if fence { "1" } else { "0" }).arg(runs.len());
-    for (lease, count) in runs {
-        call.cmd.arg(lease).arg(count);
+    for run in runs {
+        call.cmd.arg(millis(run[0].lease)).arg(run.len());
     }
     for l in leases {
         call.cmd.arg(named(l.acquisition));
@@ -238,14 +233,11 @@ pub(crate) enum AdminReply {
 /// Parses an admin script reply (either operation).
 pub(crate) fn parse_admin(v: &Value) -> Option<AdminReply> {
     let Value::Array(items) = v else { return None };
-    let clock = |s: &Value, us: &Value| -> Option<u64> {
-        micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)
-    };
     match (items.first().and_then(int)?, items.get(1..).unwrap_or(&[])) {
         (1, [value, pttl, s, us]) => Some(AdminReply::Held {
             value: text(value)?,
             pttl: ms(pttl).unwrap_or_default(),
-            now_us: clock(s, us)?,
+            now_us: micros(u64::try_from(int(s)?).ok()?, u64::try_from(int(us)?).ok()?)?,
         }),
         (0, []) => Some(AdminReply::Free),
         (-1, []) => Some(AdminReply::Foreign),

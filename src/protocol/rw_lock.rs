@@ -23,11 +23,8 @@ use crate::protocol::scripts::{
 /// adds the arguments.
 fn rw(which: Which, write: &LockKeys, n: usize) -> Call {
     let w = &write.lock;
-    let readers = format!("{w}:readers");
-    let wwait = format!("{w}:wwait");
-    let rwait = format!("{w}:rwait");
-    let eager = format!("{w}:eager");
-    let keys = [w, &readers, &wwait, &rwait, &eager, &write.fence].map(String::as_str);
+    let [r, ww, wr, we] = ["readers", "wwait", "rwait", "eager"].map(|k| format!("{w}:{k}"));
+    let keys = [w, &r, &ww, &wr, &we, &write.fence].map(String::as_str);
     Call::new(which, &keys[..n])
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
-use crate::protocol::scripts::{Admin, Call, Holder, Which, int, millis, named, renew_holder};
+use crate::protocol::scripts::{Admin, Call, Holder, Which, millis, named, renew_holder};
 
 /// A semaphore acquire of `n` permits, for a handle of `permits` (`waits`: the caller waits for
 /// a release when not granted, and flags the semaphore so that a release publishes).
@@ -58,10 +58,8 @@ pub(crate) fn admin(keys: &LockKeys, op: Admin) -> Call {
 /// Parses a semaphore's permits-used reply ([`used`]): the permits live leases hold.
 /// `None` for a reply of another shape.
 pub(crate) fn parse_used(v: &Value) -> Option<u32> {
-    match v {
-        Value::Int(_) => Some(u32::try_from(int(v)?).unwrap_or(u32::MAX)),
-        _ => None,
-    }
+    let Value::Int(n) = v else { return None };
+    Some(u32::try_from(*n).unwrap_or(u32::MAX))
 }
 
 #[cfg(test)]

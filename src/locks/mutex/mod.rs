@@ -316,7 +316,7 @@ impl Mutex {
                 let Some(h) = lock_value::parse(&value) else {
                     return Err(foreign());
                 };
-                let held_for = Duration::from_micros(now_us.saturating_sub(h.granted_us()));
+                let held_for = Duration::from_micros(now_us.saturating_sub(h.granted));
                 let count = u32::try_from(h.count).unwrap_or(u32::MAX);
                 let holder = Holder::new(&h.owner, count, h.token, held_for, pttl);
                 Ok(Some((h.acquisition, holder)))

@@ -106,11 +106,8 @@ local function grant(w)
   if not token then
     return b
   end
-  local explicit = nil
-  if above then
-    explicit = token
-  end
-  redis.call('set', KEYS[1], new_held(req, owner, b, t, explicit, w), 'px', ARGV[2])
+  -- The long form carries the token when it is not the clock's.
+  redis.call('set', KEYS[1], new_held(req, owner, b, t, above and token, w), 'px', ARGV[2])
   return {1, token, 1, req, token + b}
 end
 
@@ -135,11 +132,7 @@ end
 if h.req == req then
   -- A retry of this very call: answer as the first time (a retried grant with its block),
   -- and extend as the first time did (the caller's clock starts the lease at the retry).
-  if h.gen == req then
-    extend(KEYS[1], ARGV[2])
-  else
-    extend(KEYS[1], ARGV[4])
-  end
+  extend(KEYS[1], h.gen == req and ARGV[2] or ARGV[4])
   return {1, h.token, h.count, h.gen, h.upto}
 end
 if live == '' or h.gen ~= live then

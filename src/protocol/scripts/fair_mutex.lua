@@ -12,7 +12,7 @@
 --          Either ends in '|w' when the queue may hold waiters: its release grants the lock to
 --          the first live one. The fencing token is S * 1000000 + US: S and US are the server
 --          clock at the grant, or, when the fence gave a higher token (the clock went back),
---          the time of that token (`take_token` and `time_of`, prelude/fence.lua).
+--          the time of that token (`take_token` and `stamp`, prelude/fence.lua).
 -- KEYS[2]  queue: a list of waiter ids in arrival order (id = OWNER .. '/' .. GEN)
 -- KEYS[3]  waiters: a hash, waiter id -> heartbeat deadline in server milliseconds
 -- KEYS[4]  the fencing mark of the name's hash slot `P{#N}:fence` (prelude/fence.lua): every
@@ -191,17 +191,6 @@ local function grant_next(free, more)
   return head
 end
 
--- Keeps the queue for at least a lease from now; never moves its expiry earlier: a waiter
--- with a shorter lease (a client with other settings) must not make the places of waiters
--- with longer ones expire.
-local function keep_queue(lease)
-  for k = 2, 3 do
-    if redis.call('pttl', KEYS[k]) < lease then
-      redis.call('pexpire', KEYS[k], lease)
-    end
-  end
-end
-
 local gen, owner = string.match(ARGV[2] or '', '^([^|]*)|?(.*)$')
 local me = owner .. '/' .. gen
 
@@ -265,7 +254,11 @@ if op == 'a' then
       redis.call('rpush', KEYS[2], me)
     end
     redis.call('hset', KEYS[3], me, now + lease)
-    keep_queue(lease)
+    -- The queue is kept for at least a lease from now, its expiry never moved earlier: a
+    -- waiter with a shorter lease (a client with other settings) must not make the places of
+    -- waiters with longer ones expire.
+    extend(KEYS[2], lease)
+    extend(KEYS[3], lease)
     if string.sub(v, -2) ~= '|w' then
       redis.call('set', KEYS[1], v .. '|w', 'keepttl', 'xx')
     end
@@ -333,7 +326,8 @@ if op == 'n' then
   local dl = tonumber(redis.call('hget', KEYS[3], me) or '0') or 0
   if dl > now then
     redis.call('hset', KEYS[3], me, now + lease)
-    keep_queue(lease)
+    extend(KEYS[2], lease)
+    extend(KEYS[3], lease)
     return 1
   end
   return 0

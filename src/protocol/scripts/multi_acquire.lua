@@ -75,19 +75,11 @@ for i = 1, n do
       return err
     end
     count, gen = 1, request
-    local explicit = nil
-    if above then
-      explicit = token
-    end
-    redis.call('set', KEYS[i], new_held(request, owner, 0, t, explicit, p[2]), 'px', ARGV[1])
+    redis.call('set', KEYS[i], new_held(request, owner, 0, t, above and token, p[2]), 'px', ARGV[1])
   elseif p[1] == 'retry' then
     -- A retry of this very call: answer as the first time, extend as the first time did.
     local h = p[2]
-    if h.gen == request then
-      extend(KEYS[i], ARGV[1])
-    else
-      extend(KEYS[i], ext)
-    end
+    extend(KEYS[i], h.gen == request and ARGV[1] or ext)
     token, count, gen = h.token, h.count, h.gen
   else
     local h = p[2]

@@ -12,7 +12,12 @@
 local lease = tonumber(ARGV[3])
 local v, ty = string_at(KEYS[1])
 if v then
-  return renew_string(KEYS[1], v, ARGV[2], lease)
+  -- A string hold: renewed when it is the acquisition's (the value starts with it).
+  if starts(v, ARGV[2]) then
+    redis.call('pexpire', KEYS[1], lease)
+    return 1
+  end
+  return 0
 end
 if ARGV[1] == 'write' or ty ~= 'zset' then
   return 0

@@ -10,10 +10,7 @@
 -- nothing is recreated for it).
 
 local ms = tonumber(ARGV[3]) or 0
-local key = KEYS[1]
-if ARGV[1] == 'read' then
-  key = KEYS[2]
-end
+local key = ARGV[1] == 'read' and KEYS[2] or KEYS[1]
 local v, ty = string_at(key)
 if v then
   if not starts(v, ARGV[2]) then

@@ -35,10 +35,7 @@ end
 local ty
 v, ty = string_at(KEYS[1])
 if v == nil then
-  if not read then
-    return -3
-  end
-  if ty ~= 'zset' then
+  if not read or ty ~= 'zset' then
     return -3
   end
   -- One of several readers.

@@ -21,16 +21,6 @@ local function extend(key, ms)
   end
 end
 
--- Renews the string hold `v` at `key` for `lease` ms when it is the acquisition `gen` (the
--- value starts with it): 1 renewed, 0 another's.
-local function renew_string(key, v, gen, lease)
-  if starts(v, gen) then
-    redis.call('pexpire', key, lease)
-    return 1
-  end
-  return 0
-end
-
 -- Appends to `out` the values of a flat list `{value, lease left, ...}`: the holders a force
 -- removed, as it returns them.
 local function values_of(list, out)

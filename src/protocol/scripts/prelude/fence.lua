@@ -38,12 +38,6 @@ local function reach(m)
   return s * 1000000 + us + x
 end
 
--- The time (S, US, as strings) whose clock token is `token`: what a value that stores its grant
--- time in place of its token (a FairMutex, an RwLock writer) stores for it.
-local function time_of(token)
-  return string.format('%.0f', math.floor(token / 1000000)), string.format('%.0f', token % 1000000)
-end
-
 -- A new token on the slot whose mark is the key `mark`, at the server clock `t` (TIME's reply),
 -- with up to `block` (0..=MAX_BLOCK) tokens after it for local hand-offs. Returns the token,
 -- the block granted and whether the token is above the clock's: the clock's token with the
@@ -140,8 +134,9 @@ local function stamp(mark, t)
   if not above then
     return t[1], t[2], token
   end
-  local s, us = time_of(token)
-  return s, us, token
+  -- The time (S, US, as strings) whose clock token is `token`.
+  local s, us = math.floor(token / 1000000), token % 1000000
+  return string.format('%.0f', s), string.format('%.0f', us), token
 end
 
 -- With a quorum of masters: makes the mark at the key `mark` reach `token`, a holder's token

@@ -66,7 +66,7 @@ end
 
 -- The value of a new acquisition `req` of `owner`, granted at `t` (TIME's reply) with `b`
 -- tokens reserved: the short form, or the long form that carries `token` when one is given
--- (a token above the mark, not the clock's); flagged when `w`.
+-- (a token above the mark, not the clock's; nil or false: none); flagged when `w`.
 local function new_held(req, owner, b, t, token, w)
   local v
   if token then
@@ -105,13 +105,6 @@ local function count_down(key, f, w, rel)
   return count
 end
 
--- Whether the release marker `key` holds a value of the acquisition `gen` ('GEN|'): a release
--- moved it there.
-local function marker_holds(key, gen)
-  local m = redis.pcall('get', key)
-  return type(m) == 'string' and string.sub(m, 1, #gen) == gen
-end
-
 -- Releases one level of the Mutex at `lock` held by the acquisition `gen` ('GEN|'), as
 -- release.lua describes: `marker` is the lock's release marker and channel, `how` the letters
 -- of release.lua's ARGV[2], `rel` an inner level's release request id, and `raise` (optional)
@@ -126,9 +119,13 @@ local function release_level(lock, marker, gen, how, rel, raise, v)
     return -3
   end
   local quiet = string.find(how, 'n', 1, true)
-  -- On a retry: the first attempt moved this acquisition's value to the marker.
+  -- On a retry: whether the first attempt moved this acquisition's value to the marker.
   local function released_before()
-    return string.find(how, 'r', 1, true) and marker_holds(marker, gen)
+    if not string.find(how, 'r', 1, true) then
+      return false
+    end
+    local m = redis.pcall('get', marker)
+    return type(m) == 'string' and string.sub(m, 1, #gen) == gen
   end
   if not v then
     -- No lock (gone): waiters are told.

@@ -38,9 +38,7 @@ end
 -- moves later (waiters may have leases of different lengths).
 local function touch(key, id, now, lease)
   redis.call('zadd', key, now + lease, id)
-  if redis.call('pttl', key) < lease then
-    redis.call('pexpire', key, lease)
-  end
+  extend(key, lease)
 end
 
 -- Live entries of the waiting set `key` (expired ones dropped), and the first deadline.
