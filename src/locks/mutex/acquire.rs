@@ -1,7 +1,8 @@
 //! The [`Mutex`](super::Mutex) acquire on the masters: on one master (with `WAIT` for
 //! replicas when asked for), or on a quorum (held by `Q` of `N`, whatever was granted undone
-//! otherwise), and the primed acquire a sleeping leader leaves for the subscriber thread to
-//! write. The quorum's vote over the masters' replies is [`vote`], a pure function.
+//! otherwise), and one master's reply read ([`acquire_reply`], which also reads the reply of
+//! the primed acquire a sleeping leader leaves for the subscriber thread to write). The
+//! quorum's vote over the masters' replies is [`vote`], a pure function.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex::{self, Publish};
 use crate::protocol::scripts::{self, AcquireReply, Level};
-use crate::topology::backend::{Backend, Primed, jitter};
+use crate::topology::backend::{Backend, jitter};
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
@@ -39,23 +40,8 @@ pub(crate) struct AcquireCall<'a> {
 type Granted = (usize, u64, u64, String);
 
 /// An acquire script's reply to `a`, parsed.
-fn acquire_reply(v: Value, a: &mutex::Acquire<'_>) -> Result<AcquireReply, Fault> {
+pub(crate) fn acquire_reply(v: Value, a: &mutex::Acquire<'_>) -> Result<AcquireReply, Fault> {
     mutex::parse_acquire(&v, a).ok_or_else(|| Fault::bad_reply("acquire", &v))
-}
-
-/// A single plain master's acquire, ready for another thread to write the moment the lock is
-/// released (see [`Primed`]); `None` for a re-entry, or where the backend primes nothing.
-pub(crate) fn prime(backend: &Backend, a: &AcquireCall<'_>) -> Option<Primed> {
-    if a.script.live.is_some() {
-        return None;
-    }
-    backend.prime_script(&mutex::acquire(a.keys, &a.script))
-}
-
-/// The outcome of the primed acquire `a` that was written, from its reply `v` (see
-/// [`Fired::reply`](crate::driver::wait::Fired::reply)).
-pub(crate) fn finish(v: Value, a: &AcquireCall<'_>) -> Result<Acquired> {
-    Ok((acquire_reply(v, &a.script)?, false))
 }
 
 /// The quorum's vote over the masters' acquire replies.

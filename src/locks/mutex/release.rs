@@ -11,37 +11,29 @@ use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
 
-/// Which level of which acquisition a release gives back.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Leave<'a> {
-    pub(crate) acquisition: &'a str,
-    /// The hold's fencing token.
-    pub(crate) token: u64,
-    pub(crate) level: Level,
-    /// Whether the release publishes even when no waiter flagged the lock (threads of this
-    /// client wait); with a quorum it always does (waiters listen on one master).
-    pub(crate) publish: bool,
-}
-
-/// Releases `leave` on every master, retrying once (on a new connection) where the
-/// connection failed, all within `by`.
+/// Releases `level` of `acquisition` (whose fencing token is `token`) on every master,
+/// retrying once (on a new connection) where the connection failed, all within `by`.
+/// `publish`: the release publishes even when no waiter flagged the lock (threads of this
+/// client wait); with a quorum it always does (waiters listen on one master).
 pub(crate) fn release(
     backend: &Backend,
     keys: &LockKeys,
-    leave: Leave<'_>,
+    (acquisition, token): (&str, u64),
+    level: Level,
+    publish: bool,
     by: Deadline,
 ) -> Result<ReleaseReply> {
     let request = crate::shared::grant::request_id();
     let release = mutex::Release {
-        acquisition: leave.acquisition,
-        level: leave.level,
+        acquisition,
+        level,
         request: &request,
-        publish: if leave.publish || !backend.single() {
+        publish: if publish || !backend.single() {
             Publish::Always
         } else {
             Publish::IfFlagged
         },
-        fence: backend.fence_of(leave.token),
+        fence: backend.fence_of(token),
     };
     // Each master's reply, parsed once: a reply of the wrong shape is a fault like any other.
     let parse = |replies: Vec<(usize, Result<redis::Value, Fault>)>| -> Vec<_> {
