@@ -328,11 +328,10 @@ impl MultiMutex {
             match driver::drive(&mut call, &budget) {
                 Ok(Some(h)) => holds.extend(h),
                 other => {
-                    if !holds.is_empty() {
-                        let by = Deadline::after(shared.config.one_call());
-                        if let Err(e) = release_holds(&self.client, &holds, by) {
-                            log::debug!("giving back part of a set of locks: {e}");
-                        }
+                    // The parts taken before go back (none before the first part).
+                    let by = Deadline::after(shared.config.one_call());
+                    if let Err(e) = release_holds(&self.client, &holds, by) {
+                        log::debug!("giving back part of a set of locks: {e}");
                     }
                     return other.map(|_| None);
                 }
@@ -745,12 +744,9 @@ impl Parts for HeldSet {
         !self.released && self.holds.iter().all(|h| h.is_held())
     }
 
+    /// A set is never checked once released (`unlock` takes it, `Drop` ends it).
     fn check(&self) -> Result<()> {
-        if Parts::is_held(self) {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        }
+        self.holds.iter().try_for_each(|h| h.check())
     }
 
     fn unlock(mut self) -> Result<()> {
@@ -780,9 +776,3 @@ impl Drop for HeldSet {
         }
     }
 }
-
-// A set handle is shared across threads; its guard belongs to the thread that locked.
-const _: () = {
-    const fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<MultiMutex>();
-};
