@@ -116,25 +116,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     if let Some(acquisition) = winner(&votes.held, q).filter(|_| !votes.foreign)
         && a.script.lease > a.sent.elapsed() + backend.drift(a.script.lease)
     {
-        let ours = votes.held.iter().filter(|h| h.3 == acquisition);
-        let token = ours.clone().map(|h| h.1).max().unwrap_or(0);
-        let count = ours.map(|h| h.2).max().unwrap_or(1);
-        // Masters that granted another acquisition give it back.
-        let stray: Vec<_> = votes
-            .held
-            .iter()
-            .filter(|h| h.3 != acquisition)
-            .cloned()
-            .collect();
-        undo(backend, keys, a.script.request, &stray, &[], by);
-        let last = token;
-        let held = AcquireReply::Held {
-            token,
-            count,
-            acquisition,
-            last,
-        };
-        return Ok((held, false));
+        return Ok((kept(backend, a, &votes.held, acquisition), false));
     }
     // Not held: give back what was granted, on the masters that granted it and (unless this
     // was a re-entry, whose levels must not be undone twice) on those that did not answer,
@@ -166,6 +148,31 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     let wait = quorum::free_in(votes.busy, n, q)
         .unwrap_or_else(|| jitter(backend.call_timeout().max(Duration::from_millis(5))));
     Ok((AcquireReply::Busy { ttl: wait }, split))
+}
+
+/// The grant of `acquisition`, which a quorum of masters granted (`held`: every master's
+/// grant): its highest token and count. Masters that granted another acquisition give it back.
+fn kept(
+    backend: &Backend,
+    a: &AcquireCall<'_>,
+    held: &[Granted],
+    acquisition: String,
+) -> AcquireReply {
+    let ours = held.iter().filter(|h| h.3 == acquisition);
+    let token = ours.clone().map(|h| h.1).max().unwrap_or(0);
+    let count = ours.map(|h| h.2).max().unwrap_or(1);
+    let stray: Vec<_> = held
+        .iter()
+        .filter(|h| h.3 != acquisition)
+        .cloned()
+        .collect();
+    undo(backend, a.keys, a.script.request, &stray, &[], a.by);
+    AcquireReply::Held {
+        token,
+        count,
+        acquisition,
+        last: token,
+    }
 }
 
 /// One master, with replica confirmation: the script and `WAIT` in one round trip; a grant

@@ -47,33 +47,7 @@ pub(crate) fn release(
     };
     let call = mutex::release(keys, &release, false);
     let mut replies = parse(backend.call_on(&call, &backend.all(), by, false));
-    // A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
-    // reply) never saw the release. While the masters that answered released fewer than a
-    // quorum, the outcome rests on the skipped ones: the retry goes to them too, on a new
-    // connection (`fresh`), costing at most one more per-master timeout. Skipping them would
-    // fail the unlock of a lock still held on them, for the whole marked-down pause; once the
-    // others decided the outcome, waiting for them again would cost the caller for nothing.
-    let released = (replies.iter())
-        .filter(|(_, r)| {
-            matches!(
-                r,
-                Ok(ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore)
-            )
-        })
-        .count();
-    let undecided = released < backend.quorum();
-    let retry: Vec<usize> = (replies.iter())
-        .filter(|(_, r)| {
-            r.as_ref()
-                .err()
-                .is_some_and(|e| e.is_retriable() && (undecided || !e.is_marked_down()))
-        })
-        .map(|(i, _)| *i)
-        .collect();
-    let fresh = undecided
-        && replies
-            .iter()
-            .any(|(_, r)| matches!(r, Err(Fault::MarkedDown)));
+    let (retry, fresh) = retry_targets(&replies, backend.quorum());
     if !retry.is_empty() && !by.passed() {
         log::debug!(
             "release of `{}` failed on {} master(s); retrying once",
@@ -99,6 +73,43 @@ pub(crate) fn release(
         }));
     }
     merge(parsed, backend.quorum())
+}
+
+/// Which masters a release retries, after the first round's `replies`, and whether on a new
+/// connection (`fresh`).
+///
+/// A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
+/// reply) never saw the release. While the masters that answered released fewer than a
+/// quorum, the outcome rests on the skipped ones: the retry goes to them too, on a new
+/// connection (`fresh`), costing at most one more per-master timeout. Skipping them would
+/// fail the unlock of a lock still held on them, for the whole marked-down pause; once the
+/// others decided the outcome, waiting for them again would cost the caller for nothing.
+fn retry_targets(
+    replies: &[(usize, Result<ReleaseReply, Fault>)],
+    quorum: usize,
+) -> (Vec<usize>, bool) {
+    let released = (replies.iter())
+        .filter(|(_, r)| {
+            matches!(
+                r,
+                Ok(ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore)
+            )
+        })
+        .count();
+    let undecided = released < quorum;
+    let retry = (replies.iter())
+        .filter(|(_, r)| {
+            r.as_ref()
+                .err()
+                .is_some_and(|e| e.is_retriable() && (undecided || !e.is_marked_down()))
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    let fresh = undecided
+        && replies
+            .iter()
+            .any(|(_, r)| matches!(r, Err(Fault::MarkedDown)));
+    (retry, fresh)
 }
 
 /// The quorum's verdict over the masters' release replies: released when `quorum` released;
