@@ -715,13 +715,8 @@ impl Guard for MultiGuard {
 
     fn attach(set: HeldSet) -> Result<MultiGuard> {
         let shared = set.client.shared();
-        let mut attached = 0;
-        for h in &set.holds {
-            if !shared.attach(h) {
-                break;
-            }
-            attached += 1;
-        }
+        // The holds are attached in order, up to the first that cannot be.
+        let attached = set.holds.iter().take_while(|h| shared.attach(h)).count();
         if attached < set.holds.len() {
             for h in &set.holds[..attached] {
                 shared.passed_on(h);

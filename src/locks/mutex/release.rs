@@ -186,6 +186,23 @@ mod tests {
     }
 
     #[test]
+    fn marked_down_masters_are_retried_while_the_outcome_rests_on_them() {
+        let undecided = [
+            (0, Ok(ReleaseReply::ReleasedBefore)),
+            (1, Err(Fault::MarkedDown)),
+            (2, Err(Fault::timeout("no reply"))),
+        ];
+        assert_eq!(retry_targets(&undecided, 2), (vec![1, 2], true));
+        let decided = [
+            (0, Ok(ReleaseReply::ReleasedBefore)),
+            (1, Ok(ReleaseReply::ReleasedBefore)),
+            (2, Err(Fault::MarkedDown)),
+            (3, Err(Fault::timeout("no reply"))),
+        ];
+        assert_eq!(retry_targets(&decided, 2), (vec![3], false));
+    }
+
+    #[test]
     fn too_few_answers_cannot_tell() {
         let r = merge(
             [
