@@ -425,40 +425,6 @@ impl FairMutex {
         fn with_lock;
     }
 
-    /// Turns a grant of acquisition `acquisition` into a guard, unless its validity already
-    /// passed (a very late reply or message), or it is an acquisition no local hold may use
-    /// (see [`Adopted::Unusable`]): then the lock is given back (to the next waiter) and `None`
-    /// returned.
-    fn take(
-        &self,
-        owner: &str,
-        acquisition: &str,
-        token: u64,
-        count: u64,
-        sent: Instant,
-        by: Deadline,
-    ) -> Option<FairMutexGuard> {
-        let grant = Grant {
-            token,
-            count,
-            sent,
-            acquisition,
-            last: 0,
-        };
-        let (shared, terms) = (self.client.shared(), self.terms());
-        let kind = Kind::FairMutex;
-        let hold = match shared.adopt_as(kind, &self.keys, owner.to_owned(), grant, terms) {
-            Adopted::Held(hold) => hold,
-            Adopted::Unusable => {
-                // Free the acquisition nobody may use, so that the next attempt makes a new one.
-                self.give_back(owner, acquisition, by, "freeing a stale grant");
-                return None;
-            }
-        };
-        let hold = unless_late(self, hold, "grant", by)?;
-        Some(FairMutexGuard::new(self, hold))
-    }
-
     /// Releases acquisition `acquisition` of `owner` (owner- and acquisition-checked: to the
     /// next waiter); a failure is logged as `what` and left to the lease.
     fn give_back(&self, owner: &str, acquisition: &str, by: Deadline, what: &str) {
@@ -548,8 +514,13 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             };
         }
         let since = self.place.granted_since()?;
-        let (owner, request) = (&self.owner, &self.request);
-        self.mutex.take(owner, request, token, 1, since, by)
+        let grant = AcquireReply::Held {
+            token,
+            count: 1,
+            acquisition: self.request.clone(),
+            last: 0,
+        };
+        self.take_grant(grant, since, by).ok().flatten()
     }
 
     /// Leaves the queue; a grant that came in the meantime is kept, unless the waiter has a
@@ -573,24 +544,43 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 }
 
 impl Acquire<'_> {
-    /// The guard of the grant `reply` holds, counted from `since` (`None`: a grant that
-    /// cannot be used, see [`FairMutex::take`]); the reply itself when it is no grant.
+    /// The guard of the grant `reply` holds, counted from `since`; the reply itself when it
+    /// is no grant. `Ok(None)` when the grant's validity already passed (a very late reply or
+    /// message), or it is an acquisition no local hold may use (see [`Adopted::Unusable`]):
+    /// the lock is then given back (to the next waiter).
     fn take_grant(
         &self,
         reply: AcquireReply,
         since: Instant,
         by: Deadline,
     ) -> std::result::Result<Option<FairMutexGuard>, AcquireReply> {
-        match reply {
+        let (token, count, acquisition) = match reply {
             AcquireReply::Held {
                 token,
                 count,
                 acquisition,
                 ..
-            } => Ok(self
-                .mutex
-                .take(&self.owner, &acquisition, token, count, since, by)),
-            other => Err(other),
+            } => (token, count, acquisition),
+            other => return Err(other),
+        };
+        let grant = Grant {
+            token,
+            count,
+            sent: since,
+            acquisition: &acquisition,
+            last: 0,
+        };
+        let (mutex, owner) = (self.mutex, &self.owner);
+        let (shared, terms) = (mutex.client.shared(), mutex.terms());
+        match shared.adopt_as(Kind::FairMutex, &mutex.keys, owner.clone(), grant, terms) {
+            Adopted::Held(hold) => {
+                Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
+            }
+            Adopted::Unusable => {
+                // Free the acquisition nobody may use, so that the next attempt makes a new one.
+                mutex.give_back(owner, &acquisition, by, "freeing a stale grant");
+                Ok(None)
+            }
         }
     }
 

@@ -328,11 +328,10 @@ impl MultiMutex {
             match driver::drive(&mut call, &budget) {
                 Ok(Some(h)) => holds.extend(h),
                 other => {
-                    if !holds.is_empty() {
-                        let by = Deadline::after(shared.config.one_call());
-                        if let Err(e) = release_holds(&self.client, &holds, by) {
-                            log::debug!("giving back part of a set of locks: {e}");
-                        }
+                    // The parts taken before go back (none before the first part).
+                    let by = Deadline::after(shared.config.one_call());
+                    if let Err(e) = release_holds(&self.client, &holds, by) {
+                        log::debug!("giving back part of a set of locks: {e}");
                     }
                     return other.map(|_| None);
                 }
@@ -716,13 +715,8 @@ impl Guard for MultiGuard {
 
     fn attach(set: HeldSet) -> Result<MultiGuard> {
         let shared = set.client.shared();
-        let mut attached = 0;
-        for h in &set.holds {
-            if !shared.attach(h) {
-                break;
-            }
-            attached += 1;
-        }
+        // The holds are attached in order, up to the first that cannot be.
+        let attached = set.holds.iter().take_while(|h| shared.attach(h)).count();
         if attached < set.holds.len() {
             for h in &set.holds[..attached] {
                 shared.passed_on(h);
@@ -745,12 +739,9 @@ impl Parts for HeldSet {
         !self.released && self.holds.iter().all(|h| h.is_held())
     }
 
+    /// A set is never checked once released (`unlock` takes it, `Drop` ends it).
     fn check(&self) -> Result<()> {
-        if Parts::is_held(self) {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        }
+        self.holds.iter().try_for_each(|h| h.check())
     }
 
     fn unlock(mut self) -> Result<()> {
@@ -780,9 +771,3 @@ impl Drop for HeldSet {
         }
     }
 }
-
-// A set handle is shared across threads; its guard belongs to the thread that locked.
-const _: () = {
-    const fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<MultiMutex>();
-};

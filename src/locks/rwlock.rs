@@ -430,18 +430,29 @@ impl RwLock {
         }
     }
 
-    /// A read call by `deadline`, through the driver (see `driver/mod.rs`).
-    fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
-        let mut call = Acquire::new(self, true);
-        let hold = driver::acquire(&mut call, Kind::Read, deadline)?;
-        Ok(hold.map(|h| RwLockReadGuard::new(self, h)))
+    /// A read (`read`) or write call by `deadline`, through the driver (see
+    /// `driver/mod.rs`).
+    fn acquire(&self, read: bool, deadline: Deadline) -> Result<Option<Arc<Hold>>> {
+        let mut call = Acquire {
+            lock: self,
+            read,
+            owner: self.client.shared().owner(),
+            request: request_id(),
+        };
+        let kind = if read { Kind::Read } else { Kind::Write };
+        driver::acquire(&mut call, kind, deadline)
     }
 
-    /// A write call by `deadline`, through the driver (see `driver/mod.rs`).
+    fn read_until(&self, deadline: Deadline) -> Result<Option<RwLockReadGuard>> {
+        Ok(self
+            .acquire(true, deadline)?
+            .map(|h| RwLockReadGuard::new(self, h)))
+    }
+
     fn write_until(&self, deadline: Deadline) -> Result<Option<RwLockWriteGuard>> {
-        let mut call = Acquire::new(self, false);
-        let hold = driver::acquire(&mut call, Kind::Write, deadline)?;
-        Ok(hold.map(|h| RwLockWriteGuard::new(self, h)))
+        Ok(self
+            .acquire(false, deadline)?
+            .map(|h| RwLockWriteGuard::new(self, h)))
     }
 }
 
@@ -459,17 +470,6 @@ struct Acquire<'a> {
     read: bool,
     owner: String,
     request: String,
-}
-
-impl<'a> Acquire<'a> {
-    fn new(lock: &'a RwLock, read: bool) -> Self {
-        Acquire {
-            lock,
-            read,
-            owner: lock.client.shared().owner(),
-            request: request_id(),
-        }
-    }
 }
 
 impl<'a> Protocol<'a> for Acquire<'a> {

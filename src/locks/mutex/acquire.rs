@@ -1,7 +1,8 @@
 //! The [`Mutex`](super::Mutex) acquire on the masters: on one master (with `WAIT` for
 //! replicas when asked for), or on a quorum (held by `Q` of `N`, whatever was granted undone
-//! otherwise), and the primed acquire a sleeping leader leaves for the subscriber thread to
-//! write. The quorum's vote over the masters' replies is [`vote`], a pure function.
+//! otherwise), and one master's reply read ([`acquire_reply`], which also reads the reply of
+//! the primed acquire a sleeping leader leaves for the subscriber thread to write). The
+//! quorum's vote over the masters' replies is [`vote`], a pure function.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex::{self, Publish};
 use crate::protocol::scripts::{self, AcquireReply, Level};
-use crate::topology::backend::{Backend, Primed, jitter};
+use crate::topology::backend::{Backend, jitter};
 use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
@@ -39,23 +40,8 @@ pub(crate) struct AcquireCall<'a> {
 type Granted = (usize, u64, u64, String);
 
 /// An acquire script's reply to `a`, parsed.
-fn acquire_reply(v: Value, a: &mutex::Acquire<'_>) -> Result<AcquireReply, Fault> {
+pub(crate) fn acquire_reply(v: Value, a: &mutex::Acquire<'_>) -> Result<AcquireReply, Fault> {
     mutex::parse_acquire(&v, a).ok_or_else(|| Fault::bad_reply("acquire", &v))
-}
-
-/// A single plain master's acquire, ready for another thread to write the moment the lock is
-/// released (see [`Primed`]); `None` for a re-entry, or where the backend primes nothing.
-pub(crate) fn prime(backend: &Backend, a: &AcquireCall<'_>) -> Option<Primed> {
-    if a.script.live.is_some() {
-        return None;
-    }
-    backend.prime_script(&mutex::acquire(a.keys, &a.script))
-}
-
-/// The outcome of the primed acquire `a` that was written, from its reply `v` (see
-/// [`Fired::reply`](crate::driver::wait::Fired::reply)).
-pub(crate) fn finish(v: Value, a: &AcquireCall<'_>) -> Result<Acquired> {
-    Ok((acquire_reply(v, &a.script)?, false))
 }
 
 /// The quorum's vote over the masters' acquire replies.
@@ -130,25 +116,7 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     if let Some(acquisition) = winner(&votes.held, q).filter(|_| !votes.foreign)
         && a.script.lease > a.sent.elapsed() + backend.drift(a.script.lease)
     {
-        let ours = votes.held.iter().filter(|h| h.3 == acquisition);
-        let token = ours.clone().map(|h| h.1).max().unwrap_or(0);
-        let count = ours.map(|h| h.2).max().unwrap_or(1);
-        // Masters that granted another acquisition give it back.
-        let stray: Vec<_> = votes
-            .held
-            .iter()
-            .filter(|h| h.3 != acquisition)
-            .cloned()
-            .collect();
-        undo(backend, keys, a.script.request, &stray, &[], by);
-        let last = token;
-        let held = AcquireReply::Held {
-            token,
-            count,
-            acquisition,
-            last,
-        };
-        return Ok((held, false));
+        return Ok((kept(backend, a, &votes.held, acquisition), false));
     }
     // Not held: give back what was granted, on the masters that granted it and (unless this
     // was a re-entry, whose levels must not be undone twice) on those that did not answer,
@@ -180,6 +148,31 @@ pub(crate) fn acquire(backend: &Backend, a: &AcquireCall<'_>) -> Result<Acquired
     let wait = quorum::free_in(votes.busy, n, q)
         .unwrap_or_else(|| jitter(backend.call_timeout().max(Duration::from_millis(5))));
     Ok((AcquireReply::Busy { ttl: wait }, split))
+}
+
+/// The grant of `acquisition`, which a quorum of masters granted (`held`: every master's
+/// grant): its highest token and count. Masters that granted another acquisition give it back.
+fn kept(
+    backend: &Backend,
+    a: &AcquireCall<'_>,
+    held: &[Granted],
+    acquisition: String,
+) -> AcquireReply {
+    let ours = held.iter().filter(|h| h.3 == acquisition);
+    let token = ours.clone().map(|h| h.1).max().unwrap_or(0);
+    let count = ours.map(|h| h.2).max().unwrap_or(1);
+    let stray: Vec<_> = held
+        .iter()
+        .filter(|h| h.3 != acquisition)
+        .cloned()
+        .collect();
+    undo(backend, a.keys, a.script.request, &stray, &[], a.by);
+    AcquireReply::Held {
+        token,
+        count,
+        acquisition,
+        last: token,
+    }
 }
 
 /// One master, with replica confirmation: the script and `WAIT` in one round trip; a grant

@@ -102,17 +102,6 @@ impl Leader {
             lease_left: self.lease_left,
         }
     }
-
-    fn new(holder: Holder, value: Option<String>) -> Leader {
-        Leader {
-            label: holder.label,
-            thread: holder.thread,
-            term: holder.fencing_token,
-            value,
-            held_for: holder.held_for,
-            lease_left: holder.lease_left,
-        }
-    }
 }
 
 impl Election {
@@ -177,7 +166,14 @@ impl Election {
         let by = Deadline::after(shared.config.one_call());
         let call = election::call(&self.mutex.keys, &self.value_key, op);
         let t = quorum::tally(shared.backend.eval_each(&call, by), |v| {
-            election::parse_done(&v).ok_or_else(|| self.foreign_or_unexpected(&v, "election"))
+            match election::parse_done(&v) {
+                Some(done) => Ok(done),
+                // `-1`: a key locksmith did not write.
+                None if scripts::int(&v) == Some(-1) => Err(Error::ForeignKey {
+                    key: self.mutex.keys.lock.clone(),
+                }),
+                None => Err(scripts::unexpected("election", &v)),
+            }
         })?;
         let quorum = shared.backend.quorum();
         let yes = t.answers.iter().filter(|&&y| y).count();
@@ -191,18 +187,6 @@ impl Election {
         }
     }
 
-    /// `-1` (a key locksmith did not write) as [`Error::ForeignKey`], anything else
-    /// unexpected.
-    fn foreign_or_unexpected(&self, v: &Value, what: &str) -> Error {
-        if scripts::int(v) == Some(-1) {
-            Error::ForeignKey {
-                key: self.mutex.keys.lock.clone(),
-            }
-        } else {
-            scripts::unexpected(what, v)
-        }
-    }
-
     /// Who leads now, with the value it proclaimed, as the server tells it (a majority of
     /// masters, on a quorum client). `None` when nobody leads.
     ///
@@ -212,8 +196,9 @@ impl Election {
     ///
     /// As [`Mutex::holder`].
     pub fn leader(&self) -> Result<Option<Leader>> {
-        let by = Deadline::after(self.mutex.client.shared().config.one_call());
-        self.leader_by(by)
+        self.leader_by(Deadline::after(
+            self.mutex.client.shared().config.one_call(),
+        ))
     }
 
     fn leader_by(&self, by: Deadline) -> Result<Option<Leader>> {
@@ -234,7 +219,14 @@ impl Election {
             s.strip_prefix(&format!("{acquisition}|"))
                 .map(str::to_owned)
         });
-        Ok(Some(Leader::new(holder, value)))
+        Ok(Some(Leader {
+            label: holder.label,
+            thread: holder.thread,
+            term: holder.fencing_token,
+            value,
+            held_for: holder.held_for,
+            lease_left: holder.lease_left,
+        }))
     }
 
     /// Follows the election: an iterator of its states, the first one as it is now, then

@@ -202,13 +202,9 @@ pub(crate) fn release(
     };
     // Threads of this client wait for the lock: their waits did not all begin with an
     // acquire that flagged it, so the release publishes for them (see `handoff.rs`).
-    let leave = super::release::Leave {
-        acquisition: &hold.acquisition,
-        token: hold.token,
-        level,
-        publish: level == Level::Outermost && shared.subscriber.has_waiters(&keys.channel),
-    };
-    let reply = super::release::release(&shared.backend, keys, leave, by);
+    let publish = level == Level::Outermost && shared.subscriber.has_waiters(&keys.channel);
+    let acquisition = (hold.acquisition.as_str(), hold.token);
+    let reply = super::release::release(&shared.backend, keys, acquisition, level, publish, by);
     if let (
         Ok(ReleaseReply::Released {
             remaining: 0,

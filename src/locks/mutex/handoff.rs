@@ -88,13 +88,11 @@ impl Baton {
         shared.note_released(hold);
         shared.end_run(hold);
         let publish = shared.subscriber.has_waiters(&hold.keys.channel);
-        let leave = super::release::Leave {
-            acquisition: &hold.acquisition,
-            token: hold.token,
-            level: Level::Outermost,
-            publish,
-        };
-        if let Err(e) = super::release::release(&shared.backend, &hold.keys, leave, by) {
+        let acquisition = (hold.acquisition.as_str(), hold.token);
+        let (keys, level) = (&hold.keys, Level::Outermost);
+        if let Err(e) =
+            super::release::release(&shared.backend, keys, acquisition, level, publish, by)
+        {
             log::debug!(
                 "releasing `{}` after a hand-off nobody took: {e}",
                 hold.keys.name

@@ -352,55 +352,49 @@ impl Mutex {
         /// Waits until `deadline` at most for the lock. `Ok(None)` when another owner held it
         /// throughout.
         fn try_lock_until;
+        /// Runs `f` while holding the lock, then releases it, and returns what `f` returned:
+        /// [`lock`](Mutex::lock), `f(&guard)`, [`unlock`](MutexGuard::unlock).
+        ///
+        /// It waits for the lock as [`lock`](Mutex::lock) does (until held; while Redis cannot be
+        /// reached, it retries within the client's
+        /// [`retry_timeout`](crate::ClientBuilder::retry_timeout)), and the release takes at most
+        /// the connect timeout plus the command timeout. `f` gets the guard by reference: it may
+        /// read its [`fencing_token`](MutexGuard::fencing_token) and [`check`](MutexGuard::check)
+        /// it, and lock the same lock again (a re-entry, as with `lock`).
+        ///
+        /// If `f` panics, the guard is dropped while the panic unwinds, which releases the lock as
+        /// dropping any guard does, and the panic goes on.
+        ///
+        /// # Errors
+        ///
+        /// As [`lock`](Mutex::lock), and `f` is not called. As [`unlock`](MutexGuard::unlock)
+        /// when the release fails after `f` ran: most often [`Error::LeaseLost`] or
+        /// [`Error::NotOwner`], the lease ended while `f` ran, so what `f` did may have overlapped
+        /// another owner's work. `f`'s value is then dropped and the error returned in its place;
+        /// call `lock` and `unlock` yourself to keep the value whatever the release says.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let stock = client.mutex("stock:sku-1234")?;
+        /// let token = stock.with_lock(|guard| {
+        ///     // ... read the count, check it, write it back fenced with the token ...
+        ///     guard.fencing_token()
+        /// })?; // released here; an Err if the lease was lost meanwhile
+        /// # let _ = token;
+        /// # Ok(()) }
+        /// ```
+        fn with_lock;
     }
 
-    /// Runs `f` while holding the lock, then releases it, and returns what `f` returned:
-    /// [`lock`](Mutex::lock), `f(&guard)`, [`unlock`](MutexGuard::unlock).
-    ///
-    /// It waits for the lock as [`lock`](Mutex::lock) does (until held; while Redis cannot be
-    /// reached, it retries within the client's
-    /// [`retry_timeout`](crate::ClientBuilder::retry_timeout)), and the release takes at most
-    /// the connect timeout plus the command timeout. `f` gets the guard by reference: it may
-    /// read its [`fencing_token`](MutexGuard::fencing_token) and [`check`](MutexGuard::check)
-    /// it, and lock the same lock again (a re-entry, as with `lock`).
-    ///
-    /// If `f` panics, the guard is dropped while the panic unwinds, which releases the lock as
-    /// dropping any guard does, and the panic goes on.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Mutex::lock), and `f` is not called. As [`unlock`](MutexGuard::unlock)
-    /// when the release fails after `f` ran: most often [`Error::LeaseLost`] or
-    /// [`Error::NotOwner`], the lease ended while `f` ran, so what `f` did may have overlapped
-    /// another owner's work. `f`'s value is then dropped and the error returned in its place;
-    /// call `lock` and `unlock` yourself to keep the value whatever the release says.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let stock = client.mutex("stock:sku-1234")?;
-    /// let token = stock.with_lock(|guard| {
-    ///     // ... read the count, check it, write it back fenced with the token ...
-    ///     guard.fencing_token()
-    /// })?; // released here; an Err if the lease was lost meanwhile
-    /// # let _ = token;
-    /// # Ok(()) }
-    /// ```
-    pub fn with_lock<T>(&self, f: impl FnOnce(&MutexGuard) -> T) -> Result<T> {
-        let guard = self.lock()?;
-        let value = f(&guard);
-        guard.unlock()?;
-        Ok(value)
-    }
-
+    /// The terms of this handle's new acquisitions.
     fn terms(&self) -> Terms {
-        let config = &self.client.shared().config;
+        let terms = self.client.terms_with(self.fixed_lease);
         Terms {
-            lease: self.fixed_lease.unwrap_or(config.lease),
-            watchdog: self.fixed_lease.is_none(),
-            max_hold: self.max_hold.or(config.max_hold),
+            max_hold: self.max_hold.or(terms.max_hold),
+            ..terms
         }
     }
 
@@ -501,13 +495,10 @@ impl Mutex {
     /// never issued; whoever waits for it is told.
     fn free_unusable(&self, acquisition: &str, token: u64, by: Deadline) {
         let shared = self.client.shared();
-        let leave = release::Leave {
-            acquisition,
-            token,
-            level: Level::Outermost,
-            publish: false,
-        };
-        if let Err(e) = release::release(&shared.backend, &self.keys, leave, by) {
+        let (backend, level) = (&shared.backend, Level::Outermost);
+        if let Err(e) =
+            release::release(backend, &self.keys, (acquisition, token), level, false, by)
+        {
             log::debug!("freeing an unusable grant of `{}`: {e}", self.keys.name);
         }
     }
@@ -623,14 +614,17 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         let call =
             self.mutex
                 .acquire_call(&self.owner, &self.request, None, true, Instant::now(), by);
-        acquire::prime(&shared.backend, &call)
+        shared
+            .backend
+            .prime_script(&mutex::acquire(call.keys, &call.script))
     }
 
     fn fired(&mut self, fired: Fired, by: Deadline) -> Result<Attempt<MutexGuard>> {
         let (mutex, sent) = (self.mutex, fired.sent);
         let call = mutex.acquire_call(&self.owner, &self.request, None, true, sent, by);
         let v = fired.reply(&mutex.client.shared().backend, by)?;
-        mutex.settle(acquire::finish(v, &call)?, &self.owner, sent, None, by)
+        let reply = acquire::acquire_reply(v, &call.script)?;
+        mutex.settle((reply, false), &self.owner, sent, None, by)
     }
 
     /// A lock handed over by a thread of this client (see `handoff.rs`). Taking it does no

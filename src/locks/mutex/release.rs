@@ -11,37 +11,29 @@ use crate::topology::quorum;
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
 
-/// Which level of which acquisition a release gives back.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Leave<'a> {
-    pub(crate) acquisition: &'a str,
-    /// The hold's fencing token.
-    pub(crate) token: u64,
-    pub(crate) level: Level,
-    /// Whether the release publishes even when no waiter flagged the lock (threads of this
-    /// client wait); with a quorum it always does (waiters listen on one master).
-    pub(crate) publish: bool,
-}
-
-/// Releases `leave` on every master, retrying once (on a new connection) where the
-/// connection failed, all within `by`.
+/// Releases `level` of `acquisition` (whose fencing token is `token`) on every master,
+/// retrying once (on a new connection) where the connection failed, all within `by`.
+/// `publish`: the release publishes even when no waiter flagged the lock (threads of this
+/// client wait); with a quorum it always does (waiters listen on one master).
 pub(crate) fn release(
     backend: &Backend,
     keys: &LockKeys,
-    leave: Leave<'_>,
+    (acquisition, token): (&str, u64),
+    level: Level,
+    publish: bool,
     by: Deadline,
 ) -> Result<ReleaseReply> {
     let request = crate::shared::grant::request_id();
     let release = mutex::Release {
-        acquisition: leave.acquisition,
-        level: leave.level,
+        acquisition,
+        level,
         request: &request,
-        publish: if leave.publish || !backend.single() {
+        publish: if publish || !backend.single() {
             Publish::Always
         } else {
             Publish::IfFlagged
         },
-        fence: backend.fence_of(leave.token),
+        fence: backend.fence_of(token),
     };
     // Each master's reply, parsed once: a reply of the wrong shape is a fault like any other.
     let parse = |replies: Vec<(usize, Result<redis::Value, Fault>)>| -> Vec<_> {
@@ -55,33 +47,7 @@ pub(crate) fn release(
     };
     let call = mutex::release(keys, &release, false);
     let mut replies = parse(backend.call_on(&call, &backend.all(), by, false));
-    // A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
-    // reply) never saw the release. While the masters that answered released fewer than a
-    // quorum, the outcome rests on the skipped ones: the retry goes to them too, on a new
-    // connection (`fresh`), costing at most one more per-master timeout. Skipping them would
-    // fail the unlock of a lock still held on them, for the whole marked-down pause; once the
-    // others decided the outcome, waiting for them again would cost the caller for nothing.
-    let released = (replies.iter())
-        .filter(|(_, r)| {
-            matches!(
-                r,
-                Ok(ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore)
-            )
-        })
-        .count();
-    let undecided = released < backend.quorum();
-    let retry: Vec<usize> = (replies.iter())
-        .filter(|(_, r)| {
-            r.as_ref()
-                .err()
-                .is_some_and(|e| e.is_retriable() && (undecided || !e.is_marked_down()))
-        })
-        .map(|(i, _)| *i)
-        .collect();
-    let fresh = undecided
-        && replies
-            .iter()
-            .any(|(_, r)| matches!(r, Err(Fault::MarkedDown)));
+    let (retry, fresh) = retry_targets(&replies, backend.quorum());
     if !retry.is_empty() && !by.passed() {
         log::debug!(
             "release of `{}` failed on {} master(s); retrying once",
@@ -107,6 +73,43 @@ pub(crate) fn release(
         }));
     }
     merge(parsed, backend.quorum())
+}
+
+/// Which masters a release retries, after the first round's `replies`, and whether on a new
+/// connection (`fresh`).
+///
+/// A quorum master skipped as marked down (it failed a moment ago, maybe for one slow
+/// reply) never saw the release. While the masters that answered released fewer than a
+/// quorum, the outcome rests on the skipped ones: the retry goes to them too, on a new
+/// connection (`fresh`), costing at most one more per-master timeout. Skipping them would
+/// fail the unlock of a lock still held on them, for the whole marked-down pause; once the
+/// others decided the outcome, waiting for them again would cost the caller for nothing.
+fn retry_targets(
+    replies: &[(usize, Result<ReleaseReply, Fault>)],
+    quorum: usize,
+) -> (Vec<usize>, bool) {
+    let released = (replies.iter())
+        .filter(|(_, r)| {
+            matches!(
+                r,
+                Ok(ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore)
+            )
+        })
+        .count();
+    let undecided = released < quorum;
+    let retry = (replies.iter())
+        .filter(|(_, r)| {
+            r.as_ref()
+                .err()
+                .is_some_and(|e| e.is_retriable() && (undecided || !e.is_marked_down()))
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    let fresh = undecided
+        && replies
+            .iter()
+            .any(|(_, r)| matches!(r, Err(Fault::MarkedDown)));
+    (retry, fresh)
 }
 
 /// The quorum's verdict over the masters' release replies: released when `quorum` released;
@@ -180,6 +183,23 @@ mod tests {
                 listeners: 3
             })
         ));
+    }
+
+    #[test]
+    fn marked_down_masters_are_retried_while_the_outcome_rests_on_them() {
+        let undecided = [
+            (0, Ok(ReleaseReply::ReleasedBefore)),
+            (1, Err(Fault::MarkedDown)),
+            (2, Err(Fault::timeout("no reply"))),
+        ];
+        assert_eq!(retry_targets(&undecided, 2), (vec![1, 2], true));
+        let decided = [
+            (0, Ok(ReleaseReply::ReleasedBefore)),
+            (1, Ok(ReleaseReply::ReleasedBefore)),
+            (2, Err(Fault::MarkedDown)),
+            (3, Err(Fault::timeout("no reply"))),
+        ];
+        assert_eq!(retry_targets(&decided, 2), (vec![3], false));
     }
 
     #[test]
