@@ -257,24 +257,32 @@ impl Shared {
             .filter(|h| h.is_held())
     }
 
-    /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
-    /// gets a new one, registered for renewal before the caller sees it.
+    /// A new hold of `kind` on `keys` for `who`, with the lease of `terms` from `sent`:
+    /// renewed every renewal interval (until the terms' maximum hold time after `sent`), or,
+    /// for a fixed lease, never renewed.
+    pub(crate) fn new_hold(
+        &self,
+        keys: &Arc<LockKeys>,
+        (kind, who): (Kind, Identity),
+        terms: Terms,
+        sent: Instant,
+    ) -> Hold {
+        let renewal = terms.watchdog.then(|| Renewal {
+            every: self.config.renew_every,
+            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
+        });
+        let drift = self.backend.drift(terms.lease);
+        Hold::new(Arc::clone(keys), who, terms.lease, drift, renewal, sent).with_kind(kind)
+    }
+
+    /// Records a successful acquire of a hold renewed by lock type `kind`'s script: a re-entry
+    /// joins the existing hold, a new acquisition gets a new one, registered for renewal
+    /// before the caller sees it.
     ///
     /// The server names the acquisition (`grant.gen`). When the thread's hold belongs to
     /// another one, the server no longer has that hold's acquisition (the key expired, was
     /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
     /// so that its guards never say "held" beside the new acquisition.
-    pub(crate) fn adopt(
-        &self,
-        keys: &Arc<LockKeys>,
-        owner: String,
-        grant: Grant<'_>,
-        terms: Terms,
-    ) -> Adopted {
-        self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
-    }
-
-    /// As [`adopt`](Shared::adopt), for a hold renewed by lock type `kind`'s script.
     pub(crate) fn adopt_as(
         &self,
         kind: Kind,
@@ -312,29 +320,18 @@ impl Shared {
             // out as a new one.
             return Adopted::Unusable;
         }
-        let renewal = terms.watchdog.then(|| Renewal {
-            every: self.config.renew_every,
-            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
-        });
+        let who = Identity {
+            owner,
+            acquisition: acquisition.to_owned(),
+            token,
+        };
         let hold = Arc::new(
-            Hold::new(
-                Arc::clone(keys),
-                Identity {
-                    owner,
-                    acquisition: acquisition.to_owned(),
-                    token,
-                },
-                terms.lease,
-                self.backend.drift(terms.lease),
-                renewal,
-                sent,
-            )
-            .with_kind(kind)
-            .with_chain(Chain {
-                since: sent,
-                passes: 0,
-                last: last.max(token),
-            }),
+            self.new_hold(keys, (kind, who), terms, sent)
+                .with_chain(Chain {
+                    since: sent,
+                    passes: 0,
+                    last: last.max(token),
+                }),
         );
         if kind == Kind::Mutex {
             self.new_run(&holds, keys, acquisition);
@@ -538,15 +535,19 @@ impl Core {
         &self.inner.shared
     }
 
-    /// The client's own terms (see [`Config::terms`]), for the lock types whose lease is the
-    /// client's.
+    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
     pub(crate) fn terms(&self) -> Terms {
-        self.shared().config.terms()
+        self.terms_with(None)
     }
 
-    /// The terms of a handle with a fixed lease (`fixed`), or the client's own.
+    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
     pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
-        self.shared().config.terms_with(fixed)
+        let config = &self.shared().config;
+        Terms {
+            lease: fixed.unwrap_or(config.lease),
+            watchdog: fixed.is_none(),
+            max_hold: config.max_hold,
+        }
     }
 
     /// How many masters the client locks on (see [`Client::masters`](crate::Client::masters)).
