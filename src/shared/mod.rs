@@ -492,7 +492,7 @@ impl Core {
     /// threads to end. Never waits for the calling thread itself (a callback on the renewal
     /// thread that shuts its client down).
     pub(crate) fn shutdown(&self, timeout: Duration) -> Result<()> {
-        let until = Instant::now().checked_add(timeout);
+        let by = Deadline::after(timeout);
         let shared = &self.inner.shared;
         if !shared.shut_down.swap(true, Ordering::SeqCst) {
             let holds: Vec<Arc<Hold>> = shared
@@ -501,7 +501,6 @@ impl Core {
                 .values()
                 .filter_map(Weak::upgrade)
                 .collect();
-            let by = until.map_or(Deadline::NONE, Deadline::at);
             shared.renewals.shut_down(Closing { holds, by });
             shared.subscriber.shutdown();
             log::debug!("client shutting down");
@@ -519,14 +518,13 @@ impl Core {
                     return Ok(());
                 }
             }
-            let now = Instant::now();
-            if until.is_some_and(|u| now >= u) {
+            if by.passed() {
                 return Err(Error::timeout(
                     "the client's threads did not stop within the shutdown timeout",
                 ));
             }
-            let nap = until.map_or(Duration::from_millis(5), |u| u - now);
-            thread::sleep(nap.min(Duration::from_millis(5)));
+            let nap = Duration::from_millis(5);
+            thread::sleep(by.left().map_or(nap, |left| left.min(nap)));
         }
     }
 
