@@ -167,13 +167,7 @@ pub trait Parts: Send + 'static {
 
     /// `Ok` while the lease is known to be valid.
     #[doc(hidden)]
-    fn check(&self) -> Result<()> {
-        if self.is_held() {
-            Ok(())
-        } else {
-            Err(crate::Error::LeaseLost)
-        }
-    }
+    fn check(&self) -> Result<()>;
 
     /// Releases the hold.
     #[doc(hidden)]
@@ -183,6 +177,10 @@ pub trait Parts: Send + 'static {
 impl Parts for Lease {
     fn is_held(&self) -> bool {
         self.hold().is_held()
+    }
+
+    fn check(&self) -> Result<()> {
+        self.hold().check()
     }
 
     fn unlock(self) -> Result<()> {

@@ -496,21 +496,18 @@ impl Renewer {
         let mut order = Vec::with_capacity(batch.len());
         // On a cluster a call covers one slot; elsewhere leases of any slots share a call.
         for group in batch::group(&slots, self.backend.spreads_slots(), batch::MAX_PER_CALL) {
-            let holds: Vec<usize> = group.into_iter().map(|k| mutexes[k]).collect();
-            let leases: Vec<_> = holds
+            let start = order.len();
+            order.extend(group.into_iter().map(|k| mutexes[k]));
+            let leases: Vec<_> = order[start..]
                 .iter()
-                .map(|&i| {
-                    let h = &batch[i];
-                    mutex::Renewing {
-                        keys: &h.keys,
-                        acquisition: &h.acquisition,
-                        lease: h.lease,
-                        token: self.backend.fence(h.token),
-                    }
+                .map(|&i| mutex::Renewing {
+                    keys: &batch[i].keys,
+                    acquisition: &batch[i].acquisition,
+                    lease: batch[i].lease,
+                    token: self.backend.fence(batch[i].token),
                 })
                 .collect();
             calls.push((mutex::renew_many(&leases), leases.len()));
-            order.extend(holds);
         }
         for (call, i) in own {
             calls.push((call, 1));

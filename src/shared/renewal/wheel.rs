@@ -24,9 +24,8 @@ use std::fmt;
 pub(crate) struct Wheel<T> {
     /// The tick of the last poll: the wheel's notion of "now".
     elapsed: u64,
-    /// Number of items currently held.
-    len: usize,
-    /// The items by deadline (no deadline without an item).
+    /// The items by deadline (no deadline without an item): a few batches, so counting
+    /// them is cheap.
     due: BTreeMap<u64, Vec<T>>,
 }
 
@@ -35,7 +34,6 @@ impl<T> Wheel<T> {
     pub(crate) fn new() -> Self {
         Self {
             elapsed: 0,
-            len: 0,
             due: BTreeMap::new(),
         }
     }
@@ -53,7 +51,6 @@ impl<T> Wheel<T> {
     /// including `u64::MAX`.
     pub(crate) fn insert(&mut self, deadline: u64, item: T) {
         self.due.entry(deadline).or_default().push(item);
-        self.len = self.len.saturating_add(1);
     }
 
     /// The earliest deadline among the held items, or `None` when the wheel is
@@ -75,21 +72,22 @@ impl<T> Wheel<T> {
             Some(next) => self.due.split_off(&next),
             None => BTreeMap::new(),
         };
-        for (_, items) in std::mem::replace(&mut self.due, later) {
-            self.len = self.len.saturating_sub(items.len());
-            out.extend(items);
-        }
+        out.extend(
+            std::mem::replace(&mut self.due, later)
+                .into_values()
+                .flatten(),
+        );
     }
 
     /// The number of items held.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.due.values().map(Vec::len).sum()
     }
 
     /// Whether the wheel holds no item.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.due.is_empty()
     }
 }
 
@@ -102,7 +100,7 @@ impl<T> Default for Wheel<T> {
 impl<T> fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Wheel")
-            .field("len", &self.len)
+            .field("len", &self.len())
             .field("now", &self.elapsed)
             .finish_non_exhaustive()
     }
@@ -161,7 +159,7 @@ mod tests {
                 assert!(!entries.is_empty(), "deadline {d} without an item");
                 count += entries.len();
             }
-            assert_eq!(count, self.len);
+            assert_eq!(count, self.len());
         }
     }
 
