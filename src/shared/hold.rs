@@ -125,11 +125,7 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(
         keys: Arc<LockKeys>,
-        Identity {
-            owner,
-            acquisition,
-            token,
-        }: Identity,
+        who: Identity,
         lease: Duration,
         drift: Duration,
         renewal: Option<Renewal>,
@@ -137,9 +133,9 @@ impl Hold {
     ) -> Self {
         Hold {
             keys,
-            owner,
-            acquisition,
-            token,
+            owner: who.owner,
+            acquisition: who.acquisition,
+            token: who.token,
             lease,
             drift,
             renewal,
@@ -147,7 +143,7 @@ impl Hold {
             chain: Chain {
                 since: sent,
                 passes: 0,
-                last: token,
+                last: who.token,
             },
             acquired: sent,
             state: Mutex::new(State {

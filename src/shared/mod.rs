@@ -291,23 +291,16 @@ impl Shared {
         grant: Grant<'_>,
         terms: Terms,
     ) -> Adopted {
-        let Grant {
-            token,
-            count,
-            sent,
-            acquisition,
-            last,
-        } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
         let existing = holds.get(&slot).and_then(Weak::upgrade);
         if let Some(h) = &existing {
-            if h.acquisition == acquisition {
+            if h.acquisition == grant.acquisition {
                 // A re-entry joins the thread's hold (with a quorum, a master that restarted
                 // may have answered with a newer token; the acquisition is still the same).
                 // A hold that can no longer be entered must not get a second hold of the same
                 // acquisition beside it: its guards would release the new one's levels.
-                return if h.enter(sent) {
+                return if h.enter(grant.sent) {
                     Adopted::Held(Arc::clone(h))
                 } else {
                     Adopted::Unusable
@@ -315,26 +308,26 @@ impl Shared {
             }
             self.report_lost(h);
         }
-        if count > 1 {
+        if grant.count > 1 {
             // Levels of an acquisition no local hold knows (its hold is gone): never handed
             // out as a new one.
             return Adopted::Unusable;
         }
         let who = Identity {
             owner,
-            acquisition: acquisition.to_owned(),
-            token,
+            acquisition: grant.acquisition.to_owned(),
+            token: grant.token,
         };
         let hold = Arc::new(
-            self.new_hold(keys, (kind, who), terms, sent)
+            self.new_hold(keys, (kind, who), terms, grant.sent)
                 .with_chain(Chain {
-                    since: sent,
+                    since: grant.sent,
                     passes: 0,
-                    last: last.max(token),
+                    last: grant.last.max(grant.token),
                 }),
         );
         if kind == Kind::Mutex {
-            self.new_run(&holds, keys, acquisition);
+            self.new_run(&holds, keys, grant.acquisition);
         }
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
@@ -345,7 +338,7 @@ impl Shared {
     /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
     /// callback, on the renewal thread), if it was held until now: each loss is reported
     /// once. A hold whose local deadline has passed is left as it is: a renewed one is
-    /// reported by the renewal thread when its slot comes, and a lease that ended by design
+    /// reported by the renewal thread when its renewal is due, and a lease that ended by design
     /// (a fixed lease, the maximum hold time) is not a loss to report.
     pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
         if hold.is_held() && hold.mark_lost() {
@@ -439,7 +432,6 @@ impl Core {
         on_lost: Option<LostHook>,
         stats: Arc<Counters>,
     ) -> Result<Core> {
-        let backend_masters = backend.masters();
         let (inbox, renewer) = renewal::renewer(
             Arc::clone(&backend),
             config.renew_every,
@@ -476,7 +468,7 @@ impl Core {
                 return Err(Error::Spawn(e));
             }
         }
-        log::debug!("client connected to {} master(s)", backend_masters);
+        log::debug!("client connected to {} master(s)", backend.masters());
         Ok(Core {
             inner: Arc::new(Inner {
                 shared,

@@ -136,7 +136,8 @@ pub(crate) struct Inbox {
     /// The holds of a client that no renewal keeps (fixed leases), weakly: what a shutdown
     /// releases besides the renewed ones, whichever thread holds them (a detached hold, a
     /// permit moved to another thread). Holds that ended are dropped from the list each time
-    /// it is full (from 64 on), before it grows: memory follows the holds alive.
+    /// it is full (from 64 on), and room is made for as many as are left: memory follows the
+    /// holds alive, and a sweep costs no more per hold than a push.
     unrenewed: Mutex<Vec<Weak<Hold>>>,
     tx: Sender<Msg>,
 }
@@ -154,6 +155,9 @@ impl Inbox {
                 let mut fixed = self.unrenewed.lock();
                 if fixed.len() >= 64 && fixed.len() == fixed.capacity() {
                     fixed.retain(|w| w.upgrade().is_some_and(|h| h.is_held()));
+                    // The next sweep after as many pushes as holds are left, at the least.
+                    let left = fixed.len();
+                    fixed.reserve(left);
                 }
                 fixed.push(Arc::downgrade(hold));
             }
