@@ -19,7 +19,7 @@ use crate::protocol::keys::LockKeys;
 use crate::protocol::mutex;
 use crate::protocol::scripts::{self, Call, Level, ReleaseReply};
 use crate::shared::grant::Terms;
-use crate::shared::hold::{Hold, Identity, Renewal};
+use crate::shared::hold::{Hold, Identity};
 use crate::shared::{Core, Shared};
 use crate::stats::Held;
 use crate::transport::conn::Deadline;
@@ -353,25 +353,12 @@ pub(crate) fn watched_hold(
     (kind, terms): (Kind, Terms),
     sent: Instant,
 ) -> Arc<Hold> {
-    let identity = Identity {
+    let who = Identity {
         owner: owner.to_owned(),
         acquisition: request.to_owned(),
         token: 0,
     };
-    let renewal = terms.watchdog.then(|| Renewal {
-        every: shared.config.renew_every,
-        until: terms.max_hold.and_then(|m| sent.checked_add(m)),
-    });
-    let drift = shared.backend.drift(terms.lease);
-    let hold = Hold::new(
-        Arc::clone(keys),
-        identity,
-        terms.lease,
-        drift,
-        renewal,
-        sent,
-    );
-    let hold = Arc::new(hold.with_kind(kind));
+    let hold = Arc::new(shared.new_hold(keys, (kind, who), terms, sent));
     shared.watch(&hold);
     hold
 }
@@ -404,14 +391,12 @@ pub(crate) fn released(
         other => other?,
     };
     match reply {
-        ReleaseReply::Released { .. } if held => Ok(()),
-        // The server still had the key (its lease outlives the local deadline by the drift
-        // margin), and released it; but the loss was known first.
-        ReleaseReply::Released { .. } => Err(Error::LeaseLost),
-        // A retry after a lost reply: the first attempt released it, and nobody held the lock
-        // in between; unless the lease was known lost before.
-        ReleaseReply::ReleasedBefore if held => Ok(()),
-        ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
+        // Released, by this call or (`ReleasedBefore`: a retry after a lost reply) by its first
+        // attempt, nobody holding the lock in between. Unless the loss was known first: the
+        // server still had the key (its lease outlives the local deadline by the drift
+        // margin), and released it.
+        ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore if held => Ok(()),
+        ReleaseReply::Released { .. } | ReleaseReply::ReleasedBefore => Err(Error::LeaseLost),
         // An inner level finds the lease lost while outer guards still live: they are told,
         // and the loss is reported once.
         ReleaseReply::Missing => {

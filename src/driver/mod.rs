@@ -455,7 +455,9 @@ impl Waiter {
     }
 
     /// Sleeps until a release after epoch `seen`, bounded by the holder's lease and the
-    /// deadline, with the next attempt primed where the protocol can prime one.
+    /// deadline, with the next attempt primed where the protocol can prime one. The fired
+    /// attempt's outcome counts; nothing when nothing was fired, or the fired call failed
+    /// (the plain path then retries the same request, which answers as the first did).
     fn sleep<'a, P: Protocol<'a>>(
         &mut self,
         p: &mut P,
@@ -463,7 +465,22 @@ impl Waiter {
         budget: &Budget,
     ) -> Woke<P::Held> {
         let until = budget.deadline.min(self.bound);
-        let fired = self.wait_release(p, seen, until, budget);
+        let fired = match p.prime(budget.limit) {
+            None => {
+                self.reg.wait_release(seen, until);
+                None
+            }
+            Some(primed) => {
+                let shared = p.lock().0.shared();
+                wait_release_firing(shared, &self.reg, primed, seen, until).and_then(|fired| {
+                    p.fired(fired, budget.limit)
+                        .inspect_err(|e| {
+                            log::debug!("a primed acquire of `{}` failed: {e}", p.lock().1.name);
+                        })
+                        .ok()
+                })
+            }
+        };
         if let Some(Attempt::Held(h)) = fired {
             // Any passed lock that came meanwhile is stale, as after a waiter's attempt.
             return Woke::Exit(Exit::Held(h, seen + 1));
@@ -481,31 +498,6 @@ impl Waiter {
             self.split_retries = SPLIT_RETRIES;
         }
         Woke::Try
-    }
-
-    /// [`Registration::wait_release`] until `until`, with the
-    /// protocol's next attempt primed. The fired attempt's outcome; `None` when nothing was
-    /// fired, or the fired call failed (the plain path then retries the same request, which
-    /// answers as the first did).
-    fn wait_release<'a, P: Protocol<'a>>(
-        &self,
-        p: &mut P,
-        seen: u64,
-        until: Deadline,
-        budget: &Budget,
-    ) -> Option<Attempt<P::Held>> {
-        let Some(primed) = p.prime(budget.limit) else {
-            self.reg.wait_release(seen, until);
-            return None;
-        };
-        let fired = wait_release_firing(p.lock().0.shared(), &self.reg, primed, seen, until)?;
-        match p.fired(fired, budget.limit) {
-            Ok(attempt) => Some(attempt),
-            Err(e) => {
-                log::debug!("a primed acquire of `{}` failed: {e}", p.lock().1.name);
-                None
-            }
-        }
     }
 
     /// The lock was found held for `ttl` more: sleep until a release after `seen`, the

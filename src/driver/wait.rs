@@ -30,16 +30,6 @@ impl Fired {
     }
 }
 
-/// A leader's primed call, shared with the shot the subscriber thread fires.
-enum PrimedCall {
-    /// Ready for the subscriber thread to write.
-    Ready(Primed),
-    /// Written when the release came.
-    Written(Fired),
-    /// Taken back, or its outcome taken.
-    Spent,
-}
-
 /// Sleeps until a release after epoch `seen`, a passed lock or `until`, as
 /// [`Registration::wait_release`], with `primed` (the leader's next acquire) left for the
 /// subscriber thread to write the moment the release message arrives, before it wakes this
@@ -53,19 +43,21 @@ pub(crate) fn wait_release_firing(
     seen: u64,
     until: Deadline,
 ) -> Option<Fired> {
-    let slot = Arc::new(parking_lot::Mutex::new(PrimedCall::Ready(primed)));
+    // The leader's primed call, shared with the shot the subscriber thread fires: ready to
+    // write (`Err`), written when the release came (`Ok`), or taken (`None`).
+    let slot = Arc::new(parking_lot::Mutex::new(Some(Err(primed))));
     let on_release = {
         let slot = Arc::clone(&slot);
         OnRelease(Box::new(move || {
             let mut s = slot.lock();
-            if let PrimedCall::Ready(mut primed) = std::mem::replace(&mut *s, PrimedCall::Spent) {
+            if let Some(Err(mut primed)) = s.take() {
                 let sent = Instant::now();
                 let wrote = primed.fire();
-                *s = PrimedCall::Written(Fired {
+                *s = Some(Ok(Fired {
                     primed,
                     sent,
                     wrote,
-                });
+                }));
             }
         }))
     };
@@ -76,14 +68,13 @@ pub(crate) fn wait_release_firing(
         // Takes the shot back, or waits for a firing in progress to end (one write).
         drop(reg.disarm());
     }
-    let primer = std::mem::replace(&mut *slot.lock(), PrimedCall::Spent);
-    match primer {
-        PrimedCall::Ready(p) => {
+    let primer = slot.lock().take();
+    match primer? {
+        Ok(fired) => Some(fired),
+        Err(p) => {
             shared.backend.unprime(p);
             None
         }
-        PrimedCall::Written(f) => Some(f),
-        PrimedCall::Spent => None,
     }
 }
 

@@ -441,7 +441,7 @@ impl<'a> Part<'a> {
                 last: *token,
             };
             let who = members[i].owner.to_owned();
-            match shared.adopt(&part[i], who, grant, terms) {
+            match shared.adopt_as(Kind::Mutex, &part[i], who, grant, terms) {
                 Adopted::Held(h) => holds.push(h),
                 Adopted::Unusable => unusable.push((i, acquisition.clone())),
             }

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::shared::grant::Terms;
 use crate::transport::conn::{Deadline, Timeouts};
 
 /// The shortest lease accepted.
@@ -15,7 +14,7 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Settings shared by every lock of a client.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    /// The lease terms of the client's own acquisitions (see [`Config::terms`]).
+    /// The lease of the client's own acquisitions (see `Core::terms` in `shared/mod.rs`).
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) max_hold: Option<Duration>,
@@ -50,20 +49,6 @@ pub(crate) struct HandoffBound {
 }
 
 impl Config {
-    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
-    pub(crate) fn terms(&self) -> Terms {
-        self.terms_with(None)
-    }
-
-    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
-    pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
-        Terms {
-            lease: fixed.unwrap_or(self.lease),
-            watchdog: fixed.is_none(),
-            max_hold: self.max_hold,
-        }
-    }
-
     /// The bound of one call that may have to open a connection first: the connect timeout
     /// plus the command timeout (plus the replicas' timeout with
     /// [`wait_replicas`](crate::ClientBuilder::wait_replicas)).

@@ -61,7 +61,7 @@ pub(crate) struct Grant<'a> {
     pub(crate) last: u64,
 }
 
-/// What the client made of a grant (see `Shared::adopt` in `shared/mod.rs`).
+/// What the client made of a grant (see `Shared::adopt_as` in `shared/mod.rs`).
 #[derive(Debug)]
 pub(crate) enum Adopted {
     /// The caller holds the lock through this hold (a new one, or its live hold re-entered).

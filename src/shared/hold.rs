@@ -125,11 +125,7 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(
         keys: Arc<LockKeys>,
-        Identity {
-            owner,
-            acquisition,
-            token,
-        }: Identity,
+        who: Identity,
         lease: Duration,
         drift: Duration,
         renewal: Option<Renewal>,
@@ -137,9 +133,9 @@ impl Hold {
     ) -> Self {
         Hold {
             keys,
-            owner,
-            acquisition,
-            token,
+            owner: who.owner,
+            acquisition: who.acquisition,
+            token: who.token,
             lease,
             drift,
             renewal,
@@ -147,7 +143,7 @@ impl Hold {
             chain: Chain {
                 since: sent,
                 passes: 0,
-                last: token,
+                last: who.token,
             },
             acquired: sent,
             state: Mutex::new(State {
@@ -312,30 +308,16 @@ impl Hold {
         // `end_renewal` and `begin_renewal` then change nothing and report nothing).
         let held = self.live(&st);
         st.depth = st.depth.saturating_sub(1);
-        if st.depth > 0 {
-            return Left {
-                outermost: false,
-                held,
-            };
-        }
-        if st.status != Status::Lost {
-            st.status = Status::Released;
-        }
-        let until = Instant::now().checked_add(bound);
-        while st.in_flight {
-            match until {
-                Some(t) => {
-                    if self.renewal_done.wait_until(&mut st, t).timed_out() {
-                        break;
-                    }
-                }
-                None => self.renewal_done.wait(&mut st),
+        let outermost = st.depth == 0;
+        if outermost {
+            if st.status != Status::Lost {
+                st.status = Status::Released;
             }
+            // A bound too far to be an instant waits as long as it takes.
+            self.renewal_done
+                .wait_while_for(&mut st, |st| st.in_flight, bound);
         }
-        Left {
-            outermost: true,
-            held,
-        }
+        Left { outermost, held }
     }
 
     /// Ends the hold at its client's shutdown, whatever levels its guards hold: it is marked
@@ -384,20 +366,15 @@ impl Hold {
         let mut st = self.state.lock();
         st.in_flight = false;
         let status = if st.status.holding() {
-            match outcome {
+            st.status = match outcome {
                 Some(true) => {
                     st.last_ok = st.last_ok.max(sent);
-                    st.status = Status::Valid;
+                    Status::Valid
                 }
-                Some(false) => st.status = Status::Lost,
-                None => {
-                    st.status = if self.expired(&st) {
-                        Status::Lost
-                    } else {
-                        Status::Uncertain
-                    }
-                }
-            }
+                Some(false) => Status::Lost,
+                None if self.expired(&st) => Status::Lost,
+                None => Status::Uncertain,
+            };
             Some(st.status)
         } else {
             None

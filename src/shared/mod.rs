@@ -257,24 +257,32 @@ impl Shared {
             .filter(|h| h.is_held())
     }
 
-    /// Records a successful acquire: a re-entry joins the existing hold, a new acquisition
-    /// gets a new one, registered for renewal before the caller sees it.
+    /// A new hold of `kind` on `keys` for `who`, with the lease of `terms` from `sent`:
+    /// renewed every renewal interval (until the terms' maximum hold time after `sent`), or,
+    /// for a fixed lease, never renewed.
+    pub(crate) fn new_hold(
+        &self,
+        keys: &Arc<LockKeys>,
+        (kind, who): (Kind, Identity),
+        terms: Terms,
+        sent: Instant,
+    ) -> Hold {
+        let renewal = terms.watchdog.then(|| Renewal {
+            every: self.config.renew_every,
+            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
+        });
+        let drift = self.backend.drift(terms.lease);
+        Hold::new(Arc::clone(keys), who, terms.lease, drift, renewal, sent).with_kind(kind)
+    }
+
+    /// Records a successful acquire of a hold renewed by lock type `kind`'s script: a re-entry
+    /// joins the existing hold, a new acquisition gets a new one, registered for renewal
+    /// before the caller sees it.
     ///
     /// The server names the acquisition (`grant.gen`). When the thread's hold belongs to
     /// another one, the server no longer has that hold's acquisition (the key expired, was
     /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
     /// so that its guards never say "held" beside the new acquisition.
-    pub(crate) fn adopt(
-        &self,
-        keys: &Arc<LockKeys>,
-        owner: String,
-        grant: Grant<'_>,
-        terms: Terms,
-    ) -> Adopted {
-        self.adopt_as(Kind::Mutex, keys, owner, grant, terms)
-    }
-
-    /// As [`adopt`](Shared::adopt), for a hold renewed by lock type `kind`'s script.
     pub(crate) fn adopt_as(
         &self,
         kind: Kind,
@@ -283,23 +291,16 @@ impl Shared {
         grant: Grant<'_>,
         terms: Terms,
     ) -> Adopted {
-        let Grant {
-            token,
-            count,
-            sent,
-            acquisition,
-            last,
-        } = grant;
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
         let existing = holds.get(&slot).and_then(Weak::upgrade);
         if let Some(h) = &existing {
-            if h.acquisition == acquisition {
+            if h.acquisition == grant.acquisition {
                 // A re-entry joins the thread's hold (with a quorum, a master that restarted
                 // may have answered with a newer token; the acquisition is still the same).
                 // A hold that can no longer be entered must not get a second hold of the same
                 // acquisition beside it: its guards would release the new one's levels.
-                return if h.enter(sent) {
+                return if h.enter(grant.sent) {
                     Adopted::Held(Arc::clone(h))
                 } else {
                     Adopted::Unusable
@@ -307,37 +308,26 @@ impl Shared {
             }
             self.report_lost(h);
         }
-        if count > 1 {
+        if grant.count > 1 {
             // Levels of an acquisition no local hold knows (its hold is gone): never handed
             // out as a new one.
             return Adopted::Unusable;
         }
-        let renewal = terms.watchdog.then(|| Renewal {
-            every: self.config.renew_every,
-            until: terms.max_hold.and_then(|m| sent.checked_add(m)),
-        });
+        let who = Identity {
+            owner,
+            acquisition: grant.acquisition.to_owned(),
+            token: grant.token,
+        };
         let hold = Arc::new(
-            Hold::new(
-                Arc::clone(keys),
-                Identity {
-                    owner,
-                    acquisition: acquisition.to_owned(),
-                    token,
-                },
-                terms.lease,
-                self.backend.drift(terms.lease),
-                renewal,
-                sent,
-            )
-            .with_kind(kind)
-            .with_chain(Chain {
-                since: sent,
-                passes: 0,
-                last: last.max(token),
-            }),
+            self.new_hold(keys, (kind, who), terms, grant.sent)
+                .with_chain(Chain {
+                    since: grant.sent,
+                    passes: 0,
+                    last: grant.last.max(grant.token),
+                }),
         );
         if kind == Kind::Mutex {
-            self.new_run(&holds, keys, acquisition);
+            self.new_run(&holds, keys, grant.acquisition);
         }
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
@@ -348,7 +338,7 @@ impl Shared {
     /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
     /// callback, on the renewal thread), if it was held until now: each loss is reported
     /// once. A hold whose local deadline has passed is left as it is: a renewed one is
-    /// reported by the renewal thread when its slot comes, and a lease that ended by design
+    /// reported by the renewal thread when its renewal is due, and a lease that ended by design
     /// (a fixed lease, the maximum hold time) is not a loss to report.
     pub(crate) fn report_lost(&self, hold: &Arc<Hold>) {
         if hold.is_held() && hold.mark_lost() {
@@ -442,7 +432,6 @@ impl Core {
         on_lost: Option<LostHook>,
         stats: Arc<Counters>,
     ) -> Result<Core> {
-        let backend_masters = backend.masters();
         let (inbox, renewer) = renewal::renewer(
             Arc::clone(&backend),
             config.renew_every,
@@ -479,7 +468,7 @@ impl Core {
                 return Err(Error::Spawn(e));
             }
         }
-        log::debug!("client connected to {} master(s)", backend_masters);
+        log::debug!("client connected to {} master(s)", backend.masters());
         Ok(Core {
             inner: Arc::new(Inner {
                 shared,
@@ -495,7 +484,7 @@ impl Core {
     /// threads to end. Never waits for the calling thread itself (a callback on the renewal
     /// thread that shuts its client down).
     pub(crate) fn shutdown(&self, timeout: Duration) -> Result<()> {
-        let until = Instant::now().checked_add(timeout);
+        let by = Deadline::after(timeout);
         let shared = &self.inner.shared;
         if !shared.shut_down.swap(true, Ordering::SeqCst) {
             let holds: Vec<Arc<Hold>> = shared
@@ -504,7 +493,6 @@ impl Core {
                 .values()
                 .filter_map(Weak::upgrade)
                 .collect();
-            let by = until.map_or(Deadline::NONE, Deadline::at);
             shared.renewals.shut_down(Closing { holds, by });
             shared.subscriber.shutdown();
             log::debug!("client shutting down");
@@ -522,14 +510,13 @@ impl Core {
                     return Ok(());
                 }
             }
-            let now = Instant::now();
-            if until.is_some_and(|u| now >= u) {
+            if by.passed() {
                 return Err(Error::timeout(
                     "the client's threads did not stop within the shutdown timeout",
                 ));
             }
-            let nap = until.map_or(Duration::from_millis(5), |u| u - now);
-            thread::sleep(nap.min(Duration::from_millis(5)));
+            let nap = Duration::from_millis(5);
+            thread::sleep(by.left().map_or(nap, |left| left.min(nap)));
         }
     }
 
@@ -538,15 +525,19 @@ impl Core {
         &self.inner.shared
     }
 
-    /// The client's own terms (see [`Config::terms`]), for the lock types whose lease is the
-    /// client's.
+    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
     pub(crate) fn terms(&self) -> Terms {
-        self.shared().config.terms()
+        self.terms_with(None)
     }
 
-    /// The terms of a handle with a fixed lease (`fixed`), or the client's own.
+    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
     pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
-        self.shared().config.terms_with(fixed)
+        let config = &self.shared().config;
+        Terms {
+            lease: fixed.unwrap_or(config.lease),
+            watchdog: fixed.is_none(),
+            max_hold: config.max_hold,
+        }
     }
 
     /// How many masters the client locks on (see [`Client::masters`](crate::Client::masters)).

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::kind::Kind;
-use crate::protocol::scripts::{Call, Level};
+use crate::protocol::scripts::Level;
 use crate::protocol::{fair_mutex, mutex, rw_lock, semaphore};
 use crate::shared::grant::request_id;
 use crate::shared::hold::Hold;
@@ -36,8 +36,27 @@ pub(crate) fn release_all(backend: &Backend, mut holds: Vec<Arc<Hold>>, by: Dead
         if !hold.close() {
             continue;
         }
-        let Some(call) = release_call(backend, &hold) else {
-            continue;
+        // Each by its lock type's release script, for its outermost level, publishing the
+        // release; none for a waiter's place in a fair queue, which its waiter leaves itself.
+        let (keys, holder) = (&hold.keys, hold.holder());
+        let call = match hold.kind {
+            Kind::Mutex | Kind::MultiMutex | Kind::Election => {
+                let request = request_id();
+                let release = mutex::Release {
+                    acquisition: &hold.acquisition,
+                    level: Level::Outermost,
+                    request: &request,
+                    publish: mutex::Publish::Always,
+                    fence: backend.fence_of(hold.token),
+                };
+                mutex::release(keys, &release, false)
+            }
+            Kind::FairMutex => fair_mutex::release(keys, holder, Level::Outermost, &request_id()),
+            Kind::Read | Kind::Write => {
+                rw_lock::release(keys, holder, hold.kind == Kind::Read, true)
+            }
+            Kind::Permits => semaphore::release(keys, holder),
+            Kind::FairPlace => continue,
         };
         let name = &hold.keys.name;
         let replies = backend.call_on(&call, &backend.all(), by, false);
@@ -49,27 +68,4 @@ pub(crate) fn release_all(backend: &Backend, mut holds: Vec<Arc<Hold>>, by: Dead
         }
     }
     released
-}
-
-/// The release script call that frees all of `hold` (its outermost level), and publishes the
-/// release; `None` for a waiter's place in a fair queue, which its waiter leaves itself.
-fn release_call(backend: &Backend, hold: &Hold) -> Option<Call> {
-    let (keys, holder) = (&hold.keys, hold.holder());
-    Some(match hold.kind {
-        Kind::Mutex | Kind::MultiMutex | Kind::Election => {
-            let request = request_id();
-            let release = mutex::Release {
-                acquisition: &hold.acquisition,
-                level: Level::Outermost,
-                request: &request,
-                publish: mutex::Publish::Always,
-                fence: backend.fence_of(hold.token),
-            };
-            mutex::release(keys, &release, false)
-        }
-        Kind::FairMutex => fair_mutex::release(keys, holder, Level::Outermost, &request_id()),
-        Kind::Read | Kind::Write => rw_lock::release(keys, holder, hold.kind == Kind::Read, true),
-        Kind::Permits => semaphore::release(keys, holder),
-        Kind::FairPlace => return None,
-    })
 }

@@ -14,7 +14,7 @@
 //! Redis runs one script per call, not one per lease; each lease still gets its own outcome
 //! (extended, lost, unknown), and a loss is reported once, by this thread.
 //!
-//! Cancellation is lazy: a released hold stays in the wheel until its slot fires and is then
+//! Cancellation is lazy: a released hold stays in the wheel until it is due and is then
 //! dropped, because [`Hold::begin_renewal`] refuses it. A release waits for a renewal of its
 //! hold that is on the wire, so no renewal reaches Redis after the release script.
 //!
@@ -133,34 +133,13 @@ pub(crate) struct Inbox {
     released: AtomicUsize,
     /// Holds that a lock call found lost (already marked so), to be reported by the thread.
     lost: Mutex<Vec<Arc<Hold>>>,
-    /// Holds with a fixed lease, which the thread never renews: a shutdown releases them too
-    /// (see [`Unrenewed`]).
-    unrenewed: Mutex<Unrenewed>,
+    /// The holds of a client that no renewal keeps (fixed leases), weakly: what a shutdown
+    /// releases besides the renewed ones, whichever thread holds them (a detached hold, a
+    /// permit moved to another thread). Holds that ended are dropped from the list each time
+    /// it is full (from 64 on), and room is made for as many as are left: memory follows the
+    /// holds alive, and a sweep costs no more per hold than a push.
+    unrenewed: Mutex<Vec<Weak<Hold>>>,
     tx: Sender<Msg>,
-}
-
-/// The holds of a client that no renewal keeps (fixed leases), weakly: what a shutdown
-/// releases besides the renewed ones, whichever thread holds them (a detached hold, a permit
-/// moved to another thread). Holds that ended are dropped from the list as it grows.
-#[derive(Debug, Default)]
-struct Unrenewed {
-    holds: Vec<Weak<Hold>>,
-    /// The length at which the list is next swept.
-    sweep_at: usize,
-}
-
-impl Unrenewed {
-    /// The least length at which the list is swept.
-    const MIN_SWEEP: usize = 64;
-
-    fn push(&mut self, hold: &Arc<Hold>) {
-        if self.holds.len() >= self.sweep_at.max(Self::MIN_SWEEP) {
-            self.holds
-                .retain(|w| w.upgrade().is_some_and(|h| h.is_held()));
-            self.sweep_at = self.holds.len() * 2;
-        }
-        self.holds.push(Arc::downgrade(hold));
-    }
 }
 
 impl Inbox {
@@ -173,7 +152,14 @@ impl Inbox {
     pub(crate) fn register(&self, hold: &Arc<Hold>) {
         let Some(at) = hold.next_renewal() else {
             if hold.renewal.is_none() {
-                self.unrenewed.lock().push(hold);
+                let mut fixed = self.unrenewed.lock();
+                if fixed.len() >= 64 && fixed.len() == fixed.capacity() {
+                    fixed.retain(|w| w.upgrade().is_some_and(|h| h.is_held()));
+                    // The next sweep after as many pushes as holds are left, at the least.
+                    let left = fixed.len();
+                    fixed.reserve(left);
+                }
+                fixed.push(Arc::downgrade(hold));
             }
             return;
         };
@@ -208,7 +194,7 @@ impl Inbox {
     /// Has the thread end and release every hold it renews, every fixed-lease hold still
     /// alive, and `closing.holds` besides, within `closing.by`, then stop.
     pub(crate) fn shut_down(&self, mut closing: Closing) {
-        let fixed = std::mem::take(&mut self.unrenewed.lock().holds);
+        let fixed = std::mem::take(&mut *self.unrenewed.lock());
         closing.holds.extend(fixed.iter().filter_map(Weak::upgrade));
         let _ = self.tx.send(Msg::Shutdown(closing));
     }
@@ -228,7 +214,7 @@ pub(crate) fn renewer(
         wake_at: AtomicU64::new(u64::MAX),
         released: AtomicUsize::new(0),
         lost: Mutex::new(Vec::new()),
-        unrenewed: Mutex::new(Unrenewed::default()),
+        unrenewed: Mutex::new(Vec::new()),
         tx,
     });
     let renewer = Renewer {
@@ -283,15 +269,13 @@ impl std::fmt::Debug for Renewer {
 }
 
 impl Renewer {
-    fn schedule(&mut self, hold: Arc<Hold>, at: Instant) {
-        // Round up, so a renewal is never sent before its due time minus the coalescing window.
-        let tick = self.inbox.tick(at).saturating_add(1);
-        self.wheel.insert(tick, hold);
-    }
-
-    fn register(&mut self, hold: Arc<Hold>) {
-        if let Some(at) = hold.next_renewal() {
-            self.schedule(hold, at);
+    /// Puts `hold` in the wheel for `at`, or for its next renewal (none: it is dropped).
+    fn schedule(&mut self, hold: Arc<Hold>, at: Option<Instant>) {
+        if let Some(at) = at.or_else(|| hold.next_renewal()) {
+            // Round up, so a renewal is never sent before its due time minus the coalescing
+            // window.
+            let tick = self.inbox.tick(at).saturating_add(1);
+            self.wheel.insert(tick, hold);
         }
     }
 
@@ -308,7 +292,7 @@ impl Renewer {
                 return next;
             }
             for h in new {
-                self.register(h);
+                self.schedule(h, None);
             }
         }
     }
@@ -324,7 +308,7 @@ impl Renewer {
     /// Rebuilds the wheel without released holds once they outnumber the live ones (and
     /// 1,024), so memory follows the locks held, not the locks taken during the last
     /// renewal interval. A hold whose lease ran out while it waited in the wheel is lost:
-    /// it is reported as its slot would have reported it.
+    /// it is reported as its renewal would have reported it.
     fn compact_if_stale(&mut self) {
         self.stale += self.inbox.released.swap(0, Ordering::Relaxed);
         if self.stale < 1024 || self.stale < self.wheel.len() / 2 {
@@ -336,7 +320,7 @@ impl Renewer {
         self.stale = 0;
         for hold in all {
             if hold.is_held() {
-                self.register(hold);
+                self.schedule(hold, None);
             } else if hold.mark_lost() {
                 self.lost(&hold, self.unrenewed());
             }
@@ -357,16 +341,19 @@ impl Renewer {
                 }
                 None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
-            match msg {
-                Ok(Msg::Wake) | Err(RecvTimeoutError::Timeout) => {}
-                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break None,
-                Ok(Msg::Shutdown(c)) => break Some(c),
-            }
-            let stop = self.rx.try_iter().find_map(|m| match m {
-                Msg::Wake => None,
-                Msg::Stop => Some(None),
-                Msg::Shutdown(c) => Some(Some(c)),
-            });
+            let first = match msg {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => Some(Msg::Stop),
+            };
+            let stop = first
+                .into_iter()
+                .chain(self.rx.try_iter())
+                .find_map(|m| match m {
+                    Msg::Wake => None,
+                    Msg::Stop => Some(None),
+                    Msg::Shutdown(c) => Some(Some(c)),
+                });
             if let Some(closing) = stop {
                 break closing;
             }
@@ -417,17 +404,14 @@ impl Renewer {
             }
             match hold.end_renewal(sent, outcome) {
                 Some(Status::Valid) => match hold.next_renewal() {
-                    Some(at) => self.schedule(hold, at),
+                    Some(at) => self.schedule(hold, Some(at)),
                     None => log::info!(
                         target: LOG_TARGET,
                         "lock `{}` reached its maximum hold time; renewal stopped",
                         hold.keys.name
                     ),
                 },
-                Some(Status::Uncertain) => {
-                    let at = Instant::now() + self.retry;
-                    self.schedule(hold, at);
-                }
+                Some(Status::Uncertain) => self.schedule(hold, Some(Instant::now() + self.retry)),
                 Some(Status::Lost) => self.lost(
                     &hold,
                     if outcome == Some(false) {
@@ -516,21 +500,18 @@ impl Renewer {
         let mut order = Vec::with_capacity(batch.len());
         // On a cluster a call covers one slot; elsewhere leases of any slots share a call.
         for group in batch::group(&slots, self.backend.spreads_slots(), batch::MAX_PER_CALL) {
-            let holds: Vec<usize> = group.into_iter().map(|k| mutexes[k]).collect();
-            let leases: Vec<_> = holds
+            let start = order.len();
+            order.extend(group.into_iter().map(|k| mutexes[k]));
+            let leases: Vec<_> = order[start..]
                 .iter()
-                .map(|&i| {
-                    let h = &batch[i];
-                    mutex::Renewing {
-                        keys: &h.keys,
-                        acquisition: &h.acquisition,
-                        lease: h.lease,
-                        token: self.backend.fence(h.token),
-                    }
+                .map(|&i| mutex::Renewing {
+                    keys: &batch[i].keys,
+                    acquisition: &batch[i].acquisition,
+                    lease: batch[i].lease,
+                    token: self.backend.fence(batch[i].token),
                 })
                 .collect();
             calls.push((mutex::renew_many(&leases), leases.len()));
-            order.extend(holds);
         }
         for (call, i) in own {
             calls.push((call, 1));
