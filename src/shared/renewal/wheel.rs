@@ -4,16 +4,21 @@
 //! *ticks* (`u64`, the thread's milliseconds) handed in by the caller. The wheel never reads
 //! a clock, never sleeps, never does I/O, and never panics on any input.
 //!
-//! The entries sit in a [`BTreeMap`] by deadline, those of one deadline together: the renewal
-//! thread's entries gather into a few batches per renewal interval, renewed together and due
-//! together from then on, so the map holds few deadlines, and [`Wheel::poll`] splits the due
-//! ones off in one step, whatever the jump of time.
+//! A hashed wheel of [`SLOTS`] one-tick slots (a turn of about a second): an entry sits in the
+//! slot of its deadline modulo [`SLOTS`], whatever the turn, and each slot keeps the earliest
+//! deadline among its entries. So [`Wheel::next_deadline`] and [`Wheel::poll`] read the slots'
+//! earliest deadlines only, and open just the slots that hold something due: a poll costs the
+//! same after a jump of any length, and an entry of a later turn is only looked at when an
+//! entry of its slot is due. The renewal thread's entries gather into a few batches per
+//! renewal interval, so few slots are ever occupied.
 //!
 //! There is no cancellation: the caller cancels lazily (its items carry a flag checked when
 //! they fire).
 
-use std::collections::BTreeMap;
 use std::fmt;
+
+/// Number of slots, one tick each.
+const SLOTS: usize = 1024;
 
 /// A timer wheel mapping tick deadlines to items of type `T`.
 ///
@@ -24,9 +29,17 @@ use std::fmt;
 pub(crate) struct Wheel<T> {
     /// The tick of the last poll: the wheel's notion of "now".
     elapsed: u64,
-    /// The items by deadline (no deadline without an item): a few batches, so counting
-    /// them is cheap.
-    due: BTreeMap<u64, Vec<T>>,
+    /// Number of items currently held.
+    len: usize,
+    /// Each slot's `(deadline, item)` pairs, indexed by the deadline modulo [`SLOTS`].
+    slots: Box<[Vec<(u64, T)>]>,
+    /// The smallest deadline in each slot (`u64::MAX` when it is empty).
+    earliest: Box<[u64]>,
+}
+
+/// The slot of a deadline.
+fn slot_for(deadline: u64) -> usize {
+    (deadline % SLOTS as u64) as usize
 }
 
 impl<T> Wheel<T> {
@@ -34,7 +47,9 @@ impl<T> Wheel<T> {
     pub(crate) fn new() -> Self {
         Self {
             elapsed: 0,
-            due: BTreeMap::new(),
+            len: 0,
+            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            earliest: vec![u64::MAX; SLOTS].into_boxed_slice(),
         }
     }
 
@@ -50,7 +65,10 @@ impl<T> Wheel<T> {
     /// poll, whatever tick that poll is given. Any `u64` deadline is accepted,
     /// including `u64::MAX`.
     pub(crate) fn insert(&mut self, deadline: u64, item: T) {
-        self.due.entry(deadline).or_default().push(item);
+        let slot = slot_for(deadline);
+        self.slots[slot].push((deadline, item));
+        self.earliest[slot] = self.earliest[slot].min(deadline);
+        self.len = self.len.saturating_add(1);
     }
 
     /// The earliest deadline among the held items, or `None` when the wheel is
@@ -58,7 +76,7 @@ impl<T> Wheel<T> {
     /// item inserted with a deadline `<= now()` makes it that past deadline, and the
     /// item comes out of the next poll whatever tick it is given).
     pub(crate) fn next_deadline(&self) -> Option<u64> {
-        self.due.keys().next().copied()
+        (self.len > 0).then(|| self.earliest.iter().copied().min().unwrap_or(u64::MAX))
     }
 
     /// Advances time to `now` and appends to `out` every item whose deadline is
@@ -67,27 +85,30 @@ impl<T> Wheel<T> {
     /// A `now` smaller than [`Wheel::now`] is treated as `Wheel::now()`: time
     /// never goes back. Items are appended in nondecreasing deadline order.
     pub(crate) fn poll(&mut self, now: u64, out: &mut Vec<T>) {
-        self.elapsed = now.max(self.elapsed);
-        let later = match self.elapsed.checked_add(1) {
-            Some(next) => self.due.split_off(&next),
-            None => BTreeMap::new(),
-        };
-        out.extend(
-            std::mem::replace(&mut self.due, later)
-                .into_values()
-                .flatten(),
-        );
+        let now = now.max(self.elapsed);
+        self.elapsed = now;
+        let mut due = Vec::new();
+        for (slot, earliest) in self.slots.iter_mut().zip(self.earliest.iter_mut()) {
+            if *earliest > now {
+                continue;
+            }
+            due.extend(slot.extract_if(.., |(deadline, _)| *deadline <= now));
+            *earliest = slot.iter().map(|(d, _)| *d).min().unwrap_or(u64::MAX);
+        }
+        self.len = self.len.saturating_sub(due.len());
+        due.sort_by_key(|(deadline, _)| *deadline);
+        out.extend(due.into_iter().map(|(_, item)| item));
     }
 
     /// The number of items held.
     pub(crate) fn len(&self) -> usize {
-        self.due.values().map(Vec::len).sum()
+        self.len
     }
 
     /// Whether the wheel holds no item.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
-        self.due.is_empty()
+        self.len == 0
     }
 }
 
@@ -100,7 +121,7 @@ impl<T> Default for Wheel<T> {
 impl<T> fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Wheel")
-            .field("len", &self.len())
+            .field("len", &self.len)
             .field("now", &self.elapsed)
             .finish_non_exhaustive()
     }
@@ -154,12 +175,17 @@ mod tests {
     impl<T> Wheel<T> {
         /// Checks every structural invariant of the wheel (test helper).
         fn check_invariants(&self) {
+            assert_eq!((self.slots.len(), self.earliest.len()), (SLOTS, SLOTS));
             let mut count = 0;
-            for (d, entries) in &self.due {
-                assert!(!entries.is_empty(), "deadline {d} without an item");
+            for (s, entries) in self.slots.iter().enumerate() {
+                let min = entries.iter().map(|e| e.0).min();
+                assert_eq!(self.earliest[s], min.unwrap_or(u64::MAX), "slot {s}");
+                for &(d, _) in entries {
+                    assert_eq!(slot_for(d), s, "entry {d}");
+                }
                 count += entries.len();
             }
-            assert_eq!(count, self.len());
+            assert_eq!(count, self.len);
         }
     }
 
@@ -570,5 +596,13 @@ mod tests {
             assert!(poll_vec(&mut w, min - 1).is_empty());
             assert!(!poll_vec(&mut w, min).is_empty());
         }
+    }
+
+    #[test]
+    fn slot_for_wraps_every_turn() {
+        assert_eq!(slot_for(0), 0);
+        assert_eq!(slot_for(SLOTS as u64 - 1), SLOTS - 1);
+        assert_eq!(slot_for(SLOTS as u64), 0);
+        assert_eq!(slot_for(u64::MAX), SLOTS - 1);
     }
 }
