@@ -355,44 +355,26 @@ impl Buckets {
 /// count of every bucket, shortest first; reading refuses another number of buckets),
 /// `sum_us` and `max_us` (microseconds).
 #[derive(Clone, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(try_from = "HistogramData")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Histogram {
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "bucket_counts"))]
     counts: Vec<u64>,
     sum_us: u64,
     max_us: u64,
 }
 
-/// A [`Histogram`] as read, before its number of buckets is checked.
+/// A [`Histogram`]'s `counts` as read, refused unless there is one per bucket.
 #[cfg(feature = "serde")]
-#[derive(serde::Deserialize)]
-struct HistogramData {
-    counts: Vec<u64>,
-    sum_us: u64,
-    max_us: u64,
-}
-
-#[cfg(feature = "serde")]
-#[doc(hidden)]
-impl TryFrom<HistogramData> for Histogram {
-    type Error = String;
-
-    fn try_from(h: HistogramData) -> Result<Self, String> {
-        if h.counts.len() != BUCKETS {
-            return Err(format!(
-                "a histogram has {BUCKETS} bucket counts, not {}",
-                h.counts.len()
-            ));
-        }
-        Ok(Histogram {
-            counts: h.counts,
-            sum_us: h.sum_us,
-            max_us: h.max_us,
-        })
+fn bucket_counts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    let counts: Vec<u64> = serde::Deserialize::deserialize(d)?;
+    if counts.len() != BUCKETS {
+        let why = format!(
+            "a histogram has {BUCKETS} bucket counts, not {}",
+            counts.len()
+        );
+        return Err(serde::de::Error::custom(why));
     }
+    Ok(counts)
 }
 
 impl std::fmt::Debug for Histogram {
