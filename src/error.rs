@@ -418,22 +418,17 @@ pub(crate) fn redis_retriable(e: &redis::RedisError) -> bool {
 /// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
 #[cfg(feature = "tls")]
 pub(crate) fn rustls_error<'a>(
-    mut e: &'a (dyn std::error::Error + 'static),
+    e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a rustls::Error> {
-    loop {
-        if let Some(t) = in_arc(e).and_then(rustls_error) {
-            return Some(t);
-        }
-        if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t);
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(t);
-        }
-        e = e.source()?;
-    }
+    in_arc(e)
+        .and_then(rustls_error)
+        .or_else(|| e.downcast_ref())
+        .or_else(|| {
+            e.downcast_ref::<std::io::Error>()?
+                .get_ref()?
+                .downcast_ref()
+        })
+        .or_else(|| rustls_error(e.source()?))
 }
 
 /// Without the feature `tls`, no error comes from rustls.
@@ -482,18 +477,13 @@ impl Error {
 
     /// Names the server a connection-level error or a timeout happened with (`host:port`,
     /// never a password), unless it names one already.
-    pub(crate) fn at(self, server: &str) -> Error {
+    pub(crate) fn at(mut self, server: &str) -> Error {
         if let Error::Timeout {
-            what,
-            server: None,
-            tries,
-        } = self
+            server: at @ None, ..
+        } = &mut self
         {
-            return Error::Timeout {
-                what,
-                server: Some(server.to_owned()),
-                tries,
-            };
+            *at = Some(server.to_owned());
+            return self;
         }
         self.with_context(|t| {
             if t.contains(server) {
@@ -506,16 +496,13 @@ impl Error {
 
     /// Says how often and for how long a call tried before it gave up with this
     /// (connection-level or timeout) error.
-    pub(crate) fn after_tries(self, tries: u32, took: std::time::Duration) -> Error {
+    pub(crate) fn after_tries(mut self, tries: u32, took: std::time::Duration) -> Error {
         if tries < 2 {
             return self;
         }
-        if let Error::Timeout { what, server, .. } = self {
-            return Error::Timeout {
-                what,
-                server,
-                tries: Some((tries, took)),
-            };
+        if let Error::Timeout { tries: told, .. } = &mut self {
+            *told = Some((tries, took));
+            return self;
         }
         self.with_context(|t| format!("{t} (tried {tries} times over {took:.1?})"))
     }
