@@ -111,21 +111,17 @@ impl Server {
             child: None,
             dir,
         };
-        let mut last = None;
-        for _ in 0..PORT_TRIES {
+        // A server that exited leaves nothing to kill before the next try.
+        let mut tries = 1;
+        loop {
             match server.spawn_and_wait(&program, deadline) {
                 Ok(()) => return Ok(server),
-                Err(Attempt::Fatal(e)) => return Err(e),
-                Err(Attempt::Again(e)) => {
-                    server.kill();
-                    if Instant::now() >= deadline {
-                        return Err(e);
-                    }
-                    last = Some(e);
+                Err(Attempt::Again(_)) if tries < PORT_TRIES && Instant::now() < deadline => {
+                    tries += 1;
                 }
+                Err(Attempt::Again(e) | Attempt::Fatal(e)) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| StartError::new("no port was tried".to_owned(), None)))
     }
 
     /// The server's URL, `redis://127.0.0.1:PORT/`: give it to
@@ -256,9 +252,7 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
+        Some(self.source.as_ref()?)
     }
 }
 
@@ -365,9 +359,7 @@ fn printed(log: &Path) -> String {
         Ok(text) if text.trim().is_empty() => "; it printed nothing".to_owned(),
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();
-            let tail = lines
-                .get(lines.len().saturating_sub(LINES)..)
-                .unwrap_or(&[]);
+            let tail = &lines[lines.len().saturating_sub(LINES)..];
             format!("; it printed:\n{}", tail.join("\n"))
         }
         Err(e) => format!("; its output cannot be read ({}: {e})", log.display()),
