@@ -475,21 +475,18 @@ impl Error {
         }
     }
 
-    /// Names the server a connection-level error or a timeout happened with (`host:port`,
-    /// never a password), unless it names one already.
-    pub(crate) fn at(mut self, server: &str) -> Error {
-        if let Error::Timeout {
-            server: at @ None, ..
-        } = &mut self
-        {
-            *at = Some(server.to_owned());
+    /// Names the server (`name`: `host:port`, never a password) a connection-level error or a
+    /// timeout happened with, unless it names one already.
+    pub(crate) fn at(mut self, name: &str) -> Error {
+        if let Error::Timeout { server, .. } = &mut self {
+            server.get_or_insert_with(|| name.to_owned());
             return self;
         }
         self.with_context(|t| {
-            if t.contains(server) {
+            if t.contains(name) {
                 t.to_owned()
             } else {
-                format!("{server}: {t}")
+                format!("{name}: {t}")
             }
         })
     }

@@ -367,11 +367,9 @@ pub struct Histogram {
 #[cfg(feature = "serde")]
 fn bucket_counts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
     let counts: Vec<u64> = serde::Deserialize::deserialize(d)?;
-    if counts.len() != BUCKETS {
-        let why = format!(
-            "a histogram has {BUCKETS} bucket counts, not {}",
-            counts.len()
-        );
+    let n = counts.len();
+    if n != BUCKETS {
+        let why = format!("a histogram has {BUCKETS} bucket counts, not {n}");
         return Err(serde::de::Error::custom(why));
     }
     Ok(counts)
