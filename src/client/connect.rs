@@ -17,7 +17,7 @@ use redis::{ConnectionAddr, ConnectionInfo};
 
 use super::Client;
 use super::builder::{ClientBuilder, DEFAULT_MASTER_TIMEOUT, Topology};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ensure};
 use crate::shared::Core;
 use crate::shared::config::Config;
 use crate::stats::Counters;
@@ -26,7 +26,7 @@ use crate::topology::backend::{Backend, Node};
 use crate::topology::cluster::Cluster;
 use crate::topology::sentinel::Sentinel;
 use crate::transport::conn::Resolve;
-use crate::transport::conn::{self, Deadline, Pool, Timeouts};
+use crate::transport::conn::{self, Deadline, Pool};
 use crate::transport::diagnose;
 use crate::transport::tls::{self, Tls};
 
@@ -46,8 +46,8 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
         let master_settings = self.master_settings()?;
-        // What each master is called in messages, how it is reached, and the TLS set-up.
-        let (names, infos, resolver, tls) = match &self.topology {
+        // How each master is reached, where a Sentinel master is now, and the TLS set-up.
+        let (infos, resolver, tls) = match &self.topology {
             Topology::Cluster(seeds) => {
                 let infos = parse_urls(seeds)?;
                 return self.build_cluster(config, infos);
@@ -72,30 +72,22 @@ impl ClientBuilder {
                     .map_err(|e| {
                         diagnose::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
                     })?;
-                (
-                    vec![format!("the Sentinel master `{master}`")],
-                    vec![info],
-                    Some(sentinel),
-                    tls,
-                )
+                (vec![info], Some(sentinel), tls)
             }
+        };
+        // What each master is called in messages: a Sentinel master by its name, as it moves.
+        let names = match &self.topology {
+            Topology::Sentinel { master, .. } => vec![format!("the Sentinel master `{master}`")],
+            _ => infos.iter().map(conn::server_name).collect(),
         };
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
         let (call_timeout, node_timeouts) = match self.topology {
             Topology::Quorum(_) => {
                 let t = self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT);
-                let connect = config
-                    .timeouts
-                    .connect
-                    .min(t.max(Duration::from_millis(50)));
-                (
-                    t,
-                    Timeouts {
-                        connect,
-                        ..config.timeouts
-                    },
-                )
+                let mut timeouts = config.timeouts;
+                timeouts.connect = timeouts.connect.min(t.max(Duration::from_millis(50)));
+                (t, timeouts)
             }
             _ => (config.timeouts.command, config.timeouts),
         };
@@ -174,17 +166,12 @@ impl ClientBuilder {
                 reason: format!("a cluster node needs a TCP address, not {}", bad.addr()),
             });
         }
-        if infos.iter().any(|i| i.redis_settings().db() != 0) {
-            return Err(Error::config("seeds", "a cluster has database 0 only"));
-        }
+        let db0 = infos.iter().all(|i| i.redis_settings().db() == 0);
+        ensure(db0, "seeds", "a cluster has database 0 only")?;
         let tls = self.tls_setup(&infos)?;
         let over_tls = |i: &ConnectionInfo| matches!(i.addr(), ConnectionAddr::TcpTls { .. });
-        if infos.iter().any(over_tls) != infos.iter().all(over_tls) {
-            return Err(Error::config(
-                "seeds",
-                "must all be redis:// or all be rediss://",
-            ));
-        }
+        let mixed = infos.iter().any(over_tls) != infos.iter().all(over_tls);
+        ensure(!mixed, "seeds", "must all be redis:// or all be rediss://")?;
         let cluster = Arc::new(Cluster::new(infos.clone(), config.timeouts, tls.clone())?);
         let backend = Arc::new(Backend::for_cluster(
             Arc::clone(&cluster),
@@ -206,16 +193,11 @@ impl ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The masters of one server or of a quorum, given by `infos`: what each is called in
-    /// messages, how it is reached, and the TLS set-up (no resolver: they do not move).
+    /// The masters of one server or of a quorum, given by `infos`: how each is reached, and
+    /// the TLS set-up (no resolver: they do not move).
     fn masters(&self, infos: Vec<ConnectionInfo>) -> Result<Masters> {
         let tls = self.tls_setup(&infos)?;
-        Ok((
-            infos.iter().map(conn::server_name).collect(),
-            infos,
-            None,
-            tls,
-        ))
+        Ok((infos, None, tls))
     }
 
     /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
@@ -240,22 +222,14 @@ impl ClientBuilder {
                  so anyone on the path can pose as that server"
             );
         }
-        Ok(Some(Arc::new(Tls::new(
-            self.tls.clone(),
-            verified,
-            insecure,
-        )?)))
+        let tls = Tls::new(self.tls.clone(), verified, insecure)?;
+        Ok(Some(Arc::new(tls)))
     }
 }
 
-/// What each master is called in messages, how it is reached, where it is now (a master
-/// that Sentinel names) and the TLS set-up.
-type Masters = (
-    Vec<String>,
-    Vec<ConnectionInfo>,
-    Option<Arc<Sentinel>>,
-    Option<Arc<Tls>>,
-);
+/// How each master is reached, where it is now (a master that Sentinel names) and the TLS
+/// set-up.
+type Masters = (Vec<ConnectionInfo>, Option<Arc<Sentinel>>, Option<Arc<Tls>>);
 
 /// Each URL checked (see [`conn::parse_url`]).
 fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>> {
