@@ -98,11 +98,11 @@ impl Server {
     pub fn start() -> Result<Server, StartError> {
         let program = program();
         let deadline = Instant::now() + START_TIMEOUT;
-        let dir = std::env::temp_dir().join(format!(
-            "locksmith-test-server-{}-{}",
-            std::process::id(),
-            next_number()
-        ));
+        // A number that differs between the servers of this process.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("locksmith-test-server-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| {
             StartError::new(format!("cannot create {}: {e}", dir.display()), Some(e))
         })?;
@@ -311,12 +311,6 @@ fn program() -> Program {
         from_var: var.is_some(),
         path: var.unwrap_or_else(|| OsString::from("redis-server")),
     }
-}
-
-/// A number that differs between the servers of this process.
-fn next_number() -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A port of 127.0.0.1 that was free a moment ago.
