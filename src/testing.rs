@@ -154,19 +154,19 @@ impl Server {
             .stdout(log)
             .stderr(log_err)
             .spawn();
-        match spawned {
-            Ok(child) => self.child = Some(child),
+        let child = match spawned {
+            Ok(child) => self.child.insert(child),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(fatal(program.not_found(), e));
             }
             Err(e) => return Err(fatal(format!("cannot run {}: {e}", program.shown()), e)),
-        }
+        };
+        let pid = child.id();
         loop {
-            let exited = match self.child.as_mut().map(Child::try_wait) {
-                Some(Ok(Some(status))) => Some(status.to_string()),
-                Some(Ok(None)) => None,
-                Some(Err(e)) => Some(format!("cannot be waited for ({e})")),
-                None => Some("is gone".to_owned()),
+            let exited = match child.try_wait() {
+                Ok(Some(status)) => Some(status.to_string()),
+                Ok(None) => None,
+                Err(e) => Some(format!("cannot be waited for ({e})")),
             };
             if let Some(status) = exited {
                 self.child = None;
@@ -185,8 +185,7 @@ impl Server {
                     Attempt::Fatal(error)
                 });
             }
-            let pid = self.child.as_ref().map(Child::id);
-            if pid.is_some() && answering_pid(self.port) == pid {
+            if answering_pid(self.port) == Some(pid) {
                 return Ok(());
             }
             let now = Instant::now();
