@@ -479,31 +479,25 @@ impl ClientBuilder {
     /// The Sentinel master's credentials and database, checked.
     pub(super) fn master_settings(&self) -> Result<RedisConnectionInfo> {
         let sentinel = matches!(self.topology, Topology::Sentinel { .. });
+        let elsewhere = |what: &str, url: &str| {
+            format!(
+                "applies to a Sentinel client (Client::sentinel) only; put the {what} in the URL \
+                 ({url})"
+            )
+        };
         let settings = self.master_auth.clone().unwrap_or_default();
         if self.master_auth.is_some() {
             let field = "master_auth";
-            ensure(
-                sentinel,
-                field,
-                "applies to a Sentinel client (Client::sentinel) only; put the credentials in \
-                 the URL (redis://user:password@host)",
-            )?;
-            let password = settings.password().unwrap_or_default();
-            ensure(
-                !password.is_empty(),
-                field,
-                "the password must not be empty",
-            )?;
+            let why = elsewhere("credentials", "redis://user:password@host");
+            ensure(sentinel, field, why)?;
+            let empty = settings.password().is_none_or(str::is_empty);
+            ensure(!empty, field, "the password must not be empty")?;
             let why = "the user name must not be empty (None is the default user)";
             ensure(settings.username() != Some(""), field, why)?;
         }
         if let Some(db) = self.master_db {
-            ensure(
-                sentinel,
-                "master_db",
-                "applies to a Sentinel client (Client::sentinel) only; put the database in the \
-                 URL (redis://host/db)",
-            )?;
+            let why = elsewhere("database", "redis://host/db");
+            ensure(sentinel, "master_db", why)?;
             ensure(db >= 0, "master_db", "must not be negative")?;
             return Ok(settings.set_db(db));
         }
