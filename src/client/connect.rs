@@ -101,15 +101,9 @@ impl ClientBuilder {
                 Ok(Node::new(name, pool.with_resolver(moves.clone())))
             })
             .collect::<Result<Vec<_>>>()?;
-        let backend = Arc::new(
-            Backend::new(
-                nodes,
-                call_timeout,
-                config.timeouts.command,
-                self.drift_factor,
-            )
-            .with_wait_replicas(config.wait_replicas),
-        );
+        let command = config.timeouts.command;
+        let backend = Backend::new(nodes, call_timeout, command, self.drift_factor);
+        let backend = Arc::new(backend.with_wait_replicas(config.wait_replicas));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend
             .ping(Deadline::after(config.one_call()))
@@ -172,17 +166,13 @@ impl ClientBuilder {
         let over_tls = |i: &ConnectionInfo| matches!(i.addr(), ConnectionAddr::TcpTls { .. });
         let mixed = infos.iter().any(over_tls) != infos.iter().all(over_tls);
         ensure(!mixed, "seeds", "must all be redis:// or all be rediss://")?;
-        let cluster = Arc::new(Cluster::new(infos.clone(), config.timeouts, tls.clone())?);
-        let backend = Arc::new(Backend::for_cluster(
-            Arc::clone(&cluster),
-            config.timeouts.command,
-            self.drift_factor,
-        ));
+        let timeouts = config.timeouts;
+        let cluster = Arc::new(Cluster::new(infos.clone(), timeouts, tls.clone())?);
+        let backend = Backend::for_cluster(cluster.clone(), timeouts.command, self.drift_factor);
         backend
             .ping(Deadline::after(config.one_call()))
-            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), config.timeouts))?;
-        let timeouts = config.timeouts;
-        self.start(config, backend, |counters| {
+            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), timeouts))?;
+        self.start(config, Arc::new(backend), |counters| {
             let (subscriber, reader) =
                 Subscriber::sharded(cluster.clone(), timeouts, tls, counters)?;
             let sub = Arc::downgrade(&subscriber);
