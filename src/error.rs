@@ -1,5 +1,6 @@
 //! The crate's error type.
 
+use std::error::Error as StdError;
 use std::fmt;
 
 /// A specialised [`Result`](std::result::Result) for locksmith operations.
@@ -175,8 +176,8 @@ impl fmt::Display for RedisFailure {
     }
 }
 
-impl std::error::Error for RedisFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for RedisFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         Some(&self.0)
     }
 }
@@ -343,8 +344,8 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             Error::Redis(e) => Some(e),
             Error::Spawn(e) => Some(e),
@@ -384,8 +385,8 @@ impl fmt::Display for Context {
     }
 }
 
-impl std::error::Error for Context {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for Context {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         Some(&self.source)
     }
 }
@@ -417,9 +418,7 @@ pub(crate) fn redis_retriable(e: &redis::RedisError) -> bool {
 
 /// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
 #[cfg(feature = "tls")]
-pub(crate) fn rustls_error<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a rustls::Error> {
+pub(crate) fn rustls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
     in_arc(e)
         .and_then(rustls_error)
         .or_else(|| e.downcast_ref())
@@ -433,25 +432,21 @@ pub(crate) fn rustls_error<'a>(
 
 /// Without the feature `tls`, no error comes from rustls.
 #[cfg(not(feature = "tls"))]
-fn rustls_error(_e: &(dyn std::error::Error + 'static)) -> Option<std::convert::Infallible> {
+fn rustls_error(_e: &(dyn StdError + 'static)) -> Option<std::convert::Infallible> {
     None
 }
 
 /// The `io::Error` inside a Redis error, if it is one (`RedisError` keeps it behind an
 /// `Arc`).
 pub(crate) fn io_error(r: &redis::RedisError) -> Option<&std::io::Error> {
-    let inner = std::error::Error::source(r)?;
-    in_arc(inner)
-        .unwrap_or(inner)
-        .downcast_ref::<std::io::Error>()
+    let inner = StdError::source(r)?;
+    in_arc(inner).unwrap_or(inner).downcast_ref()
 }
 
 /// The error inside `e` when `e` is the `Arc<dyn Error>` in which `RedisError` keeps its
 /// cause (whose own `source` skips it).
-fn in_arc<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a (dyn std::error::Error + 'static)> {
-    let inner = e.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()?;
+fn in_arc<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    let inner = e.downcast_ref::<std::sync::Arc<dyn StdError + Send + Sync>>()?;
     Some(inner.as_ref())
 }
 
