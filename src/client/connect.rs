@@ -247,9 +247,7 @@ fn warn_if_locks_evictable(backend: &Backend) {
                 continue;
             }
         };
-        let limit = settings
-            .get("maxmemory")
-            .and_then(|v| v.parse::<u64>().ok());
+        let limit: Option<u64> = settings.get("maxmemory").and_then(|v| v.parse().ok());
         match (limit, settings.get("maxmemory-policy")) {
             (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
                 target: "locksmith::client::builder",
