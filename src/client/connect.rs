@@ -93,14 +93,11 @@ impl ClientBuilder {
         };
         // Where a Sentinel master is now, for the command pools and the pub/sub connection.
         let moves = resolver.clone().map(|r| r as Arc<dyn Resolve>);
-        let nodes = infos
-            .iter()
-            .zip(names)
-            .map(|(info, name)| {
-                let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
-                Ok(Node::new(name, pool.with_resolver(moves.clone())))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut nodes = Vec::new();
+        for (info, name) in infos.iter().zip(names) {
+            let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
+            nodes.push(Node::new(name, pool.with_resolver(moves.clone())));
+        }
         let command = config.timeouts.command;
         let backend = Backend::new(nodes, call_timeout, command, self.drift_factor);
         let backend = Arc::new(backend.with_wait_replicas(config.wait_replicas));
