@@ -326,10 +326,9 @@ fn answering_pid(port: u16) -> Option<u32> {
     let mut conn = client
         .get_connection_with_timeout(Duration::from_millis(200))
         .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    conn.set_write_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
+    let io = Some(Duration::from_millis(500));
+    conn.set_read_timeout(io).ok()?;
+    conn.set_write_timeout(io).ok()?;
     let pong: String = redis::cmd("PING").query(&mut conn).ok()?;
     if pong != "PONG" {
         return None;
