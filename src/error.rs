@@ -1,5 +1,6 @@
 //! The crate's error type.
 
+use std::error::Error as StdError;
 use std::fmt;
 
 /// A specialised [`Result`](std::result::Result) for locksmith operations.
@@ -175,8 +176,8 @@ impl fmt::Display for RedisFailure {
     }
 }
 
-impl std::error::Error for RedisFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for RedisFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         Some(&self.0)
     }
 }
@@ -343,8 +344,8 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             Error::Redis(e) => Some(e),
             Error::Spawn(e) => Some(e),
@@ -384,8 +385,8 @@ impl fmt::Display for Context {
     }
 }
 
-impl std::error::Error for Context {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for Context {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         Some(&self.source)
     }
 }
@@ -417,46 +418,35 @@ pub(crate) fn redis_retriable(e: &redis::RedisError) -> bool {
 
 /// The rustls error behind `e`, if any (through `RedisError` and `io::Error` wrappers).
 #[cfg(feature = "tls")]
-pub(crate) fn rustls_error<'a>(
-    mut e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a rustls::Error> {
-    loop {
-        if let Some(t) = in_arc(e).and_then(rustls_error) {
-            return Some(t);
-        }
-        if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t);
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(t);
-        }
-        e = e.source()?;
-    }
+pub(crate) fn rustls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
+    in_arc(e)
+        .and_then(rustls_error)
+        .or_else(|| e.downcast_ref())
+        .or_else(|| {
+            e.downcast_ref::<std::io::Error>()?
+                .get_ref()?
+                .downcast_ref()
+        })
+        .or_else(|| rustls_error(e.source()?))
 }
 
 /// Without the feature `tls`, no error comes from rustls.
 #[cfg(not(feature = "tls"))]
-fn rustls_error(_e: &(dyn std::error::Error + 'static)) -> Option<std::convert::Infallible> {
+fn rustls_error(_e: &(dyn StdError + 'static)) -> Option<std::convert::Infallible> {
     None
 }
 
 /// The `io::Error` inside a Redis error, if it is one (`RedisError` keeps it behind an
 /// `Arc`).
 pub(crate) fn io_error(r: &redis::RedisError) -> Option<&std::io::Error> {
-    let inner = std::error::Error::source(r)?;
-    in_arc(inner)
-        .unwrap_or(inner)
-        .downcast_ref::<std::io::Error>()
+    let inner = StdError::source(r)?;
+    in_arc(inner).unwrap_or(inner).downcast_ref()
 }
 
 /// The error inside `e` when `e` is the `Arc<dyn Error>` in which `RedisError` keeps its
 /// cause (whose own `source` skips it).
-fn in_arc<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a (dyn std::error::Error + 'static)> {
-    let inner = e.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()?;
+fn in_arc<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    let inner = e.downcast_ref::<std::sync::Arc<dyn StdError + Send + Sync>>()?;
     Some(inner.as_ref())
 }
 
@@ -480,42 +470,31 @@ impl Error {
         }
     }
 
-    /// Names the server a connection-level error or a timeout happened with (`host:port`,
-    /// never a password), unless it names one already.
-    pub(crate) fn at(self, server: &str) -> Error {
-        if let Error::Timeout {
-            what,
-            server: None,
-            tries,
-        } = self
-        {
-            return Error::Timeout {
-                what,
-                server: Some(server.to_owned()),
-                tries,
-            };
+    /// Names the server (`name`: `host:port`, never a password) a connection-level error or a
+    /// timeout happened with, unless it names one already.
+    pub(crate) fn at(mut self, name: &str) -> Error {
+        if let Error::Timeout { server, .. } = &mut self {
+            server.get_or_insert_with(|| name.to_owned());
+            return self;
         }
         self.with_context(|t| {
-            if t.contains(server) {
+            if t.contains(name) {
                 t.to_owned()
             } else {
-                format!("{server}: {t}")
+                format!("{name}: {t}")
             }
         })
     }
 
     /// Says how often and for how long a call tried before it gave up with this
     /// (connection-level or timeout) error.
-    pub(crate) fn after_tries(self, tries: u32, took: std::time::Duration) -> Error {
+    pub(crate) fn after_tries(mut self, tries: u32, took: std::time::Duration) -> Error {
         if tries < 2 {
             return self;
         }
-        if let Error::Timeout { what, server, .. } = self {
-            return Error::Timeout {
-                what,
-                server,
-                tries: Some((tries, took)),
-            };
+        if let Error::Timeout { tries: told, .. } = &mut self {
+            *told = Some((tries, took));
+            return self;
         }
         self.with_context(|t| format!("{t} (tried {tries} times over {took:.1?})"))
     }

@@ -60,8 +60,10 @@ fn bump(c: &AtomicU64) {
 
 impl Counters {
     /// Counts one into `counter` and into the metric `metric`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     fn count(&self, counter: &AtomicU64, metric: &'static str, kind: Kind, name: &str) {
         bump(counter);
+        #[cfg(feature = "metrics")]
         metrics::counter(self, metric, kind, name);
     }
 
@@ -96,6 +98,7 @@ impl Counters {
                     bump(&self.contended);
                 }
                 self.wait.record(wait);
+                #[cfg(feature = "metrics")]
                 metrics::acquired(self, kind, name, waited, wait);
             }
             Ok(None) if may_wait => {
@@ -121,6 +124,7 @@ impl Counters {
     /// Starts the hold of a guard of a lock of kind `kind` called `name`: counted as held until
     /// the returned [`Held`] is dropped, which records the hold time.
     pub(crate) fn held(self: &Arc<Self>, kind: Kind, name: &str) -> Held {
+        #[cfg(feature = "metrics")]
         metrics::held(self, kind, name, 1.0);
         Held {
             counters: Arc::clone(self),
@@ -153,12 +157,14 @@ impl Counters {
     /// Counts a pub/sub connection opened again after it was lost (or could not be opened).
     pub(crate) fn reconnected(&self) {
         bump(&self.reconnects);
+        #[cfg(feature = "metrics")]
         metrics::reconnected();
     }
 
     /// Counts a step of a master's wall clock seen between two renewals.
     pub(crate) fn clock_jumped(&self) {
         bump(&self.clock_jumps);
+        #[cfg(feature = "metrics")]
         metrics::clock_jumped();
     }
 }
@@ -189,6 +195,7 @@ impl Drop for Held {
         let c = &self.counters;
         bump(&c.released);
         c.hold.record(hold);
+        #[cfg(feature = "metrics")]
         metrics::released(c, self.kind, self.name.as_deref(), hold);
     }
 }
@@ -355,44 +362,24 @@ impl Buckets {
 /// count of every bucket, shortest first; reading refuses another number of buckets),
 /// `sum_us` and `max_us` (microseconds).
 #[derive(Clone, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(try_from = "HistogramData")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Histogram {
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "bucket_counts"))]
     counts: Vec<u64>,
     sum_us: u64,
     max_us: u64,
 }
 
-/// A [`Histogram`] as read, before its number of buckets is checked.
+/// A [`Histogram`]'s `counts` as read, refused unless there is one per bucket.
 #[cfg(feature = "serde")]
-#[derive(serde::Deserialize)]
-struct HistogramData {
-    counts: Vec<u64>,
-    sum_us: u64,
-    max_us: u64,
-}
-
-#[cfg(feature = "serde")]
-#[doc(hidden)]
-impl TryFrom<HistogramData> for Histogram {
-    type Error = String;
-
-    fn try_from(h: HistogramData) -> Result<Self, String> {
-        if h.counts.len() != BUCKETS {
-            return Err(format!(
-                "a histogram has {BUCKETS} bucket counts, not {}",
-                h.counts.len()
-            ));
-        }
-        Ok(Histogram {
-            counts: h.counts,
-            sum_us: h.sum_us,
-            max_us: h.max_us,
-        })
+fn bucket_counts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    let counts: Vec<u64> = serde::Deserialize::deserialize(d)?;
+    let n = counts.len();
+    if n != BUCKETS {
+        let why = format!("a histogram has {BUCKETS} bucket counts, not {n}");
+        return Err(serde::de::Error::custom(why));
     }
+    Ok(counts)
 }
 
 impl std::fmt::Debug for Histogram {
@@ -466,7 +453,8 @@ impl Histogram {
 }
 
 /// The counters and histograms through the `metrics` crate's facade (whatever recorder the
-/// application installed; none: they cost a check of the global recorder).
+/// application installed; none: they cost a check of the global recorder). Without the
+/// `metrics` feature, the counting points leave these calls out.
 #[cfg(feature = "metrics")]
 mod metrics {
     use crate::kind::Kind;
@@ -514,21 +502,6 @@ mod metrics {
     pub(super) fn clock_jumped() {
         ::metrics::counter!("locksmith_clock_jumps_total").increment(1);
     }
-}
-
-/// Without the `metrics` feature: nothing to report.
-#[cfg(not(feature = "metrics"))]
-mod metrics {
-    use crate::kind::Kind;
-    use crate::stats::Counters;
-    use std::time::Duration;
-
-    pub(super) fn counter(_: &Counters, _: &'static str, _: Kind, _: &str) {}
-    pub(super) fn acquired(_: &Counters, _: Kind, _: &str, _: bool, _: Duration) {}
-    pub(super) fn held(_: &Counters, _: Kind, _: &str, _: f64) {}
-    pub(super) fn released(_: &Counters, _: Kind, _: Option<&str>, _: Duration) {}
-    pub(super) fn reconnected() {}
-    pub(super) fn clock_jumped() {}
 }
 
 #[cfg(test)]

@@ -98,11 +98,11 @@ impl Server {
     pub fn start() -> Result<Server, StartError> {
         let program = program();
         let deadline = Instant::now() + START_TIMEOUT;
-        let dir = std::env::temp_dir().join(format!(
-            "locksmith-test-server-{}-{}",
-            std::process::id(),
-            next_number()
-        ));
+        // A number that differs between the servers of this process.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("locksmith-test-server-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| {
             StartError::new(format!("cannot create {}: {e}", dir.display()), Some(e))
         })?;
@@ -111,21 +111,17 @@ impl Server {
             child: None,
             dir,
         };
-        let mut last = None;
-        for _ in 0..PORT_TRIES {
+        // A server that exited leaves nothing to kill before the next try.
+        let mut tries = 1;
+        loop {
             match server.spawn_and_wait(&program, deadline) {
                 Ok(()) => return Ok(server),
-                Err(Attempt::Fatal(e)) => return Err(e),
-                Err(Attempt::Again(e)) => {
-                    server.kill();
-                    if Instant::now() >= deadline {
-                        return Err(e);
-                    }
-                    last = Some(e);
+                Err(Attempt::Again(_)) if tries < PORT_TRIES && Instant::now() < deadline => {
+                    tries += 1;
                 }
+                Err(Attempt::Again(e) | Attempt::Fatal(e)) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| StartError::new("no port was tried".to_owned(), None)))
     }
 
     /// The server's URL, `redis://127.0.0.1:PORT/`: give it to
@@ -158,19 +154,19 @@ impl Server {
             .stdout(log)
             .stderr(log_err)
             .spawn();
-        match spawned {
-            Ok(child) => self.child = Some(child),
+        let child = match spawned {
+            Ok(child) => self.child.insert(child),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(fatal(program.not_found(), e));
             }
             Err(e) => return Err(fatal(format!("cannot run {}: {e}", program.shown()), e)),
-        }
+        };
+        let pid = child.id();
         loop {
-            let exited = match self.child.as_mut().map(Child::try_wait) {
-                Some(Ok(Some(status))) => Some(status.to_string()),
-                Some(Ok(None)) => None,
-                Some(Err(e)) => Some(format!("cannot be waited for ({e})")),
-                None => Some("is gone".to_owned()),
+            let exited = match child.try_wait() {
+                Ok(Some(status)) => Some(status.to_string()),
+                Ok(None) => None,
+                Err(e) => Some(format!("cannot be waited for ({e})")),
             };
             if let Some(status) = exited {
                 self.child = None;
@@ -189,8 +185,7 @@ impl Server {
                     Attempt::Fatal(error)
                 });
             }
-            let pid = self.child.as_ref().map(Child::id);
-            if pid.is_some() && answering_pid(self.port) == pid {
+            if answering_pid(self.port) == Some(pid) {
                 return Ok(());
             }
             let now = Instant::now();
@@ -256,9 +251,7 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
+        Some(self.source.as_ref()?)
     }
 }
 
@@ -319,12 +312,6 @@ fn program() -> Program {
     }
 }
 
-/// A number that differs between the servers of this process.
-fn next_number() -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
 /// A port of 127.0.0.1 that was free a moment ago.
 fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
@@ -339,10 +326,9 @@ fn answering_pid(port: u16) -> Option<u32> {
     let mut conn = client
         .get_connection_with_timeout(Duration::from_millis(200))
         .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    conn.set_write_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
+    let io = Some(Duration::from_millis(500));
+    conn.set_read_timeout(io).ok()?;
+    conn.set_write_timeout(io).ok()?;
     let pong: String = redis::cmd("PING").query(&mut conn).ok()?;
     if pong != "PONG" {
         return None;
@@ -365,9 +351,7 @@ fn printed(log: &Path) -> String {
         Ok(text) if text.trim().is_empty() => "; it printed nothing".to_owned(),
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();
-            let tail = lines
-                .get(lines.len().saturating_sub(LINES)..)
-                .unwrap_or(&[]);
+            let tail = &lines[lines.len().saturating_sub(LINES)..];
             format!("; it printed:\n{}", tail.join("\n"))
         }
         Err(e) => format!("; its output cannot be read ({}: {e})", log.display()),

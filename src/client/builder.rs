@@ -12,7 +12,7 @@ use redis::RedisConnectionInfo;
 
 use super::Client;
 use super::server::{IntoServer, Server};
-use crate::error::{Error, Result, ensure};
+use crate::error::{Result, ensure};
 use crate::protocol::keys;
 use crate::shared::config::validate_max_hold;
 use crate::shared::config::{Config, HandoffBound, MAX_HANDOFF_COUNT, MAX_LEASE, MIN_LEASE};
@@ -59,24 +59,18 @@ impl std::fmt::Debug for Topology {
 }
 
 impl Topology {
+    /// Each list of URLs names one at least, and a Sentinel master has a name.
     fn validate(&self) -> Result<()> {
-        match self {
-            Topology::Quorum(urls) if urls.is_empty() => {
-                Err(Error::config("masters", "must name at least one Redis URL"))
-            }
-            Topology::Cluster(urls) if urls.is_empty() => Err(Error::config(
-                "seeds",
-                "must name at least one cluster node URL",
-            )),
-            Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => Err(Error::config(
-                "sentinels",
-                "must name at least one sentinel URL",
-            )),
-            Topology::Sentinel { master, .. } if master.is_empty() => {
-                Err(Error::config("master_name", "must not be empty"))
-            }
-            _ => Ok(()),
-        }
+        let (field, urls, what) = match self {
+            Topology::Single(_) => return Ok(()),
+            Topology::Quorum(urls) => ("masters", urls, "Redis URL"),
+            Topology::Cluster(urls) => ("seeds", urls, "cluster node URL"),
+            Topology::Sentinel { sentinels, .. } => ("sentinels", sentinels, "sentinel URL"),
+        };
+        let why = format!("must name at least one {what}");
+        ensure(!urls.is_empty(), field, why)?;
+        let nameless = matches!(self, Topology::Sentinel { master, .. } if master.is_empty());
+        ensure(!nameless, "master_name", "must not be empty")
     }
 }
 
@@ -238,7 +232,7 @@ setters! {
     /// the connect timeout and this (but at least 50 ms).
     ///
     /// Applies to [`Client::redlock`] only: set on another topology, `build()` refuses it with
-    /// [`Error::InvalidConfig`].
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
     pub fn master_timeout(timeout: Duration) => master_timeout = Some(timeout);
 
     /// The share of the lease given up for clocks running at different rates (default 0.01);
@@ -255,8 +249,9 @@ setters! {
     /// trip as the script). Off by default.
     ///
     /// When fewer confirm within `timeout`, the acquisition is undone (a re-entry counts one
-    /// level down) and the call fails with [`Error::NotReplicated`]; no key is left behind. A
-    /// renewal that is not confirmed keeps the guard and logs a `warn`.
+    /// level down) and the call fails with
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated); no key is left behind. A renewal
+    /// that is not confirmed keeps the guard and logs a `warn`.
     ///
     /// Each call's bound grows by `timeout`, and by one more command timeout for the undo
     /// after a refusal (see the crate's "Time bounds"). `timeout` is at least 1 ms and at most
@@ -331,8 +326,8 @@ setters! {
     ///
     /// Applies to [`Client::sentinel`] only (other topologies take the credentials from their
     /// URLs): set on another topology, or with an empty password or user name, `build()`
-    /// refuses it with [`Error::InvalidConfig`]. A wrong password fails `build()` with the
-    /// server's refusal.
+    /// refuses it with [`Error::InvalidConfig`](crate::Error::InvalidConfig). A wrong password
+    /// fails `build()` with the server's refusal.
     ///
     /// # Examples
     ///
@@ -359,8 +354,8 @@ setters! {
     /// The database of the master found through Sentinel (`SELECT db` on every command
     /// connection; default 0). Applies to [`Client::sentinel`] only (other topologies take it
     /// from their URLs' `/db`): set on another topology, or negative, `build()` refuses it with
-    /// [`Error::InvalidConfig`]. A database the server does not have fails `build()` with the
-    /// server's refusal.
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig). A database the server does not
+    /// have fails `build()` with the server's refusal.
     pub fn master_db(db: i64) => master_db = Some(db);
 }
 
@@ -373,32 +368,29 @@ impl ClientBuilder {
             }
             None => holder::encode_part(&holder::default_label()),
         };
+        let lease = self.lease;
         ensure(
-            self.lease >= MIN_LEASE,
+            lease >= MIN_LEASE,
             "lease",
             format!("must be at least {MIN_LEASE:?}"),
         )?;
-        ensure(self.lease <= MAX_LEASE, "lease", "must be at most 365 days")?;
-        let renew_every = self.renew_every.unwrap_or(self.lease / 3);
+        ensure(lease <= MAX_LEASE, "lease", "must be at most 365 days")?;
+        let renew_every = self.renew_every.unwrap_or(lease / 3);
         // A renewal is sent `renew_every` after the last one and may take half that (a try on
         // a pooled connection, then one on a new connection); past half the lease, a renewal
         // delayed by the one before it could end after the lease did.
         ensure(
-            renew_every <= self.lease / 2,
+            renew_every <= lease / 2,
             "renew_interval",
             format!(
-                "must be at most half the lease ({:?} of {:?}), so that a renewal and its \
+                "must be at most half the lease ({:?} of {lease:?}), so that a renewal and its \
                  retry end before the lease does",
-                self.lease / 2,
-                self.lease
+                lease / 2
             ),
         )?;
         let ms = Duration::from_millis(1);
-        ensure(
-            renew_every >= 10 * ms,
-            "renew_interval",
-            "must be at least 10ms",
-        )?;
+        let why = "must be at least 10ms";
+        ensure(renew_every >= 10 * ms, "renew_interval", why)?;
         for (field, timeout) in [
             ("connect_timeout", self.connect_timeout),
             ("command_timeout", self.command_timeout),
@@ -410,23 +402,25 @@ impl ClientBuilder {
         }
         keys::validate_prefix(&self.prefix)?;
         self.topology.validate()?;
+        let why = "must be at least 0 and below 0.5";
         ensure(
             (0.0..0.5).contains(&self.drift_factor),
             "clock_drift_factor",
-            "must be at least 0 and below 0.5",
+            why,
         )?;
         let quorum = matches!(self.topology, Topology::Quorum(_));
+        let why = "applies to a quorum client (Client::redlock) only";
         ensure(
             self.master_timeout.is_none() || quorum,
             "master_timeout",
-            "applies to a quorum client (Client::redlock) only",
+            why,
         )?;
         if let Some(t) = self
             .master_timeout
             .or(quorum.then_some(DEFAULT_MASTER_TIMEOUT))
         {
             let why = "must be at least 1ms and below half the lease";
-            ensure(t >= ms && t < self.lease / 2, "master_timeout", why)?;
+            ensure(t >= ms && t < lease / 2, "master_timeout", why)?;
         }
         if let Some((n, t)) = self.wait_replicas {
             let cluster = matches!(self.topology, Topology::Cluster(_));
@@ -435,52 +429,41 @@ impl ClientBuilder {
             let why = "applies to one server or Sentinel, not to a quorum client";
             ensure(!quorum, replicas, why)?;
             ensure(n > 0, replicas, "must ask for at least 1 replica")?;
-            ensure(
-                t >= ms && t <= renew_every / 4,
-                replicas,
-                format!(
-                    "timeout must be at least 1ms and at most a quarter of the renewal \
-                     interval ({:?})",
-                    renew_every / 4
-                ),
-            )?;
+            let slot = renew_every / 4;
+            let why = format!(
+                "timeout must be at least 1ms and at most a quarter of the renewal interval \
+                 ({slot:?})"
+            );
+            ensure(t >= ms && t <= slot, replicas, why)?;
         }
-        let count = self.local_handoff_max_count;
+        let off = "(turn hand-offs off with local_handoff(false))";
         ensure(
-            count > 0 && count <= MAX_HANDOFF_COUNT,
+            (1..=MAX_HANDOFF_COUNT).contains(&self.local_handoff_max_count),
             "local_handoff_max_count",
-            format!(
-                "must be from 1 to {MAX_HANDOFF_COUNT} (turn hand-offs off with \
-                 local_handoff(false))"
-            ),
+            format!("must be from 1 to {MAX_HANDOFF_COUNT} {off}"),
         )?;
         let time = self.local_handoff_max_time;
+        let why = format!("must be more than zero and at most the lease ({lease:?}) {off}");
         ensure(
-            !time.is_zero() && time <= self.lease,
+            !time.is_zero() && time <= lease,
             "local_handoff_max_time",
-            format!(
-                "must be more than zero and at most the lease ({:?}) (turn hand-offs off \
-                 with local_handoff(false))",
-                self.lease
-            ),
+            why,
         )?;
+        let why = format!("must be at most the lease ({lease:?}) (zero turns it off)");
         ensure(
-            self.local_handoff_give_way <= self.lease,
+            self.local_handoff_give_way <= lease,
             "local_handoff_give_way",
-            format!(
-                "must be at most the lease ({:?}) (zero turns it off)",
-                self.lease
-            ),
+            why,
         )?;
         let handoff = (self.local_handoff && !quorum).then_some(HandoffBound {
             max_count: self.local_handoff_max_count,
-            max_time: self.local_handoff_max_time,
+            max_time: time,
             give_way: self.local_handoff_give_way,
         });
         Ok(Config {
             handoff,
             wait_replicas: self.wait_replicas,
-            lease: self.lease,
+            lease,
             renew_every,
             prefix: self.prefix.clone(),
             label: label_part,
@@ -496,31 +479,25 @@ impl ClientBuilder {
     /// The Sentinel master's credentials and database, checked.
     pub(super) fn master_settings(&self) -> Result<RedisConnectionInfo> {
         let sentinel = matches!(self.topology, Topology::Sentinel { .. });
+        let elsewhere = |what: &str, url: &str| {
+            format!(
+                "applies to a Sentinel client (Client::sentinel) only; put the {what} in the URL \
+                 ({url})"
+            )
+        };
         let settings = self.master_auth.clone().unwrap_or_default();
         if self.master_auth.is_some() {
             let field = "master_auth";
-            ensure(
-                sentinel,
-                field,
-                "applies to a Sentinel client (Client::sentinel) only; put the credentials in \
-                 the URL (redis://user:password@host)",
-            )?;
-            let password = settings.password().unwrap_or_default();
-            ensure(
-                !password.is_empty(),
-                field,
-                "the password must not be empty",
-            )?;
+            let why = elsewhere("credentials", "redis://user:password@host");
+            ensure(sentinel, field, why)?;
+            let empty = settings.password().is_none_or(str::is_empty);
+            ensure(!empty, field, "the password must not be empty")?;
             let why = "the user name must not be empty (None is the default user)";
             ensure(settings.username() != Some(""), field, why)?;
         }
         if let Some(db) = self.master_db {
-            ensure(
-                sentinel,
-                "master_db",
-                "applies to a Sentinel client (Client::sentinel) only; put the database in the \
-                 URL (redis://host/db)",
-            )?;
+            let why = elsewhere("database", "redis://host/db");
+            ensure(sentinel, "master_db", why)?;
             ensure(db >= 0, "master_db", "must not be negative")?;
             return Ok(settings.set_db(db));
         }
@@ -552,7 +529,8 @@ impl Client {
 
     /// A builder for a client of `server` (a URL or a [`redis::ConnectionInfo`], as
     /// [`Client::open`] takes it) with other settings. A server that cannot be used is
-    /// reported by [`build`](ClientBuilder::build) ([`Error::InvalidUrl`]).
+    /// reported by [`build`](ClientBuilder::build)
+    /// ([`Error::InvalidUrl`](crate::Error::InvalidUrl)).
     pub fn builder(server: impl IntoServer) -> ClientBuilder {
         Self::with_topology(Topology::Single(Server::new(server)))
     }

@@ -17,7 +17,7 @@ use redis::{ConnectionAddr, ConnectionInfo};
 
 use super::Client;
 use super::builder::{ClientBuilder, DEFAULT_MASTER_TIMEOUT, Topology};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ensure};
 use crate::shared::Core;
 use crate::shared::config::Config;
 use crate::stats::Counters;
@@ -26,7 +26,7 @@ use crate::topology::backend::{Backend, Node};
 use crate::topology::cluster::Cluster;
 use crate::topology::sentinel::Sentinel;
 use crate::transport::conn::Resolve;
-use crate::transport::conn::{self, Deadline, Pool, Timeouts};
+use crate::transport::conn::{self, Deadline, Pool};
 use crate::transport::diagnose;
 use crate::transport::tls::{self, Tls};
 
@@ -46,8 +46,8 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let config = self.config()?;
         let master_settings = self.master_settings()?;
-        // What each master is called in messages, how it is reached, and the TLS set-up.
-        let (names, infos, resolver, tls) = match &self.topology {
+        // How each master is reached, where a Sentinel master is now, and the TLS set-up.
+        let (infos, resolver, tls) = match &self.topology {
             Topology::Cluster(seeds) => {
                 let infos = parse_urls(seeds)?;
                 return self.build_cluster(config, infos);
@@ -72,52 +72,35 @@ impl ClientBuilder {
                     .map_err(|e| {
                         diagnose::explain(e, &sentinel_infos, tls.as_deref(), config.timeouts)
                     })?;
-                (
-                    vec![format!("the Sentinel master `{master}`")],
-                    vec![info],
-                    Some(sentinel),
-                    tls,
-                )
+                (vec![info], Some(sentinel), tls)
             }
+        };
+        // What each master is called in messages: a Sentinel master by its name, as it moves.
+        let names = match &self.topology {
+            Topology::Sentinel { master, .. } => vec![format!("the Sentinel master `{master}`")],
+            _ => infos.iter().map(conn::server_name).collect(),
         };
         // A quorum's connections open within the per-master timeout, so that a stalled
         // master delays a call by no more than that.
         let (call_timeout, node_timeouts) = match self.topology {
             Topology::Quorum(_) => {
                 let t = self.master_timeout.unwrap_or(DEFAULT_MASTER_TIMEOUT);
-                let connect = config
-                    .timeouts
-                    .connect
-                    .min(t.max(Duration::from_millis(50)));
-                (
-                    t,
-                    Timeouts {
-                        connect,
-                        ..config.timeouts
-                    },
-                )
+                let mut timeouts = config.timeouts;
+                timeouts.connect = timeouts.connect.min(t.max(Duration::from_millis(50)));
+                (t, timeouts)
             }
             _ => (config.timeouts.command, config.timeouts),
         };
         // Where a Sentinel master is now, for the command pools and the pub/sub connection.
         let moves = resolver.clone().map(|r| r as Arc<dyn Resolve>);
-        let nodes = infos
-            .iter()
-            .zip(names)
-            .map(|(info, name)| {
-                let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
-                Ok(Node::new(name, pool.with_resolver(moves.clone())))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let backend = Arc::new(
-            Backend::new(
-                nodes,
-                call_timeout,
-                config.timeouts.command,
-                self.drift_factor,
-            )
-            .with_wait_replicas(config.wait_replicas),
-        );
+        let mut nodes = Vec::new();
+        for (info, name) in infos.iter().zip(names) {
+            let pool = Pool::new(info.clone(), node_timeouts, tls.as_ref())?;
+            nodes.push(Node::new(name, pool.with_resolver(moves.clone())));
+        }
+        let command = config.timeouts.command;
+        let backend = Backend::new(nodes, call_timeout, command, self.drift_factor);
+        let backend = Arc::new(backend.with_wait_replicas(config.wait_replicas));
         // Connect eagerly, so that a wrong address fails here and not in the first lock().
         backend
             .ping(Deadline::after(config.one_call()))
@@ -174,28 +157,19 @@ impl ClientBuilder {
                 reason: format!("a cluster node needs a TCP address, not {}", bad.addr()),
             });
         }
-        if infos.iter().any(|i| i.redis_settings().db() != 0) {
-            return Err(Error::config("seeds", "a cluster has database 0 only"));
-        }
+        let db0 = infos.iter().all(|i| i.redis_settings().db() == 0);
+        ensure(db0, "seeds", "a cluster has database 0 only")?;
         let tls = self.tls_setup(&infos)?;
         let over_tls = |i: &ConnectionInfo| matches!(i.addr(), ConnectionAddr::TcpTls { .. });
-        if infos.iter().any(over_tls) != infos.iter().all(over_tls) {
-            return Err(Error::config(
-                "seeds",
-                "must all be redis:// or all be rediss://",
-            ));
-        }
-        let cluster = Arc::new(Cluster::new(infos.clone(), config.timeouts, tls.clone())?);
-        let backend = Arc::new(Backend::for_cluster(
-            Arc::clone(&cluster),
-            config.timeouts.command,
-            self.drift_factor,
-        ));
+        let mixed = infos.iter().any(over_tls) != infos.iter().all(over_tls);
+        ensure(!mixed, "seeds", "must all be redis:// or all be rediss://")?;
+        let timeouts = config.timeouts;
+        let cluster = Arc::new(Cluster::new(infos.clone(), timeouts, tls.clone())?);
+        let backend = Backend::for_cluster(cluster.clone(), timeouts.command, self.drift_factor);
         backend
             .ping(Deadline::after(config.one_call()))
-            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), config.timeouts))?;
-        let timeouts = config.timeouts;
-        self.start(config, backend, |counters| {
+            .map_err(|e| diagnose::explain(e, &infos, tls.as_deref(), timeouts))?;
+        self.start(config, Arc::new(backend), |counters| {
             let (subscriber, reader) =
                 Subscriber::sharded(cluster.clone(), timeouts, tls, counters)?;
             let sub = Arc::downgrade(&subscriber);
@@ -206,16 +180,11 @@ impl ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The masters of one server or of a quorum, given by `infos`: what each is called in
-    /// messages, how it is reached, and the TLS set-up (no resolver: they do not move).
+    /// The masters of one server or of a quorum, given by `infos`: how each is reached, and
+    /// the TLS set-up (no resolver: they do not move).
     fn masters(&self, infos: Vec<ConnectionInfo>) -> Result<Masters> {
         let tls = self.tls_setup(&infos)?;
-        Ok((
-            infos.iter().map(conn::server_name).collect(),
-            infos,
-            None,
-            tls,
-        ))
+        Ok((infos, None, tls))
     }
 
     /// The TLS set-up for the `rediss://` masters among `infos` (`None` without any). Logs
@@ -240,22 +209,14 @@ impl ClientBuilder {
                  so anyone on the path can pose as that server"
             );
         }
-        Ok(Some(Arc::new(Tls::new(
-            self.tls.clone(),
-            verified,
-            insecure,
-        )?)))
+        let tls = Tls::new(self.tls.clone(), verified, insecure)?;
+        Ok(Some(Arc::new(tls)))
     }
 }
 
-/// What each master is called in messages, how it is reached, where it is now (a master
-/// that Sentinel names) and the TLS set-up.
-type Masters = (
-    Vec<String>,
-    Vec<ConnectionInfo>,
-    Option<Arc<Sentinel>>,
-    Option<Arc<Tls>>,
-);
+/// How each master is reached, where it is now (a master that Sentinel names) and the TLS
+/// set-up.
+type Masters = (Vec<ConnectionInfo>, Option<Arc<Sentinel>>, Option<Arc<Tls>>);
 
 /// Each URL checked (see [`conn::parse_url`]).
 fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>> {
@@ -283,9 +244,7 @@ fn warn_if_locks_evictable(backend: &Backend) {
                 continue;
             }
         };
-        let limit = settings
-            .get("maxmemory")
-            .and_then(|v| v.parse::<u64>().ok());
+        let limit: Option<u64> = settings.get("maxmemory").and_then(|v| v.parse().ok());
         match (limit, settings.get("maxmemory-policy")) {
             (Some(limit), Some(policy)) if limit > 0 && policy != "noeviction" => log::warn!(
                 target: "locksmith::client::builder",

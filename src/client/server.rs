@@ -50,29 +50,22 @@ mod sealed {
 /// A server as the builder keeps it: its address and settings, or why they cannot be used
 /// (the reason of an [`Error::InvalidUrl`], returned by `build()`).
 #[derive(Clone)]
-pub(crate) enum Server {
-    Info(Box<ConnectionInfo>),
-    Unusable(String),
-}
+pub(crate) struct Server(std::result::Result<Box<ConnectionInfo>, String>);
 
 impl Server {
     /// The server's address and settings; [`Error::InvalidUrl`] when they cannot be used.
     pub(crate) fn info(&self) -> Result<ConnectionInfo> {
-        match self {
-            Server::Info(info) => Ok((**info).clone()),
-            Server::Unusable(reason) => Err(Error::InvalidUrl {
-                reason: reason.clone(),
-            }),
-        }
+        let unusable = |reason| Error::InvalidUrl { reason };
+        self.0.clone().map(|info| *info).map_err(unusable)
     }
 
     /// `server`'s address and settings when they can be used (see [`conn::check_info`]).
     pub(crate) fn new(server: impl IntoServer) -> Server {
-        match server.into_info().and_then(conn::check_info) {
-            Ok(info) => Server::Info(Box::new(info)),
-            Err(Error::InvalidUrl { reason }) => Server::Unusable(reason),
-            Err(e) => Server::Unusable(e.to_string()),
-        }
+        Server(match server.into_info().and_then(conn::check_info) {
+            Ok(info) => Ok(Box::new(info)),
+            Err(Error::InvalidUrl { reason }) => Err(reason),
+            Err(e) => Err(e.to_string()),
+        })
     }
 }
 
@@ -80,8 +73,8 @@ impl Server {
 /// and its database when not 0; or why it cannot be used.
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Server::Info(info) => {
+        match &self.0 {
+            Ok(info) => {
                 let mut d = f.debug_struct("Server");
                 d.field("addr", &conn::server_name(info));
                 let settings = info.redis_settings();
@@ -96,7 +89,7 @@ impl std::fmt::Debug for Server {
                 }
                 d.finish()
             }
-            Server::Unusable(reason) => f.debug_tuple("Unusable").field(reason).finish(),
+            Err(reason) => f.debug_tuple("Unusable").field(reason).finish(),
         }
     }
 }
