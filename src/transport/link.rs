@@ -46,7 +46,7 @@ pub(crate) enum Stream {
 
 impl Stream {
     /// The socket, for its options and shutdown (the same whatever runs over it).
-    fn socket(&self) -> SockRef<'_> {
+    pub(crate) fn socket(&self) -> SockRef<'_> {
         match self {
             Stream::Tcp(s) => SockRef::from(s),
             Stream::Tls(s) => SockRef::from(s.tcp()),
@@ -54,20 +54,17 @@ impl Stream {
         }
     }
 
+    /// What is read and written: the socket itself, or the TLS stream over it.
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+
     pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket().set_read_timeout(t)?;
-        self.socket().set_write_timeout(t)
-    }
-
-    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.socket().set_nonblocking(on)
-    }
-
-    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.socket().set_read_timeout(t)
-    }
-
-    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket().set_write_timeout(t)
     }
 
@@ -84,6 +81,11 @@ impl Stream {
     }
 }
 
+/// A socket or stream that is both read and written.
+trait ReadWrite: Read + Write {}
+
+impl<T: Read + Write> ReadWrite for T {}
+
 impl AsRawFd for Stream {
     fn as_raw_fd(&self) -> RawFd {
         self.socket().as_raw_fd()
@@ -92,28 +94,16 @@ impl AsRawFd for Stream {
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
+        self.io().read(buf)
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
+        self.io().write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-        }
+        self.io().flush()
     }
 }
 

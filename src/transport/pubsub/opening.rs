@@ -304,14 +304,17 @@ impl Opening {
     /// polled, and a write half, made blocking again: reads wake up every [`HEARTBEAT`],
     /// writes wait at most the command timeout.
     pub(crate) fn into_open(self) -> Result<(ReadHalf, Stream)> {
-        self.sock.set_nonblocking(false).map_err(Error::io)?;
+        self.sock
+            .socket()
+            .set_nonblocking(false)
+            .map_err(Error::io)?;
         let stream = match (self.sock, self.tls) {
             (Stream::Tcp(tcp), Some(conn)) => Stream::Tls(TlsStream::over(tcp, conn)),
             (sock, _) => sock,
         };
         let writer = stream.try_clone().map_err(Error::io)?;
         stream.set_timeouts(Some(HEARTBEAT)).map_err(Error::io)?;
-        writer
+        (writer.socket())
             .set_write_timeout(Some(self.timeouts.command.min(MAX_SOCKET_TIMEOUT)))
             .map_err(Error::io)?;
         Ok((
