@@ -30,8 +30,8 @@ pub(crate) type Session = ClientConnection;
 /// before any I/O so that a bad certificate fails `build()` at once.
 #[derive(Debug)]
 pub(crate) struct Tls {
-    verified: Option<Config>,
-    insecure: Option<Config>,
+    /// The configuration of addresses that verify certificates, then of `#insecure` ones.
+    configs: [Option<Config>; 2],
 }
 
 impl Tls {
@@ -39,20 +39,16 @@ impl Tls {
     /// (`insecure`).
     pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
         let config = |wanted: bool, insecure| wanted.then(|| client_config(&certs, insecure));
+        let verified = config(verified, false).transpose()?;
         Ok(Tls {
-            verified: config(verified, false).transpose()?,
-            insecure: config(insecure, true).transpose()?,
+            configs: [verified, config(insecure, true).transpose()?],
         })
     }
 
     /// The configuration for an address with this `insecure` flag (`None` only if
     /// [`Tls::new`] was not asked for that kind).
     pub(crate) fn config(&self, insecure: bool) -> Option<Config> {
-        if insecure {
-            self.insecure.clone()
-        } else {
-            self.verified.clone()
-        }
+        self.configs[usize::from(insecure)].clone()
     }
 }
 
@@ -99,19 +95,15 @@ pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> 
     Ok(Arc::new(config))
 }
 
-/// The verifier of `#insecure` URLs: accepts any certificate (feature `tls-insecure`).
-#[cfg(feature = "tls-insecure")]
+/// The verifier of `#insecure` URLs: accepts any certificate, with the feature
+/// `tls-insecure` only (`build()` refuses an `#insecure` URL without it before it gets here).
 fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
+    if !cfg!(feature = "tls-insecure") {
+        return Err(bad(
+            "#insecure needs the `tls-insecure` feature of redis-locksmith",
+        ));
+    }
     Ok(any_cert(true))
-}
-
-/// Without the feature `tls-insecure`, no verifier accepts any certificate (`build()` refuses
-/// an `#insecure` URL before it gets here).
-#[cfg(not(feature = "tls-insecure"))]
-fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
-    Err(bad(
-        "#insecure needs the `tls-insecure` feature of redis-locksmith",
-    ))
 }
 
 fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
