@@ -39,7 +39,7 @@ use crate::error::{Error, RedisFailure, Result};
 use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts};
 use crate::transport::dns;
 use crate::transport::link::{self, keepalive};
-use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
+use crate::transport::tls::{self, Tls, TlsStream, Want};
 
 /// Where an opening connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,7 +276,7 @@ impl Opening {
             let parsed = match self.tls.as_mut() {
                 Some(conn) => {
                     let sock = tcp_of(&self.sock).map_err(Error::io)?;
-                    self.parser.parse_value(PlainReader { conn, sock })
+                    self.parser.parse_value(tls::plain(conn, sock))
                 }
                 None => self.parser.parse_value(&mut self.sock),
             };
@@ -304,10 +304,7 @@ impl Opening {
     /// polled, and a write half, made blocking again: reads wake up every [`HEARTBEAT`],
     /// writes wait at most the command timeout.
     pub(crate) fn into_open(self) -> Result<(ReadHalf, Stream)> {
-        self.sock
-            .socket()
-            .set_nonblocking(false)
-            .map_err(Error::io)?;
+        (self.sock.socket().set_nonblocking(false)).map_err(Error::io)?;
         let stream = match (self.sock, self.tls) {
             (Stream::Tcp(tcp), Some(conn)) => Stream::Tls(TlsStream::over(tcp, conn)),
             (sock, _) => sock,

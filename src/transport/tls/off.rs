@@ -71,17 +71,9 @@ pub(crate) fn queue(conn: &mut Session, _plaintext: &[u8]) -> io::Result<()> {
     match conn.0 {}
 }
 
-/// The plaintext of a session (never made: no session exists).
-pub(crate) struct PlainReader<'a> {
-    pub(crate) conn: &'a mut Session,
-    pub(crate) sock: &'a TcpStream,
-}
-
-impl Read for PlainReader<'_> {
-    fn read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
-        let _ = self.sock;
-        match self.conn.0 {}
-    }
+/// Never called (no session exists).
+pub(crate) fn plain<'a>(conn: &'a mut Session, _sock: &'a TcpStream) -> Never {
+    match conn.0 {}
 }
 
 impl Read for Never {

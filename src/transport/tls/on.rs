@@ -245,23 +245,24 @@ impl TlsStream {
     }
 }
 
-/// Runs the handshake of `conn` on the blocking socket `tcp` until it is done or `until`
-/// (each socket step is bounded by what is left, through the socket's timeouts; a step that
-/// would pass `until` is a `TimedOut` error).
+/// Runs the handshake of `conn` on the blocking socket `tcp` until it is done, or `until` if
+/// given (each socket step is then bounded by what is left, through the socket's timeouts; a
+/// step that would pass `until` is a `TimedOut` error; without it, by the socket's timeouts).
 fn blocking_handshake(
     conn: &mut ClientConnection,
-    tcp: &TcpStream,
-    until: Instant,
+    mut tcp: &TcpStream,
+    until: Option<Instant>,
 ) -> io::Result<()> {
-    let mut sock = tcp;
     while conn.is_handshaking() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
+        if let Some(until) = until {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            tcp.set_read_timeout(Some(left))?;
+            tcp.set_write_timeout(Some(left))?;
         }
-        tcp.set_read_timeout(Some(left))?;
-        tcp.set_write_timeout(Some(left))?;
-        if conn.complete_io(&mut sock)? == (0, 0) && conn.is_handshaking() {
+        if conn.complete_io(&mut tcp)? == (0, 0) && conn.is_handshaking() {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
@@ -316,11 +317,16 @@ pub(crate) fn flush_step(conn: &mut ClientConnection, mut sock: &TcpStream) -> i
     Ok(true)
 }
 
-/// The plaintext of a session over a non-blocking socket, as a `Read` (it says
+/// The plaintext of `conn` over the non-blocking socket `sock`, as a `Read` (it says
 /// `WouldBlock` when nothing more has arrived).
-pub(crate) struct PlainReader<'a> {
-    pub(crate) conn: &'a mut ClientConnection,
-    pub(crate) sock: &'a TcpStream,
+pub(crate) fn plain<'a>(conn: &'a mut Session, sock: &'a TcpStream) -> impl Read + 'a {
+    PlainReader { conn, sock }
+}
+
+/// See [`plain`].
+struct PlainReader<'a> {
+    conn: &'a mut ClientConnection,
+    sock: &'a TcpStream,
 }
 
 impl Read for PlainReader<'_> {
@@ -390,11 +396,7 @@ impl Write for TlsStream {
         let mut conn = self.session.lock();
         // A new command connection's handshake first, as rustls's own stream runs it (what
         // rustls would queue meanwhile is limited).
-        while conn.is_handshaking() {
-            if conn.complete_io(&mut &self.tcp)? == (0, 0) && conn.is_handshaking() {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
+        blocking_handshake(&mut conn, &self.tcp, None)?;
         let n = conn.writer().write(buf)?;
         flush_tls(&mut conn, &self.tcp)?;
         Ok(n)
@@ -490,7 +492,7 @@ pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
     else {
         return false;
     };
-    match blocking_handshake(&mut conn, &tcp, until) {
+    match blocking_handshake(&mut conn, &tcp, Some(until)) {
         Ok(()) => {
             let _ = tcp.shutdown(std::net::Shutdown::Both);
             true
