@@ -442,7 +442,7 @@ impl Pool {
             None => None,
         };
         let client = moved.as_ref().unwrap_or(&self.client);
-        let server = server_name(client.info());
+        let server = server_name(&client.info);
         let connect = by.cap(self.timeouts.connect).map_err(|e| e.at(&server))?;
         let con = open(client, connect).map_err(|e| e.at(&server))?;
         // The opening leaves the socket without timeouts; `Conn` records that as zero.

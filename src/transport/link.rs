@@ -157,16 +157,10 @@ impl Link {
 /// settings, and for `rediss://` the TLS configuration.
 #[derive(Clone)]
 pub(crate) struct Opener {
-    info: ConnectionInfo,
+    /// The address (and the settings of the handshake the opening runs, if any).
+    pub(crate) info: ConnectionInfo,
     /// The TLS configuration of a `rediss://` address.
     pub(crate) tls: Option<tls::Config>,
-}
-
-impl Opener {
-    /// The address (and the settings of the handshake the opening runs, if any).
-    pub(crate) fn info(&self) -> &ConnectionInfo {
-        &self.info
-    }
 }
 
 /// How connections to an address are opened: TLS with `tls`'s configuration for the address's
