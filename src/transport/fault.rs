@@ -161,13 +161,12 @@ impl Fault {
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = |server: &Option<String>| server.as_ref().map(|s| format!(" at {s}"));
+        // ` at host:port`, when the server is known.
+        let at = |s: &Option<String>| s.as_ref().map(|s| format!(" at {s}")).unwrap_or_default();
         match self {
-            Fault::RanOut { server } => write!(f, "{RAN_OUT}{}", at(server).unwrap_or_default()),
+            Fault::RanOut { server } => write!(f, "{RAN_OUT}{}", at(server)),
             Fault::MarkedDown => f.write_str(MARKED_DOWN),
-            Fault::Timeout { what, server } => {
-                write!(f, "timed out: {what}{}", at(server).unwrap_or_default())
-            }
+            Fault::Timeout { what, server } => write!(f, "timed out: {what}{}", at(server)),
             Fault::Io { error, server } => match server {
                 Some(s) => write!(f, "{s}: {error}"),
                 None => error.fmt(f),
