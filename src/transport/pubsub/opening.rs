@@ -46,7 +46,7 @@ use crate::transport::tls::{self, Tls, TlsStream, Want};
 enum Phase {
     /// The TCP connect is in progress.
     Connecting,
-    /// The TLS handshake is in progress.
+    /// The TLS handshake of a `rediss://` address is in progress (none for others).
     Tls,
     /// The `AUTH` / `CLIENT SETNAME` handshake: writing it, then reading its replies.
     Hello,
@@ -220,13 +220,10 @@ impl Opening {
                         self.sock = connect_nonblocking(next).map_err(Error::io)?;
                         return Ok(Step::Wait(Want::Write));
                     }
-                    self.phase = if self.tls.is_some() {
-                        Phase::Tls
-                    } else {
-                        Phase::Hello
-                    };
+                    self.phase = Phase::Tls;
                 }
                 Phase::Tls => {
+                    // A plain address has no session: on to the commands.
                     let Some(conn) = self.tls.as_mut() else {
                         self.phase = Phase::Hello;
                         continue;

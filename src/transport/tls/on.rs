@@ -38,10 +38,11 @@ impl Tls {
     /// The set-up for masters of which some verify certificates (`verified`) and some do not
     /// (`insecure`).
     pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
-        let config = |wanted: bool, insecure| wanted.then(|| client_config(&certs, insecure));
-        let verified = config(verified, false).transpose()?;
+        let verified = verified.then(|| client_config(&certs, None)).transpose()?;
+        let insecure = insecure.then(|| client_config(&certs, Some(accept_any()?)));
+        let insecure = insecure.transpose()?;
         Ok(Tls {
-            configs: [verified, config(insecure, true).transpose()?],
+            configs: [verified, insecure],
         })
     }
 
@@ -57,24 +58,21 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// A configuration builder with the `ring` provider and rustls's safe protocol versions.
-fn builder() -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier>> {
-    ClientConfig::builder_with_provider(provider())
+/// The rustls configuration of a connection, with the `ring` provider and rustls's safe
+/// protocol versions: checked by `verifier` if given (see [`AnyCert`]), else against
+/// `certs.root` or the system's roots; presenting `certs.client` if given.
+fn client_config(
+    certs: &TlsCerts,
+    verifier: Option<Arc<dyn ServerCertVerifier>>,
+) -> Result<Config> {
+    let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("no usable TLS version: {e}")))
-}
-
-/// The rustls configuration of a connection: verified against `certs.root` or the system's
-/// roots, presenting `certs.client` if given; no verification when `insecure` (with the
-/// feature `tls-insecure` only; an error without it).
-pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> {
-    let builder = builder()?;
-    let builder = if insecure {
-        builder
+        .map_err(|e| bad(format!("no usable TLS version: {e}")))?;
+    let builder = match verifier {
+        Some(verifier) => builder
             .dangerous()
-            .with_custom_certificate_verifier(accept_any()?)
-    } else {
-        builder.with_root_certificates(root_store(certs.root.as_deref())?)
+            .with_custom_certificate_verifier(verifier),
+        None => builder.with_root_certificates(root_store(certs.root.as_deref())?),
     };
     let config = match &certs.client {
         Some((cert, key)) => {
@@ -186,18 +184,9 @@ impl ServerCertVerifier for AnyCert {
 }
 
 /// An [`AnyCert`] verifier that accepts (`accept`) or refuses every certificate.
-fn any_cert(accept: bool) -> Arc<AnyCert> {
+fn any_cert(accept: bool) -> Arc<dyn ServerCertVerifier> {
     let algorithms = provider().signature_verification_algorithms;
     Arc::new(AnyCert { accept, algorithms })
-}
-
-/// The configuration of the TLS probe: its verifier refuses every certificate it is shown.
-fn probe_config() -> Result<Config> {
-    let config = builder()?
-        .dangerous()
-        .with_custom_certificate_verifier(any_cert(false))
-        .with_no_client_auth();
-    Ok(Arc::new(config))
 }
 
 /// A TLS connection over a TCP socket (a command connection's, or a pub/sub connection's,
@@ -481,7 +470,9 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
 /// wants a client certificate, say). Silence, a closed connection or bytes that are not TLS:
 /// false.
 pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
-    let Ok(mut conn) = probe_config().and_then(|config| session(host, config)) else {
+    // The probe's verifier refuses every certificate it is shown.
+    let config = client_config(&TlsCerts::default(), Some(any_cert(false)));
+    let Ok(mut conn) = config.and_then(|config| session(host, config)) else {
         return false;
     };
     let until = Instant::now() + connect;
