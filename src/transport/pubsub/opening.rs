@@ -229,13 +229,10 @@ impl Opening {
                         continue;
                     };
                     let tcp = tcp_of(&self.sock).map_err(Error::io)?;
-                    match tls::handshake_step(conn, tcp) {
+                    // Once done, the handshake's commands go to the session whole.
+                    match tls::handshake_step(conn, tcp, &self.hello) {
                         Ok(Some(want)) => return Ok(Step::Wait(want)),
                         Ok(None) => {
-                            // The handshake's commands go to the session whole; they are
-                            // sent as the socket allows.
-                            tls::queue(conn, &self.hello)
-                                .map_err(|e| tls::handshake_error(&e, &self.host))?;
                             self.written = self.hello.len();
                             self.phase = Phase::Hello;
                         }

@@ -57,17 +57,16 @@ pub(crate) fn session(_host: &str, config: Config) -> Result<Session> {
 }
 
 /// Never called (no session exists).
-pub(crate) fn handshake_step(conn: &mut Session, _sock: &TcpStream) -> io::Result<Option<Want>> {
+pub(crate) fn handshake_step(
+    conn: &mut Session,
+    _sock: &TcpStream,
+    _then: &[u8],
+) -> io::Result<Option<Want>> {
     match conn.0 {}
 }
 
 /// Never called (no session exists).
 pub(crate) fn flush_step(conn: &mut Session, _sock: &TcpStream) -> io::Result<bool> {
-    match conn.0 {}
-}
-
-/// Never called (no session exists).
-pub(crate) fn queue(conn: &mut Session, _plaintext: &[u8]) -> io::Result<()> {
     match conn.0 {}
 }
 

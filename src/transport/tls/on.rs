@@ -266,17 +266,20 @@ pub(crate) fn session(host: &str, config: Config) -> Result<Session> {
 }
 
 /// Advances the handshake of `conn` on the non-blocking socket `sock` as far as the socket
-/// allows (rustls is sans-IO: it never blocks by itself). `Ok(None)`: the handshake is done
-/// and its last records are sent; `Ok(Some(want))`: call again once the socket is ready so.
+/// allows (rustls is sans-IO: it never blocks by itself). `Ok(None)`: the handshake is done,
+/// its last records are sent, and `then` is queued whole, to be sent as the socket allows
+/// (see [`flush_step`]); `Ok(Some(want))`: call again once the socket is ready so.
 pub(crate) fn handshake_step(
     conn: &mut ClientConnection,
     mut sock: &TcpStream,
+    then: &[u8],
 ) -> io::Result<Option<Want>> {
     loop {
         if !flush_step(conn, sock)? {
             return Ok(Some(Want::Write));
         }
         if !conn.is_handshaking() {
+            conn.writer().write_all(then)?;
             return Ok(None);
         }
         match take_records(conn, &mut sock) {
@@ -286,11 +289,6 @@ pub(crate) fn handshake_step(
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Queues `plaintext` on `conn`, to be sent once its handshake is done (see [`flush_step`]).
-pub(crate) fn queue(conn: &mut Session, plaintext: &[u8]) -> io::Result<()> {
-    conn.writer().write_all(plaintext)
 }
 
 /// Sends what `conn` has queued on the non-blocking socket `sock`; whether all of it went
