@@ -232,10 +232,7 @@ impl Opening {
                     // Once done, the handshake's commands go to the session whole.
                     match tls::handshake_step(conn, tcp, &self.hello) {
                         Ok(Some(want)) => return Ok(Step::Wait(want)),
-                        Ok(None) => {
-                            self.written = self.hello.len();
-                            self.phase = Phase::Hello;
-                        }
+                        Ok(None) => self.phase = Phase::Hello,
                         Err(e) => return Err(tls::handshake_error(&e, &self.host)),
                     }
                 }

@@ -453,14 +453,12 @@ pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
 /// `e` as a TLS error naming the failed check when it is one (from a `redis` command
 /// connection to `host`); otherwise unchanged.
 pub(crate) fn classify(e: Error, host: &str) -> Error {
-    let found = match &e {
-        Error::Redis(RedisFailure(r)) => rustls_error(r).map(|t| describe(t, host)),
-        _ => None,
-    };
-    match found {
-        Some(reason) => bad(reason),
-        None => e,
+    if let Error::Redis(RedisFailure(r)) = &e
+        && let Some(t) = rustls_error(r)
+    {
+        return bad(describe(t, host));
     }
+    e
 }
 
 /// Whether `host:port` answers a TLS handshake (within `connect`): it shows a certificate
