@@ -12,7 +12,8 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::error::{Error, RedisFailure, Result};
 use crate::transport::fault::Fault;
-use crate::transport::link::{self, Link, Opener, client_for, open};
+pub(crate) use crate::transport::link::Conn;
+use crate::transport::link::{self, Opener, client_for, open};
 use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
@@ -256,27 +257,6 @@ pub(crate) trait Resolve: Send + Sync + std::fmt::Debug {
 /// How often the background check asks where the master is.
 pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(1);
 
-/// A command connection, with the timeouts its socket is set to (so that they are changed
-/// only when a step needs other ones).
-pub(crate) struct Conn {
-    /// The resolver's generation when the connection was opened (0 without one).
-    generation: u64,
-    /// The server's `host:port`, named in this connection's errors.
-    server: String,
-    con: Link,
-    read: Duration,
-    write: Duration,
-}
-
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn")
-            .field("read", &self.read)
-            .field("write", &self.write)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Conn {
     /// Sets both socket timeouts to `t` (no system call when they already are).
     pub(crate) fn set_timeouts(&mut self, t: Duration) -> Result<(), Fault> {
@@ -293,7 +273,7 @@ impl Conn {
     /// already is.
     fn set_timeout(&mut self, t: Duration, read: bool) -> Result<(), Fault> {
         let t = coarse(t);
-        let sock = self.con.stream.socket();
+        let sock = self.stream.socket();
         if read && self.read != t {
             sock.set_read_timeout(Some(t))?;
             self.read = t;
@@ -331,8 +311,7 @@ impl Conn {
 
     /// Writes a packed command with the timeouts as they are.
     pub(crate) fn send_now(&mut self, packed: &[u8]) -> Result<(), Fault> {
-        self.con
-            .send_packed_command(packed)
+        self.send_packed_command(packed)
             .map_err(|e| Fault::from(e).at(&self.server))
     }
 
@@ -344,14 +323,8 @@ impl Conn {
 
     /// Reads one reply with the timeouts as they are.
     pub(crate) fn recv_now(&mut self) -> Result<Value, Fault> {
-        self.con
-            .recv_response()
+        self.recv_response()
             .map_err(|e| reply_error(e, &self.server))
-    }
-
-    /// False once the connection read an end of stream or a protocol error.
-    pub(crate) fn is_open(&self) -> bool {
-        self.con.is_open()
     }
 }
 
@@ -444,15 +417,8 @@ impl Pool {
         let client = moved.as_ref().unwrap_or(&self.client);
         let server = server_name(&client.info);
         let connect = by.cap(self.timeouts.connect).map_err(|e| e.at(&server))?;
-        let con = open(client, connect).map_err(|e| e.at(&server))?;
-        // The opening leaves the socket without timeouts; `Conn` records that as zero.
-        let mut con = Conn {
-            generation,
-            server,
-            con,
-            read: Duration::ZERO,
-            write: Duration::ZERO,
-        };
+        let mut con = open(client, connect).map_err(|e| e.at(&server))?;
+        con.generation = generation;
         if let Some(r) = &self.resolver {
             let role = redis::cmd("ROLE").get_packed_command();
             con.send(&role, self.timeouts.connect, by)?;
