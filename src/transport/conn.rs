@@ -12,7 +12,8 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::error::{Error, RedisFailure, Result};
 use crate::transport::fault::Fault;
-use crate::transport::link::{self, Link, Opener, client_for, open};
+pub(crate) use crate::transport::link::Conn;
+use crate::transport::link::{self, Opener, client_for, open};
 use crate::transport::tls::Tls;
 
 /// How many idle connections the pool keeps; more may be open while many threads are busy.
@@ -40,15 +41,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
                 Some((h, p)) if !h.ends_with(']') || host_port.starts_with('[') => (h, Some(p)),
                 _ => (host_port, None),
             };
-            if host.is_empty() {
-                return Err(bad("the host is missing".into()));
-            }
-            if let Some(port) = port
-                && !port.parse::<u16>().is_ok_and(|p| p > 0)
-            {
-                let reason = format!("the port `{port}` is not a number from 1 to 65535");
-                return Err(bad(reason));
-            }
+            check_host(host, port)?;
             check_db(
                 rest[authority.len()..]
                     .split(['?', '#'])
@@ -71,26 +64,33 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
 /// Checks a server's address and settings (from a URL or given as they are): a TCP, TLS or
 /// Unix address, a host and a port other than 0, a database from 0 up.
 pub(crate) fn check_info(info: ConnectionInfo) -> Result<ConnectionInfo> {
-    let bad = |reason: String| Error::InvalidUrl { reason };
     match info.addr() {
         ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            if host.is_empty() {
-                return Err(bad("the host is missing".into()));
-            }
-            if *port == 0 {
-                return Err(bad("the port `0` is not a number from 1 to 65535".into()));
-            }
+            check_host(host, Some(&port.to_string()))?;
         }
         ConnectionAddr::Unix(..) => {}
         _ => return Err(link::unsupported()),
     }
     let db = info.redis_settings().db();
     if db < 0 {
-        return Err(bad(format!(
-            "the database `{db}` is not a number from 0 up"
-        )));
+        let reason = format!("the database `{db}` is not a number from 0 up");
+        return Err(Error::InvalidUrl { reason });
     }
     Ok(info)
+}
+
+/// A TCP address's host (not empty) and port, if given (a number from 1 to 65535).
+fn check_host(host: &str, port: Option<&str>) -> Result<()> {
+    let bad = |reason: String| Err(Error::InvalidUrl { reason });
+    if host.is_empty() {
+        return bad("the host is missing".into());
+    }
+    if let Some(port) = port
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return bad(format!("the port `{port}` is not a number from 1 to 65535"));
+    }
+    Ok(())
 }
 
 /// The path of a `redis://` URL: empty, `/`, or `/` and a database number.
@@ -257,53 +257,43 @@ pub(crate) trait Resolve: Send + Sync + std::fmt::Debug {
 /// How often the background check asks where the master is.
 pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(1);
 
-/// A command connection, with the timeouts its socket is set to (so that they are changed
-/// only when a step needs other ones).
-pub(crate) struct Conn {
-    /// The resolver's generation when the connection was opened (0 without one).
-    generation: u64,
-    /// The server's `host:port`, named in this connection's errors.
-    server: String,
-    con: Link,
-    read: Duration,
-    write: Duration,
-}
-
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn")
-            .field("read", &self.read)
-            .field("write", &self.write)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Conn {
     /// Sets both socket timeouts to `t` (no system call when they already are).
     pub(crate) fn set_timeouts(&mut self, t: Duration) -> Result<(), Fault> {
-        self.set_read_timeout(t)?;
-        self.set_write_timeout(t)
+        self.set_timeout(t, true)?;
+        self.set_timeout(t, false)
     }
 
-    /// Sets the socket's read timeout to `t` (no system call when it already is). A write
-    /// and a read usually want different timeouts (the command's, the reply's), so each sets
-    /// only its own (and the other where it was never set: a TLS handshake both writes and
-    /// reads): a command then costs no `setsockopt` at all.
+    /// Sets the socket's read timeout to `t` (no system call when it already is).
     pub(crate) fn set_read_timeout(&mut self, t: Duration) -> Result<(), Fault> {
+        self.set_timeout(t, true)
+    }
+
+    /// Sets the socket's read (`read`) or write timeout to `t`, with no system call when it
+    /// already is.
+    fn set_timeout(&mut self, t: Duration, read: bool) -> Result<(), Fault> {
         let t = coarse(t);
-        if self.read != t {
-            self.con.stream.set_read_timeout(Some(t))?;
+        let sock = self.stream.socket();
+        if read && self.read != t {
+            sock.set_read_timeout(Some(t))?;
             self.read = t;
+        } else if !read && self.write != t {
+            sock.set_write_timeout(Some(t))?;
+            self.write = t;
         }
         Ok(())
     }
 
-    /// Sets the socket's write timeout to `t` (no system call when it already is).
-    fn set_write_timeout(&mut self, t: Duration) -> Result<(), Fault> {
-        let t = coarse(t);
-        if self.write != t {
-            self.con.stream.set_write_timeout(Some(t))?;
-            self.write = t;
+    /// Bounds the next write (`read` false) or read by `timeout`, shortened by `by`. A write
+    /// and a read usually want different timeouts (the command's, the reply's), so each sets
+    /// only its own (and the other where it was never set: a new connection's TLS handshake
+    /// both writes and reads): a command then costs no `setsockopt` at all.
+    fn bound(&mut self, timeout: Duration, by: Deadline, read: bool) -> Result<(), Fault> {
+        let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
+        self.set_timeout(t, read)?;
+        let other = if read { self.write } else { self.read };
+        if other.is_zero() {
+            self.set_timeout(t, !read)?;
         }
         Ok(())
     }
@@ -315,42 +305,26 @@ impl Conn {
         timeout: Duration,
         by: Deadline,
     ) -> Result<(), Fault> {
-        let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
-        self.set_write_timeout(t)?;
-        if self.read.is_zero() {
-            // A new connection's first write runs the TLS handshake, which reads too.
-            self.set_read_timeout(t)?;
-        }
+        self.bound(timeout, by, false)?;
         self.send_now(packed)
     }
 
     /// Writes a packed command with the timeouts as they are.
     pub(crate) fn send_now(&mut self, packed: &[u8]) -> Result<(), Fault> {
-        self.con
-            .send_packed_command(packed)
+        self.send_packed_command(packed)
             .map_err(|e| Fault::from(e).at(&self.server))
     }
 
     /// Reads one reply, waiting at most `timeout` (shortened by `by`).
     pub(crate) fn recv(&mut self, timeout: Duration, by: Deadline) -> Result<Value, Fault> {
-        let t = by.cap(timeout).map_err(|e| e.at(&self.server))?;
-        self.set_read_timeout(t)?;
-        if self.write.is_zero() {
-            self.set_write_timeout(t)?;
-        }
+        self.bound(timeout, by, true)?;
         self.recv_now()
     }
 
     /// Reads one reply with the timeouts as they are.
     pub(crate) fn recv_now(&mut self) -> Result<Value, Fault> {
-        self.con
-            .recv_response()
+        self.recv_response()
             .map_err(|e| reply_error(e, &self.server))
-    }
-
-    /// False once the connection read an end of stream or a protocol error.
-    pub(crate) fn is_open(&self) -> bool {
-        self.con.is_open()
     }
 }
 
@@ -441,17 +415,10 @@ impl Pool {
             None => None,
         };
         let client = moved.as_ref().unwrap_or(&self.client);
-        let server = server_name(client.info());
+        let server = server_name(&client.info);
         let connect = by.cap(self.timeouts.connect).map_err(|e| e.at(&server))?;
-        let con = open(client, connect).map_err(|e| e.at(&server))?;
-        // The opening leaves the socket without timeouts; `Conn` records that as zero.
-        let mut con = Conn {
-            generation,
-            server,
-            con,
-            read: Duration::ZERO,
-            write: Duration::ZERO,
-        };
+        let mut con = open(client, connect).map_err(|e| e.at(&server))?;
+        con.generation = generation;
         if let Some(r) = &self.resolver {
             let role = redis::cmd("ROLE").get_packed_command();
             con.send(&role, self.timeouts.connect, by)?;

@@ -22,11 +22,8 @@ pub(crate) const LOOKUP_TIMED_OUT: &str = "the DNS lookup of the host name";
 
 /// `host` as an IP address (`[::1]` too), which needs no lookup.
 fn address(host: &str) -> Option<IpAddr> {
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse().ok()
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    bare.unwrap_or(host).parse().ok()
 }
 
 /// Runs `f` on a short-lived thread and waits for it at most `left` (`None`: as long as it

@@ -161,23 +161,16 @@ impl Fault {
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // ` at host:port`, when the server is known.
+        let at = |s: &Option<String>| s.as_ref().map(|s| format!(" at {s}")).unwrap_or_default();
         match self {
-            Fault::RanOut { server: Some(s) } => write!(f, "{RAN_OUT} at {s}"),
-            Fault::RanOut { server: None } => f.write_str(RAN_OUT),
+            Fault::RanOut { server } => write!(f, "{RAN_OUT}{}", at(server)),
             Fault::MarkedDown => f.write_str(MARKED_DOWN),
-            Fault::Timeout {
-                what,
-                server: Some(s),
-            } => write!(f, "timed out: {what} at {s}"),
-            Fault::Timeout { what, server: None } => write!(f, "timed out: {what}"),
-            Fault::Io {
-                error,
-                server: Some(s),
-            } => write!(f, "{s}: {error}"),
-            Fault::Io {
-                error,
-                server: None,
-            } => error.fmt(f),
+            Fault::Timeout { what, server } => write!(f, "timed out: {what}{}", at(server)),
+            Fault::Io { error, server } => match server {
+                Some(s) => write!(f, "{s}: {error}"),
+                None => error.fmt(f),
+            },
             Fault::NotRedis { text } => f.write_str(text),
             Fault::Redis(e) => e.fmt(f),
             Fault::BadReply { script, reply } => {

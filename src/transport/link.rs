@@ -1,9 +1,10 @@
-//! The socket of a connection, and how a command connection is opened: a TCP, TLS or Unix
-//! [`Stream`] of this crate's, its replies read by the `redis` crate's parser. `rediss://` is
-//! ours because the `redis` crate's TLS builds its rustls configurations from rustls's
-//! process-wide default provider (and installs one), which a library must leave to the
-//! program (see `tls/mod.rs`); TCP and Unix go the same way, so that every address is opened
-//! by one path, its host name looked up within the connect timeout (see [`dns`]).
+//! The socket of a connection, the command connection [`Conn`] over it, and how a command
+//! connection is opened: a TCP, TLS or Unix [`Stream`] of this crate's, its replies read by
+//! the `redis` crate's parser (the bounds of its steps, and the pool, are in `conn.rs`).
+//! `rediss://` is ours because the `redis` crate's TLS builds its rustls configurations from
+//! rustls's process-wide default provider (and installs one), which a library must leave to
+//! the program (see `tls/mod.rs`); TCP and Unix go the same way, so that every address is
+//! opened by one path, its host name looked up within the connect timeout (see [`dns`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -46,7 +47,7 @@ pub(crate) enum Stream {
 
 impl Stream {
     /// The socket, for its options and shutdown (the same whatever runs over it).
-    fn socket(&self) -> SockRef<'_> {
+    pub(crate) fn socket(&self) -> SockRef<'_> {
         match self {
             Stream::Tcp(s) => SockRef::from(s),
             Stream::Tls(s) => SockRef::from(s.tcp()),
@@ -54,20 +55,17 @@ impl Stream {
         }
     }
 
+    /// What is read and written: the socket itself, or the TLS stream over it.
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+
     pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket().set_read_timeout(t)?;
-        self.socket().set_write_timeout(t)
-    }
-
-    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.socket().set_nonblocking(on)
-    }
-
-    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.socket().set_read_timeout(t)
-    }
-
-    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket().set_write_timeout(t)
     }
 
@@ -84,6 +82,11 @@ impl Stream {
     }
 }
 
+/// A socket or stream that is both read and written.
+trait ReadWrite: Read + Write {}
+
+impl<T: Read + Write> ReadWrite for T {}
+
 impl AsRawFd for Stream {
     fn as_raw_fd(&self) -> RawFd {
         self.socket().as_raw_fd()
@@ -92,40 +95,46 @@ impl AsRawFd for Stream {
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
+        self.io().read(buf)
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
+        self.io().write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-        }
+        self.io().flush()
     }
 }
 
-/// The socket of a command connection, and the parser of its replies (a TLS connection runs
-/// its handshake within its first write or read, bounded by the socket's timeouts).
-pub(crate) struct Link {
+/// A command connection: its socket and the parser of its replies (a TLS connection runs its
+/// handshake within its first write or read, bounded by the socket's timeouts), with the
+/// timeouts its socket is set to, so that they are changed only when a step needs other ones
+/// (see `conn.rs`, where it is pooled).
+pub(crate) struct Conn {
+    /// The resolver's generation when the connection was opened (0 without one).
+    pub(super) generation: u64,
+    /// The server's `host:port`, named in this connection's errors.
+    pub(super) server: String,
     pub(crate) stream: Stream,
     parser: redis::Parser,
     open: bool,
+    /// The socket's read and write timeouts (zero: not set yet).
+    pub(super) read: Duration,
+    pub(super) write: Duration,
 }
 
-impl Link {
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("read", &self.read)
+            .field("write", &self.write)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
     /// Writes a packed command (or several). A failure that leaves the connection unusable
     /// closes it.
     pub(crate) fn send_packed_command(&mut self, packed: &[u8]) -> RedisResult<()> {
@@ -167,16 +176,10 @@ impl Link {
 /// settings, and for `rediss://` the TLS configuration.
 #[derive(Clone)]
 pub(crate) struct Opener {
-    info: ConnectionInfo,
+    /// The address (and the settings of the handshake the opening runs, if any).
+    pub(crate) info: ConnectionInfo,
     /// The TLS configuration of a `rediss://` address.
     pub(crate) tls: Option<tls::Config>,
-}
-
-impl Opener {
-    /// The address (and the settings of the handshake the opening runs, if any).
-    pub(crate) fn info(&self) -> &ConnectionInfo {
-        &self.info
-    }
 }
 
 /// How connections to an address are opened: TLS with `tls`'s configuration for the address's
@@ -199,7 +202,7 @@ pub(crate) fn client_for(info: ConnectionInfo, tls: Option<&Tls>) -> Result<Open
 /// the TLS handshake; without them, the first command does). Nothing else: a new
 /// connection to a stalled server then waits for the command's reply within the command
 /// timeout, not for a handshake within the connect timeout.
-pub(crate) fn open(client: &Opener, connect: Duration) -> Result<Link, Fault> {
+pub(crate) fn open(client: &Opener, connect: Duration) -> Result<Conn, Fault> {
     let until = Instant::now().checked_add(connect);
     let left = || {
         let left = until.map_or(connect, |t| t.saturating_duration_since(Instant::now()));
@@ -227,27 +230,32 @@ pub(crate) fn open(client: &Opener, connect: Duration) -> Result<Link, Fault> {
         }
         _ => return Err(unsupported().into()),
     };
-    let mut link = Link {
+    // The opening leaves the socket without timeouts: zero here.
+    let mut con = Conn {
+        generation: 0,
+        server: client.info.addr().to_string(),
         stream,
         parser: redis::Parser::new(),
         open: true,
+        read: Duration::ZERO,
+        write: Duration::ZERO,
     };
     let settings = client.info.redis_settings();
     let select = (settings.db() != 0).then(|| redis::cmd("SELECT").arg(settings.db()).clone());
     let setup: Vec<_> = auth(settings).into_iter().chain(select).collect();
     if !setup.is_empty() {
-        link.stream.set_timeouts(Some(left()?))?;
+        con.stream.set_timeouts(Some(left()?))?;
         let mut packed = Vec::new();
         setup
             .iter()
             .for_each(|c| c.write_packed_command(&mut packed));
-        link.send_packed_command(&packed)?;
+        con.send_packed_command(&packed)?;
         for _ in &setup {
-            link.recv_response()?.extract_error()?;
+            con.recv_response()?.extract_error()?;
         }
-        link.stream.set_timeouts(None)?;
+        con.stream.set_timeouts(None)?;
     }
-    Ok(link)
+    Ok(con)
 }
 
 /// The error of an address that is neither TCP, TLS nor Unix.

@@ -1,11 +1,13 @@
 //! The transport layer: sockets to one Redis server, used by every topology.
 //!
 //! - [`conn`]: URL checks, the [`Deadline`](conn::Deadline) every blocking step keeps, the
-//!   connect and command [`Timeouts`](conn::Timeouts), the `ROLE` check of a resolved master
-//!   and the pool of command connections.
+//!   connect and command [`Timeouts`](conn::Timeouts), the bounds of a command connection's
+//!   writes and reads, the `ROLE` check of a resolved master and the pool of command
+//!   connections.
 //! - [`link`]: the TCP, TLS or Unix [`Stream`](link::Stream) of every connection, TCP
-//!   keepalive, and the opening of a command connection within the connect timeout (the
-//!   host name looked up, then `AUTH` and `SELECT` pipelined).
+//!   keepalive, the command connection [`Conn`](link::Conn) (a stream and its reply parser),
+//!   and its opening within the connect timeout (the host name looked up, then `AUTH` and
+//!   `SELECT` pipelined).
 //! - [`fault`]: the [`Fault`](fault::Fault) these layers decide on (a bound that ran out, a
 //!   failed connection, an answer that is not RESP, a reply of the wrong shape), and its
 //!   conversion to the public [`Error`](crate::Error).

@@ -32,11 +32,7 @@ pub(crate) struct ReadHalf {
 
 /// `args` as one RESP command.
 pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut cmd = redis::Cmd::new();
-    for a in args {
-        cmd.arg(*a);
-    }
-    cmd.get_packed_command()
+    redis::Cmd::new().arg(args).get_packed_command()
 }
 
 /// The error of a pub/sub handshake read, naming the server. (No guess at TLS here: a closed

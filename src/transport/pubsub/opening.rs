@@ -39,14 +39,14 @@ use crate::error::{Error, RedisFailure, Result};
 use crate::transport::conn::{MAX_SOCKET_TIMEOUT, Timeouts};
 use crate::transport::dns;
 use crate::transport::link::{self, keepalive};
-use crate::transport::tls::{self, PlainReader, Tls, TlsStream, Want};
+use crate::transport::tls::{self, Tls, TlsStream, Want};
 
 /// Where an opening connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// The TCP connect is in progress.
     Connecting,
-    /// The TLS handshake is in progress.
+    /// The TLS handshake of a `rediss://` address is in progress (none for others).
     Tls,
     /// The `AUTH` / `CLIENT SETNAME` handshake: writing it, then reading its replies.
     Hello,
@@ -220,28 +220,19 @@ impl Opening {
                         self.sock = connect_nonblocking(next).map_err(Error::io)?;
                         return Ok(Step::Wait(Want::Write));
                     }
-                    self.phase = if self.tls.is_some() {
-                        Phase::Tls
-                    } else {
-                        Phase::Hello
-                    };
+                    self.phase = Phase::Tls;
                 }
                 Phase::Tls => {
+                    // A plain address has no session: on to the commands.
                     let Some(conn) = self.tls.as_mut() else {
                         self.phase = Phase::Hello;
                         continue;
                     };
                     let tcp = tcp_of(&self.sock).map_err(Error::io)?;
-                    match tls::handshake_step(conn, tcp) {
+                    // Once done, the handshake's commands go to the session whole.
+                    match tls::handshake_step(conn, tcp, &self.hello) {
                         Ok(Some(want)) => return Ok(Step::Wait(want)),
-                        Ok(None) => {
-                            // The handshake's commands go to the session whole; they are
-                            // sent as the socket allows.
-                            tls::queue(conn, &self.hello)
-                                .map_err(|e| tls::handshake_error(&e, &self.host))?;
-                            self.written = self.hello.len();
-                            self.phase = Phase::Hello;
-                        }
+                        Ok(None) => self.phase = Phase::Hello,
                         Err(e) => return Err(tls::handshake_error(&e, &self.host)),
                     }
                 }
@@ -276,7 +267,7 @@ impl Opening {
             let parsed = match self.tls.as_mut() {
                 Some(conn) => {
                     let sock = tcp_of(&self.sock).map_err(Error::io)?;
-                    self.parser.parse_value(PlainReader { conn, sock })
+                    self.parser.parse_value(tls::plain(conn, sock))
                 }
                 None => self.parser.parse_value(&mut self.sock),
             };
@@ -304,14 +295,14 @@ impl Opening {
     /// polled, and a write half, made blocking again: reads wake up every [`HEARTBEAT`],
     /// writes wait at most the command timeout.
     pub(crate) fn into_open(self) -> Result<(ReadHalf, Stream)> {
-        self.sock.set_nonblocking(false).map_err(Error::io)?;
+        (self.sock.socket().set_nonblocking(false)).map_err(Error::io)?;
         let stream = match (self.sock, self.tls) {
             (Stream::Tcp(tcp), Some(conn)) => Stream::Tls(TlsStream::over(tcp, conn)),
             (sock, _) => sock,
         };
         let writer = stream.try_clone().map_err(Error::io)?;
         stream.set_timeouts(Some(HEARTBEAT)).map_err(Error::io)?;
-        writer
+        (writer.socket())
             .set_write_timeout(Some(self.timeouts.command.min(MAX_SOCKET_TIMEOUT)))
             .map_err(Error::io)?;
         Ok((

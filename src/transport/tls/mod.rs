@@ -60,20 +60,19 @@ pub(crate) fn check_features(certs: &TlsCerts, verified: bool, insecure: bool) -
             "{what} needs the `{feature}` feature of redis-locksmith (not enabled in this build)"
         )
     };
-    if !cfg!(feature = "tls") {
-        if verified || insecure {
-            return Err(Error::config("url", needs("rediss://", "tls")));
-        }
-        if certs.root.is_some() {
-            return Err(Error::config(
-                "tls_root_cert",
-                needs("a TLS certificate", "tls"),
-            ));
-        }
-        if certs.client.is_some() {
-            let what = "a TLS client certificate";
-            return Err(Error::config("tls_client_cert", needs(what, "tls")));
-        }
+    let wants_tls = [
+        (verified || insecure, "url", "rediss://"),
+        (certs.root.is_some(), "tls_root_cert", "a TLS certificate"),
+        (
+            certs.client.is_some(),
+            "tls_client_cert",
+            "a TLS client certificate",
+        ),
+    ];
+    if let Some((_, key, what)) = wants_tls.into_iter().find(|(given, ..)| *given)
+        && !cfg!(feature = "tls")
+    {
+        return Err(Error::config(key, needs(what, "tls")));
     }
     if insecure && !cfg!(feature = "tls-insecure") {
         let what = "a rediss:// URL ending in #insecure (which turns the server's certificate \

@@ -57,7 +57,11 @@ pub(crate) fn session(_host: &str, config: Config) -> Result<Session> {
 }
 
 /// Never called (no session exists).
-pub(crate) fn handshake_step(conn: &mut Session, _sock: &TcpStream) -> io::Result<Option<Want>> {
+pub(crate) fn handshake_step(
+    conn: &mut Session,
+    _sock: &TcpStream,
+    _then: &[u8],
+) -> io::Result<Option<Want>> {
     match conn.0 {}
 }
 
@@ -67,21 +71,8 @@ pub(crate) fn flush_step(conn: &mut Session, _sock: &TcpStream) -> io::Result<bo
 }
 
 /// Never called (no session exists).
-pub(crate) fn queue(conn: &mut Session, _plaintext: &[u8]) -> io::Result<()> {
+pub(crate) fn plain<'a>(conn: &'a mut Session, _sock: &'a TcpStream) -> Never {
     match conn.0 {}
-}
-
-/// The plaintext of a session (never made: no session exists).
-pub(crate) struct PlainReader<'a> {
-    pub(crate) conn: &'a mut Session,
-    pub(crate) sock: &'a TcpStream,
-}
-
-impl Read for PlainReader<'_> {
-    fn read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
-        let _ = self.sock;
-        match self.conn.0 {}
-    }
 }
 
 impl Read for Never {

@@ -30,29 +30,26 @@ pub(crate) type Session = ClientConnection;
 /// before any I/O so that a bad certificate fails `build()` at once.
 #[derive(Debug)]
 pub(crate) struct Tls {
-    verified: Option<Config>,
-    insecure: Option<Config>,
+    /// The configuration of addresses that verify certificates, then of `#insecure` ones.
+    configs: [Option<Config>; 2],
 }
 
 impl Tls {
     /// The set-up for masters of which some verify certificates (`verified`) and some do not
     /// (`insecure`).
     pub(crate) fn new(certs: TlsCerts, verified: bool, insecure: bool) -> Result<Tls> {
-        let config = |wanted: bool, insecure| wanted.then(|| client_config(&certs, insecure));
+        let verified = verified.then(|| client_config(&certs, None)).transpose()?;
+        let insecure = insecure.then(|| client_config(&certs, Some(accept_any()?)));
+        let insecure = insecure.transpose()?;
         Ok(Tls {
-            verified: config(verified, false).transpose()?,
-            insecure: config(insecure, true).transpose()?,
+            configs: [verified, insecure],
         })
     }
 
     /// The configuration for an address with this `insecure` flag (`None` only if
     /// [`Tls::new`] was not asked for that kind).
     pub(crate) fn config(&self, insecure: bool) -> Option<Config> {
-        if insecure {
-            self.insecure.clone()
-        } else {
-            self.verified.clone()
-        }
+        self.configs[usize::from(insecure)].clone()
     }
 }
 
@@ -61,24 +58,21 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// A configuration builder with the `ring` provider and rustls's safe protocol versions.
-fn builder() -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier>> {
-    ClientConfig::builder_with_provider(provider())
+/// The rustls configuration of a connection, with the `ring` provider and rustls's safe
+/// protocol versions: checked by `verifier` if given (see [`AnyCert`]), else against
+/// `certs.root` or the system's roots; presenting `certs.client` if given.
+fn client_config(
+    certs: &TlsCerts,
+    verifier: Option<Arc<dyn ServerCertVerifier>>,
+) -> Result<Config> {
+    let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("no usable TLS version: {e}")))
-}
-
-/// The rustls configuration of a connection: verified against `certs.root` or the system's
-/// roots, presenting `certs.client` if given; no verification when `insecure` (with the
-/// feature `tls-insecure` only; an error without it).
-pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> {
-    let builder = builder()?;
-    let builder = if insecure {
-        builder
+        .map_err(|e| bad(format!("no usable TLS version: {e}")))?;
+    let builder = match verifier {
+        Some(verifier) => builder
             .dangerous()
-            .with_custom_certificate_verifier(accept_any()?)
-    } else {
-        builder.with_root_certificates(root_store(certs.root.as_deref())?)
+            .with_custom_certificate_verifier(verifier),
+        None => builder.with_root_certificates(root_store(certs.root.as_deref())?),
     };
     let config = match &certs.client {
         Some((cert, key)) => {
@@ -99,19 +93,15 @@ pub(crate) fn client_config(certs: &TlsCerts, insecure: bool) -> Result<Config> 
     Ok(Arc::new(config))
 }
 
-/// The verifier of `#insecure` URLs: accepts any certificate (feature `tls-insecure`).
-#[cfg(feature = "tls-insecure")]
+/// The verifier of `#insecure` URLs: accepts any certificate, with the feature
+/// `tls-insecure` only (`build()` refuses an `#insecure` URL without it before it gets here).
 fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
+    if !cfg!(feature = "tls-insecure") {
+        return Err(bad(
+            "#insecure needs the `tls-insecure` feature of redis-locksmith",
+        ));
+    }
     Ok(any_cert(true))
-}
-
-/// Without the feature `tls-insecure`, no verifier accepts any certificate (`build()` refuses
-/// an `#insecure` URL before it gets here).
-#[cfg(not(feature = "tls-insecure"))]
-fn accept_any() -> Result<Arc<dyn ServerCertVerifier>> {
-    Err(bad(
-        "#insecure needs the `tls-insecure` feature of redis-locksmith",
-    ))
 }
 
 fn root_store(pem: Option<&[u8]>) -> Result<RootCertStore> {
@@ -194,18 +184,9 @@ impl ServerCertVerifier for AnyCert {
 }
 
 /// An [`AnyCert`] verifier that accepts (`accept`) or refuses every certificate.
-fn any_cert(accept: bool) -> Arc<AnyCert> {
+fn any_cert(accept: bool) -> Arc<dyn ServerCertVerifier> {
     let algorithms = provider().signature_verification_algorithms;
     Arc::new(AnyCert { accept, algorithms })
-}
-
-/// The configuration of the TLS probe: its verifier refuses every certificate it is shown.
-fn probe_config() -> Result<Config> {
-    let config = builder()?
-        .dangerous()
-        .with_custom_certificate_verifier(any_cert(false))
-        .with_no_client_auth();
-    Ok(Arc::new(config))
 }
 
 /// A TLS connection over a TCP socket (a command connection's, or a pub/sub connection's,
@@ -253,23 +234,24 @@ impl TlsStream {
     }
 }
 
-/// Runs the handshake of `conn` on the blocking socket `tcp` until it is done or `until`
-/// (each socket step is bounded by what is left, through the socket's timeouts; a step that
-/// would pass `until` is a `TimedOut` error).
+/// Runs the handshake of `conn` on the blocking socket `tcp` until it is done, or `until` if
+/// given (each socket step is then bounded by what is left, through the socket's timeouts; a
+/// step that would pass `until` is a `TimedOut` error; without it, by the socket's timeouts).
 fn blocking_handshake(
     conn: &mut ClientConnection,
-    tcp: &TcpStream,
-    until: Instant,
+    mut tcp: &TcpStream,
+    until: Option<Instant>,
 ) -> io::Result<()> {
-    let mut sock = tcp;
     while conn.is_handshaking() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
+        if let Some(until) = until {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            tcp.set_read_timeout(Some(left))?;
+            tcp.set_write_timeout(Some(left))?;
         }
-        tcp.set_read_timeout(Some(left))?;
-        tcp.set_write_timeout(Some(left))?;
-        if conn.complete_io(&mut sock)? == (0, 0) && conn.is_handshaking() {
+        if conn.complete_io(&mut tcp)? == (0, 0) && conn.is_handshaking() {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
@@ -284,17 +266,20 @@ pub(crate) fn session(host: &str, config: Config) -> Result<Session> {
 }
 
 /// Advances the handshake of `conn` on the non-blocking socket `sock` as far as the socket
-/// allows (rustls is sans-IO: it never blocks by itself). `Ok(None)`: the handshake is done
-/// and its last records are sent; `Ok(Some(want))`: call again once the socket is ready so.
+/// allows (rustls is sans-IO: it never blocks by itself). `Ok(None)`: the handshake is done,
+/// its last records are sent, and `then` is queued whole, to be sent as the socket allows
+/// (see [`flush_step`]); `Ok(Some(want))`: call again once the socket is ready so.
 pub(crate) fn handshake_step(
     conn: &mut ClientConnection,
     mut sock: &TcpStream,
+    then: &[u8],
 ) -> io::Result<Option<Want>> {
     loop {
         if !flush_step(conn, sock)? {
             return Ok(Some(Want::Write));
         }
         if !conn.is_handshaking() {
+            conn.writer().write_all(then)?;
             return Ok(None);
         }
         match take_records(conn, &mut sock) {
@@ -304,11 +289,6 @@ pub(crate) fn handshake_step(
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Queues `plaintext` on `conn`, to be sent once its handshake is done (see [`flush_step`]).
-pub(crate) fn queue(conn: &mut Session, plaintext: &[u8]) -> io::Result<()> {
-    conn.writer().write_all(plaintext)
 }
 
 /// Sends what `conn` has queued on the non-blocking socket `sock`; whether all of it went
@@ -324,11 +304,16 @@ pub(crate) fn flush_step(conn: &mut ClientConnection, mut sock: &TcpStream) -> i
     Ok(true)
 }
 
-/// The plaintext of a session over a non-blocking socket, as a `Read` (it says
+/// The plaintext of `conn` over the non-blocking socket `sock`, as a `Read` (it says
 /// `WouldBlock` when nothing more has arrived).
-pub(crate) struct PlainReader<'a> {
-    pub(crate) conn: &'a mut ClientConnection,
-    pub(crate) sock: &'a TcpStream,
+pub(crate) fn plain<'a>(conn: &'a mut Session, sock: &'a TcpStream) -> impl Read + 'a {
+    PlainReader { conn, sock }
+}
+
+/// See [`plain`].
+struct PlainReader<'a> {
+    conn: &'a mut ClientConnection,
+    sock: &'a TcpStream,
 }
 
 impl Read for PlainReader<'_> {
@@ -398,11 +383,7 @@ impl Write for TlsStream {
         let mut conn = self.session.lock();
         // A new command connection's handshake first, as rustls's own stream runs it (what
         // rustls would queue meanwhile is limited).
-        while conn.is_handshaking() {
-            if conn.complete_io(&mut &self.tcp)? == (0, 0) && conn.is_handshaking() {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
+        blocking_handshake(&mut conn, &self.tcp, None)?;
         let n = conn.writer().write(buf)?;
         flush_tls(&mut conn, &self.tcp)?;
         Ok(n)
@@ -472,14 +453,12 @@ pub(crate) fn handshake_error(e: &io::Error, host: &str) -> Error {
 /// `e` as a TLS error naming the failed check when it is one (from a `redis` command
 /// connection to `host`); otherwise unchanged.
 pub(crate) fn classify(e: Error, host: &str) -> Error {
-    let found = match &e {
-        Error::Redis(RedisFailure(r)) => rustls_error(r).map(|t| describe(t, host)),
-        _ => None,
-    };
-    match found {
-        Some(reason) => bad(reason),
-        None => e,
+    if let Error::Redis(RedisFailure(r)) = &e
+        && let Some(t) = rustls_error(r)
+    {
+        return bad(describe(t, host));
     }
+    e
 }
 
 /// Whether `host:port` answers a TLS handshake (within `connect`): it shows a certificate
@@ -487,7 +466,9 @@ pub(crate) fn classify(e: Error, host: &str) -> Error {
 /// wants a client certificate, say). Silence, a closed connection or bytes that are not TLS:
 /// false.
 pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
-    let Ok(mut conn) = probe_config().and_then(|config| session(host, config)) else {
+    // The probe's verifier refuses every certificate it is shown.
+    let config = client_config(&TlsCerts::default(), Some(any_cert(false)));
+    let Ok(mut conn) = config.and_then(|config| session(host, config)) else {
         return false;
     };
     let until = Instant::now() + connect;
@@ -498,7 +479,7 @@ pub(crate) fn speaks_tls(host: &str, port: u16, connect: Duration) -> bool {
     else {
         return false;
     };
-    match blocking_handshake(&mut conn, &tcp, until) {
+    match blocking_handshake(&mut conn, &tcp, Some(until)) {
         Ok(()) => {
             let _ = tcp.shutdown(std::net::Shutdown::Both);
             true
