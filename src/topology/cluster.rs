@@ -68,7 +68,7 @@ use crate::transport::tls::Tls;
 
 mod slots;
 
-use super::send::{Flavor, Node, Round};
+use super::send::{Flavor, Node, Part, Round};
 pub(crate) use slots::call_slot;
 use slots::{Range, parse_shards, parse_slots, redirect};
 
@@ -400,7 +400,7 @@ impl Cluster {
                 redis::cmd("ASKING").write_packed_command(&mut out);
             }
             out.extend_from_slice(packed);
-            let reply = (round.run_on(&node, &out, 1 + usize::from(asking)))
+            let reply = (round.run_one(Part::new(0, &node, &out, 1 + usize::from(asking))))
                 .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
             let tried = match reply {
                 Ok(v) => match classify(&v) {

@@ -276,19 +276,10 @@ impl Round {
         self.collect(&p, con, read_by)
     }
 
-    /// Sends `packed`, which asks for `replies` replies, to `node` alone: its replies.
-    pub(crate) fn run_on(
-        &self,
-        node: &Node,
-        packed: &[u8],
-        replies: usize,
-    ) -> Result<Vec<Value>, Fault> {
-        self.run_one(Part::new(0, node, packed, replies))
-    }
-
     /// Sends one command, `packed`, to `node` alone: its reply, a server error as `Err`.
     pub(crate) fn ask(&self, node: &Node, packed: &[u8]) -> Result<Value, Fault> {
-        self.run_on(node, packed, 1).and_then(|mut v| one(v.pop()))
+        self.run_one(Part::new(0, node, packed, 1))
+            .and_then(|mut v| one(v.pop()))
     }
 
     /// Writes `p` on `con`, recording the connection or the failure.

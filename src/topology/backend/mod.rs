@@ -282,7 +282,7 @@ impl Backend {
         let mut packed = self.pack(call);
         self.push_wait(&mut packed);
         let round = self.round(Some(self.call_timeout), by, false);
-        match round.run_on(node, &packed, 2) {
+        match round.run_one(Part::new(0, node, &packed, 2)) {
             Ok(mut values) => {
                 let acked = acked(values.pop().as_ref());
                 (one(values.pop()), acked)
