@@ -282,6 +282,27 @@ impl Round {
             .and_then(|mut v| one(v.pop()))
     }
 
+    /// Sends one command, `packed`, to each of `masters` (each with its index) at once: each
+    /// master's reply, a server error as `Err`. A single master's goes through
+    /// [`run_one`](Self::run_one).
+    pub(crate) fn each<'a>(
+        &self,
+        masters: impl IntoIterator<Item = (usize, &'a Node)>,
+        packed: &[u8],
+    ) -> Replies<Value> {
+        let mut parts: Vec<_> = (masters.into_iter())
+            .map(|(i, node)| Part::new(i, node, packed, 1))
+            .collect();
+        if let [_] = parts.as_slice()
+            && let Some(p) = parts.pop()
+        {
+            return vec![(p.to, self.ask(p.node, packed))];
+        }
+        (self.run(parts).into_iter())
+            .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
+            .collect()
+    }
+
     /// Writes `p` on `con`, recording the connection or the failure.
     fn send<'a>(
         &self,
@@ -406,16 +427,11 @@ impl Round {
         let loads = self.flavor.write_loads(&mut packed);
         let library = self.flavor.library();
         library.load().write_packed_command(&mut packed);
-        fn parts<'a>(masters: &[(usize, &'a Node)], packed: &'a [u8], n: usize) -> Vec<Part<'a>> {
-            masters
-                .iter()
-                .map(|&(to, node)| Part::new(to, node, packed, n))
-                .collect()
-        }
         let name = |i: usize| masters.iter().find(|m| m.0 == i).map_or("", |m| &m.1.name);
         let mut loaded = None;
         let mut answers = Vec::new();
-        for (i, r) in self.run(parts(masters, &packed, 2 + loads)) {
+        let parts = (masters.iter()).map(|&(to, node)| Part::new(to, node, &packed, 2 + loads));
+        for (i, r) in self.run(parts.collect()) {
             // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
             // which then report the server's error by name, and a refused FUNCTION LOAD (an
             // ACL, a server before 7.0) leaves the calls on EVALSHA.
@@ -445,27 +461,19 @@ impl Round {
         // FCALL may still be refused where FUNCTION LOAD was not (an ACL). Asked of the
         // masters that answered: one that did not is judged by its FUNCTION LOAD, and costs
         // no second wait.
-        let answered: Vec<(usize, &Node)> = masters
-            .iter()
-            .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()))
-            .copied()
-            .collect();
+        let answered = (masters.iter().copied())
+            .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()));
         let ping = library.ping().get_packed_command();
-        let runs = self
-            .run(parts(&answered, &ping, 1))
-            .into_iter()
-            .all(|(i, r)| {
-                match r.and_then(|mut v| one(v.pop())) {
-                    Ok(Value::Int(1)) => true,
-                    Ok(_) => false,
-                    // A master that does not answer now is judged by its FUNCTION LOAD.
-                    Err(e) if unanswered(&e) => true,
-                    Err(e) => {
-                        log::debug!("FCALL refused on {}: {e}", name(i));
-                        false
-                    }
-                }
-            });
+        let runs = (self.each(answered, &ping).into_iter()).all(|(i, r)| match r {
+            Ok(Value::Int(1)) => true,
+            Ok(_) => false,
+            // A master that does not answer now is judged by its FUNCTION LOAD.
+            Err(e) if unanswered(&e) => true,
+            Err(e) => {
+                log::debug!("FCALL refused on {}: {e}", name(i));
+                false
+            }
+        });
         (answers, runs)
     }
 }
