@@ -190,10 +190,6 @@ impl Cluster {
         self.epoch.load(Ordering::SeqCst)
     }
 
-    fn uses_tls(&self) -> bool {
-        matches!(self.seeds[0].addr(), ConnectionAddr::TcpTls { .. })
-    }
-
     /// The node at `host:port` (its pool made on first use).
     pub(crate) fn node(&self, host: &str, port: u16) -> Result<Arc<Node>> {
         let name = format!("{host}:{port}");
@@ -215,18 +211,6 @@ impl Cluster {
         let pool = Pool::new(info, self.timeouts, self.tls.as_ref())?;
         let node = Arc::new(Node::new(name.clone(), pool));
         Ok(Arc::clone(self.nodes.lock().entry(name).or_insert(node)))
-    }
-
-    fn seed_node(&self, i: usize) -> Result<Arc<Node>> {
-        match self.seeds[i].addr() {
-            ConnectionAddr::Tcp(h, p)
-            | ConnectionAddr::TcpTls {
-                host: h, port: p, ..
-            } => self.node(h, *p),
-            _ => Err(Error::InvalidUrl {
-                reason: "a cluster node needs a TCP address".into(),
-            }),
-        }
     }
 
     /// The master of `slot`, as the map knows it.
@@ -293,17 +277,18 @@ impl Cluster {
         let ask =
             |what: &str| round.ask(node, &redis::cmd("CLUSTER").arg(what).get_packed_command());
         let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
+        let tls = matches!(self.seeds[0].addr(), ConnectionAddr::TcpTls { .. });
         let ranges = match ask("SHARDS") {
-            Ok(v) => parse_shards(&v, self.uses_tls(), asked),
+            Ok(v) => parse_shards(&v, tls, asked),
             // An older server: CLUSTER SLOTS.
             Err(Fault::Redis(_)) => parse_slots(&ask("SLOTS")?, asked),
             Err(e) => return Err(e),
         };
         ranges.filter(|r| !r.is_empty()).ok_or_else(|| {
-            Fault::from(redis::RedisError::from(std::io::Error::other(format!(
+            Fault::from(std::io::Error::other(format!(
                 "{} gave no usable slot map (is it a cluster node?)",
                 node.name
-            ))))
+            )))
         })
     }
 
@@ -320,8 +305,14 @@ impl Cluster {
             *last = Some(Instant::now());
         }
         // The masters, the seeds, then nodes that are not masters any more but known.
-        let seeds: Vec<_> = (0..self.seeds.len())
-            .filter_map(|i| self.seed_node(i).ok())
+        let seeds: Vec<_> = (self.seeds.iter())
+            .filter_map(|seed| match seed.addr() {
+                ConnectionAddr::Tcp(h, p)
+                | ConnectionAddr::TcpTls {
+                    host: h, port: p, ..
+                } => self.node(h, *p).ok(),
+                _ => None,
+            })
             .collect();
         let known: Vec<_> = self.nodes.lock().values().cloned().collect();
         let mut candidates = self.masters();
@@ -344,10 +335,9 @@ impl Cluster {
             }
             match read {
                 Ok(ranges) => {
-                    let mut assigned = Vec::with_capacity(ranges.len());
-                    for r in ranges {
-                        assigned.push((r.start, r.end, self.node(&r.host, r.port)?));
-                    }
+                    let assigned = (ranges.into_iter())
+                        .map(|r| Ok((r.start, r.end, self.node(&r.host, r.port)?)))
+                        .collect::<Result<Vec<_>>>()?;
                     self.assign(&assigned);
                     return Ok(());
                 }
@@ -377,23 +367,16 @@ impl Cluster {
             if by.passed() {
                 break;
             }
-            let (node, asking) = match ask.take() {
-                Some(n) => (n, true),
-                None => match self.owner(slot) {
-                    Some(n) => (n, false),
-                    None => {
-                        if let Err(e) = self.refresh(by, false) {
-                            last = Some(e);
-                        }
-                        match self.owner(slot) {
-                            Some(n) => (n, false),
-                            None => {
-                                self.pause(&mut backoff, by);
-                                continue;
-                            }
-                        }
-                    }
-                },
+            let asking = ask.is_some();
+            if !asking
+                && self.owner(slot).is_none()
+                && let Err(e) = self.refresh(by, false)
+            {
+                last = Some(e);
+            }
+            let Some(node) = ask.take().or_else(|| self.owner(slot)) else {
+                self.pause(&mut backoff, by);
+                continue;
             };
             let mut out = Vec::with_capacity(packed.len() + 20);
             if asking {
