@@ -212,7 +212,7 @@ pub(crate) struct Round {
 
 impl Round {
     /// `by`, and `step` from now.
-    fn within(&self) -> Deadline {
+    pub(crate) fn within(&self) -> Deadline {
         match self.step {
             Some(s) => self.by.min(Deadline::after(s)),
             None => self.by,
@@ -435,20 +435,19 @@ impl Round {
             // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
             // which then report the server's error by name, and a refused FUNCTION LOAD (an
             // ACL, a server before 7.0) leaves the calls on EVALSHA.
+            // The replies: PING's, each SCRIPT LOAD's, then FUNCTION LOAD's.
             let r = r.and_then(|mut values| {
-                let lib = values.split_off(values.len().min(1 + loads));
-                let lib = match lib.into_iter().next() {
+                let lib = match values.pop() {
                     Some(v) if library::loaded(&v) => Ok(()),
                     other => one(other).map(drop),
                 };
                 if let Err(e) = &lib {
                     log::debug!("function library not loaded on {}: {e}", name(i));
                 }
-                let script_loads = values.split_off(1.min(values.len()));
-                if let Some(e) = script_loads.into_iter().find_map(|v| one(Some(v)).err()) {
+                if let Some(e) = (values.iter().skip(1)).find_map(|v| one(Some(v.clone())).err()) {
                     log::debug!("scripts not loaded on {}: {e}", name(i));
                 }
-                one(values.pop()).map(|_| lib.is_ok())
+                one(values.into_iter().next()).map(|_| lib.is_ok())
             });
             if let Ok(ok) = r {
                 loaded = Some(loaded.unwrap_or(true) && ok);
