@@ -121,36 +121,30 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// What one try of a command on one node came to, when its reply is not final.
-pub(crate) enum Tried {
-    /// `MOVED`/`ASK` to this node.
-    Moved(u16, String, u16),
-    Ask(String, u16),
-    /// Worth another try after reading the map again (and a short backoff).
-    Again(Fault),
-}
-
-/// What the reply `v` of one try says: `None` when it is final (maybe a server error other
-/// than a redirection).
-pub(crate) fn classify(v: &Value) -> Option<Tried> {
+/// Whether the reply `v` of one try is not final: a redirection (`MOVED`, `ASK`) that names
+/// a node, or an error worth another try after reading the map again.
+pub(crate) fn redirected(v: &Value) -> bool {
     let Value::ServerError(e) = v else {
-        return None;
+        return false;
     };
     match e.kind() {
-        Some(ServerErrorKind::Moved) => {
-            redirect(e.details()).map(|(slot, host, port)| Tried::Moved(slot, host, port))
-        }
-        Some(ServerErrorKind::Ask) => {
-            redirect(e.details()).map(|(_, host, port)| Tried::Ask(host, port))
-        }
+        Some(ServerErrorKind::Moved | ServerErrorKind::Ask) => redirect(e.details()).is_some(),
+        kind => transient(kind),
+    }
+}
+
+/// Whether a server's error of this kind is worth another try after reading the map again
+/// (and a short backoff).
+fn transient(kind: Option<ServerErrorKind>) -> bool {
+    matches!(
+        kind,
         Some(
             ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ReadOnly,
-        ) => Some(Tried::Again(Fault::Redis(e.clone().into()))),
-        _ => None,
-    }
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+        )
+    )
 }
 
 impl Cluster {
@@ -385,29 +379,30 @@ impl Cluster {
             out.extend_from_slice(packed);
             let reply = (round.run_one(Part::new(0, &node, &out, 1 + usize::from(asking))))
                 .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
-            let tried = match reply {
-                Ok(v) => match classify(&v) {
-                    Some(t) => t,
-                    None => return Ok(v),
+            let e = match reply {
+                Ok(Value::ServerError(e)) => match (e.kind(), redirect(e.details())) {
+                    (Some(ServerErrorKind::Moved), Some((s, host, port))) => {
+                        let n = self.node(&host, port)?;
+                        log::debug!("slot {s} moved to {}", n.name);
+                        self.assign(&[(s, s, n)]);
+                        continue;
+                    }
+                    (Some(ServerErrorKind::Ask), Some((_, host, port))) => {
+                        ask = Some(self.node(&host, port)?);
+                        continue;
+                    }
+                    (kind, _) if transient(kind) => Fault::Redis(e.into()),
+                    _ => return Ok(Value::ServerError(e)),
                 },
-                Err(e) if e.is_broken() => Tried::Again(e),
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_broken() => e,
                 Err(e) => return Err(e),
             };
-            match tried {
-                Tried::Moved(s, host, port) => {
-                    let n = self.node(&host, port)?;
-                    log::debug!("slot {s} moved to {}", n.name);
-                    self.assign(&[(s, s, n)]);
-                }
-                Tried::Ask(host, port) => ask = Some(self.node(&host, port)?),
-                Tried::Again(e) => {
-                    log::debug!("cluster call on {} failed: {e}; retrying", node.name);
-                    last = Some(e);
-                    self.pause(&mut backoff, by);
-                    if let Err(e) = self.refresh(by, false) {
-                        log::debug!("slot map not read: {e}");
-                    }
-                }
+            log::debug!("cluster call on {} failed: {e}; retrying", node.name);
+            last = Some(e);
+            self.pause(&mut backoff, by);
+            if let Err(e) = self.refresh(by, false) {
+                log::debug!("slot map not read: {e}");
             }
         }
         Err(last.unwrap_or(Fault::timeout("the cluster kept redirecting the call")))

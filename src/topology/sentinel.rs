@@ -264,11 +264,7 @@ impl Resolve for Sentinel {
         let cached = (!fresh).then(|| self.master_at.lock().0.clone()).flatten();
         let addr = match cached {
             Some(a) => a,
-            None => {
-                let a = self.ask_all(by)?;
-                self.found(&a);
-                a
-            }
+            None => self.ask_all(by).inspect(|a| self.found(a))?,
         };
         Ok(addr
             .into_connection_info()?

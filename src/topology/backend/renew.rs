@@ -14,7 +14,7 @@ use redis::Value;
 
 use super::{Backend, Route, TARGET, acked};
 use crate::protocol::scripts::{Call, parse_renews, parse_time};
-use crate::topology::cluster::{call_slot, classify};
+use crate::topology::cluster::{call_slot, redirected};
 use crate::topology::quorum::{Refusal, Renewed, decided, replace_replies, worth_retrying};
 use crate::topology::send::{Node, Part, Replies, is_noscript};
 use crate::transport::conn::Deadline;
@@ -147,7 +147,7 @@ impl Backend {
             let (node, idx) = &groups[*g];
             let Ok(values) = r else { continue };
             for (&i, v) in idx.iter().zip(values) {
-                if classify(v).is_none() && !is_noscript(v) {
+                if !redirected(v) && !is_noscript(v) {
                     answers[i].push((node.name.clone(), v.clone()));
                 }
             }
