@@ -232,23 +232,14 @@ impl Round {
         let mut out = Vec::with_capacity(parts.len());
         let mut new = Vec::new();
         for p in parts {
-            if self.pause.is_some() && !self.fresh && p.node.is_down() {
-                out.push((p.to, Err(Fault::MarkedDown)));
-                continue;
-            }
-            match p.node.pool.idle().filter(|_| !self.fresh) {
+            match self.idle(&p).transpose() {
                 Some(con) => self.send(p, con, &mut sent, &mut out),
                 None => new.push(p),
             }
         }
         for p in new {
-            match p.node.pool.connect(self.by) {
-                Ok(con) => self.send(p, con, &mut sent, &mut out),
-                Err(e) => {
-                    self.failed(&p, &e);
-                    out.push((p.to, Err(e)));
-                }
-            }
+            let con = self.connect(&p);
+            self.send(p, con, &mut sent, &mut out);
         }
         for (p, con) in sent {
             let result = self.collect(&p, con, read_by);
@@ -261,19 +252,29 @@ impl Round {
     /// that keep several masters' parts apart.
     pub(crate) fn run_one(&self, p: Part<'_>) -> Result<Vec<Value>, Fault> {
         let read_by = self.within();
-        if self.pause.is_some() && !self.fresh && p.node.is_down() {
-            return Err(Fault::MarkedDown);
-        }
-        let con = match p.node.pool.idle().filter(|_| !self.fresh) {
+        let con = match self.idle(&p)? {
             Some(con) => con,
-            None => p
-                .node
-                .pool
-                .connect(self.by)
-                .inspect_err(|e| self.failed(&p, e))?,
+            None => self.connect(&p)?,
         };
         let con = self.write(&p, con)?;
         self.collect(&p, con, read_by)
+    }
+
+    /// `p`'s master's idle connection (`None`: a new one is needed; a retry takes no idle
+    /// one), or `Err` for a master skipped after a failure.
+    fn idle(&self, p: &Part<'_>) -> Result<Option<Conn>, Fault> {
+        if self.pause.is_some() && !self.fresh && p.node.is_down() {
+            return Err(Fault::MarkedDown);
+        }
+        Ok(p.node.pool.idle().filter(|_| !self.fresh))
+    }
+
+    /// A new connection to `p`'s master, within `by`; a failure is recorded.
+    fn connect(&self, p: &Part<'_>) -> Result<Conn, Fault> {
+        p.node
+            .pool
+            .connect(self.by)
+            .inspect_err(|e| self.failed(p, e))
     }
 
     /// Sends one command, `packed`, to `node` alone: its reply, a server error as `Err`.
@@ -303,15 +304,15 @@ impl Round {
             .collect()
     }
 
-    /// Writes `p` on `con`, recording the connection or the failure.
+    /// Writes `p` on `con` (unless opening it failed), recording the connection or the failure.
     fn send<'a>(
         &self,
         p: Part<'a>,
-        con: Conn,
+        con: Result<Conn, Fault>,
         sent: &mut Vec<(Part<'a>, Conn)>,
         out: &mut Replies<Vec<Value>>,
     ) {
-        match self.write(&p, con) {
+        match con.and_then(|con| self.write(&p, con)) {
             Ok(con) => sent.push((p, con)),
             Err(e) => out.push((p.to, Err(e))),
         }
