@@ -68,7 +68,7 @@ use crate::transport::tls::Tls;
 
 mod slots;
 
-use super::send::{Flavor, Node, Round};
+use super::send::{Flavor, Node, Part, Round};
 pub(crate) use slots::call_slot;
 use slots::{Range, parse_shards, parse_slots, redirect};
 
@@ -121,36 +121,30 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// What one try of a command on one node came to, when its reply is not final.
-pub(crate) enum Tried {
-    /// `MOVED`/`ASK` to this node.
-    Moved(u16, String, u16),
-    Ask(String, u16),
-    /// Worth another try after reading the map again (and a short backoff).
-    Again(Fault),
-}
-
-/// What the reply `v` of one try says: `None` when it is final (maybe a server error other
-/// than a redirection).
-pub(crate) fn classify(v: &Value) -> Option<Tried> {
+/// Whether the reply `v` of one try is not final: a redirection (`MOVED`, `ASK`) that names
+/// a node, or an error worth another try after reading the map again.
+pub(crate) fn redirected(v: &Value) -> bool {
     let Value::ServerError(e) = v else {
-        return None;
+        return false;
     };
     match e.kind() {
-        Some(ServerErrorKind::Moved) => {
-            redirect(e.details()).map(|(slot, host, port)| Tried::Moved(slot, host, port))
-        }
-        Some(ServerErrorKind::Ask) => {
-            redirect(e.details()).map(|(_, host, port)| Tried::Ask(host, port))
-        }
+        Some(ServerErrorKind::Moved | ServerErrorKind::Ask) => redirect(e.details()).is_some(),
+        kind => transient(kind),
+    }
+}
+
+/// Whether a server's error of this kind is worth another try after reading the map again
+/// (and a short backoff).
+fn transient(kind: Option<ServerErrorKind>) -> bool {
+    matches!(
+        kind,
         Some(
             ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ReadOnly,
-        ) => Some(Tried::Again(Fault::Redis(e.clone().into()))),
-        _ => None,
-    }
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+        )
+    )
 }
 
 impl Cluster {
@@ -190,10 +184,6 @@ impl Cluster {
         self.epoch.load(Ordering::SeqCst)
     }
 
-    fn uses_tls(&self) -> bool {
-        matches!(self.seeds[0].addr(), ConnectionAddr::TcpTls { .. })
-    }
-
     /// The node at `host:port` (its pool made on first use).
     pub(crate) fn node(&self, host: &str, port: u16) -> Result<Arc<Node>> {
         let name = format!("{host}:{port}");
@@ -215,18 +205,6 @@ impl Cluster {
         let pool = Pool::new(info, self.timeouts, self.tls.as_ref())?;
         let node = Arc::new(Node::new(name.clone(), pool));
         Ok(Arc::clone(self.nodes.lock().entry(name).or_insert(node)))
-    }
-
-    fn seed_node(&self, i: usize) -> Result<Arc<Node>> {
-        match self.seeds[i].addr() {
-            ConnectionAddr::Tcp(h, p)
-            | ConnectionAddr::TcpTls {
-                host: h, port: p, ..
-            } => self.node(h, *p),
-            _ => Err(Error::InvalidUrl {
-                reason: "a cluster node needs a TCP address".into(),
-            }),
-        }
     }
 
     /// The master of `slot`, as the map knows it.
@@ -293,17 +271,18 @@ impl Cluster {
         let ask =
             |what: &str| round.ask(node, &redis::cmd("CLUSTER").arg(what).get_packed_command());
         let asked = node.name.rsplit_once(':').map_or("", |(h, _)| h);
+        let tls = matches!(self.seeds[0].addr(), ConnectionAddr::TcpTls { .. });
         let ranges = match ask("SHARDS") {
-            Ok(v) => parse_shards(&v, self.uses_tls(), asked),
+            Ok(v) => parse_shards(&v, tls, asked),
             // An older server: CLUSTER SLOTS.
             Err(Fault::Redis(_)) => parse_slots(&ask("SLOTS")?, asked),
             Err(e) => return Err(e),
         };
         ranges.filter(|r| !r.is_empty()).ok_or_else(|| {
-            Fault::from(redis::RedisError::from(std::io::Error::other(format!(
+            Fault::from(std::io::Error::other(format!(
                 "{} gave no usable slot map (is it a cluster node?)",
                 node.name
-            ))))
+            )))
         })
     }
 
@@ -320,8 +299,14 @@ impl Cluster {
             *last = Some(Instant::now());
         }
         // The masters, the seeds, then nodes that are not masters any more but known.
-        let seeds: Vec<_> = (0..self.seeds.len())
-            .filter_map(|i| self.seed_node(i).ok())
+        let seeds: Vec<_> = (self.seeds.iter())
+            .filter_map(|seed| match seed.addr() {
+                ConnectionAddr::Tcp(h, p)
+                | ConnectionAddr::TcpTls {
+                    host: h, port: p, ..
+                } => self.node(h, *p).ok(),
+                _ => None,
+            })
             .collect();
         let known: Vec<_> = self.nodes.lock().values().cloned().collect();
         let mut candidates = self.masters();
@@ -344,10 +329,9 @@ impl Cluster {
             }
             match read {
                 Ok(ranges) => {
-                    let mut assigned = Vec::with_capacity(ranges.len());
-                    for r in ranges {
-                        assigned.push((r.start, r.end, self.node(&r.host, r.port)?));
-                    }
+                    let assigned = (ranges.into_iter())
+                        .map(|r| Ok((r.start, r.end, self.node(&r.host, r.port)?)))
+                        .collect::<Result<Vec<_>>>()?;
                     self.assign(&assigned);
                     return Ok(());
                 }
@@ -377,54 +361,48 @@ impl Cluster {
             if by.passed() {
                 break;
             }
-            let (node, asking) = match ask.take() {
-                Some(n) => (n, true),
-                None => match self.owner(slot) {
-                    Some(n) => (n, false),
-                    None => {
-                        if let Err(e) = self.refresh(by, false) {
-                            last = Some(e);
-                        }
-                        match self.owner(slot) {
-                            Some(n) => (n, false),
-                            None => {
-                                self.pause(&mut backoff, by);
-                                continue;
-                            }
-                        }
-                    }
-                },
+            let asking = ask.is_some();
+            if !asking
+                && self.owner(slot).is_none()
+                && let Err(e) = self.refresh(by, false)
+            {
+                last = Some(e);
+            }
+            let Some(node) = ask.take().or_else(|| self.owner(slot)) else {
+                self.pause(&mut backoff, by);
+                continue;
             };
             let mut out = Vec::with_capacity(packed.len() + 20);
             if asking {
                 redis::cmd("ASKING").write_packed_command(&mut out);
             }
             out.extend_from_slice(packed);
-            let reply = (round.run_on(&node, &out, 1 + usize::from(asking)))
+            let reply = (round.run_one(Part::new(0, &node, &out, 1 + usize::from(asking))))
                 .and_then(|mut v| v.pop().ok_or(Fault::timeout("no reply")));
-            let tried = match reply {
-                Ok(v) => match classify(&v) {
-                    Some(t) => t,
-                    None => return Ok(v),
+            let e = match reply {
+                Ok(Value::ServerError(e)) => match (e.kind(), redirect(e.details())) {
+                    (Some(ServerErrorKind::Moved), Some((s, host, port))) => {
+                        let n = self.node(&host, port)?;
+                        log::debug!("slot {s} moved to {}", n.name);
+                        self.assign(&[(s, s, n)]);
+                        continue;
+                    }
+                    (Some(ServerErrorKind::Ask), Some((_, host, port))) => {
+                        ask = Some(self.node(&host, port)?);
+                        continue;
+                    }
+                    (kind, _) if transient(kind) => Fault::Redis(e.into()),
+                    _ => return Ok(Value::ServerError(e)),
                 },
-                Err(e) if e.is_broken() => Tried::Again(e),
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_broken() => e,
                 Err(e) => return Err(e),
             };
-            match tried {
-                Tried::Moved(s, host, port) => {
-                    let n = self.node(&host, port)?;
-                    log::debug!("slot {s} moved to {}", n.name);
-                    self.assign(&[(s, s, n)]);
-                }
-                Tried::Ask(host, port) => ask = Some(self.node(&host, port)?),
-                Tried::Again(e) => {
-                    log::debug!("cluster call on {} failed: {e}; retrying", node.name);
-                    last = Some(e);
-                    self.pause(&mut backoff, by);
-                    if let Err(e) = self.refresh(by, false) {
-                        log::debug!("slot map not read: {e}");
-                    }
-                }
+            log::debug!("cluster call on {} failed: {e}; retrying", node.name);
+            last = Some(e);
+            self.pause(&mut backoff, by);
+            if let Err(e) = self.refresh(by, false) {
+                log::debug!("slot map not read: {e}");
             }
         }
         Err(last.unwrap_or(Fault::timeout("the cluster kept redirecting the call")))

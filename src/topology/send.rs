@@ -212,7 +212,7 @@ pub(crate) struct Round {
 
 impl Round {
     /// `by`, and `step` from now.
-    fn within(&self) -> Deadline {
+    pub(crate) fn within(&self) -> Deadline {
         match self.step {
             Some(s) => self.by.min(Deadline::after(s)),
             None => self.by,
@@ -232,23 +232,14 @@ impl Round {
         let mut out = Vec::with_capacity(parts.len());
         let mut new = Vec::new();
         for p in parts {
-            if self.pause.is_some() && !self.fresh && p.node.is_down() {
-                out.push((p.to, Err(Fault::MarkedDown)));
-                continue;
-            }
-            match p.node.pool.idle().filter(|_| !self.fresh) {
+            match self.idle(&p).transpose() {
                 Some(con) => self.send(p, con, &mut sent, &mut out),
                 None => new.push(p),
             }
         }
         for p in new {
-            match p.node.pool.connect(self.by) {
-                Ok(con) => self.send(p, con, &mut sent, &mut out),
-                Err(e) => {
-                    self.failed(&p, &e);
-                    out.push((p.to, Err(e)));
-                }
-            }
+            let con = self.connect(&p);
+            self.send(p, con, &mut sent, &mut out);
         }
         for (p, con) in sent {
             let result = self.collect(&p, con, read_by);
@@ -261,45 +252,67 @@ impl Round {
     /// that keep several masters' parts apart.
     pub(crate) fn run_one(&self, p: Part<'_>) -> Result<Vec<Value>, Fault> {
         let read_by = self.within();
-        if self.pause.is_some() && !self.fresh && p.node.is_down() {
-            return Err(Fault::MarkedDown);
-        }
-        let con = match p.node.pool.idle().filter(|_| !self.fresh) {
+        let con = match self.idle(&p)? {
             Some(con) => con,
-            None => p
-                .node
-                .pool
-                .connect(self.by)
-                .inspect_err(|e| self.failed(&p, e))?,
+            None => self.connect(&p)?,
         };
         let con = self.write(&p, con)?;
         self.collect(&p, con, read_by)
     }
 
-    /// Sends `packed`, which asks for `replies` replies, to `node` alone: its replies.
-    pub(crate) fn run_on(
-        &self,
-        node: &Node,
-        packed: &[u8],
-        replies: usize,
-    ) -> Result<Vec<Value>, Fault> {
-        self.run_one(Part::new(0, node, packed, replies))
+    /// `p`'s master's idle connection (`None`: a new one is needed; a retry takes no idle
+    /// one), or `Err` for a master skipped after a failure.
+    fn idle(&self, p: &Part<'_>) -> Result<Option<Conn>, Fault> {
+        if self.pause.is_some() && !self.fresh && p.node.is_down() {
+            return Err(Fault::MarkedDown);
+        }
+        Ok(p.node.pool.idle().filter(|_| !self.fresh))
+    }
+
+    /// A new connection to `p`'s master, within `by`; a failure is recorded.
+    fn connect(&self, p: &Part<'_>) -> Result<Conn, Fault> {
+        p.node
+            .pool
+            .connect(self.by)
+            .inspect_err(|e| self.failed(p, e))
     }
 
     /// Sends one command, `packed`, to `node` alone: its reply, a server error as `Err`.
     pub(crate) fn ask(&self, node: &Node, packed: &[u8]) -> Result<Value, Fault> {
-        self.run_on(node, packed, 1).and_then(|mut v| one(v.pop()))
+        self.run_one(Part::new(0, node, packed, 1))
+            .and_then(|mut v| one(v.pop()))
     }
 
-    /// Writes `p` on `con`, recording the connection or the failure.
+    /// Sends one command, `packed`, to each of `masters` (each with its index) at once: each
+    /// master's reply, a server error as `Err`. A single master's goes through
+    /// [`run_one`](Self::run_one).
+    pub(crate) fn each<'a>(
+        &self,
+        masters: impl IntoIterator<Item = (usize, &'a Node)>,
+        packed: &[u8],
+    ) -> Replies<Value> {
+        let mut parts: Vec<_> = (masters.into_iter())
+            .map(|(i, node)| Part::new(i, node, packed, 1))
+            .collect();
+        if let [_] = parts.as_slice()
+            && let Some(p) = parts.pop()
+        {
+            return vec![(p.to, self.ask(p.node, packed))];
+        }
+        (self.run(parts).into_iter())
+            .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
+            .collect()
+    }
+
+    /// Writes `p` on `con` (unless opening it failed), recording the connection or the failure.
     fn send<'a>(
         &self,
         p: Part<'a>,
-        con: Conn,
+        con: Result<Conn, Fault>,
         sent: &mut Vec<(Part<'a>, Conn)>,
         out: &mut Replies<Vec<Value>>,
     ) {
-        match self.write(&p, con) {
+        match con.and_then(|con| self.write(&p, con)) {
             Ok(con) => sent.push((p, con)),
             Err(e) => out.push((p.to, Err(e))),
         }
@@ -415,33 +428,27 @@ impl Round {
         let loads = self.flavor.write_loads(&mut packed);
         let library = self.flavor.library();
         library.load().write_packed_command(&mut packed);
-        fn parts<'a>(masters: &[(usize, &'a Node)], packed: &'a [u8], n: usize) -> Vec<Part<'a>> {
-            masters
-                .iter()
-                .map(|&(to, node)| Part::new(to, node, packed, n))
-                .collect()
-        }
         let name = |i: usize| masters.iter().find(|m| m.0 == i).map_or("", |m| &m.1.name);
         let mut loaded = None;
         let mut answers = Vec::new();
-        for (i, r) in self.run(parts(masters, &packed, 2 + loads)) {
+        let parts = (masters.iter()).map(|&(to, node)| Part::new(to, node, &packed, 2 + loads));
+        for (i, r) in self.run(parts.collect()) {
             // Only the PING must succeed; a refused SCRIPT LOAD (an ACL) is left to the calls,
             // which then report the server's error by name, and a refused FUNCTION LOAD (an
             // ACL, a server before 7.0) leaves the calls on EVALSHA.
+            // The replies: PING's, each SCRIPT LOAD's, then FUNCTION LOAD's.
             let r = r.and_then(|mut values| {
-                let lib = values.split_off(values.len().min(1 + loads));
-                let lib = match lib.into_iter().next() {
+                let lib = match values.pop() {
                     Some(v) if library::loaded(&v) => Ok(()),
                     other => one(other).map(drop),
                 };
                 if let Err(e) = &lib {
                     log::debug!("function library not loaded on {}: {e}", name(i));
                 }
-                let script_loads = values.split_off(1.min(values.len()));
-                if let Some(e) = script_loads.into_iter().find_map(|v| one(Some(v)).err()) {
+                if let Some(e) = (values.iter().skip(1)).find_map(|v| one(Some(v.clone())).err()) {
                     log::debug!("scripts not loaded on {}: {e}", name(i));
                 }
-                one(values.pop()).map(|_| lib.is_ok())
+                one(values.into_iter().next()).map(|_| lib.is_ok())
             });
             if let Ok(ok) = r {
                 loaded = Some(loaded.unwrap_or(true) && ok);
@@ -454,27 +461,19 @@ impl Round {
         // FCALL may still be refused where FUNCTION LOAD was not (an ACL). Asked of the
         // masters that answered: one that did not is judged by its FUNCTION LOAD, and costs
         // no second wait.
-        let answered: Vec<(usize, &Node)> = masters
-            .iter()
-            .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()))
-            .copied()
-            .collect();
+        let answered = (masters.iter().copied())
+            .filter(|(i, _)| answers.iter().any(|(j, r)| i == j && r.is_ok()));
         let ping = library.ping().get_packed_command();
-        let runs = self
-            .run(parts(&answered, &ping, 1))
-            .into_iter()
-            .all(|(i, r)| {
-                match r.and_then(|mut v| one(v.pop())) {
-                    Ok(Value::Int(1)) => true,
-                    Ok(_) => false,
-                    // A master that does not answer now is judged by its FUNCTION LOAD.
-                    Err(e) if unanswered(&e) => true,
-                    Err(e) => {
-                        log::debug!("FCALL refused on {}: {e}", name(i));
-                        false
-                    }
-                }
-            });
+        let runs = (self.each(answered, &ping).into_iter()).all(|(i, r)| match r {
+            Ok(Value::Int(1)) => true,
+            Ok(_) => false,
+            // A master that does not answer now is judged by its FUNCTION LOAD.
+            Err(e) if unanswered(&e) => true,
+            Err(e) => {
+                log::debug!("FCALL refused on {}: {e}", name(i));
+                false
+            }
+        });
         (answers, runs)
     }
 }

@@ -62,7 +62,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::error::{Error, RedisFailure, Result};
 use crate::transport::conn::{self, Deadline, Resolve, Timeouts};
@@ -163,22 +163,17 @@ impl Sentinel {
                 .arg("get-master-addr-by-name")
                 .arg(&self.master),
         )?;
-        match reply {
-            Value::Nil => Ok(None),
-            v => {
-                let (host, port): (String, u16) =
-                    redis::from_redis_value(v).map_err(|e| Fault::Redis(e.into()))?;
-                Ok(Some(match self.master_tls {
-                    None => ConnectionAddr::Tcp(host, port),
-                    Some(insecure) => ConnectionAddr::TcpTls {
-                        host,
-                        port,
-                        insecure,
-                        tls_params: None,
-                    },
-                }))
-            }
-        }
+        let named: Option<(String, u16)> =
+            redis::from_redis_value(reply).map_err(|e| Fault::Redis(e.into()))?;
+        Ok(named.map(|(host, port)| match self.master_tls {
+            None => ConnectionAddr::Tcp(host, port),
+            Some(insecure) => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params: None,
+            },
+        }))
     }
 
     /// Asks the sentinels in turn until one names the master, each within the per-sentinel
@@ -237,9 +232,7 @@ impl Sentinel {
             None => Fault::timeout("no sentinel answered"),
         })
     }
-}
 
-impl Sentinel {
     /// Sentinel `i` is asked first from now on when it answered, last when it failed (the
     /// others keep their order).
     fn reorder(&self, i: usize, answered: bool) {
@@ -271,11 +264,7 @@ impl Resolve for Sentinel {
         let cached = (!fresh).then(|| self.master_at.lock().0.clone()).flatten();
         let addr = match cached {
             Some(a) => a,
-            None => {
-                let a = self.ask_all(by)?;
-                self.found(&a);
-                a
-            }
+            None => self.ask_all(by).inspect(|a| self.found(a))?,
         };
         Ok(addr
             .into_connection_info()?

@@ -8,7 +8,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 use crate::protocol::keys::LockKeys;
 use crate::topology::quorum;
-use crate::topology::send::{Part, Round, one};
+use crate::topology::send::{Node, Round};
 use crate::transport::conn::Deadline;
 use crate::transport::fault::Fault;
 
@@ -18,16 +18,10 @@ impl Backend {
     /// its reply.
     pub(crate) fn each_master(&self, cmd: redis::Cmd) -> Vec<(String, Result<Value>)> {
         let nodes = self.nodes();
-        let packed = cmd.get_packed_command();
-        let parts = (nodes.iter().enumerate())
-            .map(|(i, n)| Part::new(i, n, &packed, 1))
-            .collect();
         let round = self.round(Some(self.call_timeout), Deadline::NONE, false);
-        (round.run(parts).into_iter())
-            .map(|(i, r)| {
-                let r = r.and_then(|mut v| one(v.pop())).map_err(Error::from);
-                (nodes[i].name.clone(), r)
-            })
+        let masters = nodes.iter().map(|n| &**n).enumerate();
+        (round.each(masters, &cmd.get_packed_command()).into_iter())
+            .map(|(i, r)| (nodes[i].name.clone(), r.map_err(Error::from)))
             .collect()
     }
 
@@ -41,38 +35,28 @@ impl Backend {
             pause: None,
             ..self.round(Some(self.call_timeout), by, false)
         };
-        let step = |node, cursor: &str| -> Result<(String, Vec<String>), Fault> {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000);
-            round
-                .ask(node, &cmd.get_packed_command())
-                .and_then(scan_reply)
+        let keys = |node: &Node| -> Result<Vec<String>, Fault> {
+            let (mut keys, mut cursor) = (Vec::new(), "0".to_owned());
+            loop {
+                if by.passed() {
+                    return Err(Fault::timeout("SCAN of the lock keys"));
+                }
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(&cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, found) = scan_reply(round.ask(node, &cmd.get_packed_command())?)?;
+                keys.extend(found);
+                if next == "0" {
+                    return Ok(keys);
+                }
+                cursor = next;
+            }
         };
         (self.nodes().iter())
-            .map(|node| {
-                let mut keys = Vec::new();
-                let mut cursor = "0".to_owned();
-                let result = loop {
-                    if by.passed() {
-                        break Err(Fault::timeout("SCAN of the lock keys"));
-                    }
-                    match step(node, &cursor) {
-                        Ok((next, found)) => {
-                            keys.extend(found);
-                            if next == "0" {
-                                break Ok(keys);
-                            }
-                            cursor = next;
-                        }
-                        Err(e) => break Err(e),
-                    }
-                };
-                (node.name.clone(), result.map_err(Error::from))
-            })
+            .map(|node| (node.name.clone(), keys(node).map_err(Error::from)))
             .collect()
     }
 

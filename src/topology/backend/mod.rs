@@ -233,19 +233,8 @@ impl Backend {
     ) -> Replies<Value> {
         match &self.route {
             Route::Nodes(nodes) => {
-                let round = self.round(Some(self.call_timeout), by, fresh);
-                if let &[i] = targets
-                    && let Some(node) = nodes.get(i)
-                {
-                    let reply = round.run_one(Part::new(i, node, packed, 1));
-                    return vec![(i, reply.and_then(|mut v| one(v.pop())))];
-                }
-                let parts = (targets.iter())
-                    .filter_map(|&i| Some(Part::new(i, nodes.get(i)?, packed, 1)))
-                    .collect();
-                (round.run(parts).into_iter())
-                    .map(|(i, r)| (i, r.and_then(|mut v| one(v.pop()))))
-                    .collect()
+                let targets = targets.iter().filter_map(|&i| Some((i, &**nodes.get(i)?)));
+                (self.round(Some(self.call_timeout), by, fresh)).each(targets, packed)
             }
             Route::Cluster(c) => {
                 let reply = c.run(call_slot(cmd), packed, &self.round(None, by, false));
@@ -282,7 +271,7 @@ impl Backend {
         let mut packed = self.pack(call);
         self.push_wait(&mut packed);
         let round = self.round(Some(self.call_timeout), by, false);
-        match round.run_on(node, &packed, 2) {
+        match round.run_one(Part::new(0, node, &packed, 2)) {
             Ok(mut values) => {
                 let acked = acked(values.pop().as_ref());
                 (one(values.pop()), acked)

@@ -112,9 +112,8 @@ impl Backend {
             round.failed(&part, &e);
             return Err(e.into());
         }
-        let read_by = by.min(Deadline::after(self.call_timeout));
         Ok(round
-            .collect(&part, p.con, read_by)
+            .collect(&part, p.con, round.within())
             .and_then(|mut v| one(v.pop()))?)
     }
 }

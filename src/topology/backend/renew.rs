@@ -14,9 +14,9 @@ use redis::Value;
 
 use super::{Backend, Route, TARGET, acked};
 use crate::protocol::scripts::{Call, parse_renews, parse_time};
-use crate::topology::cluster::{call_slot, classify};
+use crate::topology::cluster::{call_slot, redirected};
 use crate::topology::quorum::{Refusal, Renewed, decided, replace_replies, worth_retrying};
-use crate::topology::send::{Node, Part, is_noscript};
+use crate::topology::send::{Node, Part, Replies, is_noscript};
 use crate::transport::conn::Deadline;
 
 impl Backend {
@@ -109,23 +109,20 @@ impl Backend {
                 Some((node.name.clone(), parse_time(v)?))
             })
             .collect();
+        let needed = self.wait.map_or(0, |(n, _)| n);
         for (g, r) in &replies {
             let name = &groups[*g].0.name;
+            let acked = r.as_ref().map_or(0, |values| acked(values.last()));
             match r {
                 // At `debug`: a renewal is retried until the lease runs out, and a lease
                 // that is lost is reported once, at `warn`, by the renewal thread.
                 Err(e) => log::debug!("renewal of {n} leases on {name} failed: {e}"),
-                Ok(values) => {
-                    let needed = self.wait.map_or(0, |(n, _)| n);
-                    let acked = acked(values.last());
-                    if waits == 1 && acked < needed {
-                        log::warn!(
-                            target: TARGET,
-                            "renewal of {n} leases on {name} confirmed by {acked} of {needed} \
-                             replicas in time; the leases are kept",
-                        );
-                    }
-                }
+                Ok(_) if acked < needed => log::warn!(
+                    target: TARGET,
+                    "renewal of {n} leases on {name} confirmed by {acked} of {needed} \
+                     replicas in time; the leases are kept",
+                ),
+                Ok(_) => {}
             }
         }
         let (outcomes, refused) = self.outcomes(calls, &answers);
@@ -143,14 +140,14 @@ impl Backend {
         &self,
         calls: &[(Call, usize)],
         groups: &[(Arc<Node>, Vec<usize>)],
-        replies: &[(usize, Result<Vec<Value>, crate::transport::fault::Fault>)],
+        replies: &Replies<Vec<Value>>,
     ) -> Vec<Vec<(String, Value)>> {
         let mut answers = vec![Vec::new(); calls.len()];
         for (g, r) in replies {
             let (node, idx) = &groups[*g];
             let Ok(values) = r else { continue };
             for (&i, v) in idx.iter().zip(values) {
-                if classify(v).is_none() && !is_noscript(v) {
+                if !redirected(v) && !is_noscript(v) {
                     answers[i].push((node.name.clone(), v.clone()));
                 }
             }
@@ -169,7 +166,8 @@ impl Backend {
         let mut refused = None;
         let mut outcomes = Vec::new();
         for ((_, count), answers) in calls.iter().zip(answers) {
-            let (mut yes, mut no) = (vec![0; *count], vec![0; *count]);
+            // Each lease's yes and no.
+            let mut votes = vec![(0, 0); *count];
             for (name, v) in answers {
                 if refused.is_none() {
                     refused = Refusal::of(v, name);
@@ -180,17 +178,13 @@ impl Backend {
                 }
                 for (k, r) in renewed.into_iter().enumerate() {
                     match r {
-                        Some(true) => yes[k] += 1,
-                        Some(false) => no[k] += 1,
+                        Some(true) => votes[k].0 += 1,
+                        Some(false) => votes[k].1 += 1,
                         None => {}
                     }
                 }
             }
-            outcomes.extend(
-                yes.iter()
-                    .zip(&no)
-                    .map(|(&y, &f)| decided(y, f, masters, q)),
-            );
+            outcomes.extend(votes.iter().map(|&(y, f)| decided(y, f, masters, q)));
         }
         (outcomes, refused)
     }
