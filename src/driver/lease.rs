@@ -359,7 +359,7 @@ pub(crate) fn watched_hold(
         token: 0,
     };
     let hold = Arc::new(shared.new_hold(keys, (kind, who), terms, sent));
-    shared.watch(&hold);
+    shared.renewals.register(&hold);
     hold
 }
 

@@ -78,7 +78,7 @@ use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::shared::Core;
 use crate::shared::config::validate_lease;
-use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::grant::{Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -293,7 +293,7 @@ impl FairMutex {
     /// [`Error::Redis`] when Redis cannot be asked; [`Error::Unsupported`] on a client over
     /// several masters, before anything is sent (as every call of a fair mutex).
     pub fn is_locked(&self) -> Result<bool> {
-        if self.client.masters() > 1 {
+        if self.client.shared().backend.masters() > 1 {
             return Err(Error::unsupported(
                 "this lock type needs a client on one Redis server, Sentinel or a Cluster, \
                  not a quorum of masters",
@@ -546,7 +546,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 impl Acquire<'_> {
     /// The guard of the grant `reply` holds, counted from `since`; the reply itself when it
     /// is no grant. `Ok(None)` when the grant's validity already passed (a very late reply or
-    /// message), or it is an acquisition no local hold may use (see [`Adopted::Unusable`]):
+    /// message), or it is an acquisition no local hold may use (see [`Shared::adopt_as`](crate::shared::Shared::adopt_as)):
     /// the lock is then given back (to the next waiter).
     fn take_grant(
         &self,
@@ -573,10 +573,10 @@ impl Acquire<'_> {
         let (mutex, owner) = (self.mutex, &self.owner);
         let (shared, terms) = (mutex.client.shared(), mutex.terms());
         match shared.adopt_as(Kind::FairMutex, &mutex.keys, owner.clone(), grant, terms) {
-            Adopted::Held(hold) => {
+            Some(hold) => {
                 Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
             }
-            Adopted::Unusable => {
+            None => {
                 // Free the acquisition nobody may use, so that the next attempt makes a new one.
                 mutex.give_back(owner, &acquisition, by, "freeing a stale grant");
                 Ok(None)

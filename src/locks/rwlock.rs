@@ -55,7 +55,7 @@ use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::shared::Core;
 use crate::shared::config::validate_lease;
-use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::grant::{Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -502,7 +502,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             return Ok(Some(h));
         }
         let shared = self.lock.client.shared();
-        if !self.read && shared.holds_locally(&self.lock.read_keys) {
+        if !self.read && shared.live_hold(&self.lock.read_keys).is_some() {
             return Err(Error::misuse(
                 "write: the calling thread holds a read lock of this RwLock; release it before \
                  writing",
@@ -554,9 +554,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             last: 0,
         };
         let shared = lock.client.shared();
-        let Adopted::Held(hold) =
-            shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms)
-        else {
+        let Some(hold) = shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms) else {
             // Cannot happen for a new acquisition (count 1, a request id no hold has);
             // answered as not held, and the entry runs out by its lease.
             return Ok(Attempt::busy(Duration::ZERO));
