@@ -271,11 +271,6 @@ impl FairMutex {
         })
     }
 
-    /// The terms of this handle's new acquisitions.
-    fn terms(&self) -> Terms {
-        self.client.terms_with(self.fixed_lease)
-    }
-
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.keys.name
@@ -571,17 +566,15 @@ impl Acquire<'_> {
             last: 0,
         };
         let (mutex, owner) = (self.mutex, &self.owner);
-        let (shared, terms) = (mutex.client.shared(), mutex.terms());
-        match shared.adopt_as(Kind::FairMutex, &mutex.keys, owner.clone(), grant, terms) {
-            Some(hold) => {
-                Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
-            }
-            None => {
-                // Free the acquisition nobody may use, so that the next attempt makes a new one.
-                mutex.give_back(owner, &acquisition, by, "freeing a stale grant");
-                Ok(None)
-            }
-        }
+        let shared = mutex.client.shared();
+        let terms = mutex.client.terms_with(mutex.fixed_lease);
+        let Some(hold) = shared.adopt_as(Kind::FairMutex, &mutex.keys, owner.clone(), grant, terms)
+        else {
+            // Free the acquisition nobody may use, so that the next attempt makes a new one.
+            mutex.give_back(owner, &acquisition, by, "freeing a stale grant");
+            return Ok(None);
+        };
+        Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
     }
 
     /// One attempt: the first one without queueing, re-entering the thread's live hold (a

@@ -554,12 +554,10 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             last: 0,
         };
         let shared = lock.client.shared();
-        let Some(hold) = shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms) else {
-            // Cannot happen for a new acquisition (count 1, a request id no hold has);
-            // answered as not held, and the entry runs out by its lease.
-            return Ok(Attempt::busy(Duration::ZERO));
-        };
-        let hold = unless_late(lock, hold, "grant", by);
+        // `adopt_as` cannot refuse a new acquisition (count 1, a request id no hold has); if it
+        // did, it is answered as not held, and the entry runs out by its lease.
+        let hold = shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms);
+        let hold = hold.and_then(|h| unless_late(lock, h, "grant", by));
         Ok(hold.map_or(Attempt::busy(Duration::ZERO), Attempt::Held))
     }
 
