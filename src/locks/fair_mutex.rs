@@ -203,7 +203,7 @@ impl QueuePlace<'_> {
         // A place is renewed with the client's lease, without a maximum hold time.
         let terms = Terms {
             max_hold: None,
-            ..self.client.terms()
+            ..self.client.terms_with(None)
         };
         self.hold = Some(watched_hold(
             self.client.shared(),
@@ -599,7 +599,7 @@ impl Acquire<'_> {
             self.place.stop(by.left().unwrap_or(Duration::MAX));
         }
         // The lease of the place in the queue (and of a new acquisition without `fixed`).
-        let lease = mutex.client.terms().lease;
+        let lease = mutex.client.shared().config.lease;
         let (keys, owner) = (&mutex.keys, &self.owner);
         let call = fair_mutex::acquire(keys, owner, request, lease, enqueue, live_arg, fixed);
         let v = eval_twice(&mutex.client, &call, by)?;

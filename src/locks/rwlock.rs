@@ -55,7 +55,7 @@ use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::shared::Core;
 use crate::shared::config::validate_lease;
-use crate::shared::grant::{Grant, Terms, request_id};
+use crate::shared::grant::{Grant, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -185,11 +185,6 @@ impl RwLock {
             fixed_lease: Some(lease),
             ..self.clone()
         })
-    }
-
-    /// The terms of this handle's new acquisitions.
-    fn terms(&self) -> Terms {
-        self.client.terms_with(self.fixed_lease)
     }
 
     /// The same lock, letting readers in whenever no writer *holds* it, even while writers
@@ -523,7 +518,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Arc<Hold>>> {
         let (lock, read, owner, request) = (self.lock, self.read, &self.owner, &self.request);
         let sent = Instant::now();
-        let (terms, keys) = (lock.terms(), &lock.write_keys);
+        let (terms, keys) = (lock.client.terms_with(lock.fixed_lease), &lock.write_keys);
         let (lease, prefer_writers) = (terms.lease, lock.prefer_writers);
         let call = if read {
             rw_lock::read(keys, owner, request, lease, prefer_writers, waiting)

@@ -512,12 +512,8 @@ impl Core {
         &self.inner.shared
     }
 
-    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
-    pub(crate) fn terms(&self) -> Terms {
-        self.terms_with(None)
-    }
-
-    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
+    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`: its
+    /// lease, renewed while held, up to its maximum hold time).
     pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
         let config = &self.shared().config;
         Terms {
