@@ -688,10 +688,6 @@ impl Release for FairMutex {
             Some(release_call(&self.keys, hold.holder(), level))
         })
     }
-
-    fn core(&self) -> &Core {
-        &self.client
-    }
 }
 
 /// The release call of `level` of `holder`'s acquisition, under a new request id (a retry

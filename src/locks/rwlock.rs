@@ -600,10 +600,6 @@ impl Release for RwLock {
         };
         release_level(&self.client, hold, script, &self.write_keys.lock, by, call)
     }
-
-    fn core(&self) -> &Core {
-        &self.client
-    }
 }
 
 /// The guard type `$name` of the `$what` of an [`RwLock`] (see `lease_guard!`).

@@ -388,7 +388,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
                 // A reply so late that the lease may have run out: the permits go back.
                 Ok(match unless_late(sem, hold, "permit", by) {
                     Some(hold) => Attempt::Held(SemaphorePermit {
-                        lease: Lease::new(sem, hold, "a permit of"),
+                        lease: Lease::new(sem, shared, hold, "a permit of"),
                         n,
                     }),
                     None => Attempt::busy(Duration::ZERO),
@@ -465,10 +465,6 @@ impl Release for Semaphore {
         release_level(&self.client, hold, script, &self.keys.lock, by, |_| {
             Some(semaphore::release(&self.keys, hold.holder()))
         })
-    }
-
-    fn core(&self) -> &Core {
-        &self.client
     }
 }
 

@@ -649,10 +649,6 @@ impl Release for Mutex {
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
         guard::release(self.client.shared(), &self.keys, hold, by)
     }
-
-    fn core(&self) -> &Core {
-        &self.client
-    }
 }
 
 /// The holder a quorum of masters' answers `seen` name, merged: the highest token, count and
