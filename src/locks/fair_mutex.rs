@@ -479,8 +479,49 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         false
     }
 
-    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        self.try_grant(waiting, by)
+    /// One attempt: the first one without queueing, re-entering the thread's live hold (a
+    /// re-entry keeps the terms of the acquisition it enters: it never shortens the lease on
+    /// the server); a waiter's (`enqueue`) granted, or its place in the queue kept from the
+    /// call's send time.
+    fn attempt(&mut self, enqueue: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+        let shared = self.mutex.client.shared();
+        let live = (!enqueue)
+            .then(|| shared.live_hold(&self.mutex.keys))
+            .flatten();
+        let sent = Instant::now();
+        let live_arg = live.as_ref().map(|h| Live {
+            acquisition: &h.acquisition,
+            extend: h.reentry_extension(sent),
+        });
+        let (mutex, request) = (self.mutex, &self.request);
+        let fixed = mutex.fixed_lease;
+        if fixed.is_some() {
+            // This call may take a grant to this waiter and start its fixed lease: no
+            // heartbeat of its place may extend the lock after it.
+            self.place.stop(by.left().unwrap_or(Duration::MAX));
+        }
+        // The lease of the place in the queue (and of a new acquisition without `fixed`).
+        let lease = mutex.client.shared().config.lease;
+        let (keys, owner) = (&mutex.keys, &self.owner);
+        let call = fair_mutex::acquire(keys, owner, request, lease, enqueue, live_arg, fixed);
+        let v = eval_twice(&mutex.client, &call, by)?;
+        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
+        let ttl = match self.take_grant(reply, sent, by) {
+            Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+            Err(AcquireReply::Busy { ttl }) => ttl,
+            Err(_) => Duration::ZERO,
+        };
+        // Another owner holds the lock, or the server no longer has the live hold's
+        // acquisition: that hold is lost, and learns it now rather than at its next renewal
+        // (its guards then say so).
+        if let Some(h) = &live {
+            shared.report_lost(h);
+        }
+        if enqueue {
+            let who = (self.owner.as_str(), self.request.as_str());
+            self.place.keep(&self.mutex.keys, who, sent);
+        }
+        Ok(Attempt::busy(ttl))
     }
 
     /// A grant message for this waiter, taken while its place is known valid.
@@ -499,7 +540,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             return None;
         }
         if self.place.remade {
-            return match self.try_grant(true, by) {
+            return match self.attempt(true, by) {
                 Ok(Attempt::Held(guard)) => Some(guard),
                 Ok(Attempt::Busy { .. }) => None,
                 Err(e) => {
@@ -575,51 +616,6 @@ impl Acquire<'_> {
             return Ok(None);
         };
         Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
-    }
-
-    /// One attempt: the first one without queueing, re-entering the thread's live hold (a
-    /// re-entry keeps the terms of the acquisition it enters: it never shortens the lease on
-    /// the server); a waiter's (`enqueue`) granted, or its place in the queue kept from the
-    /// call's send time.
-    fn try_grant(&mut self, enqueue: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        let shared = self.mutex.client.shared();
-        let live = (!enqueue)
-            .then(|| shared.live_hold(&self.mutex.keys))
-            .flatten();
-        let sent = Instant::now();
-        let live_arg = live.as_ref().map(|h| Live {
-            acquisition: &h.acquisition,
-            extend: h.reentry_extension(sent),
-        });
-        let (mutex, request) = (self.mutex, &self.request);
-        let fixed = mutex.fixed_lease;
-        if fixed.is_some() {
-            // This call may take a grant to this waiter and start its fixed lease: no
-            // heartbeat of its place may extend the lock after it.
-            self.place.stop(by.left().unwrap_or(Duration::MAX));
-        }
-        // The lease of the place in the queue (and of a new acquisition without `fixed`).
-        let lease = mutex.client.shared().config.lease;
-        let (keys, owner) = (&mutex.keys, &self.owner);
-        let call = fair_mutex::acquire(keys, owner, request, lease, enqueue, live_arg, fixed);
-        let v = eval_twice(&mutex.client, &call, by)?;
-        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
-        let ttl = match self.take_grant(reply, sent, by) {
-            Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
-            Err(AcquireReply::Busy { ttl }) => ttl,
-            Err(_) => Duration::ZERO,
-        };
-        // Another owner holds the lock, or the server no longer has the live hold's
-        // acquisition: that hold is lost, and learns it now rather than at its next renewal
-        // (its guards then say so).
-        if let Some(h) = &live {
-            shared.report_lost(h);
-        }
-        if enqueue {
-            let who = (self.owner.as_str(), self.request.as_str());
-            self.place.keep(&self.mutex.keys, who, sent);
-        }
-        Ok(Attempt::busy(ttl))
     }
 }
 
