@@ -221,7 +221,7 @@ impl Client {
     /// How many masters this client locks on: 1 for one server and for Sentinel, `N` for a
     /// quorum client; 1 for a cluster client (each lock lives on the one master of its slot).
     pub fn masters(&self) -> usize {
-        self.core.masters()
+        self.core.shared().backend.masters()
     }
 
     /// How many masters must grant a lock: a majority (`masters() / 2 + 1`).

@@ -84,7 +84,7 @@ macro_rules! lease_guard {
                 hold: std::sync::Arc<$crate::shared::hold::Hold>,
             ) -> Self {
                 $guard {
-                    lease: $crate::driver::lease::Lease::new(lock, hold, $what),
+                    lease: $crate::driver::lease::Lease::new(lock, lock.client.shared(), hold, $what),
                     _thread: std::marker::PhantomData,
                 }
             }
@@ -117,9 +117,6 @@ pub(crate) use lease_guard;
 pub(crate) trait Release: Send + Sync {
     /// Releases one level of `hold` within `by`.
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()>;
-
-    /// The client the lock was made from.
-    fn core(&self) -> &Core;
 }
 
 /// One level of a lease held through a guard, released once: by [`unlock`](Lease::unlock),
@@ -127,6 +124,8 @@ pub(crate) trait Release: Send + Sync {
 /// nothing: `client.mutex("a")?.lock()?` holds the lock, and a function may return a guard.
 pub struct Lease {
     lock: Box<dyn Release>,
+    /// The state of the client the lock was made from.
+    shared: Arc<Shared>,
     hold: Arc<Hold>,
     /// Set once the level was released (by `unlock`), so `Drop` does nothing.
     released: bool,
@@ -163,16 +162,19 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    /// A level of `hold`, which (a clone of) `lock` releases.
+    /// A level of `hold`, which (a clone of) `lock`, made from the client of `shared`,
+    /// releases.
     pub(crate) fn new<L: Release + Clone + 'static>(
         lock: &L,
+        shared: &Arc<Shared>,
         hold: Arc<Hold>,
         what: &'static str,
     ) -> Self {
-        let stats = &lock.core().shared().stats;
+        let stats = &shared.stats;
         let held = (hold.kind.is_lease()).then(|| stats.held(hold.kind, &hold.keys.name));
         Lease {
             lock: Box::new(lock.clone()),
+            shared: Arc::clone(shared),
             hold,
             released: false,
             what,
@@ -191,7 +193,7 @@ impl Lease {
         if self.hold.depth() != 1 {
             return Err(self);
         }
-        self.lock.core().shared().passed_on(&self.hold);
+        self.shared.passed_on(&self.hold);
         Ok(self)
     }
 
@@ -199,7 +201,7 @@ impl Lease {
     /// through another hold already, the hold is released (as dropping it would) and the
     /// error says why.
     pub(crate) fn attach(self) -> Result<Lease> {
-        if self.lock.core().shared().attach(&self.hold) {
+        if self.shared.attach(&self.hold) {
             return Ok(self);
         }
         Err(Error::misuse(
@@ -212,7 +214,7 @@ impl Lease {
     /// bound of a release. Nothing is published and nothing passes to a local waiter.
     pub(crate) fn expire_after(mut self, left: Duration) -> Result<()> {
         self.released = true;
-        let shared = self.lock.core().shared();
+        let shared = &self.shared;
         shared.ensure_open()?;
         let bound = shared.config.one_call();
         if self.hold.leave(bound).outermost {
@@ -240,8 +242,8 @@ impl Lease {
     /// ([`Error::Shutdown`]).
     pub(crate) fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.lock.core().shared().ensure_open()?;
-        self.lock.release(&self.hold, release_bound(&*self.lock))
+        self.shared.ensure_open()?;
+        self.lock.release(&self.hold, release_bound(&self.shared))
     }
 }
 
@@ -250,13 +252,13 @@ impl Drop for Lease {
         if self.released {
             return;
         }
-        if self.lock.core().shared().is_shut_down() {
+        if self.shared.is_shut_down() {
             // The shutdown released the hold.
             let name = &self.hold.keys.name;
             log::debug!(target: LOG_TARGET, "{} `{name}` dropped after shutdown", self.what);
             return;
         }
-        match self.lock.release(&self.hold, release_bound(&*self.lock)) {
+        match self.lock.release(&self.hold, release_bound(&self.shared)) {
             // The loss itself was reported once, at `warn`, when it was found.
             Err(e) if e.is_lease_lost() => log::debug!(
                 target: LOG_TARGET,
@@ -294,8 +296,8 @@ pub(crate) fn leave_level(shared: &Shared, hold: &Arc<Hold>, by: Deadline) -> (L
 }
 
 /// The bound of a release: one connect and one command timeout.
-fn release_bound(lock: &dyn Release) -> Deadline {
-    Deadline::after(lock.core().shared().config.one_call())
+fn release_bound(shared: &Shared) -> Deadline {
+    Deadline::after(shared.config.one_call())
 }
 
 /// Releases one level of `hold` within `by` by a release script: the level is ended on this
@@ -359,7 +361,7 @@ pub(crate) fn watched_hold(
         token: 0,
     };
     let hold = Arc::new(shared.new_hold(keys, (kind, who), terms, sent));
-    shared.watch(&hold);
+    shared.renewals.register(&hold);
     hold
 }
 

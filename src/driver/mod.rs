@@ -160,7 +160,8 @@ pub(crate) trait Protocol<'a> {
 
 /// The four forms of a lock type's acquire, written once: the blocking one (`lock`), a
 /// one-attempt `try_*`, a `try_*_for` and a `try_*_until`, each calling `self.$call(deadline)`
-/// with its [`Deadline`], and the bounds and errors of the timed ones in their docs. The type
+/// with its [`Deadline`] (after the form's own arguments, when `call` names them, as
+/// `call: acquire_n(n: u32)`), and the bounds and errors of the timed ones in their docs. The type
 /// gives each form its first paragraph, and the blocking form's errors (`errors { .. }`) the
 /// errors besides Redis's, and what follows them; the retries of the blocking form are
 /// written here. `fails` is what a blocking call that ended without the lock says (it cannot
@@ -169,7 +170,7 @@ pub(crate) trait Protocol<'a> {
 /// then the guard's `unlock`, its docs all the type's.
 macro_rules! timed_forms {
     (
-        guard: $guard:ty, call: $call:ident, fails: $fails:literal;
+        guard: $guard:ty, call: $call:ident $(($($arg:ident: $argty:ty),*))?, fails: $fails:literal;
         $(#[$block_doc:meta])* fn $block:ident, errors { $(#[$errors:meta])* }
         $(#[$try_doc:meta])* fn $try:ident;
         $(#[$for_doc:meta])* fn $for:ident;
@@ -188,9 +189,9 @@ macro_rules! timed_forms {
         /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached or answers with
         /// an error;
         $(#[$errors])*
-        pub fn $block(&self) -> $crate::Result<$guard> {
+        pub fn $block(&self $($(, $arg: $argty)*)?) -> $crate::Result<$guard> {
             $crate::driver::held(
-                self.$call($crate::transport::conn::Deadline::NONE),
+                self.$call($($($arg,)*)? $crate::transport::conn::Deadline::NONE),
                 $fails,
             )
         }
@@ -204,8 +205,9 @@ macro_rules! timed_forms {
         /// # Errors
         ///
         #[doc = concat!("As [`", stringify!($block), "`](Self::", stringify!($block), ").")]
-        pub fn $try(&self) -> $crate::Result<Option<$guard>> {
-            self.$call($crate::transport::conn::Deadline::at(std::time::Instant::now()))
+        pub fn $try(&self $($(, $arg: $argty)*)?) -> $crate::Result<Option<$guard>> {
+            let now = std::time::Instant::now();
+            self.$call($($($arg,)*)? $crate::transport::conn::Deadline::at(now))
         }
 
         $(#[$for_doc])*
@@ -217,8 +219,12 @@ macro_rules! timed_forms {
         /// # Errors
         ///
         #[doc = concat!("As [`", stringify!($block), "`](Self::", stringify!($block), ").")]
-        pub fn $for(&self, timeout: std::time::Duration) -> $crate::Result<Option<$guard>> {
-            self.$call($crate::transport::conn::Deadline::after(timeout))
+        pub fn $for(
+            &self,
+            $($($arg: $argty,)*)?
+            timeout: std::time::Duration,
+        ) -> $crate::Result<Option<$guard>> {
+            self.$call($($($arg,)*)? $crate::transport::conn::Deadline::after(timeout))
         }
 
         $(#[$until_doc])*
@@ -229,8 +235,12 @@ macro_rules! timed_forms {
         /// # Errors
         ///
         #[doc = concat!("As [`", stringify!($block), "`](Self::", stringify!($block), ").")]
-        pub fn $until(&self, deadline: std::time::Instant) -> $crate::Result<Option<$guard>> {
-            self.$call($crate::transport::conn::Deadline::at(deadline))
+        pub fn $until(
+            &self,
+            $($($arg: $argty,)*)?
+            deadline: std::time::Instant,
+        ) -> $crate::Result<Option<$guard>> {
+            self.$call($($($arg,)*)? $crate::transport::conn::Deadline::at(deadline))
         }
 
         $(

@@ -78,7 +78,7 @@ use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Holder as Who, Level, Live};
 use crate::shared::Core;
 use crate::shared::config::validate_lease;
-use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::grant::{Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -203,7 +203,7 @@ impl QueuePlace<'_> {
         // A place is renewed with the client's lease, without a maximum hold time.
         let terms = Terms {
             max_hold: None,
-            ..self.client.terms()
+            ..self.client.terms_with(None)
         };
         self.hold = Some(watched_hold(
             self.client.shared(),
@@ -271,11 +271,6 @@ impl FairMutex {
         })
     }
 
-    /// The terms of this handle's new acquisitions.
-    fn terms(&self) -> Terms {
-        self.client.terms_with(self.fixed_lease)
-    }
-
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.keys.name
@@ -293,7 +288,7 @@ impl FairMutex {
     /// [`Error::Redis`] when Redis cannot be asked; [`Error::Unsupported`] on a client over
     /// several masters, before anything is sent (as every call of a fair mutex).
     pub fn is_locked(&self) -> Result<bool> {
-        if self.client.masters() > 1 {
+        if self.client.shared().backend.masters() > 1 {
             return Err(Error::unsupported(
                 "this lock type needs a client on one Redis server, Sentinel or a Cluster, \
                  not a quorum of masters",
@@ -484,8 +479,49 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         false
     }
 
-    fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        self.try_grant(waiting, by)
+    /// One attempt: the first one without queueing, re-entering the thread's live hold (a
+    /// re-entry keeps the terms of the acquisition it enters: it never shortens the lease on
+    /// the server); a waiter's (`enqueue`) granted, or its place in the queue kept from the
+    /// call's send time.
+    fn attempt(&mut self, enqueue: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
+        let shared = self.mutex.client.shared();
+        let live = (!enqueue)
+            .then(|| shared.live_hold(&self.mutex.keys))
+            .flatten();
+        let sent = Instant::now();
+        let live_arg = live.as_ref().map(|h| Live {
+            acquisition: &h.acquisition,
+            extend: h.reentry_extension(sent),
+        });
+        let (mutex, request) = (self.mutex, &self.request);
+        let fixed = mutex.fixed_lease;
+        if fixed.is_some() {
+            // This call may take a grant to this waiter and start its fixed lease: no
+            // heartbeat of its place may extend the lock after it.
+            self.place.stop(by.left().unwrap_or(Duration::MAX));
+        }
+        // The lease of the place in the queue (and of a new acquisition without `fixed`).
+        let lease = mutex.client.shared().config.lease;
+        let (keys, owner) = (&mutex.keys, &self.owner);
+        let call = fair_mutex::acquire(keys, owner, request, lease, enqueue, live_arg, fixed);
+        let v = eval_twice(&mutex.client, &call, by)?;
+        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
+        let ttl = match self.take_grant(reply, sent, by) {
+            Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
+            Err(AcquireReply::Busy { ttl }) => ttl,
+            Err(_) => Duration::ZERO,
+        };
+        // Another owner holds the lock, or the server no longer has the live hold's
+        // acquisition: that hold is lost, and learns it now rather than at its next renewal
+        // (its guards then say so).
+        if let Some(h) = &live {
+            shared.report_lost(h);
+        }
+        if enqueue {
+            let who = (self.owner.as_str(), self.request.as_str());
+            self.place.keep(&self.mutex.keys, who, sent);
+        }
+        Ok(Attempt::busy(ttl))
     }
 
     /// A grant message for this waiter, taken while its place is known valid.
@@ -504,7 +540,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             return None;
         }
         if self.place.remade {
-            return match self.try_grant(true, by) {
+            return match self.attempt(true, by) {
                 Ok(Attempt::Held(guard)) => Some(guard),
                 Ok(Attempt::Busy { .. }) => None,
                 Err(e) => {
@@ -546,7 +582,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 impl Acquire<'_> {
     /// The guard of the grant `reply` holds, counted from `since`; the reply itself when it
     /// is no grant. `Ok(None)` when the grant's validity already passed (a very late reply or
-    /// message), or it is an acquisition no local hold may use (see [`Adopted::Unusable`]):
+    /// message), or it is an acquisition no local hold may use (see [`Shared::adopt_as`](crate::shared::Shared::adopt_as)):
     /// the lock is then given back (to the next waiter).
     fn take_grant(
         &self,
@@ -571,62 +607,15 @@ impl Acquire<'_> {
             last: 0,
         };
         let (mutex, owner) = (self.mutex, &self.owner);
-        let (shared, terms) = (mutex.client.shared(), mutex.terms());
-        match shared.adopt_as(Kind::FairMutex, &mutex.keys, owner.clone(), grant, terms) {
-            Adopted::Held(hold) => {
-                Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
-            }
-            Adopted::Unusable => {
-                // Free the acquisition nobody may use, so that the next attempt makes a new one.
-                mutex.give_back(owner, &acquisition, by, "freeing a stale grant");
-                Ok(None)
-            }
-        }
-    }
-
-    /// One attempt: the first one without queueing, re-entering the thread's live hold (a
-    /// re-entry keeps the terms of the acquisition it enters: it never shortens the lease on
-    /// the server); a waiter's (`enqueue`) granted, or its place in the queue kept from the
-    /// call's send time.
-    fn try_grant(&mut self, enqueue: bool, by: Deadline) -> Result<Attempt<FairMutexGuard>> {
-        let shared = self.mutex.client.shared();
-        let live = (!enqueue)
-            .then(|| shared.live_hold(&self.mutex.keys))
-            .flatten();
-        let sent = Instant::now();
-        let live_arg = live.as_ref().map(|h| Live {
-            acquisition: &h.acquisition,
-            extend: h.reentry_extension(sent),
-        });
-        let (mutex, request) = (self.mutex, &self.request);
-        let fixed = mutex.fixed_lease;
-        if fixed.is_some() {
-            // This call may take a grant to this waiter and start its fixed lease: no
-            // heartbeat of its place may extend the lock after it.
-            self.place.stop(by.left().unwrap_or(Duration::MAX));
-        }
-        // The lease of the place in the queue (and of a new acquisition without `fixed`).
-        let lease = mutex.client.terms().lease;
-        let (keys, owner) = (&mutex.keys, &self.owner);
-        let call = fair_mutex::acquire(keys, owner, request, lease, enqueue, live_arg, fixed);
-        let v = eval_twice(&mutex.client, &call, by)?;
-        let reply = calls::acquire_reply(&v, request, &mutex.keys, "fair acquire")?;
-        let ttl = match self.take_grant(reply, sent, by) {
-            Ok(guard) => return Ok(guard.map_or(Attempt::busy(Duration::ZERO), Attempt::Held)),
-            Err(AcquireReply::Busy { ttl }) => ttl,
-            Err(_) => Duration::ZERO,
+        let shared = mutex.client.shared();
+        let terms = mutex.client.terms_with(mutex.fixed_lease);
+        let Some(hold) = shared.adopt_as(Kind::FairMutex, &mutex.keys, owner.clone(), grant, terms)
+        else {
+            // Free the acquisition nobody may use, so that the next attempt makes a new one.
+            mutex.give_back(owner, &acquisition, by, "freeing a stale grant");
+            return Ok(None);
         };
-        // Another owner holds the lock, or the server no longer has the live hold's
-        // acquisition: that hold is lost, and learns it now rather than at its next renewal
-        // (its guards then say so).
-        if let Some(h) = &live {
-            shared.report_lost(h);
-        }
-        if enqueue {
-            let who = (self.owner.as_str(), self.request.as_str());
-            self.place.keep(&self.mutex.keys, who, sent);
-        }
-        Ok(Attempt::busy(ttl))
+        Ok(unless_late(mutex, hold, "grant", by).map(|h| FairMutexGuard::new(mutex, h)))
     }
 }
 
@@ -694,10 +683,6 @@ impl Release for FairMutex {
         release_level(&self.client, hold, script, &self.keys.lock, by, |level| {
             Some(release_call(&self.keys, hold.holder(), level))
         })
-    }
-
-    fn core(&self) -> &Core {
-        &self.client
     }
 }
 

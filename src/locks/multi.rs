@@ -61,7 +61,7 @@ use crate::protocol::multi::{self, Leaving, Member, MultiReply};
 use crate::protocol::scripts::{self, Holder, Level, Live};
 use crate::shared::Core;
 use crate::shared::config::validate_lease;
-use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::grant::{Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::stats::Held;
 use crate::topology::backend::Primed;
@@ -383,7 +383,7 @@ impl<'a> Part<'a> {
     }
 
     /// Frees acquisition `acquisition` of `owner` of the lock `keys`, which no hold of this
-    /// thread may use (see [`Adopted::Unusable`]), within `by`.
+    /// thread may use (see [`Shared::adopt_as`](crate::shared::Shared::adopt_as)), within `by`.
     fn free_unusable(&self, keys: &LockKeys, owner: &str, acquisition: &str, by: Deadline) {
         let leaving = [Leaving {
             keys,
@@ -442,8 +442,8 @@ impl<'a> Part<'a> {
             };
             let who = members[i].owner.to_owned();
             match shared.adopt_as(Kind::Mutex, &part[i], who, grant, terms) {
-                Adopted::Held(h) => holds.push(h),
-                Adopted::Unusable => unusable.push((i, acquisition.clone())),
+                Some(h) => holds.push(h),
+                None => unusable.push((i, acquisition.clone())),
             }
         }
         if unusable.is_empty() && holds.iter().all(|h| h.is_held()) {
@@ -483,7 +483,7 @@ impl<'a> Protocol<'a> for Part<'a> {
             .part
             .iter()
             .any(|k| shared.subscriber.has_waiters(&k.channel));
-        queued && !self.part.iter().any(|k| shared.holds_locally(k))
+        queued && !self.part.iter().any(|k| shared.live_hold(k).is_some())
     }
 
     /// One set acquire round trip for the part (retried once on a new connection when the

@@ -55,7 +55,7 @@ use crate::protocol::scripts::Admin;
 use crate::protocol::scripts::{self, AcquireReply, Level};
 use crate::shared::Core;
 use crate::shared::config::validate_lease;
-use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::grant::{Grant, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::Registration;
@@ -185,11 +185,6 @@ impl RwLock {
             fixed_lease: Some(lease),
             ..self.clone()
         })
-    }
-
-    /// The terms of this handle's new acquisitions.
-    fn terms(&self) -> Terms {
-        self.client.terms_with(self.fixed_lease)
     }
 
     /// The same lock, letting readers in whenever no writer *holds* it, even while writers
@@ -502,7 +497,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             return Ok(Some(h));
         }
         let shared = self.lock.client.shared();
-        if !self.read && shared.holds_locally(&self.lock.read_keys) {
+        if !self.read && shared.live_hold(&self.lock.read_keys).is_some() {
             return Err(Error::misuse(
                 "write: the calling thread holds a read lock of this RwLock; release it before \
                  writing",
@@ -523,7 +518,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
     fn attempt(&mut self, waiting: bool, by: Deadline) -> Result<Attempt<Arc<Hold>>> {
         let (lock, read, owner, request) = (self.lock, self.read, &self.owner, &self.request);
         let sent = Instant::now();
-        let (terms, keys) = (lock.terms(), &lock.write_keys);
+        let (terms, keys) = (lock.client.terms_with(lock.fixed_lease), &lock.write_keys);
         let (lease, prefer_writers) = (terms.lease, lock.prefer_writers);
         let call = if read {
             rw_lock::read(keys, owner, request, lease, prefer_writers, waiting)
@@ -554,14 +549,10 @@ impl<'a> Protocol<'a> for Acquire<'a> {
             last: 0,
         };
         let shared = lock.client.shared();
-        let Adopted::Held(hold) =
-            shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms)
-        else {
-            // Cannot happen for a new acquisition (count 1, a request id no hold has);
-            // answered as not held, and the entry runs out by its lease.
-            return Ok(Attempt::busy(Duration::ZERO));
-        };
-        let hold = unless_late(lock, hold, "grant", by);
+        // `adopt_as` cannot refuse a new acquisition (count 1, a request id no hold has); if it
+        // did, it is answered as not held, and the entry runs out by its lease.
+        let hold = shared.adopt_as(kind, lock.keys(read), owner.clone(), grant, terms);
+        let hold = hold.and_then(|h| unless_late(lock, h, "grant", by));
         Ok(hold.map_or(Attempt::busy(Duration::ZERO), Attempt::Held))
     }
 
@@ -608,10 +599,6 @@ impl Release for RwLock {
             })
         };
         release_level(&self.client, hold, script, &self.write_keys.lock, by, call)
-    }
-
-    fn core(&self) -> &Core {
-        &self.client
     }
 }
 

@@ -255,35 +255,6 @@ impl Semaphore {
         calls::force_holders(&self.client, &call, &self.keys, what, logged)
     }
 
-    /// Blocks until `n` permits are held together, as one acquisition (one lease, released
-    /// together).
-    ///
-    /// While Redis cannot be reached, it retries with backoff and returns the error within
-    /// `max(retry_timeout, connect_timeout + command_timeout)` of the start of the first attempt
-    /// that failed, as [`Mutex::lock`](crate::Mutex::lock).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Misuse`] when `n` is 0 or more than the permit count (it could never
-    /// be granted); otherwise as [`acquire`](Semaphore::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> locksmith::Result<()> {
-    /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
-    /// let bandwidth = client.semaphore("uplink", 10)?;
-    /// let big_upload = bandwidth.acquire_many(4)?;
-    /// assert_eq!(big_upload.permits(), 4);
-    /// # Ok(()) }
-    /// ```
-    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
-        driver::held(
-            self.acquire_n(n, Deadline::NONE),
-            "acquire() ended without a permit",
-        )
-    }
-
     timed_forms! { guard: SemaphorePermit, call: acquire_one, fails: "acquire() ended without a permit";
         /// Blocks until one permit is held.
         fn acquire, errors {
@@ -325,51 +296,33 @@ impl Semaphore {
         fn with_permit;
     }
 
-    /// Makes exactly one attempt for `n` permits together. `Ok(None)` when fewer than `n` are
-    /// free.
-    ///
-    /// Returns within the connect timeout plus the command timeout, whatever Redis does, as
-    /// [`Mutex::try_lock`](crate::Mutex::try_lock).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire_many`](Semaphore::acquire_many).
-    pub fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(n, Deadline::at(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for `n` permits together. `Ok(None)` when fewer than `n` came
-    /// free in time.
-    ///
-    /// Returns within `max(timeout, connect_timeout) + command_timeout`, whatever Redis does,
-    /// as [`Mutex::try_lock_for`](crate::Mutex::try_lock_for).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire_many`](Semaphore::acquire_many).
-    pub fn try_acquire_many_for(
-        &self,
-        n: u32,
-        timeout: Duration,
-    ) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(n, Deadline::after(timeout))
-    }
-
-    /// Waits until `deadline` at most for `n` permits together. `Ok(None)` when fewer than `n`
-    /// came free in time.
-    ///
-    /// Returns within `max(deadline - now, connect_timeout) + command_timeout`, whatever Redis
-    /// does, as [`Mutex::try_lock_until`](crate::Mutex::try_lock_until).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire_many`](Semaphore::acquire_many).
-    pub fn try_acquire_many_until(
-        &self,
-        n: u32,
-        deadline: Instant,
-    ) -> Result<Option<SemaphorePermit>> {
-        self.acquire_n(n, Deadline::at(deadline))
+    timed_forms! { guard: SemaphorePermit, call: acquire_n(n: u32), fails: "acquire() ended without a permit";
+        /// Blocks until `n` permits are held together, as one acquisition (one lease, released
+        /// together).
+        fn acquire_many, errors {
+        /// [`Error::Misuse`] when `n` is 0 or more than the permit count (it could never
+        /// be granted); otherwise as [`acquire`](Semaphore::acquire).
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> locksmith::Result<()> {
+        /// # let client = locksmith::Client::open("redis://127.0.0.1:6379/")?;
+        /// let bandwidth = client.semaphore("uplink", 10)?;
+        /// let big_upload = bandwidth.acquire_many(4)?;
+        /// assert_eq!(big_upload.permits(), 4);
+        /// # Ok(()) }
+        /// ```
+        }
+        /// Makes exactly one attempt for `n` permits together. `Ok(None)` when fewer than `n`
+        /// are free.
+        fn try_acquire_many;
+        /// Waits at most `timeout` for `n` permits together. `Ok(None)` when fewer than `n` came
+        /// free in time.
+        fn try_acquire_many_for;
+        /// Waits until `deadline` at most for `n` permits together. `Ok(None)` when fewer than
+        /// `n` came free in time.
+        fn try_acquire_many_until;
     }
 
     /// An acquire call for one permit by `deadline`.
@@ -435,7 +388,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
                 // A reply so late that the lease may have run out: the permits go back.
                 Ok(match unless_late(sem, hold, "permit", by) {
                     Some(hold) => Attempt::Held(SemaphorePermit {
-                        lease: Lease::new(sem, hold, "a permit of"),
+                        lease: Lease::new(sem, shared, hold, "a permit of"),
                         n,
                     }),
                     None => Attempt::busy(Duration::ZERO),
@@ -512,10 +465,6 @@ impl Release for Semaphore {
         release_level(&self.client, hold, script, &self.keys.lock, by, |_| {
             Some(semaphore::release(&self.keys, hold.holder()))
         })
-    }
-
-    fn core(&self) -> &Core {
-        &self.client
     }
 }
 

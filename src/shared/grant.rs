@@ -1,12 +1,11 @@
 //! What one acquisition is made of: the request id that tells a retry from a new call, the
-//! lease terms asked for, the grant the server answered, and what the client made of it.
+//! lease terms asked for, and the grant the server answered.
 
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use crate::protocol::keys::push_digits;
-use crate::shared::hold::Hold;
 
 /// A request id, unique across every client and process: it tells a retry apart from a new
 /// call, and a new acquisition is named after it (the lock's `gen`), so that an acquisition id
@@ -59,17 +58,6 @@ pub(crate) struct Grant<'a> {
     /// The last fencing token reserved for local hand-offs of a new acquisition (`token`:
     /// none).
     pub(crate) last: u64,
-}
-
-/// What the client made of a grant (see `Shared::adopt_as` in `shared/mod.rs`).
-#[derive(Debug)]
-pub(crate) enum Adopted {
-    /// The caller holds the lock through this hold (a new one, or its live hold re-entered).
-    Held(Arc<Hold>),
-    /// The server answered for an acquisition that this thread's guards already count as
-    /// lost (its local deadline passed while the call was on its way): no guard may be
-    /// handed out for it. The caller frees it and tries again.
-    Unusable,
 }
 
 #[cfg(test)]

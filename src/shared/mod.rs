@@ -31,7 +31,7 @@ use crate::subscriber::{Reader, Subscriber};
 use crate::topology::backend::Backend;
 use crate::transport::conn::Deadline;
 use config::Config;
-use grant::{Adopted, Grant, Terms};
+use grant::{Grant, Terms};
 use hold::{Chain, Hold, Identity, Renewal};
 use renewal::closing::Closing;
 use renewal::{Inbox, LostHook};
@@ -50,7 +50,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) backend: Arc<Backend>,
     pub(crate) subscriber: Arc<Subscriber>,
-    renewals: Arc<Inbox>,
+    /// The renewal thread's inbox: holds to renew, released or lost.
+    pub(crate) renewals: Arc<Inbox>,
     /// What the client counts (see [`Stats`](crate::Stats)).
     pub(crate) stats: Arc<Counters>,
     /// The holds of this client, by lock key and thread, so that a re-entry finds its hold.
@@ -237,17 +238,6 @@ impl Shared {
         }
     }
 
-    /// Notes that a registered hold left the renewal wheel's care (released, or retired for
-    /// a successor): it sits in the wheel until its slot fires.
-    pub(crate) fn note_released(&self, hold: &Hold) {
-        self.renewals.released(hold);
-    }
-
-    /// Whether the calling thread holds `keys` through this client (as far as it knows).
-    pub(crate) fn holds_locally(&self, keys: &LockKeys) -> bool {
-        self.live_hold(keys).is_some()
-    }
-
     /// The calling thread's hold on `keys`, if its lease is known valid.
     pub(crate) fn live_hold(&self, keys: &LockKeys) -> Option<Arc<Hold>> {
         self.holds
@@ -283,6 +273,12 @@ impl Shared {
     /// another one, the server no longer has that hold's acquisition (the key expired, was
     /// deleted, or was replaced as an orphan): the hold is marked lost at once, and reported,
     /// so that its guards never say "held" beside the new acquisition.
+    ///
+    /// Returns the hold the caller holds the lock through (a new one, or its live hold
+    /// re-entered); `None` for an unusable grant: the server answered for an acquisition that
+    /// this thread's guards already count as lost (its local deadline passed while the call
+    /// was on its way), and no guard may be handed out for it. The caller frees it and tries
+    /// again.
     pub(crate) fn adopt_as(
         &self,
         kind: Kind,
@@ -290,7 +286,7 @@ impl Shared {
         owner: String,
         grant: Grant<'_>,
         terms: Terms,
-    ) -> Adopted {
+    ) -> Option<Arc<Hold>> {
         let slot = (keys.lock.clone(), thread_seq());
         let mut holds = self.holds.lock();
         let existing = holds.get(&slot).and_then(Weak::upgrade);
@@ -300,18 +296,14 @@ impl Shared {
                 // may have answered with a newer token; the acquisition is still the same).
                 // A hold that can no longer be entered must not get a second hold of the same
                 // acquisition beside it: its guards would release the new one's levels.
-                return if h.enter(grant.sent) {
-                    Adopted::Held(Arc::clone(h))
-                } else {
-                    Adopted::Unusable
-                };
+                return h.enter(grant.sent).then(|| Arc::clone(h));
             }
             self.report_lost(h);
         }
         if grant.count > 1 {
             // Levels of an acquisition no local hold knows (its hold is gone): never handed
             // out as a new one.
-            return Adopted::Unusable;
+            return None;
         }
         let who = Identity {
             owner,
@@ -332,7 +324,7 @@ impl Shared {
         holds.insert(slot, Arc::downgrade(&hold));
         drop(holds);
         self.renewals.register(&hold);
-        Adopted::Held(hold)
+        Some(hold)
     }
 
     /// Marks `hold` lost, and reports the loss (the `warn` log and the `on_lease_lost`
@@ -346,13 +338,8 @@ impl Shared {
         }
     }
 
-    /// Has the renewal thread keep `hold` alive (a hold that is not a thread's lock level,
-    /// such as a waiter's place in a queue) until [`unwatch`](Shared::unwatch).
-    pub(crate) fn watch(&self, hold: &Arc<Hold>) {
-        self.renewals.register(hold);
-    }
-
-    /// Stops renewing a hold given to [`watch`](Shared::watch), waiting at most `bound` for a
+    /// Stops renewing a hold the renewal thread keeps alive that is not a thread's lock level
+    /// (such as a waiter's place in a queue), waiting at most `bound` for a
     /// renewal of it on the wire. Returns whether its lease was known valid until then (see
     /// [`Left`](crate::shared::hold::Left)).
     pub(crate) fn unwatch(&self, hold: &Hold, bound: Duration) -> bool {
@@ -525,12 +512,8 @@ impl Core {
         &self.inner.shared
     }
 
-    /// The client's own terms: its lease, renewed while held, up to its maximum hold time.
-    pub(crate) fn terms(&self) -> Terms {
-        self.terms_with(None)
-    }
-
-    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`).
+    /// The terms of a handle with a fixed lease (`fixed`), or the client's own (`None`: its
+    /// lease, renewed while held, up to its maximum hold time).
     pub(crate) fn terms_with(&self, fixed: Option<Duration>) -> Terms {
         let config = &self.shared().config;
         Terms {
@@ -538,10 +521,5 @@ impl Core {
             watchdog: fixed.is_none(),
             max_hold: config.max_hold,
         }
-    }
-
-    /// How many masters the client locks on (see [`Client::masters`](crate::Client::masters)).
-    pub(crate) fn masters(&self) -> usize {
-        self.inner.shared.backend.masters()
     }
 }

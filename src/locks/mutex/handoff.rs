@@ -85,7 +85,7 @@ impl Baton {
         let by = by.min(Deadline::after(shared.config.one_call()));
         // Marks it released (it has no level left) and waits for a renewal on the wire.
         hold.leave(by.left().unwrap_or(Duration::MAX));
-        shared.note_released(hold);
+        shared.renewals.released(hold);
         shared.end_run(hold);
         let publish = shared.subscriber.has_waiters(&hold.keys.channel);
         let acquisition = (hold.acquisition.as_str(), hold.token);
@@ -177,7 +177,7 @@ pub(crate) fn receive(
     };
     baton.done = true;
     drop(baton);
-    shared.note_released(&old);
+    shared.renewals.released(&old);
     let successor = Arc::new(
         Hold::new(
             Arc::clone(&old.keys),

@@ -17,7 +17,7 @@ use crate::protocol::mutex::{self, AdminReply};
 use crate::protocol::scripts::{self, AcquireReply, Admin, Level, Live};
 use crate::shared::Core;
 use crate::shared::config::{validate_lease, validate_max_hold};
-use crate::shared::grant::{Adopted, Grant, Terms, request_id};
+use crate::shared::grant::{Grant, Terms, request_id};
 use crate::shared::hold::Hold;
 use crate::shared::holder::Holder;
 use crate::subscriber::{Passed, Registration};
@@ -474,7 +474,7 @@ impl Mutex {
             acquisition: &acquisition,
             last,
         };
-        let Adopted::Held(hold) =
+        let Some(hold) =
             shared.adopt_as(self.kind, &self.keys, owner.to_owned(), grant, self.terms())
         else {
             self.free_unusable(&acquisition, token, by);
@@ -490,7 +490,7 @@ impl Mutex {
         Ok(Attempt::Held(MutexGuard::new(self, hold)))
     }
 
-    /// Frees an acquisition that no hold of this thread may use (see [`Adopted::Unusable`]),
+    /// Frees an acquisition that no hold of this thread may use (see [`Shared::adopt_as`](crate::shared::Shared::adopt_as)),
     /// acquisition-checked, so that the next attempt makes a new one. Its hand-off tokens were
     /// never issued; whoever waits for it is told.
     fn free_unusable(&self, acquisition: &str, token: u64, by: Deadline) {
@@ -562,7 +562,7 @@ impl<'a> Protocol<'a> for Acquire<'a> {
         let shared = self.mutex.client.shared();
         !self.campaign()
             && shared.subscriber.has_waiters(&self.mutex.keys.channel)
-            && !shared.holds_locally(&self.mutex.keys)
+            && shared.live_hold(&self.mutex.keys).is_none()
     }
 
     /// One acquire script round trip. A waiter's attempt (and every attempt of a campaign)
@@ -648,10 +648,6 @@ impl<'a> Protocol<'a> for Acquire<'a> {
 impl Release for Mutex {
     fn release(&self, hold: &Arc<Hold>, by: Deadline) -> Result<()> {
         guard::release(self.client.shared(), &self.keys, hold, by)
-    }
-
-    fn core(&self) -> &Core {
-        &self.client
     }
 }
 
