@@ -599,7 +599,7 @@ fn release_part(core: &Core, levels: &[(&Arc<Hold>, Level, bool)], by: Deadline)
 ///
 /// A guard belongs to the thread that locked (its re-entry and release are that thread's): it
 /// is `Sync` but not `Send`, and a hold moves to another thread through `detach` (see
-/// [`MutexGuard`](crate::MutexGuard) and [`Detached`](crate::Detached)).
+/// [`MutexGuard`](crate::MutexGuard) and [`Detached`]).
 #[must_use = "if unused the locks are released at once"]
 #[clippy::has_significant_drop]
 pub struct MultiGuard {

@@ -4,8 +4,8 @@
 //!
 //! - **Subscribing.** A waiter writes its channel's subscription itself when its server's
 //!   connection is open; otherwise the channel is queued (`Table::unrouted`) and the thread
-//!   woken: it finds the channel's server ([`Route`]) and writes the subscription once the
-//!   connection is open.
+//!   woken: it finds the channel's server ([`Route`](super::route::Route)) and writes the
+//!   subscription once the connection is open.
 //! - **Opening, without blocking.** A server without a connection gets one opened as steps
 //!   of the poll loop (`transport/pubsub/opening.rs`: a connect, TLS handshake and `AUTH` /
 //!   `CLIENT SETNAME`, each advanced when the poller says the socket is ready), within the

@@ -1,7 +1,8 @@
 //! The renewal of a batch of leases, the same for every topology: each master gets the calls
 //! it holds (every call on each independent master, each call on its slot's master on a
-//! cluster) pipelined with `TIME` (and `WAIT` when asked for), all sent as one [`Round`]
-//! (written to every master first, then read: about one round trip in all). What failed is
+//! cluster) pipelined with `TIME` (and `WAIT` when asked for), all sent as one
+//! [`Round`](crate::topology::send::Round) (written to every master first, then read: about
+//! one round trip in all). What failed is
 //! retried within the batch's budget: a master whose connection failed gets its calls again
 //! on a new connection; on a cluster, a call that failed or was redirected goes again alone
 //! through the routing. Each lease's outcome is then decided by the quorum
