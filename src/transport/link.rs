@@ -94,8 +94,17 @@ impl AsRawFd for Stream {
 }
 
 impl Read for Stream {
+    /// Reads what has arrived, waiting within the socket's read timeout. A read interrupted
+    /// before anything arrived (`EINTR`: Linux ends a socket read that has a timeout when the
+    /// process is stopped and continued, or its cgroup frozen and thawed) is tried again, as
+    /// `write_all` does for a write.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io().read(buf)
+        loop {
+            match self.io().read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                read => return read,
+            }
+        }
     }
 }
 
@@ -274,4 +283,53 @@ pub(crate) fn auth(settings: &RedisConnectionInfo) -> Option<redis::Cmd> {
     }
     auth.arg(password);
     Some(auth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state letter of thread `tid` of this process (`S`: asleep in a system call).
+    fn state(tid: &str) -> char {
+        let stat =
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .unwrap_or('?')
+    }
+
+    /// A read with a timeout that the kernel interrupts (the process stopped and continued
+    /// while it waited) goes on waiting and returns the bytes that come afterwards.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_read_interrupted_by_a_stop_and_continue_goes_on() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut stream = Stream::Unix(ours);
+        stream.set_timeouts(Some(Duration::from_secs(20))).unwrap();
+        let (tid_tx, tid_rx) = crossbeam_channel::bounded(1);
+        let reader = std::thread::spawn(move || {
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            tid_tx
+                .send(me.file_name().unwrap().to_string_lossy().into_owned())
+                .unwrap();
+            let mut buf = [0u8; 1];
+            stream.read(&mut buf).map(|n| (n, buf[0]))
+        });
+        let tid = tid_rx.recv().unwrap();
+        // Wait (at most 10 s) until the reader sleeps in its read.
+        let asleep = Instant::now() + Duration::from_secs(10);
+        while state(&tid) != 'S' && Instant::now() < asleep {
+            std::thread::yield_now();
+        }
+        // Another process stops this one and continues it: the read's `recv` ends in EINTR.
+        let pid = std::process::id();
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -STOP {pid}; sleep 0.05; kill -CONT {pid}"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        peer.write_all(b"x").unwrap();
+        assert_eq!(reader.join().unwrap().unwrap(), (1, b'x'));
+    }
 }

@@ -251,8 +251,15 @@ fn blocking_handshake(
             tcp.set_read_timeout(Some(left))?;
             tcp.set_write_timeout(Some(left))?;
         }
-        if conn.complete_io(&mut tcp)? == (0, 0) && conn.is_handshaking() {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        match conn.complete_io(&mut tcp) {
+            // Interrupted (`EINTR`): the handshake goes on where it was.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Ok((0, 0)) if conn.is_handshaking() => {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            done => {
+                done?;
+            }
         }
     }
     Ok(())
@@ -349,10 +356,17 @@ fn take_records(conn: &mut ClientConnection, input: &mut dyn Read) -> io::Result
     Ok(n)
 }
 
-/// Sends whatever rustls has queued (records, alerts, key updates).
+/// Sends whatever rustls has queued (records, alerts, key updates); an interrupted write
+/// (`EINTR`, see `link.rs`'s `Stream::read`) is tried again, so that a plaintext write that
+/// queued its bytes never fails after it (and is never queued twice by a retry).
 fn flush_tls(conn: &mut ClientConnection, mut sock: &TcpStream) -> io::Result<()> {
     while conn.wants_write() {
-        conn.write_tls(&mut sock)?;
+        match conn.write_tls(&mut sock) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            sent => {
+                sent?;
+            }
+        }
     }
     Ok(())
 }
