@@ -299,10 +299,26 @@ mod tests {
     }
 
     /// A read with a timeout that the kernel interrupts (the process stopped and continued
-    /// while it waited) goes on waiting and returns the bytes that come afterwards.
+    /// while it waited) goes on waiting and returns the bytes that come afterwards. It runs in
+    /// a child process of its own (this test binary, run for this test alone), so that the
+    /// stop interrupts no other test's reads.
     #[test]
     #[allow(clippy::unwrap_used)]
     fn a_read_interrupted_by_a_stop_and_continue_goes_on() {
+        const CHILD: &str = "LOCKSMITH_TEST_STOPPED_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "transport::link::tests::a_read_interrupted_by_a_stop_and_continue_goes_on",
+                ])
+                .args(["--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .status()
+                .unwrap();
+            assert!(status.success(), "the child's run failed: {status}");
+            return;
+        }
         let (ours, mut peer) = UnixStream::pair().unwrap();
         let mut stream = Stream::Unix(ours);
         stream.set_timeouts(Some(Duration::from_secs(20))).unwrap();
